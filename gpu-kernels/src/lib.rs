@@ -1,0 +1,1 @@
+//! GPU routes for ozaki-shim (issue #4): to be written.

@@ -1,0 +1,1 @@
+//! Per-record engine (issue #5): to be written.

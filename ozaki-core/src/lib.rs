@@ -1,0 +1,24 @@
+//! Numerics, routes, the per-record engine and trace types of ozaki-shim, in pure Rust
+//! (no FFI, no CUDA), so that everything the shim decides can be tested on any machine.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`route`] | route names (`vendor`, `cpu-ozaki`, `gpu-ozaki`, ...) |
+//! | [`trace`] | the JSON Lines trace schema (header and call records) |
+//! | [`blas`] | the built-in cache-blocked fp64 dgemm/dsyrk (used when no vendor BLAS exists) |
+//! | [`moduli`], [`scaling`], [`residues`], [`reconstruct`], [`emulate`], [`select`], [`exact`] | Ozaki scheme II (issue #3) |
+//! | [`engine`] | machine profile, cost model and per-call route choice, trace replay (issue #5) |
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod blas;
+pub mod emulate;
+pub mod engine;
+pub mod exact;
+pub mod moduli;
+pub mod reconstruct;
+pub mod residues;
+pub mod route;
+pub mod scaling;
+pub mod select;
+pub mod trace;

@@ -1,0 +1,323 @@
+//! Trace records: the JSON Lines schema shared by the shim (writer), `ozaki summary`,
+//! `ozaki replay`, `ozaki report` and `ozaki ab-report` (readers).
+//!
+//! A trace file is one [`Header`] line followed by one [`CallRecord`] line per intercepted
+//! call, each a JSON object tagged by `"type"`. The field names are a user-facing contract
+//! (issue #2): fields are only ever added, never renamed, and every addition that changes
+//! meaning bumps [`SCHEMA_VERSION`]. Readers accept any version up to their own and ignore
+//! unknown fields, so a newer shim's trace still loads in an older report tool.
+//!
+//! Optional fields are omitted when absent (never written as `null`), which keeps the
+//! common vendor-route record short.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of the trace schema written in [`Header::schema`].
+///
+/// History: 1 = issue #2 fields (+ optional route/engine/GPU/A-B extensions).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Which BLAS routine a record describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Routine {
+    /// C = alpha op(A) op(B) + beta C.
+    Dgemm,
+    /// C = alpha A A^T + beta C (or A^T A), one triangle of C.
+    Dsyrk,
+}
+
+impl Routine {
+    /// Floating-point operations of one call, counted the usual way (2mnk for dgemm,
+    /// n(n+1)k for dsyrk, which touches one triangle).
+    pub fn flops(self, m: u64, n: u64, k: u64) -> f64 {
+        match self {
+            Routine::Dgemm => 2.0 * m as f64 * n as f64 * k as f64,
+            Routine::Dsyrk => n as f64 * (n as f64 + 1.0) * k as f64,
+        }
+    }
+}
+
+/// Storage order of the caller's matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Column-major (Fortran, and CBLAS with CblasColMajor).
+    Col,
+    /// Row-major (CBLAS with CblasRowMajor).
+    Row,
+}
+
+/// First line of every trace file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// Always `"header"`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Trace schema version, see [`SCHEMA_VERSION`].
+    #[serde(default = "default_schema")]
+    pub schema: u32,
+    /// Process id of the traced program.
+    pub pid: u32,
+    /// Executable path (`/proc/self/exe`).
+    pub exe: String,
+    /// Command line; absent when `OZAKI_TRACE_ARGV=0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    /// Version of the shim that wrote the trace.
+    pub shim_version: String,
+    /// Resolved vendor library per exported symbol name (filled as symbols resolve; the
+    /// header is written at the first call, so it holds what was resolved by then; later
+    /// resolutions appear as `vendor` fields of the records).
+    #[serde(default)]
+    pub vendor: BTreeMap<String, String>,
+    /// Wall-clock start time, seconds since the Unix epoch.
+    pub start_unix_s: f64,
+    /// Host name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// MPI rank from the launcher's environment, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// Parent pid when this trace was opened in a `fork()`ed child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_pid: Option<u32>,
+}
+
+fn default_schema() -> u32 {
+    1
+}
+
+/// Measured GPU phase times of one call, in nanoseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Phases {
+    /// Host-device transfers that were not hidden behind compute.
+    #[serde(default)]
+    pub transfer_ns: u64,
+    /// Exponent scan, scaling and residue formation.
+    #[serde(default)]
+    pub convert_ns: u64,
+    /// The integer (or fp64) products.
+    #[serde(default)]
+    pub products_ns: u64,
+    /// CRT reconstruction and the alpha/beta epilogue.
+    #[serde(default)]
+    pub reconstruct_ns: u64,
+}
+
+/// The engine's prediction for one call (issue #5).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Predicted seconds per route name (`vendor`, `gpu-native`, `gpu-ozaki`, ...).
+    #[serde(default)]
+    pub predicted_s: BTreeMap<String, f64>,
+    /// Why the chosen route won (or why others were excluded).
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// A/B comparison of the chosen route against the vendor BLAS (issue #6).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AbResult {
+    /// max_ij |C_route - C_vendor| / |C_vendor| (componentwise, 0/0 counted as 0).
+    pub max_rel_comp: f64,
+    /// ||C_route - C_vendor||_F / ||C_vendor||_F.
+    pub rel_norm: f64,
+    /// Vendor time in ns.
+    pub vendor_ns: u64,
+    /// Chosen route time in ns.
+    pub route_ns: u64,
+    /// Which result the program received (`route` or `vendor`).
+    pub kept: String,
+}
+
+/// One intercepted BLAS call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// Always `"call"`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Per-process sequence number, from 0, in call-start order.
+    pub seq: u64,
+    /// Start time in ns since the process start (the shim's first clock reading).
+    pub t_ns: u64,
+    /// Wall time inside the shim for this call, in ns.
+    pub dur_ns: u64,
+    /// Kernel thread id of the calling thread.
+    pub tid: u64,
+    /// Exported symbol that was hit (`dgemm_`, `scipy_cblas_dgemm64_`, ...).
+    pub sym: String,
+    /// Routine.
+    pub routine: Routine,
+    /// Storage order.
+    pub layout: Layout,
+    /// dgemm: transpose of A (`N`, `T`, `C`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transa: Option<String>,
+    /// dgemm: transpose of B.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transb: Option<String>,
+    /// dsyrk: triangle of C (`U`, `L`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uplo: Option<String>,
+    /// dsyrk: `N` (C = A A^T) or `T` (C = A^T A).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trans: Option<String>,
+    /// Rows of C (dsyrk: equal to n).
+    pub m: u64,
+    /// Columns of C.
+    pub n: u64,
+    /// Inner dimension.
+    pub k: u64,
+    /// Leading dimension of A.
+    pub lda: u64,
+    /// Leading dimension of B (dsyrk: 0).
+    #[serde(default)]
+    pub ldb: u64,
+    /// Leading dimension of C.
+    pub ldc: u64,
+    /// alpha.
+    pub alpha: f64,
+    /// beta.
+    pub beta: f64,
+    /// Whether the symbol takes 64-bit integers.
+    pub ilp64: bool,
+    /// Route that produced C (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`,
+    /// `xerbla` for an illegal argument, `quick` for a reference quick return).
+    pub route: String,
+    /// Why the call fell back from the requested route, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    /// Number of moduli used by an emulated route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moduli: Option<u32>,
+    /// GPU ordinal used by a GPU route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
+    /// Measured GPU phases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<Phases>,
+    /// The engine's prediction and reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<Prediction>,
+    /// A/B comparison against the vendor BLAS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ab: Option<AbResult>,
+}
+
+impl CallRecord {
+    /// nbar = 2mn/(m+n), the paper's call-size statistic (0 for an empty C).
+    pub fn nbar(&self) -> f64 {
+        let (m, n) = (self.m as f64, self.n as f64);
+        if m + n == 0.0 { 0.0 } else { 2.0 * m * n / (m + n) }
+    }
+
+    /// Floating-point operations of this call.
+    pub fn flops(&self) -> f64 {
+        self.routine.flops(self.m, self.n, self.k)
+    }
+}
+
+/// One parsed trace line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    /// The header object.
+    Header(Header),
+    /// A call object.
+    Call(Box<CallRecord>),
+}
+
+/// Why a trace line could not be read; `line` is 1-based.
+#[derive(Debug)]
+pub struct TraceError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for TraceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+/// Parses one trace line (`line_no` is 1-based, for the error message).
+///
+/// # Errors
+/// - the line is not a JSON object, has no known `"type"`, or misses a required field;
+/// - the header's schema is newer than [`SCHEMA_VERSION`].
+pub fn parse_line(text: &str, line_no: usize) -> Result<Line, TraceError> {
+    let err = |message: String| TraceError { line: line_no, message };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| err(format!("not JSON: {e}")))?;
+    match value.get("type").and_then(|t| t.as_str()) {
+        Some("header") => {
+            let h: Header = serde_json::from_value(value).map_err(|e| err(format!("bad header: {e}")))?;
+            if h.schema > SCHEMA_VERSION {
+                return Err(err(format!("trace schema {} is newer than this tool's {}", h.schema, SCHEMA_VERSION)));
+            }
+            Ok(Line::Header(h))
+        }
+        Some("call") => serde_json::from_value(value)
+            .map(|c| Line::Call(Box::new(c)))
+            .map_err(|e| err(format!("bad call record: {e}"))),
+        Some(other) => Err(err(format!("unknown record type {other:?}"))),
+        None => Err(err("record has no \"type\" field".into())),
+    }
+}
+
+/// A whole trace file read into memory.
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    /// Header lines (one per file; several after concatenation or a merge of rank traces).
+    pub headers: Vec<Header>,
+    /// Call records in file order.
+    pub calls: Vec<CallRecord>,
+}
+
+impl Trace {
+    /// Reads a trace from any reader; blank lines are skipped.
+    ///
+    /// # Errors
+    /// - I/O errors and malformed lines, with the 1-based line number.
+    pub fn read(reader: impl std::io::BufRead) -> Result<Trace, TraceError> {
+        let mut trace = Trace::default();
+        for (i, line) in reader.lines().enumerate() {
+            let line = line.map_err(|e| TraceError { line: i + 1, message: e.to_string() })?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            match parse_line(&line, i + 1)? {
+                Line::Header(h) => trace.headers.push(h),
+                Line::Call(c) => trace.calls.push(*c),
+            }
+        }
+        Ok(trace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_record_round_trips_and_omits_absent_fields() {
+        let line = r#"{"type":"call","seq":0,"t_ns":5,"dur_ns":7,"tid":11,"sym":"dgemm_","routine":"dgemm","layout":"col","transa":"N","transb":"T","m":3,"n":4,"k":5,"lda":3,"ldb":4,"ldc":3,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}"#;
+        let Line::Call(c) = parse_line(line, 1).unwrap() else { panic!("not a call") };
+        assert_eq!(c.flops(), 120.0);
+        let back = serde_json::to_string(&*c).unwrap();
+        assert!(!back.contains("null"), "absent fields must be omitted: {back}");
+        assert_eq!(parse_line(&back, 1).unwrap(), Line::Call(c));
+    }
+
+    #[test]
+    fn malformed_lines_name_their_line_number() {
+        let e = Trace::read("{\"type\":\"call\"}\n".as_bytes()).unwrap_err();
+        assert_eq!(e.line, 1);
+        let e = Trace::read("\nnot json\n".as_bytes()).unwrap_err();
+        assert_eq!(e.line, 2);
+    }
+}

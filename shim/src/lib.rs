@@ -1,0 +1,1 @@
+//! The LD_PRELOAD BLAS shim (issue #2): to be written.
