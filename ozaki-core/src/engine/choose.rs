@@ -155,3 +155,19 @@ impl Engine {
         Decision { route, moduli: if route == Route::GpuOzaki { moduli } else { None }, prediction: prediction(&est, reason) }
     }
 }
+
+/// The CPU BLAS thread count the vendor library will use: `OPENBLAS_NUM_THREADS`,
+/// `MKL_NUM_THREADS`, `BLIS_NUM_THREADS` or `OMP_NUM_THREADS` (first set, positive), else
+/// `available` (the process's CPU count). `get` reads the environment.
+pub fn blas_threads(get: impl Fn(&str) -> Option<String>, available: u32) -> u32 {
+    ["OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS", "OMP_NUM_THREADS"]
+        .iter()
+        .find_map(|v| get(v).and_then(|s| s.split(',').next().and_then(|x| x.trim().parse::<u32>().ok())).filter(|&t| t > 0))
+        .unwrap_or(available.max(1))
+}
+
+/// The moduli count priced when the call's data is not at hand (`ozaki explain`, replay of a
+/// trace without a `moduli` field): 14, the count GEMMul8 needs to match native fp64 on
+/// normally distributed data at these sizes (reference h200-baselines.md); the shim itself
+/// passes the count the numerics choose from the operands.
+pub const MODULI_WITHOUT_DATA: u32 = 14;

@@ -291,8 +291,13 @@ pub fn gpu_slug(gpu_name: &str) -> String {
 
 /// The per-GPU default profile path (`None` without a cache directory).
 pub fn default_path(gpu_name: Option<&str>) -> Option<PathBuf> {
+    Some(default_path_in(&cache_dir()?, gpu_name))
+}
+
+/// The per-GPU default profile path under a given cache directory.
+pub fn default_path_in(cache: &Path, gpu_name: Option<&str>) -> PathBuf {
     let slug = gpu_name.map(gpu_slug).filter(|s| !s.is_empty()).unwrap_or_else(|| "cpu".into());
-    Some(cache_dir()?.join(format!("profile-{slug}.json")))
+    cache.join(format!("profile-{slug}.json"))
 }
 
 /// Resolves the profile to use (see the module docs for the order). Returns the profile,
@@ -302,11 +307,19 @@ pub fn default_path(gpu_name: Option<&str>) -> Option<PathBuf> {
 /// `OZAKI_PROFILE` names a file that cannot be read or parsed (an explicit request that
 /// fails is an error, not a silent fallback).
 pub fn resolve(env_profile: Option<&str>, gpu_name: Option<&str>) -> Result<(Profile, ProfileSource, Option<String>), String> {
+    resolve_in(env_profile, gpu_name, cache_dir().as_deref())
+}
+
+/// [`resolve`] with an explicit cache directory (`None`: no cache lookup).
+///
+/// # Errors
+/// As [`resolve`].
+pub fn resolve_in(env_profile: Option<&str>, gpu_name: Option<&str>, cache: Option<&Path>) -> Result<(Profile, ProfileSource, Option<String>), String> {
     if let Some(p) = env_profile.filter(|p| !p.is_empty()) {
         let path = PathBuf::from(p);
         return Profile::load(&path).map(|prof| (prof, ProfileSource::Env(path), None)).map_err(|e| format!("OZAKI_PROFILE: {e}"));
     }
-    if let Some(path) = default_path(gpu_name)
+    if let Some(path) = cache.map(|c| default_path_in(c, gpu_name))
         && path.is_file()
     {
         match Profile::load(&path) {
