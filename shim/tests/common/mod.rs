@@ -45,7 +45,10 @@ pub fn require(ok: bool, what: &str, install: &str) -> bool {
     if std::env::var("OZAKI_TEST_REQUIRE_ALL").is_ok_and(|v| v == "1") {
         panic!("{msg}; OZAKI_TEST_REQUIRE_ALL=1 forbids skipping");
     }
-    eprintln!("skipped: {msg}");
+    // Written straight to stderr, not with eprintln!, which the test harness captures:
+    // a skip has to be visible in a passing run.
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "skipped: {msg}");
     false
 }
 
