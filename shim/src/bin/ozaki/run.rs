@@ -174,50 +174,78 @@ fn forward_signals_while_waiting() {
     }
 }
 
-/// Trace files the run produced: the pattern with `%h` replaced by the host name and `%p`
-/// matched against any pid, keeping only files modified since `since`.
+/// Trace files the run produced: the files in the pattern's directory whose names match it
+/// (see [`name_matches`]), modified since `since`.
 fn trace_files(pattern: &Path, since: std::time::SystemTime) -> Vec<PathBuf> {
-    let text = pattern.to_string_lossy().replace("%h", &host_name());
-    if !text.contains("%p") {
-        let p = PathBuf::from(text);
-        return if p.is_file() { vec![p] } else { vec![] };
-    }
-    let p = Path::new(&text);
-    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let Ok(entries) = std::fs::read_dir(dir) else { return vec![] };
+    let text = pattern.to_string_lossy().into_owned();
+    let (dir, name) = match text.rfind('/') {
+        Some(i) => (PathBuf::from(if i == 0 { "/" } else { &text[..i] }), text[i + 1..].to_string()),
+        None => (PathBuf::from("."), text.clone()),
+    };
+    let host = host_name();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return vec![] };
     let mut found: Vec<PathBuf> = entries
         .flatten()
-        .filter(|e| matches_pid_pattern(&name, &e.file_name().to_string_lossy()))
-        .filter(|e| e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since))
+        .filter(|e| name_matches(&name, &host, &e.file_name().to_string_lossy()))
+        .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.modified().is_ok_and(|t| t >= since)))
         .map(|e| e.path())
         .collect();
     found.sort();
     found
 }
 
-/// Whether `name` is `pattern` with every `%p` replaced by a decimal number.
-fn matches_pid_pattern(pattern: &str, name: &str) -> bool {
-    let mut rest = name;
-    let mut parts = pattern.split("%p").peekable();
-    let Some(first) = parts.next() else { return false };
-    let Some(r) = rest.strip_prefix(first) else { return false };
-    rest = r;
-    while let Some(part) = parts.next() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
-            return false;
-        }
-        rest = &rest[digits..];
-        match rest.strip_prefix(part) {
-            Some(r) => rest = r,
-            None => return false,
-        }
-        if parts.peek().is_none() {
-            return rest.is_empty();
-        }
+/// Whether `name` is a file the shim writes for the trace template `pattern`: `%p` and `%r`
+/// stand for a decimal number (pid, MPI rank), `%h` for the host name, `%%` for `%`. A
+/// template without `%p` also matches `NAME.<pid>`, the file of a forked child
+/// (`trace_sink.rs`, "What survives what").
+fn name_matches(pattern: &str, host: &str, name: &str) -> bool {
+    /// A template piece: literal text, or a run of decimal digits.
+    enum Tok {
+        Lit(String),
+        Number,
     }
-    rest.is_empty()
+    let mut toks = vec![Tok::Lit(String::new())];
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        let piece = match (c, chars.peek()) {
+            ('%', Some('p' | 'r')) => None,
+            ('%', Some('h')) => Some(host.to_string()),
+            ('%', Some('%')) => Some("%".to_string()),
+            _ => {
+                toks.push(Tok::Lit(c.to_string()));
+                continue;
+            }
+        };
+        chars.next();
+        toks.push(piece.map_or(Tok::Number, Tok::Lit));
+    }
+    fn matches(toks: &[Tok], mut rest: &str) -> bool {
+        for t in toks {
+            match t {
+                Tok::Lit(l) => match rest.strip_prefix(l.as_str()) {
+                    Some(r) => rest = r,
+                    None => return false,
+                },
+                Tok::Number => {
+                    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                    if digits == 0 {
+                        return false;
+                    }
+                    rest = &rest[digits..];
+                }
+            }
+        }
+        rest.is_empty()
+    }
+    if matches(&toks, name) {
+        return true;
+    }
+    // Without %p a forked child writes the template plus ".<pid>".
+    !pattern.contains("%p") && {
+        toks.push(Tok::Lit(".".into()));
+        toks.push(Tok::Number);
+        matches(&toks, name)
+    }
 }
 
 fn host_name() -> String {
@@ -266,14 +294,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pid_pattern_matching() {
-        assert!(matches_pid_pattern("trace-%p.jsonl", "trace-123.jsonl"));
-        assert!(!matches_pid_pattern("trace-%p.jsonl", "trace-.jsonl"));
-        assert!(!matches_pid_pattern("trace-%p.jsonl", "trace-12x.jsonl"));
-        assert!(!matches_pid_pattern("trace-%p.jsonl", "trace-12.jsonl.tmp"));
-        assert!(matches_pid_pattern("%p", "77"));
-        assert!(matches_pid_pattern("a%pb%p", "a1b22"));
-        assert!(!matches_pid_pattern("a%pb%p", "a1b"));
+    fn trace_names_match_their_template() {
+        let m = |p: &str, n: &str| name_matches(p, "node7", n);
+        assert!(m("trace-%p.jsonl", "trace-123.jsonl"));
+        assert!(!m("trace-%p.jsonl", "trace-.jsonl"));
+        assert!(!m("trace-%p.jsonl", "trace-12x.jsonl"));
+        assert!(!m("trace-%p.jsonl", "trace-12.jsonl.tmp"));
+        assert!(m("%p", "77"));
+        assert!(m("a%pb%r", "a1b22"));
+        assert!(!m("a%pb%p", "a1b"));
+        assert!(m("t-%h-%p.jsonl", "t-node7-5.jsonl"));
+        assert!(!m("t-%h-%p.jsonl", "t-node8-5.jsonl"));
+        assert!(m("100%%-%p", "100%-5"));
+        // Without %p: the file itself and forked children's FILE.<pid>.
+        assert!(m("app.jsonl", "app.jsonl"));
+        assert!(m("app.jsonl", "app.jsonl.4242"));
+        assert!(!m("app.jsonl", "app.jsonl.x"));
+        assert!(!m("app.jsonl", "app.json"));
     }
 
     #[test]
