@@ -6,12 +6,17 @@
  * privately with dlopen. The data are small integers, so every product and sum is exact and
  * any correct summation order gives the same bits.
  *
+ * Debian's libblas64 shares the LP64 names, so a program linked against it calls the shim's
+ * LP64 dgemm_ with 64-bit integers; that only works by accident (little-endian, small
+ * values). Use the *64_ names, or OZAKI_VENDOR_BLAS, for ILP64 programs.
+ *
  * One case uses leading dimensions above 2^32 with a single live column: a shim that read
  * only 32 bits of them would record (and use) the wrong value.
  *
  * Prints "ilp64 ok N" when all N comparisons matched; "MISMATCH ..." lines otherwise; exits
  * 3 when the ILP64 names or the reference library are missing.
  */
+#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <inttypes.h>
 
@@ -40,7 +45,9 @@ static void check(const char *what, const double *x, const double *y, size_t n) 
 }
 
 int main(void) {
-    void *ref = dlopen("libblas64.so.3", RTLD_NOW | RTLD_LOCAL);
+    /* RTLD_DEEPBIND: libblas64's cblas_dgemm calls its own dgemm_ (64-bit integers), not the
+     * LP64 dgemm_ that the preloaded shim puts first in the global scope. */
+    void *ref = dlopen("libblas64.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     gemm64_t s_gemm = (gemm64_t)dlsym(RTLD_DEFAULT, "dgemm_64_");
     syrk64_t s_syrk = (syrk64_t)dlsym(RTLD_DEFAULT, "dsyrk_64_");
     cgemm64_t s_cgemm = (cgemm64_t)dlsym(RTLD_DEFAULT, "cblas_dgemm64_");
