@@ -111,3 +111,14 @@ fn help_explains_the_commands() {
         assert!(out.contains(word), "`ozaki run --help` lacks {word}:\n{out}");
     }
 }
+
+#[test]
+fn run_summarises_every_process_of_a_forking_program() {
+    let dir = work_dir("cli-fork");
+    let Some(prog) = build_c(&dir, "fork", &["-lblas"]) else { return };
+    // No %p in the name: the forked child writes app.jsonl.<pid> (shim/src/trace_sink.rs).
+    let o = run_ok(ozaki().arg("run").arg("--trace").arg(dir.join("app.jsonl")).arg("--").arg(&prog));
+    let err = text(&o.stderr);
+    assert!(err.contains("2 trace file(s), 2 process(es), 6 call(s)"), "{err}");
+    assert!(err.contains("forked from"), "the child's header names its parent:\n{err}");
+}

@@ -278,3 +278,24 @@ fn reference_cblas_level3_tester_xdcblat3_passes() {
     assert_eq!(count(&trace, "cblas_dsyrk", false), 2 * 1944, "computational cblas_dsyrk calls traced");
     assert_eq!(count(&trace, "dgemm_", false) + count(&trace, "dgemm_", true), 0, "nested dgemm_ recorded");
 }
+
+#[test]
+fn sigkill_loses_at_most_the_write_buffer() {
+    let dir = work_dir("crash");
+    let Some(prog) = build_c(&dir, "crash", &["-lblas"]) else { return };
+    let trace_path = dir.join("trace.jsonl");
+    let o = shimmed(&prog, Some(&trace_path)).arg("1000").output().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&o.status), Some(9));
+    let text = std::fs::read_to_string(&trace_path).unwrap_or_default();
+    assert!(text.is_empty() || text.ends_with('\n'), "a torn line was left behind");
+    let trace = read_trace(&trace_path);
+    let kept = trace.calls.len();
+    // The shim buffers at most 16 KiB of whole lines (shim/src/trace_sink.rs, FLUSH_BYTES).
+    let record_len = text.lines().skip(1).map(str::len).max().unwrap_or(200) + 1;
+    let lost = 1000 - kept;
+    assert!(lost * record_len <= 16 * 1024, "lost {lost} records of ~{record_len} bytes: more than the buffer");
+    assert!(trace.calls.iter().enumerate().all(|(i, c)| c.seq == i as u64), "kept records are a prefix");
+    // `ozaki summary` reads what a killed process left.
+    let s = run_ok(plain(ozaki_bin()).arg("summary").arg(&trace_path));
+    assert!(String::from_utf8_lossy(&s.stdout).contains(&format!("{kept} call(s)")));
+}
