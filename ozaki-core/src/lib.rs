@@ -22,3 +22,5 @@ pub mod route;
 pub mod scaling;
 pub mod select;
 pub mod trace;
+pub mod kernel;
+pub mod testutil;
