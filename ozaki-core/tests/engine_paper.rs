@@ -221,7 +221,9 @@ fn h200_transfer_table_of_section_9_3() {
     // `paper-model-checks/h200b.py` rows at I_SIMT = 17 T and 33 T (project assumptions).
     let base = platforms::h200_datasheet();
     let at = |i: f64| Platform { i_simt: i, ..base.clone() };
-    let rows: &[(&str, f64, f64, [f64; 3], f64, [f64; 3])] = &[
+    // (route, roof, knee @17T, TF at n̄ = 128/256/512 @17T, knee @33T, TF @33T)
+    type Row = (&'static str, f64, f64, [f64; 3], f64, [f64; 3]);
+    let rows: &[Row] = &[
         ("I15dp", 123.7, 466.0, [34.0, 68.0, 124.0], 240.0, [66.0, 124.0, 124.0]),
         ("I15fma", 123.7, 411.0, [39.0, 77.0, 124.0], 212.0, [75.0, 124.0, 124.0]),
         ("I15ship", 123.7, 1419.0, [11.0, 22.0, 45.0], 731.0, [22.0, 43.0, 87.0]),

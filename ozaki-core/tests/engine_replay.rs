@@ -4,7 +4,7 @@ use ozaki_core::engine::choose::Engine;
 use ozaki_core::engine::platforms;
 use ozaki_core::engine::profile::Profile;
 use ozaki_core::engine::reduced::RateOptions;
-use ozaki_core::engine::replay::{self, ReplayModel, weighted_quantile};
+use ozaki_core::engine::replay::{self, ReplayModel};
 use ozaki_core::trace::{CallRecord, Trace};
 
 fn trace(shapes: &[(u64, u64, u64)]) -> Vec<CallRecord> {
@@ -17,16 +17,6 @@ fn trace(shapes: &[(u64, u64, u64)]) -> Vec<CallRecord> {
         text.push('\n');
     }
     Trace::read(text.as_bytes()).unwrap().calls
-}
-
-#[test]
-fn weighted_quantiles_follow_the_work_not_the_call_count() {
-    // 99 tiny calls and one call carrying 99% of the work: the FLOP-weighted median is the big one.
-    let mut v: Vec<(f64, f64)> = (0..99).map(|_| (16.0, 1.0)).collect();
-    v.push((4096.0, 9900.0));
-    assert_eq!(weighted_quantile(&v, 0.5), 4096.0);
-    assert_eq!(weighted_quantile(&v, 0.005), 16.0);
-    assert_eq!(weighted_quantile(&[(1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (4.0, 1.0)], 0.5), 2.0);
 }
 
 #[test]

@@ -230,12 +230,14 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
         }
         a.swap(c, piv);
         b.swap(c, piv);
-        for r in c + 1..n {
-            let f = a[r][c] / a[c][c];
-            for cc in c..n {
-                a[r][cc] -= f * a[c][cc];
+        let (top, rest) = a.split_at_mut(c + 1);
+        let pivot_row = &top[c];
+        for (i, row) in rest.iter_mut().enumerate() {
+            let f = row[c] / pivot_row[c];
+            for (x, p) in row[c..].iter_mut().zip(&pivot_row[c..]) {
+                *x -= f * p;
             }
-            b[r] -= f * b[c];
+            b[c + 1 + i] -= f * b[c];
         }
     }
     let mut x = vec![0.0; n];

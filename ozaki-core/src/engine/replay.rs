@@ -13,6 +13,7 @@ use super::platforms::Platform;
 use super::reduced::{self, RateOptions};
 use super::{CallShape, Residency};
 use crate::route::Route;
+use crate::stats::{SMALL_NBAR, WeightedSamples};
 use crate::trace::{CallRecord, Routine};
 use std::io::Write;
 
@@ -92,29 +93,10 @@ pub struct Composites {
     pub speedup_vs: Vec<(String, f64)>,
     /// FLOP-weighted n̄ quantiles (q25, median, q75).
     pub nbar_quartiles: (f64, f64, f64),
-    /// FLOP fraction of records with n̄ ≤ 256.
+    /// FLOP fraction of records with n̄ ≤ [`SMALL_NBAR`] (256).
     pub work_nbar_le_256: f64,
     /// Per route: FLOP share of the records auto sent there.
     pub work_share: Vec<(String, f64)>,
-}
-
-/// The FLOP-weighted q-quantile of `values`: the smallest value whose cumulative weight
-/// reaches q of the total (the paper's "FLOP-weighted median n̄", brief §5.5).
-pub fn weighted_quantile(values_weights: &[(f64, f64)], q: f64) -> f64 {
-    let mut v: Vec<(f64, f64)> = values_weights.iter().copied().filter(|(_, w)| *w > 0.0).collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let total: f64 = v.iter().map(|x| x.1).sum();
-    let mut acc = 0.0;
-    for (x, w) in &v {
-        acc += w;
-        if acc >= q * total * (1.0 - 1e-12) {
-            return *x;
-        }
-    }
-    v[v.len() - 1].0
 }
 
 /// Replays the records through a model.
@@ -214,9 +196,9 @@ fn composites(rows: &[Row], model: &ReplayModel<'_>) -> Composites {
         all_route_seconds.push((name.clone(), total, missing));
     }
     let speedup_vs = all_route_seconds.iter().map(|(n, t, _)| (n.clone(), t / auto_seconds)).collect();
-    let nw: Vec<(f64, f64)> = rows.iter().map(|r| (r.nbar, r.flops)).collect();
-    let quart = (weighted_quantile(&nw, 0.25), weighted_quantile(&nw, 0.5), weighted_quantile(&nw, 0.75));
-    let small: f64 = rows.iter().filter(|r| r.nbar <= 256.0).map(|r| r.flops).sum();
+    let nw = WeightedSamples::new(rows.iter().map(|r| (r.nbar, r.flops)));
+    let q = |x| nw.quantile(x).unwrap_or(f64::NAN);
+    let quart = (q(0.25), q(0.5), q(0.75));
     let mut work_share: Vec<(String, f64)> = Vec::new();
     for r in rows {
         match work_share.iter_mut().find(|(n, _)| *n == r.route) {
@@ -235,7 +217,7 @@ fn composites(rows: &[Row], model: &ReplayModel<'_>) -> Composites {
         all_route_seconds,
         speedup_vs,
         nbar_quartiles: quart,
-        work_nbar_le_256: if flops > 0.0 { small / flops } else { 0.0 },
+        work_nbar_le_256: nw.share_at_most(SMALL_NBAR),
         work_share,
     }
 }
