@@ -389,6 +389,11 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
         seconds: launches as f64 * gpu.launch_s + gpu.sync_s,
         how: format!("{launches} launch(es) × {:.1} µs + sync {:.1} µs (calibrated)", gpu.launch_s * 1e6, gpu.sync_s * 1e6),
     });
+    if let Some(&o) = gpu.route_overhead_s.get(route.name())
+        && o > 0.0
+    {
+        terms.push(Term { name: "overhead", seconds: o, how: "host-side fixed cost per call, from the smallest end-to-end timings".into() });
+    }
     let mut xfer = 0.0;
     if shape.residency == Residency::Host {
         let (h2d, d2h) = transfer_bytes(shape);
