@@ -53,6 +53,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     }
     let report = Report { title: args.title, workloads, tol: args.tol };
     let page = report.write(&args.out)?;
+    print!("{}", report.markdown_table());
     println!("wrote {}", page.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -274,6 +275,19 @@ impl Report {
                 png: ab_png,
             },
         ])
+    }
+
+    /// The workload statistics as a Markdown table (what `traces/README.md` quotes).
+    pub fn markdown_table(&self) -> String {
+        let mut t = format!("| workload | calls | GFLOP | nbar median (q25-q75) | work at nbar <= {SMALL_NBAR:.0} |\n|---|---|---|---|---|\n");
+        for w in &self.workloads {
+            let (nbar, small) = match &w.stats {
+                Some(s) => (format!("{:.0} ({:.0}-{:.0})", s.median, s.q1, s.q3), format!("{:.0}%", s.share_small * 100.0)),
+                None => ("-".into(), "-".into()),
+            };
+            t.push_str(&format!("| {} | {} | {:.1} | {nbar} | {small} |\n", w.name, w.trace.calls.len(), w.flops() / 1e9));
+        }
+        t
     }
 
     /// Writes `index.html` and the PNGs into `dir`; returns the page's path.
