@@ -24,3 +24,5 @@ pub mod scaling;
 pub mod select;
 pub mod stats;
 pub mod trace;
+pub mod kernel;
+pub mod testutil;
