@@ -119,38 +119,16 @@ impl NbarStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Layout, Routine};
 
+    /// A dgemm record of the given shape (parsed from JSON, so that fields added to the
+    /// schema later need no change here).
     fn call(m: u64, n: u64, k: u64) -> CallRecord {
-        CallRecord {
-            kind: "call".into(),
-            seq: 0,
-            t_ns: 0,
-            dur_ns: 0,
-            tid: 1,
-            sym: "dgemm_".into(),
-            routine: Routine::Dgemm,
-            layout: Layout::Col,
-            transa: Some("N".into()),
-            transb: Some("N".into()),
-            uplo: None,
-            trans: None,
-            m,
-            n,
-            k,
-            lda: m.max(1),
-            ldb: k.max(1),
-            ldc: m.max(1),
-            alpha: 1.0,
-            beta: 0.0,
-            ilp64: false,
-            route: "vendor".into(),
-            fallback: None,
-            moduli: None,
-            device: None,
-            phases: None,
-            engine: None,
-            ab: None,
+        let line = format!(
+            r#"{{"type":"call","seq":0,"t_ns":0,"dur_ns":0,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","transa":"N","transb":"N","m":{m},"n":{n},"k":{k},"lda":{m},"ldb":{k},"ldc":{m},"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}}"#
+        );
+        match crate::trace::parse_line(&line, 1).unwrap() {
+            crate::trace::Line::Call(c) => *c,
+            other => panic!("not a call: {other:?}"),
         }
     }
 
