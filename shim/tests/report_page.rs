@@ -2,8 +2,11 @@
 //! its PNGs are real images of the advertised size, and a headless Chromium loads the page
 //! and finds every embedded image decoded (naturalWidth > 0) and the screenshot not blank.
 //!
-//! The browser part skips itself visibly when no Chromium is installed
-//! (Debian: `apt-get install -y chromium`).
+//! The browser part skips itself visibly when no Chromium is installed (Debian:
+//! `apt-get install -y chromium`; `scripts/setup-debian` installs it, and under
+//! `OZAKI_TEST_REQUIRE_ALL=1` a missing browser fails the test instead).
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -113,10 +116,11 @@ fn chromium(bin: &Path, profile: &Path, extra: &[String], url: &str) -> String {
 
 #[test]
 fn chromium_renders_every_plot() {
-    let Some(bin) = find_chromium() else {
-        eprintln!("skipped: chromium not installed (apt-get install -y chromium)");
+    let bin = find_chromium();
+    if !common::require(bin.is_some(), "headless Chromium", "apt-get install chromium") {
         return;
-    };
+    }
+    let bin = bin.unwrap();
     let out = temp_dir("chromium");
     let page = write_report(&out);
     // A copy of the page with a probe that records, after load, how many images decoded.
