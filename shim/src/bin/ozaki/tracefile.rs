@@ -1,40 +1,52 @@
-//! Opening trace files given on the command line: plain JSON Lines, or gzip-compressed
+//! Reading trace files given on the command line: plain JSON Lines, or gzip-compressed
 //! (`.gz`, as the committed application traces in `traces/` are), detected from the magic
-//! bytes rather than the name so a renamed file still loads.
-//!
-//! Large traces show a progress line while they load (bytes of the file read).
+//! bytes rather than the name so a renamed file still loads. Large files show a progress
+//! line while they load (bytes of the file read). Parsing, with its tolerance for a torn
+//! last line, is `summary::load`, which reads through [`read_text`].
 
 use crate::progress::Progress;
 use anyhow::Context;
-use ozaki_core::trace::Trace;
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 
 /// Files smaller than this load too fast to be worth a progress line.
 const PROGRESS_MIN_BYTES: u64 = 8 << 20;
 
-/// Reads one trace file, decompressing it if it is gzip.
+/// The text of a trace file, decompressed if it is gzip.
 ///
 /// # Errors
-/// - the file cannot be opened or read, is corrupt gzip, or holds a malformed trace line
-///   (the error names the file and the line).
-pub fn read(path: &Path) -> anyhow::Result<Trace> {
-    let file = File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
+/// - the file cannot be opened or read, is corrupt gzip, or is not UTF-8.
+pub fn read_text(path: &Path) -> anyhow::Result<String> {
+    let file = File::open(path).with_context(|| format!("{}: cannot read trace", path.display()))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let label = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let progress = if size >= PROGRESS_MIN_BYTES { Some(Progress::new(format!("reading {label}"), size, "B")) } else { None };
     let mut counted = CountingReader { inner: file, progress };
     let mut magic = [0u8; 2];
-    let n = read_prefix(&mut counted, &mut magic).with_context(|| format!("cannot read {}", path.display()))?;
-    let prefix = std::io::Cursor::new(magic[..n].to_vec());
-    let raw = prefix.chain(counted);
-    let trace = if magic[..n] == [0x1f, 0x8b] {
-        Trace::read(BufReader::new(flate2::read::MultiGzDecoder::new(raw)))
+    let n = read_prefix(&mut counted, &mut magic).with_context(|| format!("{}: cannot read trace", path.display()))?;
+    let raw = std::io::Cursor::new(magic[..n].to_vec()).chain(counted);
+    let mut text = String::new();
+    if magic[..n] == [0x1f, 0x8b] {
+        flate2::read::MultiGzDecoder::new(raw).read_to_string(&mut text)
     } else {
-        Trace::read(BufReader::new(raw))
-    };
-    trace.with_context(|| format!("in trace {}", path.display()))
+        { raw }.read_to_string(&mut text)
+    }
+    .with_context(|| format!("{}: cannot read trace", path.display()))?;
+    Ok(text)
+}
+
+/// Reads one trace file (see [`crate::summary::load`]); what the reader tolerated (a torn
+/// last line) goes to stderr.
+///
+/// # Errors
+/// - as [`read_text`], and malformed lines, with the file and line number.
+pub fn read(path: &Path) -> anyhow::Result<ozaki_core::trace::Trace> {
+    let loaded = crate::summary::load(path)?;
+    for note in &loaded.notes {
+        eprintln!("ozaki: {note}");
+    }
+    Ok(loaded.trace)
 }
 
 /// Reads up to `buf.len()` bytes, fewer only at end of file.
