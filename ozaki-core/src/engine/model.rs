@@ -420,7 +420,7 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
                 name: "convert",
                 seconds: conv,
                 how: format!(
-                    "{:.3} M input elements × ({:.2} ns + {r} moduli × {:.3} ns) for scan, scaling and residues",
+                    "{:.3} M input elements × ({:.4} ns + {r} moduli × {:.4} ns) for scan, scaling and residues",
                     inp / 1e6,
                     gpu.convert.s_per_elem * 1e9,
                     gpu.convert.s_per_elem_modulus * 1e9
@@ -439,7 +439,7 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
                 name: "reconstruct",
                 seconds: rec,
                 how: format!(
-                    "{:.3} M outputs × ({:.2} ns + {r} moduli × {:.3} ns), fp64 CRT on the GPU",
+                    "{:.3} M outputs × ({:.4} ns + {r} moduli × {:.4} ns), fp64 CRT on the GPU",
                     out / 1e6,
                     gpu.reconstruct.s_per_elem * 1e9,
                     gpu.reconstruct.s_per_elem_modulus * 1e9
