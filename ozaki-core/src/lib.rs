@@ -24,3 +24,4 @@ pub mod select;
 pub mod trace;
 pub mod kernel;
 pub mod testutil;
+pub mod accuracy;
