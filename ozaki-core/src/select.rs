@@ -186,7 +186,8 @@ mod tests {
     #[test]
     fn forced_count_that_cannot_cover_falls_back_and_targets_can_be_unreachable() {
         let k = 1 << 16;
-        let x: Vec<f64> = (0..k).map(|l| 1.0 + (l as f64) * f64::EPSILON * 3.0).collect();
+        // Entries near 1 and near 1e-13 (the latter never scale exactly: p <= 56).
+        let x: Vec<f64> = (0..k).map(|l| (1.0 + (l as f64) * f64::EPSILON * 3.0) * if l % 2 == 0 { 1.0 } else { 1e-13 }).collect();
         let exps = Exponents { rows: vec![Some(0)], cols: vec![Some(0)] };
         let bounds = CoarseBounds::fast(1, 1, k);
         let norms = [(k as f64).sqrt()];
