@@ -22,3 +22,4 @@ pub mod route;
 pub mod scaling;
 pub mod select;
 pub mod trace;
+pub mod devices;
