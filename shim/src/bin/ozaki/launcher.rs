@@ -15,9 +15,33 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// The environment variable through which Open MPI reads `mca_base_env_list`.
 const ENV_LIST_VAR: &str = "OMPI_MCA_mca_base_env_list";
+
+/// The command that runs `argv`; for an Open MPI launcher, one that also forwards `set_here`
+/// (the variables `ozaki run` sets for the program, e.g. `LD_PRELOAD`, `OZAKI_TRACE`) and
+/// every `OZAKI_*` variable of this environment to all ranks.
+pub fn command(argv: &[OsString], set_here: &[&str]) -> Command {
+    if !is_open_mpi(&argv[0]) {
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        return cmd;
+    }
+    let mut names: Vec<String> = set_here.iter().map(|s| s.to_string()).collect();
+    names.extend(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| k.starts_with("OZAKI_")));
+    names.sort();
+    names.dedup();
+    let f = forward_env(argv, &names, std::env::var_os(ENV_LIST_VAR).as_deref());
+    tracing::debug!(command = ?f.command, env_list = ?f.env_list, "Open MPI launcher: forwarding the shim's environment");
+    let mut cmd = Command::new(&f.command[0]);
+    cmd.args(&f.command[1..]);
+    if let Some(list) = f.env_list {
+        cmd.env(ENV_LIST_VAR, list);
+    }
+    cmd
+}
 
 /// How the environment reaches an Open MPI job's ranks after [`forward_env`].
 #[derive(Debug, Clone, PartialEq, Eq)]
