@@ -22,4 +22,6 @@ pub mod route;
 pub mod scaling;
 pub mod select;
 pub mod trace;
+pub mod kernel;
+pub mod testutil;
 pub mod devices;
