@@ -10,25 +10,22 @@
 //! libscalapack-openmpi-dev`, installed by `.ci/run`); without them the test says
 //! "skipped: ..." and passes.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{ozaki_bin, repo_root, require, runs, shim_lib};
+use std::path::Path;
 use std::process::Command;
 
-const PACKAGES: &str = "openmpi-bin libopenmpi-dev libscalapack-openmpi-dev";
+const PACKAGES: &str = "apt-get install openmpi-bin libopenmpi-dev libscalapack-openmpi-dev";
 
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("shim/ has a parent").to_path_buf()
-}
-
-/// Builds the programs into `build`; `Err(reason)` when the MPI toolchain is missing.
-fn build_programs(build: &Path) -> Result<(), String> {
-    for tool in ["mpirun", "mpicc", "make"] {
-        if !on_path(tool) {
-            return Err(format!("{tool} not found (apt-get install {PACKAGES})"));
-        }
+/// Builds the programs into `build`; `false` (after a visible skip) when the MPI toolchain
+/// or ScaLAPACK is missing.
+fn build_programs(build: &Path) -> bool {
+    if !require(runs("mpirun", &["--version"]), "Open MPI (mpirun)", PACKAGES)
+        || !require(runs("mpicc", &["--version"]), "the MPI C compiler (mpicc)", PACKAGES)
+        || !require(runs("make", &["--version"]), "make", "apt-get install make")
+    {
+        return false;
     }
     let out = Command::new("make")
         .arg("-C")
@@ -37,39 +34,35 @@ fn build_programs(build: &Path) -> Result<(), String> {
         .output()
         .expect("make runs");
     let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if log.contains("cannot find -lscalapack-openmpi") {
-        return Err(format!("ScaLAPACK for Open MPI not installed (apt-get install {PACKAGES})"));
+    if !require(!log.contains("cannot find -lscalapack-openmpi"), "ScaLAPACK for Open MPI", PACKAGES) {
+        return false;
     }
     assert!(out.status.success(), "building tests/mpi failed:\n{log}");
-    Ok(())
+    true
 }
 
 #[test]
 fn issue_7_scalapack_ranks_under_the_shim_match_the_run_without_it() {
     let build = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mpi");
-    if let Err(why) = build_programs(&build) {
-        eprintln!("skipped: {why}");
+    if !build_programs(&build) {
         return;
     }
-    let ozaki = Path::new(env!("CARGO_BIN_EXE_ozaki"));
-    let shim = ozaki.with_file_name("libozaki_shim.so");
-    assert!(shim.is_file(), "{} missing: `ozaki run` preloads the library next to it", shim.display());
-
-    let out = Command::new("sh")
-        .arg(repo_root().join("tests/mpi/run.sh"))
-        .arg(ozaki)
-        .arg(&build)
-        .args(["2", "4"])
-        // The driver's children must not inherit a trace or route from the developer's shell.
-        .env_remove("OZAKI_TRACE")
-        .env_remove("OZAKI_ROUTE")
-        .env_remove("LD_PRELOAD")
-        .output()
-        .expect("sh runs");
+    // `ozaki run` preloads the library next to it.
+    shim_lib();
+    let mut cmd = Command::new("sh");
+    cmd.arg(repo_root().join("tests/mpi/run.sh")).arg(ozaki_bin()).arg(&build).args(["2", "4"]);
+    // The driver's runs must not inherit a trace, route or preload from the developer's shell.
+    cmd.env_remove("LD_PRELOAD").env_remove("OMPI_MCA_mca_base_env_list");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("OZAKI_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().expect("sh runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "MPI checks failed:\n{stdout}");
-    // Guard against a driver that silently checked nothing.
+    // Guard against a driver that silently checked less than it should.
     let oks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
-    assert!(oks >= 29, "only {oks} checks ran:\n{stdout}");
+    assert!(oks >= 29, "only {oks} checks passed:\n{stdout}");
 }

@@ -137,16 +137,17 @@ if run "$name" env OMPI_MCA_mca_base_env_list=OZAKI_MPI_TEST=1 \
     rank_traces "$WORK/$name" 2
 fi
 
-# `ozaki summary` merges rank traces: the totals count the calls of all ranks.
+# `ozaki summary` merges rank traces: totals over all ranks, and one row per rank.
 set -- "$WORK/$prog-2-ozaki-mpirun-"*.jsonl
 if [ -s "$1" ]; then
     if run summary "$OZAKI" summary "$@"; then
         want=$(cat "$@" | grep -c '"type":"call"')
-        if grep -q "$want" "$WORK/summary.out"; then
-            echo "ok: ozaki summary of $# rank traces counts all $want calls"
+        rows=$(sed -n '/^Per MPI rank:/,/^$/p' "$WORK/summary.out" | grep -cE '^ +[0-9]+ ')
+        if grep -q "^Total: $want calls" "$WORK/summary.out" && [ "$rows" = "$#" ]; then
+            echo "ok: ozaki summary of $# rank traces: all $want calls, one row per rank"
         else
-            fail "ozaki summary of $# rank traces does not show the $want calls they hold:"
-            sed 's/^/  | /' "$WORK/summary.out" | head -n 20
+            fail "ozaki summary of $# rank traces: want 'Total: $want calls' and $# per-rank rows, got $rows rows:"
+            sed 's/^/  | /' "$WORK/summary.out" | head -n 40
         fi
     fi
 fi

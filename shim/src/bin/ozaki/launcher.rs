@@ -10,9 +10,11 @@
 //! `-x NAME` only when it uses neither.
 //!
 //! MPICH/Intel MPI (Hydra) and Slurm's `srun` forward the whole environment by default and
-//! are left alone. The other order, `mpirun -n 4 ozaki run -- ./prog`, needs nothing from
-//! here: every rank starts its own `ozaki run`, which sets the environment itself.
+//! are left alone. The other order, `mpirun -n 4 ozaki run -- ./prog`, needs no forwarding:
+//! every rank starts its own `ozaki run`, which sets the environment itself and summarises
+//! only its own trace ([`with_own_rank`]).
 
+use ozaki_core::devices::LauncherEnv;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,6 +43,33 @@ pub fn command(argv: &[OsString], set_here: &[&str]) -> Command {
         cmd.env(ENV_LIST_VAR, list);
     }
     cmd
+}
+
+/// The trace template with `%r` replaced by this process's MPI rank, when it is one (the
+/// shim in the program below will substitute the same number); unchanged otherwise.
+/// `%%` stays as it is, so `%%r` is not a rank.
+pub fn with_own_rank(pattern: &str) -> String {
+    let Some(rank) = LauncherEnv::from_process_env().world_rank else { return pattern.to_string() };
+    replace_rank(pattern, rank)
+}
+
+fn replace_rank(pattern: &str, rank: u32) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek()) {
+            ('%', Some('r')) => {
+                chars.next();
+                out += &rank.to_string();
+            }
+            ('%', Some('%')) => {
+                chars.next();
+                out += "%%";
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// How the environment reaches an Open MPI job's ranks after [`forward_env`].
@@ -174,6 +203,13 @@ mod tests {
         let f = forward_env(&os(&["mpirun", "--mca", "mca_base_env_list", "FOO", "./prog"]), &names(), None);
         assert_eq!(f.command, os(&["mpirun", "--mca", "mca_base_env_list", "FOO;LD_PRELOAD;OZAKI_TRACE", "./prog"]));
         assert_eq!(f.env_list, None);
+    }
+
+    #[test]
+    fn own_rank_replaces_r_but_not_escaped_percent() {
+        assert_eq!(replace_rank("t-%r-%p.jsonl", 3), "t-3-%p.jsonl");
+        assert_eq!(replace_rank("100%%rate-%r", 12), "100%%rate-12");
+        assert_eq!(replace_rank("plain.jsonl", 0), "plain.jsonl");
     }
 
     #[test]
