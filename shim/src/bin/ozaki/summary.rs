@@ -11,7 +11,6 @@
 //! the middle of a write leaves behind, so it is reported as a note and skipped rather
 //! than throwing away the rest of a trace the user cannot regenerate.
 
-use anyhow::Context as _;
 use clap::Parser;
 use ozaki_core::stats::{NbarStats, SMALL_NBAR};
 use ozaki_core::trace::{CallRecord, Layout, Routine, Trace};
@@ -57,7 +56,7 @@ pub struct Loaded {
 /// Reads one trace file; errors carry `path:line:`.
 pub fn load(path: &Path) -> anyhow::Result<Loaded> {
     let shown = path.display();
-    let text = std::fs::read_to_string(path).with_context(|| format!("{shown}: cannot read trace"))?;
+    let text = crate::tracefile::read_text(path)?;
     let mut notes = Vec::new();
     let mut body = text.as_str();
     if !text.is_empty() && !text.ends_with('\n') {
