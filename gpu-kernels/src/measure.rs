@@ -37,6 +37,26 @@ pub fn time_median(stream: sys::CUstream, reps: usize, mut f: impl FnMut() -> Re
     Ok(times[times.len() / 2])
 }
 
+/// Seconds of one run of `f` on `stream`, timed with events (no warm-up).
+pub fn time_once(stream: sys::CUstream, f: impl FnOnce() -> Result<(), GpuError>) -> Result<f64, GpuError> {
+    let ev = sys::CUevent_flags::CU_EVENT_DEFAULT;
+    let e0 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
+    let e1 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
+    // SAFETY: fresh events on a live stream; destroyed below.
+    unsafe {
+        let r = (|| {
+            cudarc::driver::result::event::record(e0, stream).ctx("cuEventRecord")?;
+            f()?;
+            cudarc::driver::result::event::record(e1, stream).ctx("cuEventRecord")?;
+            sync(stream)?;
+            cudarc::driver::result::event::elapsed(e0, e1).ctx("cuEventElapsedTime")
+        })();
+        let _ = cudarc::driver::result::event::destroy(e0);
+        let _ = cudarc::driver::result::event::destroy(e1);
+        r.map(|ms| ms as f64 * 1e-3)
+    }
+}
+
 /// Device buffer filled from host data (synchronous copy; for benchmarks and tests).
 pub fn upload<T: Copy>(data: &[T]) -> Result<DeviceBuffer, GpuError> {
     let buf = DeviceBuffer::new(std::mem::size_of_val(data))?;

@@ -150,6 +150,15 @@ pub struct Options {
     pub max_block: usize,
 }
 
+/// Residue and CRT tables for r = 0..=20 moduli (index r), built once per process.
+fn tables() -> &'static [(ResidueTable, CrtTable)] {
+    static T: std::sync::OnceLock<Vec<(ResidueTable, CrtTable)>> = std::sync::OnceLock::new();
+    T.get_or_init(|| (0..=MAX_MODULI).map(|r| {
+        let r = r.max(1);
+        (ResidueTable::new(&MODULI[..r]), CrtTable::new(&MODULI[..r]))
+    }).collect())
+}
+
 fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
 }
@@ -226,7 +235,7 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
     let tau_dev = if syrk { shifts_dev } else { shifts_dev + 4 * m as u64 };
 
     // 3. residues
-    let rtab = ResidueTable::new(&MODULI[..r]);
+    let rtab = &tables()[r].0;
     let plane_a = m * kpad;
     let plane_b = n * kpad;
     let planes_a = gpu.workspace.get("planes_a", r * plane_a)?;
@@ -235,33 +244,41 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
         let kern = gpu.kernels()?;
         // SAFETY: plane buffers hold r planes of rows x kpad bytes.
         unsafe {
-            kern.residues(stream, call.a, call.lda as i64, a_contig, m as i32, k as i32, kpad as i32, sigma_dev, &rtab, planes_a, plane_a as i64)?;
+            kern.residues(stream, call.a, call.lda as i64, a_contig, m as i32, k as i32, kpad as i32, sigma_dev, rtab, planes_a, plane_a as i64)?;
             if let Some((b, ldb, contig)) = b_operand {
-                kern.residues(stream, b, ldb as i64, contig, n as i32, k as i32, kpad as i32, tau_dev, &rtab, planes_b, plane_b as i64)?;
+                kern.residues(stream, b, ldb as i64, contig, n as i32, k as i32, kpad as i32, tau_dev, rtab, planes_b, plane_b as i64)?;
             }
         }
     }
     marks.mark(Phase::Convert)?;
 
     // 4 + 5. products and reconstruction per column block, as large as free memory allows
-    let (free, _) = crate::memory::mem_info()?;
-    let budget = free.saturating_sub(crate::memory::DEVICE_RESERVE + (256 << 20));
     let per_col = r * m * 4;
-    let mut nb = (budget / per_col.max(1)).min(n);
+    let mut nb = n;
     if syrk && n >= 2048 {
-        nb = nb.min(n.div_ceil(4)); // triangle blocks skip the other triangle's products
+        nb = nb.div_ceil(4); // triangle blocks skip the other triangle's products
     }
     if opts.max_block > 0 {
         nb = nb.min(opts.max_block);
     }
-    if nb > 256 {
-        nb = nb / 256 * 256;
-    }
-    if nb == 0 {
-        return Err(GpuError::OutOfMemory { needed: per_col + crate::memory::DEVICE_RESERVE, free });
-    }
-    let prod = gpu.workspace.get("products", per_col * nb)?;
-    let ctab = CrtTable::new(&MODULI[..r]);
+    let prod = match gpu.workspace.get("products", per_col * nb) {
+        Ok(p) => p,
+        Err(GpuError::OutOfMemory { .. }) => {
+            // measure what is really free now (the slot was released) and tile to fit
+            let (free, _) = crate::memory::mem_info()?;
+            let budget = free.saturating_sub(crate::memory::DEVICE_RESERVE + (64 << 20));
+            nb = nb.min(budget / per_col.max(1));
+            if nb > 256 {
+                nb = nb / 256 * 256;
+            }
+            if nb == 0 {
+                return Err(GpuError::OutOfMemory { needed: per_col + crate::memory::DEVICE_RESERVE, free });
+            }
+            gpu.workspace.get("products", per_col * nb)?
+        }
+        Err(e) => return Err(e),
+    };
+    let ctab = &tables()[r].1;
     let mut j0 = 0;
     while j0 < n {
         let cols = nb.min(n - j0);
@@ -291,7 +308,7 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
                 cols as i32,
                 sigma_dev + 4 * row0 as u64,
                 tau_dev + 4 * j0 as u64,
-                &ctab,
+                ctab,
                 call.alpha,
                 call.beta,
                 call.c + 8 * (row0 + j0 * call.ldc) as u64,
