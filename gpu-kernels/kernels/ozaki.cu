@@ -44,77 +44,103 @@ __device__ __forceinline__ u64 abs_bits(double v) {
     return (u64)__double_as_longlong(v) & 0x7fffffffffffffffull;
 }
 
-// One warp per row; row elements contiguous (x[l + row*ld]).
+// One warp per row; row elements contiguous (x[l + row*ld]). Also sums |x| per row (the
+// host's moduli choice uses max/mean as the in-row spread).
 extern "C" __global__ void scan_rows_contig(const double* __restrict__ x, long long ld, int rows, int kdim,
-                                            u64* __restrict__ maxbits) {
+                                            u64* __restrict__ maxbits, double* __restrict__ abssum) {
     int row = (int)((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
     if (row >= rows) return;
     const double* p = x + (long long)row * ld;
     u64 mx = 0;
+    double sum = 0.0;
     for (int l = lane; l < kdim; l += 32) {
         u64 b = abs_bits(p[l]);
         mx = b > mx ? b : mx;
+        sum += __longlong_as_double((long long)b);
     }
     for (int off = 16; off > 0; off >>= 1) {
         u64 o = __shfl_xor_sync(0xffffffffu, mx, off);
         mx = o > mx ? o : mx;
+        sum += __shfl_xor_sync(0xffffffffu, sum, off);
     }
-    if (lane == 0) atomicMax(&maxbits[row], mx);
+    if (lane == 0) {
+        atomicMax(&maxbits[row], mx);
+        atomicAdd(&abssum[row], sum);
+    }
 }
 
 // One thread per row, rows contiguous (x[row + l*ld]); blockIdx.y takes a chunk of l.
 extern "C" __global__ void scan_rows_strided(const double* __restrict__ x, long long ld, int rows, int kdim,
-                                             int lchunk, u64* __restrict__ maxbits) {
+                                             int lchunk, u64* __restrict__ maxbits, double* __restrict__ abssum) {
     int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= rows) return;
     int l0 = blockIdx.y * lchunk;
     int l1 = min(kdim, l0 + lchunk);
     u64 mx = 0;
+    double sum = 0.0;
 #pragma unroll 4
     for (int l = l0; l < l1; ++l) {
         u64 b = abs_bits(x[row + (long long)l * ld]);
         mx = b > mx ? b : mx;
+        sum += __longlong_as_double((long long)b);
     }
     atomicMax(&maxbits[row], mx);
+    atomicAdd(&abssum[row], sum);
 }
 
-// 32 x 32 tile through shared memory, so both storage orders read coalesced and the planes
-// are written with the inner dimension contiguous. Block (32, 8).
+// Tile of 32 rows x 128 inner indices through shared memory, so both storage orders read
+// coalesced; each thread then forms 4 consecutive residues per plane and stores them as one
+// 32-bit word (a warp writes 128 contiguous bytes per plane). Block (32, 8).
 extern "C" __global__ void residues(const double* __restrict__ x, long long ld, int contig, int rows, int kdim,
                                     int kpad, const int* __restrict__ shift, ResidueTable tab,
                                     signed char* __restrict__ out, long long plane_stride) {
-    __shared__ double tile[32][33];
-    int r0 = blockIdx.y * 32, l0 = blockIdx.x * 32;
+    __shared__ double tile[32][129];
+    int r0 = blockIdx.y * 32, l0 = blockIdx.x * 128;
     int tx = threadIdx.x, ty = threadIdx.y;
+    if (contig) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        int a = ty + 8 * i;
-        if (contig) {
-            int row = r0 + a, l = l0 + tx;
-            tile[a][tx] = (row < rows && l < kdim) ? x[l + (long long)row * ld] : 0.0;
-        } else {
-            int row = r0 + tx, l = l0 + a;
-            tile[tx][a] = (row < rows && l < kdim) ? x[row + (long long)l * ld] : 0.0;
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                int a = ty + 8 * i, c = tx + 32 * q;
+                int row = r0 + a, l = l0 + c;
+                tile[a][c] = (row < rows && l < kdim) ? x[l + (long long)row * ld] : 0.0;
+            }
+        }
+    } else {
+#pragma unroll 4
+        for (int i = 0; i < 16; ++i) {
+            int c = ty + 8 * i;
+            int row = r0 + tx, l = l0 + c;
+            tile[tx][c] = (row < rows && l < kdim) ? x[row + (long long)l * ld] : 0.0;
         }
     }
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         int a = ty + 8 * i;
-        int row = r0 + a, l = l0 + tx;
+        int row = r0 + a, l = l0 + 4 * tx;
         if (row >= rows || l >= kpad) continue;
-        double z = rint(scalbn(tile[a][tx], shift[row]));
-        signed char* o = out + (long long)row * kpad + l;
+        int sh = shift[row];
+        double z[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) z[q] = rint(scalbn(tile[a][4 * tx + q], sh));
+        unsigned int* o = (unsigned int*)(out + (long long)row * kpad + l);
         for (int p = 0; p < tab.r; ++p) {
             double m = tab.m[p], inv = tab.inv_m[p];
-            // |z| may exceed 2^53 (it is an integer-valued double): the first step leaves
-            // |t| <= |z| 2^-52 + m, the second is exact; both fma results are exact integers.
-            double t = fma(-m, rint(z * inv), z);
-            t = fma(-m, rint(t * inv), t);
-            if (t >= 0.5 * m) t -= m;
-            if (t < -0.5 * m) t += m;
-            o[p * plane_stride] = (signed char)(int)t;
+            unsigned int word = 0;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                // |z| may exceed 2^53 (it is an integer-valued double): the first step leaves
+                // |t| <= |z| 2^-52 + m, the second is exact; both fma results are exact integers.
+                double t = fma(-m, rint(z[q] * inv), z[q]);
+                t = fma(-m, rint(t * inv), t);
+                if (t >= 0.5 * m) t -= m;
+                if (t < -0.5 * m) t += m;
+                word |= ((unsigned int)(int)t & 0xffu) << (8 * q);
+            }
+            o[(p * plane_stride) >> 2] = word;
         }
     }
 }

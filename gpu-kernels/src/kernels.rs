@@ -59,7 +59,8 @@ impl Kernels {
         })
     }
 
-    /// Max |x| bit pattern per row of an operand (`maxbits` must be zeroed first). `contig`:
+    /// Max |x| bit pattern and sum of |x| per row of an operand (`maxbits` and `abssum` must
+    /// be zeroed first). `contig`:
     /// the row's elements are adjacent in memory (x[l + row*ld]), else rows are adjacent.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn scan(
@@ -71,8 +72,9 @@ impl Kernels {
         rows: i32,
         kdim: i32,
         maxbits: sys::CUdeviceptr,
+        abssum: sys::CUdeviceptr,
     ) -> Result<(), GpuError> {
-        let (mut x, mut ld, mut rows, mut kdim, mut maxbits) = (x, ld, rows, kdim, maxbits);
+        let (mut x, mut ld, mut rows, mut kdim, mut maxbits, mut abssum) = (x, ld, rows, kdim, maxbits, abssum);
         if contig {
             let warps_per_block = 8u32;
             let grid = (rows as u32).div_ceil(warps_per_block);
@@ -82,6 +84,7 @@ impl Kernels {
                 &mut rows as *mut _ as *mut c_void,
                 &mut kdim as *mut _ as *mut c_void,
                 &mut maxbits as *mut _ as *mut c_void,
+                &mut abssum as *mut _ as *mut c_void,
             ];
             // SAFETY: argument types match the kernel signature; pointers are device memory
             // of the sizes the caller checked.
@@ -96,13 +99,15 @@ impl Kernels {
                 &mut kdim as *mut _ as *mut c_void,
                 &mut lchunk as *mut _ as *mut c_void,
                 &mut maxbits as *mut _ as *mut c_void,
+                &mut abssum as *mut _ as *mut c_void,
             ];
             // SAFETY: as above.
             unsafe { launch(self.scan_strided, grid, (256, 1, 1), stream, &mut args) }
         }
     }
 
-    /// r int8 residue planes of one operand, inner dimension padded to `kpad` with zeros.
+    /// r int8 residue planes of one operand, inner dimension padded to `kpad` (a multiple of
+    /// 16) with zeros.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn residues(
         &self,
@@ -120,7 +125,7 @@ impl Kernels {
     ) -> Result<(), GpuError> {
         let (mut x, mut ld, mut contig, mut rows, mut kdim, mut kpad, mut shift, mut table, mut out, mut ps) =
             (x, ld, contig as i32, rows, kdim, kpad, shift, *table, out, plane_stride);
-        let grid = ((kpad as u32).div_ceil(32), (rows as u32).div_ceil(32), 1);
+        let grid = ((kpad as u32).div_ceil(128), (rows as u32).div_ceil(32), 1);
         let mut args = [
             &mut x as *mut _ as *mut c_void,
             &mut ld as *mut _ as *mut c_void,

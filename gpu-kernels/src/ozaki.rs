@@ -26,10 +26,9 @@ use ozaki_core::trace::Phases;
 // NUMERICS: provisional copy of GEMMul8's published order until ozaki-core::moduli lands.
 pub const MODULI: [u32; MAX_MODULI] = [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181, 179, 173];
 
-/// Target bits per scaled operand for the default moduli count: the scaled row maximum keeps
-/// 55 bits, two more than fp64, so quantisation stays below native rounding for moderate
-/// exponent spread within a row.
-pub const DEFAULT_BITS: i32 = 55;
+/// Base of the default accuracy rule (see [`needed_bits`]), calibrated on the H200 against
+/// native DGEMM's error on the same inputs (BENCHMARKS.md, GPU section).
+pub const BASE_BITS: f64 = 47.5;
 
 /// What the device pipeline computes.
 #[derive(Debug, Clone, Copy)]
@@ -109,27 +108,56 @@ pub fn bits_for(moduli: usize, k: usize) -> i32 {
     (log2m - 2 - log2k).div_euclid(2)
 }
 
-/// The smallest moduli count that keeps [`DEFAULT_BITS`] at inner dimension k (all 20 when
-/// none does).
-pub fn default_moduli(k: usize) -> usize {
-    (2..=MAX_MODULI).find(|&r| bits_for(r, k) >= DEFAULT_BITS).unwrap_or(MAX_MODULI)
+/// Per-row statistics of one operand from the exponent scan.
+#[derive(Debug, Clone, Copy)]
+pub struct RowStats<'a> {
+    /// max |x| per row, as IEEE bit patterns.
+    pub maxbits: &'a [u64],
+    /// sum |x| per row.
+    pub abssum: &'a [f64],
 }
 
-/// Makes the plan from the row maxima of op(A) and column maxima of op(B) (as |x| bit
-/// patterns). Errors with [`GpuError::NonFinite`] when any maximum is NaN or Inf.
-pub fn plan(maxbits_a: &[u64], maxbits_b: &[u64], k: usize, forced: Option<usize>) -> Result<Plan, GpuError> {
+impl RowStats<'_> {
+    /// Largest in-row spread max|x| / mean|x| over the nonzero rows (1 for constant rows).
+    pub fn spread(&self, k: usize) -> f64 {
+        self.maxbits
+            .iter()
+            .zip(self.abssum)
+            .filter(|(b, s)| **b != 0 && **s > 0.0)
+            .map(|(b, s)| f64::from_bits(*b) * k as f64 / s)
+            .fold(1.0, f64::max)
+    }
+}
+
+/// Bits each scaled operand must keep so the emulated error stays at or below native
+/// DGEMM's: quantising a row to t bits of its maximum costs about 2^-t max|a_i| per entry,
+/// which relative to the typical entry is 2^-t times the row's spread; `BASE_BITS` is
+/// calibrated so that t = BASE_BITS + log2 sqrt(spread_a spread_b) matches native error.
+pub fn needed_bits(a: &RowStats, b: &RowStats, k: usize) -> f64 {
+    BASE_BITS + 0.5 * (a.spread(k) * b.spread(k)).log2()
+}
+
+/// The smallest moduli count whose bits reach `needed` at inner dimension k (all 20 when
+/// none does).
+pub fn choose_moduli(needed: f64, k: usize) -> usize {
+    (2..=MAX_MODULI).find(|&r| bits_for(r, k) as f64 >= needed).unwrap_or(MAX_MODULI)
+}
+
+/// Makes the plan from the scan statistics of op(A) rows and op(B) columns. Errors with
+/// [`GpuError::NonFinite`] when any maximum is NaN or Inf.
+pub fn plan(a: RowStats, b: RowStats, k: usize, forced: Option<usize>) -> Result<Plan, GpuError> {
     const INF_BITS: u64 = 0x7ff0_0000_0000_0000;
-    if maxbits_a.iter().chain(maxbits_b).any(|&b| b >= INF_BITS) {
+    if a.maxbits.iter().chain(b.maxbits).any(|&x| x >= INF_BITS) {
         return Err(GpuError::NonFinite);
     }
-    let moduli = forced.unwrap_or_else(|| default_moduli(k)).clamp(2, MAX_MODULI);
+    let moduli = forced.unwrap_or_else(|| choose_moduli(needed_bits(&a, &b, k), k)).clamp(2, MAX_MODULI);
     let bits = bits_for(moduli, k);
     if bits < 1 {
         return Err(GpuError::Unsupported(format!("{moduli} moduli leave no bits at k = {k}")));
     }
     // |x| < 2^(e+1), so |x 2^(bits-1-e)| < 2^bits and |rint(.)| <= 2^bits.
-    let shift = |b: &u64| exponent_of_bits(*b).map_or(0, |e| bits - 1 - e);
-    Ok(Plan { moduli, bits, sigma: maxbits_a.iter().map(shift).collect(), tau: maxbits_b.iter().map(shift).collect() })
+    let shift = |x: &u64| exponent_of_bits(*x).map_or(0, |e| bits - 1 - e);
+    Ok(Plan { moduli, bits, sigma: a.maxbits.iter().map(shift).collect(), tau: b.maxbits.iter().map(shift).collect() })
 }
 
 /// What one emulated call did.
@@ -192,35 +220,40 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
 
     let mut marks = Marks::start(stream)?;
     // 1. exponent scan
-    let maxbits = gpu.workspace.get("maxbits", 8 * nb_rows)?;
-    // SAFETY: maxbits holds nb_rows u64 on this device.
-    unsafe { sys::cuMemsetD8Async(maxbits, 0, 8 * nb_rows, stream) }.result().ctx("cuMemsetD8Async")?;
+    let stats = gpu.workspace.get("scan", 16 * nb_rows)?;
+    let (maxbits, abssum) = (stats, stats + 8 * nb_rows as u64);
+    // SAFETY: stats holds nb_rows u64 maxima then nb_rows f64 sums on this device.
+    unsafe { sys::cuMemsetD8Async(stats, 0, 16 * nb_rows, stream) }.result().ctx("cuMemsetD8Async")?;
     {
         let kern = gpu.kernels()?;
-        // SAFETY: A covers the BLAS-checked extent for lda; maxbits has m (+ n) slots.
+        // SAFETY: A covers the BLAS-checked extent for lda; the stats have m (+ n) slots.
         unsafe {
-            kern.scan(stream, call.a, call.lda as i64, a_contig, m as i32, k as i32, maxbits)?;
+            kern.scan(stream, call.a, call.lda as i64, a_contig, m as i32, k as i32, maxbits, abssum)?;
             if let Some((b, ldb, contig)) = b_operand {
-                kern.scan(stream, b, ldb as i64, contig, n as i32, k as i32, maxbits + 8 * m as u64)?;
+                kern.scan(stream, b, ldb as i64, contig, n as i32, k as i32, maxbits + 8 * m as u64, abssum + 8 * m as u64)?;
             }
         }
     }
     // 2. plan on the host
-    if gpu.small.len() < 12 * nb_rows {
-        gpu.small = crate::memory::PinnedBuffer::new(12 * nb_rows)?;
+    if gpu.small.len() < 20 * nb_rows {
+        gpu.small = crate::memory::PinnedBuffer::new(20 * nb_rows)?;
     }
     let host = gpu.small.as_mut_ptr();
-    // SAFETY: host is pinned memory of >= 12 nb_rows bytes; copy completes at the sync.
-    unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, maxbits, 8 * nb_rows, stream) }.result().ctx("cuMemcpyDtoH")?;
+    // SAFETY: host is pinned memory of >= 20 nb_rows bytes; copy completes at the sync.
+    unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, stats, 16 * nb_rows, stream) }.result().ctx("cuMemcpyDtoH")?;
     sync(stream)?;
-    // SAFETY: the copy has completed; the buffer is 8-aligned (page-aligned allocation).
-    let bits = unsafe { std::slice::from_raw_parts(host as *const u64, nb_rows) };
-    let (bits_a, bits_b) = if syrk { (bits, bits) } else { bits.split_at(m) };
-    let plan = plan(bits_a, bits_b, k, opts.moduli)?;
+    // SAFETY: the copy has completed; the buffer is page-aligned.
+    let (bits, sums) = unsafe {
+        (std::slice::from_raw_parts(host as *const u64, nb_rows), std::slice::from_raw_parts(host.add(8 * nb_rows) as *const f64, nb_rows))
+    };
+    let a_stats = RowStats { maxbits: &bits[..m], abssum: &sums[..m] };
+    let b_stats = if syrk { a_stats } else { RowStats { maxbits: &bits[m..], abssum: &sums[m..] } };
+    let plan = plan(a_stats, b_stats, k, opts.moduli)?;
     let r = plan.moduli;
-    // shifts go to the pinned buffer after the maxima (already consumed above)
-    let shifts_host = unsafe { host.add(8 * nb_rows) } as *mut i32;
-    // SAFETY: 4 nb_rows bytes remain in the buffer after the 8 nb_rows of maxima.
+    // shifts go to the pinned buffer after the statistics (already consumed above)
+    // SAFETY: 4 nb_rows bytes remain in the buffer after the 16 nb_rows of statistics.
+    let shifts_host = unsafe { host.add(16 * nb_rows) } as *mut i32;
+    // SAFETY: as above; no copy is reading this region.
     let shifts = unsafe { std::slice::from_raw_parts_mut(shifts_host, nb_rows) };
     shifts[..m].copy_from_slice(&plan.sigma);
     if !syrk {
@@ -356,9 +389,14 @@ mod tests {
 
     #[test]
     fn plan_rejects_nan_and_inf_and_shifts_rows_to_the_bit_budget() {
-        assert_eq!(plan(&[f64::NAN.to_bits()], &[0], 4, None), Err(GpuError::NonFinite));
-        assert_eq!(plan(&[1f64.to_bits()], &[f64::INFINITY.to_bits()], 4, None), Err(GpuError::NonFinite));
-        let p = plan(&[3.0f64.to_bits(), 0], &[0.1f64.to_bits()], 64, Some(16)).unwrap();
+        fn st<'a>(maxbits: &'a [u64], abssum: &'a [f64]) -> RowStats<'a> {
+            RowStats { maxbits, abssum }
+        }
+        let (nan, inf, one) = ([f64::NAN.to_bits()], [f64::INFINITY.to_bits()], [1f64.to_bits()]);
+        assert_eq!(plan(st(&nan, &[1.0]), st(&[0], &[0.0]), 4, None), Err(GpuError::NonFinite));
+        assert_eq!(plan(st(&one, &[1.0]), st(&inf, &[1.0]), 4, None), Err(GpuError::NonFinite));
+        let (a, b) = ([3.0f64.to_bits(), 0], [0.1f64.to_bits()]);
+        let p = plan(st(&a, &[100.0, 0.0]), st(&b, &[3.0]), 64, Some(16)).unwrap();
         assert_eq!(p.moduli, 16);
         // 3 * 2^sigma < 2^bits <= 2 * 3 * 2^sigma
         let scaled = 3.0 * 2f64.powi(p.sigma[0]);
@@ -367,8 +405,19 @@ mod tests {
     }
 
     #[test]
-    fn default_moduli_grows_with_k() {
-        assert!(default_moduli(64) <= default_moduli(16384));
-        assert!(bits_for(default_moduli(16384), 16384) >= DEFAULT_BITS);
+    fn moduli_grow_with_k_and_with_spread() {
+        let flat_max = [1f64.to_bits(); 4];
+        let flat_sum = [64.0; 4]; // every |x| = 1: spread 1
+        let flat = RowStats { maxbits: &flat_max, abssum: &flat_sum };
+        let spiky_sum = [1.5; 4]; // one entry 1, the rest tiny: spread ~ 43
+        let spiky = RowStats { maxbits: &flat_max, abssum: &spiky_sum };
+        assert_eq!(flat.spread(64), 1.0);
+        assert!(spiky.spread(64) > 40.0);
+        let r_flat = choose_moduli(needed_bits(&flat, &flat, 64), 64);
+        let r_spiky = choose_moduli(needed_bits(&spiky, &spiky, 64), 64);
+        assert!(r_flat < r_spiky, "{r_flat} vs {r_spiky}");
+        assert!(choose_moduli(50.0, 64) <= choose_moduli(50.0, 16384));
+        assert!(bits_for(choose_moduli(50.0, 16384), 16384) >= 50);
+        assert_eq!(choose_moduli(500.0, 64), MAX_MODULI, "unreachable accuracy takes every modulus");
     }
 }

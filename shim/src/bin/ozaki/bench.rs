@@ -25,7 +25,7 @@ struct Args {
     #[arg(long, default_value = "1024,2048,4096,8192,16384,110592x64x64,110592x128x128,4096x64x4096,1024x1024x16384")]
     shapes: String,
     /// Moduli counts for our device-resident column: `auto` and/or numbers, comma separated.
-    #[arg(long, default_value = "auto,14,16")]
+    #[arg(long, default_value = "auto,14,15,16")]
     moduli: String,
     /// Timed repetitions per measurement (median reported).
     #[arg(long, default_value_t = 5)]
