@@ -1,1 +1,406 @@
-//! (to be written)
+//! fp64 dgemm / dsyrk by Ozaki scheme II on exact small-integer products: the CPU
+//! reference route `cpu-ozaki` (issue #3; paper brief §1).
+//!
+//! # Pipeline (one call)
+//! 1. **Quick returns** with reference-BLAS semantics: `m = 0` or `n = 0` does nothing;
+//!    `alpha = 0` or `k = 0` sets `C = beta C` (`C = 0` when `beta = 0`) without reading A/B.
+//! 2. **Scan** ([`crate::scaling`] step 1): line exponents; NaN/Inf anywhere in A/B →
+//!    [`Fallback::NonFinite`] (IEEE semantics are the native route's job). If
+//!    `max e_i + max f_j + clog2(k) + 8 > 1023` the product could overflow fp64 →
+//!    [`Fallback::ExponentRange`].
+//! 3. **Coarse product** `G` (accurate mode) and the scaled line norms; **choice of r**
+//!    ([`crate::select`]) and the **shifts** ([`crate::scaling`] step 3).
+//! 4. **Quantise** to `i64` ([`crate::scaling`] step 4), then per modulus `m_t`, in the order
+//!    of [`crate::moduli::INT8_MODULI`]: **centred residue planes** and their **exact product**
+//!    modulo `m_t` ([`crate::residues`], [`crate::kernel`]).
+//! 5. **Reconstruct** each entry ([`crate::reconstruct`], exact Garner by default or the
+//!    fp64 CRT the GPU uses) as `ĉ_ij = RN(C'_ij 2^-(σ_i + τ_j))`.
+//! 6. **alpha/beta**: `C_ij = alpha ĉ_ij` if `beta = 0` (old C not read), else
+//!    `alpha ĉ_ij + C_ij` if `beta = 1`, else `alpha ĉ_ij + beta C_ij` (each operation one
+//!    IEEE rounding, no fma; `alpha ĉ` is exact when `alpha = 1`).
+//!
+//! C is written only in step 6, after every entry has been computed: an error path never
+//! leaves a half-written C. dsyrk computes and writes only the `uplo` triangle, with
+//! `op(B) = op(A)^T` (so `τ = σ` and the result is exactly symmetric).
+//!
+//! With the same moduli count, quantiser, scaling mode and [`Reconstruction::Fp64`], the
+//! GPU route must produce the same bits as this module.
+
+use crate::blas::{GemmArgs, SyrkArgs, Trans, Uplo};
+use crate::exact::ldexp;
+use crate::kernel;
+use crate::moduli::{CrtPlan, INT8_MODULI, MAX_MODULI, MIN_MODULI};
+pub use crate::reconstruct::Reconstruction;
+use crate::residues::centred_into;
+pub use crate::scaling::{Quantizer, ScalingMode};
+use crate::scaling::{clog2, coarse, line_exponent, quantize, CoarseBounds, Exponents};
+use crate::select::{self, CallStats, DEFAULT_TARGET_ULPS};
+use std::fmt;
+use std::time::Instant;
+
+/// How many moduli a call uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Moduli {
+    /// Chosen per call from k, the exponent spread and the accuracy target ([`crate::select`]).
+    #[default]
+    Auto,
+    /// Exactly this many (`OZAKI_MODULI`), `2..=20`.
+    Fixed(usize),
+}
+
+/// Settings of the emulation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EmulationConfig {
+    /// Moduli count.
+    pub moduli: Moduli,
+    /// Accuracy target for [`Moduli::Auto`], in units of `u = 2^-53` relative to `|A||B|`.
+    pub target_ulps: f64,
+    /// Rounding of the scaled inputs.
+    pub quantizer: Quantizer,
+    /// Scaling bound.
+    pub scaling: ScalingMode,
+    /// Reconstruction variant.
+    pub reconstruction: Reconstruction,
+    /// Worker threads (0: all available cores).
+    pub threads: usize,
+}
+
+impl Default for EmulationConfig {
+    fn default() -> Self {
+        EmulationConfig {
+            moduli: Moduli::Auto,
+            target_ulps: DEFAULT_TARGET_ULPS,
+            quantizer: Quantizer::Nearest,
+            scaling: ScalingMode::Accurate,
+            reconstruction: Reconstruction::Exact,
+            threads: 0,
+        }
+    }
+}
+
+/// Why a call must go to native fp64 instead (C is untouched).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fallback {
+    /// A or B holds a NaN or an infinity.
+    NonFinite,
+    /// The product's exponent range could overflow fp64.
+    ExponentRange,
+    /// Even 20 moduli miss the accuracy target (estimate at 20 moduli, in units of u).
+    AccuracyUnreachable {
+        /// `ρ / u` at 20 moduli (infinite when 20 cannot even cover the spread).
+        estimate_ulps: f64,
+    },
+    /// The forced moduli count cannot cover the exponent spread of the inputs.
+    SpreadNotCoverable {
+        /// The forced count.
+        moduli: usize,
+    },
+    /// `OZAKI_MODULI` outside `2..=20`.
+    InvalidModuli {
+        /// The requested count.
+        moduli: usize,
+    },
+}
+
+impl Fallback {
+    /// The stable short reason recorded in traces (`fallback` field).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Fallback::NonFinite => "non-finite input",
+            Fallback::ExponentRange => "exponent range",
+            Fallback::AccuracyUnreachable { .. } => "accuracy target unreachable",
+            Fallback::SpreadNotCoverable { .. } => "exponent spread not coverable",
+            Fallback::InvalidModuli { .. } => "invalid moduli count",
+        }
+    }
+}
+
+impl fmt::Display for Fallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fallback::AccuracyUnreachable { estimate_ulps } => {
+                write!(f, "{}: estimate {estimate_ulps:.3e} u at {MAX_MODULI} moduli", self.reason())
+            }
+            Fallback::SpreadNotCoverable { moduli } => write!(f, "{} with {moduli} moduli", self.reason()),
+            Fallback::InvalidModuli { moduli } => write!(f, "{}: {moduli} (expected {MIN_MODULI}..={MAX_MODULI})", self.reason()),
+            _ => f.write_str(self.reason()),
+        }
+    }
+}
+
+impl std::error::Error for Fallback {}
+
+/// What an emulated call did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmulationInfo {
+    /// Moduli used (0 for the quick returns that compute no product).
+    pub moduli: usize,
+    /// The error estimate `ρ` in units of `u` ([`crate::select`]); 0 for quick returns.
+    pub estimate_ulps: f64,
+    /// Seconds per phase: `scan`, `coarse`, `select`, `quantize`, `products`, `reconstruct`, `write`.
+    pub phases: Vec<(&'static str, f64)>,
+}
+
+struct Phases(Vec<(&'static str, f64)>, Instant);
+
+impl Phases {
+    fn new() -> Self {
+        Phases(Vec::new(), Instant::now())
+    }
+    fn mark(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.0.push((name, (now - self.1).as_secs_f64()));
+        self.1 = now;
+    }
+}
+
+/// The two packed operands: op(A) rows (`m x k`, row-major) and op(B) columns (`n x k`,
+/// each column contiguous). For dsyrk `b` is `None` (op(B) = op(A)^T: same packing).
+struct Packed {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Vec<f64>,
+    b: Option<Vec<f64>>,
+    tri: Option<Uplo>,
+}
+
+impl Packed {
+    fn b(&self) -> &[f64] {
+        self.b.as_deref().unwrap_or(&self.a)
+    }
+}
+
+fn threads(cfg: &EmulationConfig) -> usize {
+    if cfg.threads > 0 { cfg.threads } else { std::thread::available_parallelism().map_or(1, |n| n.get()) }
+}
+
+/// Line exponents, coarse magnitudes and scaled 2-norms of the lines of a packed operand.
+fn scan_lines(x: &[f64], lines: usize, k: usize) -> Result<(Vec<Option<i32>>, Vec<i16>, Vec<f64>), Fallback> {
+    let mut exps = Vec::with_capacity(lines);
+    let mut coarse_vals = vec![0i16; lines * k];
+    let mut norms = vec![0.0; lines];
+    for i in 0..lines {
+        let line = &x[i * k..(i + 1) * k];
+        let e = line_exponent(line.iter().copied()).map_err(|()| Fallback::NonFinite)?;
+        if let Some(e) = e {
+            let mut s = 0.0;
+            for (c, &v) in coarse_vals[i * k..(i + 1) * k].iter_mut().zip(line) {
+                *c = i16::from(coarse(v, e));
+                let t = ldexp(v, -i64::from(e));
+                s += t * t;
+            }
+            norms[i] = s.sqrt();
+        }
+        exps.push(e);
+    }
+    Ok((exps, coarse_vals, norms))
+}
+
+fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<EmulationInfo, Fallback> {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let th = threads(cfg);
+    let mut ph = Phases::new();
+    if let Moduli::Fixed(r) = cfg.moduli
+        && !(MIN_MODULI..=MAX_MODULI).contains(&r)
+    {
+        return Err(Fallback::InvalidModuli { moduli: r });
+    }
+    // 2. Scan.
+    let (rows, abar, na) = scan_lines(&p.a, m, k)?;
+    let (cols, bbar, nb) = if p.b.is_some() {
+        scan_lines(p.b(), n, k)?
+    } else {
+        (rows.clone(), Vec::new(), na.clone())
+    };
+    let exps = Exponents { rows, cols };
+    if let Some(s) = exps.max_sum()
+        && s + clog2(k as u64) + 8 > 1023
+    {
+        return Err(Fallback::ExponentRange);
+    }
+    ph.mark("scan");
+    // 3. Coarse product and choice.
+    let (g, bounds) = match cfg.scaling {
+        ScalingMode::Fast => (None, CoarseBounds::fast(m, n, k)),
+        ScalingMode::Accurate => {
+            let bb = if p.b.is_some() { &bbar } else { &abar };
+            let g = kernel::coarse_product(&abar, bb, m, n, k, p.tri, th);
+            let mut bounds = CoarseBounds::from_product(&g, m, n);
+            if let Some(_t) = p.tri {
+                // Only one triangle of G was computed; G is symmetric, so the line maxima
+                // are the maxima over row i and column i of the stored triangle.
+                let both: Vec<u64> = bounds.rows.iter().zip(&bounds.cols).map(|(a, b)| *a.max(b)).collect();
+                bounds = CoarseBounds { rows: both.clone(), cols: both };
+            }
+            (Some(g), bounds)
+        }
+    };
+    ph.mark("coarse");
+    let stats = CallStats { m, n, exps: &exps, bounds: &bounds, coarse: g.as_deref(), row_norms: &na, col_norms: &nb, tri: p.tri };
+    let forced = match cfg.moduli {
+        Moduli::Auto => None,
+        Moduli::Fixed(r) => Some(r),
+    };
+    let sel = select::choose(&stats, cfg.quantizer, forced, cfg.target_ulps)?;
+    let r = sel.moduli;
+    let sc = &sel.scaling;
+    ph.mark("select");
+    // 4. Quantise.
+    let quant = |x: &[f64], lines: usize, shifts: &[i32]| -> Vec<i64> {
+        let mut v = vec![0i64; lines * k];
+        for i in 0..lines {
+            for (d, &s) in v[i * k..(i + 1) * k].iter_mut().zip(&x[i * k..(i + 1) * k]) {
+                *d = quantize(s, shifts[i], cfg.quantizer);
+            }
+        }
+        v
+    };
+    let aq = quant(&p.a, m, &sc.sigma);
+    let bq = if p.b.is_some() { Some(quant(p.b(), n, &sc.tau)) } else { None };
+    ph.mark("quantize");
+    // Residue planes and products, modulus by modulus.
+    let mut planes = vec![0i8; r * m * n];
+    let mut pa = vec![0i16; m * k];
+    let mut pb = vec![0i16; if bq.is_some() { n * k } else { 0 }];
+    for (t, &mt) in INT8_MODULI[..r].iter().enumerate() {
+        centred_into(&aq, mt, &mut pa);
+        if let Some(bq) = &bq {
+            centred_into(bq, mt, &mut pb);
+        }
+        let bplane = if bq.is_some() { &pb } else { &pa };
+        kernel::residue_product(&pa, bplane, m, n, k, mt, p.tri, &mut planes[t * m * n..(t + 1) * m * n], th);
+    }
+    ph.mark("products");
+    // 5. Reconstruct.
+    let plan = CrtPlan::get(r);
+    let mn = m * n;
+    kernel::for_each_output(out, m, n, p.tri, th, |i, j, o| {
+        let mut res = [0i32; MAX_MODULI];
+        for (t, v) in res[..r].iter_mut().enumerate() {
+            *v = i32::from(planes[t * mn + i + j * m]);
+        }
+        let s = i64::from(sc.sigma[i]) + i64::from(sc.tau[j]);
+        *o = crate::reconstruct::to_f64(cfg.reconstruction, &res[..r], plan, s);
+    });
+    ph.mark("reconstruct");
+    Ok(EmulationInfo { moduli: r, estimate_ulps: sel.estimate, phases: ph.0 })
+}
+
+/// `C = alpha ĉ + beta C` on the wanted entries (module doc, step 6).
+fn write_back(c: &mut [f64], ldc: usize, m: usize, n: usize, tri: Option<Uplo>, alpha: f64, beta: f64, prod: Option<&[f64]>) {
+    for j in 0..n {
+        let (lo, hi) = match tri {
+            None => (0, m),
+            Some(Uplo::Upper) => (0, (j + 1).min(m)),
+            Some(Uplo::Lower) => (j, m),
+        };
+        for i in lo..hi {
+            let cij = &mut c[i + j * ldc];
+            let t = prod.map_or(0.0, |p| alpha * p[i + j * m]);
+            *cij = if prod.is_none() {
+                if beta == 0.0 { 0.0 } else { beta * *cij }
+            } else if beta == 0.0 {
+                t
+            } else if beta == 1.0 {
+                t + *cij
+            } else {
+                t + beta * *cij
+            };
+        }
+    }
+}
+
+/// `C = alpha op(A) op(B) + beta C` by emulation; `c` is column-major with `args.ldc`.
+///
+/// On `Err`, `c` is untouched and the caller must compute the call natively.
+///
+/// # Panics
+/// If `c` is too short for `args.ldc` and `args.n` (the caller validated the arguments).
+pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64], cfg: &EmulationConfig) -> Result<EmulationInfo, Fallback> {
+    let (m, n, k) = (args.m, args.n, args.k);
+    if m == 0 || n == 0 {
+        return Ok(EmulationInfo { moduli: 0, estimate_ulps: 0.0, phases: Vec::new() });
+    }
+    assert!(c.len() >= (n - 1) * args.ldc + m, "C too short");
+    if args.alpha == 0.0 || k == 0 {
+        if args.beta != 1.0 {
+            write_back(c, args.ldc, m, n, None, args.alpha, args.beta, None);
+        }
+        return Ok(EmulationInfo { moduli: 0, estimate_ulps: 0.0, phases: Vec::new() });
+    }
+    let mut a = vec![0.0; m * k];
+    for l in 0..k {
+        for i in 0..m {
+            a[i * k + l] = args.op_a(i, l);
+        }
+    }
+    let mut b = vec![0.0; n * k];
+    for j in 0..n {
+        for l in 0..k {
+            b[j * k + l] = args.op_b(l, j);
+        }
+    }
+    let packed = Packed { m, n, k, a, b: Some(b), tri: None };
+    let mut prod = vec![0.0; m * n];
+    let mut info = emulate(&packed, cfg, &mut prod)?;
+    let t = Instant::now();
+    write_back(c, args.ldc, m, n, None, args.alpha, args.beta, Some(&prod));
+    info.phases.push(("write", t.elapsed().as_secs_f64()));
+    Ok(info)
+}
+
+/// `C = alpha op(A) op(A)^T + beta C` on the `uplo` triangle by emulation.
+///
+/// On `Err`, `c` is untouched and the caller must compute the call natively.
+///
+/// # Panics
+/// If `c` is too short for `args.ldc` and `args.n`.
+pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64], cfg: &EmulationConfig) -> Result<EmulationInfo, Fallback> {
+    let (n, k) = (args.n, args.k);
+    if n == 0 {
+        return Ok(EmulationInfo { moduli: 0, estimate_ulps: 0.0, phases: Vec::new() });
+    }
+    assert!(c.len() >= (n - 1) * args.ldc + n, "C too short");
+    let tri = Some(args.uplo);
+    if args.alpha == 0.0 || k == 0 {
+        if args.beta != 1.0 {
+            write_back(c, args.ldc, n, n, tri, args.alpha, args.beta, None);
+        }
+        return Ok(EmulationInfo { moduli: 0, estimate_ulps: 0.0, phases: Vec::new() });
+    }
+    let mut a = vec![0.0; n * k];
+    for l in 0..k {
+        for i in 0..n {
+            a[i * k + l] = args.op_a(i, l);
+        }
+    }
+    let packed = Packed { m: n, n, k, a, b: None, tri };
+    let mut prod = vec![0.0; n * n];
+    let mut info = emulate(&packed, cfg, &mut prod)?;
+    let t = Instant::now();
+    write_back(c, args.ldc, n, n, tri, args.alpha, args.beta, Some(&prod));
+    info.phases.push(("write", t.elapsed().as_secs_f64()));
+    Ok(info)
+}
+
+/// Convenience: `op(A) op(B)` for column-major A (m x k) and B (k x n), alpha = 1, beta = 0.
+pub fn matmul(a: &[f64], b: &[f64], m: usize, n: usize, k: usize, cfg: &EmulationConfig) -> Result<(Vec<f64>, EmulationInfo), Fallback> {
+    let args = GemmArgs {
+        transa: Trans::No,
+        transb: Trans::No,
+        m,
+        n,
+        k,
+        alpha: 1.0,
+        a,
+        lda: m.max(1),
+        b,
+        ldb: k.max(1),
+        beta: 0.0,
+        ldc: m.max(1),
+    };
+    let mut c = vec![0.0; m * n];
+    let info = gemm(&args, &mut c, cfg)?;
+    Ok((c, info))
+}

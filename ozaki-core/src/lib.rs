@@ -7,6 +7,7 @@
 //! | [`trace`] | the JSON Lines trace schema (header and call records) |
 //! | [`blas`] | the built-in cache-blocked fp64 dgemm/dsyrk (used when no vendor BLAS exists) |
 //! | [`moduli`], [`scaling`], [`residues`], [`reconstruct`], [`emulate`], [`select`], [`exact`] | Ozaki scheme II (issue #3) |
+//! | [`stats`] | FLOP-weighted quantiles of call sizes (nbar) for summaries and reports |
 //! | [`engine`] | machine profile, cost model and per-call route choice, trace replay (issue #5) |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -21,4 +22,7 @@ pub mod residues;
 pub mod route;
 pub mod scaling;
 pub mod select;
+pub mod stats;
 pub mod trace;
+pub mod kernel;
+pub mod testutil;

@@ -1,1 +1,327 @@
-//! (to be written)
+//! Scaling of op(A) and op(B) to integers (Ozaki-II step 1; paper brief §1.1, issue #3).
+//!
+//! # Definition (the GPU route must reproduce this bit for bit)
+//!
+//! Notation: `op(A)` is m x k with rows `i`, `op(B)` is k x n with columns `j`; `r` moduli
+//! with budget `L = L_r = floor(log2 M_r) - 2` ([`crate::moduli::CrtPlan::budget_bits`]).
+//!
+//! 1. **Exponent scan.** `E(x) = floor(log2 |x|)` for finite nonzero `x` (exact, from the
+//!    bits; subnormals have their true exponent, down to -1074). Row exponent
+//!    `e_i = max_l E(a_il)` over the nonzero entries of row `i` of op(A); column exponent
+//!    `f_j = max_l E(b_lj)`. A row/column with no nonzero entry is a *zero line*. Any NaN or
+//!    infinity sends the call to native fp64 ([`crate::emulate::Fallback::NonFinite`]).
+//! 2. **Coarse magnitudes** (accurate mode only): `ā_il = ceil(|a_il| · 2^(5 - e_i))` and
+//!    `b̄_lj = ceil(|b_lj| · 2^(5 - f_j))`, integers in `[0, 64]` (`ā = 0` iff `a = 0`), so
+//!    `|a_il| <= ā_il · 2^(e_i - 5)`. Their exact integer product `G = Ā B̄`
+//!    (`G_ij = sum_l ā_il b̄_lj`) bounds `(|A||B|)_ij <= 2^(e_i + f_j - 10) G_ij`.
+//!    In **fast mode** `G` is not computed: every `G_ij` is replaced by its a-priori bound
+//!    `4096 k`.
+//! 3. **Shifts.** `R_i = max_j G_ij` (row maxima), `K_j = max_i G_ij` (column maxima);
+//!    `clog2(x) = ceil(log2 x)` for integers `x >= 1`;
+//!    `p_i = min(56, floor((L - clog2 R_i) / 2))` and `q_j = min(56, floor((L - clog2 K_j) / 2))`
+//!    (floor division of possibly negative integers); `p_i = 56` when `R_i = 0`, `q_j = 56`
+//!    when `K_j = 0`. Then `σ_i = p_i + 5 - e_i`, `τ_j = q_j + 5 - f_j`, and for zero lines
+//!    `σ_i = 0` / `τ_j = 0`.
+//! 4. **Quantisation.** `a'_il = Q(a_il · 2^σ_i)`, `b'_lj = Q(b_lj · 2^τ_j)` where the product
+//!    by `2^σ` is exact (exponent arithmetic, no intermediate rounding or overflow) and `Q` is
+//!    either round-to-nearest, ties-to-even ([`Quantizer::Nearest`], the default, = CUDA
+//!    `rint` / `__double2ll_rn`) or truncation toward zero ([`Quantizer::Truncate`]).
+//!    `|a'_il| <= 2^(p_i + 6) <= 2^62`: every scaled entry fits an `i64`.
+//!
+//! **Coverage.** A line with `R_i > 0` needs `p_i >= 4` (`q_j >= 4`); otherwise `r` moduli
+//! cannot hold the product at any useful precision and a larger `r` (or native) is needed
+//! ([`Scaling::covers`]).
+//!
+//! # Why the product fits the residue range
+//! For `a != 0`, `|a'| <= ā 2^p + 1/2 <= ā (2^p + 1/2)` (as `ā >= 1`), so
+//! `|c'_ij| <= sum_l |a'_il||b'_lj| <= (2^p_i + 1/2)(2^q_j + 1/2) G_ij`. Since
+//! `G_ij <= sqrt(R_i K_j)` and `2^(p_i + q_j) <= 2^L / sqrt(2^clog2(R_i) 2^clog2(K_j))`, this is
+//! `<= 2^L (1 + 2^-5)^2 < 1.0635 · 2^L < M_r / 2`: the centred residues determine `c'_ij`.
+//! (Fast mode: `G_ij <= 64 · 64 · k` holds by construction.)
+//!
+//! # What it costs in accuracy
+//! Per entry `|a_il - a'_il 2^-σ_i| <= 2^(-σ_i - 1)` (RN; `2^-σ_i` for truncation), so the
+//! emulated `ĉ_ij = c'_ij 2^-(σ_i + τ_j)` differs from the exact product by at most
+//! `2^(-σ_i-1) ||b_j||_1 + 2^(-τ_j-1) ||a_i||_1 + k 2^(-σ_i-τ_j-2)` before the one final
+//! rounding to fp64. Accurate mode raises `p_i` by about `log2(k·64²/G)/2` bits per side
+//! over fast mode: on spread data (`φ > 0`) this is several bits, i.e. one or two moduli.
+//! [`crate::select`] turns this into the per-call moduli count.
+
+use crate::exact::{exponent, f64_to_dyadic};
+
+/// Largest `p_i`/`q_j` (keeps `|a'| <= 2^62`).
+pub const MAX_SHIFT: i32 = 56;
+/// Smallest `p_i`/`q_j` of a line that meets something nonzero (see "Coverage").
+pub const MIN_SHIFT: i32 = 4;
+/// Bits of the coarse magnitudes: `ā <= 2^COARSE_BITS = 64`.
+pub const COARSE_BITS: i32 = 6;
+
+/// The rounding of the scaled entries to integers (paper brief §1.1, Table 13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Quantizer {
+    /// Round to nearest, ties to even (Ozaki-II-RN; the default).
+    #[default]
+    Nearest,
+    /// Truncate toward zero (Ozaki-II-TZ).
+    Truncate,
+}
+
+/// How the shifts are bounded (module doc, step 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ScalingMode {
+    /// A-priori bound `G_ij <= 4096 k`: no extra product.
+    Fast,
+    /// Bound from the exact coarse product `G = Ā B̄` (one extra integer GEMM; default).
+    #[default]
+    Accurate,
+}
+
+/// `ceil(log2 x)` for `x >= 1`.
+#[inline]
+pub fn clog2(x: u64) -> i32 {
+    debug_assert!(x >= 1);
+    if x <= 1 { 0 } else { 64 - (x - 1).leading_zeros() as i32 }
+}
+
+/// `p = min(56, floor((L - clog2 R) / 2))`, `56` when `R = 0` (module doc, step 3).
+#[inline]
+pub fn shift_for_bound(budget_bits: i32, bound: u64) -> i32 {
+    if bound == 0 { MAX_SHIFT } else { (budget_bits - clog2(bound)).div_euclid(2).min(MAX_SHIFT) }
+}
+
+/// `E(x)` of the largest-magnitude entry of a line, `None` for a zero line; `Err(())` if a
+/// NaN or infinity occurs.
+#[inline]
+pub fn line_exponent(values: impl Iterator<Item = f64>) -> Result<Option<i32>, ()> {
+    let mut e: Option<i32> = None;
+    for x in values {
+        if !x.is_finite() {
+            return Err(());
+        }
+        if x != 0.0 {
+            let ex = exponent(x);
+            e = Some(e.map_or(ex, |c| c.max(ex)));
+        }
+    }
+    Ok(e)
+}
+
+/// `ceil(|x| · 2^(5 - e))` for `|x| < 2^(e+1)`: the coarse magnitude in `[0, 64]`.
+#[inline]
+pub fn coarse(x: f64, e: i32) -> u8 {
+    if x == 0.0 {
+        return 0;
+    }
+    let (mant, exp) = f64_to_dyadic(x);
+    let mag = mant.unsigned_abs();
+    let sh = exp + (COARSE_BITS - 1) - e; // value = mag · 2^sh
+    let v = if sh >= 0 {
+        mag << sh
+    } else if sh <= -64 {
+        1
+    } else {
+        let s = (-sh) as u32;
+        (mag >> s) + u64::from(mag & ((1u64 << s) - 1) != 0)
+    };
+    debug_assert!(v <= 64);
+    v as u8
+}
+
+/// `Q(x · 2^sigma)` exactly (module doc, step 4). The caller guarantees `|x| 2^sigma < 2^62`.
+#[inline]
+pub fn quantize(x: f64, sigma: i32, q: Quantizer) -> i64 {
+    let (mant, exp) = f64_to_dyadic(x);
+    if mant == 0 {
+        return 0;
+    }
+    let neg = mant < 0;
+    let mag = mant.unsigned_abs();
+    let sh = exp + sigma;
+    let v = if sh >= 0 {
+        debug_assert!(sh < 64 && (mag << sh) >> sh == mag);
+        mag << sh
+    } else {
+        let s = (-sh) as u32;
+        match q {
+            Quantizer::Truncate => {
+                if s >= 64 {
+                    0
+                } else {
+                    mag >> s
+                }
+            }
+            Quantizer::Nearest => {
+                if s > 64 {
+                    0
+                } else if s == 64 {
+                    // mag < 2^53 < 2^63: below one half.
+                    0
+                } else {
+                    let t = mag >> s;
+                    let rem = mag & ((1u64 << s) - 1);
+                    let half = 1u64 << (s - 1);
+                    t + u64::from(rem > half || (rem == half && t & 1 == 1))
+                }
+            }
+        }
+    };
+    debug_assert!(v <= 1u64 << 62);
+    if neg { -(v as i64) } else { v as i64 }
+}
+
+/// The per-line exponents of one call (module doc, step 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exponents {
+    /// `e_i` per row of op(A) (`None`: zero row).
+    pub rows: Vec<Option<i32>>,
+    /// `f_j` per column of op(B) (`None`: zero column).
+    pub cols: Vec<Option<i32>>,
+}
+
+impl Exponents {
+    /// Largest `e_i + f_j` over nonzero lines, `None` when either side is all zero.
+    pub fn max_sum(&self) -> Option<i32> {
+        let a = self.rows.iter().flatten().max()?;
+        let b = self.cols.iter().flatten().max()?;
+        Some(a + b)
+    }
+}
+
+/// Row/column bounds from the coarse product: `R_i = max_j G_ij`, `K_j = max_i G_ij`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoarseBounds {
+    /// `R_i` per row.
+    pub rows: Vec<u64>,
+    /// `K_j` per column.
+    pub cols: Vec<u64>,
+}
+
+impl CoarseBounds {
+    /// The fast-mode bounds `4096 k` for every line.
+    pub fn fast(m: usize, n: usize, k: usize) -> Self {
+        let b = 4096 * k as u64;
+        CoarseBounds { rows: vec![b; m], cols: vec![b; n] }
+    }
+
+    /// Row and column maxima of a column-major `m x n` coarse product `G` (leading dim `m`).
+    pub fn from_product(g: &[u64], m: usize, n: usize) -> Self {
+        let mut rows = vec![0u64; m];
+        let mut cols = vec![0u64; n];
+        for j in 0..n {
+            let col = &g[j * m..(j + 1) * m];
+            cols[j] = col.iter().copied().max().unwrap_or(0);
+            for (r, &v) in rows.iter_mut().zip(col) {
+                *r = (*r).max(v);
+            }
+        }
+        CoarseBounds { rows, cols }
+    }
+}
+
+/// The shifts of one call: `a'_il = Q(a_il 2^σ_i)`, `b'_lj = Q(b_lj 2^τ_j)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scaling {
+    /// `p_i` per row (`None` for zero rows).
+    pub p: Vec<Option<i32>>,
+    /// `q_j` per column (`None` for zero columns).
+    pub q: Vec<Option<i32>>,
+    /// `σ_i` per row.
+    pub sigma: Vec<i32>,
+    /// `τ_j` per column.
+    pub tau: Vec<i32>,
+}
+
+impl Scaling {
+    /// Shifts for budget `L` bits from the exponents and the coarse bounds (module doc, step 3).
+    pub fn new(budget_bits: i32, exps: &Exponents, bounds: &CoarseBounds) -> Self {
+        let side = |es: &[Option<i32>], bs: &[u64]| -> (Vec<Option<i32>>, Vec<i32>) {
+            es.iter()
+                .zip(bs)
+                .map(|(e, &b)| match e {
+                    None => (None, 0),
+                    Some(e) => {
+                        let p = shift_for_bound(budget_bits, b);
+                        (Some(p), p + (COARSE_BITS - 1) - e)
+                    }
+                })
+                .unzip()
+        };
+        let (p, sigma) = side(&exps.rows, &bounds.rows);
+        let (q, tau) = side(&exps.cols, &bounds.cols);
+        Scaling { p, q, sigma, tau }
+    }
+
+    /// Whether every line that meets a nonzero of the other side got at least
+    /// [`MIN_SHIFT`] bits ("Coverage" in the module doc).
+    pub fn covers(&self, bounds: &CoarseBounds) -> bool {
+        let ok = |ps: &[Option<i32>], bs: &[u64]| ps.iter().zip(bs).all(|(p, &b)| b == 0 || p.is_none_or(|p| p >= MIN_SHIFT));
+        ok(&self.p, &bounds.rows) && ok(&self.q, &bounds.cols)
+    }
+
+    /// Smallest `p_i` / `q_j` over lines that meet nonzeros (the precision of the worst line).
+    pub fn min_shift(&self) -> Option<i32> {
+        self.p.iter().chain(&self.q).flatten().copied().min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clog2_and_shift_rule() {
+        assert_eq!(clog2(1), 0);
+        assert_eq!(clog2(2), 1);
+        assert_eq!(clog2(3), 2);
+        assert_eq!(clog2(4096), 12);
+        assert_eq!(clog2(4097), 13);
+        assert_eq!(shift_for_bound(108, 4096 * 1024), 43);
+        assert_eq!(shift_for_bound(10, 4096), -1); // floor of -1
+        assert_eq!(shift_for_bound(200, 1), MAX_SHIFT);
+        assert_eq!(shift_for_bound(20, 0), MAX_SHIFT);
+    }
+
+    #[test]
+    fn coarse_is_a_tight_upper_bound() {
+        for &(x, e) in &[(1.0, 0), (1.99, 0), (-1.5, 0), (3e-300, exponent(3e-300)), (5e-324, -1074), (0.1, -1)] {
+            let c = coarse(x, e);
+            assert!(c <= 64);
+            let scaled = crate::exact::ldexp(x.abs(), i64::from(5 - e));
+            assert!(f64::from(c) >= scaled && f64::from(c) < scaled + 1.0, "{x} {e} {c}");
+        }
+        // A small entry in a row with a big exponent still gets a nonzero bound.
+        assert_eq!(coarse(1e-300, 10), 1);
+        assert_eq!(coarse(0.0, 3), 0);
+    }
+
+    #[test]
+    fn quantize_rounds_as_documented() {
+        use Quantizer::*;
+        assert_eq!(quantize(2.5, 0, Nearest), 2);
+        assert_eq!(quantize(3.5, 0, Nearest), 4);
+        assert_eq!(quantize(-2.5, 0, Nearest), -2);
+        assert_eq!(quantize(-2.75, 0, Nearest), -3);
+        assert_eq!(quantize(-2.75, 0, Truncate), -2);
+        assert_eq!(quantize(0.75, 2, Nearest), 3);
+        assert_eq!(quantize(5e-324, 1074, Nearest), 1);
+        assert_eq!(quantize(5e-324, 1073, Nearest), 0); // 1/2 ties to even
+        assert_eq!(quantize(3.0 * 5e-324, 1073, Nearest), 2); // 3/2 -> 2
+        assert_eq!(quantize(1.0, -70, Nearest), 0);
+        assert_eq!(quantize(-1.0, 61, Nearest), -(1i64 << 61));
+        assert_eq!(quantize(1.0 + f64::EPSILON, 0, Nearest), 1);
+    }
+
+    #[test]
+    fn fast_scaling_fits_the_residue_range() {
+        let plan = crate::moduli::CrtPlan::get(14);
+        let exps = Exponents { rows: vec![Some(0), None, Some(-1074)], cols: vec![Some(1000)] };
+        let k = 1000;
+        let s = Scaling::new(plan.budget_bits, &exps, &CoarseBounds::fast(3, 1, k));
+        assert_eq!(s.sigma[1], 0);
+        let p = s.p[0].unwrap();
+        assert_eq!(s.sigma[0], p + 5);
+        // k · (2^(p+6))^2 <= 1.0635 · 2^L
+        assert!(((k as f64).log2() + 2.0 * f64::from(p + 6)) <= f64::from(plan.budget_bits) + 0.1);
+        assert!(s.covers(&CoarseBounds::fast(3, 1, k)));
+    }
+}

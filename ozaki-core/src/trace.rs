@@ -130,6 +130,10 @@ pub struct AbResult {
     pub route_ns: u64,
     /// Which result the program received (`route` or `vendor`).
     pub kept: String,
+    /// Set when this call was chosen for A/B but not compared, with the reason (e.g. its
+    /// private copy of C would exceed `OZAKI_AB_MAX_MB`); the numeric fields are then 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 /// One intercepted BLAS call.

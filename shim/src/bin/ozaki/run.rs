@@ -1,7 +1,323 @@
-//! `ozaki run` (not written yet).
+//! `ozaki run [--trace FILE] [--route ROUTE] -- CMD ARGS...`: run an unmodified program with
+//! the shim preloaded, then summarise its BLAS calls (issue #2).
+//!
+//! The shim library is looked up next to this executable (`libozaki_shim.so`, then
+//! `../lib/libozaki_shim.so`, the layouts of `target/release/` and of an installed prefix)
+//! and prepended to `LD_PRELOAD`. The program's stdout is left alone: the summary goes to
+//! stderr, after the program has exited, and the program's exit status is passed through
+//! (a death by signal N becomes 128 + N, as in a shell), so `ozaki run` can stand in front
+//! of any command in a script.
+//!
+//! Without `--trace` (and without `OZAKI_TRACE` in the environment) the trace goes to a
+//! private temporary directory that is removed afterwards, so the summary is always
+//! available. Trace files are named with `%p`, so a program that forks leaves one file per
+//! process, and all of them are summarised together.
 
-use std::process::ExitCode;
+use anyhow::Context as _;
+use clap::Parser;
+use ozaki_core::route::RouteRequest;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::DirBuilderExt as _;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
 
-pub fn main(_args: Vec<String>) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+use crate::summary;
+
+/// File name of the shim library.
+const SHIM_LIB: &str = "libozaki_shim.so";
+
+/// Run a program with the ozaki shim preloaded, then print a summary of its BLAS calls.
+#[derive(Debug, Parser)]
+#[command(after_help = "The program's own output and exit code are untouched; the summary goes to stderr.\n\n\
+                  Examples:\n  \
+                  ozaki run -- python3 -c 'import numpy as np; a = np.ones((500, 500)); a @ a'\n  \
+                  ozaki run --trace app-%p.jsonl -- ./my_solver input.dat\n  \
+                  ozaki summary app-*.jsonl")]
+struct Args {
+    /// Keep the trace in FILE (`%p` becomes the pid, `%h` the host name). Without it the
+    /// trace goes to a temporary file that is deleted after the summary (or to
+    /// OZAKI_TRACE when that is set).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<OsString>,
+    /// Route for every call (sets OZAKI_ROUTE): auto, vendor, builtin, cpu-ozaki,
+    /// gpu-native, gpu-ozaki.
+    #[arg(long, value_name = "ROUTE")]
+    route: Option<String>,
+    /// Don't print the summary at the end.
+    #[arg(long)]
+    no_summary: bool,
+    /// The program and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
+    let args = Args::parse_from(args);
+    if let Some(route) = &args.route {
+        route.parse::<RouteRequest>().with_context(|| "--route")?;
+    }
+    let shim = find_shim()?;
+
+    // Where the trace goes: --trace, else the caller's OZAKI_TRACE, else a private temp dir.
+    let (pattern, temp_dir) = match (&args.trace, std::env::var_os("OZAKI_TRACE")) {
+        (Some(p), _) => (PathBuf::from(p), None),
+        (None, Some(p)) if !p.is_empty() => (PathBuf::from(p), None),
+        _ => {
+            let dir = private_temp_dir()?;
+            (dir.join("trace-%p.jsonl"), Some(dir))
+        }
+    };
+
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    cmd.env("LD_PRELOAD", prepend_preload(&shim, std::env::var_os("LD_PRELOAD").as_deref()));
+    cmd.env("OZAKI_TRACE", &pattern);
+    if let Some(route) = &args.route {
+        cmd.env("OZAKI_ROUTE", route);
+    }
+
+    let started = std::time::SystemTime::now();
+    forward_signals_while_waiting();
+    let mut child = cmd.spawn().with_context(|| format!("cannot start {:?}", args.command[0]))?;
+    CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
+    let status = child.wait().context("waiting for the program")?;
+    CHILD_PID.store(0, Ordering::SeqCst);
+    let code = match (status.code(), status.signal()) {
+        (Some(c), _) => c & 0xff,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    };
+
+    if !args.no_summary {
+        print_summary(&pattern, started, temp_dir.is_none());
+    }
+    if let Some(dir) = temp_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(ExitCode::from(code as u8))
+}
+
+/// Finds `libozaki_shim.so` next to this executable, or in `../lib/`; returns an absolute path.
+fn find_shim() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot locate the ozaki executable")?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidates = [dir.join(SHIM_LIB), dir.join("../lib").join(SHIM_LIB)];
+    for c in &candidates {
+        if c.is_file() {
+            return Ok(c.canonicalize().unwrap_or_else(|_| c.clone()));
+        }
+    }
+    let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
+    anyhow::bail!(
+        "cannot find {SHIM_LIB} (looked in {}); build it with `cargo build --release` and run the ozaki \
+         binary from the same directory",
+        looked.join(", ")
+    )
+}
+
+/// `LD_PRELOAD` with the shim first, so it wins over anything else preloaded.
+fn prepend_preload(shim: &Path, existing: Option<&OsStr>) -> OsString {
+    let mut v = shim.as_os_str().to_os_string();
+    if let Some(e) = existing.filter(|e| !e.is_empty()) {
+        v.push(":");
+        v.push(e);
+    }
+    v
+}
+
+/// A fresh directory only this user can enter, so nobody can plant files where the trace goes.
+fn private_temp_dir() -> anyhow::Result<PathBuf> {
+    let base = std::env::temp_dir();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    for attempt in 0..100u32 {
+        let dir = base.join(format!("ozaki-run-{}-{}", std::process::id(), nanos.wrapping_add(attempt)));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
+        }
+    }
+    anyhow::bail!("cannot create a temporary directory in {}", base.display())
+}
+
+/// The pid of the running program, for the signal handler (0 when none).
+static CHILD_PID: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Ctrl-C and Ctrl-\ already reach the program through the terminal's process group;
+    // termination requests sent to ozaki alone are passed on. Either way ozaki stays alive
+    // to print the summary once the program is gone (as `time` does).
+    if sig == libc::SIGTERM || sig == libc::SIGHUP {
+        let pid = CHILD_PID.load(Ordering::SeqCst);
+        if pid > 0 {
+            // SAFETY: kill is async-signal-safe and takes plain integers.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+}
+
+/// Installs [`on_signal`] for SIGINT, SIGQUIT, SIGTERM and SIGHUP. A handler (not SIG_IGN)
+/// is used because handlers are reset by exec, so the program sees default dispositions.
+fn forward_signals_while_waiting() {
+    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction with a valid handler and an empty mask is a valid
+        // argument; the handler only reads an atomic and calls kill.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Trace files the run produced: the files in the pattern's directory whose names match it
+/// (see [`name_matches`]), modified since `since`.
+fn trace_files(pattern: &Path, since: std::time::SystemTime) -> Vec<PathBuf> {
+    let text = pattern.to_string_lossy().into_owned();
+    let (dir, name) = match text.rfind('/') {
+        Some(i) => (PathBuf::from(if i == 0 { "/" } else { &text[..i] }), text[i + 1..].to_string()),
+        None => (PathBuf::from("."), text.clone()),
+    };
+    let host = host_name();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return vec![] };
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| name_matches(&name, &host, &e.file_name().to_string_lossy()))
+        .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.modified().is_ok_and(|t| t >= since)))
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
+}
+
+/// Whether `name` is a file the shim writes for the trace template `pattern`: `%p` and `%r`
+/// stand for a decimal number (pid, MPI rank), `%h` for the host name, `%%` for `%`. A
+/// template without `%p` also matches `NAME.<pid>`, the file of a forked child
+/// (`trace_sink.rs`, "What survives what").
+fn name_matches(pattern: &str, host: &str, name: &str) -> bool {
+    /// A template piece: literal text, or a run of decimal digits.
+    enum Tok {
+        Lit(String),
+        Number,
+    }
+    let mut toks = vec![Tok::Lit(String::new())];
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        let piece = match (c, chars.peek()) {
+            ('%', Some('p' | 'r')) => None,
+            ('%', Some('h')) => Some(host.to_string()),
+            ('%', Some('%')) => Some("%".to_string()),
+            _ => {
+                toks.push(Tok::Lit(c.to_string()));
+                continue;
+            }
+        };
+        chars.next();
+        toks.push(piece.map_or(Tok::Number, Tok::Lit));
+    }
+    fn matches(toks: &[Tok], mut rest: &str) -> bool {
+        for t in toks {
+            match t {
+                Tok::Lit(l) => match rest.strip_prefix(l.as_str()) {
+                    Some(r) => rest = r,
+                    None => return false,
+                },
+                Tok::Number => {
+                    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                    if digits == 0 {
+                        return false;
+                    }
+                    rest = &rest[digits..];
+                }
+            }
+        }
+        rest.is_empty()
+    }
+    if matches(&toks, name) {
+        return true;
+    }
+    // Without %p a forked child writes the template plus ".<pid>".
+    !pattern.contains("%p") && {
+        toks.push(Tok::Lit(".".into()));
+        toks.push(Tok::Number);
+        matches(&toks, name)
+    }
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length, which is what we pass.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Prints the summary of the run's traces to stderr; problems are reported, never fatal,
+/// because the program's exit code is what the caller is waiting for.
+fn print_summary(pattern: &Path, since: std::time::SystemTime, keep: bool) {
+    let stderr = std::io::stderr();
+    let mut err = stderr.lock();
+    use std::io::Write as _;
+    // File times have coarse granularity on some file systems; allow a little slack.
+    let since = since - std::time::Duration::from_secs(2);
+    let files = trace_files(pattern, since);
+    if files.is_empty() {
+        let _ = writeln!(err, "ozaki run: no trace was written (the program made no dgemm/dsyrk call)");
+        return;
+    }
+    let mut loaded = Vec::new();
+    for f in &files {
+        match summary::load(f) {
+            Ok(l) => loaded.push(l),
+            Err(e) => {
+                let _ = writeln!(err, "ozaki run: {e:#}");
+            }
+        }
+    }
+    let _ = writeln!(err);
+    let _ = summary::render(&mut err, &loaded, 10);
+    if keep {
+        let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+        let _ = writeln!(err, "\ntrace: {}", names.join(" "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_names_match_their_template() {
+        let m = |p: &str, n: &str| name_matches(p, "node7", n);
+        assert!(m("trace-%p.jsonl", "trace-123.jsonl"));
+        assert!(!m("trace-%p.jsonl", "trace-.jsonl"));
+        assert!(!m("trace-%p.jsonl", "trace-12x.jsonl"));
+        assert!(!m("trace-%p.jsonl", "trace-12.jsonl.tmp"));
+        assert!(m("%p", "77"));
+        assert!(m("a%pb%r", "a1b22"));
+        assert!(!m("a%pb%p", "a1b"));
+        assert!(m("t-%h-%p.jsonl", "t-node7-5.jsonl"));
+        assert!(!m("t-%h-%p.jsonl", "t-node8-5.jsonl"));
+        assert!(m("100%%-%p", "100%-5"));
+        // Without %p: the file itself and forked children's FILE.<pid>.
+        assert!(m("app.jsonl", "app.jsonl"));
+        assert!(m("app.jsonl", "app.jsonl.4242"));
+        assert!(!m("app.jsonl", "app.jsonl.x"));
+        assert!(!m("app.jsonl", "app.json"));
+    }
+
+    #[test]
+    fn preload_keeps_existing_entries_after_the_shim() {
+        let shim = Path::new("/x/libozaki_shim.so");
+        assert_eq!(prepend_preload(shim, None), "/x/libozaki_shim.so");
+        assert_eq!(prepend_preload(shim, Some(OsStr::new(""))), "/x/libozaki_shim.so");
+        assert_eq!(prepend_preload(shim, Some(OsStr::new("/y/liba.so"))), "/x/libozaki_shim.so:/y/liba.so");
+    }
 }

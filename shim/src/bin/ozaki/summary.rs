@@ -1,7 +1,363 @@
-//! `ozaki summary` (not written yet).
+//! `ozaki summary TRACE...`: what a program asked of its BLAS (issue #2).
+//!
+//! Reads one or more trace files (JSON Lines, schema in `ozaki_core::trace`) and prints
+//! calls and GFLOP per routine, per exported symbol and per route, the time spent inside
+//! BLAS, the FLOP-weighted quartiles of nbar = 2mn/(m+n) with the share of work at
+//! nbar <= 256 (the paper's call-size statistic), and the shapes that carry most work.
+//! `ozaki run` prints the same summary after the program exits.
+//!
+//! Errors (unreadable file, malformed line) name the file and 1-based line and exit 2.
+//! The one exception is an unterminated, unparsable *last* line: that is what a crash in
+//! the middle of a write leaves behind, so it is reported as a note and skipped rather
+//! than throwing away the rest of a trace the user cannot regenerate.
 
+use clap::Parser;
+use ozaki_core::stats::{NbarStats, SMALL_NBAR};
+use ozaki_core::trace::{CallRecord, Layout, Routine, Trace};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-pub fn main(_args: Vec<String>) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+/// Summarise ozaki traces: calls, GFLOP, time inside BLAS and call sizes.
+#[derive(Debug, Parser)]
+#[command(
+    after_help = "A trace is written by the shim when OZAKI_TRACE=FILE is set (or by `ozaki run --trace FILE`).\n\
+                  Several files (e.g. one per process or MPI rank) are summarised together.\n\n\
+                  Example: ozaki summary app.jsonl"
+)]
+struct Args {
+    /// Trace files (JSON Lines) to summarise together.
+    #[arg(required = true, value_name = "TRACE")]
+    traces: Vec<PathBuf>,
+    /// How many of the shapes with the most work to list.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    top: usize,
+}
+
+pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
+    let args = Args::parse_from(args);
+    let loaded = args.traces.iter().map(|p| load(p)).collect::<anyhow::Result<Vec<_>>>()?;
+    let stdout = std::io::stdout();
+    render(&mut stdout.lock(), &loaded, args.top)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One trace file, read and checked.
+pub struct Loaded {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Its contents.
+    pub trace: Trace,
+    /// Things the reader tolerated (a torn last line, an empty file).
+    pub notes: Vec<String>,
+}
+
+/// Reads one trace file; errors carry `path:line:`.
+pub fn load(path: &Path) -> anyhow::Result<Loaded> {
+    let shown = path.display();
+    let text = crate::tracefile::read_text(path)?;
+    let mut notes = Vec::new();
+    let mut body = text.as_str();
+    if !text.is_empty() && !text.ends_with('\n') {
+        // The last write of a crashed process may be cut short; keep everything before it.
+        let start = text.rfind('\n').map_or(0, |i| i + 1);
+        let line_no = text[..start].lines().count() + 1;
+        if ozaki_core::trace::parse_line(&text[start..], line_no).is_err() {
+            notes.push(format!("{shown}:{line_no}: incomplete last line skipped (the program was probably killed)"));
+            body = &text[..start];
+        }
+    }
+    let trace = Trace::read(body.as_bytes()).map_err(|e| anyhow::anyhow!("{shown}:{}: {}", e.line, e.message))?;
+    if trace.headers.is_empty() && trace.calls.is_empty() {
+        notes.push(format!("{shown}: empty trace"));
+    }
+    Ok(Loaded { path: path.to_path_buf(), trace, notes })
+}
+
+/// Per-group totals.
+#[derive(Debug, Default, Clone, Copy)]
+struct Totals {
+    calls: u64,
+    flops: f64,
+    ns: u64,
+}
+
+impl Totals {
+    fn add(&mut self, c: &CallRecord) {
+        self.calls += 1;
+        self.flops += c.flops();
+        self.ns += c.dur_ns;
+    }
+}
+
+/// A shape as reports group it: routine, storage order, operand flags and dimensions.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape {
+    routine: Routine,
+    ops: String,
+    m: u64,
+    n: u64,
+    k: u64,
+}
+
+impl Shape {
+    fn of(c: &CallRecord) -> Shape {
+        let flag = |f: &Option<String>| f.as_deref().unwrap_or("-").to_ascii_uppercase();
+        let ops = match c.routine {
+            Routine::Dgemm => format!("{}{}", flag(&c.transa), flag(&c.transb)),
+            Routine::Dsyrk => format!("{}{}", flag(&c.uplo), flag(&c.trans)),
+        };
+        let ops = if c.layout == Layout::Row { format!("{ops} row") } else { ops };
+        Shape { routine: c.routine, ops, m: c.m, n: c.n, k: c.k }
+    }
+}
+
+fn routine_name(r: Routine) -> &'static str {
+    match r {
+        Routine::Dgemm => "dgemm",
+        Routine::Dsyrk => "dsyrk",
+    }
+}
+
+/// GFLOP with enough digits to see small workloads (an 8x8x8 call is 1e-6 GFLOP).
+fn gflop(flops: f64) -> String {
+    let g = flops / 1e9;
+    if g != 0.0 && g.abs() < 0.001 { format!("{g:.2e}") } else { format!("{g:.3}") }
+}
+
+fn seconds(ns: u64) -> String {
+    format!("{:.4}", ns as f64 / 1e9)
+}
+
+fn rate(flops: f64, ns: u64) -> String {
+    if ns == 0 { "-".into() } else { format!("{:.2}", flops / ns as f64) }
+}
+
+fn percent(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+/// A text table: the first column left-aligned, the rest right-aligned (they are numbers).
+struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(header: &[&str]) -> Table {
+        Table { rows: vec![header.iter().map(|s| s.to_string()).collect()] }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn write(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let width: Vec<usize> =
+            (0..cols).map(|i| self.rows.iter().filter_map(|r| r.get(i)).map(String::len).max().unwrap_or(0)).collect();
+        for row in &self.rows {
+            let mut line = String::from("  ");
+            for (i, cell) in row.iter().enumerate() {
+                if i == 0 {
+                    line += &format!("{cell:<w$}", w = width[0]);
+                } else {
+                    line += &format!("  {cell:>w$}", w = width[i]);
+                }
+            }
+            writeln!(out, "{}", line.trim_end())?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the summary of all `files` taken together.
+pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Result<()> {
+    let calls: Vec<&CallRecord> = files.iter().flat_map(|f| &f.trace.calls).collect();
+    let processes: usize = files.iter().map(|f| f.trace.headers.len()).sum();
+    writeln!(out, "ozaki summary: {} trace file(s), {} process(es), {} call(s)", files.len(), processes, calls.len())?;
+    for f in files {
+        for h in &f.trace.headers {
+            let argv = h.argv.as_ref().map(|a| format!(" [{}]", a.join(" "))).unwrap_or_default();
+            let parent = h.parent_pid.map(|p| format!(", forked from {p}")).unwrap_or_default();
+            writeln!(out, "  {}: pid {}{} {}{}", f.path.display(), h.pid, parent, h.exe, argv)?;
+        }
+        for note in &f.notes {
+            writeln!(out, "  note: {note}")?;
+        }
+    }
+    let mut vendors: BTreeMap<&str, &str> = BTreeMap::new();
+    for h in files.iter().flat_map(|f| &f.trace.headers) {
+        for (sym, lib) in &h.vendor {
+            vendors.insert(sym, lib);
+        }
+    }
+    for (sym, lib) in &vendors {
+        writeln!(out, "  vendor {sym} -> {lib}")?;
+    }
+    if calls.is_empty() {
+        writeln!(out, "\nNo dgemm/dsyrk calls were recorded.")?;
+        return Ok(());
+    }
+
+    let mut all = Totals::default();
+    let mut by_routine: BTreeMap<Routine, Totals> = BTreeMap::new();
+    let mut by_sym: BTreeMap<(&str, Routine), Totals> = BTreeMap::new();
+    let mut by_route: BTreeMap<&str, Totals> = BTreeMap::new();
+    let mut by_shape: BTreeMap<Shape, Totals> = BTreeMap::new();
+    for c in &calls {
+        all.add(c);
+        by_routine.entry(c.routine).or_default().add(c);
+        by_sym.entry((c.sym.as_str(), c.routine)).or_default().add(c);
+        by_route.entry(c.route.as_str()).or_default().add(c);
+        by_shape.entry(Shape::of(c)).or_default().add(c);
+    }
+
+    writeln!(
+        out,
+        "\nTotal: {} calls, {} GFLOP, {} s inside BLAS ({} GFLOP/s)",
+        all.calls,
+        gflop(all.flops),
+        seconds(all.ns),
+        rate(all.flops, all.ns)
+    )?;
+
+    writeln!(out, "\nPer routine:")?;
+    let mut t = Table::new(&["routine", "calls", "GFLOP", "time s", "GFLOP/s"]);
+    for (r, s) in &by_routine {
+        t.row(vec![routine_name(*r).into(), s.calls.to_string(), gflop(s.flops), seconds(s.ns), rate(s.flops, s.ns)]);
+    }
+    t.write(out)?;
+
+    writeln!(out, "\nPer symbol:")?;
+    let mut t = Table::new(&["symbol", "routine", "calls", "GFLOP", "time s"]);
+    for ((sym, r), s) in &by_sym {
+        t.row(vec![sym.to_string(), routine_name(*r).into(), s.calls.to_string(), gflop(s.flops), seconds(s.ns)]);
+    }
+    t.write(out)?;
+
+    writeln!(out, "\nPer route:")?;
+    let mut t = Table::new(&["route", "calls", "GFLOP", "time s"]);
+    for (route, s) in &by_route {
+        t.row(vec![route.to_string(), s.calls.to_string(), gflop(s.flops), seconds(s.ns)]);
+    }
+    t.write(out)?;
+
+    writeln!(out, "\nCall size nbar = 2mn/(m+n), weighted by FLOPs:")?;
+    match NbarStats::of(calls.iter().copied()) {
+        Some(s) => {
+            writeln!(out, "  q1 {:.1}   median {:.1}   q3 {:.1}", s.q1, s.median, s.q3)?;
+            writeln!(out, "  work at nbar <= {SMALL_NBAR}: {}", percent(s.share_small))?;
+        }
+        None => writeln!(out, "  no floating-point work (all calls were empty)")?,
+    }
+
+    let mut shapes: Vec<(&Shape, &Totals)> = by_shape.iter().collect();
+    // Most work first; ties (e.g. empty calls) by call count, then by shape for a stable order.
+    shapes.sort_by(|a, b| b.1.flops.total_cmp(&a.1.flops).then(b.1.calls.cmp(&a.1.calls)).then(a.0.cmp(b.0)));
+    writeln!(out, "\nTop shapes by work ({} of {} distinct):", top.min(shapes.len()), shapes.len())?;
+    let mut t = Table::new(&["routine", "op", "m", "n", "k", "calls", "GFLOP", "work"]);
+    for (shape, s) in shapes.into_iter().take(top) {
+        let share = if all.flops > 0.0 { percent(s.flops / all.flops) } else { "-".into() };
+        t.row(vec![
+            routine_name(shape.routine).into(),
+            shape.ops.clone(),
+            shape.m.to_string(),
+            shape.n.to_string(),
+            shape.k.to_string(),
+            s.calls.to_string(),
+            gflop(s.flops),
+            share,
+        ]);
+    }
+    t.write(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = r#"{"type":"header","schema":1,"pid":42,"exe":"/bin/prog","argv":["prog","x"],"shim_version":"0.1.0","vendor":{"dgemm_":"/lib/libblas.so.3"},"start_unix_s":1.0}"#;
+
+    fn call(seq: u64, sym: &str, routine: &str, m: u64, n: u64, k: u64, dur: u64) -> String {
+        let ops = if routine == "dgemm" { r#""transa":"N","transb":"T""# } else { r#""uplo":"U","trans":"N""# };
+        format!(
+            r#"{{"type":"call","seq":{seq},"t_ns":{seq},"dur_ns":{dur},"tid":7,"sym":"{sym}","routine":"{routine}","layout":"col",{ops},"m":{m},"n":{n},"k":{k},"lda":{m},"ldb":{n},"ldc":{m},"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}}"#
+        )
+    }
+
+    fn write_tmp(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ozaki-summary-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn summary_of(text: &str, name: &str) -> String {
+        let f = load(&write_tmp(name, text)).unwrap();
+        let mut out = Vec::new();
+        render(&mut out, &[f], 10).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn totals_per_routine_symbol_and_shape() {
+        let text = [
+            HEADER.to_string(),
+            call(0, "dgemm_", "dgemm", 100, 100, 100, 1000),
+            call(1, "cblas_dgemm", "dgemm", 100, 100, 100, 1000),
+            call(2, "dsyrk_", "dsyrk", 10, 10, 5, 500),
+        ]
+        .join("\n")
+            + "\n";
+        let s = summary_of(&text, "a.jsonl");
+        assert!(s.contains("1 trace file(s), 1 process(es), 3 call(s)"), "{s}");
+        // 2 * 2e6 + 10*11*5 flops.
+        assert!(s.contains("Total: 3 calls, 0.004 GFLOP, 0.0000 s inside BLAS"), "{s}");
+        assert!(s.contains("vendor dgemm_ -> /lib/libblas.so.3"), "{s}");
+        let line = |prefix: &str| s.lines().find(|l| l.trim_start().starts_with(prefix)).unwrap_or("").to_string();
+        assert!(line("dgemm ").split_whitespace().collect::<Vec<_>>()[..3] == ["dgemm", "2", "0.004"], "{s}");
+        assert!(line("cblas_dgemm").split_whitespace().collect::<Vec<_>>()[..3] == ["cblas_dgemm", "dgemm", "1"], "{s}");
+        // The 100^3 NT shape carries ~99.99 % of the work and is listed first.
+        let shapes = &s[s.find("Top shapes").unwrap()..];
+        let first = shapes.lines().nth(2).unwrap();
+        assert_eq!(first.split_whitespace().collect::<Vec<_>>(), ["dgemm", "NT", "100", "100", "100", "2", "0.004", "100.0%"]);
+        assert!(s.contains("median 100.0"), "{s}");
+        assert!(s.contains("work at nbar <= 256: 100.0%"), "{s}");
+    }
+
+    #[test]
+    fn malformed_line_is_reported_with_file_and_line() {
+        let text = format!("{HEADER}\n{}\n{{\"type\":\"call\",\"seq\":1}}\n", call(0, "dgemm_", "dgemm", 1, 1, 1, 1));
+        let p = write_tmp("bad.jsonl", &text);
+        let e = load(&p).err().unwrap().to_string();
+        assert!(e.starts_with(&format!("{}:3: ", p.display())), "{e}");
+    }
+
+    #[test]
+    fn missing_file_is_an_error_naming_the_file() {
+        let e = load(Path::new("/nonexistent/ozaki.jsonl")).err().unwrap();
+        assert!(format!("{e:#}").contains("/nonexistent/ozaki.jsonl: cannot read trace"), "{e:#}");
+    }
+
+    #[test]
+    fn torn_last_line_is_a_note_not_an_error() {
+        let full = call(1, "dgemm_", "dgemm", 8, 8, 8, 1);
+        let text = format!("{HEADER}\n{}\n{}", call(0, "dgemm_", "dgemm", 8, 8, 8, 1), &full[..full.len() / 2]);
+        let s = summary_of(&text, "torn.jsonl");
+        assert!(s.contains("torn.jsonl:3: incomplete last line skipped"), "{s}");
+        assert!(s.contains("1 call(s)"), "{s}");
+        // A complete but unterminated last line still counts.
+        let s = summary_of(&format!("{HEADER}\n{full}"), "unterminated.jsonl");
+        assert!(s.contains("1 call(s)") && !s.contains("note:"), "{s}");
+    }
+
+    #[test]
+    fn empty_trace_and_empty_calls_do_not_panic() {
+        let s = summary_of("", "empty.jsonl");
+        assert!(s.contains("empty trace") && s.contains("No dgemm/dsyrk calls"), "{s}");
+        let s = summary_of(&format!("{HEADER}\n{}\n", call(0, "dgemm_", "dgemm", 0, 5, 5, 1)), "zero.jsonl");
+        assert!(s.contains("no floating-point work"), "{s}");
+    }
 }

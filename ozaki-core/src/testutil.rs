@@ -1,0 +1,117 @@
+//! Deterministic random inputs for tests, the accuracy suite and benchmarks (no external
+//! RNG crate: results must be reproducible from a seed on every machine).
+//!
+//! The matrix families follow issue #3: uniform, normal, exponent spread
+//! `(u - 0.5) · exp(φ z)` (GEMMul8's `make_matrix`, φ = 0.5 ... 8), rank-1 plus noise
+//! (heavy cancellation), and small integers.
+
+/// SplitMix64: small, fast, good enough for test data.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)` with 53 random bits.
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform(); // (0, 1]
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+
+    /// Uniform integer in `[lo, hi]`.
+    pub fn int_in(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as i64
+    }
+}
+
+/// A family of test matrices (issue #3 accuracy suite).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Family {
+    /// Entries uniform in `[0, 1)`.
+    Uniform,
+    /// Standard normal entries.
+    Normal,
+    /// `(u - 0.5) · exp(φ z)`, `u` uniform, `z` normal: exponent spread grows with φ.
+    Spread(f64),
+    /// Integers uniform in `[-b, b]`.
+    Integer(i64),
+    /// `x_i y_j + 1e-8 · noise`: a rank-1 matrix plus small noise (products cancel when
+    /// multiplied by a matrix with alternating signs; see [`cancellation_pair`]).
+    Rank1Noise,
+}
+
+impl Family {
+    /// Short name for tables.
+    pub fn name(&self) -> String {
+        match self {
+            Family::Uniform => "uniform".into(),
+            Family::Normal => "normal".into(),
+            Family::Spread(phi) => format!("phi={phi}"),
+            Family::Integer(b) => format!("int[-{b},{b}]"),
+            Family::Rank1Noise => "rank1+noise".into(),
+        }
+    }
+}
+
+/// A column-major `rows x cols` matrix of the family.
+pub fn matrix(fam: Family, rows: usize, cols: usize, rng: &mut Rng) -> Vec<f64> {
+    match fam {
+        Family::Uniform => (0..rows * cols).map(|_| rng.uniform()).collect(),
+        Family::Normal => (0..rows * cols).map(|_| rng.normal()).collect(),
+        Family::Spread(phi) => (0..rows * cols).map(|_| (rng.uniform() - 0.5) * (phi * rng.normal()).exp()).collect(),
+        Family::Integer(b) => (0..rows * cols).map(|_| rng.int_in(-b, b) as f64).collect(),
+        Family::Rank1Noise => {
+            let x: Vec<f64> = (0..rows).map(|_| rng.normal()).collect();
+            let y: Vec<f64> = (0..cols).map(|_| rng.normal()).collect();
+            let mut a = vec![0.0; rows * cols];
+            for j in 0..cols {
+                for i in 0..rows {
+                    a[i + j * rows] = x[i] * y[j] + 1e-8 * rng.normal();
+                }
+            }
+            a
+        }
+    }
+}
+
+/// A pair `(A, B)` (`m x k`, `k x n`) whose product cancels heavily: `A = x yᵀ + noise`
+/// and the columns of `B` are orthogonal to `y` up to noise, so `|AB| << |A||B|`.
+pub fn cancellation_pair(m: usize, n: usize, k: usize, rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
+    let x: Vec<f64> = (0..m).map(|_| rng.normal()).collect();
+    let y: Vec<f64> = (0..k).map(|_| rng.normal()).collect();
+    let yy: f64 = y.iter().map(|v| v * v).sum();
+    let mut a = vec![0.0; m * k];
+    for l in 0..k {
+        for i in 0..m {
+            a[i + l * m] = x[i] * y[l] + 1e-6 * rng.normal();
+        }
+    }
+    let mut b = vec![0.0; k * n];
+    for j in 0..n {
+        let mut col: Vec<f64> = (0..k).map(|_| rng.normal()).collect();
+        let proj: f64 = col.iter().zip(&y).map(|(c, v)| c * v).sum::<f64>() / yy;
+        for (c, v) in col.iter_mut().zip(&y) {
+            *c -= proj * v;
+        }
+        b[j * k..(j + 1) * k].copy_from_slice(&col);
+    }
+    (a, b)
+}

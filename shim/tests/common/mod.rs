@@ -1,0 +1,260 @@
+//! Shared helpers for the client tests: build the C/Fortran clients, run a program with and
+//! without the shim, read its trace and compare it with what the program says it called.
+//!
+//! A client that needs a system package which is not installed skips with a visible
+//! "skipped: ..." line; with `OZAKI_TEST_REQUIRE_ALL=1` (set by `scripts/test-all`, so in
+//! CI) a missing package fails the test instead, so CI can never pass by skipping.
+#![allow(dead_code)]
+
+use ozaki_core::trace::{CallRecord, Layout, Routine, Trace};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The `ozaki` binary cargo built for this test run.
+pub fn ozaki_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ozaki"))
+}
+
+/// The shim library built next to the `ozaki` binary.
+pub fn shim_lib() -> PathBuf {
+    let lib = ozaki_bin().with_file_name("libozaki_shim.so");
+    assert!(lib.is_file(), "{} not built", lib.display());
+    lib
+}
+
+/// A fresh, empty directory for one test.
+pub fn work_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ozaki-clients").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Whether a prerequisite is there; prints a visible skip line when it is not, and panics
+/// instead under `OZAKI_TEST_REQUIRE_ALL=1`.
+pub fn require(ok: bool, what: &str, install: &str) -> bool {
+    if ok {
+        return true;
+    }
+    let msg = format!("{what} is not available (install: {install})");
+    if std::env::var("OZAKI_TEST_REQUIRE_ALL").is_ok_and(|v| v == "1") {
+        panic!("{msg}; OZAKI_TEST_REQUIRE_ALL=1 forbids skipping");
+    }
+    // Written straight to stderr, not with eprintln!, which the test harness captures:
+    // a skip has to be visible in a passing run.
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "skipped: {msg}");
+    false
+}
+
+/// Whether `prog --version` (or the given probe arguments) runs.
+pub fn runs(prog: &str, args: &[&str]) -> bool {
+    Command::new(prog).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// The reference BLAS development files (`-lblas`).
+pub fn have_blas_dev() -> bool {
+    Path::new("/usr/lib/x86_64-linux-gnu/libblas.so").exists() || Path::new("/usr/lib/libblas.so").exists()
+}
+
+/// Compiles a C client from `tests/c/NAME.c` into `dir`; `None` (after a visible skip) when
+/// the compiler or the reference BLAS is missing.
+pub fn build_c(dir: &Path, name: &str, libs: &[&str]) -> Option<PathBuf> {
+    if !require(runs("cc", &["--version"]), "a C compiler (cc)", "apt-get install gcc")
+        || !require(have_blas_dev(), "the reference BLAS (-lblas)", "apt-get install libblas-dev")
+    {
+        return None;
+    }
+    let src = repo_root().join("tests/c").join(format!("{name}.c"));
+    let out = dir.join(name);
+    let mut cmd = Command::new("cc");
+    cmd.args(["-O2", "-Wall", "-pthread", "-o"]).arg(&out).arg(&src).args(libs).args(["-lm", "-ldl"]);
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "compiling {}: {}", src.display(), String::from_utf8_lossy(&o.stderr));
+    Some(out)
+}
+
+/// Runs `cmd` and returns its output, failing the test with its stderr if it fails.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed ({}):\nstdout (tail): {}\nstderr: {}",
+        o.status,
+        tail(&String::from_utf8_lossy(&o.stdout), 2000),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn tail(s: &str, n: usize) -> &str {
+    let mut start = s.len().saturating_sub(n);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// A command without the shim, with every OZAKI_* and LD_PRELOAD variable removed.
+pub fn plain(prog: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(prog);
+    cmd.env_remove("LD_PRELOAD");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("OZAKI_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// The same command with the shim preloaded and tracing to `trace` (when given).
+pub fn shimmed(prog: impl AsRef<std::ffi::OsStr>, trace: Option<&Path>) -> Command {
+    let mut cmd = plain(prog);
+    cmd.env("LD_PRELOAD", shim_lib());
+    if let Some(t) = trace {
+        cmd.env("OZAKI_TRACE", t);
+    }
+    cmd
+}
+
+/// Asserts two outputs are byte-identical, showing the first differing line.
+pub fn assert_same_output(what: &str, without: &[u8], with: &[u8]) {
+    if without == with {
+        return;
+    }
+    let (a, b) = (String::from_utf8_lossy(without), String::from_utf8_lossy(with));
+    let (la, lb): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    let i = la.iter().zip(&lb).position(|(x, y)| x != y).unwrap_or(la.len().min(lb.len()));
+    panic!(
+        "{what}: output differs with the shim at line {} ({} vs {} lines):\n  without: {}\n  with:    {}",
+        i + 1,
+        la.len(),
+        lb.len(),
+        la.get(i).unwrap_or(&"<end>"),
+        lb.get(i).unwrap_or(&"<end>")
+    );
+}
+
+/// Reads a whole trace, failing the test on any malformed line.
+pub fn read_trace(path: &Path) -> Trace {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("trace {}: {e}", path.display()));
+    Trace::read(std::io::BufReader::new(f)).unwrap_or_else(|e| panic!("trace {}: {e}", path.display()))
+}
+
+/// Call records in `seq` order, after checking that `seq` runs 0, 1, 2, ... with no gap.
+pub fn calls_in_order(trace: &Trace) -> Vec<&CallRecord> {
+    let mut calls: Vec<&CallRecord> = trace.calls.iter().collect();
+    calls.sort_by_key(|c| c.seq);
+    for (i, c) in calls.iter().enumerate() {
+        assert_eq!(c.seq, i as u64, "trace seq numbers have a gap or a duplicate near {i}");
+    }
+    calls
+}
+
+/// One `expect` line of a client: the record the shim must write for one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expect {
+    pub sym: String,
+    pub routine: String,
+    pub layout: String,
+    pub op1: String,
+    pub op2: String,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub lda: u64,
+    pub ldb: u64,
+    pub ldc: u64,
+    pub alpha: f64,
+    pub beta: f64,
+    pub ilp64: bool,
+}
+
+/// Parses the `expect ...` lines of a client's stdout (format in tests/c/common.h).
+pub fn expectations(stdout: &str) -> Vec<Expect> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("expect "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 14, "bad expect line: {l}");
+            let num = |i: usize| f[i].parse::<u64>().unwrap_or_else(|_| panic!("bad number in {l}"));
+            let real = |i: usize| f[i].parse::<f64>().unwrap_or_else(|_| panic!("bad real in {l}"));
+            Expect {
+                sym: f[0].into(),
+                routine: f[1].into(),
+                layout: f[2].into(),
+                op1: f[3].into(),
+                op2: f[4].into(),
+                m: num(5),
+                n: num(6),
+                k: num(7),
+                lda: num(8),
+                ldb: num(9),
+                ldc: num(10),
+                alpha: real(11),
+                beta: real(12),
+                ilp64: f[13] == "1",
+            }
+        })
+        .collect()
+}
+
+/// What a record says, in the same form as an [`Expect`].
+pub fn observed(c: &CallRecord) -> Expect {
+    let flag = |f: &Option<String>| f.as_deref().unwrap_or("?").to_ascii_uppercase();
+    let (op1, op2, routine) = match c.routine {
+        Routine::Dgemm => (flag(&c.transa), flag(&c.transb), "dgemm"),
+        Routine::Dsyrk => (flag(&c.uplo), flag(&c.trans), "dsyrk"),
+    };
+    Expect {
+        sym: c.sym.clone(),
+        routine: routine.into(),
+        layout: match c.layout {
+            Layout::Col => "col".into(),
+            Layout::Row => "row".into(),
+        },
+        op1,
+        op2,
+        m: c.m,
+        n: c.n,
+        k: c.k,
+        lda: c.lda,
+        ldb: c.ldb,
+        ldc: c.ldc,
+        alpha: c.alpha,
+        beta: c.beta,
+        ilp64: c.ilp64,
+    }
+}
+
+/// Asserts the trace holds exactly the expected calls, in order (flags compared without
+/// regard to case, since Fortran accepts `n` for `N`).
+pub fn assert_trace_matches(what: &str, trace: &Trace, expected: &[Expect]) {
+    let calls = calls_in_order(trace);
+    assert_eq!(calls.len(), expected.len(), "{what}: {} records for {} calls", calls.len(), expected.len());
+    for (i, (c, e)) in calls.iter().zip(expected).enumerate() {
+        let mut e = e.clone();
+        e.op1 = e.op1.to_ascii_uppercase();
+        e.op2 = e.op2.to_ascii_uppercase();
+        let o = observed(c);
+        assert_eq!(o, e, "{what}: record {i} (seq {}) does not describe the call", c.seq);
+    }
+}
+
+/// Runs a client without and with the shim (tracing to `dir/trace.jsonl`), asserts the
+/// outputs are identical and returns (stdout, trace).
+pub fn run_both(what: &str, dir: &Path, prog: &Path, args: &[&str]) -> (String, Trace) {
+    let without = run_ok(plain(prog).args(args).current_dir(dir));
+    let trace_path = dir.join("trace.jsonl");
+    let with = run_ok(shimmed(prog, Some(&trace_path)).args(args).current_dir(dir));
+    assert_same_output(what, &without.stdout, &with.stdout);
+    let trace = read_trace(&trace_path);
+    assert_eq!(trace.headers.len(), 1, "{what}: one header per trace file");
+    (String::from_utf8(with.stdout).unwrap(), trace)
+}
