@@ -100,10 +100,23 @@ fn tail(s: &str, n: usize) -> &str {
     &s[start..]
 }
 
-/// A command without the shim, with every OZAKI_* and LD_PRELOAD variable removed.
+/// Directories of Debian's reference BLAS and LAPACK. Installing an OpenBLAS package makes
+/// it the system-wide `libblas.so.3` (update-alternatives); the clients are pinned to the
+/// reference per process instead, so the expected behaviour (reference CBLAS calling
+/// `dgemm_`, reference error reporting) does not depend on what else is installed.
+pub const REFERENCE_BLAS_PATH: &str = "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack";
+
+/// A command without the shim, with every OZAKI_* and LD_PRELOAD variable removed, and the
+/// reference BLAS first on the library path.
 pub fn plain(prog: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut cmd = Command::new(prog);
     cmd.env_remove("LD_PRELOAD");
+    let mut path = std::ffi::OsString::from(REFERENCE_BLAS_PATH);
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    cmd.env("LD_LIBRARY_PATH", path);
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("OZAKI_") {
             cmd.env_remove(k);
