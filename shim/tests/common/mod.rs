@@ -20,11 +20,32 @@ pub fn ozaki_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ozaki"))
 }
 
-/// The shim library built next to the `ozaki` binary.
+/// The shim library of this build. `cargo test` rebuilds the cdylib in `target/<profile>/deps/`
+/// but only `cargo build` copies it up next to the `ozaki` binary, so the newer of the two
+/// is the one that matches the code under test.
 pub fn shim_lib() -> PathBuf {
-    let lib = ozaki_bin().with_file_name("libozaki_shim.so");
+    let up = ozaki_bin().with_file_name("libozaki_shim.so");
+    let deps = ozaki_bin().with_file_name("deps").join("libozaki_shim.so");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let lib = match (mtime(&up), mtime(&deps)) {
+        (Some(a), Some(b)) if b > a => deps,
+        (None, Some(_)) => deps,
+        _ => up,
+    };
     assert!(lib.is_file(), "{} not built", lib.display());
     lib
+}
+
+/// Installs the `ozaki` binary and the shim into `dir/bin` and `dir/lib`, the layout of an
+/// installed prefix, and returns the binary: `ozaki run` must find `../lib/libozaki_shim.so`,
+/// and the copy is sure to be the library under test (see [`shim_lib`]).
+pub fn install_ozaki(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    let bin = dir.join("bin/ozaki");
+    std::fs::copy(ozaki_bin(), &bin).unwrap();
+    std::fs::copy(shim_lib(), dir.join("lib/libozaki_shim.so")).unwrap();
+    bin
 }
 
 /// A fresh, empty directory for one test.
