@@ -1,7 +1,448 @@
-//! `ozaki calibrate` (not written yet).
+//! `ozaki calibrate [--out FILE]`: measures this machine and writes its engine profile
+//! (issue #5). The plan, the measurement format and the fits are in
+//! `ozaki_core::engine::calibrate`; this file only times things.
+//!
+//! CPU side: the vendor BLAS is opened with `dlopen` (`--blas`, else the usual sonames, else
+//! NumPy's bundled OpenBLAS) and its `dgemm` timed by shape at the default and one thread.
+//! GPU side: through `gpu-kernels` (cuBLAS DGEMM, INT8 GEMM, conversion, reconstruction,
+//! launch/sync latency, host link pinned/pageable/staged both ways, free memory and the
+//! largest allocation, and whether the INT8 kernels reached the tensor cores); without a
+//! usable GPU the profile is CPU-only and says so.
+//!
+//! `--fit MEAS.json` refits a profile from saved measurements without timing anything;
+//! `--validate` times the held-out shapes on every available route and prints the
+//! predicted-vs-measured table and auto-vs-oracle totals.
 
+use anyhow::Context;
+use clap::Parser;
+use ozaki_core::engine::CallShape;
+use ozaki_core::engine::Residency;
+use ozaki_core::engine::calibrate::{self as cal, CpuSamples, Measurements, Mnk, Plan, RouteSample, ValidationReport};
+use ozaki_core::engine::choose::{Engine, MODULI_WITHOUT_DATA};
+use ozaki_core::engine::model::Sample;
+use ozaki_core::engine::profile::{self, Machine, PROFILE_VERSION, Profile};
+use ozaki_core::trace::Routine;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
-pub fn main(_args: Vec<String>) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+/// Measure this machine and write its engine profile.
+#[derive(Parser, Debug)]
+#[command(about = "measure this machine and write its engine profile")]
+struct Args {
+    /// Profile to write (default: the per-GPU profile in the cache dir).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also write the raw measurements here (default: next to the profile, .measurements.json).
+    #[arg(long)]
+    measurements: Option<PathBuf>,
+    /// Refit from saved measurements instead of measuring.
+    #[arg(long)]
+    fit: Option<PathBuf>,
+    /// Profile name written into the file.
+    #[arg(long)]
+    name: Option<String>,
+    /// Source line written into the profile (default: the command, host and date).
+    #[arg(long)]
+    source: Option<String>,
+    /// Vendor BLAS library to time (default: libopenblas.so.0, libblas.so.3, NumPy's bundled OpenBLAS).
+    #[arg(long)]
+    blas: Option<String>,
+    /// Smaller plan (smoke test, seconds instead of minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Skip the GPU even when one is present.
+    #[arg(long)]
+    cpu_only: bool,
+    /// After fitting, time the held-out validation shapes and print predicted vs measured.
+    #[arg(long)]
+    validate: bool,
+    /// Write the validation report (JSON) here.
+    #[arg(long)]
+    validation_out: Option<PathBuf>,
+    /// Validate this profile instead of the one just fitted (no calibration).
+    #[arg(long)]
+    validate_profile: Option<PathBuf>,
+}
+
+pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
+    let a = Args::parse_from(args);
+    if let Some(p) = &a.validate_profile {
+        let prof = Profile::load(p).map_err(anyhow::Error::msg)?;
+        let plan = Plan::standard(a.quick);
+        let blas = cpu::VendorBlas::open(a.blas.as_deref())?;
+        let rep = validate(&prof, &plan, &blas, a.cpu_only)?;
+        write_validation(&rep, a.validation_out.as_deref())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (meas, plan, blas) = match &a.fit {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+            (serde_json::from_str::<Measurements>(&text).with_context(|| format!("{}", path.display()))?, Plan::standard(a.quick), None)
+        }
+        None => {
+            let plan = Plan::standard(a.quick);
+            let blas = cpu::VendorBlas::open(a.blas.as_deref())?;
+            (measure(&plan, &blas, a.cpu_only)?, plan, Some(blas))
+        }
+    };
+    let gpu_name = meas.gpu.as_ref().map(|g| g.name.clone());
+    let name = a.name.clone().unwrap_or_else(|| gpu_name.as_deref().map_or("cpu".into(), profile::gpu_slug));
+    let source = a.source.clone().unwrap_or_else(|| format!(
+        "ozaki calibrate{} on {} at {}",
+        if a.fit.is_some() { " --fit (refit of saved measurements)" } else { "" },
+        meas.machine.host.as_deref().unwrap_or("?"),
+        meas.machine.date.as_deref().unwrap_or("?")
+    ));
+    let prof = cal::fit_profile(&meas, &name, &source).map_err(anyhow::Error::msg)?;
+    let out = match &a.out {
+        Some(p) => p.clone(),
+        None => profile::default_path(gpu_name.as_deref()).context("no cache directory (set HOME or XDG_CACHE_HOME) and no --out")?,
+    };
+    prof.save(&out).with_context(|| format!("{}", out.display()))?;
+    println!("profile written: {}", out.display());
+    if a.fit.is_none() {
+        let mpath = a.measurements.clone().unwrap_or_else(|| out.with_extension("measurements.json"));
+        let mut text = serde_json::to_string_pretty(&meas)?;
+        text.push('\n');
+        std::fs::write(&mpath, text).with_context(|| format!("{}", mpath.display()))?;
+        println!("measurements written: {}", mpath.display());
+    }
+    print_profile_summary(&prof);
+    if a.validate {
+        let blas = match blas {
+            Some(b) => b,
+            None => cpu::VendorBlas::open(a.blas.as_deref())?,
+        };
+        let rep = validate(&prof, &plan, &blas, a.cpu_only)?;
+        write_validation(&rep, a.validation_out.as_deref())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_profile_summary(p: &Profile) {
+    for c in &p.cpu.blas {
+        println!("cpu BLAS ({}) at {} threads: {:.1} GFLOP/s sustained on the mnk term", p.cpu.vendor_blas, c.threads, c.model.peak_flops() / 1e9);
+    }
+    match &p.gpu {
+        None => println!("gpu: none (CPU-only profile; GPU routes are never chosen)"),
+        Some(g) => {
+            println!("gpu {}: fp64 {:.1} TFLOP/s, int8 {:.0} TOPS (mnk terms)", g.name, g.fp64.peak_flops() / 1e12, g.int8.peak_flops() / 1e12);
+            println!(
+                "link: pinned {:.1}/{:.1} GB/s, pageable {:.1}/{:.1}, staged {:.1}/{:.1} (h2d/d2h); overlap {:.2}",
+                g.link.h2d_pinned / 1e9,
+                g.link.d2h_pinned / 1e9,
+                g.link.h2d_pageable / 1e9,
+                g.link.d2h_pageable / 1e9,
+                g.link.h2d_staged / 1e9,
+                g.link.d2h_staged / 1e9,
+                g.overlap
+            );
+            for (r, x) in &g.reached {
+                println!("reached {r}: {} ({})", if x.ok { "yes" } else { "NO" }, x.evidence);
+            }
+        }
+    }
+}
+
+fn now_utc() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86400, secs % 86400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn machine() -> Machine {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|x| x.trim().to_string()));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string());
+    Machine { gpu: None, driver: None, cuda: None, cpu, host, date: Some(now_utc()) }
+}
+
+/// Median seconds of `f` over repeats: one warm-up, then at least 3 runs and until 0.2 s of
+/// timed work (at most 200 runs).
+pub fn time_median(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut v = Vec::new();
+    let start = Instant::now();
+    while v.len() < 3 || (start.elapsed().as_secs_f64() < 0.2 && v.len() < 200) {
+        let t = Instant::now();
+        f();
+        v.push(t.elapsed().as_secs_f64());
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn measure(plan: &Plan, blas: &cpu::VendorBlas, cpu_only: bool) -> anyhow::Result<Measurements> {
+    let mut cpu_samples = Vec::new();
+    for &t in &plan.cpu_threads {
+        let threads = blas.set_threads(t);
+        if cpu_samples.iter().any(|c: &CpuSamples| c.threads == threads) {
+            continue;
+        }
+        let mut samples = Vec::new();
+        for &(m, n, k) in &plan.cpu_shapes {
+            let s = blas.time_gemm(m, n, k);
+            eprintln!("cpu {threads:>3} threads {m}x{n}x{k}: {:.3} ms ({:.1} GFLOP/s)", s * 1e3, 2.0 * (m * n * k) as f64 / s / 1e9);
+            samples.push(Sample { routine: Routine::Dgemm, m, n, k, seconds: s });
+        }
+        cpu_samples.push(CpuSamples { threads, samples });
+    }
+    blas.set_threads(0);
+    // Interposer overhead: what the shim adds per call is dominated by the cached decision.
+    let engine = Engine::new(Profile::built_in("cpu-only").expect("ships"), 1);
+    let shape = CallShape::gemm(8, 8, 8);
+    engine.decide(&shape, Some(MODULI_WITHOUT_DATA));
+    let n = 200_000;
+    let t = Instant::now();
+    for i in 0..n {
+        std::hint::black_box(engine.decide(&CallShape { k: 8 + (i & 1), ..shape }, Some(MODULI_WITHOUT_DATA)));
+    }
+    let decision_s = t.elapsed().as_secs_f64() / n as f64;
+    eprintln!("cached decision: {:.0} ns per call", decision_s * 1e9);
+    let mut m = machine();
+    let gpu = if cpu_only { None } else { gpu::measure(plan, &mut m)? };
+    let mut routes = Vec::new();
+    for &(mm, nn, kk) in &plan.route_shapes {
+        routes.extend(time_routes((mm, nn, kk), blas, gpu.is_some())?);
+    }
+    Ok(Measurements {
+        version: PROFILE_VERSION,
+        machine: m,
+        vendor_blas: blas.name.clone(),
+        call_overhead_s: decision_s,
+        cpu: cpu_samples,
+        gpu,
+        routes,
+    })
+}
+
+/// End-to-end host-resident timings of every available route at one shape.
+fn time_routes(mnk: Mnk, blas: &cpu::VendorBlas, with_gpu: bool) -> anyhow::Result<Vec<RouteSample>> {
+    let (m, n, k) = mnk;
+    let mut out = Vec::new();
+    let flops = 2.0 * (m * n * k) as f64;
+    // Vendor at > ~100 s predicted time would dominate the budget: skip shapes whose work
+    // exceeds 2 TFLOP on the CPU.
+    if flops <= 2e12 {
+        let s = blas.time_gemm(m, n, k);
+        out.push(RouteSample { route: "vendor".into(), m, n, k, residency: Residency::Host, moduli: None, seconds: s });
+    }
+    if with_gpu {
+        out.extend(gpu::time_routes(mnk)?);
+    }
+    for r in &out {
+        eprintln!("route {:<10} {m}x{n}x{k}: {:.3} ms", r.route, r.seconds * 1e3);
+    }
+    Ok(out)
+}
+
+fn validate(prof: &Profile, plan: &Plan, blas: &cpu::VendorBlas, cpu_only: bool) -> anyhow::Result<ValidationReport> {
+    let with_gpu = !cpu_only && prof.gpu.is_some() && gpu::available();
+    let mut samples = Vec::new();
+    for &mnk in &plan.validation_shapes {
+        samples.extend(time_routes(mnk, blas, with_gpu)?);
+    }
+    let threads = blas.threads();
+    Ok(cal::validate(prof, threads, &samples, &|_s: &CallShape| Some(MODULI_WITHOUT_DATA)))
+}
+
+fn write_validation(rep: &ValidationReport, out: Option<&std::path::Path>) -> anyhow::Result<()> {
+    println!();
+    println!("held-out validation ({} shapes)", rep.rows.len());
+    println!("| m | n | k | route | measured ms | predicted ms | error | auto | oracle |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in &rep.rows {
+        for (route, meas, pred) in &r.routes {
+            println!(
+                "| {} | {} | {} | {route} | {:.3} | {:.3} | {:+.0}% | {} | {} |",
+                r.mnk.0,
+                r.mnk.1,
+                r.mnk.2,
+                meas * 1e3,
+                pred * 1e3,
+                (pred / meas - 1.0) * 100.0,
+                r.auto,
+                r.oracle
+            );
+        }
+    }
+    for (route, e) in &rep.median_abs_err {
+        println!("median |error| {route}: {:.1}%", e * 100.0);
+    }
+    println!("median |error| overall: {:.1}%", rep.overall_median_abs_err * 100.0);
+    println!(
+        "auto total {:.3} s vs oracle {:.3} s: {:+.1}%",
+        rep.auto_total_s,
+        rep.oracle_total_s,
+        (rep.auto_total_s / rep.oracle_total_s - 1.0) * 100.0
+    );
+    if let Some(p) = out {
+        std::fs::write(p, serde_json::to_string_pretty(rep)?).with_context(|| format!("{}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The vendor CPU BLAS, opened with dlopen.
+mod cpu {
+    use anyhow::Context;
+    use std::ffi::c_char;
+
+    type Dgemm32 = unsafe extern "C" fn(
+        *const c_char, *const c_char, *const i32, *const i32, *const i32, *const f64, *const f64, *const i32, *const f64, *const i32, *const f64, *mut f64, *const i32, usize, usize,
+    );
+    type Dgemm64 = unsafe extern "C" fn(
+        *const c_char, *const c_char, *const i64, *const i64, *const i64, *const f64, *const f64, *const i64, *const f64, *const i64, *const f64, *mut f64, *const i64, usize, usize,
+    );
+    type SetThreads = unsafe extern "C" fn(i32);
+    type GetThreads = unsafe extern "C" fn() -> i32;
+
+    enum Gemm {
+        Lp64(Dgemm32),
+        Ilp64(Dgemm64),
+    }
+
+    /// A loaded vendor BLAS.
+    pub struct VendorBlas {
+        _lib: libloading::Library,
+        gemm: Gemm,
+        set: Option<SetThreads>,
+        get: Option<GetThreads>,
+        default_threads: u32,
+        /// What was loaded (path and symbol).
+        pub name: String,
+    }
+
+    fn numpy_openblas() -> Vec<String> {
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import numpy, glob, os; d=os.path.dirname(numpy.__file__); print('\\n'.join(glob.glob(d+'/../numpy.libs/*openblas*.so*')+glob.glob(d+'/.dylibs/*openblas*')))"])
+            .output();
+        out.ok().map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()).unwrap_or_default()
+    }
+
+    impl VendorBlas {
+        /// Opens `path`, or the first of the usual candidates that loads.
+        pub fn open(path: Option<&str>) -> anyhow::Result<VendorBlas> {
+            let mut cands: Vec<String> = match path {
+                Some(p) => vec![p.to_string()],
+                None => ["libopenblas.so.0", "libblas.so.3", "libmkl_rt.so", "libblis.so.4"].iter().map(|s| s.to_string()).collect(),
+            };
+            if path.is_none() {
+                cands.extend(numpy_openblas());
+            }
+            let mut errs = Vec::new();
+            for c in &cands {
+                // SAFETY: loading a BLAS library runs its initialisers, which is what any
+                // program linking it does; the candidates are BLAS libraries by name.
+                let lib = match unsafe { libloading::Library::new(c) } {
+                    Ok(l) => l,
+                    Err(e) => {
+                        errs.push(format!("{c}: {e}"));
+                        continue;
+                    }
+                };
+                // SAFETY: the symbols are looked up by their documented BLAS names and given
+                // the reference Fortran signatures (hidden string lengths as size_t).
+                unsafe {
+                    let gemm = if let Ok(f) = lib.get::<Dgemm32>(b"dgemm_\0") {
+                        Some((Gemm::Lp64(*f), "dgemm_"))
+                    } else if let Ok(f) = lib.get::<Dgemm64>(b"scipy_dgemm_64_\0") {
+                        Some((Gemm::Ilp64(*f), "scipy_dgemm_64_"))
+                    } else if let Ok(f) = lib.get::<Dgemm64>(b"dgemm_64_\0") {
+                        Some((Gemm::Ilp64(*f), "dgemm_64_"))
+                    } else {
+                        None
+                    };
+                    let Some((gemm, sym)) = gemm else {
+                        errs.push(format!("{c}: no dgemm symbol"));
+                        continue;
+                    };
+                    let set = ["openblas_set_num_threads", "scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "MKL_Set_Num_Threads", "bli_thread_set_num_threads"]
+                        .iter()
+                        .find_map(|n| lib.get::<SetThreads>(format!("{n}\0").as_bytes()).ok().map(|f| *f));
+                    let get = ["openblas_get_num_threads", "scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_", "MKL_Get_Max_Threads"]
+                        .iter()
+                        .find_map(|n| lib.get::<GetThreads>(format!("{n}\0").as_bytes()).ok().map(|f| *f));
+                    let default_threads = get.map_or(1, |g| g().max(1) as u32);
+                    return Ok(VendorBlas { _lib: lib, gemm, set, get, default_threads, name: format!("{c} ({sym})") });
+                }
+            }
+            Err(anyhow::anyhow!("no vendor BLAS could be loaded: {}", errs.join("; "))).context("pass --blas PATH")
+        }
+
+        /// Sets the thread count (0 = the library default); returns the count in effect.
+        pub fn set_threads(&self, t: u32) -> u32 {
+            let want = if t == 0 { self.default_threads } else { t };
+            if let Some(s) = self.set {
+                // SAFETY: documented thread-count setter of the loaded library.
+                unsafe { s(want as i32) };
+            }
+            self.threads_or(want)
+        }
+
+        fn threads_or(&self, fallback: u32) -> u32 {
+            // SAFETY: documented getter of the loaded library.
+            self.get.map_or(fallback, |g| unsafe { g() }.max(1) as u32)
+        }
+
+        /// Threads in effect now.
+        pub fn threads(&self) -> u32 {
+            self.threads_or(self.default_threads)
+        }
+
+        /// Median seconds of C = A·B for m×k by k×n (column-major, beta = 0).
+        pub fn time_gemm(&self, m: u64, n: u64, k: u64) -> f64 {
+            let a: Vec<f64> = (0..m * k).map(|i| ((i * 7 + 3) % 17) as f64 / 17.0 - 0.5).collect();
+            let b: Vec<f64> = (0..k * n).map(|i| ((i * 5 + 1) % 13) as f64 / 13.0 - 0.5).collect();
+            let mut c = vec![0.0f64; (m * n) as usize];
+            let (alpha, beta) = (1.0f64, 0.0f64);
+            let nt = b"N".as_ptr().cast::<c_char>();
+            super::time_median(|| match self.gemm {
+                // SAFETY: buffers are m×k, k×n and m×n with leading dimensions m, k, m, as
+                // dgemm requires; the character arguments are 1-byte strings of length 1.
+                Gemm::Lp64(f) => unsafe {
+                    let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+                    f(nt, nt, &mi, &ni, &ki, &alpha, a.as_ptr(), &mi, b.as_ptr(), &ki, &beta, c.as_mut_ptr(), &mi, 1, 1)
+                },
+                // SAFETY: as above with 64-bit integers.
+                Gemm::Ilp64(f) => unsafe {
+                    let (mi, ni, ki) = (m as i64, n as i64, k as i64);
+                    f(nt, nt, &mi, &ni, &ki, &alpha, a.as_ptr(), &mi, b.as_ptr(), &ki, &beta, c.as_mut_ptr(), &mi, 1, 1)
+                },
+            })
+        }
+    }
+}
+
+/// GPU measurements through `gpu-kernels`.
+mod gpu {
+    use super::*;
+    use ozaki_core::engine::calibrate::GpuMeasurements;
+
+    /// Whether a GPU can be measured.
+    pub fn available() -> bool {
+        false
+    }
+
+    /// Measures the GPU side of the plan, or `None` when there is no usable GPU.
+    pub fn measure(_plan: &Plan, _m: &mut Machine) -> anyhow::Result<Option<GpuMeasurements>> {
+        eprintln!("ozaki calibrate: the gpu-kernels crate exposes no device layer in this build; writing a CPU-only profile");
+        Ok(None)
+    }
+
+    /// Host-resident end-to-end timings of the GPU routes at one shape.
+    pub fn time_routes(_mnk: Mnk) -> anyhow::Result<Vec<RouteSample>> {
+        Ok(Vec::new())
+    }
 }

@@ -1,7 +1,254 @@
-//! `ozaki explain` (not written yet).
+//! `ozaki explain m n k [...]`: the engine's predicted time of every route for one call
+//! shape, each term with how it was derived from the profile, and the choice with its reason
+//! (issue #5). With `--platform NAME` it shows the paper's reduced model on that platform
+//! instead (rates per route and storage mode).
 
+use anyhow::Context;
+use clap::Parser;
+use ozaki_core::engine::choose::{self, Engine, MODULI_WITHOUT_DATA};
+use ozaki_core::engine::platforms::{self, Platform};
+use ozaki_core::engine::profile::{self, Profile, ProfileSource};
+use ozaki_core::engine::reduced::{self, RateOptions};
+use ozaki_core::engine::{CallShape, Residency};
+use ozaki_core::trace::Routine;
 use std::process::ExitCode;
 
-pub fn main(_args: Vec<String>) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+/// Where the engine's numbers come from: `--profile`, `--platform`, or the default lookup.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Machine profile JSON (default: OZAKI_PROFILE, the per-GPU profile in the cache dir,
+    /// or the built-in one).
+    #[arg(long, conflicts_with = "platform")]
+    pub profile: Option<std::path::PathBuf>,
+    /// Built-in paper platform for a what-if projection: rubin, gb300, b200, h200-datasheet.
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// GPU name to pick the default or built-in profile for (default: OZAKI_GPU_NAME, else none).
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// CPU BLAS threads to price (default: the BLAS/OpenMP thread variables, else all CPUs).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Price the reduced model's co-design roof (ComputeRate returns P_roof; --platform only).
+    #[arg(long)]
+    pub codesign: bool,
+}
+
+/// The model the arguments select.
+pub enum Model {
+    /// A measured profile with its engine.
+    Measured(Box<Engine>, String),
+    /// A platform for the reduced model.
+    Reduced(Platform, RateOptions),
+}
+
+impl ModelArgs {
+    /// Loads the profile or platform; prints the profile warning once on stderr.
+    pub fn load(&self) -> anyhow::Result<Model> {
+        if let Some(p) = &self.platform {
+            let pl = platforms::by_name(p).with_context(|| {
+                let names: Vec<&str> = platforms::all().iter().map(|x| x.name).collect();
+                format!("unknown platform {p:?} (known: {})", names.join(", "))
+            })?;
+            return Ok(Model::Reduced(pl, RateOptions { codesign: self.codesign, no_garner: false }));
+        }
+        let threads = self.threads.unwrap_or_else(|| {
+            let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+            choose::blas_threads(|v| std::env::var(v).ok(), avail)
+        });
+        let (prof, src) = match &self.profile {
+            Some(path) => (Profile::load(path).map_err(anyhow::Error::msg)?, format!("{}", path.display())),
+            None => {
+                let gpu = self.gpu.clone().or_else(|| std::env::var("OZAKI_GPU_NAME").ok());
+                let env = std::env::var("OZAKI_PROFILE").ok();
+                let (p, s, warn) = profile::resolve(env.as_deref(), gpu.as_deref()).map_err(anyhow::Error::msg)?;
+                if let Some(w) = warn {
+                    eprintln!("ozaki: {w}");
+                }
+                let s = match s {
+                    ProfileSource::Env(p) => format!("OZAKI_PROFILE={}", p.display()),
+                    ProfileSource::Cache(p) => format!("{}", p.display()),
+                    ProfileSource::BuiltIn(n) => format!("built-in {n}"),
+                };
+                (p, s)
+            }
+        };
+        Ok(Model::Measured(Box::new(Engine::new(prof, threads)), src))
+    }
+}
+
+/// Print the predicted time of every route for one call shape, and the choice.
+#[derive(Parser, Debug)]
+#[command(about = "predicted time of every route for one call shape, and the choice")]
+struct Args {
+    /// Rows of C.
+    m: u64,
+    /// Columns of C.
+    n: u64,
+    /// Inner dimension.
+    k: u64,
+    /// dgemm or dsyrk (dsyrk uses n and k; m is ignored).
+    #[arg(long, default_value = "dgemm")]
+    routine: String,
+    /// transa (N or T).
+    #[arg(long, default_value = "N")]
+    transa: String,
+    /// transb (N or T).
+    #[arg(long, default_value = "N")]
+    transb: String,
+    /// beta is nonzero (C is read, so it is uploaded too).
+    #[arg(long)]
+    beta: bool,
+    /// Operands already on the GPU (device entry points).
+    #[arg(long)]
+    device_resident: bool,
+    /// Moduli count the numerics would choose (default 14; 0 = the contract cannot be met).
+    #[arg(long)]
+    moduli: Option<u32>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+fn fmt_s(s: f64) -> String {
+    if !s.is_finite() {
+        "-".into()
+    } else if s.abs() < 1e-3 {
+        format!("{:.1} us", s * 1e6)
+    } else if s.abs() < 1.0 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{s:.3} s")
+    }
+}
+
+fn fmt_rate(flops: f64, s: f64) -> String {
+    if !s.is_finite() || s <= 0.0 {
+        return "-".into();
+    }
+    let r = flops / s;
+    if r >= 1e12 { format!("{:.2} TFLOP/s", r / 1e12) } else { format!("{:.1} GFLOP/s", r / 1e9) }
+}
+
+pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
+    let a = Args::parse_from(args);
+    let routine = match a.routine.to_ascii_lowercase().as_str() {
+        "dgemm" => Routine::Dgemm,
+        "dsyrk" => Routine::Dsyrk,
+        other => anyhow::bail!("unknown routine {other:?} (dgemm or dsyrk)"),
+    };
+    let is_t = |s: &str| s.eq_ignore_ascii_case("T") || s.eq_ignore_ascii_case("C");
+    let mut shape = match routine {
+        Routine::Dgemm => CallShape::gemm(a.m, a.n, a.k),
+        Routine::Dsyrk => CallShape::syrk(a.n, a.k),
+    };
+    shape.transa = is_t(&a.transa);
+    shape.transb = is_t(&a.transb);
+    shape.beta_zero = !a.beta;
+    if a.device_resident {
+        shape.residency = Residency::Device;
+    }
+    let moduli = match a.moduli {
+        Some(0) => None,
+        Some(r) => Some(r),
+        None => Some(MODULI_WITHOUT_DATA),
+    };
+    match a.model.load()? {
+        Model::Measured(engine, src) => explain_measured(&engine, &src, &shape, moduli, a.json),
+        Model::Reduced(pl, opt) => explain_reduced(&pl, opt, &shape, a.json),
+    }
+}
+
+fn explain_measured(engine: &Engine, src: &str, shape: &CallShape, moduli: Option<u32>, json: bool) -> anyhow::Result<ExitCode> {
+    let est = engine.estimates(shape, moduli);
+    let d = engine.decide_uncached(shape, moduli);
+    if json {
+        let v = serde_json::json!({
+            "shape": {"routine": format!("{:?}", shape.routine).to_lowercase(), "m": shape.m, "n": shape.n, "k": shape.k,
+                       "transa": shape.transa, "transb": shape.transb, "beta_zero": shape.beta_zero, "residency": shape.residency.name()},
+            "profile": src, "threads": engine.threads(), "moduli": moduli,
+            "routes": est, "choice": d.route.name(), "reason": d.prediction.reason,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let p = engine.profile();
+    println!(
+        "{} m={} n={} k={} trans=({},{}) beta{} {}-resident: n̄ = {:.0}, {:.3} GFLOP",
+        format!("{:?}", shape.routine).to_lowercase(),
+        shape.m,
+        shape.n,
+        shape.k,
+        if shape.transa { 'T' } else { 'N' },
+        if shape.transb { 'T' } else { 'N' },
+        if shape.beta_zero { "=0" } else { "!=0" },
+        shape.residency.name(),
+        shape.nbar(),
+        shape.flops() / 1e9
+    );
+    println!("profile: {} [{}] ({}); CPU BLAS threads priced: {}", p.name, src, p.source, engine.threads());
+    println!();
+    println!("{:<12} {:>12} {:>16}  storage / reconstruction", "route", "predicted", "rate");
+    for e in &est {
+        match &e.excluded {
+            Some(why) => println!("{:<12} {:>12} {:>16}  excluded: {why}", e.route.name(), "-", "-"),
+            None => {
+                println!(
+                    "{:<12} {:>12} {:>16}  {} / {}{}",
+                    e.route.name(),
+                    fmt_s(e.seconds),
+                    fmt_rate(shape.flops(), e.seconds),
+                    e.storage,
+                    e.recon_host,
+                    e.moduli.map_or(String::new(), |r| format!(", r = {r}"))
+                );
+                for t in &e.terms {
+                    println!("    {:<12} {:>12}  {}", t.name, fmt_s(t.seconds), t.how);
+                }
+            }
+        }
+    }
+    println!();
+    println!("choice: {}  ({})", d.route.name(), d.prediction.reason);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn explain_reduced(pl: &Platform, opt: RateOptions, shape: &CallShape, json: bool) -> anyhow::Result<ExitCode> {
+    let rates = reduced::rate_record(pl, &shape.with_residency(Residency::Device), opt);
+    let w = match shape.routine {
+        Routine::Dgemm => 2.0 * shape.m as f64 * shape.n as f64 * shape.k as f64,
+        Routine::Dsyrk => shape.m as f64 * shape.n as f64 * shape.k as f64,
+    };
+    if json {
+        let routes: Vec<_> = rates
+            .routes
+            .iter()
+            .map(|(n, s)| serde_json::json!({"route": n, "rate_flops": s.rate, "seconds": w / s.rate, "storage": s.tag, "q0": s.q0, "q_plane": s.q_plane, "q_red": s.q_red}))
+            .collect();
+        let v = serde_json::json!({"platform": pl.name, "m": shape.m, "n": shape.n, "k": shape.k, "routes": routes,
+            "native_flops": pl.native_fp64, "best": rates.routes[rates.best].0, "codesign": opt.codesign});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("platform {}: {}", pl.name, pl.description);
+    println!("reduced model (paper Alg. 4{}), device-resident, m={} n={} k={}, n̄ = {:.0}", if opt.codesign { ", co-design roof" } else { "" }, shape.m, shape.n, shape.k, shape.nbar());
+    println!();
+    println!("{:<10} {:>10} {:>12}  {:<20} {:>10} {:>10} {:>10}", "route", "TFLOP/s", "time", "storage", "Q0 MB", "Qplane MB", "Qred MB");
+    for (i, (n, s)) in rates.routes.iter().enumerate() {
+        println!(
+            "{:<10} {:>10.1} {:>12}  {:<20} {:>10.1} {:>10.1} {:>10.1}{}",
+            n,
+            s.rate / 1e12,
+            fmt_s(w / s.rate),
+            s.tag,
+            s.q0 / 1e6,
+            s.q_plane / 1e6,
+            s.q_red / 1e6,
+            if i == rates.best { "  <- best emulated" } else { "" }
+        );
+    }
+    println!("{:<10} {:>10.1} {:>12}  (flat native fp64 reference)", "native", pl.native_fp64 / 1e12, fmt_s(w / pl.native_fp64));
+    Ok(ExitCode::SUCCESS)
 }

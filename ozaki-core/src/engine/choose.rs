@@ -1,0 +1,173 @@
+//! The per-call choice (issue #5, `OZAKI_ROUTE=auto`): the fastest route that meets the
+//! accuracy contract, leaving the vendor route only when the predicted gain clears the
+//! profile's switch margin (take-away 2), and a per-shape decision cache so that a repeated
+//! shape costs one hash lookup (tiny calls must cost no more than the vendor call plus the
+//! interposer overhead).
+
+use super::CallShape;
+use super::model::{self, RouteEstimate};
+use super::profile::{ChoiceRules, Profile};
+use crate::route::Route;
+use crate::trace::Prediction;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The outcome of one choice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The route to run.
+    pub route: Route,
+    /// Moduli count for GPU Ozaki (the one priced).
+    pub moduli: Option<u32>,
+    /// What goes into the trace record's `engine` field.
+    pub prediction: Prediction,
+}
+
+/// Picks a route from priced estimates (see the module docs for the rule) and says why.
+pub fn choose(estimates: &[RouteEstimate], rules: &ChoiceRules) -> (Route, String) {
+    let get = |r: Route| estimates.iter().find(|e| e.route == r);
+    let usable = |r: Route| get(r).filter(|e| e.excluded.is_none() && e.seconds.is_finite());
+    let margin = rules.min_gain;
+    let vendor = usable(Route::Vendor);
+    let native = usable(Route::GpuNative);
+    let ozaki = usable(Route::GpuOzaki);
+    let excluded_note = || {
+        let notes: Vec<String> = estimates
+            .iter()
+            .filter(|e| e.route != Route::Vendor)
+            .filter_map(|e| e.excluded.as_ref().map(|x| format!("{} excluded: {x}", e.route)))
+            .collect();
+        if notes.is_empty() { String::new() } else { format!("; {}", notes.join("; ")) }
+    };
+    // Best GPU route: GPU Ozaki must beat GPU native by the margin to be preferred.
+    let gpu = match (native, ozaki) {
+        (Some(n), Some(o)) if n.seconds / o.seconds >= margin => {
+            Some((o, format!("gpu-ozaki {:.2}x faster than gpu-native (r = {})", n.seconds / o.seconds, o.moduli.unwrap_or(0))))
+        }
+        (Some(n), Some(o)) => Some((
+            n,
+            if o.seconds < n.seconds {
+                format!("gpu-ozaki only {:.2}x faster than gpu-native, below the {margin:.2}x margin", n.seconds / o.seconds)
+            } else {
+                format!("gpu-native {:.2}x faster than gpu-ozaki", o.seconds / n.seconds)
+            },
+        )),
+        (Some(n), None) => Some((n, String::new())),
+        (None, Some(o)) => Some((o, String::new())),
+        (None, None) => None,
+    };
+    match (vendor, gpu) {
+        (None, None) => (Route::Vendor, format!("vendor: no route could be priced{}", excluded_note())),
+        (None, Some((g, why))) => (g.route, format!("{}: vendor not priced; {why}{}", g.route, excluded_note())),
+        (Some(_), None) => (Route::Vendor, format!("vendor: only route available{}", excluded_note())),
+        (Some(v), Some((g, why))) => {
+            let gain = v.seconds / g.seconds;
+            let sep = if why.is_empty() { String::new() } else { format!("; {why}") };
+            if gain >= margin {
+                (g.route, format!("{}: {gain:.2}x faster than vendor{sep}{}", g.route, excluded_note()))
+            } else if gain > 1.0 {
+                (Route::Vendor, format!("vendor: {} only {gain:.2}x faster, below the {margin:.2}x margin{sep}", g.route))
+            } else {
+                (Route::Vendor, format!("vendor: {:.2}x faster than {}{sep}{}", 1.0 / gain, g.route, excluded_note()))
+            }
+        }
+    }
+}
+
+/// The prediction part of a trace record from estimates and a reason.
+pub fn prediction(estimates: &[RouteEstimate], reason: String) -> Prediction {
+    Prediction {
+        predicted_s: estimates.iter().filter(|e| e.excluded.is_none() && e.seconds.is_finite()).map(|e| (e.route.name().to_string(), e.seconds)).collect(),
+        reason,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    shape: CallShape,
+    moduli: Option<u32>,
+}
+
+/// Entries kept before the cache is cleared (a program with more distinct shapes than this
+/// re-prices some of them; correctness never depends on the cache).
+const CACHE_CAPACITY: usize = 1 << 16;
+
+/// A profile plus the decision cache; shared by all threads of the shim.
+#[derive(Debug)]
+pub struct Engine {
+    profile: Profile,
+    threads: u32,
+    cache: Mutex<HashMap<Key, Arc<Decision>>>,
+}
+
+impl Engine {
+    /// An engine for `profile`, pricing the vendor BLAS at `threads` threads.
+    pub fn new(profile: Profile, threads: u32) -> Engine {
+        Engine { profile, threads: threads.max(1), cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// The profile in use.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// CPU BLAS threads priced.
+    pub fn threads(&self) -> u32 {
+        self.threads
+    }
+
+    /// Every route's estimate with its terms (uncached; for `ozaki explain`).
+    pub fn estimates(&self, shape: &CallShape, moduli: Option<u32>) -> Vec<RouteEstimate> {
+        model::predict_all(&self.profile, shape, moduli, self.threads)
+    }
+
+    /// The decision for a call, from the cache when this shape and moduli count were seen.
+    /// `moduli` is the count the numerics would use (`None`: the contract cannot be met, so
+    /// GPU Ozaki is excluded).
+    pub fn decide(&self, shape: &CallShape, moduli: Option<u32>) -> Arc<Decision> {
+        let key = Key { shape: *shape, moduli };
+        if let Ok(c) = self.cache.lock()
+            && let Some(d) = c.get(&key)
+        {
+            return Arc::clone(d);
+        }
+        let d = Arc::new(self.decide_uncached(shape, moduli));
+        if let Ok(mut c) = self.cache.lock() {
+            if c.len() >= CACHE_CAPACITY {
+                c.clear();
+            }
+            c.insert(key, Arc::clone(&d));
+        }
+        d
+    }
+
+    /// [`Engine::decide`] without the cache.
+    pub fn decide_uncached(&self, shape: &CallShape, moduli: Option<u32>) -> Decision {
+        if shape.no_product() {
+            return Decision {
+                route: Route::Vendor,
+                moduli: None,
+                prediction: Prediction { predicted_s: Default::default(), reason: "vendor: no product to compute".into() },
+            };
+        }
+        let est = self.estimates(shape, moduli);
+        let (route, reason) = choose(&est, &self.profile.choice);
+        Decision { route, moduli: if route == Route::GpuOzaki { moduli } else { None }, prediction: prediction(&est, reason) }
+    }
+}
+
+/// The CPU BLAS thread count the vendor library will use: `OPENBLAS_NUM_THREADS`,
+/// `MKL_NUM_THREADS`, `BLIS_NUM_THREADS` or `OMP_NUM_THREADS` (first set, positive), else
+/// `available` (the process's CPU count). `get` reads the environment.
+pub fn blas_threads(get: impl Fn(&str) -> Option<String>, available: u32) -> u32 {
+    ["OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS", "OMP_NUM_THREADS"]
+        .iter()
+        .find_map(|v| get(v).and_then(|s| s.split(',').next().and_then(|x| x.trim().parse::<u32>().ok())).filter(|&t| t > 0))
+        .unwrap_or(available.max(1))
+}
+
+/// The moduli count priced when the call's data is not at hand (`ozaki explain`, replay of a
+/// trace without a `moduli` field): 14, the count GEMMul8 needs to match native fp64 on
+/// normally distributed data at these sizes (reference h200-baselines.md); the shim itself
+/// passes the count the numerics choose from the operands.
+pub const MODULI_WITHOUT_DATA: u32 = 14;

@@ -1,0 +1,355 @@
+//! The machine profile: everything the cost model knows about one machine, as versioned JSON.
+//!
+//! Where the shim gets its profile (issue #5), first match wins:
+//! 1. `OZAKI_PROFILE=FILE`;
+//! 2. the per-GPU default `<cache>/ozaki/profile-<gpu-slug>.json`, where `<cache>` is
+//!    `$XDG_CACHE_HOME` or `~/.cache` (written by `ozaki calibrate`);
+//! 3. a built-in profile for the detected GPU (`profiles/*.json`, made by a real calibration
+//!    run), with a warning that it was measured on another machine of that model;
+//! 4. the built-in CPU-only profile (no GPU routes), with a warning.
+//!
+//! A profile is keyed by realisation, not just device (take-away from paper 003): it records
+//! the GPU name, driver, CUDA and the vendor BLAS it was measured with.
+
+use super::model::{Correction, WorkModel};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Version of the profile format; a newer file is refused, older ones load.
+pub const PROFILE_VERSION: u32 = 1;
+
+/// A machine profile (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Format version, [`PROFILE_VERSION`].
+    pub version: u32,
+    /// Short name (`h200`, `cpu-only`, ...).
+    pub name: String,
+    /// Where the numbers come from (`ozaki calibrate` run, date, command).
+    pub source: String,
+    /// The realisation the numbers belong to.
+    #[serde(default)]
+    pub machine: Machine,
+    /// The vendor CPU BLAS.
+    pub cpu: CpuProfile,
+    /// The GPU; absent on a CPU-only machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuProfile>,
+    /// Choice rules.
+    #[serde(default)]
+    pub choice: ChoiceRules,
+    /// End-to-end corrections per route name, fitted from whole-route timings.
+    #[serde(default)]
+    pub corrections: BTreeMap<String, Correction>,
+}
+
+/// Identity of the measured machine.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// GPU name as the driver reports it.
+    #[serde(default)]
+    pub gpu: Option<String>,
+    /// Driver version.
+    #[serde(default)]
+    pub driver: Option<String>,
+    /// CUDA / cuBLAS versions.
+    #[serde(default)]
+    pub cuda: Option<String>,
+    /// CPU model name.
+    #[serde(default)]
+    pub cpu: Option<String>,
+    /// Host name.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Date of the measurement (UTC, ISO 8601).
+    #[serde(default)]
+    pub date: Option<String>,
+}
+
+/// The vendor CPU BLAS.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuProfile {
+    /// Library measured (path or soname).
+    #[serde(default)]
+    pub vendor_blas: String,
+    /// Extra seconds per call through the interposer (argument checks, trace, decision).
+    #[serde(default)]
+    pub call_overhead_s: f64,
+    /// Work model per thread count.
+    pub blas: Vec<CpuRate>,
+}
+
+/// The vendor BLAS work model at one thread count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuRate {
+    /// Threads the BLAS used.
+    pub threads: u32,
+    /// Fitted model.
+    pub model: WorkModel,
+}
+
+impl CpuProfile {
+    /// The model measured at the thread count closest to `threads` (in ratio), with the
+    /// count it was measured at.
+    pub fn model_for(&self, threads: u32) -> Option<(u32, &WorkModel)> {
+        let t = threads.max(1) as f64;
+        self.blas
+            .iter()
+            .min_by(|a, b| (a.threads.max(1) as f64 / t).ln().abs().total_cmp(&(b.threads.max(1) as f64 / t).ln().abs()))
+            .map(|c| (c.threads, &c.model))
+    }
+}
+
+/// Seconds per element plus seconds per element and modulus of a streaming kernel.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PerElement {
+    /// Seconds per element independent of the moduli count (scan, scaling, fp64 load/store).
+    pub s_per_elem: f64,
+    /// Seconds per element and modulus (residue formation, CRT term).
+    pub s_per_elem_modulus: f64,
+}
+
+/// The host link, bytes per second.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostLink {
+    /// Pinned host → device.
+    pub h2d_pinned: f64,
+    /// Pinned device → host.
+    pub d2h_pinned: f64,
+    /// Pageable host → device.
+    pub h2d_pageable: f64,
+    /// Pageable device → host.
+    pub d2h_pageable: f64,
+    /// What the GPU routes reach from the caller's (pageable) memory through their pinned
+    /// staging buffers, host → device.
+    pub h2d_staged: f64,
+    /// Same, device → host.
+    pub d2h_staged: f64,
+    /// Fixed seconds per transfer.
+    #[serde(default)]
+    pub latency_s: f64,
+}
+
+/// Whether a route's kernels reached the hardware they were written for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reached {
+    /// True when the evidence shows the intended units ran.
+    pub ok: bool,
+    /// The evidence (kernel names, SASS opcodes, measured rate).
+    pub evidence: String,
+}
+
+/// The GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuProfile {
+    /// Name as the driver reports it (`NVIDIA H200`).
+    pub name: String,
+    /// Total device memory, bytes.
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// Free device memory at calibration, bytes.
+    pub free_bytes: u64,
+    /// Bytes lost to contexts, handles and allocator granularity (measured as free memory
+    /// minus the largest allocation obtained; paper 003's R_d).
+    #[serde(default)]
+    pub reserve_bytes: u64,
+    /// cuBLAS fp64 GEMM, device-resident.
+    pub fp64: WorkModel,
+    /// One INT8 GEMM (int8 × int8 → int32), device-resident.
+    pub int8: WorkModel,
+    /// Exponent scan, scaling and residue formation.
+    pub convert: PerElement,
+    /// CRT reconstruction with the alpha/beta epilogue.
+    pub reconstruct: PerElement,
+    /// Seconds per kernel launch.
+    pub launch_s: f64,
+    /// Seconds per stream synchronisation.
+    pub sync_s: f64,
+    /// Kernel launches of one GPU Ozaki call (scan, convert, batched products, reconstruct).
+    #[serde(default = "default_launches")]
+    pub ozaki_launches: u32,
+    /// The host link.
+    pub link: HostLink,
+    /// Fraction of min(transfer, compute) the routes' pipelining hides (0 = serial).
+    #[serde(default)]
+    pub overlap: f64,
+    /// Per route name: did it reach its intended hardware.
+    #[serde(default)]
+    pub reached: BTreeMap<String, Reached>,
+}
+
+fn default_launches() -> u32 {
+    4
+}
+
+/// Rules of the choice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChoiceRules {
+    /// Leave the default (vendor) route, or prefer GPU Ozaki over GPU native, only when the
+    /// predicted gain is at least this factor (take-away 2: switch only when the gap clears
+    /// the model's own error).
+    pub min_gain: f64,
+}
+
+impl Default for ChoiceRules {
+    fn default() -> Self {
+        ChoiceRules { min_gain: 1.10 }
+    }
+}
+
+/// Where a loaded profile came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProfileSource {
+    /// `OZAKI_PROFILE`.
+    Env(PathBuf),
+    /// The per-GPU default in the cache directory.
+    Cache(PathBuf),
+    /// A built-in profile (name), for the detected GPU model.
+    BuiltIn(&'static str),
+}
+
+/// The built-in profiles shipped with the crate: (file name, GPU name fragment, JSON).
+pub const BUILT_IN: &[(&str, &str, &str)] = &[
+    ("h200", "H200", include_str!("../../../profiles/h200.json")),
+    ("cpu-only", "", include_str!("../../../profiles/cpu-only.json")),
+];
+
+impl Profile {
+    /// Parses a profile from JSON text.
+    ///
+    /// # Errors
+    /// Malformed JSON, a missing field, or a version newer than [`PROFILE_VERSION`].
+    pub fn from_json(text: &str) -> Result<Profile, String> {
+        let p: Profile = serde_json::from_str(text).map_err(|e| format!("bad profile: {e}"))?;
+        if p.version > PROFILE_VERSION {
+            return Err(format!("profile version {} is newer than this build's {PROFILE_VERSION}", p.version));
+        }
+        Ok(p)
+    }
+
+    /// Reads a profile file.
+    ///
+    /// # Errors
+    /// I/O errors and everything [`Profile::from_json`] rejects, with the path.
+    pub fn load(path: &Path) -> Result<Profile, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Profile::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Writes the profile as pretty JSON, creating the parent directory.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        text.push('\n');
+        std::fs::write(path, text)
+    }
+
+    /// A built-in profile by name (`h200`, `cpu-only`).
+    pub fn built_in(name: &str) -> Option<Profile> {
+        BUILT_IN.iter().find(|(n, _, _)| *n == name).map(|(_, _, json)| Profile::from_json(json).expect("built-in profiles are tested"))
+    }
+
+    /// The built-in profile for a GPU name (`NVIDIA H200` → `h200`), if one ships.
+    pub fn built_in_for_gpu(gpu_name: &str) -> Option<(&'static str, Profile)> {
+        BUILT_IN
+            .iter()
+            .find(|(_, frag, _)| !frag.is_empty() && gpu_name.to_ascii_uppercase().contains(frag))
+            .map(|(n, _, json)| (*n, Profile::from_json(json).expect("built-in profiles are tested")))
+    }
+}
+
+/// `$XDG_CACHE_HOME/ozaki` or `$HOME/.cache/ozaki` (the same folder the GPU kernel cache uses).
+pub fn cache_dir() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(x) if !x.is_empty() => PathBuf::from(x),
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
+    };
+    Some(base.join("ozaki"))
+}
+
+/// File-name slug of a GPU name: lower case, runs of other characters become `-`
+/// (`NVIDIA H200` → `nvidia-h200`).
+pub fn gpu_slug(gpu_name: &str) -> String {
+    let mut s = String::new();
+    for c in gpu_name.chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.ends_with('-') {
+            s.push('-');
+        }
+    }
+    s.trim_matches('-').to_string()
+}
+
+/// The per-GPU default profile path (`None` without a cache directory).
+pub fn default_path(gpu_name: Option<&str>) -> Option<PathBuf> {
+    Some(default_path_in(&cache_dir()?, gpu_name))
+}
+
+/// The per-GPU default profile path under a given cache directory.
+pub fn default_path_in(cache: &Path, gpu_name: Option<&str>) -> PathBuf {
+    let slug = gpu_name.map(gpu_slug).filter(|s| !s.is_empty()).unwrap_or_else(|| "cpu".into());
+    cache.join(format!("profile-{slug}.json"))
+}
+
+/// Resolves the profile to use (see the module docs for the order). Returns the profile,
+/// where it came from, and a warning to print once when it is not one measured here.
+///
+/// # Errors
+/// `OZAKI_PROFILE` names a file that cannot be read or parsed (an explicit request that
+/// fails is an error, not a silent fallback).
+pub fn resolve(env_profile: Option<&str>, gpu_name: Option<&str>) -> Result<(Profile, ProfileSource, Option<String>), String> {
+    resolve_in(env_profile, gpu_name, cache_dir().as_deref())
+}
+
+/// [`resolve`] with an explicit cache directory (`None`: no cache lookup).
+///
+/// # Errors
+/// As [`resolve`].
+pub fn resolve_in(env_profile: Option<&str>, gpu_name: Option<&str>, cache: Option<&Path>) -> Result<(Profile, ProfileSource, Option<String>), String> {
+    if let Some(p) = env_profile.filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(p);
+        return Profile::load(&path).map(|prof| (prof, ProfileSource::Env(path), None)).map_err(|e| format!("OZAKI_PROFILE: {e}"));
+    }
+    if let Some(path) = cache.map(|c| default_path_in(c, gpu_name))
+        && path.is_file()
+    {
+        match Profile::load(&path) {
+            Ok(prof) => return Ok((prof, ProfileSource::Cache(path), None)),
+            Err(e) => {
+                // A broken cached profile falls through to the built-in one, loudly.
+                let (prof, src, w) = built_in_fallback(gpu_name);
+                let w = format!("ignoring unreadable profile {e}; {}", w.unwrap_or_default());
+                return Ok((prof, src, Some(w)));
+            }
+        }
+    }
+    let (prof, src, w) = built_in_fallback(gpu_name);
+    Ok((prof, src, w))
+}
+
+fn built_in_fallback(gpu_name: Option<&str>) -> (Profile, ProfileSource, Option<String>) {
+    if let Some(g) = gpu_name
+        && let Some((name, prof)) = Profile::built_in_for_gpu(g)
+    {
+        let w = format!(
+            "no calibrated profile for {g} on this machine; using the built-in {name} profile ({}); run `ozaki calibrate` for one measured here",
+            prof.source
+        );
+        return (prof, ProfileSource::BuiltIn(name), Some(w));
+    }
+    let prof = Profile::built_in("cpu-only").expect("cpu-only profile ships");
+    let w = match gpu_name {
+        Some(g) => format!("no profile for GPU {g}; using the CPU-only built-in profile (GPU routes never chosen); run `ozaki calibrate`"),
+        None => "no GPU and no calibrated profile; using the CPU-only built-in profile".to_string(),
+    };
+    (prof, ProfileSource::BuiltIn("cpu-only"), Some(w))
+}

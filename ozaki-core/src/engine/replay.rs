@@ -1,0 +1,263 @@
+//! Trace replay (issue #5, `ozaki replay`): one row per call record (route chosen, predicted
+//! time per route, storage mode, reconstruction host, rate) and the composites of the paper's
+//! §6.1 conventions (brief §5.5): work-weighted harmonic speedups — Σ t_baseline / Σ t_auto,
+//! which is the FLOP-weighted harmonic composition of rates — against running every record
+//! on one route, FLOP-weighted quantiles of n̄, and each route's share of the work.
+//!
+//! Two models can price a trace: a measured [`Profile`] (what the shim would do on that
+//! machine, host link and CPU BLAS included) or a [`Platform`] through the paper's reduced
+//! model (device-resident projections).
+
+use super::choose::Engine;
+use super::platforms::Platform;
+use super::reduced::{self, RateOptions};
+use super::{CallShape, Residency};
+use crate::route::Route;
+use crate::stats::{SMALL_NBAR, WeightedSamples};
+use crate::trace::{CallRecord, Routine};
+use std::io::Write;
+
+/// What prices the records.
+pub enum ReplayModel<'a> {
+    /// A measured profile through the shim's engine; `moduli` gives the count the numerics
+    /// would choose for a shape (`None`: the contract cannot be met).
+    Measured {
+        /// The engine (profile, threads, cache).
+        engine: &'a Engine,
+        /// Moduli count per shape.
+        moduli: &'a dyn Fn(&CallShape) -> Option<u32>,
+    },
+    /// A platform through the paper's reduced model.
+    Reduced {
+        /// The platform.
+        platform: &'a Platform,
+        /// ComputeRate options (co-design roof, Garner).
+        options: RateOptions,
+    },
+}
+
+/// One replayed record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The record's sequence number.
+    pub seq: u64,
+    /// dgemm or dsyrk.
+    pub routine: Routine,
+    /// Rows of C.
+    pub m: u64,
+    /// Columns of C.
+    pub n: u64,
+    /// Inner dimension.
+    pub k: u64,
+    /// n̄ = 2mn/(m+n).
+    pub nbar: f64,
+    /// Useful FLOP.
+    pub flops: f64,
+    /// The route the model chooses.
+    pub route: String,
+    /// Predicted seconds per route, in the model's route order (infinite when excluded).
+    pub predicted_s: Vec<(String, f64)>,
+    /// Storage mode of the chosen route.
+    pub storage: String,
+    /// Where the chosen route reconstructs (`-` for none).
+    pub recon_host: String,
+    /// Moduli count of the chosen route, when emulated.
+    pub moduli: Option<u32>,
+    /// Predicted rate of the chosen route, FLOP/s.
+    pub rate: f64,
+    /// Why.
+    pub reason: String,
+}
+
+impl Row {
+    /// Predicted seconds of the chosen route.
+    pub fn chosen_seconds(&self) -> f64 {
+        self.predicted_s.iter().find(|(r, _)| *r == self.route).map_or(f64::INFINITY, |(_, s)| *s)
+    }
+}
+
+/// The composites of a replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Composites {
+    /// Records replayed.
+    pub records: usize,
+    /// Total useful FLOP.
+    pub flops: f64,
+    /// Σ predicted seconds of the auto choice.
+    pub auto_seconds: f64,
+    /// Per route: Σ predicted seconds if every record ran on it (records the route cannot
+    /// take count at the vendor time for a measured profile, the shim's fallback), and the
+    /// number of records it could not take.
+    pub all_route_seconds: Vec<(String, f64, usize)>,
+    /// Per route: Σ_all-route seconds / Σ auto seconds (≥ 1 means auto is faster).
+    pub speedup_vs: Vec<(String, f64)>,
+    /// FLOP-weighted n̄ quantiles (q25, median, q75).
+    pub nbar_quartiles: (f64, f64, f64),
+    /// FLOP fraction of records with n̄ ≤ [`SMALL_NBAR`] (256).
+    pub work_nbar_le_256: f64,
+    /// Per route: FLOP share of the records auto sent there.
+    pub work_share: Vec<(String, f64)>,
+}
+
+/// Replays the records through a model.
+pub fn replay(calls: &[CallRecord], model: &ReplayModel<'_>) -> (Vec<Row>, Composites) {
+    let rows: Vec<Row> = calls.iter().map(|c| replay_one(c, model)).collect();
+    let comp = composites(&rows, model);
+    (rows, comp)
+}
+
+fn replay_one(c: &CallRecord, model: &ReplayModel<'_>) -> Row {
+    let shape = CallShape::from_record(c);
+    let base = Row {
+        seq: c.seq,
+        routine: c.routine,
+        m: shape.m,
+        n: shape.n,
+        k: shape.k,
+        nbar: shape.nbar(),
+        flops: shape.flops(),
+        route: String::new(),
+        predicted_s: Vec::new(),
+        storage: "-".into(),
+        recon_host: "-".into(),
+        moduli: None,
+        rate: 0.0,
+        reason: String::new(),
+    };
+    match model {
+        ReplayModel::Measured { engine, moduli } => {
+            let r = if shape.no_product() { None } else { moduli(&shape) };
+            let est = engine.estimates(&shape, r);
+            let d = engine.decide(&shape, r);
+            let chosen = est.iter().find(|e| e.route == d.route);
+            let predicted_s: Vec<(String, f64)> = est.iter().map(|e| (e.route.name().to_string(), e.seconds)).collect();
+            let secs = chosen.map_or(f64::INFINITY, |e| e.seconds);
+            Row {
+                route: d.route.name().to_string(),
+                predicted_s,
+                storage: chosen.map_or("-", |e| e.storage).to_string(),
+                recon_host: chosen.map_or("-", |e| e.recon_host).to_string(),
+                moduli: d.moduli,
+                rate: if secs > 0.0 { base.flops / secs } else { 0.0 },
+                reason: d.prediction.reason.clone(),
+                ..base
+            }
+        }
+        ReplayModel::Reduced { platform, options } => {
+            // The paper's work convention: W = 2mnk, dsyrk mnk (brief §5.2).
+            let w = match shape.routine {
+                Routine::Dgemm => 2.0 * shape.m as f64 * shape.n as f64 * shape.k as f64,
+                Routine::Dsyrk => shape.m as f64 * shape.n as f64 * shape.k as f64,
+            };
+            let rates = reduced::rate_record(platform, &shape.with_residency(Residency::Device), *options);
+            let mut predicted_s: Vec<(String, f64)> = rates.routes.iter().map(|(n, s)| (n.to_string(), w / s.rate)).collect();
+            predicted_s.push(("native".into(), w / platform.native_fp64));
+            let (bn, bs) = &rates.routes[rates.best];
+            let native_wins = platform.native_fp64 > bs.rate;
+            let (route, rate, storage, recon, reason) = if native_wins || shape.no_product() {
+                ("native".to_string(), platform.native_fp64, "-".to_string(), "-", format!("native {:.1} TF beats the best emulated route {bn} ({:.1} TF)", platform.native_fp64 / 1e12, bs.rate / 1e12))
+            } else {
+                (bn.to_string(), bs.rate, bs.tag.to_string(), "simt-garner", format!("{bn} via {} at {:.1} TF", bs.tag, bs.rate / 1e12))
+            };
+            Row {
+                route,
+                predicted_s,
+                storage,
+                recon_host: recon.into(),
+                moduli: platform.route(bn).filter(|_| !native_wins).map(|r| r.r),
+                rate,
+                reason,
+                flops: w,
+                ..base
+            }
+        }
+    }
+}
+
+fn composites(rows: &[Row], model: &ReplayModel<'_>) -> Composites {
+    let flops: f64 = rows.iter().map(|r| r.flops).sum();
+    let auto_seconds: f64 = rows.iter().map(Row::chosen_seconds).sum();
+    let names: Vec<String> = rows.first().map(|r| r.predicted_s.iter().map(|(n, _)| n.clone()).collect()).unwrap_or_default();
+    let measured = matches!(model, ReplayModel::Measured { .. });
+    let mut all_route_seconds = Vec::new();
+    for name in &names {
+        let (mut total, mut missing) = (0.0, 0usize);
+        for r in rows {
+            let t = r.predicted_s.iter().find(|(n, _)| n == name).map_or(f64::INFINITY, |x| x.1);
+            if t.is_finite() {
+                total += t;
+            } else {
+                missing += 1;
+                // The shim falls back to the vendor BLAS when a forced route cannot run.
+                let fb = if measured { r.predicted_s.iter().find(|(n, _)| n == Route::Vendor.name()).map_or(f64::INFINITY, |x| x.1) } else { f64::INFINITY };
+                total += fb;
+            }
+        }
+        all_route_seconds.push((name.clone(), total, missing));
+    }
+    let speedup_vs = all_route_seconds.iter().map(|(n, t, _)| (n.clone(), t / auto_seconds)).collect();
+    let nw = WeightedSamples::new(rows.iter().map(|r| (r.nbar, r.flops)));
+    let q = |x| nw.quantile(x).unwrap_or(f64::NAN);
+    let quart = (q(0.25), q(0.5), q(0.75));
+    let mut work_share: Vec<(String, f64)> = Vec::new();
+    for r in rows {
+        match work_share.iter_mut().find(|(n, _)| *n == r.route) {
+            Some(x) => x.1 += r.flops,
+            None => work_share.push((r.route.clone(), r.flops)),
+        }
+    }
+    for x in &mut work_share {
+        x.1 = if flops > 0.0 { x.1 / flops } else { 0.0 };
+    }
+    work_share.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Composites {
+        records: rows.len(),
+        flops,
+        auto_seconds,
+        all_route_seconds,
+        speedup_vs,
+        nbar_quartiles: quart,
+        work_nbar_le_256: nw.share_at_most(SMALL_NBAR),
+        work_share,
+    }
+}
+
+/// Writes the per-record CSV: identity, geometry, the choice and its audit fields, then one
+/// `t_<route>_s` column per route.
+///
+/// # Errors
+/// I/O errors of `out`.
+pub fn write_csv(rows: &[Row], out: &mut dyn Write) -> std::io::Result<()> {
+    let names: Vec<&str> = rows.first().map(|r| r.predicted_s.iter().map(|(n, _)| n.as_str()).collect()).unwrap_or_default();
+    write!(out, "seq,routine,m,n,k,nbar,flops,route,storage,recon_host,moduli,rate_gflops")?;
+    for n in &names {
+        write!(out, ",t_{n}_s")?;
+    }
+    writeln!(out, ",reason")?;
+    for r in rows {
+        let routine = match r.routine {
+            Routine::Dgemm => "dgemm",
+            Routine::Dsyrk => "dsyrk",
+        };
+        write!(
+            out,
+            "{},{routine},{},{},{},{:.1},{:.6e},{},{},{},{},{:.3}",
+            r.seq,
+            r.m,
+            r.n,
+            r.k,
+            r.nbar,
+            r.flops,
+            r.route,
+            r.storage,
+            r.recon_host,
+            r.moduli.map_or(String::new(), |m| m.to_string()),
+            r.rate / 1e9
+        )?;
+        for (_, s) in &r.predicted_s {
+            if s.is_finite() { write!(out, ",{s:.6e}")? } else { write!(out, ",")? }
+        }
+        writeln!(out, ",\"{}\"", r.reason.replace('"', "'"))?;
+    }
+    Ok(())
+}

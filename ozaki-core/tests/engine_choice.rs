@@ -1,0 +1,268 @@
+//! The measured engine: profile loading order, the choice rule under the accuracy contract,
+//! the decision cache, and calibration fits/validation (issue #5).
+
+use ozaki_core::engine::calibrate::{self, Direction, GpuMeasurements, HostMemory, LinkSample, Measurements, Plan, RouteSample, StreamSample, CpuSamples};
+use ozaki_core::engine::choose::{Engine, blas_threads};
+use ozaki_core::engine::model::{Sample, predict};
+use ozaki_core::engine::profile::{self, Profile, ProfileSource, Reached};
+use ozaki_core::engine::{CallShape, Residency};
+use ozaki_core::route::Route;
+use ozaki_core::trace::Routine;
+use std::sync::Arc;
+
+fn h200() -> Profile {
+    Profile::built_in("h200").expect("h200 ships")
+}
+
+fn tmpdir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ozaki-engine-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn built_in_profiles_load_and_match_their_gpu() {
+    for (name, _, _) in profile::BUILT_IN {
+        let p = Profile::built_in(name).unwrap();
+        assert_eq!(p.version, profile::PROFILE_VERSION);
+        assert!(!p.cpu.blas.is_empty(), "{name} has CPU timings");
+    }
+    let (name, p) = Profile::built_in_for_gpu("NVIDIA H200").unwrap();
+    assert_eq!(name, "h200");
+    assert!(p.gpu.is_some());
+    assert!(Profile::built_in_for_gpu("NVIDIA A100-SXM4-40GB").is_none());
+    assert_eq!(profile::gpu_slug("NVIDIA H200 NVL"), "nvidia-h200-nvl");
+}
+
+#[test]
+fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
+    let dir = tmpdir("resolve");
+    // Built-in for the detected GPU, with a warning naming `ozaki calibrate`.
+    let (p, src, warn) = profile::resolve_in(None, Some("NVIDIA H200"), Some(&dir)).unwrap();
+    assert_eq!(src, ProfileSource::BuiltIn("h200"));
+    assert!(p.gpu.is_some());
+    assert!(warn.unwrap().contains("ozaki calibrate"));
+    // No GPU: CPU-only built-in.
+    let (p, _, warn) = profile::resolve_in(None, None, Some(&dir)).unwrap();
+    assert!(p.gpu.is_none() && warn.is_some());
+    // A profile in the cache dir for this GPU wins over the built-in, silently.
+    let mut mine = h200();
+    mine.name = "measured-here".into();
+    mine.save(&profile::default_path_in(&dir, Some("NVIDIA H200"))).unwrap();
+    let (p, src, warn) = profile::resolve_in(None, Some("NVIDIA H200"), Some(&dir)).unwrap();
+    assert_eq!(p.name, "measured-here");
+    assert!(matches!(src, ProfileSource::Cache(_)) && warn.is_none());
+    // OZAKI_PROFILE wins over both; a missing or newer-version file is an error.
+    let explicit = dir.join("explicit.json");
+    mine.name = "explicit".into();
+    mine.save(&explicit).unwrap();
+    let (p, _, _) = profile::resolve_in(explicit.to_str(), Some("NVIDIA H200"), Some(&dir)).unwrap();
+    assert_eq!(p.name, "explicit");
+    assert!(profile::resolve_in(Some("/nonexistent/p.json"), None, Some(&dir)).unwrap_err().contains("OZAKI_PROFILE"));
+    let text = std::fs::read_to_string(&explicit).unwrap().replacen("\"version\": 1", "\"version\": 99", 1);
+    assert!(Profile::from_json(&text).unwrap_err().contains("newer"));
+}
+
+#[test]
+fn tiny_calls_stay_on_the_vendor_blas_and_big_ones_go_to_the_gpu() {
+    let e = Engine::new(h200(), 16);
+    let tiny = e.decide(&CallShape::gemm(8, 8, 8), Some(14));
+    assert_eq!(tiny.route, Route::Vendor, "{}", tiny.prediction.reason);
+    let big = e.decide(&CallShape::gemm(8192, 8192, 8192), Some(14));
+    assert_ne!(big.route, Route::Vendor, "{}", big.prediction.reason);
+    // Every priced route appears in the trace prediction, and the reason names the winner.
+    assert_eq!(big.prediction.predicted_s.len(), 3);
+    assert!(big.prediction.reason.starts_with(big.route.name()));
+    // No product: vendor, without pricing anything.
+    let empty = e.decide(&CallShape { alpha_zero: true, ..CallShape::gemm(4096, 4096, 4096) }, Some(14));
+    assert_eq!(empty.route, Route::Vendor);
+}
+
+#[test]
+fn accuracy_contract_and_reached_and_memory_exclude_gpu_ozaki() {
+    let mut p = h200();
+    // Make GPU Ozaki clearly fastest on device-resident data so only exclusions can stop it.
+    if let Some(g) = p.gpu.as_mut() {
+        g.fp64.s_per_mnk *= 10.0;
+    }
+    let shape = CallShape::gemm(16384, 16384, 16384).with_residency(Residency::Device);
+    let e = Engine::new(p.clone(), 16);
+    assert_eq!(e.decide(&shape, Some(14)).route, Route::GpuOzaki);
+    let d = e.decide(&shape, None);
+    assert_eq!(d.route, Route::GpuNative);
+    assert!(d.prediction.reason.contains("accuracy contract"), "{}", d.prediction.reason);
+    // A route that did not reach its hardware is never chosen.
+    let mut q = p.clone();
+    q.gpu.as_mut().unwrap().reached.insert("gpu-ozaki".into(), Reached { ok: false, evidence: "no IMMA/IGMMA in SASS".into() });
+    let d = Engine::new(q, 16).decide(&shape, Some(14));
+    assert_eq!(d.route, Route::GpuNative);
+    assert!(d.prediction.reason.contains("IMMA"), "{}", d.prediction.reason);
+    // Not enough device memory for the planes.
+    let mut q = p;
+    q.gpu.as_mut().unwrap().free_bytes = 4 << 30;
+    let est = predict(&q, &shape, Route::GpuOzaki, Some(14), 16);
+    assert!(est.excluded.unwrap().contains("GiB"));
+}
+
+#[test]
+fn the_switch_margin_keeps_the_default_when_the_gain_is_within_model_error() {
+    let mut p = h200();
+    let shape = CallShape::gemm(2048, 2048, 2048);
+    let est = ozaki_core::engine::model::predict_all(&p, &shape, Some(14), 16);
+    let v = est[0].seconds;
+    let g = est[1].seconds.min(est[2].seconds);
+    // A margin just above the predicted gain keeps the vendor route; just below leaves it.
+    p.choice.min_gain = v / g * 1.01;
+    assert_eq!(Engine::new(p.clone(), 16).decide(&shape, Some(14)).route, Route::Vendor);
+    p.choice.min_gain = v / g * 0.99;
+    assert_ne!(Engine::new(p, 16).decide(&shape, Some(14)).route, Route::Vendor);
+}
+
+#[test]
+fn decisions_are_cached_per_shape_and_moduli() {
+    let e = Engine::new(h200(), 16);
+    let s = CallShape::gemm(300, 200, 100);
+    let a = e.decide(&s, Some(14));
+    let b = e.decide(&s, Some(14));
+    assert!(Arc::ptr_eq(&a, &b), "second decision for the same shape must come from the cache");
+    let c = e.decide(&s, Some(16));
+    assert!(!Arc::ptr_eq(&a, &c));
+    let d = e.decide(&CallShape { beta_zero: false, ..s }, Some(14));
+    assert!(!Arc::ptr_eq(&a, &d));
+}
+
+#[test]
+fn host_link_is_priced_for_host_resident_calls_only() {
+    let p = h200();
+    let host = CallShape::gemm(4096, 4096, 4096);
+    let dev = host.with_residency(Residency::Device);
+    let th = predict(&p, &host, Route::GpuNative, None, 16);
+    let td = predict(&p, &dev, Route::GpuNative, None, 16);
+    assert!(th.terms.iter().any(|t| t.name == "h2d") && !td.terms.iter().any(|t| t.name == "h2d"));
+    // 3 × 128 MiB over the staged link dominates a 2.3 ms product.
+    let link = p.gpu.as_ref().unwrap().link.h2d_staged;
+    assert!(th.seconds - td.seconds > 0.9 * 8.0 * 2.0 * 4096.0 * 4096.0 / link);
+    // beta != 0 uploads C too.
+    let tb = predict(&p, &CallShape { beta_zero: false, ..host }, Route::GpuNative, None, 16);
+    assert!(tb.seconds > th.seconds);
+}
+
+#[test]
+fn blas_threads_follow_the_environment() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+    assert_eq!(blas_threads(env(&[]), 16), 16);
+    assert_eq!(blas_threads(env(&[("OMP_NUM_THREADS", "4,2")]), 16), 4);
+    assert_eq!(blas_threads(env(&[("OMP_NUM_THREADS", "4"), ("OPENBLAS_NUM_THREADS", "1")]), 16), 1);
+    assert_eq!(blas_threads(env(&[("OMP_NUM_THREADS", "0")]), 8), 8);
+}
+
+/// Synthetic measurements generated from a known profile.
+fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements {
+    let g = truth.gpu.as_ref().unwrap();
+    let plan = Plan::standard(false);
+    let time = |m: &ozaki_core::engine::model::WorkModel, (a, b, c): (u64, u64, u64)| Sample { routine: Routine::Dgemm, m: a, n: b, k: c, seconds: m.base_seconds(&CallShape::gemm(a, b, c).work()) };
+    let link = |d, mem, bw: f64| [1u64 << 16, 1 << 24, 1 << 28].map(|b| LinkSample { direction: d, memory: mem, bytes: b, seconds: g.link.latency_s + b as f64 / bw });
+    let mut links = Vec::new();
+    links.extend(link(Direction::H2d, HostMemory::Pinned, g.link.h2d_pinned));
+    links.extend(link(Direction::D2h, HostMemory::Pinned, g.link.d2h_pinned));
+    links.extend(link(Direction::H2d, HostMemory::Staged, g.link.h2d_staged));
+    links.extend(link(Direction::D2h, HostMemory::Staged, g.link.d2h_staged));
+    let stream = |pe: &ozaki_core::engine::profile::PerElement| [(1u64 << 20, 8u32), (1 << 24, 14), (1 << 24, 18)].map(|(e, r)| StreamSample { elems: e, moduli: r, seconds: e as f64 * (pe.s_per_elem + r as f64 * pe.s_per_elem_modulus) });
+    let cpu = &truth.cpu.blas[0];
+    let mut routes = Vec::new();
+    for &(m, n, k) in route_shapes {
+        for r in [Route::Vendor, Route::GpuNative, Route::GpuOzaki] {
+            let shape = CallShape::gemm(m, n, k);
+            routes.push(RouteSample { route: r.name().into(), m, n, k, residency: Residency::Host, moduli: Some(14), seconds: predict(truth, &shape, r, Some(14), cpu.threads).seconds });
+        }
+    }
+    Measurements {
+        version: 1,
+        machine: truth.machine.clone(),
+        vendor_blas: "synthetic".into(),
+        call_overhead_s: truth.cpu.call_overhead_s,
+        cpu: vec![CpuSamples { threads: cpu.threads, samples: plan.cpu_shapes.iter().map(|&s| time(&cpu.model, s)).collect() }],
+        gpu: Some(GpuMeasurements {
+            name: g.name.clone(),
+            memory_bytes: g.memory_bytes,
+            free_bytes: g.free_bytes,
+            largest_alloc_bytes: g.free_bytes - g.reserve_bytes,
+            fp64: plan.gpu_shapes.iter().map(|&s| time(&g.fp64, s)).collect(),
+            int8: plan.gpu_shapes.iter().map(|&s| time(&g.int8, s)).collect(),
+            convert: stream(&g.convert).to_vec(),
+            reconstruct: stream(&g.reconstruct).to_vec(),
+            launch_s: g.launch_s,
+            sync_s: g.sync_s,
+            ozaki_launches: g.ozaki_launches,
+            link: links,
+            reached: Default::default(),
+        }),
+        routes,
+    }
+}
+
+/// The h200 profile's physical terms only (no corrections), as ground truth.
+fn smooth_truth() -> Profile {
+    let mut t = h200();
+    t.corrections.clear();
+    for c in &mut t.cpu.blas {
+        c.model.correction.points.clear();
+    }
+    let g = t.gpu.as_mut().unwrap();
+    g.fp64.correction.points.clear();
+    g.int8.correction.points.clear();
+    g.link.latency_s = 10e-6;
+    g.overlap = 0.5;
+    t
+}
+
+#[test]
+fn fit_profile_recovers_the_machine_that_produced_the_measurements() {
+    let truth = smooth_truth();
+    let meas = synthetic(&truth, &[(1024, 1024, 1024), (4096, 4096, 4096), (65536, 64, 64), (256, 256, 256)]);
+    let fitted = calibrate::fit_profile(&meas, "fitted", "synthetic").unwrap();
+    assert!((fitted.gpu.as_ref().unwrap().overlap - 0.5).abs() < 1e-9, "overlap fitted from end-to-end timings");
+    for &(m, n, k) in &calibrate::validation_shapes() {
+        let s = CallShape::gemm(m, n, k);
+        for r in [Route::Vendor, Route::GpuNative, Route::GpuOzaki] {
+            let (a, b) = (predict(&fitted, &s, r, Some(14), 16).seconds, predict(&truth, &s, r, Some(14), 16).seconds);
+            assert!((a / b - 1.0).abs() < 0.01, "{r} {m}x{n}x{k}: fitted {a} truth {b}");
+        }
+    }
+}
+
+#[test]
+fn validation_plan_is_held_out_and_covers_the_shape_space() {
+    let plan = Plan::standard(false);
+    let v = &plan.validation_shapes;
+    assert!(v.len() >= 40, "{} shapes", v.len());
+    for s in v {
+        assert!(!plan.gpu_shapes.contains(s) && !plan.cpu_shapes.contains(s) && !plan.route_shapes.contains(s), "{s:?} is also a calibration shape");
+    }
+    let nbar = |&(m, n, _): &(u64, u64, u64)| 2.0 * (m * n) as f64 / (m + n) as f64;
+    assert!(v.iter().any(|s| nbar(s) < 32.0), "tiny");
+    assert!(v.iter().any(|s| nbar(s) >= 4096.0), "large");
+    assert!(v.iter().filter(|&&(m, n, k)| m == n && n == k).count() >= 10, "squares");
+    assert!(v.iter().filter(|&&(m, n, _)| m >= 32 * n || n >= 32 * m).count() >= 4, "tall/skinny");
+    assert!(v.iter().filter(|&&(m, n, k)| k >= 16 * m.max(n)).count() >= 3, "k-heavy");
+}
+
+#[test]
+fn validate_scores_a_perfect_model_as_perfect_and_a_biased_one_as_biased() {
+    let truth = smooth_truth();
+    let shapes: Vec<(u64, u64, u64)> = calibrate::validation_shapes().into_iter().filter(|&(m, n, k)| m * n * k <= 1 << 33).collect();
+    let meas = synthetic(&truth, &shapes);
+    let rep = calibrate::validate(&truth, 16, &meas.routes, &|_| Some(14));
+    assert!(rep.overall_median_abs_err < 1e-9);
+    assert!((rep.auto_total_s / rep.oracle_total_s - 1.0).abs() < 0.05);
+    // A profile that thinks the host link is 3x faster than it is: the error shows, and auto
+    // loses time against the oracle wherever that misleads it.
+    let mut biased = truth.clone();
+    biased.gpu.as_mut().unwrap().link.h2d_staged *= 3.0;
+    biased.gpu.as_mut().unwrap().link.d2h_staged *= 3.0;
+    let rep = calibrate::validate(&biased, 16, &meas.routes, &|_| Some(14));
+    let native = rep.median_abs_err.iter().find(|(r, _)| r == "gpu-native").unwrap().1;
+    assert!(native > 0.05, "biased native error {native}");
+    assert!(rep.auto_total_s > rep.oracle_total_s * 1.01, "auto {} oracle {}", rep.auto_total_s, rep.oracle_total_s);
+}
