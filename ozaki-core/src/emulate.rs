@@ -27,7 +27,7 @@
 //! GPU route must produce the same bits as this module.
 
 use crate::blas::{GemmArgs, SyrkArgs, Trans, Uplo};
-use crate::exact::ldexp;
+use crate::exact::{exponent, ldexp, pow2};
 use crate::kernel;
 use crate::moduli::{CrtPlan, INT8_MODULI, MAX_MODULI, MIN_MODULI};
 pub use crate::reconstruct::Reconstruction;
@@ -175,18 +175,34 @@ fn threads(cfg: &EmulationConfig) -> usize {
     if cfg.threads > 0 { cfg.threads } else { std::thread::available_parallelism().map_or(1, |n| n.get()) }
 }
 
-/// Line exponents, coarse magnitudes and scaled 2-norms of the lines of a packed operand.
-fn scan_lines(x: &[f64], lines: usize, k: usize) -> Result<(Vec<Option<i32>>, Vec<i16>, Vec<f64>), Fallback> {
+/// What the scan learns about the lines of one packed operand.
+struct LineScan {
+    exps: Vec<Option<i32>>,
+    /// Coarse magnitudes `ā` (packed like the operand).
+    coarse: Vec<i16>,
+    /// `2^(E(x) - e)` per entry (0 for zeros and below 2^-1074), packed like the operand.
+    pow: Vec<f64>,
+    /// Scaled 2-norms `||x||_2 2^-e`.
+    norms: Vec<f64>,
+}
+
+/// Line exponents, coarse magnitudes, exponent powers and scaled 2-norms of a packed operand.
+fn scan_lines(x: &[f64], lines: usize, k: usize) -> Result<LineScan, Fallback> {
     let mut exps = Vec::with_capacity(lines);
     let mut coarse_vals = vec![0i16; lines * k];
+    let mut pow = vec![0.0f64; lines * k];
     let mut norms = vec![0.0; lines];
     for i in 0..lines {
         let line = &x[i * k..(i + 1) * k];
         let e = line_exponent(line.iter().copied()).map_err(|()| Fallback::NonFinite)?;
         if let Some(e) = e {
             let mut s = 0.0;
-            for (c, &v) in coarse_vals[i * k..(i + 1) * k].iter_mut().zip(line) {
+            for ((c, pw), &v) in coarse_vals[i * k..(i + 1) * k].iter_mut().zip(&mut pow[i * k..(i + 1) * k]).zip(line) {
                 *c = i16::from(coarse(v, e));
+                if v != 0.0 {
+                    let d = exponent(v) - e;
+                    *pw = if d >= -1074 { pow2(d) } else { 0.0 };
+                }
                 let t = ldexp(v, -i64::from(e));
                 s += t * t;
             }
@@ -194,7 +210,7 @@ fn scan_lines(x: &[f64], lines: usize, k: usize) -> Result<(Vec<Option<i32>>, Ve
         }
         exps.push(e);
     }
-    Ok((exps, coarse_vals, norms))
+    Ok(LineScan { exps, coarse: coarse_vals, pow, norms })
 }
 
 fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<EmulationInfo, Fallback> {
@@ -207,13 +223,10 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
         return Err(Fallback::InvalidModuli { moduli: r });
     }
     // 2. Scan.
-    let (rows, abar, na) = scan_lines(&p.a, m, k)?;
-    let (cols, bbar, nb) = if p.b.is_some() {
-        scan_lines(p.b(), n, k)?
-    } else {
-        (rows.clone(), Vec::new(), na.clone())
-    };
-    let exps = Exponents { rows, cols };
+    let sa = scan_lines(&p.a, m, k)?;
+    let sb = if p.b.is_some() { Some(scan_lines(p.b(), n, k)?) } else { None };
+    let sb_ref = sb.as_ref().unwrap_or(&sa);
+    let exps = Exponents { rows: sa.exps.clone(), cols: sb_ref.exps.clone() };
     if let Some(s) = exps.max_sum()
         && s + clog2(k as u64) + 8 > 1023
     {
@@ -221,11 +234,10 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
     }
     ph.mark("scan");
     // 3. Coarse product and choice.
-    let (g, bounds) = match cfg.scaling {
-        ScalingMode::Fast => (None, CoarseBounds::fast(m, n, k)),
+    let bounds = match cfg.scaling {
+        ScalingMode::Fast => CoarseBounds::fast(m, n, k),
         ScalingMode::Accurate => {
-            let bb = if p.b.is_some() { &bbar } else { &abar };
-            let g = kernel::coarse_product(&abar, bb, m, n, k, p.tri, th);
+            let g = kernel::coarse_product(&sa.coarse, &sb_ref.coarse, m, n, k, p.tri, th);
             let mut bounds = CoarseBounds::from_product(&g, m, n);
             if let Some(_t) = p.tri {
                 // Only one triangle of G was computed; G is symmetric, so the line maxima
@@ -233,11 +245,12 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
                 let both: Vec<u64> = bounds.rows.iter().zip(&bounds.cols).map(|(a, b)| *a.max(b)).collect();
                 bounds = CoarseBounds { rows: both.clone(), cols: both };
             }
-            (Some(g), bounds)
+            bounds
         }
     };
+    let h = kernel::f64_product(&sa.pow, &sb_ref.pow, m, n, k, p.tri, th);
     ph.mark("coarse");
-    let stats = CallStats { m, n, exps: &exps, bounds: &bounds, coarse: g.as_deref(), row_norms: &na, col_norms: &nb, tri: p.tri };
+    let stats = CallStats { k, a: &p.a, b: p.b(), m, n, exps: &exps, bounds: &bounds, scale: &h, row_norms: &sa.norms, col_norms: &sb_ref.norms, tri: p.tri };
     let forced = match cfg.moduli {
         Moduli::Auto => None,
         Moduli::Fixed(r) => Some(r),
@@ -259,7 +272,7 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
     let aq = quant(&p.a, m, &sc.sigma);
     let bq = if p.b.is_some() { Some(quant(p.b(), n, &sc.tau)) } else { None };
     ph.mark("quantize");
-    // Residue planes and products, modulus by modulus.
+    // Residue planes and products, modulus by modulus; residues stored entry-major.
     let mut planes = vec![0i8; r * m * n];
     let mut pa = vec![0i16; m * k];
     let mut pb = vec![0i16; if bq.is_some() { n * k } else { 0 }];
@@ -269,16 +282,16 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
             centred_into(bq, mt, &mut pb);
         }
         let bplane = if bq.is_some() { &pb } else { &pa };
-        kernel::residue_product(&pa, bplane, m, n, k, mt, p.tri, &mut planes[t * m * n..(t + 1) * m * n], th);
+        kernel::residue_product(&pa, bplane, m, n, k, mt, p.tri, &mut planes, r, t, th);
     }
     ph.mark("products");
     // 5. Reconstruct.
     let plan = CrtPlan::get(r);
-    let mn = m * n;
     kernel::for_each_output(out, m, n, p.tri, th, |i, j, o| {
         let mut res = [0i32; MAX_MODULI];
-        for (t, v) in res[..r].iter_mut().enumerate() {
-            *v = i32::from(planes[t * mn + i + j * m]);
+        let entry = &planes[(i + j * m) * r..(i + j * m + 1) * r];
+        for (v, &x) in res.iter_mut().zip(entry) {
+            *v = i32::from(x);
         }
         let s = i64::from(sc.sigma[i]) + i64::from(sc.tau[j]);
         *o = crate::reconstruct::to_f64(cfg.reconstruction, &res[..r], plan, s);

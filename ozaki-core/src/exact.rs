@@ -132,7 +132,7 @@ pub fn ratio_to_f64(num: &BigInt, den: &BigUint) -> f64 {
 /// Holds `sum_l a_l b_l` exactly as an integer times `2^-2148` (the smallest product
 /// exponent), in radix-2^32 digits stored in `i64` so that about 2^31 additions can be done
 /// before normalising; it normalises itself. Products of finite values only.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ExactAcc {
     digits: Vec<i64>,
     adds: u32,

@@ -48,7 +48,7 @@ fn wanted(tri: Option<Uplo>, i: usize, j: usize) -> bool {
 }
 
 /// Runs `body(j0, j1, out_cols)` over column blocks on `threads` threads, where `out` is a
-/// column-major `m x n` output split by columns.
+/// column-major output with `m` elements per column, split by columns.
 fn par_columns<T: Send>(out: &mut [T], m: usize, n: usize, threads: usize, body: impl Fn(usize, usize, &mut [T]) + Sync) {
     if m == 0 || n == 0 {
         return;
@@ -80,12 +80,13 @@ fn par_columns<T: Send>(out: &mut [T], m: usize, n: usize, threads: usize, body:
 }
 
 /// Centred residues modulo `m_t` of `A^(t) B^(t)` for packed residue planes (`a`: m x k
-/// row-major, `b`: n x k column-major), written column-major into `out` (m x n). With
-/// `tri`, only that triangle is computed (the rest is left as is).
+/// row-major, `b`: n x k column-major), written to `out[(i + j m) * stride + offset]`
+/// (entry-major, so the `r` residues of one entry are adjacent for the reconstruction).
+/// With `tri`, only that triangle is computed (the rest is left as is).
 #[allow(clippy::too_many_arguments)]
-pub fn residue_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, modulus: u32, tri: Option<Uplo>, out: &mut [i8], threads: usize) {
-    assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n);
-    par_columns(&mut out[..m * n], m, n, threads, |j0, j1, cols| {
+pub fn residue_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, modulus: u32, tri: Option<Uplo>, out: &mut [i8], stride: usize, offset: usize, threads: usize) {
+    assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n * stride && offset < stride);
+    par_columns(&mut out[..m * n * stride], m * stride, n, threads, |j0, j1, cols| {
         for i0 in (0..m).step_by(ROW_BLOCK) {
             let i1 = (i0 + ROW_BLOCK).min(m);
             for j in j0..j1 {
@@ -105,7 +106,7 @@ pub fn residue_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, modul
                         }
                         reduce_i32(s, modulus)
                     };
-                    cols[(j - j0) * m + i] = v as i8;
+                    cols[((j - j0) * m + i) * stride + offset] = v as i8;
                 }
             }
         }
@@ -142,6 +143,47 @@ pub fn coarse_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, tri: O
     g
 }
 
+/// `sum_l a_l b_l` of two `f64` slices with eight independent partial sums (vectorisable;
+/// an estimate, not an exact value).
+#[inline]
+pub fn dot_f64(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f64; 8];
+    let chunks = n / 8;
+    for c in 0..chunks {
+        let (x, y) = (&a[c * 8..c * 8 + 8], &b[c * 8..c * 8 + 8]);
+        for t in 0..8 {
+            acc[t] += x[t] * y[t];
+        }
+    }
+    let mut s: f64 = acc.iter().sum();
+    for l in chunks * 8..n {
+        s += a[l] * b[l];
+    }
+    s
+}
+
+/// The fp64 product `H = P Q` (column-major m x n) of packed operands (`p`: m x k rows,
+/// `q`: n x k columns); with `tri`, only that triangle (the rest is 0).
+pub fn f64_product(p: &[f64], q: &[f64], m: usize, n: usize, k: usize, tri: Option<Uplo>, threads: usize) -> Vec<f64> {
+    let mut h = vec![0.0f64; m * n];
+    par_columns(&mut h, m, n, threads, |j0, j1, cols| {
+        for i0 in (0..m).step_by(ROW_BLOCK) {
+            let i1 = (i0 + ROW_BLOCK).min(m);
+            for j in j0..j1 {
+                let qj = &q[j * k..(j + 1) * k];
+                for i in i0..i1 {
+                    if wanted(tri, i, j) {
+                        cols[(j - j0) * m + i] = dot_f64(&p[i * k..(i + 1) * k], qj);
+                    }
+                }
+            }
+        }
+    });
+    h
+}
+
 /// Applies `f(i, j, out)` to every wanted output on `threads` threads (the reconstruction
 /// epilogue), with `out` the column-major `m x n` destination.
 pub fn for_each_output<T: Send>(out: &mut [T], m: usize, n: usize, tri: Option<Uplo>, threads: usize, f: impl Fn(usize, usize, &mut T) + Sync) {
@@ -171,12 +213,13 @@ mod tests {
                 let a: Vec<i16> = (0..m * k).map(|_| rng.int_in(-half, half - 1 + (modulus as i64 % 2)) as i16).collect();
                 let b: Vec<i16> = (0..n * k).map(|_| if rng.uniform() < 0.5 { -(half as i16) } else { rng.int_in(-half, half - 1) as i16 }).collect();
                 for threads in [1, 3] {
-                    let mut out = vec![0i8; m * n];
-                    residue_product(&a, &b, m, n, k, modulus, None, &mut out, threads);
+                    let mut out = vec![0i8; 2 * m * n];
+                    residue_product(&a, &b, m, n, k, modulus, None, &mut out, 2, 1, threads);
                     for j in 0..n {
                         for i in 0..m {
                             let s: i64 = (0..k).map(|l| i64::from(a[i * k + l]) * i64::from(b[j * k + l])).sum();
-                            assert_eq!(i32::from(out[i + j * m]), centred(s, modulus));
+                            assert_eq!(i32::from(out[2 * (i + j * m) + 1]), centred(s, modulus));
+                            assert_eq!(out[2 * (i + j * m)], 0);
                         }
                     }
                 }
@@ -189,7 +232,7 @@ mod tests {
         let (n, k) = (20, 7);
         let a: Vec<i16> = (0..n * k).map(|x| (x % 11) as i16 - 5).collect();
         let mut out = vec![99i8; n * n];
-        residue_product(&a, &a, n, n, k, 251, Some(Uplo::Lower), &mut out, 2);
+        residue_product(&a, &a, n, n, k, 251, Some(Uplo::Lower), &mut out, 1, 0, 2);
         for j in 0..n {
             for i in 0..j {
                 assert_eq!(out[i + j * n], 99);

@@ -64,19 +64,33 @@ pub enum Reconstruction {
     Fp64,
 }
 
+/// `x mod m` for `x < 2^20`, `m <= 256`, by a multiply with `floor(2^32/m) + 1` (exact
+/// in that range: the quotient estimate is off by at most one, fixed by one compare).
+#[inline(always)]
+fn mod_small(x: u32, m: u32, recip: u64) -> u32 {
+    let q = ((u64::from(x) * recip) >> 32) as u32;
+    let r = x.wrapping_sub(q.wrapping_mul(m));
+    if r >= m { r.wrapping_add(m) } else { r }
+}
+
 /// Mixed-radix digits `v_t` of the residues (module doc, exact variant).
 #[inline]
 pub fn mixed_radix(res: &[i32], plan: &CrtPlan, v: &mut [u32]) {
     let r = plan.r;
     debug_assert!(res.len() >= r && v.len() >= r);
     for t in 0..r {
-        let m = plan.moduli[t] as i64;
+        let m = plan.moduli[t];
+        let recip = (1u64 << 32) / u64::from(m) + 1;
         let inv = &plan.garner_inv[t];
-        let mut x = i64::from(res[t]).rem_euclid(m);
+        // u_t = c_t mod m_t (c_t in [-m/2, m/2)).
+        let mut x = (res[t] + m as i32) as u32;
+        x = mod_small(x, m, recip);
         for i in 0..t {
-            x = ((x - i64::from(v[i])).rem_euclid(m) * i64::from(inv[i])) % m;
+            // (x - v_i) mod m, then times m_i^{-1} mod m; v_i < 256 < m + 256.
+            let d = mod_small(x + 256 * m - v[i], m, recip);
+            x = mod_small(d * inv[i], m, recip);
         }
-        v[t] = x as u32;
+        v[t] = x;
     }
 }
 
@@ -213,6 +227,16 @@ mod tests {
             x = (x << 1usize) + BigInt::from(rng.next_u64() & 1);
         }
         if rng.next_u64() & 1 == 1 { -x } else { x }
+    }
+
+    #[test]
+    fn small_modulus_reduction_is_exact() {
+        for &m in &crate::moduli::INT8_MODULI {
+            let recip = (1u64 << 32) / u64::from(m) + 1;
+            for x in (0..1u32 << 20).step_by(7).chain([0, 1, (1 << 20) - 1]) {
+                assert_eq!(mod_small(x, m, recip), x % m, "x={x} m={m}");
+            }
+        }
     }
 
     #[test]

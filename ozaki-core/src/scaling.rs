@@ -169,6 +169,33 @@ pub fn quantize(x: f64, sigma: i32, q: Quantizer) -> i64 {
     if neg { -(v as i64) } else { v as i64 }
 }
 
+/// `||x 2^sigma - Q(x 2^sigma)||_2` over a line: the size of its quantisation error in
+/// integer units (each term `<= 1/2` for RN, `< 1` for truncation; 0 for entries that
+/// scale to integers exactly).
+pub fn quantization_error_norm(line: &[f64], sigma: i32, q: Quantizer) -> f64 {
+    let mut s2 = 0.0f64;
+    for &x in line {
+        let (mant, exp) = f64_to_dyadic(x);
+        let sh = exp + sigma;
+        if mant == 0 || sh >= 0 {
+            continue;
+        }
+        let mag = mant.unsigned_abs();
+        let s = -sh;
+        let frac = if s >= 64 {
+            crate::exact::ldexp(mag as f64, i64::from(sh))
+        } else {
+            (mag & ((1u64 << s) - 1)) as f64 * crate::exact::pow2(-s)
+        };
+        let d = match q {
+            Quantizer::Nearest => frac.min(1.0 - frac),
+            Quantizer::Truncate => frac,
+        };
+        s2 += d * d;
+    }
+    s2.sqrt()
+}
+
 /// The per-line exponents of one call (module doc, step 1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exponents {
