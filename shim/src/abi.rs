@@ -22,13 +22,19 @@
 //!
 //! ## Reference error numbering (issue #2)
 //! Fortran `dgemm`: 1 transa, 2 transb, 3 m, 4 n, 5 k, 8 lda, 10 ldb, 13 ldc; `dsyrk`: 1 uplo,
-//! 2 trans, 3 n, 4 k, 7 lda, 10 ldc. CBLAS adds the layout argument (1) in front, and reference
-//! CBLAS detects dimension errors by calling the Fortran routine, so a row-major call reports
-//! them in the order of the swapped Fortran call (for dgemm: N before M, ldb before lda). The
-//! number handed to `cblas_xerbla` for a row-major dgemm is the Fortran one (+1), which the
-//! reference `cblas_xerbla` maps back when the CBLAS global `RowMajorStrg` is set; we
-//! reproduce that hand-shake (setting `RowMajorStrg` when the BLAS defines it) so that both
-//! the reference handler and the CBLAS test suite's own (`xdcblat3`) see what they expect.
+//! 2 trans, 3 n, 4 k, 7 lda, 10 ldc.
+//! CBLAS adds the layout argument (1) in front. Reference CBLAS (LAPACK 3.11, Debian 12's
+//! `libblas3`) reports an illegal enum itself through `cblas_xerbla(position, "cblas_dgemm",
+//! form, value)` (its row-major branch reports an illegal `TransB` as 2 and an illegal
+//! dsyrk `Uplo` as 3: reproduced), but detects dimension errors by calling the Fortran routine,
+//! so they reach `xerbla_("DGEMM ", fortran_info)` for the swapped Fortran call (row-major
+//! dgemm: N before M, ldb before lda) with the CBLAS globals `CBLAS_CallFromC = 1` and
+//! `RowMajorStrg = (layout == RowMajor)`. The library's own `xerbla_` then calls
+//! `cblas_xerbla(info + 1)`, which undoes the row-major swap when `RowMajorStrg` is set; a
+//! program's own `xerbla_` (the CBLAS tester `xdcblat3`'s) sees the Fortran numbers. We make
+//! the same calls with the same globals (when the BLAS defines them), so every handler sees
+//! what it sees without the shim. [`Illegal::info`] is the position in the caller's argument
+//! list, for the trace.
 
 use crate::forward;
 use crate::symbols::SymId;
@@ -341,22 +347,26 @@ pub struct Illegal {
 /// The error-handler call the reference makes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Report {
-    /// `xerbla_(srname, &info, 6)` with the Fortran routine name (`"DGEMM "`).
+    /// `xerbla_(srname, &arg, 6)` with the Fortran routine name (`"DGEMM "`).
     Fortran {
         /// Six-character routine name, NUL-terminated for C handlers (the length passed is 6).
         srname: &'static [u8; 7],
+        /// Fortran info code (of the swapped Fortran call, for a row-major CBLAS call).
+        arg: i64,
+        /// For a CBLAS call: `Some(row_major)`, the value of `RowMajorStrg` during the report
+        /// (and `CBLAS_CallFromC = 1`).
+        cblas: Option<bool>,
     },
-    /// `cblas_xerbla(arg, rout, form, value)`.
+    /// `cblas_xerbla(arg, rout, form, value)`: an illegal CBLAS enum.
     Cblas {
         /// `"cblas_dgemm"` / `"cblas_dsyrk"`.
         rout: &'static CStr,
-        /// The number the reference passes: [`Illegal::info`], except for row-major dgemm
-        /// dimension errors, where it is the swapped Fortran position + 1 (undone by
-        /// `cblas_xerbla` when `RowMajorStrg` is set).
+        /// The number the reference passes (differs from [`Illegal::info`] for its row-major
+        /// `TransB` quirk).
         arg: i64,
         /// Whether the reference has `RowMajorStrg = 1` during the call.
         row_major: bool,
-        /// printf format (`"Illegal TransA setting, %d\n"`, or `""` for dimension errors).
+        /// printf format (`"Illegal TransA setting, %d\n"`).
         form: &'static CStr,
         /// The illegal enum value printed by `form`.
         value: c_int,
@@ -543,7 +553,7 @@ fn decode_fortran_gemm(
     let info = gemm_info(pa, pb, m, n, k, lda, ldb, ldc);
     let verdict = match (pa, pb) {
         (Some(ta), Some(tb)) if info == 0 => gemm_verdict(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
-        _ => Verdict::Illegal(Illegal { info, report: Report::Fortran { srname: b"DGEMM \0" } }),
+        _ => Verdict::Illegal(Illegal { info, report: Report::Fortran { srname: b"DGEMM \0", arg: info, cblas: None } }),
     };
     Decoded { shape, verdict }
 }
@@ -576,7 +586,7 @@ fn decode_fortran_syrk(
     let info = syrk_info(uplo, trans, n, k, lda, ldc);
     let verdict = match (uplo, trans) {
         (Some(uplo), Some(trans)) if info == 0 => syrk_verdict(uplo, trans, n, k, alpha, a, lda, beta, c, ldc),
-        _ => Verdict::Illegal(Illegal { info, report: Report::Fortran { srname: b"DSYRK \0" } }),
+        _ => Verdict::Illegal(Illegal { info, report: Report::Fortran { srname: b"DSYRK \0", arg: info, cblas: None } }),
     };
     Decoded { shape, verdict }
 }
@@ -632,27 +642,26 @@ fn decode_cblas_gemm(r: &CblasGemm<i64>, ilp64: bool) -> Decoded {
         return Decoded { shape, verdict: cblas_illegal(ROUT, 2, 2, row, c"Illegal TransA setting, %d\n", r.transa) };
     };
     let Some(tb) = tb else {
-        return Decoded { shape, verdict: cblas_illegal(ROUT, 3, 3, row, c"Illegal TransB setting, %d\n", r.transb) };
+        // LAPACK 3.11's row-major branch reports an illegal TransB as parameter 2.
+        let arg = if row { 2 } else { 3 };
+        return Decoded { shape, verdict: cblas_illegal(ROUT, 3, arg, row, c"Illegal TransB setting, %d\n", r.transb) };
     };
     // The Fortran call reference CBLAS makes, and its checks.
     let (fta, ftb, fm, fn_, fa_, flda, fb_, fldb) =
         if row { (tb, ta, r.n, r.m, r.b, r.ldb, r.a, r.lda) } else { (ta, tb, r.m, r.n, r.a, r.lda, r.b, r.ldb) };
     let info = gemm_info(Some(fta), Some(ftb), fm, fn_, r.k, flda, fldb, r.ldc);
     if info != 0 {
-        let arg = info + 1;
-        // cblas_xerbla's RowMajorStrg mapping for "gemm": 4 <-> 5, 9 <-> 11.
-        let true_pos = if row {
-            match arg {
-                4 => 5,
-                5 => 4,
-                9 => 11,
-                11 => 9,
-                x => x,
-            }
-        } else {
-            arg
+        // Position in the caller's list: cblas_xerbla's RowMajorStrg mapping for "gemm"
+        // (4 <-> 5, 9 <-> 11) applied to the Fortran info + 1.
+        let true_pos = match (row, info + 1) {
+            (true, 4) => 5,
+            (true, 5) => 4,
+            (true, 9) => 11,
+            (true, 11) => 9,
+            (_, x) => x,
         };
-        return Decoded { shape, verdict: cblas_illegal(ROUT, true_pos, arg, row, c"", 0) };
+        let report = Report::Fortran { srname: b"DGEMM \0", arg: info, cblas: Some(row) };
+        return Decoded { shape, verdict: Verdict::Illegal(Illegal { info: true_pos, report }) };
     }
     let verdict = gemm_verdict(fta, ftb, fm, fn_, r.k, r.alpha, fa_, flda, fb_, fldb, r.beta, r.c, r.ldc);
     Decoded { shape, verdict }
@@ -707,7 +716,8 @@ fn decode_cblas_syrk(r: &CblasSyrk<i64>, ilp64: bool) -> Decoded {
     };
     let info = syrk_info(Some(fuplo), Some(ftrans), r.n, r.k, r.lda, r.ldc);
     if info != 0 {
-        return Decoded { shape, verdict: cblas_illegal(ROUT, info + 1, info + 1, row, c"", 0) };
+        let report = Report::Fortran { srname: b"DSYRK \0", arg: info, cblas: Some(row) };
+        return Decoded { shape, verdict: Verdict::Illegal(Illegal { info: info + 1, report }) };
     }
     let verdict = syrk_verdict(fuplo, ftrans, r.n, r.k, r.alpha, r.a, r.lda, r.beta, r.c, r.ldc);
     Decoded { shape, verdict }
@@ -856,11 +866,12 @@ impl<I: BlasInt> RawCall for CblasSyrk<I> {
 /// Calls the error handler the reference BLAS would call for `bad`, found by global lookup
 /// so that a program's own `XERBLA`/`cblas_xerbla` wins (the BLAS test suites rely on that).
 ///
-/// Handler names are tried in order: for Fortran entries `<prefix>xerbla_<64_>` then
-/// `xerbla_`; for CBLAS entries `<prefix>cblas_xerbla<64_>` (and LAPACK's ILP64
-/// `cblas_xerbla_64`), then plain `cblas_xerbla`, then the Fortran handlers with the CBLAS
-/// routine name. With no handler anywhere, the reference message is printed to stderr and
-/// the call returns (the reference would stop the program; we never kill the host).
+/// Handler names are tried in order: Fortran reports go to `<prefix>xerbla_<64_>`, then
+/// `xerbla_`; CBLAS enum reports to `<prefix>cblas_xerbla<64_>` (and LAPACK's ILP64
+/// `cblas_xerbla_64`), then plain `cblas_xerbla`. When the preferred kind of handler is missing
+/// the other kind gets the caller's parameter position; with no handler anywhere, the
+/// reference message goes to stderr and the call returns (the reference would stop the
+/// program; we never kill the host).
 ///
 /// # Safety
 /// - `bad` came from decoding a call of `id`; the handlers found have the reference signatures.
@@ -868,53 +879,87 @@ pub unsafe fn report_illegal(id: SymId, bad: &Illegal) {
     let sym = id.symbol();
     let ilp64 = sym.ilp64();
     let sfx = sym.width.suffix();
-    let prefixed = |base: &str, suffix: &str| format!("{}{base}{suffix}", sym.prefix);
-    let mut fortran_names = vec![prefixed("xerbla_", sfx)];
-    if fortran_names[0] != "xerbla_" {
-        fortran_names.push("xerbla_".into());
-    }
+    let prefixed = |base: &str| format!("{}{base}{sfx}", sym.prefix);
+    let fortran_handler = || {
+        let first = prefixed("xerbla_");
+        forward::global_symbol(&first).or_else(|| if first != "xerbla_" { forward::global_symbol("xerbla_") } else { None })
+    };
+    let cblas_handler = || {
+        let first = prefixed("cblas_xerbla");
+        forward::global_symbol(&first).or_else(|| {
+            let second = if ilp64 { "cblas_xerbla_64" } else { "cblas_xerbla" };
+            if first != second { forward::global_symbol(second) } else { None }
+        })
+    };
+    let cblas_rout: &CStr = if sym.routine == Routine::Dgemm { c"cblas_dgemm" } else { c"cblas_dsyrk" };
     match bad.report {
-        Report::Fortran { srname } => {
-            if let Some(f) = fortran_names.iter().find_map(|n| forward::global_symbol(n)) {
+        Report::Fortran { srname, arg, cblas } => {
+            if let Some(f) = fortran_handler() {
+                let _globals = cblas.map(CblasGlobals::set);
                 // SAFETY: reference `xerbla(srname, info)` with the hidden length; ILP64 handlers
                 // read an 8-byte info, LP64 ones 4 bytes (the low half on little-endian x86-64).
-                unsafe { call_fortran_xerbla(f, srname, bad.info, ilp64) };
-                return;
+                unsafe { call_fortran_xerbla(f, srname, arg, ilp64) };
+            } else if let (Some(_), Some(f)) = (cblas, cblas_handler()) {
+                // SAFETY: reference `cblas_xerbla(info, rout, form, ...)` signature.
+                unsafe { call_cblas_xerbla(f, bad.info, cblas_rout, c"", 0, ilp64) };
+            } else {
+                let name = match cblas {
+                    Some(_) => cblas_rout.to_str().unwrap_or("?"),
+                    None => std::str::from_utf8(&srname[..6]).unwrap_or("?").trim_end(),
+                };
+                print_reference_message(bad.info, name);
             }
-            let name = std::str::from_utf8(&srname[..6]).unwrap_or("?").trim_end();
-            print_reference_message(bad.info, name);
         }
         Report::Cblas { rout, arg, row_major, form, value } => {
-            let mut names = vec![prefixed("cblas_xerbla", sfx)];
-            if ilp64 {
-                names.push("cblas_xerbla_64".into());
-            } else if names[0] != "cblas_xerbla" {
-                names.push("cblas_xerbla".into());
-            }
-            if let Some(f) = names.iter().find_map(|n| forward::global_symbol(n)) {
-                // The reference sets RowMajorStrg = (layout == RowMajor) before its report and 0
-                // after; its cblas_xerbla undoes the row-major gemm swap only when it is set.
-                let strg = forward::global_symbol("RowMajorStrg").map(|p| p as *mut c_int);
-                let pass = if strg.is_some() { arg } else { bad.info };
-                if let Some(p) = strg {
-                    // SAFETY: `RowMajorStrg` is the reference CBLAS global `int`.
-                    unsafe { p.write(c_int::from(row_major)) };
-                }
+            if let Some(f) = cblas_handler() {
+                let _globals = CblasGlobals::set(row_major);
                 // SAFETY: reference `cblas_xerbla(info, rout, form, ...)` signature.
-                unsafe { call_cblas_xerbla(f, pass, rout, form, value, ilp64) };
-                if let Some(p) = strg {
-                    // SAFETY: as above.
-                    unsafe { p.write(0) };
-                }
-                return;
-            }
-            if let Some(f) = fortran_names.iter().find_map(|n| forward::global_symbol(n)) {
+                unsafe { call_cblas_xerbla(f, arg, rout, form, value, ilp64) };
+            } else if let Some(f) = fortran_handler() {
                 let name: &[u8; 7] = if sym.routine == Routine::Dgemm { b"DGEMM \0" } else { b"DSYRK \0" };
                 // SAFETY: as in the Fortran case.
                 unsafe { call_fortran_xerbla(f, name, bad.info, ilp64) };
-                return;
+            } else {
+                print_reference_message(bad.info, rout.to_str().unwrap_or("?"));
             }
-            print_reference_message(bad.info, rout.to_str().unwrap_or("?"));
+        }
+    }
+}
+
+/// The reference CBLAS globals `CBLAS_CallFromC` and `RowMajorStrg` (when the BLAS defines
+/// them), set as reference `cblas_dgemm`/`cblas_dsyrk` have them while reporting, and reset to
+/// 0 on drop as those functions do before returning.
+struct CblasGlobals {
+    call_from_c: Option<*mut c_int>,
+    row_major: Option<*mut c_int>,
+}
+
+impl CblasGlobals {
+    fn set(row_major: bool) -> CblasGlobals {
+        let g = CblasGlobals {
+            call_from_c: forward::global_symbol("CBLAS_CallFromC").map(|p| p.cast()),
+            row_major: forward::global_symbol("RowMajorStrg").map(|p| p.cast()),
+        };
+        // SAFETY: both are the reference CBLAS globals of type `int` (cblas_globals.c).
+        unsafe {
+            if let Some(p) = g.call_from_c {
+                p.write(1);
+            }
+            if let Some(p) = g.row_major {
+                p.write(c_int::from(row_major));
+            }
+        }
+        g
+    }
+}
+
+impl Drop for CblasGlobals {
+    fn drop(&mut self) {
+        // SAFETY: as in `set`.
+        unsafe {
+            for p in [self.call_from_c, self.row_major].into_iter().flatten() {
+                p.write(0);
+            }
         }
     }
 }
@@ -997,7 +1042,10 @@ mod tests {
             let d = fg(ta, tb, m, n, k, lda, ldb, ldc);
             assert_eq!(info(&d), want, "{} {} m={m} n={n} k={k} lda={lda} ldb={ldb} ldc={ldc}", ta as char, tb as char);
             if want != 0 {
-                assert!(matches!(d.verdict, Verdict::Illegal(Illegal { report: Report::Fortran { srname: b"DGEMM \0" }, .. })));
+                let Verdict::Illegal(Illegal { report: Report::Fortran { srname, arg, cblas: None }, .. }) = d.verdict else {
+                    panic!("{:?}", d.verdict)
+                };
+                assert_eq!((srname, arg), (b"DGEMM \0", want));
             }
         }
     }
@@ -1029,12 +1077,18 @@ mod tests {
     fn cblas_report(d: &Decoded) -> (i64, i64, bool) {
         match d.verdict {
             Verdict::Illegal(Illegal { info, report: Report::Cblas { arg, row_major, .. } }) => (info, arg, row_major),
+            // Dimension errors: xerbla_ with the Fortran info of the (swapped) Fortran call.
+            Verdict::Illegal(Illegal { info, report: Report::Fortran { arg, cblas: Some(row_major), .. } }) => {
+                (info, arg, row_major)
+            }
             ref v => panic!("expected a CBLAS error, got {v:?}"),
         }
     }
 
-    /// Reference CBLAS numbering: (true position, number passed to cblas_xerbla, RowMajorStrg),
-    /// as `c_d3chke.c` (xdcblat3's error-exit test) expects them.
+    /// Reference CBLAS numbering: (position in the caller's list, number the reference passes to
+    /// its handler, RowMajorStrg): enums to cblas_xerbla, dimensions to xerbla_ with the Fortran
+    /// info of the swapped call (what Debian's libblas3 3.11 does, and what `c_d3chke.c`,
+    /// xdcblat3's error-exit test, expects after its own xerbla_ adds 1 and undoes the swap).
     #[test]
     fn cblas_dgemm_error_numbering_matches_reference() {
         use cblas::*;
@@ -1044,21 +1098,21 @@ mod tests {
             (c, 0, n, 0, 0, 0, 1, 1, 1, (2, 2, false)),
             (r, 0, n, 0, 0, 0, 1, 1, 1, (2, 2, true)),
             (c, n, 0, 0, 0, 0, 1, 1, 1, (3, 3, false)),
-            (r, n, 0, 0, 0, 0, 1, 1, 1, (3, 3, true)),
-            (c, n, n, -1, 0, 0, 1, 1, 1, (4, 4, false)),
-            (r, n, n, -1, 0, 0, 1, 1, 1, (4, 5, true)),
-            (c, n, n, 0, -1, 0, 1, 1, 1, (5, 5, false)),
-            (r, n, n, 0, -1, 0, 1, 1, 1, (5, 4, true)),
-            (r, n, n, -1, -1, 0, 1, 1, 1, (5, 4, true)), // row-major checks N first
-            (c, n, n, 0, 0, -1, 1, 1, 1, (6, 6, false)),
-            (r, n, n, 0, 0, -1, 1, 1, 1, (6, 6, true)),
-            (c, n, n, 2, 0, 0, 1, 1, 2, (9, 9, false)),
-            (r, n, n, 0, 0, 2, 1, 1, 1, (9, 11, true)),  // row-major lda < k (A is m x k, NoTrans)
-            (r, t, n, 2, 0, 0, 1, 1, 1, (9, 11, true)),  // row-major lda < m (A^T stored k x m)
-            (c, n, n, 0, 0, 2, 1, 1, 1, (11, 11, false)),
-            (r, n, n, 0, 2, 0, 1, 1, 2, (11, 9, true)),  // row-major ldb < n
-            (c, n, n, 2, 0, 0, 2, 1, 1, (14, 14, false)),
-            (r, n, n, 0, 2, 0, 1, 2, 1, (14, 14, true)), // row-major ldc < n
+            (r, n, 0, 0, 0, 0, 1, 1, 1, (3, 2, true)), // LAPACK 3.11 reports row-major TransB as 2
+            (c, n, n, -1, 0, 0, 1, 1, 1, (4, 3, false)),
+            (r, n, n, -1, 0, 0, 1, 1, 1, (4, 4, true)),
+            (c, n, n, 0, -1, 0, 1, 1, 1, (5, 4, false)),
+            (r, n, n, 0, -1, 0, 1, 1, 1, (5, 3, true)),
+            (r, n, n, -1, -1, 0, 1, 1, 1, (5, 3, true)), // row-major checks N first
+            (c, n, n, 0, 0, -1, 1, 1, 1, (6, 5, false)),
+            (r, n, n, 0, 0, -1, 1, 1, 1, (6, 5, true)),
+            (c, n, n, 2, 0, 0, 1, 1, 2, (9, 8, false)),
+            (r, n, n, 0, 0, 2, 1, 1, 1, (9, 10, true)),  // row-major lda < k (A is m x k, NoTrans)
+            (r, t, n, 2, 0, 0, 1, 1, 1, (9, 10, true)),  // row-major lda < m (A^T stored k x m)
+            (c, n, n, 0, 0, 2, 1, 1, 1, (11, 10, false)),
+            (r, n, n, 0, 2, 0, 1, 1, 2, (11, 8, true)),  // row-major ldb < n
+            (c, n, n, 2, 0, 0, 2, 1, 1, (14, 13, false)),
+            (r, n, n, 0, 2, 0, 1, 2, 1, (14, 13, true)), // row-major ldc < n
         ];
         for &(layout, ta, tb, m, nn, k, lda, ldb, ldc, want) in table {
             let d = cg(layout, ta, tb, m, nn, k, lda, ldb, ldc);
@@ -1076,14 +1130,14 @@ mod tests {
             (r, 0, NO_TRANS, 0, 0, 1, 1, (3, 3, true)), // the reference's row-major quirk
             (c, UPPER, 0, 0, 0, 1, 1, (3, 3, false)),
             (r, UPPER, 0, 0, 0, 1, 1, (3, 3, true)),
-            (c, UPPER, NO_TRANS, -1, 0, 1, 1, (4, 4, false)),
-            (r, LOWER, TRANS, -1, 0, 1, 1, (4, 4, true)),
-            (c, UPPER, NO_TRANS, 0, -1, 1, 1, (5, 5, false)),
-            (c, UPPER, NO_TRANS, 2, 0, 1, 2, (8, 8, false)),
-            (r, UPPER, NO_TRANS, 0, 2, 1, 1, (8, 8, true)), // row-major NoTrans: A is n x k, lda >= k
-            (r, UPPER, TRANS, 2, 0, 1, 2, (8, 8, true)),
-            (c, UPPER, NO_TRANS, 2, 0, 2, 1, (11, 11, false)),
-            (r, UPPER, NO_TRANS, 2, 0, 2, 1, (11, 11, true)),
+            (c, UPPER, NO_TRANS, -1, 0, 1, 1, (4, 3, false)),
+            (r, LOWER, TRANS, -1, 0, 1, 1, (4, 3, true)),
+            (c, UPPER, NO_TRANS, 0, -1, 1, 1, (5, 4, false)),
+            (c, UPPER, NO_TRANS, 2, 0, 1, 2, (8, 7, false)),
+            (r, UPPER, NO_TRANS, 0, 2, 1, 1, (8, 7, true)), // row-major NoTrans: A is n x k, lda >= k
+            (r, UPPER, TRANS, 2, 0, 1, 2, (8, 7, true)),
+            (c, UPPER, NO_TRANS, 2, 0, 2, 1, (11, 10, false)),
+            (r, UPPER, NO_TRANS, 2, 0, 2, 1, (11, 10, true)),
         ];
         for &(layout, ul, tr, n, k, lda, ldc, want) in table {
             let s = CblasSyrk { layout, uplo: ul, trans: tr, n, k, alpha: 1.0, a: null(), lda, beta: 0.0, c: null_mut(), ldc };
