@@ -27,7 +27,11 @@ pub const MODULI: [u32; MAX_MODULI] = ozaki_core::moduli::INT8_MODULI;
 
 /// Base of the default accuracy rule (see [`needed_bits`]), calibrated on the H200 against
 /// native DGEMM's error on the same inputs (BENCHMARKS.md, GPU section).
-pub const BASE_BITS: f64 = 47.5;
+pub const BASE_BITS: f64 = 48.4;
+
+/// Weight of the spread term of [`needed_bits`] (calibrated with [`BASE_BITS`]: normal
+/// inputs take 15 moduli up to k = 16384, exponent-spread inputs (phi = 2) 17).
+pub const SPREAD_WEIGHT: f64 = 0.6;
 
 /// What the device pipeline computes.
 #[derive(Debug, Clone, Copy)]
@@ -133,9 +137,11 @@ impl RowStats<'_> {
 /// Bits each scaled operand must keep so the emulated error stays at or below native
 /// DGEMM's: quantising a row to t bits of its maximum costs about 2^-t max|a_i| per entry,
 /// which relative to the typical entry is 2^-t times the row's spread; `BASE_BITS` is
-/// calibrated so that t = BASE_BITS + log2 sqrt(spread_a spread_b) matches native error.
+/// calibrated with [`SPREAD_WEIGHT`] so that t = BASE_BITS + w log2 sqrt(spread_a spread_b)
+/// matches native error on the H200 measurements (BENCHMARKS.md). A calibrated rule, not a
+/// bound: ozaki-core's `select` has the estimate-based choice.
 pub fn needed_bits(a: &RowStats, b: &RowStats, k: usize) -> f64 {
-    BASE_BITS + 0.5 * (a.spread(k) * b.spread(k)).log2()
+    BASE_BITS + SPREAD_WEIGHT * 0.5 * (a.spread(k) * b.spread(k)).log2()
 }
 
 /// The smallest moduli count whose bits reach `needed` at inner dimension k (all 20 when
@@ -175,6 +181,8 @@ pub struct Outcome {
     pub moduli: u32,
     /// Measured phases (trace field `phases`).
     pub phases: Phases,
+    /// Bits the default rule asked for ([`needed_bits`]), for calibration.
+    pub needed_bits: f64,
 }
 
 /// Options of one emulated call.
@@ -256,6 +264,7 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
     };
     let a_stats = RowStats { maxbits: &bits[..m], abssum: &sums[..m] };
     let b_stats = if syrk { a_stats } else { RowStats { maxbits: &bits[m..], abssum: &sums[m..] } };
+    let needed = needed_bits(&a_stats, &b_stats, k);
     let plan = plan(a_stats, b_stats, k, opts.moduli)?;
     let r = plan.moduli;
     // shifts go to the pinned buffer after the statistics (already consumed above)
@@ -276,7 +285,7 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
     let tau_dev = if syrk { shifts_dev } else { shifts_dev + 4 * m as u64 };
 
     // 3. residues
-    let rtab = &tables()[r].0;
+    let rtab = &tables()[r].0.for_bits(plan.bits);
     let plane_a = m * kpad;
     let plane_b = n * kpad;
     let planes_a = gpu.workspace.get("planes_a", r * plane_a)?;
@@ -362,7 +371,7 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
         j0 += cols;
     }
     sync(stream)?;
-    Ok(Outcome { moduli: r as u32, phases: marks.phases()? })
+    Ok(Outcome { moduli: r as u32, phases: marks.phases()?, needed_bits: needed })
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ fn uplo_of(c: c_char) -> Option<Uplo> {
 
 /// Runs the call on the GPU: emulation unless forced native or declined, then cuBLAS.
 fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
+    let _flags = gpu_kernels::fpenv::KeepFpFlags::new();
     let cfg = config::get();
     let native_only = cfg.route == RouteRequest::Forced(Route::GpuNative);
     let opts = Options { moduli: cfg.moduli.map(|r| r as usize), ..Default::default() };
