@@ -140,8 +140,14 @@ impl RowStats<'_> {
 /// calibrated with [`SPREAD_WEIGHT`] so that t = BASE_BITS + w log2 sqrt(spread_a spread_b)
 /// matches native error on the H200 measurements (BENCHMARKS.md). A calibrated rule, not a
 /// bound: ozaki-core's `select` has the estimate-based choice.
+///
+/// Short inner dimensions need more: native DGEMM's normalised error stays about constant in
+/// k while the quantisation error's shrinks like 1/sqrt(k) (random signs), so below
+/// k = 4096 half a bit is added per halving of k (measured: k = 64 with 14 moduli erred 4x
+/// above native).
 pub fn needed_bits(a: &RowStats, b: &RowStats, k: usize) -> f64 {
-    BASE_BITS + SPREAD_WEIGHT * 0.5 * (a.spread(k) * b.spread(k)).log2()
+    let short_k = 0.5 * (4096.0 / k.max(1) as f64).log2().max(0.0);
+    BASE_BITS + SPREAD_WEIGHT * 0.5 * (a.spread(k) * b.spread(k)).log2() + short_k
 }
 
 /// The smallest moduli count whose bits reach `needed` at inner dimension k (all 20 when
