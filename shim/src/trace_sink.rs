@@ -2,7 +2,7 @@
 //!
 //! ## File name
 //! `%p` becomes the pid, `%h` the host name, `%r` the MPI rank (`OMPI_COMM_WORLD_RANK`,
-//! `PMI_RANK` or `SLURM_PROCID`; `0` without a launcher), `%%` a `%`. The file is created
+//! `PMI_RANK`, `PMIX_RANK`, `SLURM_PROCID` or `MV2_COMM_WORLD_RANK`; `0` without a launcher), `%%` a `%`. The file is created
 //! when the first call is recorded, mode 0600 (the header can hold the command line), with
 //! `O_NOFOLLOW`: a symlink planted at the path is refused (one stderr line, no trace), never
 //! followed. An existing regular file is truncated.
@@ -357,12 +357,12 @@ fn append(sym: SymId, body: &[u8]) {
         return;
     }
     sink.buf.extend_from_slice(body);
-    if !sink.announced[sym.index()] {
-        if let Some(lib) = forward::resolved_library(sym) {
-            sink.announced[sym.index()] = true;
-            field(&mut sink.buf, "vendor");
-            push_str(&mut sink.buf, lib);
-        }
+    if !sink.announced[sym.index()]
+        && let Some(lib) = forward::resolved_library(sym)
+    {
+        sink.announced[sym.index()] = true;
+        field(&mut sink.buf, "vendor");
+        push_str(&mut sink.buf, lib);
     }
     sink.buf.extend_from_slice(b"}\n");
     if sink.write_through || sink.buf.len() >= FLUSH_BYTES {
@@ -484,11 +484,10 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-/// MPI rank from the launcher's environment (Open MPI, MPICH/PMI, Slurm).
+/// MPI rank from the launcher's environment (Open MPI, MPICH/PMI, PMIx, Slurm, MVAPICH2;
+/// the list is `ozaki_core::devices::WORLD_RANK_VARS`, shared with the GPU mapping, issue #7).
 pub fn rank() -> Option<u32> {
-    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().and_then(|s| s.trim().parse().ok()))
+    ozaki_core::devices::LauncherEnv::from_process_env().world_rank
 }
 
 fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
