@@ -248,9 +248,9 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
             bounds
         }
     };
-    let h = kernel::f64_product(&sa.pow, &sb_ref.pow, m, n, k, p.tri, th);
+    let (h, h2) = kernel::f64_product2(&sa.pow, &sb_ref.pow, m, n, k, p.tri, th);
     ph.mark("coarse");
-    let stats = CallStats { k, a: &p.a, b: p.b(), m, n, exps: &exps, bounds: &bounds, scale: &h, row_norms: &sa.norms, col_norms: &sb_ref.norms, tri: p.tri };
+    let stats = CallStats { k, a: &p.a, b: p.b(), m, n, exps: &exps, bounds: &bounds, scale: &h, scale2: &h2, row_norms: &sa.norms, col_norms: &sb_ref.norms, tri: p.tri };
     let forced = match cfg.moduli {
         Moduli::Auto => None,
         Moduli::Fixed(r) => Some(r),
