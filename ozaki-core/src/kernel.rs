@@ -143,27 +143,6 @@ pub fn coarse_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, tri: O
     g
 }
 
-/// `sum_l a_l b_l` of two `f64` slices with eight independent partial sums (vectorisable;
-/// an estimate, not an exact value).
-#[inline]
-pub fn dot_f64(a: &[f64], b: &[f64]) -> f64 {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0.0f64; 8];
-    let chunks = n / 8;
-    for c in 0..chunks {
-        let (x, y) = (&a[c * 8..c * 8 + 8], &b[c * 8..c * 8 + 8]);
-        for t in 0..8 {
-            acc[t] += x[t] * y[t];
-        }
-    }
-    let mut s: f64 = acc.iter().sum();
-    for l in chunks * 8..n {
-        s += a[l] * b[l];
-    }
-    s
-}
-
 /// `(sum_l a_l b_l, sum_l (a_l b_l)^2)` of two `f64` slices (vectorisable; estimates).
 #[inline]
 pub fn dot2_f64(a: &[f64], b: &[f64]) -> (f64, f64) {
@@ -209,16 +188,17 @@ pub fn f64_product2(p: &[f64], q: &[f64], m: usize, n: usize, k: usize, tri: Opt
     h.into_iter().unzip()
 }
 
-/// Applies `f(i, j, out)` to every wanted output on `threads` threads (the reconstruction
-/// epilogue), with `out` the column-major `m x n` destination.
-pub fn for_each_output<T: Send>(out: &mut [T], m: usize, n: usize, tri: Option<Uplo>, threads: usize, f: impl Fn(usize, usize, &mut T) + Sync) {
+/// Calls `f(j, rows, col)` for every column `j` with the wanted row range `rows` and the
+/// column's slice of the column-major `m x n` destination (the reconstruction epilogue).
+pub fn for_each_column<T: Send>(out: &mut [T], m: usize, n: usize, tri: Option<Uplo>, threads: usize, f: impl Fn(usize, std::ops::Range<usize>, &mut [T]) + Sync) {
     par_columns(&mut out[..m * n], m, n, threads, |j0, j1, cols| {
         for j in j0..j1 {
-            for i in 0..m {
-                if wanted(tri, i, j) {
-                    f(i, j, &mut cols[(j - j0) * m + i]);
-                }
-            }
+            let rows = match tri {
+                None => 0..m,
+                Some(Uplo::Upper) => 0..(j + 1).min(m),
+                Some(Uplo::Lower) => j.min(m)..m,
+            };
+            f(j, rows, &mut cols[(j - j0) * m..(j - j0 + 1) * m]);
         }
     });
 }
