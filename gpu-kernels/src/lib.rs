@@ -1,1 +1,41 @@
-//! GPU routes for ozaki-shim (issue #4): to be written.
+//! GPU routes of ozaki-shim (issue #4): `gpu-native` (cuBLAS fp64) and `gpu-ozaki` (Ozaki
+//! scheme II on the INT8 tensor cores), for device-resident and host-resident operands.
+//!
+//! cudarc is used with dynamic loading, so this crate builds and its tests run on machines
+//! without CUDA; every entry point first checks that the libraries load ([`probe`]) and
+//! contains cudarc's panics, so a missing GPU is an `Err`, never a crash.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`probe`] | library presence, panic containment |
+//! | [`device`] | the process-wide [`Gpu`]: context, handles, kernels, reusable buffers |
+//! | [`nvrtc_cache`] | NVRTC compilation to CUBIN and the private disk cache |
+//! | [`kernels`] | `kernels/ozaki.cu` entry points |
+//! | [`crt`] | residue and CRT tables passed to the kernels |
+//! | [`lt_int8`] | batched int8 products through cuBLASLt |
+//! | [`native`] | cuBLAS DGEMM / DSYRK |
+//! | [`ozaki`] | the emulated pipeline on device memory |
+//! | [`host`] | host-resident calls: staging, transfers, write-back after success |
+//! | [`timing`] | phase times from CUDA events |
+//! | [`measure`] | rates and baselines for `ozaki bench` |
+
+// CUstream / CUdeviceptr-like handles are opaque values passed through to the driver, never
+// dereferenced by this crate; clippy cannot tell them from data pointers.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+pub mod crt;
+pub mod device;
+pub mod error;
+pub mod host;
+pub mod kernels;
+pub mod lt_int8;
+pub mod measure;
+pub mod memory;
+pub mod native;
+pub mod nvrtc_cache;
+pub mod ozaki;
+pub mod probe;
+pub mod timing;
+
+pub use device::{Gpu, gpu};
+pub use error::GpuError;

@@ -109,3 +109,413 @@ impl SyrkArgs<'_> {
         }
     }
 }
+
+// -------------------------------------------------------------------------------------------
+// Built-in kernels (issue #2): the route used when no vendor BLAS exists anywhere.
+//
+// Reference-BLAS semantics exactly: quick return when m == 0, n == 0, or
+// (alpha == 0 or k == 0) and beta == 1; beta == 0 sets C to zero without reading it (NaN in C
+// does not propagate); alpha == 0 only scales C. The product is cache-blocked (KC x NC panels
+// of op(B), MC x KC blocks of op(A), packed contiguously) around an MR x NR register tile that
+// the compiler vectorises. Each element of C receives beta*C and then the terms
+// (alpha*op(B)(l,j)) * op(A)(i,l) in increasing l, one multiply and one add each: the order of
+// the reference's column-axpy loops, so for op(A) = A the result is bit-identical to reference
+// dgemm/dsyrk (NN, NT; dsyrk with trans = N), and within the usual k*eps bound otherwise.
+
+/// Rows of the register tile.
+const MR: usize = 4;
+/// Columns of the register tile.
+const NR: usize = 4;
+/// Depth of a packed block.
+const KC: usize = 256;
+/// Rows of a packed block of op(A).
+const MC: usize = 128;
+/// Columns of a packed panel of op(B).
+const NC: usize = 512;
+
+/// Which elements of C a kernel may touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Region {
+    /// All of C (dgemm).
+    Full,
+    /// i <= j (dsyrk, upper).
+    Upper,
+    /// i >= j (dsyrk, lower).
+    Lower,
+}
+
+impl Region {
+    fn contains(self, i: usize, j: usize) -> bool {
+        match self {
+            Region::Full => true,
+            Region::Upper => i <= j,
+            Region::Lower => i >= j,
+        }
+    }
+
+    /// Whether any element of rows `i0..i1` x columns `j0..j1` (non-empty) is in the region.
+    fn meets(self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
+        match self {
+            Region::Full => true,
+            Region::Upper => i0 < j1,
+            Region::Lower => i1 > j0,
+        }
+    }
+
+    /// Whether every element of the block is in the region.
+    fn covers(self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
+        match self {
+            Region::Full => true,
+            Region::Upper => i1 - 1 <= j0,
+            Region::Lower => i0 >= j1 - 1,
+        }
+    }
+}
+
+/// C = beta C on the region of the n-column, m-row C; beta == 0 writes zeros without reading.
+fn scale(c: &mut [f64], ldc: usize, m: usize, n: usize, beta: f64, region: Region) {
+    if beta == 1.0 {
+        return;
+    }
+    for j in 0..n {
+        let (lo, hi) = match region {
+            Region::Full => (0, m),
+            Region::Upper => (0, (j + 1).min(m)),
+            Region::Lower => (j.min(m), m),
+        };
+        let col = &mut c[j * ldc + lo..j * ldc + hi];
+        if beta == 0.0 {
+            col.fill(0.0);
+        } else {
+            col.iter_mut().for_each(|x| *x *= beta);
+        }
+    }
+}
+
+/// t += sum over l of b[l] (row of NR) times a[l] (column of MR), in increasing l.
+#[inline(always)]
+fn tile_kernel(kc: usize, a: &[f64], b: &[f64], t: &mut [[f64; MR]; NR]) {
+    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
+        for j in 0..NR {
+            let bj = bv[j];
+            for i in 0..MR {
+                t[j][i] += bj * av[i];
+            }
+        }
+    }
+}
+
+/// C(region) += op_a * op_b over m x n x k, where `op_a(i, l)` and `op_b(l, j)` (alpha already
+/// applied) read the operands; blocked and packed as the section comment describes.
+#[allow(clippy::too_many_arguments)]
+fn blocked(
+    m: usize, n: usize, k: usize, op_a: impl Fn(usize, usize) -> f64, op_b: impl Fn(usize, usize) -> f64, c: &mut [f64],
+    ldc: usize, region: Region,
+) {
+    let kc_max = KC.min(k);
+    let mut apack = vec![0.0; MC.min(m.div_ceil(MR) * MR) * kc_max];
+    let mut bpack = vec![0.0; NC.min(n.div_ceil(NR) * NR) * kc_max];
+    for jc in (0..n).step_by(NC) {
+        let nc = NC.min(n - jc);
+        if !region.meets(0, m, jc, jc + nc) {
+            continue;
+        }
+        for pc in (0..k).step_by(KC) {
+            let kc = KC.min(k - pc);
+            // op(B) panels of NR columns: bpack[q][l * NR + j], zero-padded.
+            for (q, panel) in bpack.chunks_exact_mut(kc * NR).take(nc.div_ceil(NR)).enumerate() {
+                for l in 0..kc {
+                    for j in 0..NR {
+                        let col = jc + q * NR + j;
+                        panel[l * NR + j] = if col < jc + nc { op_b(pc + l, col) } else { 0.0 };
+                    }
+                }
+            }
+            for ic in (0..m).step_by(MC) {
+                let mc = MC.min(m - ic);
+                if !region.meets(ic, ic + mc, jc, jc + nc) {
+                    continue;
+                }
+                // op(A) panels of MR rows: apack[p][l * MR + i], zero-padded.
+                for (p, panel) in apack.chunks_exact_mut(kc * MR).take(mc.div_ceil(MR)).enumerate() {
+                    for l in 0..kc {
+                        for i in 0..MR {
+                            let row = ic + p * MR + i;
+                            panel[l * MR + i] = if row < ic + mc { op_a(row, pc + l) } else { 0.0 };
+                        }
+                    }
+                }
+                for q in 0..nc.div_ceil(NR) {
+                    let j0 = jc + q * NR;
+                    let nr = NR.min(jc + nc - j0);
+                    let bp = &bpack[q * kc * NR..(q + 1) * kc * NR];
+                    for p in 0..mc.div_ceil(MR) {
+                        let i0 = ic + p * MR;
+                        let mr = MR.min(ic + mc - i0);
+                        if !region.meets(i0, i0 + mr, j0, j0 + nr) {
+                            continue;
+                        }
+                        let ap = &apack[p * kc * MR..(p + 1) * kc * MR];
+                        let whole = mr == MR && nr == NR && region.covers(i0, i0 + mr, j0, j0 + nr);
+                        let mut t = [[0.0; MR]; NR];
+                        for (j, tj) in t.iter_mut().enumerate().take(nr) {
+                            for (i, x) in tj.iter_mut().enumerate().take(mr) {
+                                if whole || region.contains(i0 + i, j0 + j) {
+                                    *x = c[(j0 + j) * ldc + i0 + i];
+                                }
+                            }
+                        }
+                        tile_kernel(kc, ap, bp, &mut t);
+                        for (j, tj) in t.iter().enumerate().take(nr) {
+                            for (i, x) in tj.iter().enumerate().take(mr) {
+                                if whole || region.contains(i0 + i, j0 + j) {
+                                    c[(j0 + j) * ldc + i0 + i] = *x;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Built-in dgemm: C = alpha op(A) op(B) + beta C with reference-BLAS semantics.
+///
+/// `c` holds C column-major, `args.ldc` apart, at least `ldc * (n - 1) + m` elements when
+/// m, n > 0. When `alpha == 0` or `k == 0`, A and B are not read (they may be empty).
+///
+/// # Panics
+/// - `c`, `args.a` or `args.b` is shorter than the shape it must hold (a caller bug; the
+///   shim's decoder builds them from checked dimensions).
+pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64]) {
+    let (m, n, k) = (args.m, args.n, args.k);
+    if m == 0 || n == 0 || ((args.alpha == 0.0 || k == 0) && args.beta == 1.0) {
+        return;
+    }
+    scale(c, args.ldc, m, n, args.beta, Region::Full);
+    if args.alpha == 0.0 || k == 0 {
+        return;
+    }
+    let alpha = args.alpha;
+    blocked(m, n, k, |i, l| args.op_a(i, l), |l, j| alpha * args.op_b(l, j), c, args.ldc, Region::Full);
+}
+
+/// Built-in dsyrk: C = alpha op(A) op(A)^T + beta C on the `uplo` triangle only (the other
+/// triangle is neither read nor written), reference-BLAS semantics.
+///
+/// # Panics
+/// - `c` or `args.a` is shorter than the shape it must hold.
+pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64]) {
+    let (n, k) = (args.n, args.k);
+    if n == 0 || ((args.alpha == 0.0 || k == 0) && args.beta == 1.0) {
+        return;
+    }
+    let region = match args.uplo {
+        Uplo::Upper => Region::Upper,
+        Uplo::Lower => Region::Lower,
+    };
+    scale(c, args.ldc, n, n, args.beta, region);
+    if args.alpha == 0.0 || k == 0 {
+        return;
+    }
+    let alpha = args.alpha;
+    blocked(n, n, k, |i, l| args.op_a(i, l), |l, j| alpha * args.op_a(j, l), c, args.ldc, region);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Small deterministic generator (xorshift), values in [-1, 1).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        }
+        fn fill(&mut self, len: usize) -> Vec<f64> {
+            (0..len).map(|_| self.next()).collect()
+        }
+    }
+
+    const SIZES: [usize; 8] = [0, 1, 2, 3, 63, 64, 65, 257];
+    const NAN_PAD: f64 = f64::NAN;
+
+    /// Reference `dgemm.f` loops, literally (NN/NT column axpys, TN/TT dot products).
+    fn naive_gemm(a: &GemmArgs<'_>, c: &mut [f64]) {
+        let (m, n, k, ldc) = (a.m, a.n, a.k, a.ldc);
+        if m == 0 || n == 0 || ((a.alpha == 0.0 || k == 0) && a.beta == 1.0) {
+            return;
+        }
+        for j in 0..n {
+            for i in 0..m {
+                let x = &mut c[i + j * ldc];
+                if a.alpha == 0.0 || a.transa == Trans::No {
+                    *x = if a.beta == 0.0 { 0.0 } else if a.beta != 1.0 { a.beta * *x } else { *x };
+                }
+            }
+            if a.alpha == 0.0 {
+                continue;
+            }
+            if a.transa == Trans::No {
+                for l in 0..k {
+                    let temp = a.alpha * a.op_b(l, j);
+                    for i in 0..m {
+                        c[i + j * ldc] += temp * a.op_a(i, l);
+                    }
+                }
+            } else {
+                for i in 0..m {
+                    let mut temp = 0.0;
+                    for l in 0..k {
+                        temp += a.op_a(i, l) * a.op_b(l, j);
+                    }
+                    let x = &mut c[i + j * ldc];
+                    *x = if a.beta == 0.0 { a.alpha * temp } else { a.alpha * temp + a.beta * *x };
+                }
+            }
+        }
+    }
+
+    fn check_close(got: &[f64], want: &[f64], k: usize, what: &str) {
+        for (idx, (g, w)) in got.iter().zip(want).enumerate() {
+            if w.is_nan() {
+                assert!(g.is_nan(), "{what}: element {idx} should be untouched NaN, got {g}");
+                continue;
+            }
+            let tol = 4.0 * (k as f64 + 2.0) * f64::EPSILON * (1.0 + w.abs()) * (k as f64).max(1.0);
+            assert!((g - w).abs() <= tol, "{what}: element {idx}: {g} vs {w}");
+        }
+    }
+
+    fn gemm_case(rng: &mut Rng, ta: Trans, tb: Trans, m: usize, n: usize, k: usize, alpha: f64, beta: f64) {
+        let (ar, ac) = if ta == Trans::No { (m, k) } else { (k, m) };
+        let (br, bc) = if tb == Trans::No { (k, n) } else { (n, k) };
+        let (lda, ldb, ldc) = (ar.max(1) + 3, br.max(1) + 1, m.max(1) + 2);
+        let a = rng.fill(lda * ac.max(1));
+        let b = rng.fill(ldb * bc.max(1));
+        let mut c0 = rng.fill(ldc * n.max(1));
+        for j in 0..n.max(1) {
+            for i in m..ldc {
+                c0[i + j * ldc] = NAN_PAD; // padding rows must stay untouched
+            }
+        }
+        if beta == 0.0 && m > 0 && n > 0 {
+            c0[0] = f64::NAN; // beta == 0 must not read C
+        }
+        let args = GemmArgs { transa: ta, transb: tb, m, n, k, alpha, a: &a, lda, b: &b, ldb, beta, ldc };
+        let mut got = c0.clone();
+        gemm(&args, &mut got);
+        let mut want = c0.clone();
+        naive_gemm(&args, &mut want);
+        let what = format!("gemm {ta:?}{tb:?} m={m} n={n} k={k} alpha={alpha} beta={beta}");
+        if ta == Trans::No {
+            let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()));
+            assert!(same, "{what}: not bit-identical to the reference loop order");
+        } else {
+            check_close(&got, &want, k, &what);
+        }
+    }
+
+    #[test]
+    fn gemm_matches_reference_loops_at_tile_edges() {
+        let mut rng = Rng(0x9E3779B97F4A7C15);
+        let trans = [Trans::No, Trans::Yes];
+        for ta in trans {
+            for tb in trans {
+                for &s in &SIZES {
+                    gemm_case(&mut rng, ta, tb, s, s, s, 1.5, -0.5);
+                }
+                for &m in &[1, 3, 64, 65] {
+                    for &n in &[0, 2, 63, 65] {
+                        for &k in &[1, 3, 64, 257] {
+                            gemm_case(&mut rng, ta, tb, m, n, k, -1.0, 0.0);
+                        }
+                    }
+                }
+                gemm_case(&mut rng, ta, tb, 257, 65, 300, 2.0, 1.0);
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_alpha_beta_special_cases() {
+        let mut rng = Rng(7);
+        for (alpha, beta) in [(0.0, 0.0), (0.0, 2.0), (0.0, 1.0), (1.0, 1.0), (2.5, 0.0)] {
+            for k in [0, 5] {
+                gemm_case(&mut rng, Trans::No, Trans::Yes, 5, 6, k, alpha, beta);
+            }
+        }
+        // alpha == 0: A and B are not read, even when empty.
+        let mut c = vec![f64::NAN, 2.0, 3.0, 4.0];
+        let args = GemmArgs { transa: Trans::No, transb: Trans::No, m: 2, n: 2, k: 3, alpha: 0.0, a: &[], lda: 2, b: &[], ldb: 3, beta: 0.0, ldc: 2 };
+        gemm(&args, &mut c);
+        assert_eq!(c, [0.0; 4]);
+    }
+
+    fn naive_syrk(s: &SyrkArgs<'_>, c: &mut [f64]) {
+        let n = s.n;
+        for j in 0..n {
+            for i in 0..n {
+                let inside = match s.uplo {
+                    Uplo::Upper => i <= j,
+                    Uplo::Lower => i >= j,
+                };
+                if !inside {
+                    continue;
+                }
+                let mut sum = 0.0;
+                for l in 0..s.k {
+                    sum += s.op_a(i, l) * s.op_a(j, l);
+                }
+                let x = &mut c[i + j * s.ldc];
+                *x = if s.beta == 0.0 { s.alpha * sum } else { s.alpha * sum + s.beta * *x };
+            }
+        }
+    }
+
+    #[test]
+    fn syrk_matches_naive_and_leaves_the_other_triangle_alone() {
+        let mut rng = Rng(42);
+        for uplo in [Uplo::Upper, Uplo::Lower] {
+            for trans in [Trans::No, Trans::Yes] {
+                for &n in &SIZES {
+                    for &k in &[0usize, 1, 3, 64, 65, 257] {
+                        if n == 257 && k == 257 {
+                            continue;
+                        }
+                        let (ar, ac) = if trans == Trans::No { (n, k) } else { (k, n) };
+                        let (lda, ldc) = (ar.max(1) + 1, n.max(1) + 3);
+                        let a = rng.fill(lda * ac.max(1));
+                        let mut c0 = rng.fill(ldc * n.max(1));
+                        for j in 0..n {
+                            for i in 0..ldc {
+                                let outside = i >= n
+                                    || match uplo {
+                                        Uplo::Upper => i > j,
+                                        Uplo::Lower => i < j,
+                                    };
+                                if outside {
+                                    c0[i + j * ldc] = NAN_PAD;
+                                }
+                            }
+                        }
+                        for (alpha, beta) in [(0.75, 0.25), (-1.0, 0.0)] {
+                            let s = SyrkArgs { uplo, trans, n, k, alpha, a: &a, lda, beta, ldc };
+                            let mut got = c0.clone();
+                            syrk(&s, &mut got);
+                            let mut want = c0.clone();
+                            if !(n == 0 || (k == 0 && beta == 1.0)) {
+                                naive_syrk(&s, &mut want);
+                            }
+                            check_close(&got, &want, k, &format!("syrk {uplo:?} {trans:?} n={n} k={k}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -29,3 +29,4 @@ pub mod kernel;
 pub mod testutil;
 pub mod accuracy;
 pub mod fp8;
+pub mod devices;

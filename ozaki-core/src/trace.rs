@@ -130,6 +130,10 @@ pub struct AbResult {
     pub route_ns: u64,
     /// Which result the program received (`route` or `vendor`).
     pub kept: String,
+    /// Set when this call was chosen for A/B but not compared, with the reason (e.g. its
+    /// private copy of C would exceed `OZAKI_AB_MAX_MB`); the numeric fields are then 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 /// One intercepted BLAS call.
@@ -177,9 +181,11 @@ pub struct CallRecord {
     pub ldb: u64,
     /// Leading dimension of C.
     pub ldc: u64,
-    /// alpha.
+    /// alpha (non-finite values are written as the strings `"NaN"`, `"Infinity"`, `"-Infinity"`).
+    #[serde(with = "special_f64")]
     pub alpha: f64,
-    /// beta.
+    /// beta (non-finite values as for `alpha`).
+    #[serde(with = "special_f64")]
     pub beta: f64,
     /// Whether the symbol takes 64-bit integers.
     pub ilp64: bool,
@@ -204,6 +210,50 @@ pub struct CallRecord {
     /// A/B comparison against the vendor BLAS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ab: Option<AbResult>,
+    /// Reference BLAS error code (parameter position) of an illegal call (`route` = `xerbla`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<i64>,
+    /// Vendor library of `sym`, on the first record of a symbol resolved after the header
+    /// was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+}
+
+/// JSON has no NaN or infinities: finite values are numbers, the others the strings `"NaN"`,
+/// `"Infinity"`, `"-Infinity"` (what the shim writes for a caller's non-finite alpha/beta).
+mod special_f64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else if v.is_nan() {
+            s.serialize_str("NaN")
+        } else if *v > 0.0 {
+            s.serialize_str("Infinity")
+        } else {
+            s.serialize_str("-Infinity")
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Number(f64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match Repr::deserialize(d)? {
+            Repr::Number(v) => Ok(v),
+            Repr::Text(t) => match t.as_str() {
+                "NaN" => Ok(f64::NAN),
+                "Infinity" => Ok(f64::INFINITY),
+                "-Infinity" => Ok(f64::NEG_INFINITY),
+                other => Err(serde::de::Error::custom(format!("expected a number, \"NaN\" or \"Infinity\", got {other:?}"))),
+            },
+        }
+    }
 }
 
 impl CallRecord {

@@ -214,13 +214,15 @@ fn smooth_truth() -> Profile {
     g.int8.correction.points.clear();
     g.link.latency_s = 10e-6;
     g.overlap = 0.5;
+    g.route_overhead_s.insert("gpu-native".into(), 40e-6);
+    g.route_overhead_s.insert("gpu-ozaki".into(), 90e-6);
     t
 }
 
 #[test]
 fn fit_profile_recovers_the_machine_that_produced_the_measurements() {
     let truth = smooth_truth();
-    let meas = synthetic(&truth, &[(1024, 1024, 1024), (4096, 4096, 4096), (65536, 64, 64), (256, 256, 256)]);
+    let meas = synthetic(&truth, &[(16, 16, 16), (1024, 1024, 1024), (4096, 4096, 4096), (65536, 64, 64), (256, 256, 256), (64, 64, 64)]);
     let fitted = calibrate::fit_profile(&meas, "fitted", "synthetic").unwrap();
     assert!((fitted.gpu.as_ref().unwrap().overlap - 0.5).abs() < 1e-9, "overlap fitted from end-to-end timings");
     for &(m, n, k) in &calibrate::validation_shapes() {

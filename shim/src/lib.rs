@@ -1,1 +1,53 @@
-//! The LD_PRELOAD BLAS shim (issue #2): to be written.
+//! `libozaki_shim.so`: a BLAS interposer that traces every dgemm/dsyrk call of an unmodified
+//! program and routes it to the vendor BLAS, a built-in kernel, or (later issues) Ozaki-II
+//! emulation on the CPU or GPU.
+//!
+//! Put it in front of any program with `LD_PRELOAD=libozaki_shim.so` (or `ozaki run -- CMD`).
+//! It exports the names real clients call (`dgemm_`, `cblas_dgemm`, pip wheels'
+//! `scipy_cblas_dgemm64_`, ...; the list is [`symbols::SYMBOLS`]). With the default route the
+//! program gets exactly the results it got before, bit for bit: the original arguments go to
+//! the real BLAS, found lazily behind us ([`forward`]). With `OZAKI_TRACE=FILE` every call is
+//! written to a JSON Lines trace ([`trace_sink`], schema in `ozaki_core::trace`).
+//!
+//! ## How a call flows
+//! ```text
+//! exports.rs stub ─► entry::call ─► abi: decode + reference checks ─► route::choose ─► route::execute ─► trace_sink::record
+//!   (one line,         (FFI boundary:     (illegal -> xerbla_,          (OZAKI_ROUTE;     (vendor | builtin |
+//!    hand-written)      guard, catch_unwind) quick return, row-major     auto: issue #5)   cpu-ozaki | gpu-*;
+//!                                            -> column-major)                             Err/panic -> vendor)
+//! ```
+//!
+//! | module | what it does |
+//! |---|---|
+//! | [`symbols`] | the table of exported names (prefix, base, ABI, integer width, doc) and [`symbols::SymId`] |
+//! | `exports` | one hand-written `#[no_mangle]` stub per name (cbindgen reads them for `include/ozaki_shim.h`) |
+//! | [`entry`] | the FFI boundary rule: nested calls straight through, everything else inside `catch_unwind` |
+//! | [`abi`] | the only reader of raw caller pointers: reference-BLAS argument checks, xerbla, row-major conversion |
+//! | [`forward`] | finding the real BLAS per symbol: `OZAKI_VENDOR_BLAS`, `RTLD_NEXT`, loaded objects |
+//! | [`guard`] | per-thread re-entrancy guard (reference `cblas_dgemm` calls `dgemm_`) |
+//! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, and the `cpu_ozaki` / `gpu` extension points |
+//! | [`config`] | `OZAKI_*` environment variables, read once |
+//! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
+//!
+//! ## Guarantees
+//! - No panic crosses into C (every profile keeps `panic = "unwind"`); any failure of a
+//!   non-vendor route falls back to the vendor BLAS with the original arguments, and a route
+//!   writes C only when its whole result is ready.
+//! - Illegal arguments reach `xerbla_` (or `cblas_xerbla`) exactly as with the reference BLAS;
+//!   C is untouched.
+//! - With no vendor BLAS anywhere, the built-in cache-blocked kernel computes C (one stderr
+//!   line says so). C is never left unwritten.
+//!
+//! Nothing is resolved in a constructor; the only load-time work is taking the trace clock
+//! origin and registering the `fork`/`exit` handlers of [`trace_sink`].
+
+pub mod abi;
+pub mod config;
+pub mod entry;
+#[rustfmt::skip]
+mod exports;
+pub mod forward;
+pub mod guard;
+pub mod route;
+pub mod symbols;
+pub mod trace_sink;

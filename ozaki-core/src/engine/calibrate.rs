@@ -381,6 +381,7 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
                 },
                 overlap: 0.0,
                 reached: g.reached.clone(),
+                route_overhead_s: BTreeMap::new(),
             })
         }
     };
@@ -416,31 +417,59 @@ fn gpu_log_error(profile: &Profile, routes: &[RouteSample]) -> f64 {
     median(&mut errs).unwrap_or(0.0)
 }
 
+/// Fixed per-call host overhead of each GPU route: the median residual (measured −
+/// predicted) of its three fastest end-to-end timings, when positive.
+fn fit_route_overheads(profile: &mut Profile, routes: &[RouteSample]) {
+    for route in [Route::GpuNative, Route::GpuOzaki] {
+        let mut res: Vec<(f64, f64)> = routes
+            .iter()
+            .filter(|s| s.route == route.name() && s.seconds > 0.0)
+            .filter_map(|s| {
+                let p = predict(profile, &sample_shape(s), route, s.moduli, 0).seconds;
+                p.is_finite().then_some((p, s.seconds - p))
+            })
+            .collect();
+        res.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut small: Vec<f64> = res.iter().take(3).map(|x| x.1).collect();
+        if let (Some(m), Some(g)) = (median(&mut small), profile.gpu.as_mut())
+            && m > 0.0
+        {
+            g.route_overhead_s.insert(route.name().to_string(), m);
+        }
+    }
+}
+
 fn fit_overlap_and_corrections(profile: &mut Profile, routes: &[RouteSample]) {
     if routes.is_empty() {
         return;
     }
     if profile.gpu.is_some() {
+        // Overlap and per-route overheads are fitted together: for each overlap fraction the
+        // overheads are refitted, and the pair with the smallest median log error is kept.
+        let set = |p: &mut Profile, ov: f64| {
+            if let Some(g) = p.gpu.as_mut() {
+                g.overlap = ov;
+                g.route_overhead_s.clear();
+            }
+        };
         let mut best = (0.0, f64::INFINITY);
         for i in 0..=20 {
             let ov = i as f64 / 20.0;
-            if let Some(g) = profile.gpu.as_mut() {
-                g.overlap = ov;
-            }
+            set(profile, ov);
+            fit_route_overheads(profile, routes);
             let e = gpu_log_error(profile, routes);
             if e < best.1 - 1e-12 {
                 best = (ov, e);
             }
         }
-        if let Some(g) = profile.gpu.as_mut() {
-            g.overlap = best.0;
-        }
+        set(profile, best.0);
+        fit_route_overheads(profile, routes);
     }
     let mut corr: BTreeMap<String, Correction> = BTreeMap::new();
     for s in routes {
         let Ok(route) = s.route.parse::<Route>() else { continue };
-        let threads = profile.cpu.model_for(0).map_or(0, |x| x.0);
-        let p = predict(profile, &sample_shape(s), route, s.moduli, threads).seconds;
+        // End-to-end vendor timings run at the library's default thread count.
+        let p = predict(profile, &sample_shape(s), route, s.moduli, 0).seconds;
         if !(p.is_finite() && p > 0.0 && s.seconds > 0.0) {
             continue;
         }

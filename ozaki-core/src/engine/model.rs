@@ -389,6 +389,11 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
         seconds: launches as f64 * gpu.launch_s + gpu.sync_s,
         how: format!("{launches} launch(es) × {:.1} µs + sync {:.1} µs (calibrated)", gpu.launch_s * 1e6, gpu.sync_s * 1e6),
     });
+    if let Some(&o) = gpu.route_overhead_s.get(route.name())
+        && o > 0.0
+    {
+        terms.push(Term { name: "overhead", seconds: o, how: "host-side fixed cost per call, from the smallest end-to-end timings".into() });
+    }
     let mut xfer = 0.0;
     if shape.residency == Residency::Host {
         let (h2d, d2h) = transfer_bytes(shape);
@@ -415,7 +420,7 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
                 name: "convert",
                 seconds: conv,
                 how: format!(
-                    "{:.3} M input elements × ({:.2} ns + {r} moduli × {:.3} ns) for scan, scaling and residues",
+                    "{:.3} M input elements × ({:.4} ns + {r} moduli × {:.4} ns) for scan, scaling and residues",
                     inp / 1e6,
                     gpu.convert.s_per_elem * 1e9,
                     gpu.convert.s_per_elem_modulus * 1e9
@@ -434,7 +439,7 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
                 name: "reconstruct",
                 seconds: rec,
                 how: format!(
-                    "{:.3} M outputs × ({:.2} ns + {r} moduli × {:.3} ns), fp64 CRT on the GPU",
+                    "{:.3} M outputs × ({:.4} ns + {r} moduli × {:.4} ns), fp64 CRT on the GPU",
                     out / 1e6,
                     gpu.reconstruct.s_per_elem * 1e9,
                     gpu.reconstruct.s_per_elem_modulus * 1e9

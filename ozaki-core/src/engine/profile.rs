@@ -91,9 +91,12 @@ pub struct CpuRate {
 
 impl CpuProfile {
     /// The model measured at the thread count closest to `threads` (in ratio), with the
-    /// count it was measured at.
+    /// count it was measured at; `threads == 0` means the library default, the first entry.
     pub fn model_for(&self, threads: u32) -> Option<(u32, &WorkModel)> {
-        let t = threads.max(1) as f64;
+        if threads == 0 {
+            return self.blas.first().map(|c| (c.threads, &c.model));
+        }
+        let t = threads as f64;
         self.blas
             .iter()
             .min_by(|a, b| (a.threads.max(1) as f64 / t).ln().abs().total_cmp(&(b.threads.max(1) as f64 / t).ln().abs()))
@@ -177,6 +180,10 @@ pub struct GpuProfile {
     /// Per route name: did it reach its intended hardware.
     #[serde(default)]
     pub reached: BTreeMap<String, Reached>,
+    /// Per route name: fixed host-side seconds per call the component terms miss (locks,
+    /// events, staging setup), fitted from the smallest end-to-end timings.
+    #[serde(default)]
+    pub route_overhead_s: BTreeMap<String, f64>,
 }
 
 fn default_launches() -> u32 {

@@ -149,6 +149,11 @@ fn replay_one(c: &CallRecord, model: &ReplayModel<'_>) -> Row {
                 Routine::Dgemm => 2.0 * shape.m as f64 * shape.n as f64 * shape.k as f64,
                 Routine::Dsyrk => shape.m as f64 * shape.n as f64 * shape.k as f64,
             };
+            if shape.no_product() {
+                let mut predicted_s: Vec<(String, f64)> = platform.routes.iter().map(|r| (r.name.to_string(), 0.0)).collect();
+                predicted_s.push(("native".into(), 0.0));
+                return Row { route: "native".into(), predicted_s, reason: "no product to compute".into(), flops: 0.0, ..base };
+            }
             let rates = reduced::rate_record(platform, &shape.with_residency(Residency::Device), *options);
             let mut predicted_s: Vec<(String, f64)> = rates.routes.iter().map(|(n, s)| (n.to_string(), w / s.rate)).collect();
             predicted_s.push(("native".into(), w / platform.native_fp64));

@@ -11,6 +11,7 @@ use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::reduced::{self, RateOptions};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::trace::Routine;
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Where the engine's numbers come from: `--profile`, `--platform`, or the default lookup.
@@ -162,6 +163,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
 }
 
 fn explain_measured(engine: &Engine, src: &str, shape: &CallShape, moduli: Option<u32>, json: bool) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
     let est = engine.estimates(shape, moduli);
     let d = engine.decide_uncached(shape, moduli);
     if json {
@@ -171,11 +173,11 @@ fn explain_measured(engine: &Engine, src: &str, shape: &CallShape, moduli: Optio
             "profile": src, "threads": engine.threads(), "moduli": moduli,
             "routes": est, "choice": d.route.name(), "reason": d.prediction.reason,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let p = engine.profile();
-    println!(
+    writeln!(out, 
         "{} m={} n={} k={} trans=({},{}) beta{} {}-resident: n̄ = {:.0}, {:.3} GFLOP",
         format!("{:?}", shape.routine).to_lowercase(),
         shape.m,
@@ -187,15 +189,16 @@ fn explain_measured(engine: &Engine, src: &str, shape: &CallShape, moduli: Optio
         shape.residency.name(),
         shape.nbar(),
         shape.flops() / 1e9
-    );
-    println!("profile: {} [{}] ({}); CPU BLAS threads priced: {}", p.name, src, p.source, engine.threads());
-    println!();
-    println!("{:<12} {:>12} {:>16}  storage / reconstruction", "route", "predicted", "rate");
+    )?;
+    writeln!(out, "profile: {} [{}] ({}); CPU BLAS threads priced: {}", p.name, src, p.source, engine.threads())?;
+    writeln!(out)?;
+    writeln!(out, "{:<12} {:>12} {:>16}  storage / reconstruction", "route", "predicted", "rate")?;
     for e in &est {
         match &e.excluded {
-            Some(why) => println!("{:<12} {:>12} {:>16}  excluded: {why}", e.route.name(), "-", "-"),
+            Some(why) => writeln!(out, "{:<12} {:>12} {:>16}  excluded: {why}", e.route.name(), "-", "-")?,
             None => {
-                println!(
+                writeln!(
+                    out,
                     "{:<12} {:>12} {:>16}  {} / {}{}",
                     e.route.name(),
                     fmt_s(e.seconds),
@@ -203,19 +206,20 @@ fn explain_measured(engine: &Engine, src: &str, shape: &CallShape, moduli: Optio
                     e.storage,
                     e.recon_host,
                     e.moduli.map_or(String::new(), |r| format!(", r = {r}"))
-                );
+                )?;
                 for t in &e.terms {
-                    println!("    {:<12} {:>12}  {}", t.name, fmt_s(t.seconds), t.how);
+                    writeln!(out, "    {:<12} {:>12}  {}", t.name, fmt_s(t.seconds), t.how)?;
                 }
             }
         }
     }
-    println!();
-    println!("choice: {}  ({})", d.route.name(), d.prediction.reason);
+    writeln!(out)?;
+    writeln!(out, "choice: {}  ({})", d.route.name(), d.prediction.reason)?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn explain_reduced(pl: &Platform, opt: RateOptions, shape: &CallShape, json: bool) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
     let rates = reduced::rate_record(pl, &shape.with_residency(Residency::Device), opt);
     let w = match shape.routine {
         Routine::Dgemm => 2.0 * shape.m as f64 * shape.n as f64 * shape.k as f64,
@@ -229,15 +233,15 @@ fn explain_reduced(pl: &Platform, opt: RateOptions, shape: &CallShape, json: boo
             .collect();
         let v = serde_json::json!({"platform": pl.name, "m": shape.m, "n": shape.n, "k": shape.k, "routes": routes,
             "native_flops": pl.native_fp64, "best": rates.routes[rates.best].0, "codesign": opt.codesign});
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("platform {}: {}", pl.name, pl.description);
-    println!("reduced model (paper Alg. 4{}), device-resident, m={} n={} k={}, n̄ = {:.0}", if opt.codesign { ", co-design roof" } else { "" }, shape.m, shape.n, shape.k, shape.nbar());
-    println!();
-    println!("{:<10} {:>10} {:>12}  {:<20} {:>10} {:>10} {:>10}", "route", "TFLOP/s", "time", "storage", "Q0 MB", "Qplane MB", "Qred MB");
+    writeln!(out, "platform {}: {}", pl.name, pl.description)?;
+    writeln!(out, "reduced model (paper Alg. 4{}), device-resident, m={} n={} k={}, n̄ = {:.0}", if opt.codesign { ", co-design roof" } else { "" }, shape.m, shape.n, shape.k, shape.nbar())?;
+    writeln!(out)?;
+    writeln!(out, "{:<10} {:>10} {:>12}  {:<20} {:>10} {:>10} {:>10}", "route", "TFLOP/s", "time", "storage", "Q0 MB", "Qplane MB", "Qred MB")?;
     for (i, (n, s)) in rates.routes.iter().enumerate() {
-        println!(
+        writeln!(out, 
             "{:<10} {:>10.1} {:>12}  {:<20} {:>10.1} {:>10.1} {:>10.1}{}",
             n,
             s.rate / 1e12,
@@ -247,8 +251,8 @@ fn explain_reduced(pl: &Platform, opt: RateOptions, shape: &CallShape, json: boo
             s.q_plane / 1e6,
             s.q_red / 1e6,
             if i == rates.best { "  <- best emulated" } else { "" }
-        );
+        )?;
     }
-    println!("{:<10} {:>10.1} {:>12}  (flat native fp64 reference)", "native", pl.native_fp64 / 1e12, fmt_s(w / pl.native_fp64));
+    writeln!(out, "{:<10} {:>10.1} {:>12}  (flat native fp64 reference)", "native", pl.native_fp64 / 1e12, fmt_s(w / pl.native_fp64))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -10,10 +10,13 @@ mod ab_report;
 mod bench;
 mod calibrate;
 mod explain;
+mod launcher;
+mod progress;
 mod replay;
 mod report;
 mod run;
 mod summary;
+mod tracefile;
 
 /// One subcommand: its name, a one-line summary for `ozaki --help`, and its entry point.
 struct Subcommand {

@@ -9,8 +9,7 @@ use clap::Parser;
 use ozaki_core::engine::CallShape;
 use ozaki_core::engine::choose::MODULI_WITHOUT_DATA;
 use ozaki_core::engine::replay::{self, ReplayModel};
-use ozaki_core::trace::Trace;
-use std::io::BufReader;
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Replay a trace through the per-record engine.
@@ -34,9 +33,11 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let a = Args::parse_from(args);
     let mut calls = Vec::new();
     for path in &a.traces {
-        let f = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
-        let t = Trace::read(BufReader::new(f)).with_context(|| format!("{}", path.display()))?;
-        calls.extend(t.calls);
+        let loaded = crate::summary::load(path)?;
+        for n in &loaded.notes {
+            eprintln!("ozaki replay: {n}");
+        }
+        calls.extend(loaded.trace.calls);
     }
     // Records the shim answered without a product (illegal arguments, quick returns) are
     // not work for any route.
@@ -63,25 +64,26 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         let mut f = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("{}", path.display()))?);
         replay::write_csv(&rows, &mut f)?;
     }
-    println!("replay of {} records ({:.3} GFLOP) with {desc}", c.records, c.flops / 1e9);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "replay of {} records ({:.3} GFLOP) with {desc}", c.records, c.flops / 1e9)?;
     if c.records == 0 {
         return Ok(ExitCode::SUCCESS);
     }
-    println!("FLOP-weighted n̄: median {:.0} (q25 {:.0}, q75 {:.0}); work at n̄ <= 256: {:.1}%", c.nbar_quartiles.1, c.nbar_quartiles.0, c.nbar_quartiles.2, 100.0 * c.work_nbar_le_256);
-    println!("auto: predicted {:.6} s, {:.2} GFLOP/s composite", c.auto_seconds, c.flops / c.auto_seconds / 1e9);
-    println!();
-    println!("{:<12} {:>14} {:>22} {:>12}", "all on", "predicted s", "auto speedup (x)", "cannot take");
+    writeln!(out, "FLOP-weighted n̄: median {:.0} (q25 {:.0}, q75 {:.0}); work at n̄ <= 256: {:.1}%", c.nbar_quartiles.1, c.nbar_quartiles.0, c.nbar_quartiles.2, 100.0 * c.work_nbar_le_256)?;
+    writeln!(out, "auto: predicted {:.6} s, {:.2} GFLOP/s composite", c.auto_seconds, c.flops / c.auto_seconds / 1e9)?;
+    writeln!(out)?;
+    writeln!(out, "{:<12} {:>14} {:>22} {:>12}", "all on", "predicted s", "auto speedup (x)", "cannot take")?;
     for ((name, secs, missing), (_, sp)) in c.all_route_seconds.iter().zip(&c.speedup_vs) {
-        println!("{:<12} {:>14.6} {:>22.3} {:>12}", name, secs, sp, missing);
+        writeln!(out, "{:<12} {:>14.6} {:>22.3} {:>12}", name, secs, sp, missing)?;
     }
-    println!();
-    println!("auto's work share per route:");
+    writeln!(out)?;
+    writeln!(out, "auto's work share per route:")?;
     for (name, share) in &c.work_share {
-        println!("  {:<12} {:>6.1}%", name, 100.0 * share);
+        writeln!(out, "  {:<12} {:>6.1}%", name, 100.0 * share)?;
     }
     if let Some(path) = &a.csv {
-        println!();
-        println!("per-record rows: {}", path.display());
+        writeln!(out)?;
+        writeln!(out, "per-record rows: {}", path.display())?;
     }
     Ok(ExitCode::SUCCESS)
 }

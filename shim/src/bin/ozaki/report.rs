@@ -1,7 +1,330 @@
-//! `ozaki report` (not written yet).
+//! `ozaki report TRACE... --out DIR`: a self-contained HTML page with PNG plots, for people
+//! deciding whether the GPU routes would help their program (issue #6).
+//!
+//! The page holds, for every trace (one "workload" each):
+//! - the FLOP-weighted histogram of call sizes nbar = 2mn/(m+n) in log2 buckets, drawn like
+//!   the paper's Fig. 8 (Ozaki 2.5, section 6.1) with its crossover band 128 <= nbar < 512;
+//! - the route mix (share of FLOPs each route computed);
+//! - the speedup per workload: predicted by the engine when a replay is available, else
+//!   measured from the A/B fields (vendor time / route time over the compared calls);
+//! - the A/B error histogram per route;
+//! - summary tables (calls, GFLOP, nbar median and quartiles, work at nbar <= 256, routes,
+//!   A/B verdicts).
+//!
+//! The PNGs are written beside `index.html` and also embedded in it as data URIs, so the
+//! page alone can be mailed or attached to an issue.
 
+mod html;
+mod plot;
+
+use crate::ab_report::{self, AbSummary};
+use crate::tracefile;
+use anyhow::Context;
+use clap::Parser;
+use ozaki_core::stats::{NbarStats, SMALL_NBAR};
+use ozaki_core::trace::{CallRecord, Trace};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-pub fn main(_args: Vec<String>) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+#[derive(Parser, Debug)]
+#[command(about = "Write an HTML report with plots (call sizes, routes, speedup, A/B errors) for one or more traces")]
+struct Args {
+    /// Trace files (JSON Lines, plain or gzip); each is one workload in the report.
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
+    /// Directory to write index.html and the PNG plots into (created if missing).
+    #[arg(long)]
+    out: PathBuf,
+    /// Page title.
+    #[arg(long, default_value = "ozaki-shim report")]
+    title: String,
+    /// Normwise tolerance of the A/B verdicts (as `ozaki ab-report --tol`).
+    #[arg(long, default_value_t = ab_report::DEFAULT_TOL)]
+    tol: f64,
+}
+
+pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
+    let args = Args::try_parse_from(args)?;
+    let mut workloads = Vec::new();
+    for path in &args.traces {
+        let trace = tracefile::read(path)?;
+        workloads.push(Workload::new(workload_name(path), trace));
+    }
+    let report = Report { title: args.title, workloads, tol: args.tol };
+    let page = report.write(&args.out)?;
+    print!("{}", report.markdown_table());
+    println!("wrote {}", page.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The workload name shown for a trace file: its name without `.jsonl`/`.gz`.
+fn workload_name(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut s = name.as_str();
+    for ext in [".gz", ".zst", ".jsonl", ".json"] {
+        s = s.strip_suffix(ext).unwrap_or(s);
+    }
+    s.to_string()
+}
+
+/// How a workload's speedup was obtained.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpeedupSource {
+    /// Measured side by side in the traced run (A/B fields): vendor time / route time.
+    MeasuredAb {
+        /// Calls compared.
+        calls: usize,
+    },
+}
+
+/// One trace and what the report derives from it.
+pub struct Workload {
+    /// Name (from the file name).
+    pub name: String,
+    /// The trace.
+    pub trace: Trace,
+    /// FLOP-weighted nbar statistics (None when the trace has no work).
+    pub stats: Option<NbarStats>,
+    /// FLOPs per route.
+    pub route_flops: BTreeMap<String, f64>,
+    /// Speedup over the vendor BLAS and where it comes from.
+    pub speedup: Option<(f64, SpeedupSource)>,
+}
+
+impl Workload {
+    /// Derives the statistics of one trace.
+    pub fn new(name: String, trace: Trace) -> Workload {
+        let stats = NbarStats::of(&trace.calls);
+        let mut route_flops = BTreeMap::new();
+        for c in &trace.calls {
+            *route_flops.entry(c.route.clone()).or_insert(0.0) += c.flops();
+        }
+        let speedup = measured_speedup(&trace.calls);
+        Workload { name, trace, stats, route_flops, speedup }
+    }
+
+    /// Total FLOPs.
+    pub fn flops(&self) -> f64 {
+        self.route_flops.values().sum()
+    }
+
+    /// FLOP share per nbar bucket (see [`NBAR_BUCKETS`]).
+    pub fn nbar_shares(&self) -> Vec<f64> {
+        let mut w = vec![0.0; NBAR_BUCKETS];
+        for c in &self.trace.calls {
+            w[nbar_bucket(c.nbar())] += c.flops();
+        }
+        let total: f64 = w.iter().sum();
+        if total > 0.0 {
+            w.iter_mut().for_each(|x| *x /= total);
+        }
+        w
+    }
+}
+
+/// Vendor time / route time summed over the calls with A/B results, when there are any.
+fn measured_speedup(calls: &[CallRecord]) -> Option<(f64, SpeedupSource)> {
+    let (mut vendor, mut route, mut n) = (0u64, 0u64, 0usize);
+    for ab in calls.iter().filter_map(|c| c.ab.as_ref()).filter(|ab| ab.skipped.is_none()) {
+        vendor += ab.vendor_ns;
+        route += ab.route_ns;
+        n += 1;
+    }
+    (n > 0 && route > 0).then(|| (vendor as f64 / route as f64, SpeedupSource::MeasuredAb { calls: n }))
+}
+
+/// Number of nbar buckets: `< 16`, then `[2^j, 2^(j+1))` for 16 <= 2^j <= 4096, then `>= 8192`.
+pub const NBAR_BUCKETS: usize = 11;
+
+/// nbar bucket index: 0 for nbar < 16 (the paper's smallest edge), 1 for [16, 32), ...,
+/// 9 for [4096, 8192), 10 for >= 8192.
+pub fn nbar_bucket(nbar: f64) -> usize {
+    if !(nbar >= 16.0) {
+        return 0;
+    }
+    ((nbar.log2().floor() as usize) - 3).min(NBAR_BUCKETS - 1)
+}
+
+/// Label of nbar bucket `b` (its lower edge).
+pub fn nbar_bucket_label(b: usize) -> String {
+    match b {
+        0 => "<16".into(),
+        b if b == NBAR_BUCKETS - 1 => ">=8192".into(),
+        b => format!("{}", 1u64 << (b + 3)),
+    }
+}
+
+/// All workloads of one report.
+pub struct Report {
+    /// Page title.
+    pub title: String,
+    /// The workloads, in command-line order.
+    pub workloads: Vec<Workload>,
+    /// A/B verdict tolerance.
+    pub tol: f64,
+}
+
+/// One rendered plot: file name, caption, PNG bytes.
+pub struct Figure {
+    /// File name in the output directory.
+    pub file: &'static str,
+    /// Caption under the image.
+    pub caption: String,
+    /// Alt text.
+    pub alt: &'static str,
+    /// PNG data.
+    pub png: Vec<u8>,
+}
+
+impl Report {
+    /// Renders every plot.
+    pub fn figures(&self) -> anyhow::Result<Vec<Figure>> {
+        let names: Vec<&str> = self.workloads.iter().map(|w| w.name.as_str()).collect();
+        let series = |i: usize, values: Vec<f64>| plot::Series { name: names[i], color: plot::PALETTE[i % plot::PALETTE.len()], values };
+
+        let nbar = plot::bars(
+            &plot::Bars {
+                title: "Where the work is: FLOP-weighted call size",
+                x_desc: "nbar = 2mn/(m+n), log2 buckets (label = lower edge)",
+                y_desc: "share of FLOPs",
+                categories: (0..NBAR_BUCKETS).map(nbar_bucket_label).collect(),
+                series: self.workloads.iter().enumerate().map(|(i, w)| series(i, w.nbar_shares())).collect(),
+                band: Some((4, 6, "crossover band 128 <= nbar < 512")),
+                hline: None,
+                y_fmt: |y| format!("{:.0}%", y * 100.0),
+            },
+            "no call with floating-point work in these traces",
+        )?;
+
+        let routes: Vec<String> = {
+            let mut r: Vec<String> = self.workloads.iter().flat_map(|w| w.route_flops.keys().cloned()).collect();
+            r.sort();
+            r.dedup();
+            r
+        };
+        let route_series: Vec<plot::Series> = routes
+            .iter()
+            .map(|r| plot::Series {
+                name: r,
+                color: plot::route_color(r),
+                values: self.workloads.iter().map(|w| w.route_flops.get(r).copied().unwrap_or(0.0) / w.flops().max(f64::MIN_POSITIVE)).collect(),
+            })
+            .collect();
+        let rows: Vec<String> = self.workloads.iter().map(|w| w.name.clone()).collect();
+        let mix = plot::stacked_shares("Route mix: who computed the FLOPs", &rows, &route_series, "no calls")?;
+
+        let speed = plot::bars(
+            &plot::Bars {
+                title: "Speedup over the vendor BLAS per workload",
+                x_desc: "workload",
+                y_desc: "vendor time / route time",
+                categories: rows.clone(),
+                series: vec![plot::Series {
+                    name: "measured (A/B, side by side)",
+                    color: plot::PALETTE[0],
+                    values: self.workloads.iter().map(|w| w.speedup.as_ref().map_or(0.0, |s| s.0)).collect(),
+                }],
+                band: None,
+                hline: Some((1.0, "parity with the vendor")),
+                y_fmt: |y| format!("{y:.2}x"),
+            },
+            "no speedup data: record A/B times with OZAKI_AB=1 (or a fraction)",
+        )?;
+
+        let all_calls: Vec<CallRecord> = self.workloads.iter().flat_map(|w| w.trace.calls.iter().cloned()).collect();
+        let ab = AbSummary::of(&all_calls);
+        let ab_png = plot::bars(
+            &plot::Bars {
+                title: "A/B: normwise difference from the vendor BLAS, per route",
+                x_desc: "||C_route - C_vendor||_F / ||C_vendor||_F (bucket = upper decade)",
+                y_desc: "calls",
+                categories: (0..ab_report::BUCKETS).map(ab_report::bucket_label).collect(),
+                series: ab
+                    .routes
+                    .iter()
+                    .map(|(r, s)| plot::Series { name: r, color: plot::route_color(r), values: s.hist_norm.iter().map(|&n| n as f64).collect() })
+                    .collect(),
+                band: None,
+                hline: None,
+                y_fmt: |y| format!("{y:.0}"),
+            },
+            "no A/B data: run with OZAKI_AB=1 (or a fraction) to compare against the vendor BLAS",
+        )?;
+
+        Ok(vec![
+            Figure {
+                file: "nbar.png",
+                caption: format!(
+                    "Share of each workload's FLOPs by call size nbar (the paper's Fig. 8 view). Emulation pays off above the crossover; work at nbar <= {SMALL_NBAR:.0} mostly stays on the vendor BLAS."
+                ),
+                alt: "FLOP-weighted nbar histogram",
+                png: nbar,
+            },
+            Figure { file: "routes.png", caption: "Share of FLOPs computed by each route.".into(), alt: "route mix", png: mix },
+            Figure {
+                file: "speedup.png",
+                caption: "Vendor BLAS time divided by the chosen routes' time, summed over the calls compared side by side (A/B). Above 1: the routes are faster.".into(),
+                alt: "speedup per workload",
+                png: speed,
+            },
+            Figure {
+                file: "ab-errors.png",
+                caption: "Distribution of the normwise relative difference between each route's C and the vendor's, over the A/B-compared calls.".into(),
+                alt: "A/B error histogram",
+                png: ab_png,
+            },
+        ])
+    }
+
+    /// The workload statistics as a Markdown table (what `traces/README.md` quotes).
+    pub fn markdown_table(&self) -> String {
+        let mut t = format!("| workload | calls | GFLOP | nbar median (q25-q75) | work at nbar <= {SMALL_NBAR:.0} |\n|---|---|---|---|---|\n");
+        for w in &self.workloads {
+            let (nbar, small) = match &w.stats {
+                Some(s) => (format!("{:.0} ({:.0}-{:.0})", s.median, s.q1, s.q3), format!("{:.0}%", s.share_small * 100.0)),
+                None => ("-".into(), "-".into()),
+            };
+            t.push_str(&format!("| {} | {} | {:.1} | {nbar} | {small} |\n", w.name, w.trace.calls.len(), w.flops() / 1e9));
+        }
+        t
+    }
+
+    /// Writes `index.html` and the PNGs into `dir`; returns the page's path.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<PathBuf> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let figures = self.figures()?;
+        for f in &figures {
+            let path = dir.join(f.file);
+            std::fs::write(&path, &f.png).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        let page = dir.join("index.html");
+        std::fs::write(&page, html::page(self, &figures)).with_context(|| format!("cannot write {}", page.display()))?;
+        Ok(page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nbar_buckets_follow_the_papers_log2_edges() {
+        assert_eq!(nbar_bucket(0.0), 0);
+        assert_eq!(nbar_bucket(15.9), 0);
+        assert_eq!(nbar_bucket(16.0), 1);
+        assert_eq!(nbar_bucket(127.9), 3);
+        assert_eq!(nbar_bucket(128.0), 4);
+        assert_eq!(nbar_bucket(511.0), 5);
+        assert_eq!(nbar_bucket(4096.0), 9);
+        assert_eq!(nbar_bucket(1e9), 10);
+        assert_eq!(nbar_bucket(f64::NAN), 0);
+        assert_eq!((nbar_bucket_label(4), nbar_bucket_label(10)), ("128".to_string(), ">=8192".to_string()));
+    }
+
+    #[test]
+    fn workload_names_drop_trace_extensions() {
+        assert_eq!(workload_name(Path::new("traces/lobpcg-b64.jsonl.gz")), "lobpcg-b64");
+        assert_eq!(workload_name(Path::new("x.jsonl")), "x");
+    }
 }

@@ -12,6 +12,10 @@
 //! private temporary directory that is removed afterwards, so the summary is always
 //! available. Trace files are named with `%p`, so a program that forks leaves one file per
 //! process, and all of them are summarised together.
+//!
+//! MPI (issue #7): both `mpirun -n 4 ozaki run -- ./prog` (each rank summarises its own
+//! trace) and `ozaki run -- mpirun -n 4 ./prog` (one summary of every rank's trace) work;
+//! see `launcher.rs` for how the environment crosses Open MPI's launcher.
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -20,9 +24,10 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use crate::launcher;
 use crate::summary;
 
 /// File name of the shim library.
@@ -70,8 +75,10 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         }
     };
 
-    let mut cmd = Command::new(&args.command[0]);
-    cmd.args(&args.command[1..]);
+    // An Open MPI launcher is told to forward these to ranks on other hosts (launcher.rs).
+    let forwarded: &[&str] =
+        if args.route.is_some() { &["LD_PRELOAD", "OZAKI_TRACE", "OZAKI_ROUTE"] } else { &["LD_PRELOAD", "OZAKI_TRACE"] };
+    let mut cmd = launcher::command(&args.command, forwarded);
     cmd.env("LD_PRELOAD", prepend_preload(&shim, std::env::var_os("LD_PRELOAD").as_deref()));
     cmd.env("OZAKI_TRACE", &pattern);
     if let Some(route) = &args.route {
@@ -177,7 +184,8 @@ fn forward_signals_while_waiting() {
 /// Trace files the run produced: the files in the pattern's directory whose names match it
 /// (see [`name_matches`]), modified since `since`.
 fn trace_files(pattern: &Path, since: std::time::SystemTime) -> Vec<PathBuf> {
-    let text = pattern.to_string_lossy().into_owned();
+    // Inside an MPI rank (`mpirun -n 4 ozaki run -- ...`), only this rank's own files.
+    let text = launcher::with_own_rank(&pattern.to_string_lossy());
     let (dir, name) = match text.rfind('/') {
         Some(i) => (PathBuf::from(if i == 0 { "/" } else { &text[..i] }), text[i + 1..].to_string()),
         None => (PathBuf::from("."), text.clone()),

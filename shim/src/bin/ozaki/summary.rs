@@ -11,7 +11,6 @@
 //! the middle of a write leaves behind, so it is reported as a note and skipped rather
 //! than throwing away the rest of a trace the user cannot regenerate.
 
-use anyhow::Context as _;
 use clap::Parser;
 use ozaki_core::stats::{NbarStats, SMALL_NBAR};
 use ozaki_core::trace::{CallRecord, Layout, Routine, Trace};
@@ -57,7 +56,7 @@ pub struct Loaded {
 /// Reads one trace file; errors carry `path:line:`.
 pub fn load(path: &Path) -> anyhow::Result<Loaded> {
     let shown = path.display();
-    let text = std::fs::read_to_string(path).with_context(|| format!("{shown}: cannot read trace"))?;
+    let text = crate::tracefile::read_text(path)?;
     let mut notes = Vec::new();
     let mut body = text.as_str();
     if !text.is_empty() && !text.ends_with('\n') {
@@ -181,7 +180,8 @@ pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Res
         for h in &f.trace.headers {
             let argv = h.argv.as_ref().map(|a| format!(" [{}]", a.join(" "))).unwrap_or_default();
             let parent = h.parent_pid.map(|p| format!(", forked from {p}")).unwrap_or_default();
-            writeln!(out, "  {}: pid {}{} {}{}", f.path.display(), h.pid, parent, h.exe, argv)?;
+            let rank = h.rank.map(|r| format!(", MPI rank {r}")).unwrap_or_default();
+            writeln!(out, "  {}: pid {}{}{} {}{}", f.path.display(), h.pid, rank, parent, h.exe, argv)?;
         }
         for note in &f.notes {
             writeln!(out, "  note: {note}")?;
@@ -244,6 +244,8 @@ pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Res
     }
     t.write(out)?;
 
+    write_per_rank(out, files)?;
+
     writeln!(out, "\nCall size nbar = 2mn/(m+n), weighted by FLOPs:")?;
     match NbarStats::of(calls.iter().copied()) {
         Some(s) => {
@@ -270,6 +272,27 @@ pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Res
             gflop(s.flops),
             share,
         ]);
+    }
+    t.write(out)
+}
+
+/// Per-rank totals when the files come from MPI ranks (issue #7), so load imbalance and a
+/// rank that missed the shim show up. A file counts for the rank in its first header.
+fn write_per_rank(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> {
+    let mut by_rank: BTreeMap<(Option<u32>, &str), Totals> = BTreeMap::new();
+    for f in files {
+        let h = f.trace.headers.first();
+        let totals = by_rank.entry((h.and_then(|h| h.rank), h.and_then(|h| h.host.as_deref()).unwrap_or("-"))).or_default();
+        f.trace.calls.iter().for_each(|c| totals.add(c));
+    }
+    if !by_rank.keys().any(|(rank, _)| rank.is_some()) {
+        return Ok(());
+    }
+    writeln!(out, "\nPer MPI rank:")?;
+    let mut t = Table::new(&["rank", "host", "calls", "GFLOP", "time s"]);
+    for ((rank, host), s) in &by_rank {
+        let rank = rank.map_or("-".to_string(), |r| r.to_string());
+        t.row(vec![rank, host.to_string(), s.calls.to_string(), gflop(s.flops), seconds(s.ns)]);
     }
     t.write(out)
 }
@@ -326,6 +349,31 @@ mod tests {
         assert_eq!(first.split_whitespace().collect::<Vec<_>>(), ["dgemm", "NT", "100", "100", "100", "2", "0.004", "100.0%"]);
         assert!(s.contains("median 100.0"), "{s}");
         assert!(s.contains("work at nbar <= 256: 100.0%"), "{s}");
+    }
+
+    #[test]
+    fn rank_traces_are_merged_with_a_per_rank_table() {
+        // See: #7. Two ranks on one host, rank 1 did twice the calls of rank 0.
+        let ranked = |rank: u32, pid: u32| HEADER.replace(r#""pid":42"#, &format!(r#""pid":{pid},"host":"n1","rank":{rank}"#));
+        let r0 = format!("{}\n{}\n", ranked(0, 100), call(0, "dgemm_", "dgemm", 10, 10, 10, 1000));
+        let r1 = format!(
+            "{}\n{}\n{}\n",
+            ranked(1, 101),
+            call(0, "dgemm_", "dgemm", 10, 10, 10, 1000),
+            call(1, "dgemm_", "dgemm", 10, 10, 10, 1000)
+        );
+        let files = [load(&write_tmp("r-1.jsonl", &r1)).unwrap(), load(&write_tmp("r-0.jsonl", &r0)).unwrap()];
+        let mut out = Vec::new();
+        render(&mut out, &files, 10).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("2 trace file(s), 2 process(es), 3 call(s)"), "{s}");
+        assert!(s.contains("pid 101, MPI rank 1 /bin/prog"), "{s}");
+        let table = &s[s.find("Per MPI rank:").expect("per-rank table") ..];
+        let rows: Vec<Vec<&str>> = table.lines().skip(2).take(2).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows[0][..3], ["0", "n1", "1"], "{s}");
+        assert_eq!(rows[1][..3], ["1", "n1", "2"], "{s}");
+        // A single process without a launcher gets no rank table.
+        assert!(!summary_of(&r0.replace(r#","rank":0"#, ""), "norank.jsonl").contains("Per MPI rank"));
     }
 
     #[test]

@@ -1,0 +1,184 @@
+//! Constant tables the emulation kernels take by value: per-modulus reciprocals for residue
+//! formation, and the CRT weights for reconstruction, as `#[repr(C)]` mirrors of the structs
+//! in `kernels/ozaki.cu`.
+//!
+//! Reconstruction evaluates x = sum_p u_p W_p mod M with W_p = (M/m_p)((M/m_p)^-1 mod m_p),
+//! u_p in [0, m_p), in exact 32-bit-limb integer arithmetic (about 5 multiply-adds per
+//! modulus and output, against r(r-1)/2 modular steps for Garner), then lifts x to the
+//! symmetric range [-M/2, M/2). W_p = 1 mod m_p and 0 mod m_q (q != p), so x = C' mod M.
+
+use num_bigint::BigUint;
+use num_traits::{One, ToPrimitive, Zero};
+
+/// Most moduli a call can use (the INT8 set has 20).
+pub const MAX_MODULI: usize = 20;
+/// 32-bit limbs of the reconstruction state: sum_p u_p W_p < 20 * 256 * M < 2^173.
+pub const LIMBS: usize = 6;
+
+/// Mirror of `struct ResidueTable` in ozaki.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ResidueTable {
+    r: i32,
+    pad: i32,
+    m: [f64; MAX_MODULI],
+    inv_m: [f64; MAX_MODULI],
+}
+
+/// Mirror of `struct CrtTable` in ozaki.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CrtTable {
+    r: i32,
+    pad: i32,
+    m: [f64; MAX_MODULI],
+    inv_m: [f64; MAX_MODULI],
+    big_m_approx: f64,
+    w: [[u32; LIMBS]; MAX_MODULI],
+    big_m: [u32; LIMBS],
+    half_m: [u32; LIMBS],
+}
+
+fn limbs(x: &BigUint) -> [u32; LIMBS] {
+    let digits = x.to_u32_digits();
+    assert!(digits.len() <= LIMBS, "value exceeds {LIMBS} limbs");
+    let mut out = [0u32; LIMBS];
+    out[..digits.len()].copy_from_slice(&digits);
+    out
+}
+
+/// Product of the moduli.
+pub fn product(moduli: &[u32]) -> BigUint {
+    moduli.iter().fold(BigUint::one(), |acc, &m| acc * m)
+}
+
+/// a^-1 mod m for coprime a, m (extended Euclid on small integers).
+fn inverse_mod(a: u64, m: u64) -> u64 {
+    let (mut t, mut new_t, mut r, mut new_r) = (0i64, 1i64, m as i64, (a % m) as i64);
+    while new_r != 0 {
+        let q = r / new_r;
+        (t, new_t) = (new_t, t - q * new_t);
+        (r, new_r) = (new_r, r - q * new_r);
+    }
+    assert_eq!(r, 1, "{a} has no inverse mod {m}");
+    t.rem_euclid(m as i64) as u64
+}
+
+fn check(moduli: &[u32]) {
+    assert!(!moduli.is_empty() && moduli.len() <= MAX_MODULI, "1..={MAX_MODULI} moduli");
+    assert!(moduli.iter().all(|&m| (2..=256).contains(&m)), "byte moduli only");
+}
+
+impl ResidueTable {
+    /// Table for the first `moduli.len()` moduli.
+    pub fn new(moduli: &[u32]) -> ResidueTable {
+        check(moduli);
+        let mut t = ResidueTable { r: moduli.len() as i32, pad: 0, m: [0.0; MAX_MODULI], inv_m: [0.0; MAX_MODULI] };
+        for (p, &m) in moduli.iter().enumerate() {
+            t.m[p] = m as f64;
+            t.inv_m[p] = 1.0 / m as f64;
+        }
+        t
+    }
+}
+
+impl CrtTable {
+    /// Table for the first `moduli.len()` moduli (pairwise coprime).
+    pub fn new(moduli: &[u32]) -> CrtTable {
+        check(moduli);
+        let big_m = product(moduli);
+        let mut t = CrtTable {
+            r: moduli.len() as i32,
+            pad: 0,
+            m: [0.0; MAX_MODULI],
+            inv_m: [0.0; MAX_MODULI],
+            big_m_approx: big_m.to_f64().unwrap_or(f64::MAX),
+            w: [[0; LIMBS]; MAX_MODULI],
+            big_m: limbs(&big_m),
+            half_m: limbs(&((&big_m + 1u32) >> 1)),
+        };
+        for (p, &m) in moduli.iter().enumerate() {
+            t.m[p] = m as f64;
+            t.inv_m[p] = 1.0 / m as f64;
+            let mp = &big_m / m;
+            let mp_mod = (&mp % m).to_u64().unwrap_or(0);
+            let w = mp * inverse_mod(mp_mod, m as u64);
+            t.w[p] = limbs(&(w % &big_m));
+        }
+        t
+    }
+
+    /// The CRT weight W_p as an integer (for tests).
+    pub fn weight(&self, p: usize) -> BigUint {
+        BigUint::from_slice(&self.w[p])
+    }
+
+    /// M as an integer (for tests).
+    pub fn modulus(&self) -> BigUint {
+        BigUint::from_slice(&self.big_m)
+    }
+
+    /// The host-side twin of the kernel's reconstruction for one output: int32 products per
+    /// modulus in, the signed integer C' (as sign, magnitude) out. Used by tests to check the
+    /// table and the lift without a GPU.
+    pub fn reconstruct(&self, products: &[i32]) -> (bool, BigUint) {
+        let big_m = self.modulus();
+        let mut x = BigUint::zero();
+        for (p, &c) in products.iter().enumerate().take(self.r as usize) {
+            let u = (c as i64).rem_euclid(self.m[p] as i64) as u64;
+            x += self.weight(p) * u;
+        }
+        x %= &big_m;
+        let half = BigUint::from_slice(&self.half_m);
+        if x >= half { (true, big_m - x) } else { (false, x) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SET: [u32; 20] = [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181, 179, 173];
+
+    #[test]
+    fn weights_are_the_crt_idempotents() {
+        for r in [1, 2, 7, 14, 20] {
+            let t = CrtTable::new(&SET[..r]);
+            for p in 0..r {
+                for (q, &mq) in SET[..r].iter().enumerate() {
+                    let w = t.weight(p) % mq;
+                    assert_eq!(w, BigUint::from((p == q) as u32), "W_{p} mod m_{q}, r = {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reconstruction_recovers_signed_values_at_the_range_ends() {
+        let t = CrtTable::new(&SET[..16]);
+        let big_m = t.modulus();
+        let half: BigUint = &big_m >> 1; // M even (256 in the set): range [-M/2, M/2)
+        for (neg, mag) in [(false, BigUint::zero()), (false, &half - 1u32), (true, half.clone()), (true, BigUint::one())] {
+            // residues of +-mag, as the int8 products would deliver them (any representative)
+            let prods: Vec<i32> = SET[..16]
+                .iter()
+                .map(|&m| {
+                    let r = (&mag % m).to_i64().unwrap();
+                    let r = if neg { -r } else { r };
+                    (r + 3 * m as i64) as i32 // a non-canonical representative
+                })
+                .collect();
+            let (n2, m2) = t.reconstruct(&prods);
+            let zero = mag.is_zero();
+            assert_eq!((n2 && !zero, m2), (neg && !zero, mag));
+        }
+    }
+
+    #[test]
+    fn residue_table_matches_moduli() {
+        let t = ResidueTable::new(&SET[..3]);
+        assert_eq!(t.r, 3);
+        assert_eq!(t.m[2], 253.0);
+        assert_eq!(t.inv_m[0], 1.0 / 256.0);
+    }
+}

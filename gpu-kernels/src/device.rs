@@ -1,0 +1,234 @@
+//! The process-wide GPU: found and initialised once, shared behind a lock.
+//!
+//! Initialisation order (issue #4): library presence first ([`Libraries::detect`]), then the
+//! driver, the primary context of device `OZAKI_GPU` (default 0), cuBLAS and cuBLASLt handles,
+//! and the NVRTC-compiled kernels. Each step that can panic inside cudarc runs in
+//! [`contain`]. A missing piece disables the routes that need it, with the reason kept for the
+//! one stderr line and the trace's `fallback` field. Missing NVRTC/cuBLASLt only disables
+//! `gpu-ozaki`; `gpu-native` still works.
+
+use crate::error::{Context, GpuError};
+use crate::kernels::Kernels;
+use crate::memory::{PinnedBuffer, Workspace};
+use crate::probe::{Libraries, contain};
+use cudarc::cublas::sys as cublas;
+use cudarc::cublaslt::sys as lt;
+use cudarc::driver::sys;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Size of the cuBLASLt workspace (the value cuBLASLt recommends on Hopper).
+pub const LT_WORKSPACE: usize = 32 << 20;
+
+/// An initialised GPU with its library handles, kernels and reusable buffers.
+pub struct Gpu {
+    /// Device ordinal (`OZAKI_GPU`, default 0): the trace's `device` field.
+    pub ordinal: u32,
+    /// Device name as the driver reports it.
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub cc: (i32, i32),
+    /// Multiprocessor count.
+    pub sms: i32,
+    /// Driver API version (e.g. 13000).
+    pub driver_version: i32,
+    /// cuBLAS version (e.g. 130100).
+    pub cublas_version: i32,
+    pub(crate) ctx: sys::CUcontext,
+    /// Stream of the host-resident routes (the device API uses the caller's).
+    pub(crate) stream: sys::CUstream,
+    /// Second stream, for transfers overlapping compute.
+    pub(crate) copy_stream: sys::CUstream,
+    pub(crate) blas: cublas::cublasHandle_t,
+    pub(crate) lt: lt::cublasLtHandle_t,
+    pub(crate) lt_workspace: crate::memory::DeviceBuffer,
+    /// The emulation kernels, or why they are unavailable.
+    pub(crate) kernels: Result<Kernels, GpuError>,
+    pub(crate) workspace: Workspace,
+    pub(crate) staging: Vec<PinnedBuffer>,
+    pub(crate) small: PinnedBuffer,
+    pub(crate) algo_cache: crate::lt_int8::AlgoCache,
+}
+
+// SAFETY: the raw handles are only used while the Mutex around the Gpu is held, and each
+// use first makes the context current on the calling thread.
+unsafe impl Send for Gpu {}
+
+static GPU: OnceLock<Result<Mutex<Gpu>, GpuError>> = OnceLock::new();
+
+/// The process's GPU, initialised on first use; `Err` (forever, for this process) when there
+/// is none or it could not be initialised. Never panics.
+pub fn gpu() -> Result<MutexGuard<'static, Gpu>, GpuError> {
+    let cell = GPU.get_or_init(|| contain("GPU initialisation", Gpu::init).map(Mutex::new));
+    match cell {
+        Ok(m) => {
+            let g = m.lock().unwrap_or_else(|p| p.into_inner());
+            g.make_current()?;
+            Ok(g)
+        }
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// Whether a GPU route can run in this process (initialises on first call).
+pub fn available() -> Result<(), GpuError> {
+    gpu().map(|_| ())
+}
+
+fn attribute(dev: sys::CUdevice, a: sys::CUdevice_attribute) -> Result<i32, GpuError> {
+    let mut v = 0;
+    // SAFETY: out-parameter, valid device.
+    unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) }.result().ctx("cuDeviceGetAttribute")?;
+    Ok(v)
+}
+
+impl Gpu {
+    fn init() -> Result<Gpu, GpuError> {
+        let libs = Libraries::detect();
+        if let Some(missing) = libs.native_missing() {
+            return Err(GpuError::Unavailable(missing.into()));
+        }
+        let ordinal: u32 = match std::env::var("OZAKI_GPU") {
+            Ok(v) => v.trim().parse().map_err(|_| GpuError::Unavailable(format!("OZAKI_GPU={v:?} is not a device number")))?,
+            Err(_) => 0,
+        };
+        // SAFETY: cuInit may be called any number of times.
+        unsafe { sys::cuInit(0) }.result().map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))?;
+        let mut count = 0;
+        // SAFETY: out-parameter.
+        unsafe { sys::cuDeviceGetCount(&mut count) }.result().ctx("cuDeviceGetCount")?;
+        if count <= ordinal as i32 {
+            return Err(GpuError::Unavailable(format!("no CUDA device {ordinal} ({count} found)")));
+        }
+        let mut dev = 0;
+        // SAFETY: out-parameter; ordinal < count.
+        unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) }.result().ctx("cuDeviceGet")?;
+        let mut name_buf = [0 as std::ffi::c_char; 128];
+        // SAFETY: buffer of the stated length.
+        unsafe { sys::cuDeviceGetName(name_buf.as_mut_ptr(), 128, dev) }.result().ctx("cuDeviceGetName")?;
+        let name = name_buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8 as char).collect();
+        use sys::CUdevice_attribute::*;
+        let cc = (
+            attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        let sms = attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let mut driver_version = 0;
+        // SAFETY: out-parameter.
+        unsafe { sys::cuDriverGetVersion(&mut driver_version) }.result().ctx("cuDriverGetVersion")?;
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: retains the device's primary context (the one the CUDA runtime uses too, so
+        // device pointers from a runtime-API program are valid here).
+        unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) }.result().ctx("cuDevicePrimaryCtxRetain")?;
+        // SAFETY: ctx was just retained.
+        unsafe { sys::cuCtxSetCurrent(ctx) }.result().ctx("cuCtxSetCurrent")?;
+        let stream = new_stream()?;
+        let copy_stream = new_stream()?;
+        let mut blas = std::ptr::null_mut();
+        // SAFETY: out-parameter; a context is current.
+        unsafe { cublas::cublasCreate_v2(&mut blas) }.result().ctx("cublasCreate")?;
+        let mut cublas_version = 0;
+        // SAFETY: live handle, out-parameter.
+        unsafe { cublas::cublasGetVersion_v2(blas, &mut cublas_version) }.result().ctx("cublasGetVersion")?;
+        let lt_workspace = crate::memory::DeviceBuffer::new(LT_WORKSPACE)?;
+        let lt = if libs.cublaslt {
+            contain("cuBLASLt", || cudarc::cublaslt::result::create_handle().ctx("cublasLtCreate"))
+                .unwrap_or(std::ptr::null_mut())
+        } else {
+            std::ptr::null_mut()
+        };
+        let kernels = match libs.ozaki_missing() {
+            Some(missing) => Err(GpuError::Unavailable(missing.into())),
+            None if lt.is_null() => Err(GpuError::Unavailable("cuBLASLt handle could not be created".into())),
+            None => contain("kernel compilation", || Kernels::load(cc, driver_version)),
+        };
+        if let Err(e) = &kernels {
+            tracing::warn!(error = %e, "gpu-ozaki unavailable; gpu-native still works");
+        }
+        Ok(Gpu {
+            ordinal,
+            name,
+            cc,
+            sms,
+            driver_version,
+            cublas_version,
+            ctx,
+            stream,
+            copy_stream,
+            blas,
+            lt,
+            lt_workspace,
+            kernels,
+            workspace: Workspace::default(),
+            staging: Vec::new(),
+            small: PinnedBuffer::new(1 << 20)?,
+            algo_cache: Default::default(),
+        })
+    }
+
+    /// Binds this GPU's context to the calling thread (contexts are per thread).
+    pub(crate) fn make_current(&self) -> Result<(), GpuError> {
+        // SAFETY: ctx is retained for the life of the process.
+        unsafe { sys::cuCtxSetCurrent(self.ctx) }.result().ctx("cuCtxSetCurrent")
+    }
+
+    /// The kernels, or why gpu-ozaki cannot run.
+    pub(crate) fn kernels(&self) -> Result<&Kernels, GpuError> {
+        self.kernels.as_ref().map_err(Clone::clone)
+    }
+
+    /// Whether the emulated route can run on this GPU (kernels compiled, cuBLASLt present).
+    pub fn ozaki_ready(&self) -> Result<(), GpuError> {
+        self.kernels().map(|_| ())
+    }
+
+    /// Pinned staging buffer `i` of at least `bytes` (grow-only, kept across calls).
+    pub(crate) fn staging(&mut self, i: usize, bytes: usize) -> Result<*mut u8, GpuError> {
+        while self.staging.len() <= i {
+            self.staging.push(PinnedBuffer::new(64)?);
+        }
+        if self.staging[i].len() < bytes {
+            self.staging[i] = PinnedBuffer::new(bytes)?;
+        }
+        Ok(self.staging[i].as_mut_ptr())
+    }
+
+    /// One line describing the device, for logs and the bench header.
+    pub fn describe(&self) -> String {
+        format!(
+            "GPU {}: {} (sm_{}{}, {} SMs), driver {}.{}, cuBLAS {}",
+            self.ordinal,
+            self.name,
+            self.cc.0,
+            self.cc.1,
+            self.sms,
+            self.driver_version / 1000,
+            self.driver_version % 1000 / 10,
+            self.cublas_version
+        )
+    }
+
+    /// The stream the host-resident routes use.
+    pub fn stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
+    /// The raw cuBLAS handle (for the bench's baselines).
+    pub fn cublas_handle(&self) -> cublas::cublasHandle_t {
+        self.blas
+    }
+}
+
+fn new_stream() -> Result<sys::CUstream, GpuError> {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: out-parameter; a context is current.
+    unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }
+        .result()
+        .ctx("cuStreamCreate")?;
+    Ok(s)
+}
+
+/// Waits for `stream` and reports a failed kernel or copy as an error.
+pub fn sync(stream: sys::CUstream) -> Result<(), GpuError> {
+    // SAFETY: a live stream of the current context.
+    unsafe { sys::cuStreamSynchronize(stream) }.result().ctx("cuStreamSynchronize")
+}

@@ -1,0 +1,204 @@
+//! The emulation kernels of `kernels/ozaki.cu`: compiled (or fetched from the private cache)
+//! for this device's architecture, loaded once, launched with typed arguments.
+
+use crate::crt::{CrtTable, ResidueTable};
+use crate::error::{Context, GpuError};
+use cudarc::driver::sys;
+use std::ffi::{CString, c_void};
+
+/// CUDA source of the emulation kernels (compiled at run time, issue #4).
+pub const SOURCE: &str = include_str!("../kernels/ozaki.cu");
+
+/// Loaded module and its entry points.
+pub struct Kernels {
+    _module: sys::CUmodule,
+    scan_contig: sys::CUfunction,
+    scan_strided: sys::CUfunction,
+    residues: sys::CUfunction,
+    reconstruct: sys::CUfunction,
+    /// Architecture the CUBIN was built for (e.g. `sm_90a`).
+    pub arch: String,
+    /// Whether the CUBIN came from the disk cache.
+    pub from_cache: bool,
+}
+
+fn function(module: sys::CUmodule, name: &str) -> Result<sys::CUfunction, GpuError> {
+    let cname = CString::new(name).expect("kernel names have no NUL");
+    let mut f = std::ptr::null_mut();
+    // SAFETY: module is loaded; out-parameter.
+    unsafe { sys::cuModuleGetFunction(&mut f, module, cname.as_ptr()) }.result().ctx(name)?;
+    Ok(f)
+}
+
+fn load_module(cubin: &[u8]) -> Result<sys::CUmodule, GpuError> {
+    let mut module = std::ptr::null_mut();
+    // SAFETY: cubin is a complete ELF image that outlives the call.
+    unsafe { sys::cuModuleLoadData(&mut module, cubin.as_ptr() as *const c_void) }.result().ctx("cuModuleLoadData")?;
+    Ok(module)
+}
+
+impl Kernels {
+    /// Compiles (or loads from the cache) and loads the kernels for compute capability `cc`.
+    pub fn load(cc: (i32, i32), driver: i32) -> Result<Kernels, GpuError> {
+        let arch = crate::nvrtc_cache::arch_for(cc.0, cc.1);
+        let (cubin, from_cache) = crate::nvrtc_cache::cubin_cached(SOURCE, "ozaki.cu", &arch, driver)?;
+        let (module, from_cache) = match load_module(&cubin) {
+            Ok(m) => (m, from_cache),
+            // A cached image the driver refuses: compile afresh rather than fail.
+            Err(_) if from_cache => (load_module(&crate::nvrtc_cache::compile_cubin(SOURCE, "ozaki.cu", &arch)?)?, false),
+            Err(e) => return Err(e),
+        };
+        Ok(Kernels {
+            scan_contig: function(module, "scan_rows_contig")?,
+            scan_strided: function(module, "scan_rows_strided")?,
+            residues: function(module, "residues")?,
+            reconstruct: function(module, "reconstruct")?,
+            _module: module,
+            arch,
+            from_cache,
+        })
+    }
+
+    /// Max |x| bit pattern and sum of |x| per row of an operand (`maxbits` and `abssum` must
+    /// be zeroed first). `contig`:
+    /// the row's elements are adjacent in memory (x[l + row*ld]), else rows are adjacent.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn scan(
+        &self,
+        stream: sys::CUstream,
+        x: sys::CUdeviceptr,
+        ld: i64,
+        contig: bool,
+        rows: i32,
+        kdim: i32,
+        maxbits: sys::CUdeviceptr,
+        abssum: sys::CUdeviceptr,
+    ) -> Result<(), GpuError> {
+        let (mut x, mut ld, mut rows, mut kdim, mut maxbits, mut abssum) = (x, ld, rows, kdim, maxbits, abssum);
+        if contig {
+            let warps_per_block = 8u32;
+            let grid = (rows as u32).div_ceil(warps_per_block);
+            let mut args = [
+                &mut x as *mut _ as *mut c_void,
+                &mut ld as *mut _ as *mut c_void,
+                &mut rows as *mut _ as *mut c_void,
+                &mut kdim as *mut _ as *mut c_void,
+                &mut maxbits as *mut _ as *mut c_void,
+                &mut abssum as *mut _ as *mut c_void,
+            ];
+            // SAFETY: argument types match the kernel signature; pointers are device memory
+            // of the sizes the caller checked.
+            unsafe { launch(self.scan_contig, (grid, 1, 1), (32 * warps_per_block, 1, 1), stream, &mut args) }
+        } else {
+            let mut lchunk: i32 = 16;
+            let grid = ((rows as u32).div_ceil(256), (kdim as u32).div_ceil(lchunk as u32).max(1), 1);
+            let mut args = [
+                &mut x as *mut _ as *mut c_void,
+                &mut ld as *mut _ as *mut c_void,
+                &mut rows as *mut _ as *mut c_void,
+                &mut kdim as *mut _ as *mut c_void,
+                &mut lchunk as *mut _ as *mut c_void,
+                &mut maxbits as *mut _ as *mut c_void,
+                &mut abssum as *mut _ as *mut c_void,
+            ];
+            // SAFETY: as above.
+            unsafe { launch(self.scan_strided, grid, (256, 1, 1), stream, &mut args) }
+        }
+    }
+
+    /// r int8 residue planes of one operand, inner dimension padded to `kpad` (a multiple of
+    /// 16) with zeros.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn residues(
+        &self,
+        stream: sys::CUstream,
+        x: sys::CUdeviceptr,
+        ld: i64,
+        contig: bool,
+        rows: i32,
+        kdim: i32,
+        kpad: i32,
+        shift: sys::CUdeviceptr,
+        table: &ResidueTable,
+        out: sys::CUdeviceptr,
+        plane_stride: i64,
+    ) -> Result<(), GpuError> {
+        let (mut x, mut ld, mut contig, mut rows, mut kdim, mut kpad, mut shift, mut table, mut out, mut ps) =
+            (x, ld, contig as i32, rows, kdim, kpad, shift, *table, out, plane_stride);
+        let grid = ((kpad as u32).div_ceil(128), (rows as u32).div_ceil(32), 1);
+        let mut args = [
+            &mut x as *mut _ as *mut c_void,
+            &mut ld as *mut _ as *mut c_void,
+            &mut contig as *mut _ as *mut c_void,
+            &mut rows as *mut _ as *mut c_void,
+            &mut kdim as *mut _ as *mut c_void,
+            &mut kpad as *mut _ as *mut c_void,
+            &mut shift as *mut _ as *mut c_void,
+            &mut table as *mut _ as *mut c_void,
+            &mut out as *mut _ as *mut c_void,
+            &mut ps as *mut _ as *mut c_void,
+        ];
+        // SAFETY: as above; the table is passed by value (#[repr(C)] mirror of the CUDA struct).
+        unsafe { launch(self.residues, grid, (32, 8, 1), stream, &mut args) }
+    }
+
+    /// CRT reconstruction of a column block into C with the alpha/beta epilogue.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn reconstruct(
+        &self,
+        stream: sys::CUstream,
+        prod: sys::CUdeviceptr,
+        prod_stride: i64,
+        rows: i32,
+        cols: i32,
+        sigma: sys::CUdeviceptr,
+        tau: sys::CUdeviceptr,
+        table: &CrtTable,
+        alpha: f64,
+        beta: f64,
+        c: sys::CUdeviceptr,
+        ldc: i64,
+        uplo: i32,
+        offsets: (i32, i32),
+    ) -> Result<(), GpuError> {
+        let (mut prod, mut ps, mut rows, mut cols, mut sigma, mut tau, mut table, mut alpha, mut beta, mut c, mut ldc, mut uplo) =
+            (prod, prod_stride, rows, cols, sigma, tau, *table, alpha, beta, c, ldc, uplo);
+        let (mut row_off, mut col_off) = offsets;
+        let total = rows as u64 * cols as u64;
+        let grid = (total.div_ceil(256) as u32, 1, 1);
+        let mut args = [
+            &mut prod as *mut _ as *mut c_void,
+            &mut ps as *mut _ as *mut c_void,
+            &mut rows as *mut _ as *mut c_void,
+            &mut cols as *mut _ as *mut c_void,
+            &mut sigma as *mut _ as *mut c_void,
+            &mut tau as *mut _ as *mut c_void,
+            &mut table as *mut _ as *mut c_void,
+            &mut alpha as *mut _ as *mut c_void,
+            &mut beta as *mut _ as *mut c_void,
+            &mut c as *mut _ as *mut c_void,
+            &mut ldc as *mut _ as *mut c_void,
+            &mut uplo as *mut _ as *mut c_void,
+            &mut row_off as *mut _ as *mut c_void,
+            &mut col_off as *mut _ as *mut c_void,
+        ];
+        // SAFETY: as above.
+        unsafe { launch(self.reconstruct, grid, (256, 1, 1), stream, &mut args) }
+    }
+}
+
+/// cuLaunchKernel with no dynamic shared memory.
+unsafe fn launch(
+    f: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    stream: sys::CUstream,
+    args: &mut [*mut c_void],
+) -> Result<(), GpuError> {
+    // SAFETY: the caller guarantees the argument list matches the kernel.
+    unsafe {
+        sys::cuLaunchKernel(f, grid.0, grid.1, grid.2, block.0, block.1, block.2, 0, stream, args.as_mut_ptr(), std::ptr::null_mut())
+    }
+    .result()
+    .ctx("cuLaunchKernel")
+}

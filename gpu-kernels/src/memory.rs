@@ -1,0 +1,141 @@
+//! Device and pinned host buffers: RAII owners of raw CUDA allocations, plus the grow-only
+//! workspace and staging pools reused across calls (issue #4: workspace sized from the
+//! memory really free, pinned staging reused).
+
+use crate::error::{Context, GpuError};
+use cudarc::driver::sys;
+use std::ffi::c_void;
+
+/// Bytes free and total on the current device, as the driver reports them now.
+pub fn mem_info() -> Result<(usize, usize), GpuError> {
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: plain out-parameters; a context is current (callers hold the Gpu lock).
+    unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }.result().ctx("cuMemGetInfo")?;
+    Ok((free, total))
+}
+
+/// Memory left for other users of the device: we never take the last slice of it.
+pub const DEVICE_RESERVE: usize = 512 << 20;
+
+/// One device allocation, freed on drop.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+}
+
+impl DeviceBuffer {
+    /// Allocates `bytes` (at least 1) after checking that the device has them free beyond
+    /// [`DEVICE_RESERVE`], so a large request fails cleanly instead of starving others.
+    pub fn new(bytes: usize) -> Result<DeviceBuffer, GpuError> {
+        let bytes = bytes.max(256);
+        let (free, _) = mem_info()?;
+        if bytes + DEVICE_RESERVE > free {
+            return Err(GpuError::OutOfMemory { needed: bytes, free });
+        }
+        let mut ptr = 0;
+        // SAFETY: out-parameter; size checked above.
+        unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }
+            .result()
+            .map_err(|_| GpuError::OutOfMemory { needed: bytes, free })?;
+        Ok(DeviceBuffer { ptr, bytes })
+    }
+
+    /// Device address.
+    pub fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+
+    /// Always false (a buffer has at least 256 bytes); for clippy's len-without-is_empty.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from cuMemAlloc and is freed once; cuMemFree synchronises.
+        let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+    }
+}
+
+/// Named grow-only device buffers: a slot is reallocated only when a call needs more than it
+/// holds, so steady-state calls allocate nothing.
+#[derive(Debug, Default)]
+pub struct Workspace {
+    slots: Vec<(&'static str, DeviceBuffer)>,
+}
+
+impl Workspace {
+    /// A buffer of at least `bytes` under `name`.
+    pub fn get(&mut self, name: &'static str, bytes: usize) -> Result<sys::CUdeviceptr, GpuError> {
+        if let Some(pos) = self.slots.iter().position(|(n, _)| *n == name) {
+            if self.slots[pos].1.len() >= bytes {
+                return Ok(self.slots[pos].1.ptr());
+            }
+            self.slots.swap_remove(pos); // free first, so the new one can reuse the memory
+        }
+        let buf = DeviceBuffer::new(bytes)?;
+        let ptr = buf.ptr();
+        self.slots.push((name, buf));
+        Ok(ptr)
+    }
+
+    /// Bytes currently held.
+    pub fn held(&self) -> usize {
+        self.slots.iter().map(|(_, b)| b.len()).sum()
+    }
+
+    /// Frees everything (after a failed call, or to make room for cuBLAS).
+    pub fn release(&mut self) {
+        self.slots.clear();
+    }
+}
+
+/// Page-locked host memory (cuMemHostAlloc), freed on drop; the only kind of host memory
+/// the copy engines move at full link speed and asynchronously.
+#[derive(Debug)]
+pub struct PinnedBuffer {
+    ptr: *mut u8,
+    bytes: usize,
+}
+
+// SAFETY: the buffer is plain memory owned by this value; access is serialised by &mut.
+unsafe impl Send for PinnedBuffer {}
+
+impl PinnedBuffer {
+    /// Allocates `bytes` of pinned host memory.
+    pub fn new(bytes: usize) -> Result<PinnedBuffer, GpuError> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-parameter; flags 0 = portable off, plain pinned memory.
+        unsafe { sys::cuMemHostAlloc(&mut p, bytes.max(64), 0) }.result().ctx("cuMemHostAlloc")?;
+        Ok(PinnedBuffer { ptr: p as *mut u8, bytes: bytes.max(64) })
+    }
+
+    /// Host address.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+
+    /// Always false; for clippy.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from cuMemHostAlloc and is freed once.
+        let _ = unsafe { sys::cuMemFreeHost(self.ptr as *mut c_void) };
+    }
+}

@@ -1,0 +1,75 @@
+//! Can this process use a GPU at all? Checked before any cudarc call, because cudarc panics
+//! (it does not return an error) when a CUDA library cannot be loaded (ecosystem-facts §1).
+//!
+//! The check dlopens each library by cudarc's own candidate names, so a `true` here means
+//! cudarc's lazy loader will find it too. Missing symbols inside a present library still
+//! panic in cudarc; [`contain`] turns such a panic into an error.
+
+use crate::error::GpuError;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Which CUDA libraries this process can load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Libraries {
+    /// libcuda (the driver): needed by every GPU route.
+    pub driver: bool,
+    /// libcublas: the native route and the bench's cuBLAS baselines.
+    pub cublas: bool,
+    /// libcublasLt: the int8 products of the emulated route.
+    pub cublaslt: bool,
+    /// libnvrtc: compiling the emulation kernels.
+    pub nvrtc: bool,
+}
+
+impl Libraries {
+    /// Looks for each library without initialising anything.
+    pub fn detect() -> Libraries {
+        // SAFETY: is_culib_present only dlopens candidate names and drops the handle.
+        unsafe {
+            Libraries {
+                driver: cudarc::driver::sys::is_culib_present(),
+                cublas: cudarc::cublas::sys::is_culib_present(),
+                cublaslt: cudarc::cublaslt::sys::is_culib_present(),
+                nvrtc: cudarc::nvrtc::sys::is_culib_present(),
+            }
+        }
+    }
+
+    /// The first missing library needed by the native route, if any.
+    pub fn native_missing(&self) -> Option<&'static str> {
+        if !self.driver {
+            Some("no CUDA driver (libcuda.so.1 not loadable)")
+        } else if !self.cublas {
+            Some("libcublas not loadable")
+        } else {
+            None
+        }
+    }
+
+    /// The first missing library needed by the emulated route, if any.
+    pub fn ozaki_missing(&self) -> Option<&'static str> {
+        self.native_missing().or(if !self.cublaslt {
+            Some("libcublasLt not loadable")
+        } else if !self.nvrtc {
+            Some("libnvrtc not loadable")
+        } else {
+            None
+        })
+    }
+}
+
+/// Runs `f`, turning a panic inside it (cudarc's missing-library or missing-symbol panics)
+/// into [`GpuError::Unavailable`], so no unwind ever reaches the C boundary from here.
+pub fn contain<T>(what: &str, f: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(GpuError::Unavailable(format!("{what}: {msg}")))
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! Phase timing with CUDA events recorded on the call's stream: no extra synchronisation,
+//! read once the call has finished (trace field `phases`, issue #4).
+
+use crate::error::{Context, GpuError};
+use cudarc::driver::sys;
+
+/// Events recorded in stream order, each tagged with the phase that ends at it.
+pub struct Marks {
+    stream: sys::CUstream,
+    events: Vec<(sys::CUevent, Phase)>,
+}
+
+/// Which phase a span between two marks belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The first mark (no span ends here).
+    Start,
+    /// Host-device transfers.
+    Transfer,
+    /// Exponent scan, scaling, residues.
+    Convert,
+    /// Int8 (or fp64) products.
+    Products,
+    /// CRT reconstruction and epilogue.
+    Reconstruct,
+}
+
+impl Marks {
+    /// Starts timing on `stream` (records the first event).
+    pub fn start(stream: sys::CUstream) -> Result<Marks, GpuError> {
+        let mut m = Marks { stream, events: Vec::new() };
+        m.mark(Phase::Start)?;
+        Ok(m)
+    }
+
+    /// Records an event ending a span of `phase`.
+    pub fn mark(&mut self, phase: Phase) -> Result<(), GpuError> {
+        let ev = sys::CUevent_flags::CU_EVENT_DEFAULT;
+        let e = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
+        // SAFETY: e is a fresh event, the stream is live.
+        unsafe { cudarc::driver::result::event::record(e, self.stream) }.ctx("cuEventRecord")?;
+        self.events.push((e, phase));
+        Ok(())
+    }
+
+    /// Sums the spans per phase, in ns; call after the stream has been synchronised.
+    pub fn phases(&self) -> Result<ozaki_core::trace::Phases, GpuError> {
+        let mut p = ozaki_core::trace::Phases::default();
+        for w in self.events.windows(2) {
+            // SAFETY: both events were recorded and have completed (stream synchronised).
+            let ms = unsafe { cudarc::driver::result::event::elapsed(w[0].0, w[1].0) }.ctx("cuEventElapsedTime")?;
+            let ns = (ms as f64 * 1e6).max(0.0) as u64;
+            match w[1].1 {
+                Phase::Start => {}
+                Phase::Transfer => p.transfer_ns += ns,
+                Phase::Convert => p.convert_ns += ns,
+                Phase::Products => p.products_ns += ns,
+                Phase::Reconstruct => p.reconstruct_ns += ns,
+            }
+        }
+        Ok(p)
+    }
+}
+
+impl Drop for Marks {
+    fn drop(&mut self) {
+        for (e, _) in &self.events {
+            // SAFETY: each event is destroyed once; destroying a pending event is allowed.
+            let _ = unsafe { cudarc::driver::result::event::destroy(*e) };
+        }
+    }
+}

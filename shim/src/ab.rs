@@ -1,0 +1,416 @@
+//! A/B comparison against the vendor BLAS (issue #6): `OZAKI_AB`.
+//!
+//! For each chosen call whose route is not the vendor itself, the vendor BLAS also computes
+//! the call, and the trace record gets an [`AbResult`]: the largest componentwise and the
+//! normwise relative difference between the two results, and both times. The program
+//! receives the route's result, or the vendor's with `OZAKI_AB_KEEP=vendor` (a way to
+//! watch a route's accuracy in production without depending on it).
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `OZAKI_AB=1` or `=F` with 0 < F < 1 | compare every call, or a fraction F of them (deterministic sample) | off |
+//! | `OZAKI_AB_KEEP=route\|vendor` | which result the program receives | `route` |
+//! | `OZAKI_AB_MAX_MB=N` | memory for the private copies of C, MiB, over all threads at once | 512 |
+//!
+//! How one call runs ([`execute`]), with only one private buffer the size of the part of C
+//! the call writes:
+//! 1. copy the caller's C into the buffer (the original, needed again for the route when
+//!    beta != 0);
+//! 2. the vendor computes the call in the caller's C, timed;
+//! 3. swap the caller's C and the buffer: C is the original again, the buffer holds the
+//!    vendor's result;
+//! 4. the chosen route computes the call in the caller's C, timed, with its usual fallback;
+//! 5. compare; with `KEEP=vendor` copy the buffer back into C.
+//!
+//! A call whose copy would push the memory in use over `OZAKI_AB_MAX_MB` is not compared:
+//! it runs its route as usual and its record says `ab.skipped` with the reason, so
+//! `ozaki ab-report` can count it. The vendor runs first, so it meets A and B cold in
+//! cache and the route warm; for calls large enough to matter this is small against the
+//! times compared.
+
+use crate::abi::{Canon, Operands, RawCall};
+use crate::config::Config;
+use crate::route::{self, Executed};
+use crate::symbols::SymId;
+use ozaki_core::blas::Uplo;
+use ozaki_core::route::Route;
+use ozaki_core::trace::AbResult;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Default of `OZAKI_AB_MAX_MB`: enough for one 8192 x 8192 C, little next to a GPU node's memory.
+pub const DEFAULT_MAX_MB: u64 = 512;
+
+/// Validated `OZAKI_AB*` settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AbConfig {
+    /// Fraction of eligible calls compared, in (0, 1].
+    pub fraction: f64,
+    /// Whether the program receives the vendor's result.
+    pub keep_vendor: bool,
+    /// Bytes of private copies allowed at once.
+    pub max_bytes: u64,
+}
+
+impl AbConfig {
+    /// Parses the three variables; `None` when A/B is off. Bad values give a message each
+    /// and a safe setting (A/B off for a bad `OZAKI_AB`, the defaults for the others).
+    pub fn parse(ab: Option<&str>, keep: Option<&str>, max_mb: Option<&str>) -> (Option<AbConfig>, Vec<String>) {
+        let mut problems = Vec::new();
+        let fraction = match ab.map(str::trim) {
+            None | Some("") | Some("0") => return (None, problems),
+            Some(s) => match s.parse::<f64>() {
+                Ok(f) if f > 0.0 && f <= 1.0 => f,
+                _ => {
+                    problems.push(format!("OZAKI_AB={s:?}: expected 1 or a fraction in (0, 1]; A/B comparison is off"));
+                    return (None, problems);
+                }
+            },
+        };
+        let keep_vendor = match keep.map(str::trim) {
+            None | Some("") | Some("route") => false,
+            Some("vendor") => true,
+            Some(s) => {
+                problems.push(format!("OZAKI_AB_KEEP={s:?}: expected route or vendor; keeping the route's result"));
+                false
+            }
+        };
+        let max_mb = match max_mb.map(str::trim) {
+            None | Some("") => DEFAULT_MAX_MB,
+            Some(s) => s.parse::<u64>().unwrap_or_else(|_| {
+                problems.push(format!("OZAKI_AB_MAX_MB={s:?}: expected a whole number of MiB; using {DEFAULT_MAX_MB}"));
+                DEFAULT_MAX_MB
+            }),
+        };
+        (Some(AbConfig { fraction, keep_vendor, max_bytes: max_mb.saturating_mul(1 << 20) }), problems)
+    }
+
+    /// Whether the `n`-th eligible call (from 0) is compared: every call at fraction 1,
+    /// otherwise a deterministic, well-spread sample (a hash of `n` against the fraction),
+    /// so reruns compare the same calls.
+    pub fn chosen(&self, n: u64) -> bool {
+        self.fraction >= 1.0 || (splitmix64(n) >> 11) as f64 / (1u64 << 53) as f64 <= self.fraction
+    }
+}
+
+/// SplitMix64 finaliser: a cheap bijective hash with well-spread bits.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The process's A/B settings, read once (messages about bad values go to stderr once).
+pub fn config() -> Option<&'static AbConfig> {
+    static CONFIG: OnceLock<Option<AbConfig>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let var = |name: &str| std::env::var(name).ok();
+            let (config, problems) = AbConfig::parse(
+                var("OZAKI_AB").as_deref(),
+                var("OZAKI_AB_KEEP").as_deref(),
+                var("OZAKI_AB_MAX_MB").as_deref(),
+            );
+            for p in problems {
+                crate::config::notice(&p);
+            }
+            config
+        })
+        .as_ref()
+}
+
+/// Bytes of private copies in use, over all threads.
+static IN_USE: AtomicU64 = AtomicU64::new(0);
+/// Eligible calls seen so far (the sample index).
+static ELIGIBLE: AtomicU64 = AtomicU64::new(0);
+
+/// A claim on `bytes` of the copy budget, given back on drop.
+struct Reservation(u64);
+
+impl Reservation {
+    fn take(bytes: u64, max: u64) -> Option<Reservation> {
+        IN_USE
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(bytes).filter(|&t| t <= max))
+            .ok()
+            .map(|_| Reservation(bytes))
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        IN_USE.fetch_sub(self.0, Ordering::AcqRel);
+    }
+}
+
+/// The elements of C a call writes: `rows x cols` stored `ld` apart, or one triangle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Region {
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Leading dimension.
+    pub ld: usize,
+    /// For dsyrk, the triangle (of a square region).
+    pub tri: Option<Uplo>,
+}
+
+impl Region {
+    /// The written part of C of a checked call.
+    pub fn of(canon: &Canon) -> Region {
+        match *canon {
+            Canon::Gemm { m, n, ldc, .. } => Region { rows: m, cols: n, ld: ldc, tri: None },
+            Canon::Syrk { uplo, n, ldc, .. } => Region { rows: n, cols: n, ld: ldc, tri: Some(uplo) },
+        }
+    }
+
+    /// Row range of column `j`.
+    fn rows_of(&self, j: usize) -> std::ops::Range<usize> {
+        match self.tri {
+            None => 0..self.rows,
+            Some(Uplo::Upper) => 0..(j + 1).min(self.rows),
+            Some(Uplo::Lower) => j.min(self.rows)..self.rows,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        (0..self.cols).map(|j| self.rows_of(j).len()).sum()
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Indices into C of the region's elements, column by column.
+    fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.cols).flat_map(move |j| self.rows_of(j).map(move |i| i + j * self.ld))
+    }
+
+    /// Copies the region of `c` into `packed` (cleared first).
+    pub fn pack(&self, c: &[f64], packed: &mut Vec<f64>) {
+        packed.clear();
+        packed.extend(self.indices().map(|i| c[i]));
+    }
+
+    /// Exchanges the region of `c` with `packed`.
+    pub fn swap(&self, c: &mut [f64], packed: &mut [f64]) {
+        for (p, i) in packed.iter_mut().zip(self.indices()) {
+            std::mem::swap(p, &mut c[i]);
+        }
+    }
+
+    /// Writes `packed` into the region of `c`.
+    pub fn unpack(&self, packed: &[f64], c: &mut [f64]) {
+        for (p, i) in packed.iter().zip(self.indices()) {
+            c[i] = *p;
+        }
+    }
+
+    /// (max componentwise, normwise) relative difference of the region of `c` against the
+    /// packed reference `vendor`; see [`differences`].
+    pub fn compare(&self, c: &[f64], vendor: &[f64]) -> (f64, f64) {
+        differences(self.indices().map(|i| c[i]).zip(vendor.iter().copied()))
+    }
+}
+
+/// Relative differences of `(route, vendor)` pairs:
+/// - componentwise: max |r - v| / |v|, where equal values (including two NaNs, or two
+///   equal infinities) count 0 and a nonzero difference from v = 0 counts +inf;
+/// - normwise: ||r - v||_2 / ||v||_2 over all pairs, computed with scaling so that huge
+///   entries do not overflow; +inf when any pair differs in a non-finite way, 0 when equal.
+pub fn differences(pairs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
+    let mut comp = 0.0f64;
+    // Scaled sums of squares (as LAPACK's dnrm2): value = scale^2 * ssq.
+    let (mut scale_d, mut ssq_d, mut scale_v, mut ssq_v) = (0.0f64, 1.0f64, 0.0f64, 1.0f64);
+    let mut nonfinite = false;
+    let add = |x: f64, scale: &mut f64, ssq: &mut f64| {
+        let a = x.abs();
+        if a > 0.0 {
+            if *scale < a {
+                *ssq = 1.0 + *ssq * (*scale / a) * (*scale / a);
+                *scale = a;
+            } else {
+                *ssq += (a / *scale) * (a / *scale);
+            }
+        }
+    };
+    for (r, v) in pairs {
+        if r == v || (r.is_nan() && v.is_nan()) {
+            add(v, &mut scale_v, &mut ssq_v);
+            continue;
+        }
+        let d = r - v;
+        if !d.is_finite() || !v.is_finite() {
+            nonfinite = true;
+            comp = f64::INFINITY;
+            continue;
+        }
+        comp = comp.max(if v == 0.0 { f64::INFINITY } else { d.abs() / v.abs() });
+        add(d, &mut scale_d, &mut ssq_d);
+        add(v, &mut scale_v, &mut ssq_v);
+    }
+    let norm = if nonfinite {
+        f64::INFINITY
+    } else if scale_d == 0.0 {
+        0.0
+    } else if scale_v == 0.0 {
+        f64::INFINITY
+    } else {
+        (scale_d / scale_v) * (ssq_d / ssq_v).sqrt()
+    };
+    (comp, norm)
+}
+
+/// Runs `route` for a checked call like [`route::execute`], comparing it against the vendor
+/// when `OZAKI_AB` chose the call (see the module doc). Returns what ran and, for a chosen
+/// call, the comparison or the reason it was skipped.
+///
+/// # Safety
+/// - as [`route::execute`]: `raw` are the caller's arguments of `id` and `canon` was decoded
+///   from them; the BLAS calling contract holds for the whole call.
+pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Canon, config: &Config) -> (Executed, Option<AbResult>) {
+    // SAFETY (all `route::execute` calls below): the caller's contract.
+    let plain = || unsafe { route::execute(route, id, raw, canon, config) };
+    let Some(ab) = self::config() else { return (plain(), None) };
+    // Comparing the vendor with itself would only double the time.
+    if route == Route::Vendor || !ab.chosen(ELIGIBLE.fetch_add(1, Ordering::Relaxed)) {
+        return (plain(), None);
+    }
+    let region = Region::of(canon);
+    let bytes = (region.len() as u64).saturating_mul(8);
+    let skipped = |why: String| AbResult { kept: "route".into(), skipped: Some(why), ..AbResult::default() };
+    let Some(_claim) = Reservation::take(bytes, ab.max_bytes) else {
+        let why = format!("copy of C ({} MiB) over OZAKI_AB_MAX_MB={}", bytes.div_ceil(1 << 20), ab.max_bytes >> 20);
+        return (plain(), Some(skipped(why)));
+    };
+    let mut buffer = Vec::new();
+    if buffer.try_reserve_exact(region.len()).is_err() {
+        return (plain(), Some(skipped(format!("could not allocate {} MiB for the copy of C", bytes.div_ceil(1 << 20)))));
+    }
+    // 1. Save the original C.
+    // SAFETY: the caller's contract; this view is dropped before anything else touches C.
+    with_c(canon, |c| region.pack(c, &mut buffer));
+    // 2. The vendor, in the caller's C.
+    let t = Instant::now();
+    // SAFETY: the caller's contract.
+    if unsafe { route::vendor::call(id, raw) }.is_err() {
+        // C is untouched (nothing was called): run the route as usual.
+        return (plain(), Some(skipped("no vendor BLAS to compare with".into())));
+    }
+    let vendor_ns = t.elapsed().as_nanos() as u64;
+    // 3. C back to the original, the vendor's result into the buffer.
+    // SAFETY: as in 1.
+    with_c(canon, |c| region.swap(c, &mut buffer));
+    // 4. The route, with its usual fallback.
+    let t = Instant::now();
+    let done = plain();
+    let route_ns = t.elapsed().as_nanos() as u64;
+    // 5. Compare, and hand the program the result it asked for.
+    // SAFETY: as in 1; the route has returned and no longer holds a view of C.
+    let (max_rel_comp, rel_norm) = with_c(canon, |c| {
+        let d = region.compare(c, &buffer);
+        if ab.keep_vendor {
+            region.unpack(&buffer, c);
+        }
+        d
+    });
+    let kept = if ab.keep_vendor { "vendor" } else { "route" };
+    (done, Some(AbResult { max_rel_comp, rel_norm, vendor_ns, route_ns, kept: kept.into(), skipped: None }))
+}
+
+/// Runs `f` on a view of the caller's C.
+///
+/// # Safety
+/// - as [`Canon::operands`]: no other view of the call's matrices is alive meanwhile.
+fn with_c<T>(canon: &Canon, f: impl FnOnce(&mut [f64]) -> T) -> T {
+    // SAFETY: `canon` came from a decoded, checked call (its only constructor), and every
+    // caller here drops the view before C is touched any other way.
+    match unsafe { canon.operands() } {
+        Operands::Gemm(_, c) | Operands::Syrk(_, c) => f(c),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_with_safe_defaults() {
+        assert_eq!(AbConfig::parse(None, None, None).0, None);
+        assert_eq!(AbConfig::parse(Some("0"), None, None).0, None);
+        let (c, p) = AbConfig::parse(Some("1"), Some("vendor"), Some("8"));
+        assert_eq!(c, Some(AbConfig { fraction: 1.0, keep_vendor: true, max_bytes: 8 << 20 }));
+        assert!(p.is_empty());
+        let (c, p) = AbConfig::parse(Some("0.25"), Some("both"), Some("lots"));
+        let c = c.unwrap();
+        assert_eq!((c.fraction, c.keep_vendor, c.max_bytes), (0.25, false, DEFAULT_MAX_MB << 20));
+        assert_eq!(p.len(), 2, "{p:?}");
+        for bad in ["2", "-1", "yes", "nan"] {
+            let (c, p) = AbConfig::parse(Some(bad), None, None);
+            assert!(c.is_none() && p.len() == 1, "{bad}");
+        }
+    }
+
+    #[test]
+    fn sampling_hits_the_fraction_and_is_repeatable() {
+        let c = AbConfig { fraction: 0.1, keep_vendor: false, max_bytes: 0 };
+        let hits = (0..100_000).filter(|&n| c.chosen(n)).count();
+        assert!((9_000..11_000).contains(&hits), "{hits}");
+        assert_eq!((0..1000).map(|n| c.chosen(n)).collect::<Vec<_>>(), (0..1000).map(|n| c.chosen(n)).collect::<Vec<_>>());
+        let all = AbConfig { fraction: 1.0, ..c };
+        assert!((0..1000).all(|n| all.chosen(n)));
+    }
+
+    #[test]
+    fn budget_is_shared_and_given_back() {
+        // Other tests do not reserve; this one owns the counter while it runs.
+        let a = Reservation::take(600, 1000).unwrap();
+        assert!(Reservation::take(600, 1000).is_none(), "over the budget while the first is held");
+        drop(a);
+        assert!(Reservation::take(600, 1000).is_some(), "given back on drop");
+    }
+
+    #[test]
+    fn regions_pack_swap_and_respect_triangles() {
+        // 3 x 3 stored 4 apart; values = index.
+        let mut c: Vec<f64> = (0..12).map(f64::from).collect();
+        let full = Region { rows: 2, cols: 3, ld: 4, tri: None };
+        let mut p = Vec::new();
+        full.pack(&c, &mut p);
+        assert_eq!(p, vec![0.0, 1.0, 4.0, 5.0, 8.0, 9.0]);
+        let upper = Region { rows: 3, cols: 3, ld: 4, tri: Some(Uplo::Upper) };
+        upper.pack(&c, &mut p);
+        assert_eq!(p, vec![0.0, 4.0, 5.0, 8.0, 9.0, 10.0]);
+        let lower = Region { tri: Some(Uplo::Lower), ..upper };
+        assert_eq!(lower.len(), 6);
+        let mut q = vec![-1.0; 6];
+        lower.swap(&mut c, &mut q);
+        assert_eq!(q, vec![0.0, 1.0, 2.0, 5.0, 6.0, 10.0]);
+        assert_eq!(c[..12], [-1.0, -1.0, -1.0, 3.0, 4.0, -1.0, -1.0, 7.0, 8.0, 9.0, -1.0, 11.0]);
+        lower.unpack(&q, &mut c);
+        assert_eq!(c, (0..12).map(f64::from).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn differences_componentwise_and_normwise() {
+        assert_eq!(differences([(1.0, 1.0), (f64::NAN, f64::NAN), (0.0, 0.0)].into_iter()), (0.0, 0.0));
+        let (comp, norm) = differences([(1.0 + 1e-15, 1.0), (2.0, 2.0)].into_iter());
+        assert!((comp - 1.1102230246251565e-15).abs() < 1e-30, "{comp}");
+        assert!((norm - 1.1102230246251565e-15 / 5f64.sqrt()).abs() < 1e-28, "{norm}");
+        // Cancellation: a tiny reference entry makes the componentwise difference large
+        // while the normwise one stays small.
+        let (comp, norm) = differences([(1e-20, 2e-20), (1.0, 1.0)].into_iter());
+        assert_eq!(comp, 0.5);
+        assert!(norm < 1e-19);
+        // Nonzero against zero, and NaN against a number, are infinitely wrong.
+        assert_eq!(differences([(1.0, 0.0), (1.0, 1.0)].into_iter()).0, f64::INFINITY);
+        assert_eq!(differences([(f64::NAN, 1.0)].into_iter()), (f64::INFINITY, f64::INFINITY));
+        // Huge entries do not overflow the norm.
+        let (_, norm) = differences([(1e300, 2e300), (3e300, 3e300)].into_iter());
+        assert!((norm - (1.0 / 13f64.sqrt())).abs() < 1e-15, "{norm}");
+    }
+}

@@ -1,0 +1,110 @@
+//! Reading trace files given on the command line: plain JSON Lines, or gzip-compressed
+//! (`.gz`, as the committed application traces in `traces/` are), detected from the magic
+//! bytes rather than the name so a renamed file still loads. Large files show a progress
+//! line while they load (bytes of the file read). Parsing, with its tolerance for a torn
+//! last line, is `summary::load`, which reads through [`read_text`].
+
+use crate::progress::Progress;
+use anyhow::Context;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+/// Files smaller than this load too fast to be worth a progress line.
+const PROGRESS_MIN_BYTES: u64 = 8 << 20;
+
+/// The text of a trace file, decompressed if it is gzip.
+///
+/// # Errors
+/// - the file cannot be opened or read, is corrupt gzip, or is not UTF-8.
+pub fn read_text(path: &Path) -> anyhow::Result<String> {
+    let file = File::open(path).with_context(|| format!("{}: cannot read trace", path.display()))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let label = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let progress = if size >= PROGRESS_MIN_BYTES { Some(Progress::new(format!("reading {label}"), size, "B")) } else { None };
+    let mut counted = CountingReader { inner: file, progress };
+    let mut magic = [0u8; 2];
+    let n = read_prefix(&mut counted, &mut magic).with_context(|| format!("{}: cannot read trace", path.display()))?;
+    let raw = std::io::Cursor::new(magic[..n].to_vec()).chain(counted);
+    let mut text = String::new();
+    if magic[..n] == [0x1f, 0x8b] {
+        flate2::read::MultiGzDecoder::new(raw).read_to_string(&mut text)
+    } else {
+        { raw }.read_to_string(&mut text)
+    }
+    .with_context(|| format!("{}: cannot read trace", path.display()))?;
+    Ok(text)
+}
+
+/// Reads one trace file (see [`crate::summary::load`]); what the reader tolerated (a torn
+/// last line) goes to stderr.
+///
+/// # Errors
+/// - as [`read_text`], and malformed lines, with the file and line number.
+pub fn read(path: &Path) -> anyhow::Result<ozaki_core::trace::Trace> {
+    let loaded = crate::summary::load(path)?;
+    for note in &loaded.notes {
+        eprintln!("ozaki: {note}");
+    }
+    Ok(loaded.trace)
+}
+
+/// Reads up to `buf.len()` bytes, fewer only at end of file.
+fn read_prefix(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Passes bytes through and reports how many went by.
+struct CountingReader<R> {
+    inner: R,
+    progress: Option<Progress>,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(p) = &mut self.progress {
+            p.add(n as u64);
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    const LINES: &str = concat!(
+        r#"{"type":"header","schema":1,"pid":7,"exe":"/bin/x","shim_version":"0.1.0","start_unix_s":1.0}"#,
+        "\n",
+        r#"{"type":"call","seq":0,"t_ns":5,"dur_ns":7,"tid":11,"sym":"dgemm_","routine":"dgemm","layout":"col","m":3,"n":4,"k":5,"lda":3,"ldb":5,"ldc":3,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}"#,
+        "\n"
+    );
+
+    #[test]
+    fn plain_and_gzip_traces_read_the_same() {
+        let dir = std::env::temp_dir().join(format!("ozaki-tracefile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = dir.join("t.jsonl");
+        std::fs::write(&plain, LINES).unwrap();
+        // Deliberately without a .gz name: detection is by content.
+        let gz = dir.join("t-compressed.jsonl");
+        let mut enc = flate2::write::GzEncoder::new(File::create(&gz).unwrap(), flate2::Compression::default());
+        enc.write_all(LINES.as_bytes()).unwrap();
+        enc.finish().unwrap();
+        let (a, b) = (read(&plain).unwrap(), read(&gz).unwrap());
+        assert_eq!((a.headers.len(), a.calls.len()), (1, 1));
+        assert_eq!(a.calls, b.calls);
+        let err = format!("{:#}", read(&dir.join("missing.jsonl")).unwrap_err());
+        assert!(err.contains("missing.jsonl"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

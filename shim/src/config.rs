@@ -1,0 +1,180 @@
+//! Settings from the environment, read once at the first intercepted call.
+//!
+//! [`RawConfig`] holds the variables as strings; [`Config::from_raw`] validates them (a bad
+//! value becomes one stderr line and a safe default, never a failure of the host program).
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `OZAKI_TRACE=FILE` | write a JSON Lines trace; `%p` pid, `%h` host name, `%r` MPI rank, `%%` a `%` | no trace |
+//! | `OZAKI_TRACE_ARGV=0` | leave the command line out of the trace header (it can hold secrets) | argv recorded |
+//! | `OZAKI_ROUTE=ROUTE` | `auto` or a route name (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`) | `vendor` |
+//! | `OZAKI_MODULI=N` | forced number of moduli for the emulated routes | the route's choice |
+//! | `OZAKI_VENDOR_BLAS=/path/lib.so` | the BLAS to forward to, before any other lookup | found automatically |
+//! | `OZAKI_LOG=FILTER` | `tracing` filter for diagnostics on stderr (e.g. `info`, `ozaki_shim=debug`) | silent |
+
+use ozaki_core::route::{Route, RouteRequest};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The environment variables as found.
+#[derive(Debug, Default, Clone)]
+pub struct RawConfig {
+    /// `OZAKI_TRACE`.
+    pub trace: Option<OsString>,
+    /// `OZAKI_TRACE_ARGV`.
+    pub trace_argv: Option<OsString>,
+    /// `OZAKI_ROUTE`.
+    pub route: Option<OsString>,
+    /// `OZAKI_MODULI`.
+    pub moduli: Option<OsString>,
+    /// `OZAKI_VENDOR_BLAS`.
+    pub vendor_blas: Option<OsString>,
+    /// `OZAKI_LOG`.
+    pub log: Option<OsString>,
+}
+
+impl RawConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> RawConfig {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        RawConfig {
+            trace: var("OZAKI_TRACE"),
+            trace_argv: var("OZAKI_TRACE_ARGV"),
+            route: var("OZAKI_ROUTE"),
+            moduli: var("OZAKI_MODULI"),
+            vendor_blas: var("OZAKI_VENDOR_BLAS"),
+            log: var("OZAKI_LOG"),
+        }
+    }
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Trace file template (`OZAKI_TRACE`), before `%p`/`%h`/`%r` expansion.
+    pub trace: Option<String>,
+    /// Whether the trace header records argv.
+    pub trace_argv: bool,
+    /// Requested route. `Auto` is resolved per call by `route::choose`.
+    pub route: RouteRequest,
+    /// Forced moduli count for the emulated routes (`OZAKI_MODULI`).
+    pub moduli: Option<u32>,
+    /// Vendor library to forward to (`OZAKI_VENDOR_BLAS`).
+    pub vendor_blas: Option<PathBuf>,
+    /// Diagnostics filter (`OZAKI_LOG`).
+    pub log: Option<String>,
+}
+
+impl Config {
+    /// Validates raw settings; returns the config and one message per rejected value.
+    pub fn from_raw(raw: &RawConfig) -> (Config, Vec<String>) {
+        let mut problems = Vec::new();
+        let text = |v: &Option<OsString>| v.as_ref().map(|s| s.to_string_lossy().into_owned());
+        let route = match text(&raw.route) {
+            None => RouteRequest::Forced(Route::Vendor),
+            Some(s) => s.parse().unwrap_or_else(|e| {
+                problems.push(format!("OZAKI_ROUTE: {e}; using the vendor BLAS"));
+                RouteRequest::Forced(Route::Vendor)
+            }),
+        };
+        let moduli = text(&raw.moduli).and_then(|s| match s.trim().parse::<u32>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                problems.push(format!("OZAKI_MODULI={s:?} is not a positive integer; ignored"));
+                None
+            }
+        });
+        let trace_argv = text(&raw.trace_argv).is_none_or(|s| s.trim() != "0");
+        let config = Config {
+            trace: text(&raw.trace),
+            trace_argv,
+            route,
+            moduli,
+            vendor_blas: raw.vendor_blas.as_ref().map(PathBuf::from),
+            log: text(&raw.log),
+        };
+        (config, problems)
+    }
+
+    /// Whether calls are recorded.
+    pub fn tracing(&self) -> bool {
+        self.trace.is_some()
+    }
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// The settings, read from the environment at the first call.
+pub fn get() -> &'static Config {
+    CONFIG.get_or_init(|| {
+        let (config, problems) = Config::from_raw(&RawConfig::from_env());
+        if let Some(filter) = &config.log {
+            init_logging(filter);
+        }
+        for p in problems {
+            notice(&p);
+        }
+        tracing::debug!(?config, "configuration");
+        config
+    })
+}
+
+/// Installs a stderr `tracing` subscriber with `filter` (silent when `OZAKI_LOG` is unset).
+/// A host program that installed its own global subscriber keeps it.
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+        notice(&format!("OZAKI_LOG: {e}; using \"info\""));
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(true).try_init();
+}
+
+/// One user-facing line on stderr (`ozaki-shim: ...`), for conditions a user must know about
+/// even with `OZAKI_LOG` unset: a bad setting, no vendor BLAS, an unwritable trace. Callers
+/// make sure each condition is reported once.
+pub fn notice(message: &str) {
+    tracing::warn!("{message}");
+    eprintln!("ozaki-shim: {message}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(route: Option<&str>, moduli: Option<&str>, argv: Option<&str>) -> RawConfig {
+        RawConfig {
+            route: route.map(Into::into),
+            moduli: moduli.map(Into::into),
+            trace_argv: argv.map(Into::into),
+            ..RawConfig::default()
+        }
+    }
+
+    #[test]
+    fn defaults_are_vendor_untraced_with_argv() {
+        let (c, p) = Config::from_raw(&RawConfig::default());
+        assert!(p.is_empty());
+        assert_eq!(c.route, RouteRequest::Forced(Route::Vendor));
+        assert!(!c.tracing() && c.trace_argv && c.moduli.is_none());
+    }
+
+    #[test]
+    fn bad_values_fall_back_with_one_message_each() {
+        let (c, p) = Config::from_raw(&raw(Some("gpu"), Some("many"), None));
+        assert_eq!(c.route, RouteRequest::Forced(Route::Vendor));
+        assert_eq!(c.moduli, None);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("OZAKI_ROUTE") && p[0].contains("gpu-ozaki"), "{}", p[0]);
+    }
+
+    #[test]
+    fn good_values_are_taken() {
+        let (c, p) = Config::from_raw(&raw(Some("cpu-ozaki"), Some("14"), Some("0")));
+        assert!(p.is_empty());
+        assert_eq!(c.route, RouteRequest::Forced(Route::CpuOzaki));
+        assert_eq!(c.moduli, Some(14));
+        assert!(!c.trace_argv);
+        assert_eq!(Config::from_raw(&raw(Some("auto"), None, Some("1"))).0.route, RouteRequest::Auto);
+    }
+}

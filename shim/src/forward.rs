@@ -1,0 +1,191 @@
+//! Finding the real (vendor) BLAS behind each exported name.
+//!
+//! Each [`SymId`] has one `OnceLock` slot, filled at the symbol's first call and never in a
+//! constructor: under Python the BLAS is loaded after the shim, behind an extension module
+//! (`ecosystem-facts.md` §0, §3). Resolution order (issue #2):
+//!
+//! 1. `OZAKI_VENDOR_BLAS=/path/lib.so`: that library, opened once with `libloading`;
+//! 2. `dlsym(RTLD_NEXT)`: the next definition in the global lookup order (programs linked
+//!    with `-lblas`);
+//! 3. a walk of the loaded objects (`dl_iterate_phdr`), re-opening each with
+//!    `dlopen(RTLD_NOLOAD)` and asking `dlsym`, skipping the shim's own object. Under Python
+//!    every BLAS is `RTLD_LOCAL`, so this is the step that finds it. The handle is kept open
+//!    so the library can't be unloaded under a cached pointer.
+//!
+//! The library that holds the definition (`dladdr`) is kept for the trace header and verbose
+//! output. A name found nowhere stays unresolved for the life of the process and its calls
+//! use the built-in route.
+//!
+//! [`global_symbol`] is the same lookup without `RTLD_NEXT`, starting from `RTLD_DEFAULT`, so
+//! a program's own `xerbla_` wins over the library's (the reference test suites rely on it).
+
+use crate::symbols::{COUNT, SymId};
+use libc::{c_int, c_void};
+use std::ffi::{CStr, CString};
+use std::sync::OnceLock;
+
+/// A resolved vendor definition.
+#[derive(Debug)]
+pub struct Vendor {
+    /// Address of the vendor function (same C signature as the exported name).
+    pub addr: *const c_void,
+    /// File of the library that defines it (`dladdr`), for the trace header.
+    pub library: String,
+    /// How it was found: `OZAKI_VENDOR_BLAS`, `RTLD_NEXT` or `loaded objects`.
+    pub how: &'static str,
+}
+
+// SAFETY: `addr` is a code address, immutable and valid in every thread.
+unsafe impl Send for Vendor {}
+// SAFETY: as above.
+unsafe impl Sync for Vendor {}
+
+static SLOTS: [OnceLock<Option<Vendor>>; COUNT] = [const { OnceLock::new() }; COUNT];
+
+static OVERRIDE: OnceLock<Option<libloading::Library>> = OnceLock::new();
+
+/// The vendor definition of `id`, resolved at its first call.
+pub fn vendor(id: SymId) -> Option<&'static Vendor> {
+    SLOTS[id.index()].get_or_init(|| resolve(id)).as_ref()
+}
+
+/// Names resolved so far and their libraries (for the trace header).
+pub fn resolved() -> Vec<(SymId, &'static str)> {
+    SymId::all()
+        .filter_map(|id| SLOTS[id.index()].get().and_then(|v| v.as_ref()).map(|v| (id, v.library.as_str())))
+        .collect()
+}
+
+/// The library `id` resolved to, if it has been resolved.
+pub fn resolved_library(id: SymId) -> Option<&'static str> {
+    SLOTS[id.index()].get().and_then(|v| v.as_ref()).map(|v| v.library.as_str())
+}
+
+fn resolve(id: SymId) -> Option<Vendor> {
+    let name = id.c_name();
+    let found = from_override(name)
+        .map(|p| (p, "OZAKI_VENDOR_BLAS"))
+        .or_else(|| next_definition(name).map(|p| (p, "RTLD_NEXT")))
+        .or_else(|| in_loaded_objects(name).map(|p| (p, "loaded objects")));
+    let vendor = found.map(|(addr, how)| Vendor { addr, library: library_of(addr), how });
+    match &vendor {
+        Some(v) => tracing::info!(symbol = id.name(), id = id.0, library = %v.library, how = v.how, "resolved vendor BLAS"),
+        None => tracing::info!(symbol = id.name(), "no vendor definition found"),
+    }
+    vendor
+}
+
+fn from_override(name: &CStr) -> Option<*const c_void> {
+    let lib = OVERRIDE
+        .get_or_init(|| {
+            let path = crate::config::get().vendor_blas.as_ref()?;
+            // SAFETY: loading a BLAS library runs its initialisers, which is what the user asked
+            // for by naming it in OZAKI_VENDOR_BLAS.
+            match unsafe { libloading::Library::new(path) } {
+                Ok(lib) => Some(lib),
+                Err(e) => {
+                    crate::config::notice(&format!("OZAKI_VENDOR_BLAS={}: cannot load: {e}", path.display()));
+                    None
+                }
+            }
+        })
+        .as_ref()?;
+    // SAFETY: only the address is taken; it is called through the signature of `name`.
+    let sym = unsafe { lib.get::<*const c_void>(name.to_bytes_with_nul()) }.ok()?;
+    let p = *sym;
+    (!p.is_null() && !is_ours(p)).then_some(p)
+}
+
+fn next_definition(name: &CStr) -> Option<*const c_void> {
+    // SAFETY: dlsym with a valid NUL-terminated name.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as *const c_void;
+    (!p.is_null() && !is_ours(p)).then_some(p)
+}
+
+/// Base address of the object holding `p`, from `dladdr`.
+fn object_base(p: *const c_void) -> Option<usize> {
+    // SAFETY: Dl_info is plain data; dladdr only writes it.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: any address may be passed to dladdr.
+    let ok = unsafe { libc::dladdr(p, &mut info) };
+    (ok != 0).then_some(info.dli_fbase as usize)
+}
+
+/// Whether `p` lies in the shim's own object (an address of ours would recurse forever).
+fn is_ours(p: *const c_void) -> bool {
+    static OWN_BASE: OnceLock<Option<usize>> = OnceLock::new();
+    let own = *OWN_BASE.get_or_init(|| object_base(resolve as *const c_void));
+    own.is_some() && object_base(p) == own
+}
+
+/// File name of the object holding `p`.
+fn library_of(p: *const c_void) -> String {
+    // SAFETY: as in `object_base`.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: any address may be passed to dladdr.
+    if unsafe { libc::dladdr(p, &mut info) } != 0 && !info.dli_fname.is_null() {
+        // SAFETY: dladdr returned a NUL-terminated file name owned by the loader.
+        unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
+    } else {
+        "?".into()
+    }
+}
+
+struct Walk<'a> {
+    name: &'a CStr,
+    found: *const c_void,
+}
+
+unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    // SAFETY: `data` is the `Walk` passed by `in_loaded_objects`, `info` is valid for this callback.
+    let (walk, path) = unsafe { (&mut *(data as *mut Walk<'_>), (*info).dlpi_name) };
+    // SAFETY: dlpi_name is NULL or a NUL-terminated string.
+    if path.is_null() || unsafe { *path } == 0 {
+        return 0; // the main program (already covered by the global lookup) or the vDSO
+    }
+    // SAFETY: RTLD_NOLOAD only returns a handle for an object that is already loaded.
+    let handle = unsafe { libc::dlopen(path, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return 0;
+    }
+    // SAFETY: valid handle and name.
+    let p = unsafe { libc::dlsym(handle, walk.name.as_ptr()) } as *const c_void;
+    if !p.is_null() && !is_ours(p) {
+        walk.found = p;
+        return 1; // keep the handle: the library stays loaded while we hold its address
+    }
+    // SAFETY: balances the dlopen above.
+    unsafe { libc::dlclose(handle) };
+    0
+}
+
+fn in_loaded_objects(name: &CStr) -> Option<*const c_void> {
+    let mut walk = Walk { name, found: std::ptr::null() };
+    // SAFETY: `visit` matches the callback contract and only uses `walk` during the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut walk).cast()) };
+    (!walk.found.is_null()).then_some(walk.found)
+}
+
+/// A symbol by global lookup (`RTLD_DEFAULT`), then in the loaded objects; never one of ours.
+/// Used for error handlers (`xerbla_`, `cblas_xerbla`) and the CBLAS global `RowMajorStrg`.
+pub fn global_symbol(name: &str) -> Option<*mut c_void> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: dlsym with a valid NUL-terminated name.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) } as *const c_void;
+    let p = if !p.is_null() && !is_ours(p) { Some(p) } else { in_loaded_objects(&c) };
+    p.map(|p| p as *mut c_void)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_addresses_are_recognised_and_libc_is_found() {
+        assert!(is_ours(resolve as *const c_void));
+        let p = global_symbol("strlen").expect("libc is loaded");
+        assert!(!is_ours(p));
+        assert!(library_of(p).contains("libc"), "{}", library_of(p));
+        assert!(global_symbol("ozaki_no_such_symbol_anywhere").is_none());
+    }
+}

@@ -1,0 +1,175 @@
+//! Routes: who computes a call's C.
+//!
+//! [`choose`] turns the requested route (`OZAKI_ROUTE`) into one [`Route`] for this call, and
+//! [`execute`] runs it with the FFI boundary's fallback rule: any `Err` or panic of a
+//! non-vendor route becomes a `fallback` reason in the trace and the vendor BLAS computes the
+//! call from the untouched original arguments; with no vendor BLAS anywhere, the built-in
+//! kernel does (C is never left unwritten).
+//!
+//! | route | module | status |
+//! |---|---|---|
+//! | `vendor` | [`vendor`] | forwards the original arguments to the real BLAS (issue #2) |
+//! | `builtin` | [`builtin`] | `ozaki_core::blas` cache-blocked fp64 kernels (issue #2) |
+//! | `cpu-ozaki` | [`cpu_ozaki`] | extension point: Ozaki-II on the CPU (issue #3) |
+//! | `gpu-native`, `gpu-ozaki` | [`gpu`] | extension point: cuBLAS fp64 / Ozaki-II on INT8 tensor cores (issue #4) |
+//!
+//! ## Contract for a non-vendor route
+//! A route is a function `fn(&GemmArgs, &mut [f64], &Config) -> Result<RouteOutcome,
+//! RouteError>` (and the same for `SyrkArgs`), receiving column-major, checked arguments (see
+//! [`crate::abi::Operands`]: when `alpha == 0` or `k == 0`, A and B are empty slices; quick
+//! returns never reach a route). It must write the caller's C only once its whole result is
+//! ready (compute into scratch or device buffers, copy out last), so that a fallback after an
+//! `Err` or a panic starts from the original C. It reports what it did in [`RouteOutcome`]
+//! (moduli, device, phases), which the trace record carries.
+//!
+//! ## Seams for later issues
+//! - `OZAKI_ROUTE=auto` (issue #5): the per-record engine goes in `route/choose.rs`; [`choose`]
+//!   is the only caller to change. Until then `auto` means `vendor`.
+//! - The A/B comparison (issue #6) wraps [`execute`].
+
+pub mod builtin;
+pub mod cpu_ozaki;
+pub mod gpu;
+pub mod vendor;
+
+use crate::abi::{Canon, Operands, RawCall};
+use crate::config::Config;
+use crate::symbols::SymId;
+use ozaki_core::route::{Route, RouteRequest};
+use ozaki_core::trace::{Phases, Prediction};
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// What a route reports about one call, for the trace record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RouteOutcome {
+    /// Number of moduli an emulated route used.
+    pub moduli: Option<u32>,
+    /// GPU ordinal a GPU route used.
+    pub device: Option<u32>,
+    /// Measured GPU phase times.
+    pub phases: Option<Phases>,
+}
+
+/// Why a route did not produce C; becomes the trace's `fallback` text ([`RouteError::reason`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RouteError {
+    /// The route is not compiled into this build (extension point not filled yet).
+    NotInBuild(Route),
+    /// No vendor BLAS defines the symbol (only the built-in kernel is left).
+    NoVendor,
+    /// The route's resources are missing (no GPU, driver, library or memory); the message says which.
+    Unavailable(String),
+    /// The inputs hold NaN, Inf or exponents the emulation cannot represent exactly.
+    NonFinite,
+    /// Anything else the route detected.
+    Failed(String),
+    /// The route panicked (caught at the boundary).
+    Panicked,
+}
+
+impl RouteError {
+    /// Short, stable reason text for the trace `fallback` field.
+    pub fn reason(&self, route: Route) -> String {
+        match self {
+            RouteError::NotInBuild(r) => format!("{r}: route not available in this build"),
+            RouteError::NoVendor => format!("{route}: no vendor BLAS found"),
+            RouteError::Unavailable(why) => format!("{route}: unavailable: {why}"),
+            RouteError::NonFinite => format!("{route}: non-finite or out-of-range input"),
+            RouteError::Failed(why) => format!("{route}: {why}"),
+            RouteError::Panicked => format!("{route}: panicked"),
+        }
+    }
+}
+
+impl fmt::Display for RouteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason(Route::Vendor))
+    }
+}
+
+impl std::error::Error for RouteError {}
+
+/// The route for one call, and the engine's prediction when it chose.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    /// Route to run.
+    pub route: Route,
+    /// The engine's prediction and reason (auto mode only), for the trace.
+    pub engine: Option<Prediction>,
+}
+
+/// Picks the route for a call. Forced routes are taken as they are; `auto` is the engine's
+/// (issue #5, to be added in `route/choose.rs`) and means `vendor` until then.
+pub fn choose(request: RouteRequest, _shape: &crate::abi::Shape, _config: &Config) -> Choice {
+    match request {
+        RouteRequest::Forced(route) => Choice { route, engine: None },
+        RouteRequest::Auto => Choice { route: Route::Vendor, engine: None },
+    }
+}
+
+/// What [`execute`] did.
+#[derive(Debug, Clone)]
+pub struct Executed {
+    /// The route that produced C.
+    pub route: Route,
+    /// Why the requested route was not the one that produced C.
+    pub fallback: Option<String>,
+    /// The producing route's report.
+    pub outcome: RouteOutcome,
+}
+
+/// Runs `route` for a checked call, falling back as the module doc says.
+///
+/// # Safety
+/// - `raw` are the caller's arguments of the exported name `id`, and `canon` was decoded from
+///   them; the BLAS calling contract holds for the whole call.
+pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Canon, config: &Config) -> Executed {
+    let first = match route {
+        // SAFETY: the caller's contract.
+        Route::Vendor => unsafe { vendor::call(id, raw) },
+        other => {
+            // SAFETY: the caller's contract; no raw pointer is used while the slices live.
+            let run = || unsafe { run_safe(other, canon, config) };
+            catch_unwind(AssertUnwindSafe(run)).unwrap_or(Err(RouteError::Panicked))
+        }
+    };
+    match first {
+        Ok(outcome) => Executed { route, fallback: None, outcome },
+        Err(err) => {
+            let reason = err.reason(route);
+            if route != Route::Vendor {
+                // SAFETY: the caller's contract; C is untouched by the failed route.
+                if unsafe { vendor::call(id, raw) }.is_ok() {
+                    return Executed { route: Route::Vendor, fallback: Some(reason), outcome: RouteOutcome::default() };
+                }
+            }
+            vendor::report_missing(id);
+            // SAFETY: the caller's contract.
+            let outcome = unsafe { builtin::run(canon) };
+            Executed { route: Route::Builtin, fallback: Some(reason), outcome }
+        }
+    }
+}
+
+/// Runs a non-vendor route on safe views of the call.
+///
+/// # Safety
+/// - as [`execute`].
+unsafe fn run_safe(route: Route, canon: &Canon, config: &Config) -> Result<RouteOutcome, RouteError> {
+    // SAFETY: the caller's contract.
+    match unsafe { canon.operands() } {
+        Operands::Gemm(args, c) => match route {
+            Route::Builtin => Ok(builtin::gemm(&args, c)),
+            Route::CpuOzaki => cpu_ozaki::gemm(&args, c, config),
+            Route::GpuNative | Route::GpuOzaki => gpu::gemm(route, &args, c, config),
+            Route::Vendor => unreachable!("the vendor route takes the raw arguments"),
+        },
+        Operands::Syrk(args, c) => match route {
+            Route::Builtin => Ok(builtin::syrk(&args, c)),
+            Route::CpuOzaki => cpu_ozaki::syrk(&args, c, config),
+            Route::GpuNative | Route::GpuOzaki => gpu::syrk(route, &args, c, config),
+            Route::Vendor => unreachable!("the vendor route takes the raw arguments"),
+        },
+    }
+}

@@ -1,0 +1,687 @@
+//! The trace writer: `OZAKI_TRACE=FILE`, JSON Lines in the schema of `ozaki_core::trace`.
+//!
+//! ## File name
+//! `%p` becomes the pid, `%h` the host name, `%r` the MPI rank (`OMPI_COMM_WORLD_RANK`,
+//! `PMI_RANK` or `SLURM_PROCID`; `0` without a launcher), `%%` a `%`. The file is created
+//! when the first call is recorded, mode 0600 (the header can hold the command line), with
+//! `O_NOFOLLOW`: a symlink planted at the path is refused (one stderr line, no trace), never
+//! followed. An existing regular file is truncated.
+//!
+//! ## Records
+//! The first line is a `"type":"header"` object (pid, exe, argv unless `OZAKI_TRACE_ARGV=0`,
+//! shim version, the vendor library of every symbol resolved so far, start time, host, MPI
+//! rank). Then one `"type":"call"` object per intercepted call (nested calls excluded, see
+//! `guard`). A symbol resolved after the header was written names its library once, in a
+//! `vendor` field of its first record. Call records are formatted by hand into a per-thread
+//! buffer (no allocation, no serde on the hot path) and round-trip through
+//! `ozaki_core::trace::parse_line`; `tests` check that.
+//!
+//! ## What survives what
+//! Records go, as whole lines, into one process-wide buffer behind a mutex, which is written
+//! with `write(2)` (whole lines only) when it holds [`FLUSH_BYTES`] bytes. So concurrent
+//! threads never tear or lose a line, and:
+//! - normal exit, `exit()` from any thread, the end of `main`: an `atexit` handler writes the
+//!   buffer; records made by other threads after that are written immediately;
+//! - `fork()`: the child drops the parent's buffered records (the parent writes them) and opens
+//!   its own file at its first call: the template expanded with the child's pid, or, when the
+//!   template has no `%p`, `FILE.<pid>`. Its header has `parent_pid`; its `seq` starts at 0 and
+//!   its `t_ns` counts from the fork. Children write every record at once, since they often
+//!   end with `_exit(2)`, which runs no `atexit` handler;
+//! - a crash (SIGKILL, SIGSEGV, abort) or `_exit(2)` in the original process loses at most the
+//!   records still in the buffer: under [`FLUSH_BYTES`] bytes, about 60 typical records
+//!   (a dgemm record is about 270 bytes).
+//!
+//! A program that `exec`s other programs passes `OZAKI_TRACE` on; give such programs a `%p` in
+//! the name, or each will truncate the file the previous one wrote.
+
+use crate::abi::Shape;
+use crate::forward;
+use crate::route::RouteOutcome;
+use crate::symbols::{COUNT, SymId};
+use libc::c_int;
+use ozaki_core::trace::{Header, Layout, Prediction, Routine, SCHEMA_VERSION};
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::ffi::CString;
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// Buffered bytes that trigger a write.
+pub const FLUSH_BYTES: usize = 16 * 1024;
+
+/// Monotonic clock in ns.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Clock reading that `t_ns` counts from (the shim's load, or the fork in a child).
+static ORIGIN_NS: AtomicU64 = AtomicU64::new(0);
+/// Wall-clock time of [`ORIGIN_NS`], f64 seconds since the epoch, as bits.
+static ORIGIN_UNIX_S: AtomicU64 = AtomicU64::new(0);
+/// Pid of the process the shim was loaded into (`fork` children differ).
+static LOAD_PID: AtomicU32 = AtomicU32::new(0);
+/// Next call sequence number.
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn set_origin() {
+    ORIGIN_NS.store(now_ns(), Ordering::Relaxed);
+    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    ORIGIN_UNIX_S.store(unix.to_bits(), Ordering::Relaxed);
+}
+
+/// Runs when the library is loaded: takes the clock origin and registers the `fork` and
+/// `exit` handlers. It does nothing else (symbols are resolved lazily, see `forward`).
+extern "C" fn on_load() {
+    set_origin();
+    // SAFETY: getpid has no preconditions.
+    LOAD_PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
+    // SAFETY: the handlers are `extern "C" fn()` that live for the whole process.
+    unsafe {
+        libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
+        libc::atexit(flush_at_exit);
+    }
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static ON_LOAD: extern "C" fn() = on_load;
+
+/// Start of one recorded call.
+#[derive(Debug, Clone, Copy)]
+pub struct Start {
+    seq: u64,
+    t: u64,
+}
+
+/// Takes the sequence number and start time of a call (only when tracing).
+pub fn start() -> Start {
+    Start { seq: SEQ.fetch_add(1, Ordering::Relaxed), t: now_ns() }
+}
+
+/// What one call record says besides its sequence number and times.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    /// Exported name that was hit.
+    pub sym: SymId,
+    /// The call in the caller's terms.
+    pub shape: &'a Shape,
+    /// Route that produced C, or `quick` / `xerbla`.
+    pub route: &'a str,
+    /// Why the requested route was not the one that produced C.
+    pub fallback: Option<&'a str>,
+    /// The route's report.
+    pub outcome: Option<&'a RouteOutcome>,
+    /// The engine's prediction (auto mode).
+    pub engine: Option<&'a Prediction>,
+    /// Reference error code of an illegal call.
+    pub info: Option<i64>,
+}
+
+thread_local! {
+    static TID: Cell<u64> = const { Cell::new(0) };
+    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Kernel thread id, cached per thread (reset in a `fork` child).
+fn tid() -> u64 {
+    TID.with(|t| {
+        if t.get() == 0 {
+            // SAFETY: gettid has no preconditions.
+            t.set(unsafe { libc::syscall(libc::SYS_gettid) } as u64);
+        }
+        t.get()
+    })
+}
+
+/// Records one finished call.
+pub fn record(start: &Start, entry: &Entry<'_>) {
+    let end = now_ns();
+    let t_ns = start.t.saturating_sub(ORIGIN_NS.load(Ordering::Relaxed));
+    let tid = tid();
+    let write = |line: &mut Vec<u8>| {
+        line.clear();
+        format_body(line, start.seq, t_ns, end.saturating_sub(start.t), tid, entry);
+        append(entry.sym, line);
+    };
+    if LINE.try_with(|l| write(&mut l.borrow_mut())).is_err() {
+        write(&mut Vec::new()); // thread-local storage already destroyed (a call from a TLS destructor)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Formatting
+
+fn push_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for &b in s.as_bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0..=0x1f => {
+                let _ = write!(out, "\\u{:04x}", b);
+            }
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+}
+
+fn push_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// A number, or the strings `"NaN"`, `"Infinity"`, `"-Infinity"` (JSON has no non-finite
+/// numbers; `ozaki_core::trace` reads these back).
+fn push_f64(out: &mut Vec<u8>, v: f64) {
+    if v == 0.0 && v.is_sign_positive() {
+        out.extend_from_slice(b"0.0");
+    } else if v == 1.0 {
+        out.extend_from_slice(b"1.0");
+    } else if v.is_finite() {
+        let _ = write!(out, "{v:?}");
+    } else if v.is_nan() {
+        out.extend_from_slice(b"\"NaN\"");
+    } else if v > 0.0 {
+        out.extend_from_slice(b"\"Infinity\"");
+    } else {
+        out.extend_from_slice(b"\"-Infinity\"");
+    }
+}
+
+fn field(out: &mut Vec<u8>, name: &str) {
+    out.push(b',');
+    out.push(b'"');
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\":");
+}
+
+fn flag(out: &mut Vec<u8>, name: &str, letter: u8) {
+    field(out, name);
+    out.extend_from_slice(&[b'"', letter, b'"']);
+}
+
+/// A dimension; negative values (only in illegal calls, whose `info` says which) show as 0.
+fn dim(out: &mut Vec<u8>, name: &str, v: i64) {
+    field(out, name);
+    push_u64(out, u64::try_from(v).unwrap_or(0));
+}
+
+/// Writes a call record without its closing `}` (the sink may add `vendor`).
+fn format_body(out: &mut Vec<u8>, seq: u64, t_ns: u64, dur_ns: u64, tid: u64, e: &Entry<'_>) {
+    let s = e.shape;
+    out.extend_from_slice(b"{\"type\":\"call\",\"seq\":");
+    push_u64(out, seq);
+    field(out, "t_ns");
+    push_u64(out, t_ns);
+    field(out, "dur_ns");
+    push_u64(out, dur_ns);
+    field(out, "tid");
+    push_u64(out, tid);
+    field(out, "sym");
+    push_str(out, e.sym.name());
+    field(out, "routine");
+    out.extend_from_slice(match s.routine {
+        Routine::Dgemm => b"\"dgemm\"",
+        Routine::Dsyrk => b"\"dsyrk\"",
+    });
+    field(out, "layout");
+    out.extend_from_slice(match s.layout {
+        Layout::Col => b"\"col\"",
+        Layout::Row => b"\"row\"",
+    });
+    let (f1, f2) = match s.routine {
+        Routine::Dgemm => ("transa", "transb"),
+        Routine::Dsyrk => ("uplo", "trans"),
+    };
+    flag(out, f1, s.flag1);
+    flag(out, f2, s.flag2);
+    dim(out, "m", s.m);
+    dim(out, "n", s.n);
+    dim(out, "k", s.k);
+    dim(out, "lda", s.lda);
+    dim(out, "ldb", s.ldb);
+    dim(out, "ldc", s.ldc);
+    field(out, "alpha");
+    push_f64(out, s.alpha);
+    field(out, "beta");
+    push_f64(out, s.beta);
+    field(out, "ilp64");
+    out.extend_from_slice(if s.ilp64 { b"true" } else { b"false" });
+    field(out, "route");
+    push_str(out, e.route);
+    if let Some(f) = e.fallback {
+        field(out, "fallback");
+        push_str(out, f);
+    }
+    if let Some(o) = e.outcome {
+        if let Some(m) = o.moduli {
+            field(out, "moduli");
+            push_u64(out, m.into());
+        }
+        if let Some(d) = o.device {
+            field(out, "device");
+            push_u64(out, d.into());
+        }
+        if let Some(p) = &o.phases {
+            field(out, "phases");
+            let _ = serde_json::to_writer(&mut *out, p);
+        }
+    }
+    if let Some(engine) = e.engine {
+        field(out, "engine");
+        let _ = serde_json::to_writer(&mut *out, engine);
+    }
+    if let Some(info) = e.info {
+        field(out, "info");
+        let _ = write!(out, "{info}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The sink
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Nothing written yet in this process.
+    Closed,
+    /// `fd` is the trace file.
+    Open,
+    /// The file could not be created; records are dropped (said once on stderr).
+    Failed,
+}
+
+struct Sink {
+    state: State,
+    fd: c_int,
+    buf: Vec<u8>,
+    /// Write each record at once (after the exit flush, and in `fork` children).
+    write_through: bool,
+    /// Whether each symbol's vendor library has been named in this file.
+    announced: [bool; COUNT],
+}
+
+struct Shared {
+    mutex: UnsafeCell<libc::pthread_mutex_t>,
+    sink: UnsafeCell<Sink>,
+}
+
+// SAFETY: `sink` is only reached through `lock`, which holds `mutex`.
+unsafe impl Sync for Shared {}
+
+static SHARED: Shared = Shared {
+    mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
+    sink: UnsafeCell::new(Sink { state: State::Closed, fd: -1, buf: Vec::new(), write_through: false, announced: [false; COUNT] }),
+};
+
+/// The sink, locked until dropped. A plain pthread mutex (not `std::sync::Mutex`) so the
+/// `fork` handlers can hold it across `fork()` and release it on both sides.
+struct Locked(());
+
+fn lock() -> Locked {
+    // SAFETY: a statically initialised mutex.
+    unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
+    Locked(())
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        // SAFETY: locked by `lock` in this thread.
+        unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+    }
+}
+
+impl std::ops::Deref for Locked {
+    type Target = Sink;
+    fn deref(&self) -> &Sink {
+        // SAFETY: the mutex is held.
+        unsafe { &*SHARED.sink.get() }
+    }
+}
+
+impl std::ops::DerefMut for Locked {
+    fn deref_mut(&mut self) -> &mut Sink {
+        // SAFETY: the mutex is held, and `Locked` is the only way in.
+        unsafe { &mut *SHARED.sink.get() }
+    }
+}
+
+fn append(sym: SymId, body: &[u8]) {
+    let mut sink = lock();
+    if sink.state == State::Closed {
+        sink.open();
+    }
+    if sink.state != State::Open {
+        return;
+    }
+    sink.buf.extend_from_slice(body);
+    if !sink.announced[sym.index()] {
+        if let Some(lib) = forward::resolved_library(sym) {
+            sink.announced[sym.index()] = true;
+            field(&mut sink.buf, "vendor");
+            push_str(&mut sink.buf, lib);
+        }
+    }
+    sink.buf.extend_from_slice(b"}\n");
+    if sink.write_through || sink.buf.len() >= FLUSH_BYTES {
+        sink.flush();
+    }
+}
+
+impl Sink {
+    fn open(&mut self) {
+        let Some(template) = crate::config::get().trace.clone() else {
+            self.state = State::Failed;
+            return;
+        };
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        let child = pid != LOAD_PID.load(Ordering::Relaxed);
+        let path = expand(&template, pid, &hostname(), &rank().unwrap_or(0).to_string(), child);
+        match create(&path) {
+            Ok(fd) => {
+                self.fd = fd;
+                self.state = State::Open;
+                // SAFETY: getppid has no preconditions.
+                let parent = child.then(|| unsafe { libc::getppid() } as u32);
+                let header = header(pid, parent, crate::config::get().trace_argv);
+                for id in SymId::all() {
+                    self.announced[id.index()] = header.vendor.contains_key(id.name());
+                }
+                if let Ok(mut line) = serde_json::to_vec(&header) {
+                    line.push(b'\n');
+                    write_all(fd, &line);
+                }
+            }
+            Err(e) => {
+                self.state = State::Failed;
+                crate::config::notice(&format!("OZAKI_TRACE: cannot create {path}: {e}; not tracing"));
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.state == State::Open && !self.buf.is_empty() {
+            write_all(self.fd, &self.buf);
+        }
+        self.buf.clear();
+    }
+}
+
+/// Writes all of `bytes` (whole lines), retrying short writes and EINTR.
+fn write_all(fd: c_int, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: valid buffer of the given length.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+/// Creates the trace file without following a symlink at `path`.
+fn create(path: &str) -> std::io::Result<c_int> {
+    let c = CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: valid NUL-terminated path.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::ELOOP) {
+            std::io::Error::other("the path is a symbolic link (refused)")
+        } else {
+            e
+        });
+    }
+    Ok(fd)
+}
+
+/// Expands `%p`, `%h`, `%r`, `%%` in a trace file template; a `fork` child without `%p` gets
+/// `.<pid>` appended.
+pub fn expand(template: &str, pid: u32, host: &str, rank: &str, child: bool) -> String {
+    let mut out = String::with_capacity(template.len() + 16);
+    let mut has_pid = false;
+    let mut chars = template.chars();
+    while let Some(ch) = chars.next() {
+        if ch != '%' {
+            out.push(ch);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => {
+                has_pid = true;
+                out.push_str(&pid.to_string());
+            }
+            Some('h') => out.push_str(host),
+            Some('r') => out.push_str(rank),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    if child && !has_pid {
+        out.push_str(&format!(".{pid}"));
+    }
+    out
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: valid buffer and length.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// MPI rank from the launcher's environment (Open MPI, MPICH/PMI, Slurm).
+pub fn rank() -> Option<u32> {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().and_then(|s| s.trim().parse().ok()))
+}
+
+fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
+    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    let argv = with_argv.then(|| {
+        std::fs::read("/proc/self/cmdline")
+            .map(|raw| {
+                raw.split(|&b| b == 0)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| std::ffi::OsStr::from_bytes(s).to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
+    Header {
+        kind: "header".into(),
+        schema: SCHEMA_VERSION,
+        pid,
+        exe,
+        argv,
+        shim_version: env!("CARGO_PKG_VERSION").into(),
+        vendor: forward::resolved().into_iter().map(|(id, lib)| (id.name().to_string(), lib.to_string())).collect(),
+        start_unix_s: f64::from_bits(ORIGIN_UNIX_S.load(Ordering::Relaxed)),
+        host: Some(hostname()),
+        rank: rank(),
+        parent_pid,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Process events
+
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn flush_at_exit() {
+    EXITING.store(true, Ordering::Relaxed);
+    let mut sink = lock();
+    sink.flush();
+    sink.write_through = true;
+}
+
+extern "C" fn before_fork() {
+    // Hold the sink across fork() so the child never inherits it locked by another thread.
+    // SAFETY: statically initialised mutex; released in both after_fork handlers.
+    unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
+}
+
+extern "C" fn after_fork_parent() {
+    // SAFETY: locked in before_fork by this thread.
+    unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+}
+
+extern "C" fn after_fork_child() {
+    // SAFETY: the mutex is held by this (the only) thread since before_fork.
+    let sink = unsafe { &mut *SHARED.sink.get() };
+    if sink.state == State::Open {
+        // SAFETY: our own descriptor; the parent keeps its copy.
+        unsafe { libc::close(sink.fd) };
+    }
+    sink.fd = -1;
+    sink.buf.clear(); // the parent's records: the parent writes them
+    sink.state = State::Closed;
+    sink.write_through = true;
+    sink.announced = [false; COUNT];
+    SEQ.store(0, Ordering::Relaxed);
+    set_origin();
+    let _ = TID.try_with(|t| t.set(0));
+    // SAFETY: locked in before_fork; this thread is its owner's copy.
+    unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ozaki_core::trace::{Line, parse_line};
+
+    fn shape(routine: Routine) -> Shape {
+        Shape {
+            routine,
+            layout: Layout::Row,
+            flag1: b'N',
+            flag2: b'T',
+            m: 3,
+            n: 4,
+            k: 5,
+            lda: 5,
+            ldb: 5,
+            ldc: 4,
+            alpha: 0.1,
+            beta: -2.5e-300,
+            ilp64: true,
+        }
+    }
+
+    fn line(e: &Entry<'_>) -> String {
+        let mut out = Vec::new();
+        format_body(&mut out, 7, 123, 456, 789, e);
+        out.extend_from_slice(b"}");
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn records_round_trip_through_the_schema_parser() {
+        let s = shape(Routine::Dgemm);
+        let outcome = RouteOutcome { moduli: Some(14), device: Some(0), phases: Some(Default::default()) };
+        let e = Entry {
+            sym: SymId::SCIPY_CBLAS_DGEMM64,
+            shape: &s,
+            route: "vendor",
+            fallback: Some("gpu-ozaki: route \"x\" not available\n"),
+            outcome: Some(&outcome),
+            engine: None,
+            info: None,
+        };
+        let text = line(&e);
+        let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) else { panic!() };
+        assert_eq!((c.seq, c.t_ns, c.dur_ns, c.tid), (7, 123, 456, 789));
+        assert_eq!(c.sym, "scipy_cblas_dgemm64_");
+        assert_eq!((c.routine, c.layout), (Routine::Dgemm, Layout::Row));
+        assert_eq!((c.transa.as_deref(), c.transb.as_deref(), c.uplo.as_deref()), (Some("N"), Some("T"), None));
+        assert_eq!((c.m, c.n, c.k, c.lda, c.ldb, c.ldc), (3, 4, 5, 5, 5, 4));
+        assert_eq!((c.alpha, c.beta), (0.1, -2.5e-300), "floats must round-trip exactly");
+        assert!(c.ilp64);
+        assert_eq!(c.route, "vendor");
+        assert_eq!(c.fallback.as_deref(), Some("gpu-ozaki: route \"x\" not available\n"));
+        assert_eq!((c.moduli, c.device), (Some(14), Some(0)));
+        // The same record through serde gives the same object.
+        let reparsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let via_serde = serde_json::to_value(&*c).unwrap();
+        assert_eq!(reparsed, via_serde, "hand-formatted record differs from the schema's serialisation");
+    }
+
+    #[test]
+    fn syrk_and_illegal_records_round_trip() {
+        let mut s = shape(Routine::Dsyrk);
+        s.layout = Layout::Col;
+        s.flag1 = b'U';
+        s.flag2 = b'?';
+        s.ldb = 0;
+        s.m = -1;
+        s.alpha = f64::NAN;
+        s.beta = f64::NEG_INFINITY;
+        let e = Entry { sym: SymId::DSYRK, shape: &s, route: "xerbla", fallback: None, outcome: None, engine: None, info: Some(2) };
+        let text = line(&e);
+        let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) else { panic!() };
+        assert_eq!((c.uplo.as_deref(), c.trans.as_deref(), c.transa.as_deref()), (Some("U"), Some("?"), None));
+        assert_eq!((c.m, c.route.as_str(), c.info), (0, "xerbla", Some(2)));
+        assert!(c.alpha.is_nan() && c.beta == f64::NEG_INFINITY);
+    }
+
+    #[test]
+    fn templates_expand_and_children_get_their_own_name() {
+        assert_eq!(expand("/t/run-%p-%h-r%r.jsonl", 42, "node1", "3", false), "/t/run-42-node1-r3.jsonl");
+        assert_eq!(expand("a%%p%", 1, "h", "0", false), "a%p%");
+        assert_eq!(expand("trace.jsonl", 77, "h", "0", true), "trace.jsonl.77");
+        assert_eq!(expand("trace-%p.jsonl", 77, "h", "0", true), "trace-77.jsonl");
+    }
+
+    #[test]
+    fn a_planted_symlink_is_refused_and_not_followed() {
+        let dir = std::env::temp_dir().join(format!("ozaki-sink-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("victim");
+        std::fs::write(&target, b"precious").unwrap();
+        let link = dir.join("trace.jsonl");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = create(link.to_str().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+
+        let plain = dir.join("plain.jsonl");
+        std::fs::write(&plain, b"old contents").unwrap();
+        let fd = create(plain.to_str().unwrap()).unwrap();
+        write_all(fd, b"{}\n");
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+        assert_eq!(std::fs::read(&plain).unwrap(), b"{}\n", "an existing file is truncated");
+        let fresh = dir.join("fresh.jsonl");
+        // SAFETY: our descriptor.
+        unsafe { libc::close(create(fresh.to_str().unwrap()).unwrap()) };
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o077, 0, "not readable by others");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn header_serialises_with_schema_and_optional_argv() {
+        let h = header(1, None, false);
+        let text = serde_json::to_string(&h).unwrap();
+        assert!(!text.contains("argv"), "{text}");
+        let Line::Header(back) = parse_line(&text, 1).unwrap() else { panic!() };
+        assert_eq!(back.schema, SCHEMA_VERSION);
+        assert!(header(1, Some(0), true).argv.is_some_and(|a| !a.is_empty()));
+    }
+}
