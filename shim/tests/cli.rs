@@ -7,8 +7,11 @@ mod common;
 use common::*;
 use std::process::Command;
 
+/// `ozaki` from an installed-prefix copy (bin/ + lib/), made once per test binary.
 fn ozaki() -> Command {
-    let mut cmd = plain(ozaki_bin());
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let bin = BIN.get_or_init(|| install_ozaki(&work_dir("cli-prefix")));
+    let mut cmd = plain(bin);
     cmd.env_remove("RUST_BACKTRACE");
     cmd
 }

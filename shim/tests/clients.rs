@@ -148,7 +148,7 @@ fn forked_child_writes_its_own_trace() {
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     };
     let (parent, child) = (pid_of("parent"), pid_of("child"));
-    let host = String::from_utf8(run_ok(&mut std::process::Command::new("hostname")).stdout).unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let file = |pid: u32| dir.join(format!("t-{pid}-{}.jsonl", host.trim()));
     let pt = read_trace(&file(parent));
     let ct = read_trace(&file(child));

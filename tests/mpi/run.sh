@@ -18,7 +18,8 @@
 #   4. negative control: a preloaded dgemm_ that flips one bit changes the fingerprints, so
 #      the comparison can fail and the preload reaches the ranks.
 # Once, on 2 ranks: `ozaki run -- mpirun` with a user `-x VAR` and with
-# OMPI_MCA_mca_base_env_list set (Open MPI refuses to mix the two methods), and
+# OMPI_MCA_mca_base_env_list set (Open MPI refuses to mix the two methods); the arguments and
+# env list `ozaki run` gives an Open MPI launcher (seen through a stand-in mpirun); and
 # `ozaki summary` over a set of rank traces.
 # Prints "ok: ..." / "FAIL: ..." lines; exits 1 if anything failed.
 set -u
@@ -34,6 +35,9 @@ RANKS=${*:-2 4}
 MPIRUN=${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}
 N=${N:-256}
 NB=${NB:-32}
+# The runs must not inherit a trace, route, preload or env list from the caller's shell.
+for v in $(env | grep -o '^OZAKI_[A-Za-z0-9_]*='); do unset "${v%=}"; done
+unset LD_PRELOAD OMPI_MCA_mca_base_env_list
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ozaki-mpi.XXXXXX")
 [ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
 FAILED=0
@@ -135,6 +139,34 @@ if run "$name" env OMPI_MCA_mca_base_env_list=OZAKI_MPI_TEST=1 \
     "$OZAKI" run --trace "$WORK/$name-%r.jsonl" -- $MPIRUN -n 2 "$BUILD/$prog" "$N" "$NB"; then
     same_fingerprints "$prog-2-plain" "$name"
     rank_traces "$WORK/$name" 2
+fi
+
+# What `ozaki run` hands an Open MPI launcher: a stand-in `mpirun` that answers --version like
+# Open MPI and prints its arguments and env list, so the forwarding that only matters for
+# ranks on other hosts is visible on one host.
+mkdir -p "$WORK/fake"
+cat >"$WORK/fake/mpirun" <<'FAKE'
+#!/bin/sh
+[ "$1" = --version ] && { echo "mpirun (Open MPI) 4.1.4"; exit 0; }
+echo "argv: $*"
+echo "env_list: ${OMPI_MCA_mca_base_env_list-unset}"
+FAKE
+chmod +x "$WORK/fake/mpirun"
+if run fake-x "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog &&
+    grep -qx "argv: -x LD_PRELOAD -x OZAKI_TRACE -n 2 ./prog" "$WORK/fake-x.out" &&
+    grep -qx "env_list: unset" "$WORK/fake-x.out"; then
+    echo "ok: ozaki run -- mpirun: adds -x LD_PRELOAD -x OZAKI_TRACE for ranks on other hosts"
+else
+    fail "ozaki run -- mpirun: expected '-x LD_PRELOAD -x OZAKI_TRACE' first:"
+    sed 's/^/  | /' "$WORK/fake-x.out"
+fi
+if run fake-list env OMPI_MCA_mca_base_env_list=FOO "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog &&
+    grep -qx "argv: -n 2 ./prog" "$WORK/fake-list.out" &&
+    grep -qx "env_list: FOO;LD_PRELOAD;OZAKI_TRACE" "$WORK/fake-list.out"; then
+    echo "ok: ozaki run -- mpirun with mca_base_env_list set: extends the list, adds no -x"
+else
+    fail "ozaki run -- mpirun with mca_base_env_list set: expected the list extended and no -x:"
+    sed 's/^/  | /' "$WORK/fake-list.out"
 fi
 
 # `ozaki summary` merges rank traces: totals over all ranks, and one row per rank.

@@ -28,6 +28,7 @@
 //! - The A/B comparison (issue #6) wraps [`execute`].
 
 pub mod builtin;
+pub mod choose;
 pub mod cpu_ozaki;
 pub mod gpu;
 pub mod vendor;
@@ -99,12 +100,12 @@ pub struct Choice {
     pub engine: Option<Prediction>,
 }
 
-/// Picks the route for a call. Forced routes are taken as they are; `auto` is the engine's
-/// (issue #5, to be added in `route/choose.rs`) and means `vendor` until then.
-pub fn choose(request: RouteRequest, _shape: &crate::abi::Shape, _config: &Config) -> Choice {
+/// Picks the route for a call. Forced routes are taken as they are; `auto` asks the
+/// per-record engine ([`choose::auto`], issue #5).
+pub fn choose(request: RouteRequest, shape: &crate::abi::Shape, config: &Config) -> Choice {
     match request {
         RouteRequest::Forced(route) => Choice { route, engine: None },
-        RouteRequest::Auto => Choice { route: Route::Vendor, engine: None },
+        RouteRequest::Auto => choose::auto(shape, config),
     }
 }
 

@@ -20,11 +20,32 @@ pub fn ozaki_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ozaki"))
 }
 
-/// The shim library built next to the `ozaki` binary.
+/// The shim library of this build. `cargo test` rebuilds the cdylib in `target/<profile>/deps/`
+/// but only `cargo build` copies it up next to the `ozaki` binary, so the newer of the two
+/// is the one that matches the code under test.
 pub fn shim_lib() -> PathBuf {
-    let lib = ozaki_bin().with_file_name("libozaki_shim.so");
+    let up = ozaki_bin().with_file_name("libozaki_shim.so");
+    let deps = ozaki_bin().with_file_name("deps").join("libozaki_shim.so");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let lib = match (mtime(&up), mtime(&deps)) {
+        (Some(a), Some(b)) if b > a => deps,
+        (None, Some(_)) => deps,
+        _ => up,
+    };
     assert!(lib.is_file(), "{} not built", lib.display());
     lib
+}
+
+/// Installs the `ozaki` binary and the shim into `dir/bin` and `dir/lib`, the layout of an
+/// installed prefix, and returns the binary: `ozaki run` must find `../lib/libozaki_shim.so`,
+/// and the copy is sure to be the library under test (see [`shim_lib`]).
+pub fn install_ozaki(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    let bin = dir.join("bin/ozaki");
+    std::fs::copy(ozaki_bin(), &bin).unwrap();
+    std::fs::copy(shim_lib(), dir.join("lib/libozaki_shim.so")).unwrap();
+    bin
 }
 
 /// A fresh, empty directory for one test.
@@ -100,10 +121,23 @@ fn tail(s: &str, n: usize) -> &str {
     &s[start..]
 }
 
-/// A command without the shim, with every OZAKI_* and LD_PRELOAD variable removed.
+/// Directories of Debian's reference BLAS and LAPACK. Installing an OpenBLAS package makes
+/// it the system-wide `libblas.so.3` (update-alternatives); the clients are pinned to the
+/// reference per process instead, so the expected behaviour (reference CBLAS calling
+/// `dgemm_`, reference error reporting) does not depend on what else is installed.
+pub const REFERENCE_BLAS_PATH: &str = "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack";
+
+/// A command without the shim, with every OZAKI_* and LD_PRELOAD variable removed, and the
+/// reference BLAS first on the library path.
 pub fn plain(prog: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut cmd = Command::new(prog);
     cmd.env_remove("LD_PRELOAD");
+    let mut path = std::ffi::OsString::from(REFERENCE_BLAS_PATH);
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    cmd.env("LD_LIBRARY_PATH", path);
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("OZAKI_") {
             cmd.env_remove(k);

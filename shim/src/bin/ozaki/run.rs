@@ -277,7 +277,12 @@ fn print_summary(pattern: &Path, since: std::time::SystemTime, keep: bool) {
     let since = since - std::time::Duration::from_secs(2);
     let files = trace_files(pattern, since);
     if files.is_empty() {
-        let _ = writeln!(err, "ozaki run: no trace was written (the program made no dgemm/dsyrk call)");
+        let _ = writeln!(
+            err,
+            "ozaki run: no trace {} was written: the program made no dgemm/dsyrk call, or the shim could not \
+             create the file (see any message above)",
+            pattern.display()
+        );
         return;
     }
     let mut loaded = Vec::new();

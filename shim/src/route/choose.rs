@@ -1,0 +1,143 @@
+//! `OZAKI_ROUTE=auto` (issue #5): the per-record engine picks the route of each call.
+//!
+//! The engine ([`ozaki_core::engine::choose::Engine`]) is built once, at the first `auto`
+//! call, from the profile that `OZAKI_PROFILE`, the per-GPU profile in the cache directory
+//! or the built-in profile of the detected GPU gives (one stderr line when it is not one
+//! measured on this machine). Decisions are cached per shape and moduli count, so a
+//! repeated shape costs one hash lookup; the prediction is copied into the trace record
+//! only when tracing is on.
+//!
+//! The moduli count priced for GPU Ozaki ([`priced_moduli`]) is `OZAKI_MODULI` when set;
+//! otherwise the GPU route picks it per call from the operands' in-row spread, which the
+//! engine does not see before the call, so it prices the count the route would pick for an
+//! in-row spread of [`ASSUMED_SPREAD`] (normally distributed entries) at this k. The trace's
+//! `moduli` field shows the count really used. Inputs the emulation cannot represent
+//! (NaN/Inf, too wide a spread) are caught by the route itself, which then falls back.
+
+use super::Choice;
+use crate::abi::Shape;
+use crate::config::{Config, notice};
+use ozaki_core::engine::choose::{Engine, blas_threads};
+use ozaki_core::engine::profile::{self, Profile, ProfileSource};
+use ozaki_core::engine::{CallShape, Residency};
+use ozaki_core::trace::Routine;
+use std::sync::OnceLock;
+
+static ENGINE: OnceLock<Engine> = OnceLock::new();
+
+/// The name of this process's GPU, when a GPU route can run here (initialises the GPU: the
+/// first `auto` call pays for it once, as the first GPU call would anyway).
+fn gpu_name() -> Option<String> {
+    if let Some(missing) = gpu_kernels::probe::Libraries::detect().native_missing() {
+        tracing::info!("auto: no GPU route in this process ({missing})");
+        return None;
+    }
+    match gpu_kernels::gpu() {
+        Ok(g) => Some(g.name.clone()),
+        Err(e) => {
+            tracing::info!("auto: no GPU route in this process ({e})");
+            None
+        }
+    }
+}
+
+fn build() -> Engine {
+    let gpu = gpu_name();
+    let env = std::env::var("OZAKI_PROFILE").ok();
+    let mut prof = match profile::resolve(env.as_deref(), gpu.as_deref()) {
+        Ok((p, src, warn)) => {
+            // Without a GPU there is nothing to choose between: no user-facing line.
+            match (warn, &gpu) {
+                (Some(w), Some(_)) => notice(&w),
+                (Some(w), None) => tracing::info!("auto: {w}"),
+                _ => {}
+            }
+            let src = match src {
+                ProfileSource::Env(p) | ProfileSource::Cache(p) => p.display().to_string(),
+                ProfileSource::BuiltIn(n) => format!("built-in {n}"),
+            };
+            tracing::info!(profile = %p.name, source = %src, "auto: engine profile");
+            p
+        }
+        Err(e) => {
+            notice(&format!("{e}; using the built-in profile"));
+            profile::resolve(None, gpu.as_deref()).map_or_else(|_| Profile::built_in("cpu-only").expect("ships"), |x| x.0)
+        }
+    };
+    if gpu.is_none() && prof.gpu.take().is_some() {
+        tracing::info!("auto: the profile describes a GPU but none is usable here; pricing the vendor route only");
+    }
+    let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    Engine::new(prof, blas_threads(|v| std::env::var(v).ok(), avail))
+}
+
+/// The engine of this process.
+pub fn engine() -> &'static Engine {
+    ENGINE.get_or_init(build)
+}
+
+/// The engine's view of a decoded call.
+fn call_shape(s: &Shape) -> CallShape {
+    let dim = |x: i64| x.max(0) as u64;
+    let t = |f: u8| f == b'T' || f == b'C';
+    let syrk = s.routine == Routine::Dsyrk;
+    CallShape {
+        routine: s.routine,
+        m: if syrk { dim(s.n) } else { dim(s.m) },
+        n: dim(s.n),
+        k: dim(s.k),
+        transa: if syrk { t(s.flag2) } else { t(s.flag1) },
+        transb: !syrk && t(s.flag2),
+        beta_zero: s.beta == 0.0,
+        alpha_zero: s.alpha == 0.0,
+        residency: Residency::Host,
+    }
+}
+
+/// In-row spread max|x| / mean|x| assumed when pricing the moduli count: about what rows of
+/// normally distributed entries show at the sizes where GPU Ozaki can win (GEMMul8 needs 14
+/// moduli on such data at n = 4096; reference h200-baselines.md).
+pub const ASSUMED_SPREAD: f64 = 4.0;
+
+/// The moduli count GPU Ozaki is priced at for inner dimension `k` (`forced`: OZAKI_MODULI).
+pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
+    forced.unwrap_or_else(|| {
+        let needed = gpu_kernels::ozaki::BASE_BITS + ASSUMED_SPREAD.log2();
+        gpu_kernels::ozaki::choose_moduli(needed, k.max(1) as usize) as u32
+    })
+}
+
+/// The route `auto` takes for this call, with the prediction for the trace.
+pub fn auto(shape: &Shape, config: &Config) -> Choice {
+    let cs = call_shape(shape);
+    let d = engine().decide(&cs, Some(priced_moduli(cs.k, config.moduli)));
+    Choice { route: d.route, engine: config.tracing().then(|| d.prediction.clone()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ozaki_core::trace::Layout;
+
+    fn shape(routine: Routine, f1: u8, f2: u8, m: i64, n: i64, k: i64, beta: f64) -> Shape {
+        Shape { routine, layout: Layout::Col, flag1: f1, flag2: f2, m, n, k, lda: m.max(1), ldb: k.max(1), ldc: m.max(1), alpha: 1.0, beta, ilp64: false }
+    }
+
+    #[test]
+    fn decoded_calls_map_to_the_engine_shape() {
+        let g = call_shape(&shape(Routine::Dgemm, b'T', b'N', 30, 20, 10, 0.5));
+        assert_eq!((g.m, g.n, g.k, g.transa, g.transb, g.beta_zero), (30, 20, 10, true, false, false));
+        // dsyrk: flag1 is uplo, flag2 trans; C is n x n whatever m holds.
+        let s = call_shape(&shape(Routine::Dsyrk, b'U', b'T', 7, 40, 9, 0.0));
+        assert_eq!((s.m, s.n, s.k, s.transa, s.transb, s.beta_zero), (40, 40, 9, true, false, true));
+        assert_eq!(s.residency, Residency::Host);
+    }
+
+    #[test]
+    fn priced_moduli_honours_the_forced_count_and_grows_with_k() {
+        assert_eq!(priced_moduli(1 << 20, Some(9)), 9);
+        let counts: Vec<u32> = [16u64, 256, 4096, 65536].iter().map(|&k| priced_moduli(k, None)).collect();
+        assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+        assert!(counts.iter().all(|&r| (2..=20).contains(&r)), "{counts:?}");
+    }
+}
