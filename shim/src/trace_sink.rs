@@ -39,7 +39,7 @@ use crate::forward;
 use crate::route::RouteOutcome;
 use crate::symbols::{COUNT, SymId};
 use libc::c_int;
-use ozaki_core::trace::{Header, Layout, Prediction, Routine, SCHEMA_VERSION};
+use ozaki_core::trace::{AbResult, Header, Layout, Prediction, Routine, SCHEMA_VERSION};
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ffi::CString;
 use std::io::Write as _;
@@ -118,6 +118,8 @@ pub struct Entry<'a> {
     pub engine: Option<&'a Prediction>,
     /// Reference error code of an illegal call.
     pub info: Option<i64>,
+    /// A/B comparison against the vendor (`OZAKI_AB`, [`crate::ab`]).
+    pub ab: Option<&'a AbResult>,
 }
 
 thread_local! {
@@ -277,6 +279,10 @@ fn format_body(out: &mut Vec<u8>, seq: u64, t_ns: u64, dur_ns: u64, tid: u64, e:
     if let Some(info) = e.info {
         field(out, "info");
         let _ = write!(out, "{info}");
+    }
+    if let Some(ab) = e.ab {
+        field(out, "ab");
+        let _ = serde_json::to_writer(&mut *out, ab);
     }
 }
 
@@ -612,6 +618,7 @@ mod tests {
             outcome: Some(&outcome),
             engine: None,
             info: None,
+            ab: None,
         };
         let text = line(&e);
         let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) else { panic!() };
@@ -641,7 +648,7 @@ mod tests {
         s.m = -1;
         s.alpha = f64::NAN;
         s.beta = f64::NEG_INFINITY;
-        let e = Entry { sym: SymId::DSYRK, shape: &s, route: "xerbla", fallback: None, outcome: None, engine: None, info: Some(2) };
+        let e = Entry { sym: SymId::DSYRK, shape: &s, route: "xerbla", fallback: None, outcome: None, engine: None, info: Some(2), ab: None };
         let text = line(&e);
         let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) else { panic!() };
         assert_eq!((c.uplo.as_deref(), c.trans.as_deref(), c.transa.as_deref()), (Some("U"), Some("?"), None));
