@@ -28,6 +28,7 @@
 //! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, and the `cpu_ozaki` / `gpu` extension points |
 //! | [`config`] | `OZAKI_*` environment variables, read once |
 //! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
+//! | [`ab`] | `OZAKI_AB`: the vendor beside the chosen route on a private copy of C, differences and times in the trace (issue #6) |
 //!
 //! ## Guarantees
 //! - No panic crosses into C (every profile keeps `panic = "unwind"`); any failure of a
@@ -41,6 +42,7 @@
 //! Nothing is resolved in a constructor; the only load-time work is taking the trace clock
 //! origin and registering the `fork`/`exit` handlers of [`trace_sink`].
 
+pub mod ab;
 pub mod abi;
 pub mod config;
 pub mod entry;
@@ -51,3 +53,5 @@ pub mod guard;
 pub mod route;
 pub mod symbols;
 pub mod trace_sink;
+/// Device-resident C entry points (`ozaki_dgemm_device`, `ozaki_dsyrk_device`), issue #4.
+mod device_api;

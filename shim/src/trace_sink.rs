@@ -2,7 +2,7 @@
 //!
 //! ## File name
 //! `%p` becomes the pid, `%h` the host name, `%r` the MPI rank (`OMPI_COMM_WORLD_RANK`,
-//! `PMI_RANK` or `SLURM_PROCID`; `0` without a launcher), `%%` a `%`. The file is created
+//! `PMI_RANK`, `PMIX_RANK`, `SLURM_PROCID` or `MV2_COMM_WORLD_RANK`; `0` without a launcher), `%%` a `%`. The file is created
 //! when the first call is recorded, mode 0600 (the header can hold the command line), with
 //! `O_NOFOLLOW`: a symlink planted at the path is refused (one stderr line, no trace), never
 //! followed. An existing regular file is truncated.
@@ -39,7 +39,7 @@ use crate::forward;
 use crate::route::RouteOutcome;
 use crate::symbols::{COUNT, SymId};
 use libc::c_int;
-use ozaki_core::trace::{Header, Layout, Prediction, Routine, SCHEMA_VERSION};
+use ozaki_core::trace::{AbResult, Header, Layout, Prediction, Routine, SCHEMA_VERSION};
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ffi::CString;
 use std::io::Write as _;
@@ -118,6 +118,8 @@ pub struct Entry<'a> {
     pub engine: Option<&'a Prediction>,
     /// Reference error code of an illegal call.
     pub info: Option<i64>,
+    /// A/B comparison against the vendor (`OZAKI_AB`, [`crate::ab`]).
+    pub ab: Option<&'a AbResult>,
 }
 
 thread_local! {
@@ -278,6 +280,10 @@ fn format_body(out: &mut Vec<u8>, seq: u64, t_ns: u64, dur_ns: u64, tid: u64, e:
         field(out, "info");
         let _ = write!(out, "{info}");
     }
+    if let Some(ab) = e.ab {
+        field(out, "ab");
+        let _ = serde_json::to_writer(&mut *out, ab);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -357,12 +363,12 @@ fn append(sym: SymId, body: &[u8]) {
         return;
     }
     sink.buf.extend_from_slice(body);
-    if !sink.announced[sym.index()] {
-        if let Some(lib) = forward::resolved_library(sym) {
-            sink.announced[sym.index()] = true;
-            field(&mut sink.buf, "vendor");
-            push_str(&mut sink.buf, lib);
-        }
+    if !sink.announced[sym.index()]
+        && let Some(lib) = forward::resolved_library(sym)
+    {
+        sink.announced[sym.index()] = true;
+        field(&mut sink.buf, "vendor");
+        push_str(&mut sink.buf, lib);
     }
     sink.buf.extend_from_slice(b"}\n");
     if sink.write_through || sink.buf.len() >= FLUSH_BYTES {
@@ -484,11 +490,10 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-/// MPI rank from the launcher's environment (Open MPI, MPICH/PMI, Slurm).
+/// MPI rank from the launcher's environment (Open MPI, MPICH/PMI, PMIx, Slurm, MVAPICH2;
+/// the list is `ozaki_core::devices::WORLD_RANK_VARS`, shared with the GPU mapping, issue #7).
 pub fn rank() -> Option<u32> {
-    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().and_then(|s| s.trim().parse().ok()))
+    ozaki_core::devices::LauncherEnv::from_process_env().world_rank
 }
 
 fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
@@ -602,6 +607,7 @@ mod tests {
             outcome: Some(&outcome),
             engine: None,
             info: None,
+            ab: None,
         };
         let text = line(&e);
         let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) else { panic!() };
@@ -631,7 +637,7 @@ mod tests {
         s.m = -1;
         s.alpha = f64::NAN;
         s.beta = f64::NEG_INFINITY;
-        let e = Entry { sym: SymId::DSYRK, shape: &s, route: "xerbla", fallback: None, outcome: None, engine: None, info: Some(2) };
+        let e = Entry { sym: SymId::DSYRK, shape: &s, route: "xerbla", fallback: None, outcome: None, engine: None, info: Some(2), ab: None };
         let text = line(&e);
         let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) else { panic!() };
         assert_eq!((c.uplo.as_deref(), c.trans.as_deref(), c.transa.as_deref()), (Some("U"), Some("?"), None));

@@ -10,8 +10,13 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 use std::sync::Once;
 
-/// Width and height of every plot, pixels.
+/// Width and height of a plot, pixels (stacked bars grow taller with their rows).
 pub const SIZE: (u32, u32) = (960, 440);
+
+/// Height of a stacked-bar plot with `rows` bars: 50 px a bar, never below [`SIZE`].
+pub fn stacked_height(rows: usize) -> u32 {
+    SIZE.1.max(110 + 50 * rows as u32)
+}
 
 static FONT: &[u8] = include_bytes!("../../../../assets/DejaVuSans.ttf");
 
@@ -93,7 +98,7 @@ pub fn bars(spec: &Bars<'_>, empty_message: &str) -> anyhow::Result<Vec<u8>> {
     let legend_lines = spec.series.len() + usize::from(spec.band.is_some()) + usize::from(spec.hline.is_some());
     let ytop = (ymax.max(spec.hline.map_or(0.0, |h| h.0))) * (1.08 + 0.06 * legend_lines as f64);
     let nc = spec.categories.len();
-    render(|area| {
+    render(SIZE, |area| {
         let mut chart = ChartBuilder::on(&area)
             .caption(spec.title, ("sans-serif", 22))
             .margin(12)
@@ -161,23 +166,18 @@ pub fn stacked_shares(title: &str, rows: &[String], segments: &[Series<'_>], emp
         return message(title, empty_message);
     }
     let nr = rows.len();
-    let labels = rows.to_vec();
-    render(|area| {
+    render((SIZE.0, stacked_height(nr)), |area| {
         let mut chart = ChartBuilder::on(&area)
             .caption(title, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(44)
-            .y_label_area_size(170)
+            .y_label_area_size(8)
             .build_cartesian_2d(0f64..1.0, 0f64..nr as f64 + 0.12 * segments.len() as f64 + 0.1)?;
         chart
             .configure_mesh()
             .disable_y_mesh()
             .max_light_lines(0)
-            .y_labels(nr * 2 + 1)
-            .y_label_formatter(&move |y| {
-                let i = (y - 0.5).round();
-                if (y - 0.5 - i).abs() < 1e-6 && i >= 0.0 { labels.get(i as usize).cloned().unwrap_or_default() } else { String::new() }
-            })
+            .y_labels(0)
             .x_label_formatter(&|x| format!("{:.0}%", x * 100.0))
             .x_desc("share of FLOPs")
             .label_style(("sans-serif", 14))
@@ -189,7 +189,7 @@ pub fn stacked_shares(title: &str, rows: &[String], segments: &[Series<'_>], emp
             let mut rects = Vec::new();
             for (r, v) in s.values.iter().enumerate().take(nr) {
                 if *v > 0.0 {
-                    rects.push(Rectangle::new([(left[r], r as f64 + 0.15), (left[r] + v, r as f64 + 0.85)], color.filled()));
+                    rects.push(Rectangle::new([(left[r], r as f64 + 0.1), (left[r] + v, r as f64 + 0.72)], color.filled()));
                     left[r] += v;
                 }
             }
@@ -198,6 +198,11 @@ pub fn stacked_shares(title: &str, rows: &[String], segments: &[Series<'_>], emp
                 .label(s.name)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
         }
+        // Row names go above their bars, inside the plot (long names need the width).
+        let names = rows.iter().enumerate().map(|(r, name)| {
+            Text::new(name.clone(), (0.003, r as f64 + 0.97), ("sans-serif", 14).into_font().color(&BLACK))
+        });
+        chart.draw_series(names)?;
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
@@ -212,7 +217,7 @@ pub fn stacked_shares(title: &str, rows: &[String], segments: &[Series<'_>], emp
 /// A plot-sized image with a title and a message, for plots that have no data.
 pub fn message(title: &str, text: &str) -> anyhow::Result<Vec<u8>> {
     register_font();
-    render(|area| {
+    render(SIZE, |area| {
         let area = area.titled(title, ("sans-serif", 22))?;
         let (w, h) = area.dim_in_pixel();
         let grey = BLACK.mix(0.7);
@@ -227,9 +232,8 @@ pub fn message(title: &str, text: &str) -> anyhow::Result<Vec<u8>> {
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 
-/// Runs `draw` on a white RGB canvas of [`SIZE`] and encodes the result as PNG.
-fn render(draw: impl FnOnce(Area<'_>) -> Result<(), Box<dyn std::error::Error + '_>>) -> anyhow::Result<Vec<u8>> {
-    let (w, h) = SIZE;
+/// Runs `draw` on a white RGB canvas of `(w, h)` pixels and encodes the result as PNG.
+fn render((w, h): (u32, u32), draw: impl FnOnce(Area<'_>) -> Result<(), Box<dyn std::error::Error + '_>>) -> anyhow::Result<Vec<u8>> {
     let mut rgb = vec![255u8; (w * h * 3) as usize];
     {
         let area = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
