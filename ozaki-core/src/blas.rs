@@ -391,6 +391,7 @@ mod tests {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn gemm_case(rng: &mut Rng, ta: Trans, tb: Trans, m: usize, n: usize, k: usize, alpha: f64, beta: f64) {
         let (ar, ac) = if ta == Trans::No { (m, k) } else { (k, m) };
         let (br, bc) = if tb == Trans::No { (k, n) } else { (n, k) };

@@ -1001,6 +1001,7 @@ fn print_reference_message(info: i64, routine: &str) {
 }
 
 #[cfg(test)]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 mod tests {
     use super::*;
     use std::ptr::{null, null_mut};
@@ -1163,7 +1164,8 @@ mod tests {
     #[test]
     fn row_major_cblas_becomes_the_transposed_column_major_call() {
         use cblas::*;
-        let (a, b, c) = (8usize as *const f64, 16usize as *const f64, 24usize as *mut f64);
+        let mut bufs = [0.0f64; 3];
+        let (a, b, c) = (&raw const bufs[0], &raw const bufs[1], &raw mut bufs[2]);
         let r = CblasGemm {
             layout: ROW_MAJOR, transa: TRANS, transb: NO_TRANS, m: 2, n: 3, k: 4, alpha: 2.0, a, lda: 2, b, ldb: 3,
             beta: 0.5, c, ldc: 3,

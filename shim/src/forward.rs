@@ -84,7 +84,8 @@ fn from_override(name: &CStr) -> Option<*const c_void> {
             match unsafe { libloading::Library::new(path) } {
                 Ok(lib) => Some(lib),
                 Err(e) => {
-                    crate::config::notice(&format!("OZAKI_VENDOR_BLAS={}: cannot load: {e}", path.display()));
+                    let why = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+                    crate::config::notice(&format!("OZAKI_VENDOR_BLAS={}: cannot load: {why}", path.display()));
                     None
                 }
             }

@@ -53,3 +53,5 @@ pub mod guard;
 pub mod route;
 pub mod symbols;
 pub mod trace_sink;
+/// Device-resident C entry points (`ozaki_dgemm_device`, `ozaki_dsyrk_device`), issue #4.
+mod device_api;

@@ -363,12 +363,12 @@ fn append(sym: SymId, body: &[u8]) {
         return;
     }
     sink.buf.extend_from_slice(body);
-    if !sink.announced[sym.index()] {
-        if let Some(lib) = forward::resolved_library(sym) {
-            sink.announced[sym.index()] = true;
-            field(&mut sink.buf, "vendor");
-            push_str(&mut sink.buf, lib);
-        }
+    if !sink.announced[sym.index()]
+        && let Some(lib) = forward::resolved_library(sym)
+    {
+        sink.announced[sym.index()] = true;
+        field(&mut sink.buf, "vendor");
+        push_str(&mut sink.buf, lib);
     }
     sink.buf.extend_from_slice(b"}\n");
     if sink.write_through || sink.buf.len() >= FLUSH_BYTES {

@@ -39,7 +39,7 @@ fn header_functions() -> BTreeSet<String> {
         .filter(|l| !l.trim_start().starts_with("//") && !l.trim_start().starts_with('*') && l.contains('('))
         .filter_map(|l| {
             let before = &l[..l.find('(')?];
-            let name = before.rsplit(|c: char| c == ' ' || c == '*').next()?;
+            let name = before.rsplit([' ', '*']).next()?;
             (!name.is_empty() && !before.trim_start().starts_with('#')).then(|| name.to_string())
         })
         .collect()
