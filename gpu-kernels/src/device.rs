@@ -1,7 +1,8 @@
 //! The process-wide GPU: found and initialised once, shared behind a lock.
 //!
 //! Initialisation order (issue #4): library presence first ([`Libraries::detect`]), then the
-//! driver, the primary context of device `OZAKI_GPU` (default 0), cuBLAS and cuBLASLt handles,
+//! driver, the primary context of device `OZAKI_GPU` (default: by MPI local rank from
+//! `OZAKI_DEVICES` or all devices, `ozaki_core::devices`, issue #7), cuBLAS and cuBLASLt handles,
 //! and the NVRTC-compiled kernels. Each step that can panic inside cudarc runs in
 //! [`contain`]. A missing piece disables the routes that need it, with the reason kept for the
 //! one stderr line and the trace's `fallback` field. Missing NVRTC/cuBLASLt only disables
@@ -24,7 +25,7 @@ pub const LT_WORKSPACE: usize = 32 << 20;
 
 /// An initialised GPU with its library handles, kernels and reusable buffers.
 pub struct Gpu {
-    /// Device ordinal (`OZAKI_GPU`, default 0): the trace's `device` field.
+    /// Device ordinal (`OZAKI_GPU`, else chosen by local rank): the trace's `device` field.
     pub ordinal: u32,
     /// Device name as the driver reports it.
     pub name: String,
@@ -90,15 +91,30 @@ impl Gpu {
         if let Some(missing) = libs.native_missing() {
             return Err(GpuError::Unavailable(missing.into()));
         }
-        let ordinal: u32 = match std::env::var("OZAKI_GPU") {
-            Ok(v) => v.trim().parse().map_err(|_| GpuError::Unavailable(format!("OZAKI_GPU={v:?} is not a device number")))?,
-            Err(_) => 0,
+        let explicit: Option<u32> = match std::env::var("OZAKI_GPU") {
+            Ok(v) => Some(
+                v.trim().parse().map_err(|_| GpuError::Unavailable(format!("OZAKI_GPU={v:?} is not a device number")))?,
+            ),
+            Err(_) => None,
         };
         // SAFETY: cuInit may be called any number of times.
         unsafe { sys::cuInit(0) }.result().map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))?;
         let mut count = 0;
         // SAFETY: out-parameter.
         unsafe { sys::cuDeviceGetCount(&mut count) }.result().ctx("cuDeviceGetCount")?;
+        // Issue #7: without OZAKI_GPU, an MPI rank takes the first GPU of its local-rank block
+        // of the host's pool (OZAKI_DEVICES, else all devices). Only that first slot is used
+        // until the route executes multi-slot split plans.
+        let ordinal = match explicit {
+            Some(o) => o,
+            None => {
+                use ozaki_core::devices::{DEVICES_VAR, DeviceAssignment, LauncherEnv};
+                let pool = std::env::var(DEVICES_VAR).ok();
+                DeviceAssignment::resolve(pool.as_deref(), count.max(0) as u32, &LauncherEnv::from_process_env())
+                    .map_err(|e| GpuError::Unavailable(e.to_string()))?
+                    .slots[0]
+            }
+        };
         if count <= ordinal as i32 {
             return Err(GpuError::Unavailable(format!("no CUDA device {ordinal} ({count} found)")));
         }

@@ -26,6 +26,9 @@
 //! The engine prices a split with [`price_split`]: it passes its own single-device cost
 //! of one tile, and gets back the time of the slowest device, tiles that share an ordinal
 //! being serialised. That is the whole seam between this module and the cost model.
+//!
+//! Status: `gpu-kernels` opens the first slot of [`DeviceAssignment::resolve`] (unless
+//! `OZAKI_GPU` pins a device); no route executes a multi-slot [`SplitPlan`] yet.
 
 use std::collections::BTreeMap;
 use std::fmt;
