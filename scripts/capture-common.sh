@@ -45,5 +45,5 @@ capture() {
     echo "capture $name: $((SECONDS - t0)) s" >&2
     gzip -9 -n -c "$raw" >"$ROOT/traces/$name.jsonl.gz"
     rm -f "$raw"
-    "$OZAKI" report "$ROOT/traces/$name.jsonl.gz" --out "$WORK/$name-report" --title "$name"
+    "$OZAKI" report "$ROOT/traces/$name.jsonl.gz" --out "$WORK/$name-report" --title "$name" --profile "$ROOT/profiles/h200.json"
 }

@@ -248,9 +248,9 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
             bounds
         }
     };
-    let h = kernel::f64_product(&sa.pow, &sb_ref.pow, m, n, k, p.tri, th);
+    let (h, h2) = kernel::f64_product2(&sa.pow, &sb_ref.pow, m, n, k, p.tri, th);
     ph.mark("coarse");
-    let stats = CallStats { k, a: &p.a, b: p.b(), m, n, exps: &exps, bounds: &bounds, scale: &h, row_norms: &sa.norms, col_norms: &sb_ref.norms, tri: p.tri };
+    let stats = CallStats { k, a: &p.a, b: p.b(), m, n, exps: &exps, bounds: &bounds, scale: &h, scale2: &h2, row_norms: &sa.norms, col_norms: &sb_ref.norms, tri: p.tri };
     let forced = match cfg.moduli {
         Moduli::Auto => None,
         Moduli::Fixed(r) => Some(r),
@@ -287,14 +287,29 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
     ph.mark("products");
     // 5. Reconstruct.
     let plan = CrtPlan::get(r);
-    kernel::for_each_output(out, m, n, p.tri, th, |i, j, o| {
-        let mut res = [0i32; MAX_MODULI];
-        let entry = &planes[(i + j * m) * r..(i + j * m + 1) * r];
-        for (v, &x) in res.iter_mut().zip(entry) {
-            *v = i32::from(x);
+    kernel::for_each_column(out, m, n, p.tri, th, |j, rows, col| match cfg.reconstruction {
+        Reconstruction::Exact => {
+            let mut s = [0i64; crate::reconstruct::BATCH];
+            for i0 in rows.clone().step_by(crate::reconstruct::BATCH) {
+                let i1 = (i0 + crate::reconstruct::BATCH).min(rows.end);
+                for (e, se) in s[..i1 - i0].iter_mut().enumerate() {
+                    *se = i64::from(sc.sigma[i0 + e]) + i64::from(sc.tau[j]);
+                }
+                let res = &planes[(i0 + j * m) * r..(i1 + j * m) * r];
+                crate::reconstruct::exact_f64_batch(res, &s[..i1 - i0], plan, &mut col[i0..i1]);
+            }
         }
-        let s = i64::from(sc.sigma[i]) + i64::from(sc.tau[j]);
-        *o = crate::reconstruct::to_f64(cfg.reconstruction, &res[..r], plan, s);
+        Reconstruction::Fp64 => {
+            let mut res = [0i32; MAX_MODULI];
+            for i in rows {
+                let entry = &planes[(i + j * m) * r..(i + j * m + 1) * r];
+                for (v, &x) in res.iter_mut().zip(entry) {
+                    *v = i32::from(x);
+                }
+                let s = i64::from(sc.sigma[i]) + i64::from(sc.tau[j]);
+                col[i] = crate::reconstruct::fp64_f64(&res[..r], plan, s);
+            }
+        }
     });
     ph.mark("reconstruct");
     Ok(EmulationInfo { moduli: r, estimate_ulps: sel.estimate, phases: ph.0 })

@@ -120,9 +120,12 @@ pub struct Prediction {
 /// A/B comparison of the chosen route against the vendor BLAS (issue #6).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AbResult {
-    /// max_ij |C_route - C_vendor| / |C_vendor| (componentwise, 0/0 counted as 0).
+    /// max_ij |C_route - C_vendor| / |C_vendor| (componentwise, 0/0 counted as 0; a
+    /// difference from 0 or a non-finite one is `"Infinity"`, as for `alpha`).
+    #[serde(with = "special_f64")]
     pub max_rel_comp: f64,
-    /// ||C_route - C_vendor||_F / ||C_vendor||_F.
+    /// ||C_route - C_vendor||_F / ||C_vendor||_F (non-finite as for `max_rel_comp`).
+    #[serde(with = "special_f64")]
     pub rel_norm: f64,
     /// Vendor time in ns.
     pub vendor_ns: u64,

@@ -66,9 +66,9 @@ unsafe fn run<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
     if let Some(start) = start {
         progress.traced.set(Some((shape, start)));
     }
-    let record = |route: &str, fallback: Option<&str>, outcome: Option<&RouteOutcome>, engine, info| {
+    let record = |route: &str, fallback: Option<&str>, outcome: Option<&RouteOutcome>, engine, info, ab| {
         if let Some(start) = &start {
-            let entry = Entry { sym: id, shape: &shape, route, fallback, outcome, engine, info };
+            let entry = Entry { sym: id, shape: &shape, route, fallback, outcome, engine, info, ab };
             trace_sink::record(start, &entry);
         }
     };
@@ -76,20 +76,21 @@ unsafe fn run<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
         Verdict::Illegal(bad) => {
             progress.done.set(true);
             // Recorded first: the reference handler usually ends the program.
-            record("xerbla", None, None, None, Some(bad.info));
+            record("xerbla", None, None, None, Some(bad.info), None);
             // SAFETY: `bad` came from decoding this call of `id`.
             unsafe { abi::report_illegal(id, &bad) };
         }
         Verdict::Quick => {
             progress.done.set(true);
-            record("quick", None, None, None, None);
+            record("quick", None, None, None, None, None);
         }
         Verdict::Compute(canon) => {
             let choice = route::choose(config.route, &shape, config);
-            // SAFETY: the caller's contract; `canon` was decoded from `raw`.
-            let done = unsafe { route::execute(choice.route, id, raw, &canon, config) };
+            // SAFETY: the caller's contract; `canon` was decoded from `raw`. `ab::execute` is
+            // `route::execute` plus the vendor comparison when OZAKI_AB picks the call.
+            let (done, ab) = unsafe { crate::ab::execute(choice.route, id, raw, &canon, config) };
             progress.done.set(true);
-            record(done.route.name(), done.fallback.as_deref(), Some(&done.outcome), choice.engine.as_ref(), None);
+            record(done.route.name(), done.fallback.as_deref(), Some(&done.outcome), choice.engine.as_ref(), None, ab.as_ref());
         }
     }
 }
@@ -140,6 +141,7 @@ unsafe fn recover<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
             outcome: None,
             engine: None,
             info: None,
+            ab: None,
         };
         trace_sink::record(&start, &entry);
     }

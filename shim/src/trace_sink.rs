@@ -39,12 +39,12 @@ use crate::forward;
 use crate::route::RouteOutcome;
 use crate::symbols::{COUNT, SymId};
 use libc::c_int;
-use ozaki_core::trace::{Header, Layout, Prediction, Routine, SCHEMA_VERSION};
+use ozaki_core::trace::{AbResult, Header, Layout, Prediction, Routine, SCHEMA_VERSION};
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ffi::CString;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Buffered bytes that trigger a write.
 pub const FLUSH_BYTES: usize = 16 * 1024;
@@ -118,6 +118,8 @@ pub struct Entry<'a> {
     pub engine: Option<&'a Prediction>,
     /// Reference error code of an illegal call.
     pub info: Option<i64>,
+    /// A/B comparison against the vendor (`OZAKI_AB`, [`crate::ab`]).
+    pub ab: Option<&'a AbResult>,
 }
 
 thread_local! {
@@ -278,6 +280,10 @@ fn format_body(out: &mut Vec<u8>, seq: u64, t_ns: u64, dur_ns: u64, tid: u64, e:
         field(out, "info");
         let _ = write!(out, "{info}");
     }
+    if let Some(ab) = e.ab {
+        field(out, "ab");
+        let _ = serde_json::to_writer(&mut *out, ab);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -425,10 +431,12 @@ fn write_all(fd: c_int, mut bytes: &[u8]) {
     }
 }
 
-/// Creates the trace file without following a symlink at `path`.
+/// Creates the trace file without following a symlink at `path`. Only a regular file (or a
+/// character device such as `/dev/null`) is accepted: `O_NONBLOCK` keeps a FIFO planted at the
+/// path from blocking the program, and `fstat` refuses it.
 fn create(path: &str) -> std::io::Result<c_int> {
     let c = CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
     // SAFETY: valid NUL-terminated path.
     let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
     if fd < 0 {
@@ -439,6 +447,18 @@ fn create(path: &str) -> std::io::Result<c_int> {
             e
         });
     }
+    // SAFETY: `st` is plain data that fstat fills; `fd` is ours.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let kind = if unsafe { libc::fstat(fd, &mut st) } == 0 { st.st_mode & libc::S_IFMT } else { 0 };
+    if kind != libc::S_IFREG && kind != libc::S_IFCHR {
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+        return Err(std::io::Error::other("not a regular file (refused)"));
+    }
+    // Back to blocking writes (O_NONBLOCK only mattered for the open).
+    // SAFETY: `fd` is ours.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) & !libc::O_NONBLOCK) };
     Ok(fd)
 }
 
@@ -520,10 +540,7 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
 // ---------------------------------------------------------------------------------------
 // Process events
 
-static EXITING: AtomicBool = AtomicBool::new(false);
-
 extern "C" fn flush_at_exit() {
-    EXITING.store(true, Ordering::Relaxed);
     let mut sink = lock();
     sink.flush();
     sink.write_through = true;
@@ -601,6 +618,7 @@ mod tests {
             outcome: Some(&outcome),
             engine: None,
             info: None,
+            ab: None,
         };
         let text = line(&e);
         let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) else { panic!() };
@@ -630,7 +648,7 @@ mod tests {
         s.m = -1;
         s.alpha = f64::NAN;
         s.beta = f64::NEG_INFINITY;
-        let e = Entry { sym: SymId::DSYRK, shape: &s, route: "xerbla", fallback: None, outcome: None, engine: None, info: Some(2) };
+        let e = Entry { sym: SymId::DSYRK, shape: &s, route: "xerbla", fallback: None, outcome: None, engine: None, info: Some(2), ab: None };
         let text = line(&e);
         let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) else { panic!() };
         assert_eq!((c.uplo.as_deref(), c.trans.as_deref(), c.transa.as_deref()), (Some("U"), Some("?"), None));
@@ -658,6 +676,12 @@ mod tests {
         let err = create(link.to_str().unwrap()).unwrap_err();
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+
+        let fifo = dir.join("fifo.jsonl");
+        let cfifo = CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: valid path.
+        assert_eq!(unsafe { libc::mkfifo(cfifo.as_ptr(), 0o600) }, 0);
+        assert!(create(fifo.to_str().unwrap()).is_err(), "a FIFO must be refused, not block");
 
         let plain = dir.join("plain.jsonl");
         std::fs::write(&plain, b"old contents").unwrap();

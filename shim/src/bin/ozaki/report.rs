@@ -5,8 +5,10 @@
 //! - the FLOP-weighted histogram of call sizes nbar = 2mn/(m+n) in log2 buckets, drawn like
 //!   the paper's Fig. 8 (Ozaki 2.5, section 6.1) with its crossover band 128 <= nbar < 512;
 //! - the route mix (share of FLOPs each route computed);
-//! - the speedup per workload: predicted by the engine when a replay is available, else
-//!   measured from the A/B fields (vendor time / route time over the compared calls);
+//! - the speedup per workload: predicted by the engine's replay (issue #5; the machine
+//!   profile or paper platform chosen as for `ozaki replay`, `--no-predict` to leave it out),
+//!   and measured from the A/B fields (vendor time / route time over the compared calls)
+//!   when the trace has them;
 //! - the A/B error histogram per route;
 //! - summary tables (calls, GFLOP, nbar median and quartiles, work at nbar <= 256, routes,
 //!   A/B verdicts).
@@ -18,9 +20,14 @@ mod html;
 mod plot;
 
 use crate::ab_report::{self, AbSummary};
+use crate::explain::{Model, ModelArgs};
+use crate::progress::Progress;
 use crate::tracefile;
 use anyhow::Context;
 use clap::Parser;
+use ozaki_core::engine::CallShape;
+use ozaki_core::engine::choose::MODULI_WITHOUT_DATA;
+use ozaki_core::engine::replay::{self, ReplayModel};
 use ozaki_core::stats::{NbarStats, SMALL_NBAR};
 use ozaki_core::trace::{CallRecord, Trace};
 use std::collections::BTreeMap;
@@ -42,6 +49,11 @@ struct Args {
     /// Normwise tolerance of the A/B verdicts (as `ozaki ab-report --tol`).
     #[arg(long, default_value_t = ab_report::DEFAULT_TOL)]
     tol: f64,
+    /// Leave out the engine's predicted speedups (show only measured A/B ones).
+    #[arg(long)]
+    no_predict: bool,
+    #[command(flatten)]
+    model: ModelArgs,
 }
 
 pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
@@ -50,6 +62,14 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     for path in &args.traces {
         let trace = tracefile::read(path)?;
         workloads.push(Workload::new(workload_name(path), trace));
+    }
+    if !args.no_predict {
+        let model = args.model.load()?;
+        let mut progress = Progress::new("replaying", workloads.len() as u64, "traces");
+        for w in &mut workloads {
+            w.predicted = Some(predict(&w.trace.calls, &model));
+            progress.add(1);
+        }
     }
     let report = Report { title: args.title, workloads, tol: args.tol };
     let page = report.write(&args.out)?;
@@ -68,14 +88,37 @@ fn workload_name(path: &Path) -> String {
     s.to_string()
 }
 
-/// How a workload's speedup was obtained.
+/// The engine's replay of one workload.
 #[derive(Debug, Clone, PartialEq)]
-pub enum SpeedupSource {
-    /// Measured side by side in the traced run (A/B fields): vendor time / route time.
-    MeasuredAb {
-        /// Calls compared.
-        calls: usize,
-    },
+pub struct Predicted {
+    /// What priced it (profile or platform).
+    pub model: String,
+    /// The baseline route: `vendor` (measured profile) or `native` (paper platform).
+    pub baseline: String,
+    /// Σ baseline seconds / Σ seconds of the engine's per-call choice.
+    pub speedup: f64,
+    /// FLOP share per route the engine would choose.
+    pub work_share: Vec<(String, f64)>,
+}
+
+/// Replays `calls` through `model` as `ozaki replay` does (records without a product are
+/// not work; shapes priced at the moduli count a record carries, else the engine's default).
+pub fn predict(calls: &[CallRecord], model: &Model) -> Predicted {
+    let calls: Vec<CallRecord> = calls.iter().filter(|c| c.route != "xerbla").cloned().collect();
+    let moduli_of: std::collections::HashMap<(u64, u64, u64), u32> =
+        calls.iter().filter_map(|c| c.moduli.map(|r| ((c.m, c.n, c.k), r))).collect();
+    let moduli = move |s: &CallShape| moduli_of.get(&(s.m, s.n, s.k)).copied().or(Some(MODULI_WITHOUT_DATA));
+    let (desc, baseline, rm) = match model {
+        Model::Measured(engine, src) => {
+            (format!("profile {} [{src}]", engine.profile().name), "vendor", ReplayModel::Measured { engine, moduli: &moduli })
+        }
+        Model::Reduced(pl, opt) => {
+            (format!("platform {} (paper reduced model)", pl.name), "native", ReplayModel::Reduced { platform: pl, options: *opt })
+        }
+    };
+    let (_, c) = replay::replay(&calls, &rm);
+    let speedup = c.speedup_vs.iter().find(|(n, _)| n == baseline).map_or(f64::NAN, |x| x.1);
+    Predicted { model: desc, baseline: baseline.into(), speedup, work_share: c.work_share }
 }
 
 /// One trace and what the report derives from it.
@@ -88,8 +131,10 @@ pub struct Workload {
     pub stats: Option<NbarStats>,
     /// FLOPs per route.
     pub route_flops: BTreeMap<String, f64>,
-    /// Speedup over the vendor BLAS and where it comes from.
-    pub speedup: Option<(f64, SpeedupSource)>,
+    /// Speedup over the vendor BLAS measured side by side (A/B), and the calls compared.
+    pub measured: Option<(f64, usize)>,
+    /// The engine's prediction, when asked for.
+    pub predicted: Option<Predicted>,
 }
 
 impl Workload {
@@ -100,8 +145,8 @@ impl Workload {
         for c in &trace.calls {
             *route_flops.entry(c.route.clone()).or_insert(0.0) += c.flops();
         }
-        let speedup = measured_speedup(&trace.calls);
-        Workload { name, trace, stats, route_flops, speedup }
+        let measured = measured_speedup(&trace.calls);
+        Workload { name, trace, stats, route_flops, measured, predicted: None }
     }
 
     /// Total FLOPs.
@@ -124,14 +169,14 @@ impl Workload {
 }
 
 /// Vendor time / route time summed over the calls with A/B results, when there are any.
-fn measured_speedup(calls: &[CallRecord]) -> Option<(f64, SpeedupSource)> {
+fn measured_speedup(calls: &[CallRecord]) -> Option<(f64, usize)> {
     let (mut vendor, mut route, mut n) = (0u64, 0u64, 0usize);
     for ab in calls.iter().filter_map(|c| c.ab.as_ref()).filter(|ab| ab.skipped.is_none()) {
         vendor += ab.vendor_ns;
         route += ab.route_ns;
         n += 1;
     }
-    (n > 0 && route > 0).then(|| (vendor as f64 / route as f64, SpeedupSource::MeasuredAb { calls: n }))
+    (n > 0 && route > 0).then(|| (vendor as f64 / route as f64, n))
 }
 
 /// Number of nbar buckets: `< 16`, then `[2^j, 2^(j+1))` for 16 <= 2^j <= 4096, then `>= 8192`.
@@ -175,6 +220,8 @@ pub struct Figure {
     pub alt: &'static str,
     /// PNG data.
     pub png: Vec<u8>,
+    /// Width and height in pixels.
+    pub size: (u32, u32),
 }
 
 impl Report {
@@ -197,8 +244,17 @@ impl Report {
             "no call with floating-point work in these traces",
         )?;
 
+        // Route mix: one bar for what ran in the traced process, one for the engine's choice.
+        let mut mix_rows: Vec<(String, BTreeMap<String, f64>)> = Vec::new();
+        for w in &self.workloads {
+            let total = w.flops().max(f64::MIN_POSITIVE);
+            mix_rows.push((format!("{} (traced)", w.name), w.route_flops.iter().map(|(r, f)| (r.clone(), f / total)).collect()));
+            if let Some(p) = &w.predicted {
+                mix_rows.push((format!("{} (predicted)", w.name), p.work_share.iter().cloned().collect()));
+            }
+        }
         let routes: Vec<String> = {
-            let mut r: Vec<String> = self.workloads.iter().flat_map(|w| w.route_flops.keys().cloned()).collect();
+            let mut r: Vec<String> = mix_rows.iter().flat_map(|(_, m)| m.keys().cloned()).collect();
             r.sort();
             r.dedup();
             r
@@ -208,28 +264,36 @@ impl Report {
             .map(|r| plot::Series {
                 name: r,
                 color: plot::route_color(r),
-                values: self.workloads.iter().map(|w| w.route_flops.get(r).copied().unwrap_or(0.0) / w.flops().max(f64::MIN_POSITIVE)).collect(),
+                values: mix_rows.iter().map(|(_, m)| m.get(r).copied().unwrap_or(0.0)).collect(),
             })
             .collect();
+        let mix_labels: Vec<String> = mix_rows.iter().map(|(n, _)| n.clone()).collect();
+        let mix = plot::stacked_shares("Route mix: share of FLOPs per route", &mix_labels, &route_series, "no calls")?;
         let rows: Vec<String> = self.workloads.iter().map(|w| w.name.clone()).collect();
-        let mix = plot::stacked_shares("Route mix: who computed the FLOPs", &rows, &route_series, "no calls")?;
+        let mut speed_series = Vec::new();
+        if self.workloads.iter().any(|w| w.predicted.is_some()) {
+            speed_series.push(plot::Series {
+                name: "predicted (engine replay)",
+                color: plot::PALETTE[0],
+                values: self.workloads.iter().map(|w| w.predicted.as_ref().map_or(0.0, |p| p.speedup)).collect(),
+            });
+        }
+        if self.workloads.iter().any(|w| w.measured.is_some()) {
+            speed_series.push(plot::Series {
+                name: "measured (A/B, side by side)",
+                color: plot::PALETTE[1],
+                values: self.workloads.iter().map(|w| w.measured.map_or(0.0, |m| m.0)).collect(),
+            });
+        }
 
-        let speed = plot::bars(
-            &plot::Bars {
-                title: "Speedup over the vendor BLAS per workload",
-                x_desc: "workload",
-                y_desc: "vendor time / route time",
-                categories: rows.clone(),
-                series: vec![plot::Series {
-                    name: "measured (A/B, side by side)",
-                    color: plot::PALETTE[0],
-                    values: self.workloads.iter().map(|w| w.speedup.as_ref().map_or(0.0, |s| s.0)).collect(),
-                }],
-                band: None,
-                hline: Some((1.0, "parity with the vendor")),
-                y_fmt: |y| format!("{y:.2}x"),
-            },
-            "no speedup data: record A/B times with OZAKI_AB=1 (or a fraction)",
+        let speed = plot::grouped_hbars(
+            "Speedup over the baseline per workload",
+            "baseline time / chosen routes' time",
+            &rows,
+            &speed_series,
+            (1.0, "parity with the baseline"),
+            |x| format!("{x:.2}x"),
+            "no speedup data: run without --no-predict, or record A/B times with OZAKI_AB=1",
         )?;
 
         let all_calls: Vec<CallRecord> = self.workloads.iter().flat_map(|w| w.trace.calls.iter().cloned()).collect();
@@ -260,21 +324,42 @@ impl Report {
                 ),
                 alt: "FLOP-weighted nbar histogram",
                 png: nbar,
+                size: plot::SIZE,
             },
-            Figure { file: "routes.png", caption: "Share of FLOPs computed by each route.".into(), alt: "route mix", png: mix },
+            Figure {
+                file: "routes.png",
+                caption: "Share of FLOPs per route: what ran in the traced process, and what the engine would choose (predicted).".into(),
+                alt: "route mix",
+                png: mix,
+                size: (plot::SIZE.0, plot::stacked_height(mix_labels.len())),
+            },
             Figure {
                 file: "speedup.png",
-                caption: "Vendor BLAS time divided by the chosen routes' time, summed over the calls compared side by side (A/B). Above 1: the routes are faster.".into(),
+                caption: self.speedup_caption(),
                 alt: "speedup per workload",
                 png: speed,
+                size: (plot::SIZE.0, plot::stacked_height(rows.len())),
             },
             Figure {
                 file: "ab-errors.png",
                 caption: "Distribution of the normwise relative difference between each route's C and the vendor's, over the A/B-compared calls.".into(),
                 alt: "A/B error histogram",
                 png: ab_png,
+                size: plot::SIZE,
             },
         ])
+    }
+
+    fn speedup_caption(&self) -> String {
+        let mut c = String::from("Above 1: faster than the baseline. ");
+        if let Some(p) = self.workloads.iter().find_map(|w| w.predicted.as_ref()) {
+            c.push_str(&format!(
+                "Predicted: the engine's replay with {}, sum of {} times over sum of the chosen routes' times (FLOP-weighted harmonic composite, paper section 6.1). ",
+                p.model, p.baseline
+            ));
+        }
+        c.push_str("Measured: vendor BLAS time over the route's time, summed over the calls compared side by side (OZAKI_AB).");
+        c
     }
 
     /// The workload statistics as a Markdown table (what `traces/README.md` quotes).

@@ -1,7 +1,7 @@
 //! The report page: plain HTML with inline CSS and the plots embedded as PNG data URIs, so
 //! the one file is the whole report (no scripts, no network, no external files).
 
-use super::{Figure, Report, SpeedupSource};
+use super::{Figure, Report};
 use crate::ab_report::AbSummary;
 use ozaki_core::stats::SMALL_NBAR;
 use ozaki_core::trace::CallRecord;
@@ -61,6 +61,9 @@ pub fn page(report: &Report, figures: &[Figure]) -> String {
         report.workloads.len(),
         env!("CARGO_PKG_VERSION")
     );
+    if let Some(p) = report.workloads.iter().find_map(|w| w.predicted.as_ref()) {
+        let _ = writeln!(h, "<p>Predictions: {}.</p>", escape(&p.model));
+    }
     workloads_table(&mut h, report);
     for f in figures {
         let _ = writeln!(
@@ -69,8 +72,8 @@ pub fn page(report: &Report, figures: &[Figure]) -> String {
             id = f.file.trim_end_matches(".png"),
             data = base64(&f.png),
             alt = escape(f.alt),
-            w = super::plot::SIZE.0,
-            ht = super::plot::SIZE.1,
+            w = f.size.0,
+            ht = f.size.1,
             cap = escape(&f.caption),
             file = escape(f.file)
         );
@@ -94,10 +97,14 @@ fn workloads_table(h: &mut String, report: &Report) {
             Some(s) => (format!("{:.0} ({:.0}&ndash;{:.0})", s.median, s.q1, s.q3), format!("{:.0}%", s.share_small * 100.0)),
             None => ("&ndash;".into(), "&ndash;".into()),
         };
-        let speedup = match &w.speedup {
-            Some((s, SpeedupSource::MeasuredAb { calls })) => format!("{s:.2}x (measured, {calls} A/B calls)"),
-            None => "&ndash;".into(),
-        };
+        let mut speedup = Vec::new();
+        if let Some(p) = &w.predicted {
+            speedup.push(format!("{:.2}x predicted vs {}", p.speedup, escape(&p.baseline)));
+        }
+        if let Some((s, calls)) = w.measured {
+            speedup.push(format!("{s:.2}x measured ({calls} A/B calls)"));
+        }
+        let speedup = if speedup.is_empty() { "&ndash;".to_string() } else { speedup.join("<br>") };
         let _ = writeln!(
             h,
             "<tr><td class=\"l\">{}</td><td class=\"l\"><code>{}</code></td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td></tr>",
