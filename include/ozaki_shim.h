@@ -263,6 +263,47 @@ void cblas_dsyrk64_(int layout,
                     double *c,
                     int64_t ldc);
 
+// C = alpha op(A) op(B) + beta C with A, B, C in device memory (column-major, cuBLAS
+// conventions), ordered on `stream` (a `cudaStream_t`/`CUstream` of device `OZAKI_GPU`'s
+// primary context; NULL for the default stream). `transa`/`transb`: 'N', 'T' or 'C'.
+// Returns 0 (emulated), 1 (cuBLAS fp64), -i (argument i illegal) or 2 (no GPU route ran).
+//
+// # Safety
+// A, B, C must be device allocations covering the shapes their leading dimensions imply,
+// and `stream` a live stream of that context (or NULL).
+int ozaki_dgemm_device(char transa,
+                       char transb,
+                       int64_t m,
+                       int64_t n,
+                       int64_t k,
+                       double alpha,
+                       const double *a,
+                       int64_t lda,
+                       const double *b,
+                       int64_t ldb,
+                       double beta,
+                       double *c,
+                       int64_t ldc,
+                       void *stream);
+
+// C = alpha A A^T + beta C (`trans` 'N', A n x k) or alpha A^T A + beta C (`trans` 'T'/'C',
+// A k x n), only the `uplo` ('U'/'L') triangle of C referenced, all in device memory, ordered
+// on `stream`. Returns as [`ozaki_dgemm_device`].
+//
+// # Safety
+// As [`ozaki_dgemm_device`].
+int ozaki_dsyrk_device(char uplo,
+                       char trans,
+                       int64_t n,
+                       int64_t k,
+                       double alpha,
+                       const double *a,
+                       int64_t lda,
+                       double beta,
+                       double *c,
+                       int64_t ldc,
+                       void *stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

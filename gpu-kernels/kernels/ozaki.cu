@@ -23,7 +23,7 @@ typedef unsigned int u32;
 // Residue formation table: moduli as doubles and their rounded reciprocals.
 struct ResidueTable {
     int r;
-    int pad_;
+    int two_step;  // |z| may reach 2^53 or more: reduce twice (else one step is exact)
     double m[MAX_MODULI];
     double inv_m[MAX_MODULI];
 };
@@ -132,10 +132,11 @@ extern "C" __global__ void residues(const double* __restrict__ x, long long ld, 
             unsigned int word = 0;
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                // |z| may exceed 2^53 (it is an integer-valued double): the first step leaves
-                // |t| <= |z| 2^-52 + m, the second is exact; both fma results are exact integers.
+                // For |z| < 2^52 the rounded quotient is off by at most one and the fix-ups
+                // below finish the job; larger |z| (an integer-valued double) needs a second
+                // exact step, as the first leaves |t| <= |z| 2^-52 + m.
                 double t = fma(-m, rint(z[q] * inv), z[q]);
-                t = fma(-m, rint(t * inv), t);
+                if (tab.two_step) t = fma(-m, rint(t * inv), t);
                 if (t >= 0.5 * m) t -= m;
                 if (t < -0.5 * m) t += m;
                 word |= ((unsigned int)(int)t & 0xffu) << (8 * q);

@@ -20,7 +20,7 @@ pub const LIMBS: usize = 6;
 #[derive(Debug, Clone, Copy)]
 pub struct ResidueTable {
     r: i32,
-    pad: i32,
+    two_step: i32,
     m: [f64; MAX_MODULI],
     inv_m: [f64; MAX_MODULI],
 }
@@ -70,10 +70,17 @@ fn check(moduli: &[u32]) {
 }
 
 impl ResidueTable {
+    /// The same table for scaled entries below 2^bits: one reduction step is exact when
+    /// bits <= 52 (see `residues` in ozaki.cu), two otherwise.
+    pub fn for_bits(mut self, bits: i32) -> ResidueTable {
+        self.two_step = (bits > 52) as i32;
+        self
+    }
+
     /// Table for the first `moduli.len()` moduli.
     pub fn new(moduli: &[u32]) -> ResidueTable {
         check(moduli);
-        let mut t = ResidueTable { r: moduli.len() as i32, pad: 0, m: [0.0; MAX_MODULI], inv_m: [0.0; MAX_MODULI] };
+        let mut t = ResidueTable { r: moduli.len() as i32, two_step: 1, m: [0.0; MAX_MODULI], inv_m: [0.0; MAX_MODULI] };
         for (p, &m) in moduli.iter().enumerate() {
             t.m[p] = m as f64;
             t.inv_m[p] = 1.0 / m as f64;

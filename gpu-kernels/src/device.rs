@@ -17,6 +17,9 @@ use cudarc::cublaslt::sys as lt;
 use cudarc::driver::sys;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+/// A CUDA stream handle as C callers pass it (`cudaStream_t` and `CUstream` are the same).
+pub type Stream = sys::CUstream;
+
 /// Size of the cuBLASLt workspace (the value cuBLASLt recommends on Hopper).
 pub const LT_WORKSPACE: usize = 32 << 20;
 

@@ -166,6 +166,7 @@ fn stage_operands(gpu: &mut Gpu, a: &[f64], b: Option<&[f64]>, c: &[f64], c_span
 
 /// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands.
 pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
+    let _flags = crate::fpenv::KeepFpFlags::new();
     let mut g = gpu()?;
     let gpu = &mut *g;
     let (ra, ca) = if args.transa == Trans::No { (args.m, args.k) } else { (args.k, args.m) };
@@ -229,6 +230,7 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
 
 /// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands.
 pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
+    let _flags = crate::fpenv::KeepFpFlags::new();
     let mut g = gpu()?;
     let gpu = &mut *g;
     let (ra, ca) = if args.trans == Trans::No { (args.n, args.k) } else { (args.k, args.n) };

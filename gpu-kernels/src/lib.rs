@@ -17,6 +17,7 @@
 //! | [`ozaki`] | the emulated pipeline on device memory |
 //! | [`host`] | host-resident calls: staging, transfers, write-back after success |
 //! | [`timing`] | phase times from CUDA events |
+//! | [`fpenv`] | the caller's floating-point exception flags survive a call |
 //! | [`measure`] | rates and baselines for `ozaki bench` |
 
 // CUstream / CUdeviceptr-like handles are opaque values passed through to the driver, never
@@ -26,6 +27,7 @@
 pub mod crt;
 pub mod device;
 pub mod error;
+pub mod fpenv;
 pub mod host;
 pub mod kernels;
 pub mod lt_int8;

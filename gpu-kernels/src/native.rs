@@ -78,3 +78,25 @@ pub fn dsyrk(
             .ctx("cublasDsyrk")
     }
 }
+
+/// The native computation of a [`DeviceCall`] (device-resident entry points: the fallback
+/// when emulation declines the call).
+pub fn device_call(gpu: &Gpu, stream: CUstream, call: &crate::ozaki::DeviceCall) -> Result<(), GpuError> {
+    match call.op {
+        crate::ozaki::Op::Gemm { transa, transb, b, ldb } => dgemm(
+            gpu,
+            stream,
+            transa,
+            transb,
+            (call.m, call.n, call.k),
+            call.alpha,
+            (call.a, call.lda),
+            (b, ldb),
+            call.beta,
+            (call.c, call.ldc),
+        ),
+        crate::ozaki::Op::Syrk { uplo, trans } => {
+            dsyrk(gpu, stream, uplo, trans, (call.n, call.k), call.alpha, (call.a, call.lda), call.beta, (call.c, call.ldc))
+        }
+    }
+}

@@ -21,14 +21,17 @@ use cudarc::driver::sys;
 use ozaki_core::blas::{Trans, Uplo};
 use ozaki_core::trace::Phases;
 
-/// The INT8 modulus set, in the order moduli are taken (a call with r moduli uses the first
-/// r): pairwise coprime, at most 256, so every centred residue fits an int8.
-// NUMERICS: provisional copy of GEMMul8's published order until ozaki-core::moduli lands.
-pub const MODULI: [u32; MAX_MODULI] = [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181, 179, 173];
+/// The INT8 modulus set of `ozaki-core` (issue #3), in the order moduli are taken: a call
+/// with r moduli uses the first r, so GPU and CPU routes share residues and CRT.
+pub const MODULI: [u32; MAX_MODULI] = ozaki_core::moduli::INT8_MODULI;
 
 /// Base of the default accuracy rule (see [`needed_bits`]), calibrated on the H200 against
 /// native DGEMM's error on the same inputs (BENCHMARKS.md, GPU section).
-pub const BASE_BITS: f64 = 47.5;
+pub const BASE_BITS: f64 = 48.4;
+
+/// Weight of the spread term of [`needed_bits`] (calibrated with [`BASE_BITS`]: normal
+/// inputs take 15 moduli up to k = 16384, exponent-spread inputs (phi = 2) 17).
+pub const SPREAD_WEIGHT: f64 = 0.6;
 
 /// What the device pipeline computes.
 #[derive(Debug, Clone, Copy)]
@@ -100,12 +103,14 @@ pub fn exponent_of_bits(bits: u64) -> Option<i32> {
     Some(if biased == 0 { (63 - bits.leading_zeros() as i32) - 1074 } else { biased - 1023 })
 }
 
-/// Bits per operand that r moduli allow at inner dimension k: 2^(2t) k < M/2 with margin,
-/// i.e. t = floor((floor(log2 M) - 2 - ceil(log2 k)) / 2).
+/// Bits the scaled row maxima keep with r moduli at inner dimension k: ozaki-core's fast
+/// scaling (`ozaki_core::scaling`, steps 2-3 with the a-priori bound G <= 4096 k), whose shift
+/// is sigma_i = p + 5 - e_i with p = min(56, floor((L_r - clog2(4096 k)) / 2)); the row maximum
+/// then keeps p + 6 bits. Sharing this definition is what makes GPU and CPU results equal
+/// bit for bit for the same moduli count.
 pub fn bits_for(moduli: usize, k: usize) -> i32 {
-    let log2m = crate::crt::product(&MODULI[..moduli]).bits() as i32 - 1;
-    let log2k = (k.max(1) as u64).next_power_of_two().trailing_zeros() as i32;
-    (log2m - 2 - log2k).div_euclid(2)
+    let budget = ozaki_core::moduli::CrtPlan::get(moduli.clamp(2, MAX_MODULI)).budget_bits;
+    ozaki_core::scaling::shift_for_bound(budget, 4096 * k.max(1) as u64) + 6
 }
 
 /// Per-row statistics of one operand from the exponent scan.
@@ -132,9 +137,17 @@ impl RowStats<'_> {
 /// Bits each scaled operand must keep so the emulated error stays at or below native
 /// DGEMM's: quantising a row to t bits of its maximum costs about 2^-t max|a_i| per entry,
 /// which relative to the typical entry is 2^-t times the row's spread; `BASE_BITS` is
-/// calibrated so that t = BASE_BITS + log2 sqrt(spread_a spread_b) matches native error.
+/// calibrated with [`SPREAD_WEIGHT`] so that t = BASE_BITS + w log2 sqrt(spread_a spread_b)
+/// matches native error on the H200 measurements (BENCHMARKS.md). A calibrated rule, not a
+/// bound: ozaki-core's `select` has the estimate-based choice.
+///
+/// Short inner dimensions need more: native DGEMM's normalised error stays about constant in
+/// k while the quantisation error's shrinks like 1/sqrt(k) (random signs), so below
+/// k = 4096 half a bit is added per halving of k (measured: k = 64 with 14 moduli erred 4x
+/// above native).
 pub fn needed_bits(a: &RowStats, b: &RowStats, k: usize) -> f64 {
-    BASE_BITS + 0.5 * (a.spread(k) * b.spread(k)).log2()
+    let short_k = 0.5 * (4096.0 / k.max(1) as f64).log2().max(0.0);
+    BASE_BITS + SPREAD_WEIGHT * 0.5 * (a.spread(k) * b.spread(k)).log2() + short_k
 }
 
 /// The smallest moduli count whose bits reach `needed` at inner dimension k (all 20 when
@@ -149,6 +162,13 @@ pub fn plan(a: RowStats, b: RowStats, k: usize, forced: Option<usize>) -> Result
     const INF_BITS: u64 = 0x7ff0_0000_0000_0000;
     if a.maxbits.iter().chain(b.maxbits).any(|&x| x >= INF_BITS) {
         return Err(GpuError::NonFinite);
+    }
+    // the product must stay inside fp64's range (ozaki-core's ExponentRange rule)
+    let top = |s: &RowStats| s.maxbits.iter().filter_map(|&x| exponent_of_bits(x)).max();
+    if let (Some(ea), Some(eb)) = (top(&a), top(&b))
+        && ea + eb + ozaki_core::scaling::clog2(k.max(1) as u64) + 8 > 1023
+    {
+        return Err(GpuError::Unsupported("exponents could overflow fp64".into()));
     }
     let moduli = forced.unwrap_or_else(|| choose_moduli(needed_bits(&a, &b, k), k)).clamp(2, MAX_MODULI);
     let bits = bits_for(moduli, k);
@@ -167,6 +187,8 @@ pub struct Outcome {
     pub moduli: u32,
     /// Measured phases (trace field `phases`).
     pub phases: Phases,
+    /// Bits the default rule asked for ([`needed_bits`]), for calibration.
+    pub needed_bits: f64,
 }
 
 /// Options of one emulated call.
@@ -248,6 +270,7 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
     };
     let a_stats = RowStats { maxbits: &bits[..m], abssum: &sums[..m] };
     let b_stats = if syrk { a_stats } else { RowStats { maxbits: &bits[m..], abssum: &sums[m..] } };
+    let needed = needed_bits(&a_stats, &b_stats, k);
     let plan = plan(a_stats, b_stats, k, opts.moduli)?;
     let r = plan.moduli;
     // shifts go to the pinned buffer after the statistics (already consumed above)
@@ -268,7 +291,7 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
     let tau_dev = if syrk { shifts_dev } else { shifts_dev + 4 * m as u64 };
 
     // 3. residues
-    let rtab = &tables()[r].0;
+    let rtab = &tables()[r].0.for_bits(plan.bits);
     let plane_a = m * kpad;
     let plane_b = n * kpad;
     let planes_a = gpu.workspace.get("planes_a", r * plane_a)?;
@@ -354,7 +377,7 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
         j0 += cols;
     }
     sync(stream)?;
-    Ok(Outcome { moduli: r as u32, phases: marks.phases()? })
+    Ok(Outcome { moduli: r as u32, phases: marks.phases()?, needed_bits: needed })
 }
 
 #[cfg(test)]
@@ -379,12 +402,32 @@ mod tests {
                 if t < 1 {
                     continue;
                 }
-                // |c'| <= k 2^(2t) must stay below M/2
+                // |a'|, |b'| <= 2^t, so |c'| <= k 2^(2t) must stay below M/2
                 let big_m = crate::crt::product(&MODULI[..r]);
                 let bound = num_bigint::BigUint::from(k.next_power_of_two()) << (2 * t as usize);
                 assert!(bound * 2u32 < big_m, "r = {r}, k = {k}, t = {t}");
+                assert!(t <= 62, "scaled entries fit i64 (ozaki-core caps p at 56)");
             }
         }
+    }
+
+    #[test]
+    fn shifts_are_ozaki_cores_fast_scaling() {
+        use ozaki_core::scaling::{CoarseBounds, Exponents, Scaling};
+        let (k, r) = (3000usize, 15usize);
+        let rows = [1.5f64, 3.0e-7, 0.0, 7.0e12];
+        let cols = [2.0f64, 1e-300];
+        let rb: Vec<u64> = rows.iter().map(|x| x.to_bits()).collect();
+        let cb: Vec<u64> = cols.iter().map(|x| x.to_bits()).collect();
+        let (rs, cs) = (vec![1.0; rows.len()], vec![1.0; cols.len()]);
+        let ours = plan(RowStats { maxbits: &rb, abssum: &rs }, RowStats { maxbits: &cb, abssum: &cs }, k, Some(r)).unwrap();
+        let exps = Exponents {
+            rows: rows.iter().map(|&x| exponent_of_bits(x.to_bits())).collect(),
+            cols: cols.iter().map(|&x| exponent_of_bits(x.to_bits())).collect(),
+        };
+        let core = Scaling::new(ozaki_core::moduli::CrtPlan::get(r).budget_bits, &exps, &CoarseBounds::fast(rows.len(), cols.len(), k));
+        assert_eq!(ours.sigma, core.sigma);
+        assert_eq!(ours.tau, core.tau);
     }
 
     #[test]

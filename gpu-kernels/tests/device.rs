@@ -260,3 +260,37 @@ fn more_moduli_never_hurt_and_default_is_at_least_fp64_grade() {
     let e = worst_error(&g, &c, &c);
     assert!(e <= e_native, "default moduli: {e:e}, native {e_native:e}");
 }
+
+#[test]
+fn equals_the_cpu_reference_route_bit_for_bit() {
+    if !have_gpu() {
+        return;
+    }
+    use ozaki_core::emulate::{self, EmulationConfig, Moduli, Reconstruction, ScalingMode};
+    let mut rng = Rng(17);
+    let (m, n, k) = (41, 23, 77);
+    for r in [8, 14, 16, 20] {
+        for (transa, transb, alpha, beta) in [(Trans::No, Trans::No, 1.0, 0.0), (Trans::Yes, Trans::No, -0.5, 1.0), (Trans::No, Trans::Yes, 3.0, 0.25)] {
+            let (ra, ca) = dims(transa, m, k);
+            let (rb, cb) = dims(transb, k, n);
+            // spread exponents so the shifts differ per row and column
+            let a: Vec<f64> = rng.vec(ra * ca).iter().enumerate().map(|(i, x)| x * 2f64.powi((i % 7) as i32 * 3 - 9)).collect();
+            let b: Vec<f64> = rng.vec(rb * cb).iter().enumerate().map(|(i, x)| x * 2f64.powi((i % 5) as i32 * 4 - 8)).collect();
+            let c0 = rng.vec(m * n);
+            let g = GemmArgs { transa, transb, m, n, k, alpha, a: &a, lda: ra, b: &b, ldb: rb, beta, ldc: m };
+            let cfg = EmulationConfig {
+                moduli: Moduli::Fixed(r),
+                scaling: ScalingMode::Fast,
+                reconstruction: Reconstruction::Exact,
+                ..Default::default()
+            };
+            let mut cpu = c0.clone();
+            emulate::gemm(&g, &mut cpu, &cfg).expect("cpu-ozaki");
+            let mut dev = c0.clone();
+            let out = host::gemm(&g, &mut dev, Engine::Ozaki(Options { moduli: Some(r), ..Default::default() })).unwrap();
+            assert_eq!(out.moduli, Some(r as u32));
+            let diff = cpu.iter().zip(&dev).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+            assert_eq!(diff, 0, "r = {r}, {transa:?}{transb:?}: {diff} entries differ from cpu-ozaki");
+        }
+    }
+}

@@ -19,7 +19,8 @@
 #      the comparison can fail and the preload reaches the ranks.
 # Once, on 2 ranks: `ozaki run -- mpirun` with a user `-x VAR` and with
 # OMPI_MCA_mca_base_env_list set (Open MPI refuses to mix the two methods); the arguments and
-# env list `ozaki run` gives an Open MPI launcher (seen through a stand-in mpirun); and
+# env list `ozaki run` gives an Open MPI launcher (seen through a stand-in mpirun); a trace
+# name without %r becoming one file per rank; and
 # `ozaki summary` over a set of rank traces.
 # Prints "ok: ..." / "FAIL: ..." lines; exits 1 if anything failed.
 set -u
@@ -137,6 +138,19 @@ fi
 name="$prog-2-env-list"
 if run "$name" env OMPI_MCA_mca_base_env_list=OZAKI_MPI_TEST=1 \
     "$OZAKI" run --trace "$WORK/$name-%r.jsonl" -- $MPIRUN -n 2 "$BUILD/$prog" "$N" "$NB"; then
+    same_fingerprints "$prog-2-plain" "$name"
+    rank_traces "$WORK/$name" 2
+fi
+
+# A trace name without %r or %p: `ozaki run` makes it one file per rank (NAME-%r.jsonl)
+# rather than letting the ranks overwrite one file, in both orders.
+name="$prog-2-no-r-outer"
+if run "$name" "$OZAKI" run --trace "$WORK/$name.jsonl" -- $MPIRUN -n 2 "$BUILD/$prog" "$N" "$NB"; then
+    same_fingerprints "$prog-2-plain" "$name"
+    rank_traces "$WORK/$name" 2
+fi
+name="$prog-2-no-r-inner"
+if run "$name" $MPIRUN -n 2 "$OZAKI" run --trace "$WORK/$name.jsonl" -- "$BUILD/$prog" "$N" "$NB"; then
     same_fingerprints "$prog-2-plain" "$name"
     rank_traces "$WORK/$name" 2
 fi

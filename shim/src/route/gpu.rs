@@ -1,30 +1,68 @@
 //! The GPU routes `gpu-native` (cuBLAS fp64) and `gpu-ozaki` (Ozaki-II on INT8 tensor
-//! cores), issue #4.
+//! cores), issue #4, for the host-resident operands every intercepted call has.
 //!
-//! Extension point: until the GPU code lands, both functions return
-//! [`RouteError::NotInBuild`], so the call falls back to the vendor BLAS with the reason in
-//! the trace. Contract: see [`crate::route`]; probe the driver before the first cudarc call
-//! (cudarc panics without libcuda) and return [`RouteError::Unavailable`] with a clear
-//! message when a GPU, driver, library or memory is missing; report the device and phase
-//! times in [`RouteOutcome`].
+//! The work is `gpu_kernels::host`: operands staged through reused pinned buffers, computed
+//! on the device, C copied back into the caller's memory only after the device work succeeded
+//! (the route contract of [`crate::route`]). A missing driver, GPU, library or memory is said
+//! once on stderr and the call (and every later one) goes to the vendor BLAS; `gpu_kernels`
+//! checks library presence before any cudarc call and contains cudarc's panics.
 
 use super::{RouteError, RouteOutcome};
-use crate::config::Config;
+use crate::config::{Config, notice};
+use gpu_kernels::GpuError;
+use gpu_kernels::host::{self, Engine, HostOutcome};
+use gpu_kernels::ozaki::Options;
 use ozaki_core::blas::{GemmArgs, SyrkArgs};
 use ozaki_core::route::Route;
+use std::sync::Once;
+
+fn engine(route: Route, config: &Config) -> Engine {
+    match route {
+        Route::GpuNative => Engine::Native,
+        _ => Engine::Ozaki(Options { moduli: config.moduli.map(|r| r as usize), ..Default::default() }),
+    }
+}
+
+/// Maps a GPU failure to the route error, saying once per process when there is no GPU.
+fn error(route: Route, e: GpuError) -> RouteError {
+    match e {
+        GpuError::Unavailable(why) => {
+            static SAID: Once = Once::new();
+            SAID.call_once(|| notice(&format!("{route}: no usable GPU ({why}); calls go to the vendor BLAS")));
+            RouteError::Unavailable(why)
+        }
+        e @ GpuError::OutOfMemory { .. } => RouteError::Unavailable(e.to_string()),
+        GpuError::NonFinite => RouteError::NonFinite,
+        GpuError::Unsupported(why) => RouteError::Failed(why),
+        GpuError::Cuda(what) => RouteError::Failed(what),
+    }
+}
+
+fn outcome(o: HostOutcome) -> RouteOutcome {
+    RouteOutcome { moduli: o.moduli, device: Some(o.device), phases: Some(o.phases) }
+}
 
 /// C = alpha op(A) op(B) + beta C on the GPU; `route` is `GpuNative` or `GpuOzaki`.
 ///
 /// # Errors
-/// - [`RouteError::NotInBuild`] until issue #4 fills this in.
-pub fn gemm(route: Route, _args: &GemmArgs<'_>, _c: &mut [f64], _config: &Config) -> Result<RouteOutcome, RouteError> {
-    Err(RouteError::NotInBuild(route))
+/// - [`RouteError::Unavailable`]: no driver, GPU, CUDA library or device memory;
+/// - [`RouteError::NonFinite`]: NaN/Inf in A or B (gpu-ozaki);
+/// - [`RouteError::Failed`]: alpha = 0 or k = 0 (left to the vendor BLAS, which scales C
+///   without reading A and B), a shape the emulation does not handle, or a CUDA error.
+pub fn gemm(route: Route, args: &GemmArgs<'_>, c: &mut [f64], config: &Config) -> Result<RouteOutcome, RouteError> {
+    if args.alpha == 0.0 || args.k == 0 {
+        return Err(RouteError::Failed("alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into()));
+    }
+    host::gemm(args, c, engine(route, config)).map(outcome).map_err(|e| error(route, e))
 }
 
 /// C = alpha A A^T + beta C (one triangle) on the GPU.
 ///
 /// # Errors
-/// - [`RouteError::NotInBuild`] until issue #4 fills this in.
-pub fn syrk(route: Route, _args: &SyrkArgs<'_>, _c: &mut [f64], _config: &Config) -> Result<RouteOutcome, RouteError> {
-    Err(RouteError::NotInBuild(route))
+/// - as [`gemm`].
+pub fn syrk(route: Route, args: &SyrkArgs<'_>, c: &mut [f64], config: &Config) -> Result<RouteOutcome, RouteError> {
+    if args.alpha == 0.0 || args.k == 0 {
+        return Err(RouteError::Failed("alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into()));
+    }
+    host::syrk(args, c, engine(route, config)).map(outcome).map_err(|e| error(route, e))
 }

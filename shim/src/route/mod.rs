@@ -1,6 +1,6 @@
 //! Routes: who computes a call's C.
 //!
-//! [`choose`] turns the requested route (`OZAKI_ROUTE`) into one [`Route`] for this call, and
+//! [`choose()`] turns the requested route (`OZAKI_ROUTE`) into one [`Route`] for this call, and
 //! [`execute`] runs it with the FFI boundary's fallback rule: any `Err` or panic of a
 //! non-vendor route becomes a `fallback` reason in the trace and the vendor BLAS computes the
 //! call from the untouched original arguments; with no vendor BLAS anywhere, the built-in
@@ -22,10 +22,10 @@
 //! `Err` or a panic starts from the original C. It reports what it did in [`RouteOutcome`]
 //! (moduli, device, phases), which the trace record carries.
 //!
-//! ## Seams for later issues
-//! - `OZAKI_ROUTE=auto` (issue #5): the per-record engine goes in `route/choose.rs`; [`choose`]
-//!   is the only caller to change. Until then `auto` means `vendor`.
-//! - The A/B comparison (issue #6) wraps [`execute`].
+//! ## Seams
+//! - `OZAKI_ROUTE=auto` (issue #5): [`choose()`] asks the per-record engine in
+//!   [`choose::auto`](mod@choose).
+//! - The A/B comparison (issue #6, `crate::ab`) wraps [`execute`].
 
 pub mod builtin;
 pub mod choose;

@@ -301,6 +301,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
                     row += &format!(" {:.2}x r={} ({}) |", t_native / t, o.moduli, fmt_err(e));
                     emit(serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "ours-device", "moduli": o.moduli,
                         "s": t, "tflops": flops / t / 1e12, "speedup_vs_native": t_native / t, "err_comp": e.0, "err_ab": e.1,
+                        "needed_bits": o.needed_bits, "bits": ozaki::bits_for(o.moduli as usize, k),
                         "phases_ns": [o.phases.convert_ns, o.phases.products_ns, o.phases.reconstruct_ns]}))?;
                 }
                 Err(e) => row += &format!(" failed: {e} |"),

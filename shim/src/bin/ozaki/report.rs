@@ -286,17 +286,13 @@ impl Report {
             });
         }
 
-        let speed = plot::bars(
-            &plot::Bars {
-                title: "Speedup over the vendor BLAS per workload",
-                x_desc: "workload",
-                y_desc: "baseline time / chosen routes' time",
-                categories: rows.clone(),
-                series: speed_series,
-                band: None,
-                hline: Some((1.0, "parity with the vendor")),
-                y_fmt: |y| format!("{y:.2}x"),
-            },
+        let speed = plot::grouped_hbars(
+            "Speedup over the baseline per workload",
+            "baseline time / chosen routes' time",
+            &rows,
+            &speed_series,
+            (1.0, "parity with the baseline"),
+            |x| format!("{x:.2}x"),
             "no speedup data: run without --no-predict, or record A/B times with OZAKI_AB=1",
         )?;
 
@@ -342,7 +338,7 @@ impl Report {
                 caption: self.speedup_caption(),
                 alt: "speedup per workload",
                 png: speed,
-                size: plot::SIZE,
+                size: (plot::SIZE.0, plot::stacked_height(rows.len())),
             },
             Figure {
                 file: "ab-errors.png",

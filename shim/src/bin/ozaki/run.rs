@@ -35,13 +35,14 @@ const SHIM_LIB: &str = "libozaki_shim.so";
 
 /// Run a program with the ozaki shim preloaded, then print a summary of its BLAS calls.
 #[derive(Debug, Parser)]
+#[command(override_usage = "ozaki run [OPTIONS] -- <CMD> [ARGS]...")]
 #[command(after_help = "The program's own output and exit code are untouched; the summary goes to stderr.\n\n\
                   Examples:\n  \
                   ozaki run -- python3 -c 'import numpy as np; a = np.ones((500, 500)); a @ a'\n  \
                   ozaki run --trace app-%p.jsonl -- ./my_solver input.dat\n  \
                   ozaki summary app-*.jsonl")]
 struct Args {
-    /// Keep the trace in FILE (`%p` becomes the pid, `%h` the host name). Without it the
+    /// Keep the trace in FILE (`%p` becomes the pid, `%h` the host name, `%r` the MPI rank). Without it the
     /// trace goes to a temporary file that is deleted after the summary (or to
     /// OZAKI_TRACE when that is set).
     #[arg(long, value_name = "FILE")]
@@ -73,6 +74,14 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             let dir = private_temp_dir()?;
             (dir.join("trace-%p.jsonl"), Some(dir))
         }
+    };
+    // Several MPI ranks must not share one trace file (issue #7).
+    let pattern = match launcher::per_rank_pattern(&pattern.to_string_lossy(), &args.command[0]) {
+        Some(p) => {
+            eprintln!("ozaki run: MPI ranks write one trace each: {p}");
+            PathBuf::from(p)
+        }
+        None => pattern,
     };
 
     // An Open MPI launcher is told to forward these to ranks on other hosts (launcher.rs).

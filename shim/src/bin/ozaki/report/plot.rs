@@ -94,13 +94,19 @@ pub fn bars(spec: &Bars<'_>, empty_message: &str) -> anyhow::Result<Vec<u8>> {
     if spec.series.is_empty() || ymax <= 0.0 {
         return message(spec.title, empty_message);
     }
-    // Head room above the tallest bar for the legend box (one line per entry).
-    let legend_lines = spec.series.len() + usize::from(spec.band.is_some()) + usize::from(spec.hline.is_some());
-    let ytop = (ymax.max(spec.hline.map_or(0.0, |h| h.0))) * (1.08 + 0.06 * legend_lines as f64);
+    let ytop = ymax.max(spec.hline.map_or(0.0, |h| h.0)) * 1.08;
+    let mut legend: Vec<(String, RGBColor, bool)> = Vec::new();
+    if let Some((_, _, label)) = spec.band {
+        legend.push((label.to_string(), BAND, false));
+    }
+    legend.extend(spec.series.iter().map(|s| (s.name.to_string(), s.color, false)));
+    if let Some((_, label)) = spec.hline {
+        legend.push((label.to_string(), BLACK, true));
+    }
     let nc = spec.categories.len();
     render(SIZE, |area| {
+        let (area, legend_area) = with_legend(&area, spec.title)?;
         let mut chart = ChartBuilder::on(&area)
-            .caption(spec.title, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(48)
             .y_label_area_size(70)
@@ -122,12 +128,8 @@ pub fn bars(spec: &Bars<'_>, empty_message: &str) -> anyhow::Result<Vec<u8>> {
             .label_style(("sans-serif", 14))
             .axis_desc_style(("sans-serif", 16))
             .draw()?;
-        if let Some((from, to, label)) = spec.band {
-            let band = RGBColor(230, 230, 230);
-            chart
-                .draw_series(std::iter::once(Rectangle::new([(from as f64, 0.0), (to as f64, ytop)], band.filled())))?
-                .label(label)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], band.filled()));
+        if let Some((from, to, _)) = spec.band {
+            chart.draw_series(std::iter::once(Rectangle::new([(from as f64, 0.0), (to as f64, ytop)], BAND.filled())))?;
         }
         let ns = spec.series.len() as f64;
         let width = 0.8 / ns;
@@ -137,24 +139,12 @@ pub fn bars(spec: &Bars<'_>, empty_message: &str) -> anyhow::Result<Vec<u8>> {
                 let x0 = ci as f64 + 0.1 + si as f64 * width;
                 Rectangle::new([(x0, 0.0), (x0 + width * 0.92, *v)], color.filled())
             });
-            chart
-                .draw_series(rects)?
-                .label(s.name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
+            chart.draw_series(rects)?;
         }
-        if let Some((y, label)) = spec.hline {
-            chart
-                .draw_series(LineSeries::new([(0.0, y), (nc as f64, y)], BLACK.stroke_width(2)))?
-                .label(label)
-                .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLACK.stroke_width(2)));
+        if let Some((y, _)) = spec.hline {
+            chart.draw_series(LineSeries::new([(0.0, y), (nc as f64, y)], BLACK.stroke_width(2)))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font(("sans-serif", 14))
-            .draw()?;
+        draw_legend(&legend_area, &legend)?;
         Ok(())
     })
 }
@@ -167,12 +157,12 @@ pub fn stacked_shares(title: &str, rows: &[String], segments: &[Series<'_>], emp
     }
     let nr = rows.len();
     render((SIZE.0, stacked_height(nr)), |area| {
+        let (area, legend_area) = with_legend(&area, title)?;
         let mut chart = ChartBuilder::on(&area)
-            .caption(title, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(44)
             .y_label_area_size(8)
-            .build_cartesian_2d(0f64..1.0, 0f64..nr as f64 + 0.12 * segments.len() as f64 + 0.1)?;
+            .build_cartesian_2d(0f64..1.0, 0f64..nr as f64 + 0.1)?;
         chart
             .configure_mesh()
             .disable_y_mesh()
@@ -193,23 +183,78 @@ pub fn stacked_shares(title: &str, rows: &[String], segments: &[Series<'_>], emp
                     left[r] += v;
                 }
             }
-            chart
-                .draw_series(rects)?
-                .label(s.name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
+            chart.draw_series(rects)?;
         }
         // Row names go above their bars, inside the plot (long names need the width).
         let names = rows.iter().enumerate().map(|(r, name)| {
             Text::new(name.clone(), (0.003, r as f64 + 0.97), ("sans-serif", 14).into_font().color(&BLACK))
         });
         chart.draw_series(names)?;
+        let legend: Vec<(String, RGBColor, bool)> = segments.iter().map(|s| (s.name.to_string(), s.color, false)).collect();
+        draw_legend(&legend_area, &legend)?;
+        Ok(())
+    })
+}
+
+/// Grouped horizontal bars, one group per row (its name written above it), one bar per
+/// series, and a vertical reference line at `reference` (e.g. parity 1.0). Used where the
+/// row names are too long for an x axis.
+pub fn grouped_hbars(
+    title: &str,
+    x_desc: &str,
+    rows: &[String],
+    series: &[Series<'_>],
+    reference: (f64, &str),
+    x_fmt: fn(f64) -> String,
+    empty_message: &str,
+) -> anyhow::Result<Vec<u8>> {
+    register_font();
+    let xmax = series.iter().flat_map(|s| s.values.iter().copied()).filter(|v| v.is_finite()).fold(0.0f64, f64::max);
+    if rows.is_empty() || series.is_empty() || xmax <= 0.0 {
+        return message(title, empty_message);
+    }
+    let xtop = xmax.max(reference.0) * 1.1;
+    let nr = rows.len();
+    let ns = series.len() as f64;
+    render((SIZE.0, stacked_height(nr)), |area| {
+        let (area, legend_area) = with_legend(&area, title)?;
+        let mut chart = ChartBuilder::on(&area)
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(8)
+            .build_cartesian_2d(0f64..xtop, 0f64..nr as f64 + 0.1)?;
         chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font(("sans-serif", 14))
+            .configure_mesh()
+            .disable_y_mesh()
+            .max_light_lines(0)
+            .y_labels(0)
+            .x_label_formatter(&|x| x_fmt(*x))
+            .x_desc(x_desc)
+            .label_style(("sans-serif", 14))
+            .axis_desc_style(("sans-serif", 16))
             .draw()?;
+        let height = 0.62 / ns;
+        for (si, s) in series.iter().enumerate() {
+            let color = s.color;
+            let rects = s.values.iter().enumerate().take(nr).filter(|(_, v)| v.is_finite() && **v > 0.0).map(move |(r, v)| {
+                let y0 = r as f64 + 0.1 + si as f64 * height;
+                Rectangle::new([(0.0, y0), (*v, y0 + height * 0.9)], color.filled())
+            });
+            chart.draw_series(rects)?;
+            let values = s.values.iter().enumerate().take(nr).filter(|(_, v)| v.is_finite() && **v > 0.0).map(move |(r, v)| {
+                let y = r as f64 + 0.1 + (si as f64 + 0.9) * height;
+                Text::new(x_fmt(*v), (*v, y), ("sans-serif", 12).into_font().color(&BLACK))
+            });
+            chart.draw_series(values)?;
+        }
+        chart.draw_series(LineSeries::new([(reference.0, 0.0), (reference.0, nr as f64 + 0.1)], BLACK.stroke_width(2)))?;
+        let names = rows.iter().enumerate().map(|(r, name)| {
+            Text::new(name.clone(), (xtop * 0.003, r as f64 + 0.97), ("sans-serif", 14).into_font().color(&BLACK))
+        });
+        chart.draw_series(names)?;
+        let mut legend: Vec<(String, RGBColor, bool)> = series.iter().map(|s| (s.name.to_string(), s.color, false)).collect();
+        legend.push((reference.1.to_string(), BLACK, true));
+        draw_legend(&legend_area, &legend)?;
         Ok(())
     })
 }
@@ -231,6 +276,34 @@ pub fn message(title: &str, text: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+/// Grey of the shaded crossover band.
+const BAND: RGBColor = RGBColor(230, 230, 230);
+/// Width of the legend column on the right of each plot, pixels.
+const LEGEND_WIDTH: u32 = 250;
+
+/// Puts the title on top and splits the rest into the plot and a legend column, so the
+/// legend never hides data however many series there are.
+fn with_legend<'a>(area: &Area<'a>, title: &str) -> Result<(Area<'a>, Area<'a>), Box<dyn std::error::Error + 'a>> {
+    let area = area.titled(title, ("sans-serif", 22))?;
+    let (w, _) = area.dim_in_pixel();
+    Ok(area.split_horizontally(w.saturating_sub(LEGEND_WIDTH)))
+}
+
+/// One legend line per entry: a colour box (or a line, when the flag is set) and the name.
+fn draw_legend<'a>(area: &Area<'a>, entries: &[(String, RGBColor, bool)]) -> Result<(), Box<dyn std::error::Error + 'a>> {
+    let font = ("sans-serif", 14).into_font().color(&BLACK);
+    for (i, (name, color, line)) in entries.iter().enumerate() {
+        let y = 24 + 22 * i as i32;
+        if *line {
+            area.draw(&PathElement::new([(6, y), (22, y)], color.stroke_width(2)))?;
+        } else {
+            area.draw(&Rectangle::new([(6, y - 6), (20, y + 6)], color.filled()))?;
+        }
+        area.draw(&Text::new(name.clone(), (28, y - 8), font.clone()))?;
+    }
+    Ok(())
+}
 
 /// Runs `draw` on a white RGB canvas of `(w, h)` pixels and encodes the result as PNG.
 fn render((w, h): (u32, u32), draw: impl FnOnce(Area<'_>) -> Result<(), Box<dyn std::error::Error + '_>>) -> anyhow::Result<Vec<u8>> {
