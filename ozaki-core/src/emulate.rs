@@ -194,7 +194,7 @@ fn scan_lines(x: &[f64], lines: usize, k: usize) -> Result<LineScan, Fallback> {
     let mut norms = vec![0.0; lines];
     for i in 0..lines {
         let line = &x[i * k..(i + 1) * k];
-        let e = line_exponent(line.iter().copied()).map_err(|()| Fallback::NonFinite)?;
+        let e = line_exponent(line.iter().copied()).map_err(|_| Fallback::NonFinite)?;
         if let Some(e) = e {
             let mut s = 0.0;
             for ((c, pw), &v) in coarse_vals[i * k..(i + 1) * k].iter_mut().zip(&mut pow[i * k..(i + 1) * k]).zip(line) {
@@ -316,6 +316,7 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
 }
 
 /// `C = alpha ĉ + beta C` on the wanted entries (module doc, step 6).
+#[allow(clippy::too_many_arguments)]
 fn write_back(c: &mut [f64], ldc: usize, m: usize, n: usize, tri: Option<Uplo>, alpha: f64, beta: f64, prod: Option<&[f64]>) {
     for j in 0..n {
         let (lo, hi) = match tri {
