@@ -326,7 +326,9 @@ fn write_back(c: &mut [f64], ldc: usize, m: usize, n: usize, tri: Option<Uplo>, 
         };
         for i in lo..hi {
             let cij = &mut c[i + j * ldc];
-            let t = prod.map_or(0.0, |p| alpha * p[i + j * m]);
+            // An exact zero product stays +0 whatever alpha's sign, as in the reference loop
+            // (C starts at +0 and adds products).
+            let t = prod.map_or(0.0, |p| if p[i + j * m] == 0.0 { 0.0 } else { alpha * p[i + j * m] });
             *cij = if prod.is_none() {
                 if beta == 0.0 { 0.0 } else { beta * *cij }
             } else if beta == 0.0 {
