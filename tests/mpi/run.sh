@@ -4,9 +4,9 @@
 # Usage: tests/mpi/run.sh OZAKI BUILD_DIR [RANKS...]      (default ranks: 2 4)
 #   OZAKI      the `ozaki` executable (libozaki_shim.so next to it)
 #   BUILD_DIR  where `make -C tests/mpi BUILD=BUILD_DIR` put the programs
-# Environment: MPIRUN (default "mpirun --oversubscribe --allow-run-as-root": CI runs as
-#   root on 2 cores), N and NB (matrix order and block, default 256 and 32),
-#   KEEP=1 keeps the work directory.
+# Environment: MPIRUN (default "mpirun --oversubscribe --allow-run-as-root ...": CI runs as
+#   root on 2 cores), N and NB (matrix order and block, default 256 and 32), STEP_TIMEOUT
+#   (seconds per mpirun, default 300), KEEP=1 keeps the work directory.
 #
 # For every program and rank count it checks:
 #   1. the program alone prints OK (its own exact / residual checks);
@@ -26,14 +26,17 @@
 set -u
 
 if [ $# -lt 2 ]; then
-    sed -n '2,8p' "$0" >&2
+    sed -n '2,10p' "$0" >&2
     exit 2
 fi
 OZAKI=$1
 BUILD=$2
 shift 2
 RANKS=${*:-2 4}
-MPIRUN=${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}
+# vader's CMA single-copy needs ptrace rights that containers often deny; copy-in/out works.
+MPIRUN=${MPIRUN:-mpirun --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none}
+# A hung job (a rank that died without MPI noticing) fails its step instead of the whole CI.
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 N=${N:-256}
 NB=${NB:-32}
 # The runs must not inherit a trace, route, preload or env list from the caller's shell.
@@ -53,7 +56,7 @@ fail() {
 run() {
     name=$1
     shift
-    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+    timeout "$STEP_TIMEOUT" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
     status=$?
     if [ "$status" != 0 ]; then
         fail "$name: exit status $status from: $*"
@@ -118,7 +121,7 @@ for prog in pdgemm_test pdgetrf_test; do
         fi
 
         control="$prog-$r-perturbed"
-        LD_PRELOAD="$BUILD/libperturb.so" $MPIRUN -n "$r" "$BUILD/$prog" "$N" "$NB" >"$WORK/$control.out" 2>"$WORK/$control.err"
+        LD_PRELOAD="$BUILD/libperturb.so" timeout "$STEP_TIMEOUT" $MPIRUN -n "$r" "$BUILD/$prog" "$N" "$NB" >"$WORK/$control.out" 2>"$WORK/$control.err"
         grep '^fingerprint' "$WORK/$control.out" >"$WORK/$control.fp"
         if [ -s "$WORK/$control.fp" ] && ! cmp -s "$WORK/$base.fp" "$WORK/$control.fp"; then
             echo "ok: $control: a one-bit change in dgemm_ changes the fingerprints"
