@@ -108,9 +108,7 @@ fn mixed_radix_batch(res: &[i8], count: usize, plan: &CrtPlan, v: &mut [[u32; BA
         for (e, xe) in x.iter_mut().enumerate().take(count) {
             *xe = mod_small((i32::from(res[e * r + t]) + m as i32) as u32, m, recip);
         }
-        for i in 0..t {
-            let inv = plan.garner_inv[t][i];
-            let vi = &v[i];
+        for (vi, &inv) in v[..t].iter().zip(&plan.garner_inv[t]) {
             for e in 0..BATCH {
                 let d = mod_small(x[e] + 256 * m - vi[e], m, recip);
                 x[e] = mod_small(d * inv, m, recip);

@@ -121,6 +121,7 @@ pub fn native_estimate(k: usize, h: f64, h2: f64) -> f64 {
 }
 
 /// The call's estimate: `(max_ij ρ_ij / u, max_ij ρ_ij / (u · max(target, ν_ij)))`.
+#[allow(clippy::needless_range_loop)] // i and j index several per-line arrays at once
 pub fn estimate(stats: &CallStats<'_>, scaling: &Scaling, quantizer: Quantizer, target_ulps: f64) -> (f64, f64) {
     let k = stats.k;
     let line_err = |x: &[f64], shifts: &[i32]| -> Vec<f64> {
