@@ -297,7 +297,7 @@ impl Report {
         )?;
 
         let all_calls: Vec<CallRecord> = self.workloads.iter().flat_map(|w| w.trace.calls.iter().cloned()).collect();
-        let ab = AbSummary::of(&all_calls);
+        let ab = AbSummary::of(&all_calls, self.tol);
         let ab_png = plot::bars(
             &plot::Bars {
                 title: "A/B: normwise difference from the vendor BLAS, per route",
