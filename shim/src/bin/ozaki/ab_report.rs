@@ -101,6 +101,8 @@ pub struct RouteAb {
     pub hist_norm: [usize; BUCKETS],
     /// Histogram of the componentwise differences.
     pub hist_comp: [usize; BUCKETS],
+    /// Histogram of the differences on the data's scale (`rel_scaled`), where recorded.
+    pub hist_scaled: [usize; BUCKETS],
     /// Sum of vendor times, ns.
     pub vendor_ns: u64,
     /// Sum of route times, ns.
@@ -208,6 +210,7 @@ impl<'a> AbSummary<'a> {
             r.hist_comp[bucket(ab.max_rel_comp)] += 1;
             match ab.rel_scaled {
                 Some(x) => {
+                    r.hist_scaled[bucket(x)] += 1;
                     let ratio = x / ab_scaled_bound(c.k);
                     r.worst_bound_ratio = Some(r.worst_bound_ratio.map_or(ratio, |w| w.max(ratio)));
                     r.over_bound += usize::from(!(ratio <= 1.0));
@@ -245,7 +248,7 @@ impl<'a> AbSummary<'a> {
             let _ = writeln!(out, "no call has an `ab` field: run the program with OZAKI_AB=1 (or a fraction such as 0.1) to compare");
             return out;
         }
-        let _ = writeln!(out, "\nVerdict (normwise tolerance {tol:.0e}):");
+        let _ = writeln!(out, "\nVerdict (each difference against the fp64 rounding bound of its call, 2 gamma_k+2 on the data's scale; records without that field: normwise <= {tol:.0e}):");
         for (route, r) in &self.routes {
             let _ = writeln!(out, "  {}", r.verdict(route, tol));
         }
@@ -269,6 +272,10 @@ impl<'a> AbSummary<'a> {
         self.render_hist(&mut out, |r| &r.hist_norm);
         let _ = writeln!(out, "\nComponentwise (max_ij) relative difference, calls per bucket:");
         self.render_hist(&mut out, |r| &r.hist_comp);
+        if self.routes.values().any(|r| r.worst_bound_ratio.is_some()) {
+            let _ = writeln!(out, "\nDifference on the data's scale, ||dC||_F / (|alpha| ||A||_F ||B||_F + |beta| ||C||_F), calls per bucket:");
+            self.render_hist(&mut out, |r| &r.hist_scaled);
+        }
         let _ = writeln!(out, "\nWorst {} calls:", worst.min(self.worst.len()));
         let _ = writeln!(
             out,
