@@ -46,11 +46,9 @@ pub fn gamma(k: usize) -> f64 {
 }
 
 impl Reference {
-    /// Builds the reference for column-major `a` (m x k) and `b` (k x n); with `lower_only`
-    /// only entries `i >= j` are computed (dsyrk, lower).
+    /// Builds the reference for column-major `a` (m x k) and `b` (k x n).
     pub fn new(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Self {
-        let mut exact = vec![ExactAcc::new(); 0];
-        exact.reserve(m * n);
+        let mut exact = Vec::with_capacity(m * n);
         let mut scale = vec![0.0; m * n];
         let mut native = vec![0.0; m * n];
         for j in 0..n {

@@ -15,9 +15,10 @@
 //!    modulo `m_t` ([`crate::residues`], [`crate::kernel`]).
 //! 5. **Reconstruct** each entry ([`crate::reconstruct`], exact Garner by default or the
 //!    fp64 CRT the GPU uses) as `ĉ_ij = RN(C'_ij 2^-(σ_i + τ_j))`.
-//! 6. **alpha/beta**: `C_ij = alpha ĉ_ij` if `beta = 0` (old C not read), else
-//!    `alpha ĉ_ij + C_ij` if `beta = 1`, else `alpha ĉ_ij + beta C_ij` (each operation one
-//!    IEEE rounding, no fma; `alpha ĉ` is exact when `alpha = 1`).
+//! 6. **alpha/beta**: with `t = alpha ĉ_ij`, or `t = +0` when `ĉ_ij = 0` (the reference
+//!    loop starts C at +0 and adds products, so an exact zero product is +0 for any alpha),
+//!    `C_ij = t` if `beta = 0` (old C not read), else `t + C_ij` if `beta = 1`, else
+//!    `t + beta C_ij` (each operation one IEEE rounding, no fma).
 //!
 //! C is written only in step 6, after every entry has been computed: an error path never
 //! leaves a half-written C. dsyrk computes and writes only the `uplo` triangle, with
@@ -194,7 +195,7 @@ fn scan_lines(x: &[f64], lines: usize, k: usize) -> Result<LineScan, Fallback> {
     let mut norms = vec![0.0; lines];
     for i in 0..lines {
         let line = &x[i * k..(i + 1) * k];
-        let e = line_exponent(line.iter().copied()).map_err(|()| Fallback::NonFinite)?;
+        let e = line_exponent(line.iter().copied()).map_err(|_| Fallback::NonFinite)?;
         if let Some(e) = e {
             let mut s = 0.0;
             for ((c, pw), &v) in coarse_vals[i * k..(i + 1) * k].iter_mut().zip(&mut pow[i * k..(i + 1) * k]).zip(line) {
@@ -248,9 +249,9 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
             bounds
         }
     };
-    let h = kernel::f64_product(&sa.pow, &sb_ref.pow, m, n, k, p.tri, th);
+    let (h, h2) = kernel::f64_product2(&sa.pow, &sb_ref.pow, m, n, k, p.tri, th);
     ph.mark("coarse");
-    let stats = CallStats { k, a: &p.a, b: p.b(), m, n, exps: &exps, bounds: &bounds, scale: &h, row_norms: &sa.norms, col_norms: &sb_ref.norms, tri: p.tri };
+    let stats = CallStats { k, a: &p.a, b: p.b(), m, n, exps: &exps, bounds: &bounds, scale: &h, scale2: &h2, row_norms: &sa.norms, col_norms: &sb_ref.norms, tri: p.tri };
     let forced = match cfg.moduli {
         Moduli::Auto => None,
         Moduli::Fixed(r) => Some(r),
@@ -287,20 +288,36 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
     ph.mark("products");
     // 5. Reconstruct.
     let plan = CrtPlan::get(r);
-    kernel::for_each_output(out, m, n, p.tri, th, |i, j, o| {
-        let mut res = [0i32; MAX_MODULI];
-        let entry = &planes[(i + j * m) * r..(i + j * m + 1) * r];
-        for (v, &x) in res.iter_mut().zip(entry) {
-            *v = i32::from(x);
+    kernel::for_each_column(out, m, n, p.tri, th, |j, rows, col| match cfg.reconstruction {
+        Reconstruction::Exact => {
+            let mut s = [0i64; crate::reconstruct::BATCH];
+            for i0 in rows.clone().step_by(crate::reconstruct::BATCH) {
+                let i1 = (i0 + crate::reconstruct::BATCH).min(rows.end);
+                for (e, se) in s[..i1 - i0].iter_mut().enumerate() {
+                    *se = i64::from(sc.sigma[i0 + e]) + i64::from(sc.tau[j]);
+                }
+                let res = &planes[(i0 + j * m) * r..(i1 + j * m) * r];
+                crate::reconstruct::exact_f64_batch(res, &s[..i1 - i0], plan, &mut col[i0..i1]);
+            }
         }
-        let s = i64::from(sc.sigma[i]) + i64::from(sc.tau[j]);
-        *o = crate::reconstruct::to_f64(cfg.reconstruction, &res[..r], plan, s);
+        Reconstruction::Fp64 => {
+            let mut res = [0i32; MAX_MODULI];
+            for i in rows {
+                let entry = &planes[(i + j * m) * r..(i + j * m + 1) * r];
+                for (v, &x) in res.iter_mut().zip(entry) {
+                    *v = i32::from(x);
+                }
+                let s = i64::from(sc.sigma[i]) + i64::from(sc.tau[j]);
+                col[i] = crate::reconstruct::fp64_f64(&res[..r], plan, s);
+            }
+        }
     });
     ph.mark("reconstruct");
     Ok(EmulationInfo { moduli: r, estimate_ulps: sel.estimate, phases: ph.0 })
 }
 
 /// `C = alpha ĉ + beta C` on the wanted entries (module doc, step 6).
+#[allow(clippy::too_many_arguments)]
 fn write_back(c: &mut [f64], ldc: usize, m: usize, n: usize, tri: Option<Uplo>, alpha: f64, beta: f64, prod: Option<&[f64]>) {
     for j in 0..n {
         let (lo, hi) = match tri {
@@ -310,7 +327,9 @@ fn write_back(c: &mut [f64], ldc: usize, m: usize, n: usize, tri: Option<Uplo>, 
         };
         for i in lo..hi {
             let cij = &mut c[i + j * ldc];
-            let t = prod.map_or(0.0, |p| alpha * p[i + j * m]);
+            // An exact zero product stays +0 whatever alpha's sign, as in the reference loop
+            // (C starts at +0 and adds products).
+            let t = prod.map_or(0.0, |p| if p[i + j * m] == 0.0 { 0.0 } else { alpha * p[i + j * m] });
             *cij = if prod.is_none() {
                 if beta == 0.0 { 0.0 } else { beta * *cij }
             } else if beta == 0.0 {

@@ -211,10 +211,10 @@ mod tests {
     fn e4m3_exact_integers_are_exactly_the_decodable_ones() {
         let mut decoded = std::collections::BTreeSet::new();
         for code in 0..=255u8 {
-            if let Some(v) = decode_e4m3(code) {
-                if v.fract() == 0.0 {
-                    decoded.insert(v as i32);
-                }
+            if let Some(v) = decode_e4m3(code)
+                && v.fract() == 0.0
+            {
+                decoded.insert(v as i32);
             }
         }
         let predicate: std::collections::BTreeSet<i32> = (-600..=600).filter(|&x| e4m3_exact(x)).collect();

@@ -143,31 +143,35 @@ pub fn coarse_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, tri: O
     g
 }
 
-/// `sum_l a_l b_l` of two `f64` slices with eight independent partial sums (vectorisable;
-/// an estimate, not an exact value).
+/// `(sum_l a_l b_l, sum_l (a_l b_l)^2)` of two `f64` slices (vectorisable; estimates).
 #[inline]
-pub fn dot_f64(a: &[f64], b: &[f64]) -> f64 {
+pub fn dot2_f64(a: &[f64], b: &[f64]) -> (f64, f64) {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0.0f64; 8];
+    let (mut s1, mut s2) = ([0.0f64; 8], [0.0f64; 8]);
     let chunks = n / 8;
     for c in 0..chunks {
         let (x, y) = (&a[c * 8..c * 8 + 8], &b[c * 8..c * 8 + 8]);
         for t in 0..8 {
-            acc[t] += x[t] * y[t];
+            let p = x[t] * y[t];
+            s1[t] += p;
+            s2[t] += p * p;
         }
     }
-    let mut s: f64 = acc.iter().sum();
+    let (mut r1, mut r2): (f64, f64) = (s1.iter().sum(), s2.iter().sum());
     for l in chunks * 8..n {
-        s += a[l] * b[l];
+        let p = a[l] * b[l];
+        r1 += p;
+        r2 += p * p;
     }
-    s
+    (r1, r2)
 }
 
-/// The fp64 product `H = P Q` (column-major m x n) of packed operands (`p`: m x k rows,
-/// `q`: n x k columns); with `tri`, only that triangle (the rest is 0).
-pub fn f64_product(p: &[f64], q: &[f64], m: usize, n: usize, k: usize, tri: Option<Uplo>, threads: usize) -> Vec<f64> {
-    let mut h = vec![0.0f64; m * n];
+/// The fp64 products `H = P Q` and `H2 = (P∘P)(Q∘Q)` (column-major m x n each) of packed
+/// operands (`p`: m x k rows, `q`: n x k columns), in one pass; with `tri`, only that
+/// triangle (the rest is 0).
+pub fn f64_product2(p: &[f64], q: &[f64], m: usize, n: usize, k: usize, tri: Option<Uplo>, threads: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut h = vec![(0.0f64, 0.0f64); m * n];
     par_columns(&mut h, m, n, threads, |j0, j1, cols| {
         for i0 in (0..m).step_by(ROW_BLOCK) {
             let i1 = (i0 + ROW_BLOCK).min(m);
@@ -175,25 +179,26 @@ pub fn f64_product(p: &[f64], q: &[f64], m: usize, n: usize, k: usize, tri: Opti
                 let qj = &q[j * k..(j + 1) * k];
                 for i in i0..i1 {
                     if wanted(tri, i, j) {
-                        cols[(j - j0) * m + i] = dot_f64(&p[i * k..(i + 1) * k], qj);
+                        cols[(j - j0) * m + i] = dot2_f64(&p[i * k..(i + 1) * k], qj);
                     }
                 }
             }
         }
     });
-    h
+    h.into_iter().unzip()
 }
 
-/// Applies `f(i, j, out)` to every wanted output on `threads` threads (the reconstruction
-/// epilogue), with `out` the column-major `m x n` destination.
-pub fn for_each_output<T: Send>(out: &mut [T], m: usize, n: usize, tri: Option<Uplo>, threads: usize, f: impl Fn(usize, usize, &mut T) + Sync) {
+/// Calls `f(j, rows, col)` for every column `j` with the wanted row range `rows` and the
+/// column's slice of the column-major `m x n` destination (the reconstruction epilogue).
+pub fn for_each_column<T: Send>(out: &mut [T], m: usize, n: usize, tri: Option<Uplo>, threads: usize, f: impl Fn(usize, std::ops::Range<usize>, &mut [T]) + Sync) {
     par_columns(&mut out[..m * n], m, n, threads, |j0, j1, cols| {
         for j in j0..j1 {
-            for i in 0..m {
-                if wanted(tri, i, j) {
-                    f(i, j, &mut cols[(j - j0) * m + i]);
-                }
-            }
+            let rows = match tri {
+                None => 0..m,
+                Some(Uplo::Upper) => 0..(j + 1).min(m),
+                Some(Uplo::Lower) => j.min(m)..m,
+            };
+            f(j, rows, &mut cols[(j - j0) * m..(j - j0 + 1) * m]);
         }
     });
 }

@@ -122,10 +122,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn block_bound_cannot_overflow_i32() {
-        assert!((MAX_K_BLOCK as i64) * (1 << 14) <= i64::from(i32::MAX));
-        assert!(((MAX_K_BLOCK + 1) as i64) * (1 << 14) > i64::from(i32::MAX));
-        assert!(K_BLOCK <= MAX_K_BLOCK);
-    }
+    // The block bound is the largest that cannot overflow an i32 (checked at compile time).
+    const _: () = assert!((MAX_K_BLOCK as i64) * (1 << 14) <= i32::MAX as i64);
+    const _: () = assert!(((MAX_K_BLOCK + 1) as i64) * (1 << 14) > i32::MAX as i64);
+    const _: () = assert!(K_BLOCK <= MAX_K_BLOCK);
 }

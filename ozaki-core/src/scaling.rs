@@ -89,14 +89,20 @@ pub fn shift_for_bound(budget_bits: i32, bound: u64) -> i32 {
     if bound == 0 { MAX_SHIFT } else { (budget_bits - clog2(bound)).div_euclid(2).min(MAX_SHIFT) }
 }
 
-/// `E(x)` of the largest-magnitude entry of a line, `None` for a zero line; `Err(())` if a
-/// NaN or infinity occurs.
+/// A NaN or an infinity in the inputs (the call must go to native fp64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NonFiniteInput;
+
+/// `E(x)` of the largest-magnitude entry of a line, `None` for a zero line.
+///
+/// # Errors
+/// [`NonFiniteInput`] if a NaN or infinity occurs.
 #[inline]
-pub fn line_exponent(values: impl Iterator<Item = f64>) -> Result<Option<i32>, ()> {
+pub fn line_exponent(values: impl Iterator<Item = f64>) -> Result<Option<i32>, NonFiniteInput> {
     let mut e: Option<i32> = None;
     for x in values {
         if !x.is_finite() {
-            return Err(());
+            return Err(NonFiniteInput);
         }
         if x != 0.0 {
             let ex = exponent(x);

@@ -9,6 +9,15 @@
 //! the real BLAS, found lazily behind us ([`forward`]). With `OZAKI_TRACE=FILE` every call is
 //! written to a JSON Lines trace ([`trace_sink`], schema in `ozaki_core::trace`).
 //!
+//! ```text
+//! $ cargo build --release -p ozaki-shim
+//! $ OZAKI_TRACE=trace-%p.jsonl LD_PRELOAD=$PWD/target/release/libozaki_shim.so \
+//!       python3 -c 'import numpy as np; a = np.ones((300, 200)); a @ a.T'
+//! $ cat trace-*.jsonl
+//! {"type":"header","schema":1,"pid":6535,"exe":"/usr/bin/python3.11",...,"vendor":{"cblas_dsyrk":"/lib/x86_64-linux-gnu/libblas.so.3"},...}
+//! {"type":"call","seq":0,...,"sym":"cblas_dsyrk","routine":"dsyrk","layout":"row","uplo":"U","trans":"N","m":300,"n":300,"k":200,...,"route":"vendor"}
+//! ```
+//!
 //! ## How a call flows
 //! ```text
 //! exports.rs stub ─► entry::call ─► abi: decode + reference checks ─► route::choose ─► route::execute ─► trace_sink::record
@@ -25,7 +34,7 @@
 //! | [`abi`] | the only reader of raw caller pointers: reference-BLAS argument checks, xerbla, row-major conversion |
 //! | [`forward`] | finding the real BLAS per symbol: `OZAKI_VENDOR_BLAS`, `RTLD_NEXT`, loaded objects |
 //! | [`guard`] | per-thread re-entrancy guard (reference `cblas_dgemm` calls `dgemm_`) |
-//! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, and the `cpu_ozaki` / `gpu` extension points |
+//! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, `cpu_ozaki` and `gpu` |
 //! | [`config`] | `OZAKI_*` environment variables, read once |
 //! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
 //! | [`ab`] | `OZAKI_AB`: the vendor beside the chosen route on a private copy of C, differences and times in the trace (issue #6) |
@@ -38,6 +47,17 @@
 //!   C is untouched.
 //! - With no vendor BLAS anywhere, the built-in cache-blocked kernel computes C (one stderr
 //!   line says so). C is never left unwritten.
+//!
+//! ## Where to plug in
+//! - A new route: a function of the [`route`] module contract (`&GemmArgs`/`&SyrkArgs`, the
+//!   caller's C as `&mut [f64]`, [`config::Config`]; returns [`route::RouteOutcome`] or a
+//!   [`route::RouteError`], which becomes the trace's `fallback` and sends the call to the
+//!   vendor). `route/cpu_ozaki.rs` and `route/gpu.rs` are those slots; `route/choose.rs` is
+//!   `OZAKI_ROUTE=auto`.
+//! - A new exported name: a row in [`symbols::SYMBOLS`] and a stub in `exports.rs`, then
+//!   `scripts/gen-header` (`tests/exports.rs` and `tests/header.rs` fail until all agree).
+//! - Device-resident C entry points (`ozaki_*`) live in their own module with their own stubs;
+//!   cbindgen puts them into the same header.
 //!
 //! Nothing is resolved in a constructor; the only load-time work is taking the trace clock
 //! origin and registering the `fork`/`exit` handlers of [`trace_sink`].

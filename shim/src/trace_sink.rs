@@ -44,7 +44,7 @@ use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ffi::CString;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Buffered bytes that trigger a write.
 pub const FLUSH_BYTES: usize = 16 * 1024;
@@ -431,10 +431,12 @@ fn write_all(fd: c_int, mut bytes: &[u8]) {
     }
 }
 
-/// Creates the trace file without following a symlink at `path`.
+/// Creates the trace file without following a symlink at `path`. Only a regular file (or a
+/// character device such as `/dev/null`) is accepted: `O_NONBLOCK` keeps a FIFO planted at the
+/// path from blocking the program, and `fstat` refuses it.
 fn create(path: &str) -> std::io::Result<c_int> {
     let c = CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
     // SAFETY: valid NUL-terminated path.
     let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
     if fd < 0 {
@@ -445,6 +447,18 @@ fn create(path: &str) -> std::io::Result<c_int> {
             e
         });
     }
+    // SAFETY: `st` is plain data that fstat fills; `fd` is ours.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let kind = if unsafe { libc::fstat(fd, &mut st) } == 0 { st.st_mode & libc::S_IFMT } else { 0 };
+    if kind != libc::S_IFREG && kind != libc::S_IFCHR {
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+        return Err(std::io::Error::other("not a regular file (refused)"));
+    }
+    // Back to blocking writes (O_NONBLOCK only mattered for the open).
+    // SAFETY: `fd` is ours.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) & !libc::O_NONBLOCK) };
     Ok(fd)
 }
 
@@ -526,10 +540,7 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
 // ---------------------------------------------------------------------------------------
 // Process events
 
-static EXITING: AtomicBool = AtomicBool::new(false);
-
 extern "C" fn flush_at_exit() {
-    EXITING.store(true, Ordering::Relaxed);
     let mut sink = lock();
     sink.flush();
     sink.write_through = true;
@@ -665,6 +676,12 @@ mod tests {
         let err = create(link.to_str().unwrap()).unwrap_err();
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+
+        let fifo = dir.join("fifo.jsonl");
+        let cfifo = CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: valid path.
+        assert_eq!(unsafe { libc::mkfifo(cfifo.as_ptr(), 0o600) }, 0);
+        assert!(create(fifo.to_str().unwrap()).is_err(), "a FIFO must be refused, not block");
 
         let plain = dir.join("plain.jsonl");
         std::fs::write(&plain, b"old contents").unwrap();

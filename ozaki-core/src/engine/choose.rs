@@ -88,6 +88,30 @@ struct Key {
     moduli: Option<u32>,
 }
 
+/// FNV-1a over the key's bytes: the cache is looked up on every `auto` call, and SipHash's
+/// DoS resistance buys nothing for shapes of the caller's own BLAS calls.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for &b in bytes {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+    fn write_u64(&mut self, x: u64) {
+        let h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        self.0 = (h ^ x).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+    }
+}
+
+type Cache = HashMap<Key, Arc<Decision>, std::hash::BuildHasherDefault<Fnv>>;
+
 /// Entries kept before the cache is cleared (a program with more distinct shapes than this
 /// re-prices some of them; correctness never depends on the cache).
 const CACHE_CAPACITY: usize = 1 << 16;
@@ -97,13 +121,13 @@ const CACHE_CAPACITY: usize = 1 << 16;
 pub struct Engine {
     profile: Profile,
     threads: u32,
-    cache: Mutex<HashMap<Key, Arc<Decision>>>,
+    cache: Mutex<Cache>,
 }
 
 impl Engine {
     /// An engine for `profile`, pricing the vendor BLAS at `threads` threads.
     pub fn new(profile: Profile, threads: u32) -> Engine {
-        Engine { profile, threads: threads.max(1), cache: Mutex::new(HashMap::new()) }
+        Engine { profile, threads: threads.max(1), cache: Mutex::new(Cache::default()) }
     }
 
     /// The profile in use.
@@ -125,13 +149,20 @@ impl Engine {
     /// `moduli` is the count the numerics would use (`None`: the contract cannot be met, so
     /// GPU Ozaki is excluded).
     pub fn decide(&self, shape: &CallShape, moduli: Option<u32>) -> Arc<Decision> {
-        let key = Key { shape: *shape, moduli };
+        self.decide_with(shape, moduli, || moduli)
+    }
+
+    /// [`Engine::decide`] where the moduli count is computed only when the decision is not
+    /// cached yet: `key` identifies what the count depends on besides the shape (e.g. a
+    /// forced `OZAKI_MODULI`), and `moduli` computes it on a miss.
+    pub fn decide_with(&self, shape: &CallShape, key: Option<u32>, moduli: impl FnOnce() -> Option<u32>) -> Arc<Decision> {
+        let key = Key { shape: *shape, moduli: key };
         if let Ok(c) = self.cache.lock()
             && let Some(d) = c.get(&key)
         {
             return Arc::clone(d);
         }
-        let d = Arc::new(self.decide_uncached(shape, moduli));
+        let d = Arc::new(self.decide_uncached(shape, moduli()));
         if let Ok(mut c) = self.cache.lock() {
             if c.len() >= CACHE_CAPACITY {
                 c.clear();

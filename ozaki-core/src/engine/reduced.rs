@@ -134,15 +134,41 @@ pub fn schedules(pl: &Platform, rt: &PaperRoute, shape: &CallShape, opt: RateOpt
 pub struct RecordRates {
     /// (route name, schedule) in menu order.
     pub routes: Vec<(&'static str, Schedule)>,
-    /// Index of the fastest route (the switched envelope, `env_rec`).
+    /// Index of the fastest non-baseline route (the switched envelope, `env_rec`).
     pub best: usize,
 }
 
-/// Prices `shape` on every route of the platform's menu.
+/// `s0_rec`: the shipping baseline, a convert-once multi-kernel pipeline (λ = 1, no plane
+/// feed cap), capped by the record's memory roof B·W/(Q0 + Q_red) and carrying the same
+/// Garner tax (brief §5.5 item 2, "like-for-like").
+pub fn baseline_schedule(pl: &Platform, rt: &PaperRoute, shape: &CallShape, opt: RateOptions) -> Schedule {
+    let (m, n, k) = (shape.m as f64, shape.n as f64, shape.k as f64);
+    let (w, n_uniq, mn) = match shape.routine {
+        Routine::Dgemm => (2.0 * m * n * k, k * (m + n), m * n),
+        Routine::Dsyrk => (m * n * k, k * n, m * n / 2.0),
+    };
+    let q0 = 8.0 * (n_uniq + mn);
+    let q_red = 8.0 * rt.r as f64 * mn * ((k / pl.k_slab).ceil().max(1.0) - 1.0);
+    let rate = compute_rate(pl, rt, m, n, k, 1.0, opt).min(pl.b_mem * w / (q0 + q_red));
+    Schedule { rate, tag: "convert-once", q0, q_plane: 0.0, q_red }
+}
+
+/// Prices `shape` on every route of the platform's menu: the baseline by
+/// [`baseline_schedule`], the others by Alg. 4; `best` is the switched dispatch (`env_rec`),
+/// the fastest route other than the baseline.
 pub fn rate_record(pl: &Platform, shape: &CallShape, opt: RateOptions) -> RecordRates {
-    let routes: Vec<(&'static str, Schedule)> = pl.routes.iter().map(|rt| (rt.name, select_schedule(pl, rt, shape, opt))).collect();
-    let best = (0..routes.len()).fold(0, |b, i| if routes[i].1.rate > routes[b].1.rate { i } else { b });
-    RecordRates { routes, best }
+    let routes: Vec<(&'static str, Schedule)> = pl
+        .routes
+        .iter()
+        .map(|rt| (rt.name, if rt.name == pl.baseline { baseline_schedule(pl, rt, shape, opt) } else { select_schedule(pl, rt, shape, opt) }))
+        .collect();
+    let mut best: Option<usize> = None;
+    for (i, (name, s)) in routes.iter().enumerate() {
+        if *name != pl.baseline && best.is_none_or(|b| s.rate > routes[b].1.rate) {
+            best = Some(i);
+        }
+    }
+    RecordRates { best: best.unwrap_or(0), routes }
 }
 
 /// Reconstruction tax of Eq. 11, T_γ/T_mma = (N_γ/2)·P_emu/(k·P_host).

@@ -110,7 +110,8 @@ pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
 /// The route `auto` takes for this call, with the prediction for the trace.
 pub fn auto(shape: &Shape, config: &Config) -> Choice {
     let cs = call_shape(shape);
-    let d = engine().decide(&cs, Some(priced_moduli(cs.k, config.moduli)));
+    // The moduli count depends on k and OZAKI_MODULI only; it is computed on a cache miss.
+    let d = engine().decide_with(&cs, config.moduli, || Some(priced_moduli(cs.k, config.moduli)));
     Choice { route: d.route, engine: config.tracing().then(|| d.prediction.clone()) }
 }
 

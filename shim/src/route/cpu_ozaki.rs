@@ -1,28 +1,113 @@
-//! The `cpu-ozaki` route: Ozaki scheme II emulation on the CPU (issue #3).
+//! The `cpu-ozaki` route: Ozaki scheme II emulation on the CPU (issue #3), a thin adapter
+//! over [`ozaki_core::emulate`], which holds the numerics and their documentation.
 //!
-//! Extension point: until the numerics land, both functions return
-//! [`RouteError::NotInBuild`], so a call with `OZAKI_ROUTE=cpu-ozaki` falls back to the vendor
-//! BLAS with the trace's `fallback` saying so. Contract: see [`crate::route`] (write C only
-//! when the whole result is ready; `config.moduli` is `OZAKI_MODULI`; NaN/Inf inputs ->
-//! [`RouteError::NonFinite`]; report the moduli used in [`RouteOutcome::moduli`]).
+//! - `OZAKI_MODULI=N` forces the moduli count (`2..=20`; other values fall back with the
+//!   reason "invalid moduli count"); otherwise it is chosen per call
+//!   ([`ozaki_core::select`]: no worse than native fp64).
+//! - Every [`Fallback`] (NaN/Inf, exponent range, accuracy target unreachable, spread not
+//!   coverable) becomes a [`RouteError`], so the vendor BLAS computes the call from the
+//!   untouched C and the trace's `fallback` field carries the reason;
+//!   [`ozaki_core::emulate`] writes C only once every entry is computed.
+//! - The trace record's `moduli` is the count used; `phases` splits the CPU time into
+//!   conversion (scan, coarse product, choice, quantisation), residue products and
+//!   reconstruction (incl. the alpha/beta write-back).
 
 use super::{RouteError, RouteOutcome};
 use crate::config::Config;
 use ozaki_core::blas::{GemmArgs, SyrkArgs};
-use ozaki_core::route::Route;
+use ozaki_core::emulate::{self, EmulationConfig, EmulationInfo, Fallback, Moduli};
+use ozaki_core::trace::Phases;
+
+fn emulation_config(config: &Config) -> EmulationConfig {
+    let moduli = match config.moduli {
+        Some(n) => Moduli::Fixed(n as usize),
+        None => Moduli::Auto,
+    };
+    EmulationConfig { moduli, ..EmulationConfig::default() }
+}
+
+fn outcome(info: &EmulationInfo) -> RouteOutcome {
+    let ns = |names: &[&str]| -> u64 {
+        let s: f64 = info.phases.iter().filter(|(p, _)| names.contains(p)).map(|(_, s)| s).sum();
+        (s * 1e9) as u64
+    };
+    RouteOutcome {
+        moduli: (info.moduli > 0).then_some(info.moduli as u32),
+        device: None,
+        phases: (!info.phases.is_empty()).then(|| Phases {
+            transfer_ns: 0,
+            convert_ns: ns(&["scan", "coarse", "select", "quantize"]),
+            products_ns: ns(&["products"]),
+            reconstruct_ns: ns(&["reconstruct", "write"]),
+        }),
+    }
+}
+
+fn route_error(f: Fallback) -> RouteError {
+    tracing::debug!(reason = %f, "cpu-ozaki falls back");
+    match f {
+        Fallback::NonFinite | Fallback::ExponentRange => RouteError::NonFinite,
+        other => RouteError::Failed(other.to_string()),
+    }
+}
 
 /// C = alpha op(A) op(B) + beta C by Ozaki-II on the CPU.
 ///
 /// # Errors
-/// - [`RouteError::NotInBuild`] until issue #3 fills this in.
-pub fn gemm(_args: &GemmArgs<'_>, _c: &mut [f64], _config: &Config) -> Result<RouteOutcome, RouteError> {
-    Err(RouteError::NotInBuild(Route::CpuOzaki))
+/// [`RouteError::NonFinite`] for NaN/Inf or an exponent range that could overflow;
+/// [`RouteError::Failed`] when the moduli cannot reach the accuracy target or the forced
+/// count is invalid or cannot cover the inputs. C is untouched on every error.
+pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64], config: &Config) -> Result<RouteOutcome, RouteError> {
+    emulate::gemm(args, c, &emulation_config(config)).map(|i| outcome(&i)).map_err(route_error)
 }
 
 /// C = alpha A A^T + beta C (one triangle) by Ozaki-II on the CPU.
 ///
 /// # Errors
-/// - [`RouteError::NotInBuild`] until issue #3 fills this in.
-pub fn syrk(_args: &SyrkArgs<'_>, _c: &mut [f64], _config: &Config) -> Result<RouteOutcome, RouteError> {
-    Err(RouteError::NotInBuild(Route::CpuOzaki))
+/// As [`gemm`].
+pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64], config: &Config) -> Result<RouteOutcome, RouteError> {
+    emulate::syrk(args, c, &emulation_config(config)).map(|i| outcome(&i)).map_err(route_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RawConfig;
+    use ozaki_core::blas::Trans;
+    use ozaki_core::route::Route;
+
+    fn config(moduli: Option<&str>) -> Config {
+        let raw = RawConfig { route: Some("cpu-ozaki".into()), moduli: moduli.map(Into::into), ..RawConfig::default() };
+        Config::from_raw(&raw).0
+    }
+
+    fn args<'a>(a: &'a [f64], b: &'a [f64]) -> GemmArgs<'a> {
+        GemmArgs { transa: Trans::No, transb: Trans::No, m: 2, n: 2, k: 2, alpha: 1.0, a, lda: 2, b, ldb: 2, beta: 0.0, ldc: 2 }
+    }
+
+    #[test]
+    fn computes_reports_moduli_and_honours_ozaki_moduli() {
+        let (a, b) = ([1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 0.25]);
+        let mut c = [0.0; 4];
+        let auto = gemm(&args(&a, &b), &mut c, &config(None)).unwrap();
+        assert_eq!(c, [-2.5, -3.0, 2.75, 5.0]);
+        assert!(auto.moduli.is_some_and(|r| (2..=20).contains(&r)));
+        assert!(auto.phases.is_some() && auto.device.is_none());
+        let forced = gemm(&args(&a, &b), &mut c, &config(Some("17"))).unwrap();
+        assert_eq!(forced.moduli, Some(17));
+        assert_eq!(c, [-2.5, -3.0, 2.75, 5.0]);
+    }
+
+    #[test]
+    fn fallbacks_carry_a_reason_and_leave_c_alone() {
+        let (a, b) = ([1.0, f64::NAN, 3.0, 4.0], [0.5, -1.0, 2.0, 0.25]);
+        let mut c = [9.0; 4];
+        let err = gemm(&args(&a, &b), &mut c, &config(None)).unwrap_err();
+        assert_eq!(err, RouteError::NonFinite);
+        assert_eq!(c, [9.0; 4]);
+        let a = [1.0, 2.0, 3.0, 4.0];
+        let err = gemm(&args(&a, &b), &mut c, &config(Some("40"))).unwrap_err();
+        assert!(err.reason(Route::CpuOzaki).contains("invalid moduli count"), "{}", err.reason(Route::CpuOzaki));
+        assert_eq!(c, [9.0; 4]);
+    }
 }

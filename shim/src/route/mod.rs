@@ -1,6 +1,6 @@
 //! Routes: who computes a call's C.
 //!
-//! [`choose`] turns the requested route (`OZAKI_ROUTE`) into one [`Route`] for this call, and
+//! [`choose()`] turns the requested route (`OZAKI_ROUTE`) into one [`Route`] for this call, and
 //! [`execute`] runs it with the FFI boundary's fallback rule: any `Err` or panic of a
 //! non-vendor route becomes a `fallback` reason in the trace and the vendor BLAS computes the
 //! call from the untouched original arguments; with no vendor BLAS anywhere, the built-in
@@ -10,8 +10,8 @@
 //! |---|---|---|
 //! | `vendor` | [`vendor`] | forwards the original arguments to the real BLAS (issue #2) |
 //! | `builtin` | [`builtin`] | `ozaki_core::blas` cache-blocked fp64 kernels (issue #2) |
-//! | `cpu-ozaki` | [`cpu_ozaki`] | extension point: Ozaki-II on the CPU (issue #3) |
-//! | `gpu-native`, `gpu-ozaki` | [`gpu`] | extension point: cuBLAS fp64 / Ozaki-II on INT8 tensor cores (issue #4) |
+//! | `cpu-ozaki` | [`cpu_ozaki`] | Ozaki-II on the CPU through `ozaki_core::emulate` (issue #3) |
+//! | `gpu-native`, `gpu-ozaki` | [`gpu`] | cuBLAS fp64 / Ozaki-II on INT8 tensor cores through `gpu_kernels` (issue #4) |
 //!
 //! ## Contract for a non-vendor route
 //! A route is a function `fn(&GemmArgs, &mut [f64], &Config) -> Result<RouteOutcome,
@@ -22,10 +22,10 @@
 //! `Err` or a panic starts from the original C. It reports what it did in [`RouteOutcome`]
 //! (moduli, device, phases), which the trace record carries.
 //!
-//! ## Seams for later issues
-//! - `OZAKI_ROUTE=auto` (issue #5): the per-record engine goes in `route/choose.rs`; [`choose`]
-//!   is the only caller to change. Until then `auto` means `vendor`.
-//! - The A/B comparison (issue #6) wraps [`execute`].
+//! ## Seams
+//! - `OZAKI_ROUTE=auto` (issue #5): [`choose()`] asks the per-record engine in
+//!   [`choose::auto`](mod@choose).
+//! - The A/B comparison (issue #6, `crate::ab`) wraps [`execute`].
 
 pub mod builtin;
 pub mod choose;
@@ -55,8 +55,6 @@ pub struct RouteOutcome {
 /// Why a route did not produce C; becomes the trace's `fallback` text ([`RouteError::reason`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum RouteError {
-    /// The route is not compiled into this build (extension point not filled yet).
-    NotInBuild(Route),
     /// No vendor BLAS defines the symbol (only the built-in kernel is left).
     NoVendor,
     /// The route's resources are missing (no GPU, driver, library or memory); the message says which.
@@ -73,7 +71,6 @@ impl RouteError {
     /// Short, stable reason text for the trace `fallback` field.
     pub fn reason(&self, route: Route) -> String {
         match self {
-            RouteError::NotInBuild(r) => format!("{r}: route not available in this build"),
             RouteError::NoVendor => format!("{route}: no vendor BLAS found"),
             RouteError::Unavailable(why) => format!("{route}: unavailable: {why}"),
             RouteError::NonFinite => format!("{route}: non-finite or out-of-range input"),
@@ -172,5 +169,114 @@ unsafe fn run_safe(route: Route, canon: &Canon, config: &Config) -> Result<Route
             Route::GpuNative | Route::GpuOzaki => gpu::syrk(route, &args, c, config),
             Route::Vendor => unreachable!("the vendor route takes the raw arguments"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::{Decoded, RawCall};
+    use crate::config::RawConfig;
+    use ozaki_core::blas::Trans;
+    use ozaki_core::trace::Routine;
+
+    /// Arguments whose vendor is never reached: no BLAS library is loaded in the unit-test
+    /// process, so the last fallback is the built-in kernel.
+    #[derive(Clone, Copy)]
+    struct NoVendorCall;
+
+    impl RawCall for NoVendorCall {
+        const ROUTINE: Routine = Routine::Dgemm;
+        unsafe fn decode(&self) -> Decoded {
+            unreachable!("execute takes an already decoded call")
+        }
+        unsafe fn forward(&self, _f: *const std::ffi::c_void) {
+            unreachable!("a vendor BLAS was found in the unit-test process")
+        }
+    }
+
+    fn run(route: Route) -> (Executed, Vec<f64>, Vec<f64>) {
+        let (m, n, k) = (5usize, 4usize, 3usize);
+        let a: Vec<f64> = (0..m * k).map(|i| i as f64 * 0.5 - 3.0).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| 1.0 / (i as f64 + 1.0)).collect();
+        let mut c: Vec<f64> = (0..m * n).map(|i| i as f64).collect();
+        let mut want = c.clone();
+        for j in 0..n {
+            for i in 0..m {
+                let dot: f64 = (0..k).map(|l| a[i + l * m] * b[l + j * k]).sum();
+                want[i + j * m] = 2.0 * dot - 1.0 * want[i + j * m];
+            }
+        }
+        let canon = Canon::Gemm {
+            transa: Trans::No,
+            transb: Trans::No,
+            m,
+            n,
+            k,
+            alpha: 2.0,
+            a: a.as_ptr(),
+            lda: m,
+            b: b.as_ptr(),
+            ldb: k,
+            beta: -1.0,
+            c: c.as_mut_ptr(),
+            ldc: m,
+        };
+        let config = Config::from_raw(&RawConfig::default()).0;
+        // SAFETY: the buffers outlive the call and match the shapes in `canon`.
+        let done = unsafe { execute(route, SymId::DGEMM, &NoVendorCall, &canon, &config) };
+        (done, c, want)
+    }
+
+    fn assert_close(got: &[f64], want: &[f64]) {
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() <= 1e-13 * (1.0 + w.abs()), "{got:?}\nvs\n{want:?}");
+        }
+    }
+
+    #[test]
+    fn builtin_route_computes_c_without_fallback() {
+        let (done, c, want) = run(Route::Builtin);
+        assert_eq!((done.route, done.fallback), (Route::Builtin, None));
+        assert_close(&c, &want);
+    }
+
+    #[test]
+    fn a_failing_route_falls_back_and_c_is_still_right() {
+        for route in [Route::GpuOzaki, Route::GpuNative, Route::CpuOzaki] {
+            let (done, c, want) = run(route);
+            if done.route == route {
+                assert!(done.fallback.is_none(), "{route}: ran, yet a fallback was recorded");
+            } else {
+                // No GPU here (or the route refused): vendor, and with no vendor the built-in kernel.
+                assert_eq!(done.route, Route::Builtin, "{route}");
+                let reason = done.fallback.unwrap_or_default();
+                assert!(reason.starts_with(route.name()), "{route}: fallback reason {reason:?} must name the route");
+            }
+            assert_close(&c, &want);
+        }
+    }
+
+    #[test]
+    fn forced_routes_are_taken_as_requested() {
+        let config = Config::from_raw(&RawConfig::default()).0;
+        let shape = crate::abi::Shape {
+            routine: Routine::Dgemm,
+            layout: ozaki_core::trace::Layout::Col,
+            flag1: b'N',
+            flag2: b'N',
+            m: 1,
+            n: 1,
+            k: 1,
+            lda: 1,
+            ldb: 1,
+            ldc: 1,
+            alpha: 1.0,
+            beta: 0.0,
+            ilp64: false,
+        };
+        for r in Route::ALL {
+            assert_eq!(choose(RouteRequest::Forced(r), &shape, &config).route, r);
+        }
     }
 }

@@ -72,6 +72,34 @@ fn replace_rank(pattern: &str, rank: u32) -> String {
     out
 }
 
+/// A trace template for one file per rank, when `ozaki run` starts an MPI launcher
+/// (`program`) or runs inside an MPI rank, and `pattern` has neither `%r` nor `%p`: otherwise
+/// every rank would truncate and write the same file. `%r` goes before the extension
+/// (`app.jsonl` -> `app-%r.jsonl`). `None` when the template needs no change.
+pub fn per_rank_pattern(pattern: &str, program: &OsStr) -> Option<String> {
+    let has = |t: &str| pattern.replace("%%", "").contains(t);
+    let ranks = is_launcher_name(program) || LauncherEnv::from_process_env().world_rank.is_some();
+    if !ranks || has("%r") || has("%p") {
+        return None;
+    }
+    Some(insert_rank(pattern))
+}
+
+/// `dir/app.jsonl` -> `dir/app-%r.jsonl`; `app` -> `app-%r`.
+fn insert_rank(pattern: &str) -> String {
+    let name_start = pattern.rfind('/').map_or(0, |i| i + 1);
+    match pattern[name_start..].rfind('.').filter(|&i| i > 0) {
+        Some(dot) => format!("{}-%r{}", &pattern[..name_start + dot], &pattern[name_start + dot..]),
+        None => format!("{pattern}-%r"),
+    }
+}
+
+/// Whether `program` is named like an MPI launcher (any MPI, and Slurm's `srun`).
+fn is_launcher_name(program: &OsStr) -> bool {
+    let name = Path::new(program).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    name == "srun" || ["mpirun", "mpiexec", "orterun", "prterun", "oshrun"].iter().any(|l| name.starts_with(l))
+}
+
 /// How the environment reaches an Open MPI job's ranks after [`forward_env`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forwarded {
@@ -135,8 +163,7 @@ fn extend_list(list: &OsStr, names: &[String]) -> OsString {
 pub fn is_open_mpi(program: &OsStr) -> bool {
     let Some(path) = resolve(program) else { return false };
     let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let base = name(&path);
-    if !["mpirun", "mpiexec", "orterun", "prterun", "oshrun"].iter().any(|l| base.starts_with(l)) {
+    if !is_launcher_name(path.as_os_str()) || name(&path) == "srun" {
         return false;
     }
     let real = path.canonicalize().unwrap_or(path.clone());
@@ -210,6 +237,23 @@ mod tests {
         assert_eq!(replace_rank("t-%r-%p.jsonl", 3), "t-3-%p.jsonl");
         assert_eq!(replace_rank("100%%rate-%r", 12), "100%%rate-12");
         assert_eq!(replace_rank("plain.jsonl", 0), "plain.jsonl");
+    }
+
+    #[test]
+    fn rank_goes_before_the_extension() {
+        assert_eq!(insert_rank("/t/app.jsonl"), "/t/app-%r.jsonl");
+        assert_eq!(insert_rank("run.d/app"), "run.d/app-%r");
+        assert_eq!(insert_rank(".hidden"), ".hidden-%r");
+        let launcher = OsStr::new("/usr/bin/mpirun");
+        // Only tested outside a launcher's environment (cargo test is not an MPI rank).
+        if LauncherEnv::from_process_env().world_rank.is_none() {
+            assert_eq!(per_rank_pattern("app.jsonl", launcher).as_deref(), Some("app-%r.jsonl"));
+            assert_eq!(per_rank_pattern("app.jsonl", OsStr::new("./prog")), None);
+        }
+        assert_eq!(per_rank_pattern("app-%r.jsonl", launcher), None);
+        assert_eq!(per_rank_pattern("app-%p.jsonl", launcher), None);
+        assert_eq!(per_rank_pattern("100%%p.jsonl", launcher).as_deref(), Some("100%%p-%r.jsonl"));
+        assert!(is_launcher_name(OsStr::new("srun")) && is_launcher_name(OsStr::new("mpiexec.hydra")));
     }
 
     #[test]

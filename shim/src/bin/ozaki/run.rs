@@ -75,6 +75,14 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             (dir.join("trace-%p.jsonl"), Some(dir))
         }
     };
+    // Several MPI ranks must not share one trace file (issue #7).
+    let pattern = match launcher::per_rank_pattern(&pattern.to_string_lossy(), &args.command[0]) {
+        Some(p) => {
+            eprintln!("ozaki run: MPI ranks write one trace each: {p}");
+            PathBuf::from(p)
+        }
+        None => pattern,
+    };
 
     // An Open MPI launcher is told to forward these to ranks on other hosts (launcher.rs).
     let forwarded: &[&str] =
