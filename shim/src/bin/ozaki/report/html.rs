@@ -159,7 +159,7 @@ fn routes_table(h: &mut String, report: &Report) {
 fn ab_section(h: &mut String, report: &Report) {
     h.push_str("<h2>A/B comparison against the vendor BLAS</h2>\n");
     let all: Vec<CallRecord> = report.workloads.iter().flat_map(|w| w.trace.calls.iter().cloned()).collect();
-    let ab = AbSummary::of(&all);
+    let ab = AbSummary::of(&all, report.tol);
     if ab.is_empty() {
         h.push_str("<p>No call was compared. Run the program with <code>OZAKI_AB=1</code> (or a fraction such as <code>0.1</code>) to record the vendor's result and time beside each chosen route's.</p>\n");
         return;
