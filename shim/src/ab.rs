@@ -295,7 +295,7 @@ pub fn differences(pairs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
 /// - as [`route::execute`]: `raw` are the caller's arguments of `id` and `canon` was decoded
 ///   from them; the BLAS calling contract holds for the whole call.
 pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Canon, config: &Config) -> (Executed, Option<AbResult>) {
-    // SAFETY (all `route::execute` calls below): the caller's contract.
+    // SAFETY: the caller's contract (this closure is every `route::execute` call below).
     let plain = || unsafe { route::execute(route, id, raw, canon, config) };
     let Some(ab) = self::config() else { return (plain(), None) };
     // Comparing the vendor with itself would only double the time.

@@ -213,9 +213,10 @@ impl<'a> AbSummary<'a> {
                     r.hist_scaled[bucket(x)] += 1;
                     let ratio = x / ab_scaled_bound(c.k);
                     r.worst_bound_ratio = Some(r.worst_bound_ratio.map_or(ratio, |w| w.max(ratio)));
-                    r.over_bound += usize::from(!(ratio <= 1.0));
+                    // A NaN ratio is over the bound too.
+                    r.over_bound += usize::from(ratio.is_nan() || ratio > 1.0);
                 }
-                None => r.over_tol += usize::from(!(nan_high(ab.rel_norm) <= tol)),
+                None => r.over_tol += usize::from(nan_high(ab.rel_norm) > tol),
             }
             r.vendor_ns += ab.vendor_ns;
             r.route_ns += ab.route_ns;

@@ -185,7 +185,8 @@ pub const NBAR_BUCKETS: usize = 11;
 /// nbar bucket index: 0 for nbar < 16 (the paper's smallest edge), 1 for [16, 32), ...,
 /// 9 for [4096, 8192), 10 for >= 8192.
 pub fn nbar_bucket(nbar: f64) -> usize {
-    if !(nbar >= 16.0) {
+    // Also NaN.
+    if nbar.is_nan() || nbar < 16.0 {
         return 0;
     }
     ((nbar.log2().floor() as usize) - 3).min(NBAR_BUCKETS - 1)
