@@ -27,7 +27,7 @@ static ENGINE: OnceLock<Engine> = OnceLock::new();
 
 /// The name of this process's GPU, when a GPU route can run here (initialises the GPU: the
 /// first `auto` call pays for it once, as the first GPU call would anyway).
-fn gpu_name() -> Option<String> {
+pub fn gpu_name() -> Option<String> {
     if let Some(missing) = gpu_kernels::probe::Libraries::detect().native_missing() {
         tracing::info!("auto: no GPU route in this process ({missing})");
         return None;

@@ -24,7 +24,8 @@ pub struct ModelArgs {
     /// Built-in paper platform for a what-if projection: rubin, gb300, b200, h200-datasheet.
     #[arg(long)]
     pub platform: Option<String>,
-    /// GPU name to pick the default or built-in profile for (default: OZAKI_GPU_NAME, else none).
+    /// GPU name to pick the default or built-in profile for (default: OZAKI_GPU_NAME, else the
+    /// GPU of this machine, if any).
     #[arg(long)]
     pub gpu: Option<String>,
     /// CPU BLAS threads to price (default: the BLAS/OpenMP thread variables, else all CPUs).
@@ -60,7 +61,7 @@ impl ModelArgs {
         let (prof, src) = match &self.profile {
             Some(path) => (Profile::load(path).map_err(anyhow::Error::msg)?, format!("{}", path.display())),
             None => {
-                let gpu = self.gpu.clone().or_else(|| std::env::var("OZAKI_GPU_NAME").ok());
+                let gpu = self.gpu.clone().or_else(|| std::env::var("OZAKI_GPU_NAME").ok()).or_else(ozaki_shim::route::choose::gpu_name);
                 let env = std::env::var("OZAKI_PROFILE").ok();
                 let (p, s, warn) = profile::resolve(env.as_deref(), gpu.as_deref()).map_err(anyhow::Error::msg)?;
                 if let Some(w) = warn {
