@@ -38,7 +38,23 @@ struct CrtTable {
     u32 w[MAX_MODULI][LIMBS];
     u32 big_m[LIMBS];
     u32 half_m[LIMBS];            // ceil(M/2): x >= half_m lifts to x - M
+    u32 mi[MAX_MODULI];           // m_p as an integer
+    u32 magic[MAX_MODULI];        // floor(2^32 / m_p): Barrett quotient of a 32-bit word
+    u32 wrap[MAX_MODULI];         // 2^32 mod m_p: undoes the two's-complement wrap of t < 0
 };
+
+// t mod m in [0, m) for any int32 t, in integer arithmetic (full-rate IMADs instead of the
+// quarter-rate int <-> double conversions): x = t as u32 (= t + 2^32 when t < 0); the Barrett
+// quotient q = floor(x magic / 2^32) is floor(x / m) or one less, so one subtraction finishes
+// x mod m; a negative t then subtracts 2^32 mod m. The same value as an exact floor-mod.
+__device__ __forceinline__ u32 mod_i32(int t, u32 m, u32 magic, u32 wrap) {
+    u32 x = (u32)t;
+    u32 q = __umulhi(x, magic);
+    u32 u = x - q * m;
+    if (u >= m) u -= m;
+    if (t < 0) u = u >= wrap ? u - wrap : u + m - wrap;
+    return u;
+}
 
 __device__ __forceinline__ u64 abs_bits(double v) {
     return (u64)__double_as_longlong(v) & 0x7fffffffffffffffull;
@@ -219,12 +235,7 @@ extern "C" __global__ void reconstruct(const int* __restrict__ prod, long long p
 #pragma unroll
     for (int l = 0; l < LIMBS; ++l) acc[l] = 0;
     for (int p = 0; p < tab.r; ++p) {
-        double t = (double)prod[p * prod_stride + idx];
-        double m = tab.m[p];
-        double u = fma(-m, floor(t * tab.inv_m[p]), t);
-        if (u < 0.0) u += m;
-        if (u >= m) u -= m;
-        u32 uu = (u32)u;
+        u32 uu = mod_i32(prod[p * prod_stride + idx], tab.mi[p], tab.magic[p], tab.wrap[p]);
 #pragma unroll
         for (int l = 0; l < LIMBS; ++l) acc[l] += (u64)uu * tab.w[p][l];
     }
