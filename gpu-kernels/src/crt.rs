@@ -139,6 +139,12 @@ impl CrtTable {
         u
     }
 
+    /// 32-bit limbs the weights W_p < M can occupy (the kernels' `WL`): 4 up to 16 INT8
+    /// moduli, 5 up to 20 (`reconstruct_w4` / `reconstruct` in ozaki.cu).
+    pub fn weight_limbs(&self) -> usize {
+        self.big_m.iter().rposition(|&l| l != 0).map_or(1, |i| i + 1)
+    }
+
     /// The CRT weight W_p as an integer (for tests).
     pub fn weight(&self, p: usize) -> BigUint {
         BigUint::from_slice(&self.w[p])
@@ -222,6 +228,19 @@ mod tests {
         for p in 0..SET.len() {
             for &x in &probes {
                 assert_eq!(t.mod_i32(p, x) as i64, (x as i64).rem_euclid(SET[p] as i64), "{x} mod {}", SET[p]);
+            }
+        }
+    }
+
+    #[test]
+    fn weights_fit_the_limbs_the_kernels_multiply() {
+        for r in 1..=SET.len() {
+            let t = CrtTable::new(&SET[..r]);
+            let wl = t.weight_limbs();
+            assert!(wl <= 5, "ozaki.cu instantiates WL = 4 and 5 only (r = {r})");
+            assert_eq!(wl <= 4, r <= 16, "r = {r}: M < 2^128 exactly up to 16 moduli");
+            for p in 0..r {
+                assert!(t.weight(p).bits() <= 32 * wl as u64, "W_{p} beyond {wl} limbs, r = {r}");
             }
         }
     }

@@ -1,15 +1,13 @@
 //! The `gpu-ozaki` route on device-resident operands: Ozaki scheme II with byte moduli on the
 //! INT8 tensor cores (issue #4; paper brief §1 and §9.3-9.5).
 //!
-//! Stages, on the caller's stream except where said:
+//! Stages, all on the caller's stream:
 //! 1. exponent scan of op(A) rows and op(B) columns (one pass each, NaN/Inf detected);
 //! 2. the host reads the m + n row/column maxima (one small copy and one synchronisation)
 //!    and makes the [`Plan`]: moduli count and power-of-two shifts;
 //! 3. one pass over each fp64 operand forms the residues of all moduli (convert once);
-//! 4. per column block of C, one int8 product per modulus (cuBLASLt) on the caller's stream;
-//! 5. CRT reconstruction, single rounding, unscaling and the alpha/beta epilogue write the
-//!    block of C on a second, high-priority stream, overlapping the next block's products
-//!    (two product buffers; events order the streams; the caller's stream waits for the last).
+//! 4. one cuBLASLt strided-batched int8 GEMM per column block of C covers all moduli;
+//! 5. CRT reconstruction, single rounding, unscaling and the alpha/beta epilogue write C.
 //!
 //! C is written only in stage 5, after every earlier stage succeeded; a failure before it
 //! leaves C untouched, so the caller can still run the native route on the same memory.
@@ -329,35 +327,34 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
     }
     marks.mark(Phase::Convert)?;
 
-    // 4 + 5. products and reconstruction per column block, pipelined over two streams
+    // 4 + 5. products and reconstruction per column block, as large as free memory allows
     let per_col = r * m * 4;
-    let mut nb = pipeline_block(n, syrk);
+    let mut nb = n;
+    if syrk && n >= 2048 {
+        nb = nb.div_ceil(4); // triangle blocks skip the other triangle's products
+    }
     if opts.max_block > 0 {
         nb = nb.min(opts.max_block);
     }
-    // two product buffers: block b's products fill one while block b-1 is reconstructed
-    let prod = match gpu.workspace.get("products", 2 * per_col * nb) {
+    let prod = match gpu.workspace.get("products", per_col * nb) {
         Ok(p) => p,
         Err(GpuError::OutOfMemory { .. }) => {
             // measure what is really free now (the slot was released) and tile to fit
             let (free, _) = crate::memory::mem_info()?;
             let budget = free.saturating_sub(crate::memory::DEVICE_RESERVE + (64 << 20));
-            nb = nb.min(budget / (2 * per_col).max(1));
+            nb = nb.min(budget / per_col.max(1));
             if nb > 256 {
                 nb = nb / 256 * 256;
             }
             if nb == 0 {
-                return Err(GpuError::OutOfMemory { needed: 2 * per_col + crate::memory::DEVICE_RESERVE, free });
+                return Err(GpuError::OutOfMemory { needed: per_col + crate::memory::DEVICE_RESERVE, free });
             }
-            gpu.workspace.get("products", 2 * per_col * nb)?
+            gpu.workspace.get("products", per_col * nb)?
         }
         Err(e) => return Err(e),
     };
-    let bufs = [prod, prod + (per_col * nb) as u64];
     let ctab = &tables()[r].1;
-    let side = SideStream::new(n > nb)?;
     let mut j0 = 0;
-    let mut block = 0;
     while j0 < n {
         let cols = nb.min(n - j0);
         // rows of C this block needs: all, or for a triangle only those at or above/below it
@@ -373,23 +370,14 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
             batch: r as u32,
             strides: (plane_a as i64, plane_b as i64, (rows * cols) as i64),
         };
-        let buf = bufs[block % 2];
-        if let Some(side) = &side {
-            // the buffer's previous block (b - 2) must be reconstructed before it is refilled
-            side.wait_reconstructed(stream, block % 2)?;
-        }
-        lt_int8::batched(gpu, stream, shape, planes_a + (row0 * kpad) as u64, planes_b + (j0 * kpad) as u64, buf)?;
+        lt_int8::batched(gpu, stream, shape, planes_a + (row0 * kpad) as u64, planes_b + (j0 * kpad) as u64, prod)?;
         marks.mark(Phase::Products)?;
-        let rec_stream = match &side {
-            Some(side) => side.after_products(stream)?,
-            None => stream,
-        };
         let kern = gpu.kernels()?;
-        // SAFETY: buf holds r planes of rows x cols int32; C covers ldc x n doubles.
+        // SAFETY: prod holds r planes of rows x cols int32; C covers ldc x n doubles.
         unsafe {
             kern.reconstruct(
-                rec_stream,
-                buf,
+                stream,
+                prod,
                 (rows * cols) as i64,
                 rows as i32,
                 cols as i32,
@@ -404,127 +392,11 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
                 (row0 as i32, j0 as i32),
             )?;
         }
-        match &side {
-            Some(side) => side.reconstructed(block % 2)?,
-            None => marks.mark(Phase::Reconstruct)?,
-        }
-        j0 += cols;
-        block += 1;
-    }
-    if let Some(side) = &side {
-        // the caller's stream resumes after the last reconstruction (the side stream's work
-        // is complete once it is)
-        side.join(stream)?;
         marks.mark(Phase::Reconstruct)?;
+        j0 += cols;
     }
     sync(stream)?;
     Ok(Outcome { moduli: r as u32, phases: marks.phases()?, needed_bits: needed })
-}
-
-/// Column block of the product/reconstruction pipeline: about four blocks for large C, so the
-/// reconstruction of block b (SIMT) runs on a second stream while the int8 products of block
-/// b + 1 (tensor cores) run on the caller's; a block keeps >= 1024 columns so the products
-/// stay at cuBLASLt's full rate. Triangles (syrk) use four blocks from n = 2048 on, which
-/// also skips most of the other triangle's products.
-fn pipeline_block(n: usize, syrk: bool) -> usize {
-    if n >= 4096 || (syrk && n >= 2048) { round_up(n.div_ceil(4), 256) } else { n }
-}
-
-/// The second stream of the pipeline, created per call (so it belongs to the current
-/// context) with the highest priority, so the reconstruction's thread blocks are scheduled
-/// as soon as SMs free up instead of queueing behind the remaining product tiles, and two
-/// events per product buffer order the streams.
-struct SideStream {
-    stream: sys::CUstream,
-    /// Recorded on the caller's stream after block b's products (index b % 2).
-    products: [sys::CUevent; 2],
-    /// Recorded on the side stream after block b's reconstruction (index b % 2).
-    rebuilt: [sys::CUevent; 2],
-    /// Whether `rebuilt[i]` has been recorded yet (blocks 0 and 1 have nothing to wait for).
-    recorded: std::cell::Cell<[bool; 2]>,
-}
-
-impl SideStream {
-    /// None when there is a single block (nothing to overlap).
-    fn new(needed: bool) -> Result<Option<SideStream>, GpuError> {
-        if !needed {
-            return Ok(None);
-        }
-        let (mut least, mut greatest) = (0i32, 0i32);
-        // SAFETY: out-parameters of the current context's priority range.
-        unsafe { sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest) }.result().ctx("cuCtxGetStreamPriorityRange")?;
-        let mut stream = std::ptr::null_mut();
-        // SAFETY: creates a stream of the current context; destroyed in Drop.
-        unsafe { sys::cuStreamCreateWithPriority(&mut stream, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32, greatest) }
-            .result()
-            .ctx("cuStreamCreateWithPriority")?;
-        let mut side = SideStream { stream, products: [std::ptr::null_mut(); 2], rebuilt: [std::ptr::null_mut(); 2], recorded: Default::default() };
-        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
-        for e in side.products.iter_mut().chain(side.rebuilt.iter_mut()) {
-            *e = cudarc::driver::result::event::create(flags).ctx("cuEventCreate")?;
-        }
-        Ok(Some(side))
-    }
-
-    /// Makes `main` wait until the reconstruction that last read buffer `buf` is done.
-    fn wait_reconstructed(&self, main: sys::CUstream, buf: usize) -> Result<(), GpuError> {
-        if !self.recorded.get()[buf] {
-            return Ok(());
-        }
-        // SAFETY: live stream and recorded event of the same context.
-        unsafe { sys::cuStreamWaitEvent(main, self.rebuilt[buf], 0) }.result().ctx("cuStreamWaitEvent")
-    }
-
-    /// Orders the side stream after everything issued so far on `main` (the block's
-    /// products) and returns it for the reconstruction launch.
-    fn after_products(&self, main: sys::CUstream) -> Result<sys::CUstream, GpuError> {
-        // one event suffices here: it is waited on before it is recorded again
-        let e = self.products[0];
-        // SAFETY: live event and streams of the current context.
-        unsafe {
-            cudarc::driver::result::event::record(e, main).ctx("cuEventRecord")?;
-            sys::cuStreamWaitEvent(self.stream, e, 0).result().ctx("cuStreamWaitEvent")?;
-        }
-        Ok(self.stream)
-    }
-
-    /// Records that the reconstruction reading buffer `buf` has been issued.
-    fn reconstructed(&self, buf: usize) -> Result<(), GpuError> {
-        // SAFETY: live event and stream.
-        unsafe { cudarc::driver::result::event::record(self.rebuilt[buf], self.stream) }.ctx("cuEventRecord")?;
-        let mut r = self.recorded.get();
-        r[buf] = true;
-        self.recorded.set(r);
-        Ok(())
-    }
-
-    /// Makes `main` wait for all work issued on the side stream.
-    fn join(&self, main: sys::CUstream) -> Result<(), GpuError> {
-        let e = self.products[1];
-        // SAFETY: live event and streams.
-        unsafe {
-            cudarc::driver::result::event::record(e, self.stream).ctx("cuEventRecord")?;
-            sys::cuStreamWaitEvent(main, e, 0).result().ctx("cuStreamWaitEvent")
-        }
-    }
-}
-
-impl Drop for SideStream {
-    fn drop(&mut self) {
-        // On an error path reconstructions may still be queued: wait for them, so no late
-        // write to C or read of the product buffers races the caller's fallback or next call
-        // (on success the stream is already idle and this returns at once).
-        // SAFETY: live stream of the current context.
-        let _ = unsafe { sys::cuStreamSynchronize(self.stream) };
-        for e in self.products.iter().chain(self.rebuilt.iter()) {
-            if !e.is_null() {
-                // SAFETY: each event destroyed once.
-                let _ = unsafe { cudarc::driver::result::event::destroy(*e) };
-            }
-        }
-        // SAFETY: created in new, destroyed once.
-        let _ = unsafe { sys::cuStreamDestroy_v2(self.stream) };
-    }
 }
 
 #[cfg(test)]

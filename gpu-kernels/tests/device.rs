@@ -299,11 +299,12 @@ fn equals_the_cpu_reference_route_bit_for_bit() {
     }
 }
 
-/// C wide enough (n >= 4096) that products and reconstruction run as a two-stream pipeline
-/// over column blocks (`ozaki::gemm`): still the CPU reference route's bits, also for a width
-/// that leaves a ragged last block, with beta != 0 so every block's read of C is checked.
+/// A wide C (more columns than one reconstruction grid row of blocks, a ragged width) with
+/// 15 moduli, normal-sized and exponent-spread columns and beta != 0: the 4-limb
+/// reconstruction (`reconstruct_w4`) and the integer reduction of negative products still give
+/// the CPU reference route's bits.
 #[test]
-fn pipelined_column_blocks_equal_the_cpu_reference_route_bit_for_bit() {
+fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
     if !have_gpu() {
         return;
     }
