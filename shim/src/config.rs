@@ -72,7 +72,8 @@ impl Config {
         let mut problems = Vec::new();
         let text = |v: &Option<OsString>| v.as_ref().map(|s| s.to_string_lossy().into_owned());
         let route = match text(&raw.route) {
-            None => RouteRequest::Forced(Route::Vendor),
+            // Issue #5: the per-record engine chooses unless a route is forced.
+            None => RouteRequest::Auto,
             Some(s) => s.parse().unwrap_or_else(|e| {
                 problems.push(format!("OZAKI_ROUTE: {e}; using the vendor BLAS"));
                 RouteRequest::Forced(Route::Vendor)
@@ -152,10 +153,10 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_vendor_untraced_with_argv() {
+    fn defaults_are_auto_untraced_with_argv() {
         let (c, p) = Config::from_raw(&RawConfig::default());
         assert!(p.is_empty());
-        assert_eq!(c.route, RouteRequest::Forced(Route::Vendor));
+        assert_eq!(c.route, RouteRequest::Auto);
         assert!(!c.tracing() && c.trace_argv && c.moduli.is_none());
     }
 

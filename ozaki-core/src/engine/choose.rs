@@ -182,6 +182,10 @@ impl Engine {
             };
         }
         let est = self.estimates(shape, moduli);
+        if self.profile.gpu.is_none() {
+            // Nothing to choose between: keep the trace's reason short.
+            return Decision { route: Route::Vendor, moduli: None, prediction: prediction(&est, "vendor: no GPU in the profile".into()) };
+        }
         let (route, reason) = choose(&est, &self.profile.choice);
         Decision { route, moduli: if route == Route::GpuOzaki { moduli } else { None }, prediction: prediction(&est, reason) }
     }
