@@ -8,7 +8,7 @@
 //                   every modulus, written as r int8 planes with the inner dimension contiguous
 //                   ("TN" layout, what cuBLASLt's IMMA kernels want)
 //   (cuBLASLt)    : r int8 x int8 -> int32 products, one strided batch
-//   reconstruct   : CRT of the r int32 products into an exact multi-limb integer, signed lift,
+//   reconstruct[_w4]: CRT of the r int32 products into an exact multi-limb integer, signed lift,
 //                   one correctly rounded conversion to fp64, unscaling by 2^-(sigma_i+tau_j),
 //                   then C = alpha*P + beta*C (beta == 0: C is not read), optionally one triangle.
 // Everything before the final conversion is exact integer arithmetic, so the result equals the
@@ -38,7 +38,23 @@ struct CrtTable {
     u32 w[MAX_MODULI][LIMBS];
     u32 big_m[LIMBS];
     u32 half_m[LIMBS];            // ceil(M/2): x >= half_m lifts to x - M
+    u32 mi[MAX_MODULI];           // m_p as an integer
+    u32 magic[MAX_MODULI];        // floor(2^32 / m_p): Barrett quotient of a 32-bit word
+    u32 wrap[MAX_MODULI];         // 2^32 mod m_p: undoes the two's-complement wrap of t < 0
 };
+
+// t mod m in [0, m) for any int32 t, in integer arithmetic (full-rate IMADs instead of the
+// quarter-rate int <-> double conversions): x = t as u32 (= t + 2^32 when t < 0); the Barrett
+// quotient q = floor(x magic / 2^32) is floor(x / m) or one less, so one subtraction finishes
+// x mod m; a negative t then subtracts 2^32 mod m. The same value as an exact floor-mod.
+__device__ __forceinline__ u32 mod_i32(int t, u32 m, u32 magic, u32 wrap) {
+    u32 x = (u32)t;
+    u32 q = __umulhi(x, magic);
+    u32 u = x - q * m;
+    if (u >= m) u -= m;
+    if (t < 0) u = u >= wrap ? u - wrap : u + m - wrap;
+    return u;
+}
 
 __device__ __forceinline__ u64 abs_bits(double v) {
     return (u64)__double_as_longlong(v) & 0x7fffffffffffffffull;
@@ -204,10 +220,14 @@ __device__ __forceinline__ void sub_limbs(u32* x, const u32* y) {
 // (column-major, leading dimension rows, planes prod_stride apart). sigma indexes rows,
 // tau the block's columns; (row_off, col_off) place the block in C (for the triangle test).
 // uplo: 0 whole block, 1 upper (i <= j), 2 lower (i >= j).
-extern "C" __global__ void reconstruct(const int* __restrict__ prod, long long prod_stride, int rows, int cols,
-                                       const int* __restrict__ sigma, const int* __restrict__ tau, CrtTable tab,
-                                       double alpha, double beta, double* __restrict__ c, long long ldc,
-                                       int uplo, int row_off, int col_off) {
+// WL: 32-bit limbs of the weights W_p < M that can be nonzero (4 while M < 2^128, i.e. up to
+// 16 moduli; 5 for up to 20): the multiply-adds of the always-zero top limbs are skipped (the
+// per-modulus limb products are what bounds this kernel), the sum is the same integer.
+template <int WL>
+__device__ __forceinline__ void reconstruct_impl(const int* __restrict__ prod, long long prod_stride, int rows, int cols,
+                                                 const int* __restrict__ sigma, const int* __restrict__ tau, const CrtTable& tab,
+                                                 double alpha, double beta, double* __restrict__ c, long long ldc,
+                                                 int uplo, int row_off, int col_off) {
     long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (idx >= (long long)rows * cols) return;
     int i = (int)(idx % rows);
@@ -215,24 +235,19 @@ extern "C" __global__ void reconstruct(const int* __restrict__ prod, long long p
     int gi = i + row_off, gj = j + col_off;
     if ((uplo == 1 && gi > gj) || (uplo == 2 && gi < gj)) return;
 
-    u64 acc[LIMBS];
+    u64 acc[WL];
 #pragma unroll
-    for (int l = 0; l < LIMBS; ++l) acc[l] = 0;
+    for (int l = 0; l < WL; ++l) acc[l] = 0;
     for (int p = 0; p < tab.r; ++p) {
-        double t = (double)prod[p * prod_stride + idx];
-        double m = tab.m[p];
-        double u = fma(-m, floor(t * tab.inv_m[p]), t);
-        if (u < 0.0) u += m;
-        if (u >= m) u -= m;
-        u32 uu = (u32)u;
+        u32 uu = mod_i32(prod[p * prod_stride + idx], tab.mi[p], tab.magic[p], tab.wrap[p]);
 #pragma unroll
-        for (int l = 0; l < LIMBS; ++l) acc[l] += (u64)uu * tab.w[p][l];
+        for (int l = 0; l < WL; ++l) acc[l] += (u64)uu * tab.w[p][l];
     }
     u32 x[LIMBS];
     u64 carry = 0;
 #pragma unroll
     for (int l = 0; l < LIMBS; ++l) {
-        u64 s = acc[l] + carry;
+        u64 s = (l < WL ? acc[l < WL ? l : 0] : 0ull) + carry;
         x[l] = (u32)s;
         carry = s >> 32;
     }
@@ -270,4 +285,20 @@ extern "C" __global__ void reconstruct(const int* __restrict__ prod, long long p
     double out = __dmul_rn(alpha, v);
     if (beta != 0.0) out = __dadd_rn(out, __dmul_rn(beta, *cp));
     *cp = out;
+}
+
+// Up to 20 moduli (M < 2^160: weights have 5 limbs).
+extern "C" __global__ void reconstruct(const int* __restrict__ prod, long long prod_stride, int rows, int cols,
+                                       const int* __restrict__ sigma, const int* __restrict__ tau, CrtTable tab,
+                                       double alpha, double beta, double* __restrict__ c, long long ldc,
+                                       int uplo, int row_off, int col_off) {
+    reconstruct_impl<5>(prod, prod_stride, rows, cols, sigma, tau, tab, alpha, beta, c, ldc, uplo, row_off, col_off);
+}
+
+// Up to 16 moduli (M < 2^128: weights have 4 limbs).
+extern "C" __global__ void reconstruct_w4(const int* __restrict__ prod, long long prod_stride, int rows, int cols,
+                                          const int* __restrict__ sigma, const int* __restrict__ tau, CrtTable tab,
+                                          double alpha, double beta, double* __restrict__ c, long long ldc,
+                                          int uplo, int row_off, int col_off) {
+    reconstruct_impl<4>(prod, prod_stride, rows, cols, sigma, tau, tab, alpha, beta, c, ldc, uplo, row_off, col_off);
 }

@@ -37,6 +37,9 @@ pub struct CrtTable {
     w: [[u32; LIMBS]; MAX_MODULI],
     big_m: [u32; LIMBS],
     half_m: [u32; LIMBS],
+    mi: [u32; MAX_MODULI],
+    magic: [u32; MAX_MODULI],
+    wrap: [u32; MAX_MODULI],
 }
 
 fn limbs(x: &BigUint) -> [u32; LIMBS] {
@@ -103,16 +106,43 @@ impl CrtTable {
             w: [[0; LIMBS]; MAX_MODULI],
             big_m: limbs(&big_m),
             half_m: limbs(&((&big_m + 1u32) >> 1)),
+            mi: [0; MAX_MODULI],
+            magic: [0; MAX_MODULI],
+            wrap: [0; MAX_MODULI],
         };
         for (p, &m) in moduli.iter().enumerate() {
             t.m[p] = m as f64;
             t.inv_m[p] = 1.0 / m as f64;
+            t.mi[p] = m;
+            t.magic[p] = ((1u64 << 32) / m as u64) as u32;
+            t.wrap[p] = ((1u64 << 32) % m as u64) as u32;
             let mp = &big_m / m;
             let mp_mod = (&mp % m).to_u64().unwrap_or(0);
             let w = mp * inverse_mod(mp_mod, m as u64);
             t.w[p] = limbs(&(w % &big_m));
         }
         t
+    }
+
+    /// t mod m_p in [0, m_p) exactly as `mod_i32` in ozaki.cu computes it (Barrett quotient
+    /// from `magic`, then the two's-complement correction `wrap`); for tests.
+    pub fn mod_i32(&self, p: usize, t: i32) -> u32 {
+        let (m, x) = (self.mi[p], t as u32);
+        let q = ((x as u64 * self.magic[p] as u64) >> 32) as u32;
+        let mut u = x.wrapping_sub(q.wrapping_mul(m));
+        if u >= m {
+            u -= m;
+        }
+        if t < 0 {
+            u = if u >= self.wrap[p] { u - self.wrap[p] } else { u + m - self.wrap[p] };
+        }
+        u
+    }
+
+    /// 32-bit limbs the weights W_p < M can occupy (the kernels' `WL`): 4 up to 16 INT8
+    /// moduli, 5 up to 20 (`reconstruct_w4` / `reconstruct` in ozaki.cu).
+    pub fn weight_limbs(&self) -> usize {
+        self.big_m.iter().rposition(|&l| l != 0).map_or(1, |i| i + 1)
     }
 
     /// The CRT weight W_p as an integer (for tests).
@@ -178,6 +208,40 @@ mod tests {
             let (n2, m2) = t.reconstruct(&prods);
             let zero = mag.is_zero();
             assert_eq!((n2 && !zero, m2), (neg && !zero, mag));
+        }
+    }
+
+    #[test]
+    fn integer_reduction_is_the_floor_mod_for_every_int32_range_end() {
+        let t = CrtTable::new(&SET);
+        let mut probes: Vec<i32> = (-70_000..70_000).collect();
+        for base in [i32::MIN, i32::MAX - 70_000, -(1 << 24), 1 << 24, i32::MIN / 3] {
+            probes.extend((0..70_000).map(|d| base.saturating_add(d)));
+        }
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..200_000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            probes.push(s as i32);
+        }
+        for p in 0..SET.len() {
+            for &x in &probes {
+                assert_eq!(t.mod_i32(p, x) as i64, (x as i64).rem_euclid(SET[p] as i64), "{x} mod {}", SET[p]);
+            }
+        }
+    }
+
+    #[test]
+    fn weights_fit_the_limbs_the_kernels_multiply() {
+        for r in 1..=SET.len() {
+            let t = CrtTable::new(&SET[..r]);
+            let wl = t.weight_limbs();
+            assert!(wl <= 5, "ozaki.cu instantiates WL = 4 and 5 only (r = {r})");
+            assert_eq!(wl <= 4, r <= 16, "r = {r}: M < 2^128 exactly up to 16 moduli");
+            for p in 0..r {
+                assert!(t.weight(p).bits() <= 32 * wl as u64, "W_{p} beyond {wl} limbs, r = {r}");
+            }
         }
     }
 

@@ -16,6 +16,7 @@ pub struct Kernels {
     scan_strided: sys::CUfunction,
     residues: sys::CUfunction,
     reconstruct: sys::CUfunction,
+    reconstruct_w4: sys::CUfunction,
     /// Architecture the CUBIN was built for (e.g. `sm_90a`).
     pub arch: String,
     /// Whether the CUBIN came from the disk cache.
@@ -53,6 +54,7 @@ impl Kernels {
             scan_strided: function(module, "scan_rows_strided")?,
             residues: function(module, "residues")?,
             reconstruct: function(module, "reconstruct")?,
+            reconstruct_w4: function(module, "reconstruct_w4")?,
             _module: module,
             arch,
             from_cache,
@@ -183,7 +185,10 @@ impl Kernels {
             &mut col_off as *mut _ as *mut c_void,
         ];
         // SAFETY: as above.
-        unsafe { launch(self.reconstruct, grid, (256, 1, 1), stream, &mut args) }
+        // the 4-limb variant skips weight limbs that are zero for this table (same integer)
+        let f = if table.weight_limbs() <= 4 { self.reconstruct_w4 } else { self.reconstruct };
+        // SAFETY: as above; both entry points take the same arguments.
+        unsafe { launch(f, grid, (256, 1, 1), stream, &mut args) }
     }
 }
 

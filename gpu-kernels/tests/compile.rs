@@ -30,7 +30,7 @@ fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
     for arch in ["sm_90a", "sm_80"] {
         let cubin = compile_cubin(SOURCE, "ozaki.cu", arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(&cubin[..4], b"\x7fELF", "{arch}: CUBIN is an ELF image");
-        for name in ["scan_rows_contig", "scan_rows_strided", "residues", "reconstruct"] {
+        for name in ["scan_rows_contig", "scan_rows_strided", "residues", "reconstruct", "reconstruct_w4"] {
             assert!(cubin.windows(name.len()).any(|w| w == name.as_bytes()), "{arch}: {name} missing");
         }
     }
