@@ -79,14 +79,24 @@ fn par_columns<T: Send>(out: &mut [T], m: usize, n: usize, threads: usize, body:
     });
 }
 
-/// Centred residues modulo `m_t` of `A^(t) B^(t)` for packed residue planes (`a`: m x k
-/// row-major, `b`: n x k column-major), written to `out[(i + j m) * stride + offset]`
-/// (entry-major, so the `r` residues of one entry are adjacent for the reconstruction).
-/// With `tri`, only that triangle is computed (the rest is left as is).
+/// The blocked loop both packed products share: over column blocks (in parallel, see
+/// [`par_columns`], `col_len` output elements per column), row blocks of `ROW_BLOCK`, then the
+/// entries `(i, j)` that `tri` wants, calling `entry(cols, e, a_i, b_j)` with `e = (j - j0) m + i`
+/// the entry's index within the column block `cols`.
 #[allow(clippy::too_many_arguments)]
-pub fn residue_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, modulus: u32, tri: Option<Uplo>, out: &mut [i8], stride: usize, offset: usize, threads: usize) {
-    assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n * stride && offset < stride);
-    par_columns(&mut out[..m * n * stride], m * stride, n, threads, |j0, j1, cols| {
+fn for_each_entry<T: Send>(
+    out: &mut [T],
+    col_len: usize,
+    a: &[i16],
+    b: &[i16],
+    m: usize,
+    n: usize,
+    k: usize,
+    tri: Option<Uplo>,
+    threads: usize,
+    entry: impl Fn(&mut [T], usize, &[i16], &[i16]) + Sync,
+) {
+    par_columns(out, col_len, n, threads, |j0, j1, cols| {
         for i0 in (0..m).step_by(ROW_BLOCK) {
             let i1 = (i0 + ROW_BLOCK).min(m);
             for j in j0..j1 {
@@ -95,21 +105,32 @@ pub fn residue_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, modul
                     if !wanted(tri, i, j) {
                         continue;
                     }
-                    let ai = &a[i * k..(i + 1) * k];
-                    let v = if k <= K_BLOCK {
-                        reduce_i32(dot_i16(ai, bj), modulus)
-                    } else {
-                        let mut s = 0i32;
-                        for l0 in (0..k).step_by(K_BLOCK) {
-                            let l1 = (l0 + K_BLOCK).min(k);
-                            s += reduce_i32(dot_i16(&ai[l0..l1], &bj[l0..l1]), modulus);
-                        }
-                        reduce_i32(s, modulus)
-                    };
-                    cols[((j - j0) * m + i) * stride + offset] = v as i8;
+                    entry(cols, (j - j0) * m + i, &a[i * k..(i + 1) * k], bj);
                 }
             }
         }
+    });
+}
+
+/// Centred residues modulo `m_t` of `A^(t) B^(t)` for packed residue planes (`a`: m x k
+/// row-major, `b`: n x k column-major), written to `out[(i + j m) * stride + offset]`
+/// (entry-major, so the `r` residues of one entry are adjacent for the reconstruction).
+/// With `tri`, only that triangle is computed (the rest is left as is).
+#[allow(clippy::too_many_arguments)]
+pub fn residue_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, modulus: u32, tri: Option<Uplo>, out: &mut [i8], stride: usize, offset: usize, threads: usize) {
+    assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n * stride && offset < stride);
+    for_each_entry(&mut out[..m * n * stride], m * stride, a, b, m, n, k, tri, threads, |cols, e, ai, bj| {
+        let v = if k <= K_BLOCK {
+            reduce_i32(dot_i16(ai, bj), modulus)
+        } else {
+            let mut s = 0i32;
+            for l0 in (0..k).step_by(K_BLOCK) {
+                let l1 = (l0 + K_BLOCK).min(k);
+                s += reduce_i32(dot_i16(&ai[l0..l1], &bj[l0..l1]), modulus);
+            }
+            reduce_i32(s, modulus)
+        };
+        cols[e * stride + offset] = v as i8;
     });
 }
 
@@ -120,25 +141,13 @@ const COARSE_BLOCK: usize = 1 << 18;
 /// magnitudes in `[0, 64]`. With `tri`, only that triangle is computed (the rest is 0).
 pub fn coarse_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, tri: Option<Uplo>, threads: usize) -> Vec<u64> {
     let mut g = vec![0u64; m * n];
-    par_columns(&mut g, m, n, threads, |j0, j1, cols| {
-        for i0 in (0..m).step_by(ROW_BLOCK) {
-            let i1 = (i0 + ROW_BLOCK).min(m);
-            for j in j0..j1 {
-                let bj = &b[j * k..(j + 1) * k];
-                for i in i0..i1 {
-                    if !wanted(tri, i, j) {
-                        continue;
-                    }
-                    let ai = &a[i * k..(i + 1) * k];
-                    let mut s = 0u64;
-                    for l0 in (0..k).step_by(COARSE_BLOCK) {
-                        let l1 = (l0 + COARSE_BLOCK).min(k);
-                        s += dot_i16(&ai[l0..l1], &bj[l0..l1]) as u64;
-                    }
-                    cols[(j - j0) * m + i] = s;
-                }
-            }
+    for_each_entry(&mut g, m, a, b, m, n, k, tri, threads, |cols, e, ai, bj| {
+        let mut s = 0u64;
+        for l0 in (0..k).step_by(COARSE_BLOCK) {
+            let l1 = (l0 + COARSE_BLOCK).min(k);
+            s += dot_i16(&ai[l0..l1], &bj[l0..l1]) as u64;
         }
+        cols[e] = s;
     });
     g
 }
