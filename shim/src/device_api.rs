@@ -60,6 +60,42 @@ fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
     })
 }
 
+/// After the argument checks: the reference quick return (C empty, or nothing to add to an
+/// unscaled C; reported as 1, C untouched), else [`run`] with C `m` x `n`.
+#[allow(clippy::too_many_arguments)]
+fn checked_call(
+    op: Op,
+    m: i64,
+    n: i64,
+    k: i64,
+    alpha: f64,
+    a: *const f64,
+    lda: i64,
+    beta: f64,
+    c: *mut f64,
+    ldc: i64,
+    stream: *mut c_void,
+) -> c_int {
+    if m == 0 || n == 0 || ((alpha == 0.0 || k == 0) && beta == 1.0) {
+        return 1;
+    }
+    run(
+        DeviceCall {
+            op,
+            m: m as usize,
+            n: n as usize,
+            k: k as usize,
+            alpha,
+            a: a as u64,
+            lda: lda as usize,
+            beta,
+            c: c as u64,
+            ldc: ldc as usize,
+        },
+        stream,
+    )
+}
+
 /// C = alpha op(A) op(B) + beta C with A, B, C in device memory (column-major, cuBLAS
 /// conventions), ordered on `stream` (a `cudaStream_t`/`CUstream` of device `OZAKI_GPU`'s
 /// primary context; NULL for the default stream). `transa`/`transb`: 'N', 'T' or 'C'.
@@ -108,24 +144,8 @@ pub unsafe extern "C" fn ozaki_dgemm_device(
     if info != 0 {
         return -info;
     }
-    if m == 0 || n == 0 || ((alpha == 0.0 || k == 0) && beta == 1.0) {
-        return 1;
-    }
-    run(
-        DeviceCall {
-            op: Op::Gemm { transa: ta, transb: tb, b: b as u64, ldb: ldb as usize },
-            m: m as usize,
-            n: n as usize,
-            k: k as usize,
-            alpha,
-            a: a as u64,
-            lda: lda as usize,
-            beta,
-            c: c as u64,
-            ldc: ldc as usize,
-        },
-        stream,
-    )
+    let op = Op::Gemm { transa: ta, transb: tb, b: b as u64, ldb: ldb as usize };
+    checked_call(op, m, n, k, alpha, a, lda, beta, c, ldc, stream)
 }
 
 /// C = alpha A A^T + beta C (`trans` 'N', A n x k) or alpha A^T A + beta C (`trans` 'T'/'C',
@@ -165,22 +185,5 @@ pub unsafe extern "C" fn ozaki_dsyrk_device(
     if info != 0 {
         return -info;
     }
-    if n == 0 || ((alpha == 0.0 || k == 0) && beta == 1.0) {
-        return 1;
-    }
-    run(
-        DeviceCall {
-            op: Op::Syrk { uplo: ul, trans: t },
-            m: n as usize,
-            n: n as usize,
-            k: k as usize,
-            alpha,
-            a: a as u64,
-            lda: lda as usize,
-            beta,
-            c: c as u64,
-            ldc: ldc as usize,
-        },
-        stream,
-    )
+    checked_call(Op::Syrk { uplo: ul, trans: t }, n, n, k, alpha, a, lda, beta, c, ldc, stream)
 }
