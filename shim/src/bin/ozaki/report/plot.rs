@@ -158,21 +158,7 @@ pub fn stacked_shares(title: &str, rows: &[String], segments: &[Series<'_>], emp
     let nr = rows.len();
     render((SIZE.0, stacked_height(nr)), |area| {
         let (area, legend_area) = with_legend(&area, title)?;
-        let mut chart = ChartBuilder::on(&area)
-            .margin(12)
-            .x_label_area_size(44)
-            .y_label_area_size(8)
-            .build_cartesian_2d(0f64..1.0, 0f64..nr as f64 + 0.1)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .max_light_lines(0)
-            .y_labels(0)
-            .x_label_formatter(&|x| format!("{:.0}%", x * 100.0))
-            .x_desc("share of FLOPs")
-            .label_style(("sans-serif", 14))
-            .axis_desc_style(("sans-serif", 16))
-            .draw()?;
+        let mut chart = hbar_chart(&area, 1.0, nr, "share of FLOPs", &|x| format!("{:.0}%", x * 100.0))?;
         let mut left = vec![0.0f64; nr];
         for s in segments {
             let color = s.color;
@@ -185,11 +171,7 @@ pub fn stacked_shares(title: &str, rows: &[String], segments: &[Series<'_>], emp
             }
             chart.draw_series(rects)?;
         }
-        // Row names go above their bars, inside the plot (long names need the width).
-        let names = rows.iter().enumerate().map(|(r, name)| {
-            Text::new(name.clone(), (0.003, r as f64 + 0.97), ("sans-serif", 14).into_font().color(&BLACK))
-        });
-        chart.draw_series(names)?;
+        draw_row_names(&mut chart, rows, 1.0)?;
         let legend: Vec<(String, RGBColor, bool)> = segments.iter().map(|s| (s.name.to_string(), s.color, false)).collect();
         draw_legend(&legend_area, &legend)?;
         Ok(())
@@ -218,21 +200,7 @@ pub fn grouped_hbars(
     let ns = series.len() as f64;
     render((SIZE.0, stacked_height(nr)), |area| {
         let (area, legend_area) = with_legend(&area, title)?;
-        let mut chart = ChartBuilder::on(&area)
-            .margin(12)
-            .x_label_area_size(44)
-            .y_label_area_size(8)
-            .build_cartesian_2d(0f64..xtop, 0f64..nr as f64 + 0.1)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .max_light_lines(0)
-            .y_labels(0)
-            .x_label_formatter(&|x| x_fmt(*x))
-            .x_desc(x_desc)
-            .label_style(("sans-serif", 14))
-            .axis_desc_style(("sans-serif", 16))
-            .draw()?;
+        let mut chart = hbar_chart(&area, xtop, nr, x_desc, &|x| x_fmt(*x))?;
         let height = 0.62 / ns;
         for (si, s) in series.iter().enumerate() {
             let color = s.color;
@@ -248,10 +216,7 @@ pub fn grouped_hbars(
             chart.draw_series(values)?;
         }
         chart.draw_series(LineSeries::new([(reference.0, 0.0), (reference.0, nr as f64 + 0.1)], BLACK.stroke_width(2)))?;
-        let names = rows.iter().enumerate().map(|(r, name)| {
-            Text::new(name.clone(), (xtop * 0.003, r as f64 + 0.97), ("sans-serif", 14).into_font().color(&BLACK))
-        });
-        chart.draw_series(names)?;
+        draw_row_names(&mut chart, rows, xtop)?;
         let mut legend: Vec<(String, RGBColor, bool)> = series.iter().map(|s| (s.name.to_string(), s.color, false)).collect();
         legend.push((reference.1.to_string(), BLACK, true));
         draw_legend(&legend_area, &legend)?;
@@ -276,6 +241,46 @@ pub fn message(title: &str, text: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+/// A horizontal-bar chart over x in `[0, xtop]` with `rows` bar slots (row `r` in
+/// `[r, r + 1]`) and no y labels: row names go above their bars, see [`draw_row_names`].
+type HBarChart<'c, 'b> =
+    ChartContext<'c, BitMapBackend<'b>, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+
+/// Builds the [`HBarChart`] of `stacked_shares` and `grouped_hbars` and draws its mesh.
+fn hbar_chart<'c, 'b>(
+    area: &'c Area<'b>,
+    xtop: f64,
+    rows: usize,
+    x_desc: &str,
+    x_fmt: &dyn Fn(&f64) -> String,
+) -> Result<HBarChart<'c, 'b>, Box<dyn std::error::Error + 'b>> {
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(8)
+        .build_cartesian_2d(0f64..xtop, 0f64..rows as f64 + 0.1)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .max_light_lines(0)
+        .y_labels(0)
+        .x_label_formatter(x_fmt)
+        .x_desc(x_desc)
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()?;
+    Ok(chart)
+}
+
+/// Row names go above their bars, inside the plot (long names need the width).
+fn draw_row_names<'b>(chart: &mut HBarChart<'_, 'b>, rows: &[String], xtop: f64) -> Result<(), Box<dyn std::error::Error + 'b>> {
+    let names = rows.iter().enumerate().map(|(r, name)| {
+        Text::new(name.clone(), (xtop * 0.003, r as f64 + 0.97), ("sans-serif", 14).into_font().color(&BLACK))
+    });
+    chart.draw_series(names)?;
+    Ok(())
+}
 
 /// Grey of the shaded crossover band.
 const BAND: RGBColor = RGBColor(230, 230, 230);
