@@ -9,6 +9,14 @@ use std::ffi::{CString, c_void};
 /// CUDA source of the emulation kernels (compiled at run time, issue #4).
 pub const SOURCE: &str = include_str!("../kernels/ozaki.cu");
 
+/// The `void*` argument array `cuLaunchKernel` takes: one pointer to each (local, mutable)
+/// argument, in the kernel's parameter order.
+macro_rules! kernel_args {
+    ($($arg:ident),* $(,)?) => {
+        [$(&mut $arg as *mut _ as *mut c_void),*]
+    };
+}
+
 /// Loaded module and its entry points.
 pub struct Kernels {
     _module: sys::CUmodule,
@@ -80,29 +88,14 @@ impl Kernels {
         if contig {
             let warps_per_block = 8u32;
             let grid = (rows as u32).div_ceil(warps_per_block);
-            let mut args = [
-                &mut x as *mut _ as *mut c_void,
-                &mut ld as *mut _ as *mut c_void,
-                &mut rows as *mut _ as *mut c_void,
-                &mut kdim as *mut _ as *mut c_void,
-                &mut maxbits as *mut _ as *mut c_void,
-                &mut abssum as *mut _ as *mut c_void,
-            ];
+            let mut args = kernel_args![x, ld, rows, kdim, maxbits, abssum];
             // SAFETY: argument types match the kernel signature; pointers are device memory
             // of the sizes the caller checked.
             unsafe { launch(self.scan_contig, (grid, 1, 1), (32 * warps_per_block, 1, 1), stream, &mut args) }
         } else {
             let mut lchunk: i32 = 16;
             let grid = ((rows as u32).div_ceil(256), (kdim as u32).div_ceil(lchunk as u32).max(1), 1);
-            let mut args = [
-                &mut x as *mut _ as *mut c_void,
-                &mut ld as *mut _ as *mut c_void,
-                &mut rows as *mut _ as *mut c_void,
-                &mut kdim as *mut _ as *mut c_void,
-                &mut lchunk as *mut _ as *mut c_void,
-                &mut maxbits as *mut _ as *mut c_void,
-                &mut abssum as *mut _ as *mut c_void,
-            ];
+            let mut args = kernel_args![x, ld, rows, kdim, lchunk, maxbits, abssum];
             // SAFETY: as above.
             unsafe { launch(self.scan_strided, grid, (256, 1, 1), stream, &mut args) }
         }
@@ -128,18 +121,7 @@ impl Kernels {
         let (mut x, mut ld, mut contig, mut rows, mut kdim, mut kpad, mut shift, mut table, mut out, mut ps) =
             (x, ld, contig as i32, rows, kdim, kpad, shift, *table, out, plane_stride);
         let grid = ((kpad as u32).div_ceil(128), (rows as u32).div_ceil(32), 1);
-        let mut args = [
-            &mut x as *mut _ as *mut c_void,
-            &mut ld as *mut _ as *mut c_void,
-            &mut contig as *mut _ as *mut c_void,
-            &mut rows as *mut _ as *mut c_void,
-            &mut kdim as *mut _ as *mut c_void,
-            &mut kpad as *mut _ as *mut c_void,
-            &mut shift as *mut _ as *mut c_void,
-            &mut table as *mut _ as *mut c_void,
-            &mut out as *mut _ as *mut c_void,
-            &mut ps as *mut _ as *mut c_void,
-        ];
+        let mut args = kernel_args![x, ld, contig, rows, kdim, kpad, shift, table, out, ps];
         // SAFETY: as above; the table is passed by value (#[repr(C)] mirror of the CUDA struct).
         unsafe { launch(self.residues, grid, (32, 8, 1), stream, &mut args) }
     }
@@ -168,22 +150,7 @@ impl Kernels {
         let (mut row_off, mut col_off) = offsets;
         let total = rows as u64 * cols as u64;
         let grid = (total.div_ceil(256) as u32, 1, 1);
-        let mut args = [
-            &mut prod as *mut _ as *mut c_void,
-            &mut ps as *mut _ as *mut c_void,
-            &mut rows as *mut _ as *mut c_void,
-            &mut cols as *mut _ as *mut c_void,
-            &mut sigma as *mut _ as *mut c_void,
-            &mut tau as *mut _ as *mut c_void,
-            &mut table as *mut _ as *mut c_void,
-            &mut alpha as *mut _ as *mut c_void,
-            &mut beta as *mut _ as *mut c_void,
-            &mut c as *mut _ as *mut c_void,
-            &mut ldc as *mut _ as *mut c_void,
-            &mut uplo as *mut _ as *mut c_void,
-            &mut row_off as *mut _ as *mut c_void,
-            &mut col_off as *mut _ as *mut c_void,
-        ];
+        let mut args = kernel_args![prod, ps, rows, cols, sigma, tau, table, alpha, beta, c, ldc, uplo, row_off, col_off];
         // SAFETY: as above.
         // the 4-limb variant skips weight limbs that are zero for this table (same integer)
         let f = if table.weight_limbs() <= 4 { self.reconstruct_w4 } else { self.reconstruct };
