@@ -11,6 +11,25 @@
 //!
 //! C is written only in stage 5, after every earlier stage succeeded; a failure before it
 //! leaves C untouched, so the caller can still run the native route on the same memory.
+//!
+//! # Same numerics as `ozaki-core` (issue #3), and where they differ
+//! Moduli ([`MODULI`] = `ozaki_core::moduli::INT8_MODULI`), shifts (ozaki-core's *fast*
+//! scaling, [`bits_for`]), quantiser (round to nearest even, `rint`) and reconstruction (exact
+//! CRT, one correctly rounded conversion, then `alpha c + beta C` with separately rounded
+//! operations) are those of `ozaki_core::emulate`; for the same moduli count its output with
+//! `ScalingMode::Fast` and `Reconstruction::Exact` equals ours bit for bit
+//! (`tests/device.rs`, `equals_the_cpu_reference_route_bit_for_bit`). Three differences
+//! remain, on purpose:
+//! - **moduli count**: the CPU route's default chooses r from a statistical error estimate
+//!   that needs the exact quantisation errors and an exponent product over all (i, j)
+//!   (`ozaki_core::select`); on the GPU that is another full product, so the GPU chooses r
+//!   from the in-row spread measured by the scan ([`needed_bits`], calibrated on the H200).
+//!   With `OZAKI_MODULI=r` both routes use r.
+//! - **scaling mode**: the CPU default is the accurate mode (one extra coarse product, about
+//!   one modulus fewer on spread data); the GPU uses the fast mode.
+//! - **subnormal results**: the GPU rounds C' 2^-(sigma+tau) to 53 bits and then scales, which
+//!   rounds a second time when the result is subnormal (below 2^-1022); normal results are
+//!   correctly rounded.
 
 use crate::crt::{CrtTable, MAX_MODULI, ResidueTable};
 use crate::device::{Gpu, sync};

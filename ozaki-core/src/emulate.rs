@@ -15,9 +15,10 @@
 //!    modulo `m_t` ([`crate::residues`], [`crate::kernel`]).
 //! 5. **Reconstruct** each entry ([`crate::reconstruct`], exact Garner by default or the
 //!    fp64 CRT the GPU uses) as `ĉ_ij = RN(C'_ij 2^-(σ_i + τ_j))`.
-//! 6. **alpha/beta**: `C_ij = alpha ĉ_ij` if `beta = 0` (old C not read), else
-//!    `alpha ĉ_ij + C_ij` if `beta = 1`, else `alpha ĉ_ij + beta C_ij` (each operation one
-//!    IEEE rounding, no fma; `alpha ĉ` is exact when `alpha = 1`).
+//! 6. **alpha/beta**: with `t = alpha ĉ_ij`, or `t = +0` when `ĉ_ij = 0` (the reference
+//!    loop starts C at +0 and adds products, so an exact zero product is +0 for any alpha),
+//!    `C_ij = t` if `beta = 0` (old C not read), else `t + C_ij` if `beta = 1`, else
+//!    `t + beta C_ij` (each operation one IEEE rounding, no fma).
 //!
 //! C is written only in step 6, after every entry has been computed: an error path never
 //! leaves a half-written C. dsyrk computes and writes only the `uplo` triangle, with
@@ -326,7 +327,9 @@ fn write_back(c: &mut [f64], ldc: usize, m: usize, n: usize, tri: Option<Uplo>, 
         };
         for i in lo..hi {
             let cij = &mut c[i + j * ldc];
-            let t = prod.map_or(0.0, |p| alpha * p[i + j * m]);
+            // An exact zero product stays +0 whatever alpha's sign, as in the reference loop
+            // (C starts at +0 and adds products).
+            let t = prod.map_or(0.0, |p| if p[i + j * m] == 0.0 { 0.0 } else { alpha * p[i + j * m] });
             *cij = if prod.is_none() {
                 if beta == 0.0 { 0.0 } else { beta * *cij }
             } else if beta == 0.0 {

@@ -34,7 +34,7 @@
 //! | [`abi`] | the only reader of raw caller pointers: reference-BLAS argument checks, xerbla, row-major conversion |
 //! | [`forward`] | finding the real BLAS per symbol: `OZAKI_VENDOR_BLAS`, `RTLD_NEXT`, loaded objects |
 //! | [`guard`] | per-thread re-entrancy guard (reference `cblas_dgemm` calls `dgemm_`) |
-//! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, and the `cpu_ozaki` / `gpu` extension points |
+//! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, `cpu_ozaki` and `gpu` |
 //! | [`config`] | `OZAKI_*` environment variables, read once |
 //! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
 //! | [`ab`] | `OZAKI_AB`: the vendor beside the chosen route on a private copy of C, differences and times in the trace (issue #6) |

@@ -10,8 +10,8 @@
 //! |---|---|---|
 //! | `vendor` | [`vendor`] | forwards the original arguments to the real BLAS (issue #2) |
 //! | `builtin` | [`builtin`] | `ozaki_core::blas` cache-blocked fp64 kernels (issue #2) |
-//! | `cpu-ozaki` | [`cpu_ozaki`] | extension point: Ozaki-II on the CPU (issue #3) |
-//! | `gpu-native`, `gpu-ozaki` | [`gpu`] | extension point: cuBLAS fp64 / Ozaki-II on INT8 tensor cores (issue #4) |
+//! | `cpu-ozaki` | [`cpu_ozaki`] | Ozaki-II on the CPU through `ozaki_core::emulate` (issue #3) |
+//! | `gpu-native`, `gpu-ozaki` | [`gpu`] | cuBLAS fp64 / Ozaki-II on INT8 tensor cores through `gpu_kernels` (issue #4) |
 //!
 //! ## Contract for a non-vendor route
 //! A route is a function `fn(&GemmArgs, &mut [f64], &Config) -> Result<RouteOutcome,
@@ -55,8 +55,6 @@ pub struct RouteOutcome {
 /// Why a route did not produce C; becomes the trace's `fallback` text ([`RouteError::reason`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum RouteError {
-    /// The route is not compiled into this build (extension point not filled yet).
-    NotInBuild(Route),
     /// No vendor BLAS defines the symbol (only the built-in kernel is left).
     NoVendor,
     /// The route's resources are missing (no GPU, driver, library or memory); the message says which.
@@ -73,7 +71,6 @@ impl RouteError {
     /// Short, stable reason text for the trace `fallback` field.
     pub fn reason(&self, route: Route) -> String {
         match self {
-            RouteError::NotInBuild(r) => format!("{r}: route not available in this build"),
             RouteError::NoVendor => format!("{route}: no vendor BLAS found"),
             RouteError::Unavailable(why) => format!("{route}: unavailable: {why}"),
             RouteError::NonFinite => format!("{route}: non-finite or out-of-range input"),

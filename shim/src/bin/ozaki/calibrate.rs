@@ -63,10 +63,24 @@ struct Args {
     /// Validate this profile instead of the one just fitted (no calibration).
     #[arg(long)]
     validate_profile: Option<PathBuf>,
+    /// With --validate-profile: score it on the samples of a saved validation report
+    /// (--validation-out of an earlier run) instead of timing anything.
+    #[arg(long, requires = "validate_profile")]
+    rescore: Option<PathBuf>,
 }
 
 pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let a = Args::parse_from(args);
+    if let (Some(p), Some(r)) = (&a.validate_profile, &a.rescore) {
+        let prof = Profile::load(p).map_err(anyhow::Error::msg)?;
+        let text = std::fs::read_to_string(r).with_context(|| format!("{}", r.display()))?;
+        let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}", r.display()))?;
+        let samples: Vec<RouteSample> = serde_json::from_value(v.get("samples").cloned().context("report has no samples")?)?;
+        let threads = prof.cpu.blas.first().map_or(1, |c| c.threads);
+        let rep = cal::validate(&prof, threads, &samples, &|s: &CallShape| Some(ozaki_shim::route::choose::priced_moduli(s.k, None)));
+        write_validation(&rep, a.validation_out.as_deref())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(p) = &a.validate_profile {
         let prof = Profile::load(p).map_err(anyhow::Error::msg)?;
         let plan = Plan::standard(a.quick);
