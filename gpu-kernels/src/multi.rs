@@ -184,10 +184,20 @@ pub fn slots() -> &'static [u32] {
     })
 }
 
-/// The split plan for a host-resident dgemm, or `None` when it runs on one device: fewer
-/// than two slots, `m * n * k` below [`SPLIT_MIN_VOLUME`], or C too small for two tiles of
-/// `SplitParams::default()`'s minimum size.
+/// Opt-in switch for the shim's automatic split: `OZAKI_SPLIT=1`. Off by default because
+/// the first measurement (BENCHMARKS.md, issue #7, 2x H200) found this executor *slower*
+/// split over two GPUs than on one (0.47-0.54x at 16384^3 and 32768^3): every tile re-stages
+/// all of B, and tiles go through host scratch copies. Splitting becomes the default only
+/// once a measurement shows it faster.
+pub const SPLIT_VAR: &str = "OZAKI_SPLIT";
+
+/// The split plan for a host-resident dgemm, or `None` when it runs on one device:
+/// [`SPLIT_VAR`] not `1`, fewer than two slots, `m * n * k` below [`SPLIT_MIN_VOLUME`], or C
+/// too small for two tiles of `SplitParams::default()`'s minimum size.
 pub fn split_for(m: usize, n: usize, k: usize) -> Option<SplitPlan> {
+    if std::env::var(SPLIT_VAR).map_or(true, |v| v.trim() != "1") {
+        return None;
+    }
     let slots = slots();
     if slots.len() < 2 || (m as u64).saturating_mul(n as u64).saturating_mul(k as u64) < SPLIT_MIN_VOLUME {
         return None;
@@ -212,6 +222,14 @@ mod tests {
                 (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5
             })
             .collect()
+    }
+
+    /// The shim never splits unless asked (the split measured slower than one GPU).
+    #[test]
+    fn no_automatic_split_without_opt_in() {
+        if std::env::var_os(SPLIT_VAR).is_none() {
+            assert_eq!(split_for(32768, 32768, 32768), None);
+        }
     }
 
     /// Each tile's sub-GEMM (operands from `tile_args`) equals that tile of the full product

@@ -54,9 +54,10 @@ pub fn gemm(route: Route, args: &GemmArgs<'_>, c: &mut [f64], config: &Config) -
         return Err(RouteError::Failed("alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into()));
     }
     let engine = engine(route, config);
-    // Issue #7: a large call in a process that owns several device slots is split into C
-    // tiles, one per slot (gpu_kernels::multi; threshold multi::SPLIT_MIN_VOLUME). The trace
-    // records the first tile's device; the split itself is logged (OZAKI_LOG=info).
+    // Issue #7: with OZAKI_SPLIT=1 (opt-in: measured slower than one GPU so far, see
+    // BENCHMARKS.md), a large call in a process that owns several device slots is split into
+    // C tiles, one per slot (gpu_kernels::multi; threshold multi::SPLIT_MIN_VOLUME). The
+    // trace records the first tile's device; the split itself is logged (OZAKI_LOG=info).
     if let Some(plan) = gpu_kernels::multi::split_for(args.m, args.n, args.k) {
         let o = gpu_kernels::multi::gemm(args, c, engine, &plan).map_err(|e| error(route, e))?;
         tracing::info!(devices = ?o.devices, grid = ?(plan.grid_rows, plan.grid_cols), "dgemm split across device slots");
