@@ -57,12 +57,19 @@ pub struct Gpu {
 // use first makes the context current on the calling thread.
 unsafe impl Send for Gpu {}
 
-static GPU: OnceLock<Result<Mutex<Gpu>, GpuError>> = OnceLock::new();
+/// A GPU slot: initialised, or why it could not be.
+type Cell = Result<Mutex<Gpu>, GpuError>;
+
+static GPU: OnceLock<Cell> = OnceLock::new();
 
 /// The process's GPU, initialised on first use; `Err` (forever, for this process) when there
 /// is none or it could not be initialised. Never panics.
 pub fn gpu() -> Result<MutexGuard<'static, Gpu>, GpuError> {
-    let cell = GPU.get_or_init(|| contain("GPU initialisation", Gpu::init).map(Mutex::new));
+    lock(GPU.get_or_init(|| contain("GPU initialisation", Gpu::init).map(Mutex::new)))
+}
+
+/// Locks an initialised GPU and makes its context current on this thread.
+fn lock(cell: &'static Cell) -> Result<MutexGuard<'static, Gpu>, GpuError> {
     match cell {
         Ok(m) => {
             let g = m.lock().unwrap_or_else(|p| p.into_inner());
@@ -73,7 +80,6 @@ pub fn gpu() -> Result<MutexGuard<'static, Gpu>, GpuError> {
     }
 }
 
-type Cell = Result<Mutex<Gpu>, GpuError>;
 
 /// The `Gpu` of one slot of a split plan (issue #7): device `ordinal`, `replica`-th slot on
 /// that device (`OZAKI_DEVICES=0,0` has replicas 0 and 1 of device 0). Each slot is its own
@@ -100,14 +106,7 @@ pub fn gpu_slot(ordinal: u32, replica: u32) -> Result<MutexGuard<'static, Gpu>, 
             }
         }
     };
-    match cell {
-        Ok(m) => {
-            let g = m.lock().unwrap_or_else(|p| p.into_inner());
-            g.make_current()?;
-            Ok(g)
-        }
-        Err(e) => Err(e.clone()),
-    }
+    lock(cell)
 }
 
 /// Number of CUDA devices the driver shows (initialises the default GPU first, so a

@@ -24,15 +24,8 @@ fn have_gpu() -> bool {
 }
 
 fn vec(seed: u64, n: usize) -> Vec<f64> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-        })
-        .collect()
+    let mut r = ozaki_core::testutil::Rng::new(seed);
+    (0..n).map(|_| r.uniform() - 0.5).collect()
 }
 
 fn compare(slots: &[u32]) {
