@@ -137,6 +137,21 @@ pub struct AbResult {
     /// private copy of C would exceed `OZAKI_AB_MAX_MB`); the numeric fields are then 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    /// ||C_route - C_vendor||_F / (|alpha| ||op(A)||_F ||op(B)||_F + |beta| ||C_old||_F): the
+    /// difference on the scale of the data, which any two correct fp64 results keep below
+    /// 2 gamma_{k+2} = 2(k+2)u / (1 - (k+2)u) whatever C's cancellation (`ozaki ab-report`'s
+    /// verdict). Non-finite values are written as 1.8e308.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rel_scaled: Option<f64>,
+}
+
+/// The largest [`AbResult::rel_scaled`] two correct fp64 computations of a call with inner
+/// dimension `k` can differ by: twice the classic dot-product bound gamma_{k+2} (k products
+/// and sums, one rounding of alpha, one of the beta update), with u = 2^-53.
+pub fn ab_scaled_bound(k: u64) -> f64 {
+    let u = f64::EPSILON / 2.0;
+    let ku = (k as f64 + 2.0) * u;
+    if ku >= 1.0 { f64::INFINITY } else { 2.0 * ku / (1.0 - ku) }
 }
 
 /// One intercepted BLAS call.

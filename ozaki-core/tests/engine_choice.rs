@@ -166,11 +166,8 @@ fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements 
     let mut links = Vec::new();
     links.extend(link(Direction::H2d, HostMemory::Pinned, g.link.h2d_pinned));
     links.extend(link(Direction::D2h, HostMemory::Pinned, g.link.d2h_pinned));
-    // Staged samples time one call's uploads and download together (both fixed costs).
-    assert_eq!(g.link.h2d_staged, g.link.d2h_staged);
-    for d in [Direction::H2d, Direction::D2h] {
-        links.extend([1u64 << 16, 1 << 24, 1 << 28].map(|b| LinkSample { direction: d, memory: HostMemory::Staged, bytes: b, seconds: 2.0 * g.link.latency_s + b as f64 / g.link.h2d_staged }));
-    }
+    links.extend(link(Direction::H2d, HostMemory::Staged, g.link.h2d_staged));
+    links.extend(link(Direction::D2h, HostMemory::Staged, g.link.d2h_staged));
     let stream = |pe: &ozaki_core::engine::profile::PerElement| [(1u64 << 20, 8u32), (1 << 24, 14), (1 << 24, 18)].map(|(e, r)| StreamSample { elems: e, moduli: r, seconds: e as f64 * (pe.s_per_elem + r as f64 * pe.s_per_elem_modulus) });
     let cpu = &truth.cpu.blas[0];
     let mut routes = Vec::new();

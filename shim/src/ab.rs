@@ -145,6 +145,11 @@ impl Drop for Reservation {
 }
 
 /// The elements of C a call writes: `rows x cols` stored `ld` apart, or one triangle.
+///
+/// Everything between them (rows `rows..ld` of each column, the other triangle) may belong
+/// to another thread's concurrent call (OpenMP programs split one C into row blocks), so
+/// whoever writes C writes exactly these elements: the A/B copies here, and every route that
+/// computes into a scratch copy of C ([`Region::copy`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Region {
     /// Rows.
@@ -161,8 +166,25 @@ impl Region {
     /// The written part of C of a checked call.
     pub fn of(canon: &Canon) -> Region {
         match *canon {
-            Canon::Gemm { m, n, ldc, .. } => Region { rows: m, cols: n, ld: ldc, tri: None },
-            Canon::Syrk { uplo, n, ldc, .. } => Region { rows: n, cols: n, ld: ldc, tri: Some(uplo) },
+            Canon::Gemm { m, n, ldc, .. } => Region::gemm(m, n, ldc),
+            Canon::Syrk { uplo, n, ldc, .. } => Region::syrk(n, ldc, uplo),
+        }
+    }
+
+    /// The written part of C of a dgemm.
+    pub fn gemm(m: usize, n: usize, ldc: usize) -> Region {
+        Region { rows: m, cols: n, ld: ldc, tri: None }
+    }
+
+    /// The written part of C of a dsyrk.
+    pub fn syrk(n: usize, ldc: usize, uplo: Uplo) -> Region {
+        Region { rows: n, cols: n, ld: ldc, tri: Some(uplo) }
+    }
+
+    /// Copies the region's elements from `src` to `dst` (same layout), nothing else.
+    pub fn copy(&self, src: &[f64], dst: &mut [f64]) {
+        for i in self.indices() {
+            dst[i] = src[i];
         }
     }
 
@@ -186,7 +208,7 @@ impl Region {
     }
 
     /// Indices into C of the region's elements, column by column.
-    fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+    pub fn indices(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.cols).flat_map(move |j| self.rows_of(j).map(move |i| i + j * self.ld))
     }
 
@@ -273,7 +295,7 @@ pub fn differences(pairs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
 /// - as [`route::execute`]: `raw` are the caller's arguments of `id` and `canon` was decoded
 ///   from them; the BLAS calling contract holds for the whole call.
 pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Canon, config: &Config) -> (Executed, Option<AbResult>) {
-    // SAFETY (all `route::execute` calls below): the caller's contract.
+    // SAFETY: the caller's contract (this closure is every `route::execute` call below).
     let plain = || unsafe { route::execute(route, id, raw, canon, config) };
     let Some(ab) = self::config() else { return (plain(), None) };
     // Comparing the vendor with itself would only double the time.
@@ -291,9 +313,9 @@ pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Cano
     if buffer.try_reserve_exact(region.len()).is_err() {
         return (plain(), Some(skipped(format!("could not allocate {} MiB for the copy of C", bytes.div_ceil(1 << 20)))));
     }
-    // 1. Save the original C.
+    // 1. Save the original C; note the data's scale (|alpha| |A| |B| + |beta| |C|).
     // SAFETY: the caller's contract; this view is dropped before anything else touches C.
-    with_c(canon, |c| region.pack(c, &mut buffer));
+    let scale = data_scale(canon, &region, &mut buffer);
     // 2. The vendor, in the caller's C.
     let t = Instant::now();
     // SAFETY: the caller's contract.
@@ -311,15 +333,63 @@ pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Cano
     let route_ns = t.elapsed().as_nanos() as u64;
     // 5. Compare, and hand the program the result it asked for.
     // SAFETY: as in 1; the route has returned and no longer holds a view of C.
-    let (max_rel_comp, rel_norm) = with_c(canon, |c| {
+    let (max_rel_comp, rel_norm, diff) = with_c(canon, |c| {
         let d = region.compare(c, &buffer);
+        let diff = frobenius(region.indices().map(|i| c[i]).zip(buffer.iter()).map(|(r, v)| r - v));
         if ab.keep_vendor {
             region.unpack(&buffer, c);
         }
-        d
+        (d.0, d.1, diff)
     });
+    let rel_scaled = match diff / scale {
+        x if x.is_nan() && diff == 0.0 => 0.0,
+        x if x.is_finite() => x,
+        _ => f64::MAX,
+    };
     let kept = if ab.keep_vendor { "vendor" } else { "route" };
-    (done, Some(AbResult { max_rel_comp, rel_norm, vendor_ns, route_ns, kept: kept.into(), skipped: None }))
+    (done, Some(AbResult { max_rel_comp, rel_norm, vendor_ns, route_ns, kept: kept.into(), skipped: None, rel_scaled: Some(rel_scaled) }))
+}
+
+/// Frobenius norm of the values, scaled so that huge entries do not overflow.
+fn frobenius(values: impl Iterator<Item = f64>) -> f64 {
+    let (mut scale, mut ssq) = (0.0f64, 1.0f64);
+    for x in values {
+        let a = x.abs();
+        if a.is_nan() || a.is_infinite() {
+            return f64::INFINITY;
+        }
+        if a > 0.0 {
+            if scale < a {
+                ssq = 1.0 + ssq * (scale / a) * (scale / a);
+                scale = a;
+            } else {
+                ssq += (a / scale) * (a / scale);
+            }
+        }
+    }
+    scale * ssq.sqrt()
+}
+
+/// Packs the caller's C into `buffer` and returns |alpha| ||op(A)||_F ||op(B)||_F +
+/// |beta| ||C||_F, the scale the A/B difference is measured against (O(mk + kn + mn), small
+/// next to the product's O(mnk)).
+fn data_scale(canon: &Canon, region: &Region, buffer: &mut Vec<f64>) -> f64 {
+    // SAFETY: as `with_c`: the only view of the call's matrices while it lives.
+    let (ab, beta) = match unsafe { canon.operands() } {
+        Operands::Gemm(g, c) => {
+            region.pack(c, buffer);
+            let a = frobenius((0..g.k).flat_map(|l| (0..g.m).map(move |i| (i, l))).map(|(i, l)| if g.a.is_empty() { 0.0 } else { g.op_a(i, l) }));
+            let b = frobenius((0..g.n).flat_map(|j| (0..g.k).map(move |l| (l, j))).map(|(l, j)| if g.b.is_empty() { 0.0 } else { g.op_b(l, j) }));
+            (g.alpha.abs() * a * b, g.beta)
+        }
+        Operands::Syrk(s, c) => {
+            region.pack(c, buffer);
+            let a = frobenius((0..s.k).flat_map(|l| (0..s.n).map(move |i| (i, l))).map(|(i, l)| if s.a.is_empty() { 0.0 } else { s.op_a(i, l) }));
+            (s.alpha.abs() * a * a, s.beta)
+        }
+    };
+    let c = if beta == 0.0 { 0.0 } else { beta.abs() * frobenius(buffer.iter().copied()) };
+    ab + c
 }
 
 /// Runs `f` on a view of the caller's C.
@@ -393,6 +463,10 @@ mod tests {
         assert_eq!(c[..12], [-1.0, -1.0, -1.0, 3.0, 4.0, -1.0, -1.0, 7.0, 8.0, 9.0, -1.0, 11.0]);
         lower.unpack(&q, &mut c);
         assert_eq!(c, (0..12).map(f64::from).collect::<Vec<_>>());
+        // copy touches the region only: the rows between (another thread's) stay.
+        let mut dst = vec![-1.0; 12];
+        full.copy(&c, &mut dst);
+        assert_eq!(dst, [0.0, 1.0, -1.0, -1.0, 4.0, 5.0, -1.0, -1.0, 8.0, 9.0, -1.0, -1.0]);
     }
 
     #[test]

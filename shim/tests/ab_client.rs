@@ -92,6 +92,8 @@ fn ab_records_differences_and_keep_vendor_returns_the_vendors_bits() {
         // Two correct fp64 results that round differently: close, and measured as different.
         assert!(ab.rel_norm > 0.0 && ab.rel_norm < 1e-13, "{ab:?}");
         assert!(ab.max_rel_comp >= ab.rel_norm && ab.max_rel_comp < 1e-6, "{ab:?}");
+        let scaled = ab.rel_scaled.expect("difference on the data's scale recorded");
+        assert!(scaled > 0.0 && scaled <= ozaki_core::trace::ab_scaled_bound(c.k), "{ab:?}");
     }
     assert_ne!(with_route, vendor, "the program got the route's result, not the vendor's");
 
@@ -119,6 +121,34 @@ fn ab_records_differences_and_keep_vendor_returns_the_vendors_bits() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}");
     assert!(text.contains("builtin: PASS, agrees") && text.contains("2 calls skipped"), "{text}");
+}
+
+#[test]
+fn concurrent_calls_on_one_c_keep_each_others_rows() {
+    // Four threads update disjoint row blocks of one C (same ldc), 300 rounds each. The
+    // built-in route and the A/B copies must write only their own rows: any write-back of a
+    // call's whole span would overwrite the other threads' rows with stale values.
+    let Some(fx) = fixture("ab-threads") else { return };
+    let exe = fx.dir.join("ab_threads");
+    let src = common::repo_root().join("tests/apps/ab_threads.c");
+    let o = Command::new("gcc").args(["-O2", "-pthread"]).arg(&src).arg("-o").arg(&exe).arg("-lblas").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = |preload: Option<&Path>, env: &[(&str, &str)]| {
+        let mut cmd = Command::new(&exe);
+        cmd.env("LD_LIBRARY_PATH", "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack");
+        if let Some(p) = preload {
+            cmd.env("LD_PRELOAD", p);
+        }
+        cmd.envs(env.iter().copied());
+        let o = cmd.output().unwrap();
+        assert!(o.status.success());
+        o.stdout
+    };
+    let reference = run(None, &[]);
+    // The built-in kernel sums in the reference BLAS's order, so it must match bit for bit.
+    assert!(run(Some(&common::shim_lib()), &[("OZAKI_ROUTE", "builtin")]) == reference, "built-in route under threads");
+    let keep = [("OZAKI_ROUTE", "builtin"), ("OZAKI_AB", "1"), ("OZAKI_AB_KEEP", "vendor")];
+    assert!(run(Some(&common::shim_lib()), &keep) == reference, "A/B with KEEP=vendor under threads");
 }
 
 #[test]

@@ -363,12 +363,10 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
             let d2h_pinned = link_or(Direction::D2h, HostMemory::Pinned, 0.0);
             let h2d_pageable = link_or(Direction::H2d, HostMemory::Pageable, h2d_pinned);
             let d2h_pageable = link_or(Direction::D2h, HostMemory::Pageable, d2h_pinned);
-            // The routes pay the staged link's fixed cost; its samples time both directions
-            // of one call together, so half of it goes to each direction.
-            let latency = fit_link(&g.link, Direction::H2d, HostMemory::Staged)
-                .map(|x| x.1 / 2.0)
-                .or_else(|| fit_link(&g.link, Direction::H2d, HostMemory::Pinned).map(|x| x.1))
-                .unwrap_or(0.0);
+            // Per-transfer latency from the pinned DMA; the routes' own fixed host costs
+            // (staging setup, locks, events) are fitted from their end-to-end timings
+            // (`route_overhead_s`), not from the few staged-link sizes.
+            let latency = fit_link(&g.link, Direction::H2d, HostMemory::Pinned).map_or(0.0, |x| x.1);
             Some(GpuProfile {
                 name: g.name.clone(),
                 memory_bytes: g.memory_bytes,

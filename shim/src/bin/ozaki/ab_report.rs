@@ -6,14 +6,18 @@
 //! before trusting a route: the worst calls, how the errors are distributed per route,
 //! how the times compare, and one verdict line per route.
 //!
-//! The verdict uses the normwise difference ||C_route - C_vendor||_F / ||C_vendor||_F: the
-//! componentwise maximum is shown too, but a single entry of C near zero (cancellation)
-//! makes it large for any two correct fp64 results, so it cannot decide alone.
+//! The verdict measures each difference on the scale of the data,
+//! ||C_route - C_vendor||_F / (|alpha| ||A||_F ||B||_F + |beta| ||C_old||_F) (the record's
+//! `rel_scaled`), against the bound 2 gamma_{k+2} that any two correct fp64 results of that
+//! call respect: a route fails only when some call is further from the vendor than fp64
+//! rounding can explain. Differences relative to C itself (normwise, componentwise) are shown
+//! too, but cancellation (C much smaller than |A||B|) makes them large for correct results,
+//! so they decide only for records without `rel_scaled`, against `--tol`.
 //! Exit status: 0 when every route passes, 1 when one fails, 2 on errors.
 
 use crate::tracefile;
 use clap::Parser;
-use ozaki_core::trace::CallRecord;
+use ozaki_core::trace::{CallRecord, ab_scaled_bound};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -44,7 +48,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     for path in &args.traces {
         calls.extend(tracefile::read(path)?.calls);
     }
-    let summary = AbSummary::of(&calls);
+    let summary = AbSummary::of(&calls, args.tol);
     print!("{}", summary.render(args.worst, args.tol));
     Ok(if summary.routes.values().any(|r| !r.passes(args.tol)) { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
@@ -97,6 +101,8 @@ pub struct RouteAb {
     pub hist_norm: [usize; BUCKETS],
     /// Histogram of the componentwise differences.
     pub hist_comp: [usize; BUCKETS],
+    /// Histogram of the differences on the data's scale (`rel_scaled`), where recorded.
+    pub hist_scaled: [usize; BUCKETS],
     /// Sum of vendor times, ns.
     pub vendor_ns: u64,
     /// Sum of route times, ns.
@@ -105,6 +111,12 @@ pub struct RouteAb {
     pub flops: f64,
     /// Per-call vendor/route time ratios.
     ratios: Vec<f64>,
+    /// Largest `rel_scaled / 2 gamma_{k+2}` over the calls that record `rel_scaled`.
+    pub worst_bound_ratio: Option<f64>,
+    /// Calls whose `rel_scaled` exceeds their bound.
+    pub over_bound: usize,
+    /// Calls decided by `--tol` (no `rel_scaled` in the record) that exceed it.
+    pub over_tol: usize,
 }
 
 impl RouteAb {
@@ -120,9 +132,9 @@ impl RouteAb {
         r.get(r.len().checked_sub(1)? / 2).copied()
     }
 
-    /// Whether every compared call is within `tol` normwise.
-    pub fn passes(&self, tol: f64) -> bool {
-        self.worst_norm <= tol
+    /// Whether every compared call is within its bound (or, without `rel_scaled`, `tol`).
+    pub fn passes(&self, _tol: f64) -> bool {
+        self.over_bound == 0 && self.over_tol == 0
     }
 
     /// One line saying whether the route can be trusted and what it costs.
@@ -132,15 +144,23 @@ impl RouteAb {
         } else if self.worst_norm == 0.0 && self.worst_comp == 0.0 {
             format!("{route}: PASS, bit-identical to the vendor BLAS on all {} compared calls", self.compared)
         } else if self.passes(tol) {
-            format!(
-                "{route}: PASS, agrees with the vendor BLAS to fp64 accuracy on {} calls (worst normwise {:.1e} <= {:.0e})",
-                self.compared, self.worst_norm, tol
-            )
+            match self.worst_bound_ratio {
+                Some(r) => format!(
+                    "{route}: PASS, agrees with the vendor BLAS to fp64 accuracy on {} calls (worst difference {:.2} of the fp64 rounding bound 2 gamma_k+2)",
+                    self.compared, r
+                ),
+                None => format!(
+                    "{route}: PASS, agrees with the vendor BLAS to fp64 accuracy on {} calls (worst normwise {:.1e} <= {:.0e})",
+                    self.compared, self.worst_norm, tol
+                ),
+            }
         } else {
-            let bad = self.hist_norm.iter().enumerate().filter(|(b, _)| *b > 0 && upper_edge(*b) > tol).map(|(_, n)| n).sum::<usize>();
             format!(
-                "{route}: FAIL, worst normwise difference {:.1e} > {:.0e} (about {bad} of {} calls above; see the worst calls)",
-                self.worst_norm, tol, self.compared
+                "{route}: FAIL, {} of {} calls differ from the vendor by more than fp64 rounding allows (worst {:.1e} of the bound; normwise {:.1e}); see the worst calls",
+                self.over_bound + self.over_tol,
+                self.compared,
+                self.worst_bound_ratio.unwrap_or(f64::NAN),
+                self.worst_norm
             )
         };
         if let Some(s) = self.speedup() {
@@ -151,11 +171,6 @@ impl RouteAb {
         }
         v
     }
-}
-
-/// Upper edge of histogram bucket `b` (+inf for the overflow bucket).
-fn upper_edge(b: usize) -> f64 {
-    if b == BUCKETS - 1 { f64::INFINITY } else if b == 0 { 0.0 } else { 10f64.powi(DECADE_LO + b as i32 - 1) }
 }
 
 /// Everything the A/B fields of a set of calls say.
@@ -171,7 +186,7 @@ pub struct AbSummary<'a> {
 
 impl<'a> AbSummary<'a> {
     /// Aggregates the `ab` fields of `calls`.
-    pub fn of(calls: &'a [CallRecord]) -> AbSummary<'a> {
+    pub fn of(calls: &'a [CallRecord], tol: f64) -> AbSummary<'a> {
         let mut s = AbSummary { calls: calls.len(), ..AbSummary::default() };
         for c in calls {
             let Some(ab) = &c.ab else { continue };
@@ -193,6 +208,16 @@ impl<'a> AbSummary<'a> {
             }
             r.hist_norm[bucket(ab.rel_norm)] += 1;
             r.hist_comp[bucket(ab.max_rel_comp)] += 1;
+            match ab.rel_scaled {
+                Some(x) => {
+                    r.hist_scaled[bucket(x)] += 1;
+                    let ratio = x / ab_scaled_bound(c.k);
+                    r.worst_bound_ratio = Some(r.worst_bound_ratio.map_or(ratio, |w| w.max(ratio)));
+                    // A NaN ratio is over the bound too.
+                    r.over_bound += usize::from(ratio.is_nan() || ratio > 1.0);
+                }
+                None => r.over_tol += usize::from(nan_high(ab.rel_norm) > tol),
+            }
             r.vendor_ns += ab.vendor_ns;
             r.route_ns += ab.route_ns;
             r.flops += c.flops();
@@ -224,7 +249,7 @@ impl<'a> AbSummary<'a> {
             let _ = writeln!(out, "no call has an `ab` field: run the program with OZAKI_AB=1 (or a fraction such as 0.1) to compare");
             return out;
         }
-        let _ = writeln!(out, "\nVerdict (normwise tolerance {tol:.0e}):");
+        let _ = writeln!(out, "\nVerdict (each difference against the fp64 rounding bound of its call, 2 gamma_k+2 on the data's scale; records without that field: normwise <= {tol:.0e}):");
         for (route, r) in &self.routes {
             let _ = writeln!(out, "  {}", r.verdict(route, tol));
         }
@@ -248,6 +273,10 @@ impl<'a> AbSummary<'a> {
         self.render_hist(&mut out, |r| &r.hist_norm);
         let _ = writeln!(out, "\nComponentwise (max_ij) relative difference, calls per bucket:");
         self.render_hist(&mut out, |r| &r.hist_comp);
+        if self.routes.values().any(|r| r.worst_bound_ratio.is_some()) {
+            let _ = writeln!(out, "\nDifference on the data's scale, ||dC||_F / (|alpha| ||A||_F ||B||_F + |beta| ||C||_F), calls per bucket:");
+            self.render_hist(&mut out, |r| &r.hist_scaled);
+        }
         let _ = writeln!(out, "\nWorst {} calls:", worst.min(self.worst.len()));
         let _ = writeln!(
             out,
@@ -310,7 +339,7 @@ mod tests {
     }
 
     fn ab(norm: f64, comp: f64, vendor_ns: u64, route_ns: u64) -> Option<AbResult> {
-        Some(AbResult { max_rel_comp: comp, rel_norm: norm, vendor_ns, route_ns, kept: "route".into(), skipped: None })
+        Some(AbResult { max_rel_comp: comp, rel_norm: norm, vendor_ns, route_ns, kept: "route".into(), skipped: None, rel_scaled: None })
     }
 
     #[test]
@@ -339,7 +368,7 @@ mod tests {
             call(4, "vendor", ab(0.0, 0.0, 10, 10)),
             call(5, "vendor", None),
         ];
-        let s = AbSummary::of(&calls);
+        let s = AbSummary::of(&calls, DEFAULT_TOL);
         let cpu = &s.routes["cpu-ozaki"];
         assert_eq!((cpu.compared, cpu.worst_norm, cpu.speedup()), (2, 3e-16, Some(3.0)));
         assert!(cpu.verdict("cpu-ozaki", DEFAULT_TOL).starts_with("cpu-ozaki: PASS, agrees"));
@@ -356,9 +385,25 @@ mod tests {
     }
 
     #[test]
+    fn scaled_differences_are_judged_against_the_fp64_bound_of_their_k() {
+        let scaled = |x: f64| Some(AbResult { rel_norm: 1e-9, max_rel_comp: 1.0, rel_scaled: Some(x), kept: "route".into(), ..AbResult::default() });
+        // k = 100: bound 2 * 102 u = 1.13e-14. A large normwise difference (cancellation)
+        // within the bound passes; twice the bound fails.
+        let bound = ab_scaled_bound(100);
+        let ok = vec![call(0, "builtin", scaled(0.5 * bound))];
+        let s = AbSummary::of(&ok, DEFAULT_TOL);
+        assert!(s.routes["builtin"].passes(DEFAULT_TOL));
+        assert!(s.routes["builtin"].verdict("builtin", DEFAULT_TOL).contains("0.50 of the fp64 rounding bound"));
+        let bad = vec![call(0, "gpu-ozaki", scaled(0.5 * bound)), call(1, "gpu-ozaki", scaled(2.0 * bound))];
+        let s = AbSummary::of(&bad, DEFAULT_TOL);
+        assert!(!s.routes["gpu-ozaki"].passes(DEFAULT_TOL));
+        assert!(s.routes["gpu-ozaki"].verdict("gpu-ozaki", DEFAULT_TOL).starts_with("gpu-ozaki: FAIL, 1 of 2 calls"));
+    }
+
+    #[test]
     fn nan_difference_is_the_worst_and_fails() {
         let calls = vec![call(0, "gpu-ozaki", ab(f64::NAN, f64::NAN, 1, 1)), call(1, "gpu-ozaki", ab(1e-3, 1e-3, 1, 1))];
-        let s = AbSummary::of(&calls);
+        let s = AbSummary::of(&calls, DEFAULT_TOL);
         assert!(!s.routes["gpu-ozaki"].passes(DEFAULT_TOL));
         assert_eq!(s.worst[0].seq, 0);
     }
@@ -366,6 +411,6 @@ mod tests {
     #[test]
     fn a_trace_without_ab_fields_says_how_to_get_them() {
         let calls = vec![call(0, "vendor", None)];
-        assert!(AbSummary::of(&calls).render(5, DEFAULT_TOL).contains("OZAKI_AB=1"));
+        assert!(AbSummary::of(&calls, DEFAULT_TOL).render(5, DEFAULT_TOL).contains("OZAKI_AB=1"));
     }
 }

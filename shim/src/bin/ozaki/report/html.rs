@@ -86,9 +86,9 @@ pub fn page(report: &Report, figures: &[Figure]) -> String {
 
 fn workloads_table(h: &mut String, report: &Report) {
     h.push_str("<h2>Workloads</h2>\n<table><tr><th class=\"l\">workload</th><th class=\"l\">program</th><th>calls</th><th>GFLOP</th>");
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<th>nbar median (q25&ndash;q75)</th><th>work at nbar &le; {SMALL_NBAR:.0}</th><th>BLAS time (s)</th><th>speedup</th></tr>\n"
+        "<th>nbar median (q25&ndash;q75)</th><th>work at nbar &le; {SMALL_NBAR:.0}</th><th>BLAS time (s)</th><th>speedup</th></tr>"
     );
     for w in &report.workloads {
         let program = w.trace.headers.first().map(|hd| hd.argv.as_ref().map_or(hd.exe.clone(), |a| a.join(" "))).unwrap_or_default();
@@ -128,7 +128,9 @@ fn truncate(s: &str, max: usize) -> String {
 fn routes_table(h: &mut String, report: &Report) {
     h.push_str("<h2>Routes</h2>\n<table><tr><th class=\"l\">workload</th><th class=\"l\">route</th><th>calls</th><th>GFLOP</th><th>share of FLOPs</th><th>time (s)</th><th class=\"l\">fallback reasons</th></tr>\n");
     for w in &report.workloads {
-        let mut per: BTreeMap<&str, (usize, f64, u64, BTreeMap<&str, usize>)> = BTreeMap::new();
+        // route -> (calls, FLOPs, ns, fallback reason -> count)
+        type PerRoute<'a> = (usize, f64, u64, BTreeMap<&'a str, usize>);
+        let mut per: BTreeMap<&str, PerRoute> = BTreeMap::new();
         for c in &w.trace.calls {
             let e = per.entry(c.route.as_str()).or_default();
             e.0 += 1;
@@ -159,7 +161,7 @@ fn routes_table(h: &mut String, report: &Report) {
 fn ab_section(h: &mut String, report: &Report) {
     h.push_str("<h2>A/B comparison against the vendor BLAS</h2>\n");
     let all: Vec<CallRecord> = report.workloads.iter().flat_map(|w| w.trace.calls.iter().cloned()).collect();
-    let ab = AbSummary::of(&all);
+    let ab = AbSummary::of(&all, report.tol);
     if ab.is_empty() {
         h.push_str("<p>No call was compared. Run the program with <code>OZAKI_AB=1</code> (or a fraction such as <code>0.1</code>) to record the vendor's result and time beside each chosen route's.</p>\n");
         return;
