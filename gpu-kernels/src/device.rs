@@ -57,12 +57,19 @@ pub struct Gpu {
 // use first makes the context current on the calling thread.
 unsafe impl Send for Gpu {}
 
-static GPU: OnceLock<Result<Mutex<Gpu>, GpuError>> = OnceLock::new();
+/// A GPU slot: initialised, or why it could not be.
+type Cell = Result<Mutex<Gpu>, GpuError>;
+
+static GPU: OnceLock<Cell> = OnceLock::new();
 
 /// The process's GPU, initialised on first use; `Err` (forever, for this process) when there
 /// is none or it could not be initialised. Never panics.
 pub fn gpu() -> Result<MutexGuard<'static, Gpu>, GpuError> {
-    let cell = GPU.get_or_init(|| contain("GPU initialisation", Gpu::init).map(Mutex::new));
+    lock(GPU.get_or_init(|| contain("GPU initialisation", Gpu::init).map(Mutex::new)))
+}
+
+/// Locks an initialised GPU and makes its context current on this thread.
+fn lock(cell: &'static Cell) -> Result<MutexGuard<'static, Gpu>, GpuError> {
     match cell {
         Ok(m) => {
             let g = m.lock().unwrap_or_else(|p| p.into_inner());
@@ -71,6 +78,45 @@ pub fn gpu() -> Result<MutexGuard<'static, Gpu>, GpuError> {
         }
         Err(e) => Err(e.clone()),
     }
+}
+
+
+/// The `Gpu` of one slot of a split plan (issue #7): device `ordinal`, `replica`-th slot on
+/// that device (`OZAKI_DEVICES=0,0` has replicas 0 and 1 of device 0). Each slot is its own
+/// `Gpu`, so it has its own streams, workspace and staging buffers and slots run
+/// concurrently. Replica 0 of the default device is the process-wide [`gpu()`] (no second
+/// workspace for the common case). Initialised on first use, kept for the process; a failed
+/// initialisation is remembered like [`gpu()`]'s. Never panics.
+pub fn gpu_slot(ordinal: u32, replica: u32) -> Result<MutexGuard<'static, Gpu>, GpuError> {
+    static SLOTS: Mutex<Vec<((u32, u32), &'static Cell)>> = Mutex::new(Vec::new());
+    let default = GPU.get_or_init(|| contain("GPU initialisation", Gpu::init).map(Mutex::new));
+    let is_default = replica == 0
+        && matches!(default, Ok(m) if m.lock().unwrap_or_else(|p| p.into_inner()).ordinal == ordinal);
+    let cell: &'static Cell = if is_default {
+        default
+    } else {
+        let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+        match slots.iter().find(|(key, _)| *key == (ordinal, replica)) {
+            Some((_, cell)) => cell,
+            None => {
+                let cell: &'static Cell =
+                    Box::leak(Box::new(contain("GPU initialisation", || Gpu::init_on(Some(ordinal))).map(Mutex::new)));
+                slots.push(((ordinal, replica), cell));
+                cell
+            }
+        }
+    };
+    lock(cell)
+}
+
+/// Number of CUDA devices the driver shows (initialises the default GPU first, so a
+/// missing library or driver is the same `Err` as [`gpu()`]'s).
+pub fn device_count() -> Result<u32, GpuError> {
+    available()?;
+    let mut count = 0;
+    // SAFETY: out-parameter; cuInit ran in the default GPU's initialisation.
+    unsafe { sys::cuDeviceGetCount(&mut count) }.result().ctx("cuDeviceGetCount")?;
+    Ok(count.max(0) as u32)
 }
 
 /// Whether a GPU route can run in this process (initialises on first call).
@@ -87,15 +133,22 @@ fn attribute(dev: sys::CUdevice, a: sys::CUdevice_attribute) -> Result<i32, GpuE
 
 impl Gpu {
     fn init() -> Result<Gpu, GpuError> {
+        Gpu::init_on(None)
+    }
+
+    /// Initialises device `pin` (a slot of a split, [`gpu_slot`]), or the default device
+    /// when `None`.
+    fn init_on(pin: Option<u32>) -> Result<Gpu, GpuError> {
         let libs = Libraries::detect();
         if let Some(missing) = libs.native_missing() {
             return Err(GpuError::Unavailable(missing.into()));
         }
-        let explicit: Option<u32> = match std::env::var("OZAKI_GPU") {
-            Ok(v) => Some(
+        let explicit: Option<u32> = match (pin, std::env::var("OZAKI_GPU")) {
+            (Some(o), _) => Some(o),
+            (None, Ok(v)) => Some(
                 v.trim().parse().map_err(|_| GpuError::Unavailable(format!("OZAKI_GPU={v:?} is not a device number")))?,
             ),
-            Err(_) => None,
+            (None, Err(_)) => None,
         };
         // SAFETY: cuInit may be called any number of times.
         unsafe { sys::cuInit(0) }.result().map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))?;

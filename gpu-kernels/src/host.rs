@@ -167,8 +167,11 @@ fn stage_operands(gpu: &mut Gpu, a: &[f64], b: Option<&[f64]>, c: &[f64], c_span
 /// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands.
 pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
     let _flags = crate::fpenv::KeepFpFlags::new();
-    let mut g = gpu()?;
-    let gpu = &mut *g;
+    gemm_on(&mut *gpu()?, args, c, engine)
+}
+
+/// [`gemm`] on a given GPU (one slot of a split, `crate::multi`).
+pub fn gemm_on(gpu: &mut Gpu, args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
     let (ra, ca) = if args.transa == Trans::No { (args.m, args.k) } else { (args.k, args.m) };
     let (rb, cb) = if args.transb == Trans::No { (args.k, args.n) } else { (args.n, args.k) };
     let a = &args.a[..span(ra, ca, args.lda)];

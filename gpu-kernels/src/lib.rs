@@ -16,6 +16,7 @@
 //! | [`native`] | cuBLAS DGEMM / DSYRK |
 //! | [`ozaki`] | the emulated pipeline on device memory |
 //! | [`host`] | host-resident calls: staging, transfers, write-back after success |
+//! | [`multi`] | one host-resident dgemm split across several device slots (issue #7) |
 //! | [`timing`] | phase times from CUDA events |
 //! | [`fpenv`] | the caller's floating-point exception flags survive a call |
 //! | [`measure`] | rates and baselines for `ozaki bench` |
@@ -33,6 +34,7 @@ pub mod kernels;
 pub mod lt_int8;
 pub mod measure;
 pub mod memory;
+pub mod multi;
 pub mod native;
 pub mod nvrtc_cache;
 pub mod ozaki;

@@ -28,7 +28,10 @@
 //! being serialised. That is the whole seam between this module and the cost model.
 //!
 //! Status: `gpu-kernels` opens the first slot of [`DeviceAssignment::resolve`] (unless
-//! `OZAKI_GPU` pins a device); no route executes a multi-slot [`SplitPlan`] yet.
+//! `OZAKI_GPU` pins a device); `gpu_kernels::multi` executes a multi-slot [`SplitPlan`] for
+//! host-resident dgemm (bit-identical to one device), used by the shim only with
+//! `OZAKI_SPLIT=1` because it measured slower than one GPU (BENCHMARKS.md); the engine does
+//! not call [`price_split`] yet.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -53,7 +53,17 @@ pub fn gemm(route: Route, args: &GemmArgs<'_>, c: &mut [f64], config: &Config) -
     if args.alpha == 0.0 || args.k == 0 {
         return Err(RouteError::Failed("alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into()));
     }
-    host::gemm(args, c, engine(route, config)).map(outcome).map_err(|e| error(route, e))
+    let engine = engine(route, config);
+    // Issue #7: with OZAKI_SPLIT=1 (opt-in: measured slower than one GPU so far, see
+    // BENCHMARKS.md), a large call in a process that owns several device slots is split into
+    // C tiles, one per slot (gpu_kernels::multi; threshold multi::SPLIT_MIN_VOLUME). The
+    // trace records the first tile's device; the split itself is logged (OZAKI_LOG=info).
+    if let Some(plan) = gpu_kernels::multi::split_for(args.m, args.n, args.k) {
+        let o = gpu_kernels::multi::gemm(args, c, engine, &plan).map_err(|e| error(route, e))?;
+        tracing::info!(devices = ?o.devices, grid = ?(plan.grid_rows, plan.grid_cols), "dgemm split across device slots");
+        return Ok(RouteOutcome { moduli: o.moduli, device: o.devices.first().copied(), phases: Some(o.phases) });
+    }
+    host::gemm(args, c, engine).map(outcome).map_err(|e| error(route, e))
 }
 
 /// C = alpha A A^T + beta C (one triangle) on the GPU.

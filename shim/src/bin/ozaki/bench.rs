@@ -18,6 +18,8 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod split;
+
 #[derive(Parser, Debug)]
 #[command(about = "GPU benchmarks: ours vs cuBLAS native, cuBLAS emulation and NVBLAS")]
 struct Args {
@@ -51,6 +53,10 @@ struct Args {
     /// NVBLAS library to load.
     #[arg(long, default_value = "libnvblas.so.13")]
     nvblas: String,
+    /// Only compare one GPU with C split across these device slots (e.g. `0,1`; issue #7),
+    /// for --shapes (default here: 16384,32768), with --reps interleaved repetitions.
+    #[arg(long)]
+    split: Option<String>,
     /// Also write one JSON object per measurement to this file.
     #[arg(long)]
     json: Option<String>,
@@ -166,6 +172,13 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         }
         Ok(())
     };
+    if let Some(devices) = &args.split {
+        let default_shapes = Args::parse_from(["bench"]).shapes;
+        let shapes = if args.shapes == default_shapes { "16384,32768" } else { args.shapes.as_str() };
+        let moduli = args.moduli.split(',').find_map(|s| s.trim().parse().ok());
+        split::run(devices, shapes, args.reps, moduli, &mut emit)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let describe = {
         let g = gpu_kernels::gpu().map_err(|e| anyhow::anyhow!("{e}"))?;
         g.ozaki_ready().map_err(|e| anyhow::anyhow!("gpu-ozaki not available: {e}"))?;

@@ -1,0 +1,264 @@
+//! One host-resident dgemm split across several device slots (issue #7).
+//!
+//! `ozaki_core::devices::split_c` decides the tiles of C; this module runs them: one thread
+//! per tile, each on its own slot's [`Gpu`] ([`gpu_slot`]: own streams, workspace and
+//! staging, so slots on different GPUs, or twice on one GPU with `OZAKI_DEVICES=0,0`, run
+//! concurrently), each calling the single-device host-resident route ([`host::gemm_on`],
+//! native or emulated) on its sub-problem
+//!
+//! `C[r0.., c0..] = alpha op(A)[r0..r0+rows, :] op(B)[:, c0..c0+cols] + beta C[r0.., c0..]`
+//!
+//! whose operands are plain sub-slices of the caller's A and B with the same leading
+//! dimensions ([`tile_args`]; nothing is copied on the host). Each tile's result goes to a
+//! private scratch matrix first; the caller's C is written only after **every** tile
+//! succeeded, so a failure anywhere leaves C untouched and the shim can still run the vendor
+//! BLAS (the route contract of issue #4).
+//!
+//! Results: every entry of a tile depends only on its row of op(A) and its column of op(B)
+//! (the emulated route scales per row of op(A) and per column of op(B), and its INT8
+//! products are exact), so with the same moduli count a split C equals the unsplit one bit
+//! for bit. The automatic moduli choice looks at the exponent spread of the operands it
+//! sees, i.e. of its own tile's panels, so an automatic split may use a different count per
+//! tile (each still meets the accuracy rule for its entries); the outcome reports the
+//! largest. cuBLAS may pick a different kernel for a tile's shape than for the whole C, so
+//! `gpu-native` is not guaranteed bit-identical (the device test reports what it sees).
+
+use crate::device::gpu_slot;
+use crate::error::GpuError;
+use crate::host::{self, Engine, HostOutcome};
+use ozaki_core::blas::{GemmArgs, Trans};
+use ozaki_core::devices::{SplitPlan, Tile};
+
+/// What a split call did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MultiOutcome {
+    /// Ordinal of each tile's slot, in tile order (trace field `devices`).
+    pub devices: Vec<u32>,
+    /// Largest moduli count of any tile (emulated route).
+    pub moduli: Option<u32>,
+    /// Phases of the slowest tile (by total time), plus the host copy into C as transfer.
+    pub phases: ozaki_core::trace::Phases,
+    /// Per-tile outcomes, in tile order.
+    pub tiles: Vec<HostOutcome>,
+}
+
+/// The sub-problem of `tile`: its operands are sub-slices of `args`' A and B (same leading
+/// dimensions), its C is a `rows x cols` matrix with `ldc = rows` (the scratch).
+///
+/// op(A) rows `r0..` start at element `r0` of A (`transa = N`, A is m x k) or at column `r0`
+/// (`T`, A is k x m); op(B) columns `c0..` start at column `c0` of B (`N`) or at element
+/// `c0` (`T`, B is n x k).
+pub fn tile_args<'a>(args: &GemmArgs<'a>, tile: &Tile) -> GemmArgs<'a> {
+    let (r0, c0) = (tile.row0 as usize, tile.col0 as usize);
+    let a_off = if args.transa == Trans::No { r0 } else { r0 * args.lda };
+    let b_off = if args.transb == Trans::No { c0 * args.ldb } else { c0 };
+    let rows = tile.rows as usize;
+    GemmArgs {
+        m: rows,
+        n: tile.cols as usize,
+        a: args.a.get(a_off..).unwrap_or(&[]),
+        b: args.b.get(b_off..).unwrap_or(&[]),
+        ldc: rows.max(1),
+        ..*args
+    }
+}
+
+/// Copies tile `t` of C (leading dimension `ldc`) into a fresh `rows x cols` scratch matrix.
+fn read_tile(c: &[f64], ldc: usize, t: &Tile) -> Vec<f64> {
+    let (rows, cols) = (t.rows as usize, t.cols as usize);
+    let mut out = Vec::with_capacity(rows * cols);
+    for j in 0..cols {
+        let s = (t.col0 as usize + j) * ldc + t.row0 as usize;
+        out.extend_from_slice(&c[s..s + rows]);
+    }
+    out
+}
+
+/// Writes scratch tiles into C. Tiles are disjoint; each column of C is cut into row ranges
+/// owned by at most one tile, so the column-major walk below never writes an element twice.
+fn write_tiles(c: &mut [f64], ldc: usize, tiles: &[Tile], scratch: &[Vec<f64>]) {
+    std::thread::scope(|s| {
+        // Split C by columns into one chunk per tile column range that starts a new grid column.
+        let mut cuts: Vec<usize> = tiles.iter().map(|t| t.col0 as usize).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut rest: &mut [f64] = c;
+        let mut start_col = 0usize;
+        for (ci, &c0) in cuts.iter().enumerate() {
+            debug_assert_eq!(c0, start_col);
+            let end_col = cuts.get(ci + 1).copied();
+            let all = std::mem::take(&mut rest);
+            let (mine, tail) = match end_col {
+                Some(e) => all.split_at_mut(((e - start_col) * ldc).min(all.len())),
+                None => (all, &mut [][..]),
+            };
+            rest = tail;
+            let base = start_col;
+            let group: Vec<(&Tile, &Vec<f64>)> = tiles.iter().zip(scratch).filter(|(t, _)| t.col0 as usize == c0).collect();
+            s.spawn(move || {
+                for (t, sc) in group {
+                    let rows = t.rows as usize;
+                    for j in 0..t.cols as usize {
+                        let d = (t.col0 as usize - base + j) * ldc + t.row0 as usize;
+                        mine[d..d + rows].copy_from_slice(&sc[j * rows..(j + 1) * rows]);
+                    }
+                }
+            });
+            if let Some(e) = end_col {
+                start_col = e;
+            }
+        }
+    });
+}
+
+/// C = alpha op(A) op(B) + beta C with C's tiles computed concurrently on the slots of
+/// `plan` (from `split_c` over this process's device slots). C is written only after every
+/// tile succeeded.
+///
+/// # Errors
+/// - the first tile's error (in tile order) when any tile fails; C is then untouched.
+pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine, plan: &SplitPlan) -> Result<MultiOutcome, GpuError> {
+    let _flags = crate::fpenv::KeepFpFlags::new();
+    let tiles = &plan.tiles;
+    // Replica index of each tile's slot on its device (0,0 -> replicas 0 and 1 of device 0).
+    let replicas: Vec<u32> =
+        tiles.iter().enumerate().map(|(i, t)| tiles[..i].iter().filter(|u| u.device == t.device).count() as u32).collect();
+    let c_in: &[f64] = c;
+    let results: Vec<Result<(Vec<f64>, HostOutcome), GpuError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = tiles
+            .iter()
+            .zip(&replicas)
+            .map(|(t, &rep)| {
+                s.spawn(move || {
+                    let sub = tile_args(args, t);
+                    let mut scratch =
+                        if args.beta != 0.0 { read_tile(c_in, args.ldc, t) } else { vec![0.0; sub.m * sub.n] };
+                    let mut g = gpu_slot(t.device, rep)?;
+                    let o = host::gemm_on(&mut g, &sub, &mut scratch, engine)?;
+                    Ok((scratch, o))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(GpuError::Cuda("a split tile's thread panicked".into()))))
+            .collect()
+    });
+    let mut scratch = Vec::with_capacity(tiles.len());
+    let mut out = MultiOutcome::default();
+    for r in results {
+        let (s, o) = r?;
+        scratch.push(s);
+        out.tiles.push(o);
+    }
+    let t0 = std::time::Instant::now();
+    write_tiles(c, args.ldc, tiles, &scratch);
+    out.devices = tiles.iter().map(|t| t.device).collect();
+    out.moduli = out.tiles.iter().filter_map(|o| o.moduli).max();
+    let total = |p: &ozaki_core::trace::Phases| p.transfer_ns + p.convert_ns + p.products_ns + p.reconstruct_ns;
+    out.phases = out.tiles.iter().map(|o| o.phases.clone()).max_by_key(total).unwrap_or_default();
+    out.phases.transfer_ns += t0.elapsed().as_nanos() as u64;
+    Ok(out)
+}
+
+/// Smallest `m * n * k` split across slots by [`split_for`]: 2^33 (2048^3), where one H200
+/// dgemm already takes ~0.3 ms and staging dominates less than at smaller sizes
+/// (`h200-baselines.md`); below it a split only adds thread and transfer overhead.
+pub const SPLIT_MIN_VOLUME: u64 = 1 << 33;
+
+/// This process's device slots (`ozaki_core::devices::DeviceAssignment::resolve` over
+/// `OZAKI_DEVICES` or all visible devices, by MPI local rank), resolved once; a single slot
+/// when `OZAKI_GPU` pins one device or anything fails.
+pub fn slots() -> &'static [u32] {
+    use ozaki_core::devices::{DEVICES_VAR, DeviceAssignment, LauncherEnv};
+    static SLOTS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    SLOTS.get_or_init(|| {
+        if std::env::var_os("OZAKI_GPU").is_some() {
+            return Vec::new();
+        }
+        let Ok(count) = crate::device::device_count() else { return Vec::new() };
+        let pool = std::env::var(DEVICES_VAR).ok();
+        DeviceAssignment::resolve(pool.as_deref(), count, &LauncherEnv::from_process_env())
+            .map(|a| a.slots)
+            .unwrap_or_default()
+    })
+}
+
+/// Opt-in switch for the shim's automatic split: `OZAKI_SPLIT=1`. Off by default because
+/// the first measurement (BENCHMARKS.md, issue #7, 2x H200) found this executor *slower*
+/// split over two GPUs than on one (0.47-0.54x at 16384^3 and 32768^3): every tile re-stages
+/// all of B, and tiles go through host scratch copies. Splitting becomes the default only
+/// once a measurement shows it faster.
+pub const SPLIT_VAR: &str = "OZAKI_SPLIT";
+
+/// The split plan for a host-resident dgemm, or `None` when it runs on one device:
+/// [`SPLIT_VAR`] not `1`, fewer than two slots, `m * n * k` below [`SPLIT_MIN_VOLUME`], or C
+/// too small for two tiles of `SplitParams::default()`'s minimum size.
+pub fn split_for(m: usize, n: usize, k: usize) -> Option<SplitPlan> {
+    if std::env::var(SPLIT_VAR).map_or(true, |v| v.trim() != "1") {
+        return None;
+    }
+    let slots = slots();
+    if slots.len() < 2 || (m as u64).saturating_mul(n as u64).saturating_mul(k as u64) < SPLIT_MIN_VOLUME {
+        return None;
+    }
+    let plan = ozaki_core::devices::split_c(m as u64, n as u64, slots, &Default::default());
+    plan.is_split().then_some(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ozaki_core::blas;
+    use ozaki_core::devices::{SplitParams, split_c};
+
+    fn fill(len: usize, seed: u64) -> Vec<f64> {
+        let mut r = ozaki_core::testutil::Rng::new(seed);
+        (0..len).map(|_| r.uniform() - 0.5).collect()
+    }
+
+    /// The shim never splits unless asked (the split measured slower than one GPU).
+    #[test]
+    fn no_automatic_split_without_opt_in() {
+        if std::env::var_os(SPLIT_VAR).is_none() {
+            assert_eq!(split_for(32768, 32768, 32768), None);
+        }
+    }
+
+    /// Each tile's sub-GEMM (operands from `tile_args`) equals that tile of the full product
+    /// bit for bit, and `write_tiles` reassembles exactly the full C, for all four
+    /// transpose cases, ragged tiles, padded leading dimensions and beta != 0.
+    #[test]
+    fn tiles_reassemble_the_full_product() {
+        let (m, n, k) = (37usize, 29usize, 11usize);
+        for (transa, transb) in [(Trans::No, Trans::No), (Trans::Yes, Trans::No), (Trans::No, Trans::Yes), (Trans::Yes, Trans::Yes)] {
+            let (ra, ca) = if transa == Trans::No { (m, k) } else { (k, m) };
+            let (rb, cb) = if transb == Trans::No { (k, n) } else { (n, k) };
+            let (lda, ldb, ldc) = (ra + 3, rb + 2, m + 5);
+            let a = fill(lda * ca, 1);
+            let b = fill(ldb * cb, 2);
+            let c0 = fill(ldc * n, 3);
+            let args = GemmArgs { transa, transb, m, n, k, alpha: 1.5, a: &a, lda, b: &b, ldb, beta: -0.75, ldc };
+            let mut full = c0.clone();
+            blas::gemm(&args, &mut full);
+            for slots in [vec![0u32, 1], vec![0, 0, 1], vec![0, 1, 2, 3]] {
+                let plan = split_c(m as u64, n as u64, &slots, &SplitParams { min_rows: 4, min_cols: 4, align: 4 });
+                assert!(plan.is_split(), "{slots:?}");
+                let scratch: Vec<Vec<f64>> = plan
+                    .tiles
+                    .iter()
+                    .map(|t| {
+                        let sub = tile_args(&args, t);
+                        let mut s = read_tile(&c0, ldc, t);
+                        blas::gemm(&sub, &mut s);
+                        assert_eq!(s, read_tile(&full, ldc, t), "tile {t:?}");
+                        s
+                    })
+                    .collect();
+                let mut c = c0.clone();
+                write_tiles(&mut c, ldc, &plan.tiles, &scratch);
+                assert_eq!(c, full, "{transa:?} {transb:?} {slots:?}");
+            }
+        }
+    }
+}
