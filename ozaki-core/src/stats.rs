@@ -80,7 +80,8 @@ impl WeightedSamples {
         if self.total <= 0.0 {
             return 0.0;
         }
-        let below: f64 = self.samples.iter().take_while(|s| s.0 <= threshold).map(|s| s.1).sum();
+        // fold from +0.0, not `sum()`: an empty f64 sum is -0.0, which printed as "-0.0%".
+        let below = self.samples.iter().take_while(|s| s.0 <= threshold).fold(0.0, |acc, s| acc + s.1);
         below / self.total
     }
 }
@@ -163,6 +164,13 @@ mod tests {
         assert_eq!(s.share_at_most(10.0), 0.0);
         let s = WeightedSamples::new([(5.0, 2.0), (1.0, 0.0)]);
         assert_eq!((s.len(), s.total_weight(), s.quantile(0.5)), (1, 2.0, Some(5.0)));
+    }
+
+    #[test]
+    fn share_with_nothing_below_is_positive_zero() {
+        let s = WeightedSamples::new([(8192.0, 1.0)]);
+        let share = s.share_at_most(256.0);
+        assert!(share == 0.0 && share.is_sign_positive(), "got {share:?}");
     }
 
     #[test]
