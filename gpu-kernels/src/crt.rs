@@ -68,8 +68,14 @@ fn inverse_mod(a: u64, m: u64) -> u64 {
 }
 
 fn check(moduli: &[u32]) {
-    assert!(!moduli.is_empty() && moduli.len() <= MAX_MODULI, "1..={MAX_MODULI} moduli");
-    assert!(moduli.iter().all(|&m| (2..=256).contains(&m)), "byte moduli only");
+    assert!(
+        !moduli.is_empty() && moduli.len() <= MAX_MODULI,
+        "1..={MAX_MODULI} moduli"
+    );
+    assert!(
+        moduli.iter().all(|&m| (2..=256).contains(&m)),
+        "byte moduli only"
+    );
 }
 
 impl ResidueTable {
@@ -83,7 +89,12 @@ impl ResidueTable {
     /// Table for the first `moduli.len()` moduli.
     pub fn new(moduli: &[u32]) -> ResidueTable {
         check(moduli);
-        let mut t = ResidueTable { r: moduli.len() as i32, two_step: 1, m: [0.0; MAX_MODULI], inv_m: [0.0; MAX_MODULI] };
+        let mut t = ResidueTable {
+            r: moduli.len() as i32,
+            two_step: 1,
+            m: [0.0; MAX_MODULI],
+            inv_m: [0.0; MAX_MODULI],
+        };
         for (p, &m) in moduli.iter().enumerate() {
             t.m[p] = m as f64;
             t.inv_m[p] = 1.0 / m as f64;
@@ -134,7 +145,11 @@ impl CrtTable {
             u -= m;
         }
         if t < 0 {
-            u = if u >= self.wrap[p] { u - self.wrap[p] } else { u + m - self.wrap[p] };
+            u = if u >= self.wrap[p] {
+                u - self.wrap[p]
+            } else {
+                u + m - self.wrap[p]
+            };
         }
         u
     }
@@ -142,7 +157,10 @@ impl CrtTable {
     /// 32-bit limbs the weights W_p < M can occupy (the kernels' `WL`): 4 up to 16 INT8
     /// moduli, 5 up to 20 (`reconstruct_w4` / `reconstruct` in ozaki.cu).
     pub fn weight_limbs(&self) -> usize {
-        self.big_m.iter().rposition(|&l| l != 0).map_or(1, |i| i + 1)
+        self.big_m
+            .iter()
+            .rposition(|&l| l != 0)
+            .map_or(1, |i| i + 1)
     }
 
     /// The CRT weight W_p as an integer (for tests).
@@ -167,7 +185,11 @@ impl CrtTable {
         }
         x %= &big_m;
         let half = BigUint::from_slice(&self.half_m);
-        if x >= half { (true, big_m - x) } else { (false, x) }
+        if x >= half {
+            (true, big_m - x)
+        } else {
+            (false, x)
+        }
     }
 }
 
@@ -175,7 +197,10 @@ impl CrtTable {
 mod tests {
     use super::*;
 
-    const SET: [u32; 20] = [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181, 179, 173];
+    const SET: [u32; 20] = [
+        256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181,
+        179, 173,
+    ];
 
     #[test]
     fn weights_are_the_crt_idempotents() {
@@ -184,7 +209,11 @@ mod tests {
             for p in 0..r {
                 for (q, &mq) in SET[..r].iter().enumerate() {
                     let w = t.weight(p) % mq;
-                    assert_eq!(w, BigUint::from((p == q) as u32), "W_{p} mod m_{q}, r = {r}");
+                    assert_eq!(
+                        w,
+                        BigUint::from((p == q) as u32),
+                        "W_{p} mod m_{q}, r = {r}"
+                    );
                 }
             }
         }
@@ -195,7 +224,12 @@ mod tests {
         let t = CrtTable::new(&SET[..16]);
         let big_m = t.modulus();
         let half: BigUint = &big_m >> 1; // M even (256 in the set): range [-M/2, M/2)
-        for (neg, mag) in [(false, BigUint::zero()), (false, &half - 1u32), (true, half.clone()), (true, BigUint::one())] {
+        for (neg, mag) in [
+            (false, BigUint::zero()),
+            (false, &half - 1u32),
+            (true, half.clone()),
+            (true, BigUint::one()),
+        ] {
             // residues of +-mag, as the int8 products would deliver them (any representative)
             let prods: Vec<i32> = SET[..16]
                 .iter()
@@ -215,7 +249,13 @@ mod tests {
     fn integer_reduction_is_the_floor_mod_for_every_int32_range_end() {
         let t = CrtTable::new(&SET);
         let mut probes: Vec<i32> = (-70_000..70_000).collect();
-        for base in [i32::MIN, i32::MAX - 70_000, -(1 << 24), 1 << 24, i32::MIN / 3] {
+        for base in [
+            i32::MIN,
+            i32::MAX - 70_000,
+            -(1 << 24),
+            1 << 24,
+            i32::MIN / 3,
+        ] {
             probes.extend((0..70_000).map(|d| base.saturating_add(d)));
         }
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
@@ -227,7 +267,12 @@ mod tests {
         }
         for p in 0..SET.len() {
             for &x in &probes {
-                assert_eq!(t.mod_i32(p, x) as i64, (x as i64).rem_euclid(SET[p] as i64), "{x} mod {}", SET[p]);
+                assert_eq!(
+                    t.mod_i32(p, x) as i64,
+                    (x as i64).rem_euclid(SET[p] as i64),
+                    "{x} mod {}",
+                    SET[p]
+                );
             }
         }
     }
@@ -238,9 +283,16 @@ mod tests {
             let t = CrtTable::new(&SET[..r]);
             let wl = t.weight_limbs();
             assert!(wl <= 5, "ozaki.cu instantiates WL = 4 and 5 only (r = {r})");
-            assert_eq!(wl <= 4, r <= 16, "r = {r}: M < 2^128 exactly up to 16 moduli");
+            assert_eq!(
+                wl <= 4,
+                r <= 16,
+                "r = {r}: M < 2^128 exactly up to 16 moduli"
+            );
             for p in 0..r {
-                assert!(t.weight(p).bits() <= 32 * wl as u64, "W_{p} beyond {wl} limbs, r = {r}");
+                assert!(
+                    t.weight(p).bits() <= 32 * wl as u64,
+                    "W_{p} beyond {wl} limbs, r = {r}"
+                );
             }
         }
     }

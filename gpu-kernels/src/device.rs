@@ -80,7 +80,6 @@ fn lock(cell: &'static Cell) -> Result<MutexGuard<'static, Gpu>, GpuError> {
     }
 }
 
-
 /// The `Gpu` of one slot of a split plan (issue #7): device `ordinal`, `replica`-th slot on
 /// that device (`OZAKI_DEVICES=0,0` has replicas 0 and 1 of device 0). Each slot is its own
 /// `Gpu`, so it has its own streams, workspace and staging buffers and slots run
@@ -99,8 +98,9 @@ pub fn gpu_slot(ordinal: u32, replica: u32) -> Result<MutexGuard<'static, Gpu>, 
         match slots.iter().find(|(key, _)| *key == (ordinal, replica)) {
             Some((_, cell)) => cell,
             None => {
-                let cell: &'static Cell =
-                    Box::leak(Box::new(contain("GPU initialisation", || Gpu::init_on(Some(ordinal))).map(Mutex::new)));
+                let cell: &'static Cell = Box::leak(Box::new(
+                    contain("GPU initialisation", || Gpu::init_on(Some(ordinal))).map(Mutex::new),
+                ));
                 slots.push(((ordinal, replica), cell));
                 cell
             }
@@ -115,7 +115,9 @@ pub fn device_count() -> Result<u32, GpuError> {
     available()?;
     let mut count = 0;
     // SAFETY: out-parameter; cuInit ran in the default GPU's initialisation.
-    unsafe { sys::cuDeviceGetCount(&mut count) }.result().ctx("cuDeviceGetCount")?;
+    unsafe { sys::cuDeviceGetCount(&mut count) }
+        .result()
+        .ctx("cuDeviceGetCount")?;
     Ok(count.max(0) as u32)
 }
 
@@ -127,7 +129,9 @@ pub fn available() -> Result<(), GpuError> {
 fn attribute(dev: sys::CUdevice, a: sys::CUdevice_attribute) -> Result<i32, GpuError> {
     let mut v = 0;
     // SAFETY: out-parameter, valid device.
-    unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) }.result().ctx("cuDeviceGetAttribute")?;
+    unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) }
+        .result()
+        .ctx("cuDeviceGetAttribute")?;
     Ok(v)
 }
 
@@ -145,16 +149,20 @@ impl Gpu {
         }
         let explicit: Option<u32> = match (pin, std::env::var("OZAKI_GPU")) {
             (Some(o), _) => Some(o),
-            (None, Ok(v)) => Some(
-                v.trim().parse().map_err(|_| GpuError::Unavailable(format!("OZAKI_GPU={v:?} is not a device number")))?,
-            ),
+            (None, Ok(v)) => Some(v.trim().parse().map_err(|_| {
+                GpuError::Unavailable(format!("OZAKI_GPU={v:?} is not a device number"))
+            })?),
             (None, Err(_)) => None,
         };
         // SAFETY: cuInit may be called any number of times.
-        unsafe { sys::cuInit(0) }.result().map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))?;
+        unsafe { sys::cuInit(0) }
+            .result()
+            .map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))?;
         let mut count = 0;
         // SAFETY: out-parameter.
-        unsafe { sys::cuDeviceGetCount(&mut count) }.result().ctx("cuDeviceGetCount")?;
+        unsafe { sys::cuDeviceGetCount(&mut count) }
+            .result()
+            .ctx("cuDeviceGetCount")?;
         // Issue #7: without OZAKI_GPU, an MPI rank takes the first GPU of its local-rank block
         // of the host's pool (OZAKI_DEVICES, else all devices). Only that first slot is used
         // until the route executes multi-slot split plans.
@@ -163,21 +171,35 @@ impl Gpu {
             None => {
                 use ozaki_core::devices::{DEVICES_VAR, DeviceAssignment, LauncherEnv};
                 let pool = std::env::var(DEVICES_VAR).ok();
-                DeviceAssignment::resolve(pool.as_deref(), count.max(0) as u32, &LauncherEnv::from_process_env())
-                    .map_err(|e| GpuError::Unavailable(e.to_string()))?
-                    .slots[0]
+                DeviceAssignment::resolve(
+                    pool.as_deref(),
+                    count.max(0) as u32,
+                    &LauncherEnv::from_process_env(),
+                )
+                .map_err(|e| GpuError::Unavailable(e.to_string()))?
+                .slots[0]
             }
         };
         if count <= ordinal as i32 {
-            return Err(GpuError::Unavailable(format!("no CUDA device {ordinal} ({count} found)")));
+            return Err(GpuError::Unavailable(format!(
+                "no CUDA device {ordinal} ({count} found)"
+            )));
         }
         let mut dev = 0;
         // SAFETY: out-parameter; ordinal < count.
-        unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) }.result().ctx("cuDeviceGet")?;
+        unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) }
+            .result()
+            .ctx("cuDeviceGet")?;
         let mut name_buf = [0 as std::ffi::c_char; 128];
         // SAFETY: buffer of the stated length.
-        unsafe { sys::cuDeviceGetName(name_buf.as_mut_ptr(), 128, dev) }.result().ctx("cuDeviceGetName")?;
-        let name = name_buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8 as char).collect();
+        unsafe { sys::cuDeviceGetName(name_buf.as_mut_ptr(), 128, dev) }
+            .result()
+            .ctx("cuDeviceGetName")?;
+        let name = name_buf
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8 as char)
+            .collect();
         use sys::CUdevice_attribute::*;
         let cc = (
             attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
@@ -186,31 +208,45 @@ impl Gpu {
         let sms = attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let mut driver_version = 0;
         // SAFETY: out-parameter.
-        unsafe { sys::cuDriverGetVersion(&mut driver_version) }.result().ctx("cuDriverGetVersion")?;
+        unsafe { sys::cuDriverGetVersion(&mut driver_version) }
+            .result()
+            .ctx("cuDriverGetVersion")?;
         let mut ctx = std::ptr::null_mut();
         // SAFETY: retains the device's primary context (the one the CUDA runtime uses too, so
         // device pointers from a runtime-API program are valid here).
-        unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) }.result().ctx("cuDevicePrimaryCtxRetain")?;
+        unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) }
+            .result()
+            .ctx("cuDevicePrimaryCtxRetain")?;
         // SAFETY: ctx was just retained.
-        unsafe { sys::cuCtxSetCurrent(ctx) }.result().ctx("cuCtxSetCurrent")?;
+        unsafe { sys::cuCtxSetCurrent(ctx) }
+            .result()
+            .ctx("cuCtxSetCurrent")?;
         let stream = new_stream()?;
         let copy_stream = new_stream()?;
         let mut blas = std::ptr::null_mut();
         // SAFETY: out-parameter; a context is current.
-        unsafe { cublas::cublasCreate_v2(&mut blas) }.result().ctx("cublasCreate")?;
+        unsafe { cublas::cublasCreate_v2(&mut blas) }
+            .result()
+            .ctx("cublasCreate")?;
         let mut cublas_version = 0;
         // SAFETY: live handle, out-parameter.
-        unsafe { cublas::cublasGetVersion_v2(blas, &mut cublas_version) }.result().ctx("cublasGetVersion")?;
+        unsafe { cublas::cublasGetVersion_v2(blas, &mut cublas_version) }
+            .result()
+            .ctx("cublasGetVersion")?;
         let lt_workspace = crate::memory::DeviceBuffer::new(LT_WORKSPACE)?;
         let lt = if libs.cublaslt {
-            contain("cuBLASLt", || cudarc::cublaslt::result::create_handle().ctx("cublasLtCreate"))
-                .unwrap_or(std::ptr::null_mut())
+            contain("cuBLASLt", || {
+                cudarc::cublaslt::result::create_handle().ctx("cublasLtCreate")
+            })
+            .unwrap_or(std::ptr::null_mut())
         } else {
             std::ptr::null_mut()
         };
         let kernels = match libs.ozaki_missing() {
             Some(missing) => Err(GpuError::Unavailable(missing.into())),
-            None if lt.is_null() => Err(GpuError::Unavailable("cuBLASLt handle could not be created".into())),
+            None if lt.is_null() => Err(GpuError::Unavailable(
+                "cuBLASLt handle could not be created".into(),
+            )),
             None => contain("kernel compilation", || Kernels::load(cc, driver_version)),
         };
         if let Err(e) = &kernels {
@@ -240,7 +276,9 @@ impl Gpu {
     /// Binds this GPU's context to the calling thread (contexts are per thread).
     pub(crate) fn make_current(&self) -> Result<(), GpuError> {
         // SAFETY: ctx is retained for the life of the process.
-        unsafe { sys::cuCtxSetCurrent(self.ctx) }.result().ctx("cuCtxSetCurrent")
+        unsafe { sys::cuCtxSetCurrent(self.ctx) }
+            .result()
+            .ctx("cuCtxSetCurrent")
     }
 
     /// The kernels, or why gpu-ozaki cannot run.
@@ -302,5 +340,7 @@ fn new_stream() -> Result<sys::CUstream, GpuError> {
 /// Waits for `stream` and reports a failed kernel or copy as an error.
 pub fn sync(stream: sys::CUstream) -> Result<(), GpuError> {
     // SAFETY: a live stream of the current context.
-    unsafe { sys::cuStreamSynchronize(stream) }.result().ctx("cuStreamSynchronize")
+    unsafe { sys::cuStreamSynchronize(stream) }
+        .result()
+        .ctx("cuStreamSynchronize")
 }

@@ -28,7 +28,12 @@ impl fmt::Display for GpuError {
         match self {
             GpuError::Unavailable(why) => write!(f, "GPU unavailable: {why}"),
             GpuError::OutOfMemory { needed, free } => {
-                write!(f, "GPU memory: need {} MiB, {} MiB free", needed >> 20, free >> 20)
+                write!(
+                    f,
+                    "GPU memory: need {} MiB, {} MiB free",
+                    needed >> 20,
+                    free >> 20
+                )
             }
             GpuError::NonFinite => f.write_str("NaN or Inf in an operand"),
             GpuError::Unsupported(why) => write!(f, "unsupported call: {why}"),

@@ -40,11 +40,17 @@ const CHUNK: usize = 64 << 20;
 /// Elements of a column-major rows x cols matrix with leading dimension ld that a BLAS
 /// call may touch (the caller's slice may be longer).
 fn span(rows: usize, cols: usize, ld: usize) -> usize {
-    if rows == 0 || cols == 0 { 0 } else { ld * (cols - 1) + rows }
+    if rows == 0 || cols == 0 {
+        0
+    } else {
+        ld * (cols - 1) + rows
+    }
 }
 
 fn threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8)
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
 }
 
 /// dst[..] = src[..] on several threads (large copies between pageable and pinned memory
@@ -74,22 +80,39 @@ fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuError> {
             let slot = i % 2;
             if let Some(e) = events[slot] {
                 // SAFETY: e was recorded after the copy that last read this staging buffer.
-                unsafe { sys::cuEventSynchronize(e) }.result().ctx("cuEventSynchronize")?;
+                unsafe { sys::cuEventSynchronize(e) }
+                    .result()
+                    .ctx("cuEventSynchronize")?;
             }
             let stage = gpu.staging(slot, CHUNK)?;
             // SAFETY: staging holds CHUNK bytes and no copy is reading it (waited above).
-            par_copy(unsafe { std::slice::from_raw_parts_mut(stage, chunk.len()) }, chunk);
+            par_copy(
+                unsafe { std::slice::from_raw_parts_mut(stage, chunk.len()) },
+                chunk,
+            );
             // SAFETY: pinned source of chunk.len() bytes, device destination inside dst's span.
-            unsafe { sys::cuMemcpyHtoDAsync_v2(dst + (i * CHUNK) as u64, stage as *const _, chunk.len(), stream) }
-                .result()
-                .ctx("cuMemcpyHtoDAsync")?;
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    dst + (i * CHUNK) as u64,
+                    stage as *const _,
+                    chunk.len(),
+                    stream,
+                )
+            }
+            .result()
+            .ctx("cuMemcpyHtoDAsync")?;
             let e = match events[slot] {
                 Some(e) => e,
-                None => cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).ctx("cuEventCreate")?,
+                None => cudarc::driver::result::event::create(
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                )
+                .ctx("cuEventCreate")?,
             };
             events[slot] = Some(e);
             // SAFETY: live event and stream.
-            unsafe { sys::cuEventRecord(e, stream) }.result().ctx("cuEventRecord")?;
+            unsafe { sys::cuEventRecord(e, stream) }
+                .result()
+                .ctx("cuEventRecord")?;
         }
         sync(stream)
     })();
@@ -105,7 +128,9 @@ fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuError> {
 fn download(gpu: &mut Gpu, src: u64, elems: usize) -> Result<*const f64, GpuError> {
     let stage = gpu.staging(2, elems * 8)?;
     // SAFETY: staging buffer 2 holds elems doubles; src spans elems doubles on the device.
-    unsafe { sys::cuMemcpyDtoHAsync_v2(stage as *mut _, src, elems * 8, gpu.stream) }.result().ctx("cuMemcpyDtoHAsync")?;
+    unsafe { sys::cuMemcpyDtoHAsync_v2(stage as *mut _, src, elems * 8, gpu.stream) }
+        .result()
+        .ctx("cuMemcpyDtoHAsync")?;
     sync(gpu.stream)?;
     Ok(stage as *const f64)
 }
@@ -120,7 +145,11 @@ fn write_back(c: &mut [f64], staged: &[f64], m: usize, n: usize, ldc: usize, upl
         while j0 < n {
             let cols = cols_per.min(n - j0);
             let all = std::mem::take(&mut rest);
-            let take = if j0 + cols == n { all.len() } else { (cols * ldc).min(all.len()) };
+            let take = if j0 + cols == n {
+                all.len()
+            } else {
+                (cols * ldc).min(all.len())
+            };
             let (mine, tail) = all.split_at_mut(take);
             rest = tail;
             let base = j0;
@@ -147,7 +176,14 @@ struct Staged {
     c: u64,
 }
 
-fn stage_operands(gpu: &mut Gpu, a: &[f64], b: Option<&[f64]>, c: &[f64], c_span: usize, read_c: bool) -> Result<Staged, GpuError> {
+fn stage_operands(
+    gpu: &mut Gpu,
+    a: &[f64],
+    b: Option<&[f64]>,
+    c: &[f64],
+    c_span: usize,
+    read_c: bool,
+) -> Result<Staged, GpuError> {
     let da = gpu.workspace.get("host_a", a.len() * 8)?;
     let db = match b {
         Some(b) => gpu.workspace.get("host_b", b.len() * 8)?,
@@ -161,7 +197,11 @@ fn stage_operands(gpu: &mut Gpu, a: &[f64], b: Option<&[f64]>, c: &[f64], c_span
     if read_c {
         upload(gpu, dc, &c[..c_span])?;
     }
-    Ok(Staged { a: da, b: db, c: dc })
+    Ok(Staged {
+        a: da,
+        b: db,
+        c: dc,
+    })
 }
 
 /// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands.
@@ -171,9 +211,22 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
 }
 
 /// [`gemm`] on a given GPU (one slot of a split, `crate::multi`).
-pub fn gemm_on(gpu: &mut Gpu, args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
-    let (ra, ca) = if args.transa == Trans::No { (args.m, args.k) } else { (args.k, args.m) };
-    let (rb, cb) = if args.transb == Trans::No { (args.k, args.n) } else { (args.n, args.k) };
+pub fn gemm_on(
+    gpu: &mut Gpu,
+    args: &GemmArgs,
+    c: &mut [f64],
+    engine: Engine,
+) -> Result<HostOutcome, GpuError> {
+    let (ra, ca) = if args.transa == Trans::No {
+        (args.m, args.k)
+    } else {
+        (args.k, args.m)
+    };
+    let (rb, cb) = if args.transb == Trans::No {
+        (args.k, args.n)
+    } else {
+        (args.n, args.k)
+    };
     let a = &args.a[..span(ra, ca, args.lda)];
     let b = &args.b[..span(rb, cb, args.ldb)];
     let c_span = span(args.m, args.n, args.ldc);
@@ -181,7 +234,10 @@ pub fn gemm_on(gpu: &mut Gpu, args: &GemmArgs, c: &mut [f64], engine: Engine) ->
     let st = stage_operands(gpu, a, Some(b), c, c_span, args.beta != 0.0)?;
     let up_ns = t0.elapsed().as_nanos() as u64;
     let stream = gpu.stream;
-    let mut out = HostOutcome { device: gpu.ordinal, ..Default::default() };
+    let mut out = HostOutcome {
+        device: gpu.ordinal,
+        ..Default::default()
+    };
     match engine {
         Engine::Native => {
             let marks = {
@@ -206,7 +262,12 @@ pub fn gemm_on(gpu: &mut Gpu, args: &GemmArgs, c: &mut [f64], engine: Engine) ->
         }
         Engine::Ozaki(opts) => {
             let call = DeviceCall {
-                op: Op::Gemm { transa: args.transa, transb: args.transb, b: st.b, ldb: args.ldb },
+                op: Op::Gemm {
+                    transa: args.transa,
+                    transb: args.transb,
+                    b: st.b,
+                    ldb: args.ldb,
+                },
                 m: args.m,
                 n: args.n,
                 k: args.k,
@@ -236,25 +297,45 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
     let _flags = crate::fpenv::KeepFpFlags::new();
     let mut g = gpu()?;
     let gpu = &mut *g;
-    let (ra, ca) = if args.trans == Trans::No { (args.n, args.k) } else { (args.k, args.n) };
+    let (ra, ca) = if args.trans == Trans::No {
+        (args.n, args.k)
+    } else {
+        (args.k, args.n)
+    };
     let a = &args.a[..span(ra, ca, args.lda)];
     let c_span = span(args.n, args.n, args.ldc);
     let t0 = std::time::Instant::now();
     let st = stage_operands(gpu, a, None, c, c_span, args.beta != 0.0)?;
     let up_ns = t0.elapsed().as_nanos() as u64;
     let stream = gpu.stream;
-    let mut out = HostOutcome { device: gpu.ordinal, ..Default::default() };
+    let mut out = HostOutcome {
+        device: gpu.ordinal,
+        ..Default::default()
+    };
     match engine {
         Engine::Native => {
             let mut mk = Marks::start(stream)?;
-            crate::native::dsyrk(gpu, stream, args.uplo, args.trans, (args.n, args.k), args.alpha, (st.a, args.lda), args.beta, (st.c, args.ldc))?;
+            crate::native::dsyrk(
+                gpu,
+                stream,
+                args.uplo,
+                args.trans,
+                (args.n, args.k),
+                args.alpha,
+                (st.a, args.lda),
+                args.beta,
+                (st.c, args.ldc),
+            )?;
             mk.mark(Phase::Products)?;
             sync(stream)?;
             out.phases = mk.phases()?;
         }
         Engine::Ozaki(opts) => {
             let call = DeviceCall {
-                op: Op::Syrk { uplo: args.uplo, trans: args.trans },
+                op: Op::Syrk {
+                    uplo: args.uplo,
+                    trans: args.trans,
+                },
                 m: args.n,
                 n: args.n,
                 k: args.k,
@@ -274,7 +355,14 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
     let staged = download(gpu, st.c, c_span)?;
     // SAFETY: as in gemm.
     let staged = unsafe { std::slice::from_raw_parts(staged, c_span) };
-    write_back(&mut c[..c_span], staged, args.n, args.n, args.ldc, Some(args.uplo));
+    write_back(
+        &mut c[..c_span],
+        staged,
+        args.n,
+        args.n,
+        args.ldc,
+        Some(args.uplo),
+    );
     out.phases.transfer_ns += up_ns + t1.elapsed().as_nanos() as u64;
     Ok(out)
 }

@@ -35,14 +35,18 @@ fn function(module: sys::CUmodule, name: &str) -> Result<sys::CUfunction, GpuErr
     let cname = CString::new(name).expect("kernel names have no NUL");
     let mut f = std::ptr::null_mut();
     // SAFETY: module is loaded; out-parameter.
-    unsafe { sys::cuModuleGetFunction(&mut f, module, cname.as_ptr()) }.result().ctx(name)?;
+    unsafe { sys::cuModuleGetFunction(&mut f, module, cname.as_ptr()) }
+        .result()
+        .ctx(name)?;
     Ok(f)
 }
 
 fn load_module(cubin: &[u8]) -> Result<sys::CUmodule, GpuError> {
     let mut module = std::ptr::null_mut();
     // SAFETY: cubin is a complete ELF image that outlives the call.
-    unsafe { sys::cuModuleLoadData(&mut module, cubin.as_ptr() as *const c_void) }.result().ctx("cuModuleLoadData")?;
+    unsafe { sys::cuModuleLoadData(&mut module, cubin.as_ptr() as *const c_void) }
+        .result()
+        .ctx("cuModuleLoadData")?;
     Ok(module)
 }
 
@@ -50,11 +54,17 @@ impl Kernels {
     /// Compiles (or loads from the cache) and loads the kernels for compute capability `cc`.
     pub fn load(cc: (i32, i32), driver: i32) -> Result<Kernels, GpuError> {
         let arch = crate::nvrtc_cache::arch_for(cc.0, cc.1);
-        let (cubin, from_cache) = crate::nvrtc_cache::cubin_cached(SOURCE, "ozaki.cu", &arch, driver)?;
+        let (cubin, from_cache) =
+            crate::nvrtc_cache::cubin_cached(SOURCE, "ozaki.cu", &arch, driver)?;
         let (module, from_cache) = match load_module(&cubin) {
             Ok(m) => (m, from_cache),
             // A cached image the driver refuses: compile afresh rather than fail.
-            Err(_) if from_cache => (load_module(&crate::nvrtc_cache::compile_cubin(SOURCE, "ozaki.cu", &arch)?)?, false),
+            Err(_) if from_cache => (
+                load_module(&crate::nvrtc_cache::compile_cubin(
+                    SOURCE, "ozaki.cu", &arch,
+                )?)?,
+                false,
+            ),
             Err(e) => return Err(e),
         };
         Ok(Kernels {
@@ -84,17 +94,30 @@ impl Kernels {
         maxbits: sys::CUdeviceptr,
         abssum: sys::CUdeviceptr,
     ) -> Result<(), GpuError> {
-        let (mut x, mut ld, mut rows, mut kdim, mut maxbits, mut abssum) = (x, ld, rows, kdim, maxbits, abssum);
+        let (mut x, mut ld, mut rows, mut kdim, mut maxbits, mut abssum) =
+            (x, ld, rows, kdim, maxbits, abssum);
         if contig {
             let warps_per_block = 8u32;
             let grid = (rows as u32).div_ceil(warps_per_block);
             let mut args = kernel_args![x, ld, rows, kdim, maxbits, abssum];
             // SAFETY: argument types match the kernel signature; pointers are device memory
             // of the sizes the caller checked.
-            unsafe { launch(self.scan_contig, (grid, 1, 1), (32 * warps_per_block, 1, 1), stream, &mut args) }
+            unsafe {
+                launch(
+                    self.scan_contig,
+                    (grid, 1, 1),
+                    (32 * warps_per_block, 1, 1),
+                    stream,
+                    &mut args,
+                )
+            }
         } else {
             let mut lchunk: i32 = 16;
-            let grid = ((rows as u32).div_ceil(256), (kdim as u32).div_ceil(lchunk as u32).max(1), 1);
+            let grid = (
+                (rows as u32).div_ceil(256),
+                (kdim as u32).div_ceil(lchunk as u32).max(1),
+                1,
+            );
             let mut args = kernel_args![x, ld, rows, kdim, lchunk, maxbits, abssum];
             // SAFETY: as above.
             unsafe { launch(self.scan_strided, grid, (256, 1, 1), stream, &mut args) }
@@ -118,8 +141,29 @@ impl Kernels {
         out: sys::CUdeviceptr,
         plane_stride: i64,
     ) -> Result<(), GpuError> {
-        let (mut x, mut ld, mut contig, mut rows, mut kdim, mut kpad, mut shift, mut table, mut out, mut ps) =
-            (x, ld, contig as i32, rows, kdim, kpad, shift, *table, out, plane_stride);
+        let (
+            mut x,
+            mut ld,
+            mut contig,
+            mut rows,
+            mut kdim,
+            mut kpad,
+            mut shift,
+            mut table,
+            mut out,
+            mut ps,
+        ) = (
+            x,
+            ld,
+            contig as i32,
+            rows,
+            kdim,
+            kpad,
+            shift,
+            *table,
+            out,
+            plane_stride,
+        );
         let grid = ((kpad as u32).div_ceil(128), (rows as u32).div_ceil(32), 1);
         let mut args = kernel_args![x, ld, contig, rows, kdim, kpad, shift, table, out, ps];
         // SAFETY: as above; the table is passed by value (#[repr(C)] mirror of the CUDA struct).
@@ -145,15 +189,46 @@ impl Kernels {
         uplo: i32,
         offsets: (i32, i32),
     ) -> Result<(), GpuError> {
-        let (mut prod, mut ps, mut rows, mut cols, mut sigma, mut tau, mut table, mut alpha, mut beta, mut c, mut ldc, mut uplo) =
-            (prod, prod_stride, rows, cols, sigma, tau, *table, alpha, beta, c, ldc, uplo);
+        let (
+            mut prod,
+            mut ps,
+            mut rows,
+            mut cols,
+            mut sigma,
+            mut tau,
+            mut table,
+            mut alpha,
+            mut beta,
+            mut c,
+            mut ldc,
+            mut uplo,
+        ) = (
+            prod,
+            prod_stride,
+            rows,
+            cols,
+            sigma,
+            tau,
+            *table,
+            alpha,
+            beta,
+            c,
+            ldc,
+            uplo,
+        );
         let (mut row_off, mut col_off) = offsets;
         let total = rows as u64 * cols as u64;
         let grid = (total.div_ceil(256) as u32, 1, 1);
-        let mut args = kernel_args![prod, ps, rows, cols, sigma, tau, table, alpha, beta, c, ldc, uplo, row_off, col_off];
+        let mut args = kernel_args![
+            prod, ps, rows, cols, sigma, tau, table, alpha, beta, c, ldc, uplo, row_off, col_off
+        ];
         // SAFETY: as above.
         // the 4-limb variant skips weight limbs that are zero for this table (same integer)
-        let f = if table.weight_limbs() <= 4 { self.reconstruct_w4 } else { self.reconstruct };
+        let f = if table.weight_limbs() <= 4 {
+            self.reconstruct_w4
+        } else {
+            self.reconstruct
+        };
         // SAFETY: as above; both entry points take the same arguments.
         unsafe { launch(f, grid, (256, 1, 1), stream, &mut args) }
     }
@@ -169,7 +244,19 @@ unsafe fn launch(
 ) -> Result<(), GpuError> {
     // SAFETY: the caller guarantees the argument list matches the kernel.
     unsafe {
-        sys::cuLaunchKernel(f, grid.0, grid.1, grid.2, block.0, block.1, block.2, 0, stream, args.as_mut_ptr(), std::ptr::null_mut())
+        sys::cuLaunchKernel(
+            f,
+            grid.0,
+            grid.1,
+            grid.2,
+            block.0,
+            block.1,
+            block.2,
+            0,
+            stream,
+            args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
     }
     .result()
     .ctx("cuLaunchKernel")

@@ -52,8 +52,16 @@ impl Drop for Desc {
     }
 }
 
-fn layout(ty: sys::cudaDataType, rows: u64, cols: u64, ld: i64, batch: u32, stride: i64) -> Result<Layout, GpuError> {
-    let l = Layout(result::create_matrix_layout(ty, rows, cols, ld).ctx("cublasLtMatrixLayoutCreate")?);
+fn layout(
+    ty: sys::cudaDataType,
+    rows: u64,
+    cols: u64,
+    ld: i64,
+    batch: u32,
+    stride: i64,
+) -> Result<Layout, GpuError> {
+    let l =
+        Layout(result::create_matrix_layout(ty, rows, cols, ld).ctx("cublasLtMatrixLayoutCreate")?);
     let b = batch as i32;
     // SAFETY: l.0 is live; attribute values have the documented types (int32, int64).
     unsafe {
@@ -98,8 +106,11 @@ pub fn batched(
         return Err(GpuError::Unavailable("no cuBLASLt handle".into()));
     }
     let desc = Desc(
-        result::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32I, sys::cudaDataType::CUDA_R_32I)
-            .ctx("cublasLtMatmulDescCreate")?,
+        result::create_matmul_desc(
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32I,
+            sys::cudaDataType::CUDA_R_32I,
+        )
+        .ctx("cublasLtMatmulDescCreate")?,
     );
     let trans: i32 = 1; // CUBLAS_OP_T
     // SAFETY: desc is live; TRANSA takes an int32 cublasOperation_t.
@@ -112,9 +123,30 @@ pub fn batched(
         )
         .ctx("TRANSA")?;
     }
-    let la = layout(sys::cudaDataType::CUDA_R_8I, shape.k, shape.m, shape.k as i64, 1, 0)?;
-    let lb = layout(sys::cudaDataType::CUDA_R_8I, shape.k, shape.n, shape.k as i64, 1, 0)?;
-    let ld = layout(sys::cudaDataType::CUDA_R_32I, shape.m, shape.n, shape.m as i64, 1, 0)?;
+    let la = layout(
+        sys::cudaDataType::CUDA_R_8I,
+        shape.k,
+        shape.m,
+        shape.k as i64,
+        1,
+        0,
+    )?;
+    let lb = layout(
+        sys::cudaDataType::CUDA_R_8I,
+        shape.k,
+        shape.n,
+        shape.k as i64,
+        1,
+        0,
+    )?;
+    let ld = layout(
+        sys::cudaDataType::CUDA_R_32I,
+        shape.m,
+        shape.n,
+        shape.m as i64,
+        1,
+        0,
+    )?;
     let (sa, sb, sd) = shape.strides;
     let run = |algo: &sys::cublasLtMatmulAlgo_t, p: usize| -> Result<(), GpuError> {
         let (alpha, beta) = (1i32, 0i32);
@@ -143,7 +175,11 @@ pub fn batched(
             .ctx("cublasLtMatmul (int8)")
         }
     };
-    let key = Shape { batch: 1, strides: (0, 0, 0), ..shape };
+    let key = Shape {
+        batch: 1,
+        strides: (0, 0, 0),
+        ..shape
+    };
     let algo = match gpu.algo_cache.get(&key) {
         Some(a) => *a,
         None => {
@@ -180,7 +216,8 @@ fn candidates(
     let pref = result::create_matmul_pref().ctx("cublasLtMatmulPreferenceCreate")?;
     let ws = LT_WORKSPACE as u64;
     // SAFETY: zeroed plain-data structs are valid out-parameter storage.
-    let mut out: Vec<sys::cublasLtMatmulHeuristicResult_t> = vec![unsafe { std::mem::zeroed() }; CANDIDATES];
+    let mut out: Vec<sys::cublasLtMatmulHeuristicResult_t> =
+        vec![unsafe { std::mem::zeroed() }; CANDIDATES];
     let mut count = 0i32;
     // SAFETY: pref and descriptors are live; out has room for CANDIDATES results.
     let status = unsafe {
@@ -192,9 +229,20 @@ fn candidates(
         )
         .ctx("pref workspace")
         .and_then(|_| {
-            sys::cublasLtMatmulAlgoGetHeuristic(handle, desc.0, la.0, lb.0, ld.0, ld.0, pref, CANDIDATES as i32, out.as_mut_ptr(), &mut count)
-                .result()
-                .ctx("cublasLtMatmulAlgoGetHeuristic (int8)")
+            sys::cublasLtMatmulAlgoGetHeuristic(
+                handle,
+                desc.0,
+                la.0,
+                lb.0,
+                ld.0,
+                ld.0,
+                pref,
+                CANDIDATES as i32,
+                out.as_mut_ptr(),
+                &mut count,
+            )
+            .result()
+            .ctx("cublasLtMatmulAlgoGetHeuristic (int8)")
         })
     };
     // SAFETY: pref is live and not used afterwards.
@@ -203,7 +251,9 @@ fn candidates(
     out.truncate(count.max(0) as usize);
     out.retain(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
     if out.is_empty() {
-        return Err(GpuError::Unsupported("cuBLASLt has no int8 algorithm for this shape".into()));
+        return Err(GpuError::Unsupported(
+            "cuBLASLt has no int8 algorithm for this shape".into(),
+        ));
     }
     Ok(out)
 }

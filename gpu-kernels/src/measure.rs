@@ -11,7 +11,11 @@ use cudarc::driver::sys;
 use std::ffi::c_void;
 
 /// Median seconds of `reps` runs of `f` on `stream` (after one untimed warm-up).
-pub fn time_median(stream: sys::CUstream, reps: usize, mut f: impl FnMut() -> Result<(), GpuError>) -> Result<f64, GpuError> {
+pub fn time_median(
+    stream: sys::CUstream,
+    reps: usize,
+    mut f: impl FnMut() -> Result<(), GpuError>,
+) -> Result<f64, GpuError> {
     f()?;
     sync(stream)?;
     let mut times = Vec::with_capacity(reps);
@@ -38,7 +42,10 @@ pub fn time_median(stream: sys::CUstream, reps: usize, mut f: impl FnMut() -> Re
 }
 
 /// Seconds of one run of `f` on `stream`, timed with events (no warm-up).
-pub fn time_once(stream: sys::CUstream, f: impl FnOnce() -> Result<(), GpuError>) -> Result<f64, GpuError> {
+pub fn time_once(
+    stream: sys::CUstream,
+    f: impl FnOnce() -> Result<(), GpuError>,
+) -> Result<f64, GpuError> {
     let ev = sys::CUevent_flags::CU_EVENT_DEFAULT;
     let e0 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
     let e1 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
@@ -61,9 +68,15 @@ pub fn time_once(stream: sys::CUstream, f: impl FnOnce() -> Result<(), GpuError>
 pub fn upload<T: Copy>(data: &[T]) -> Result<DeviceBuffer, GpuError> {
     let buf = DeviceBuffer::new(std::mem::size_of_val(data))?;
     // SAFETY: buf holds the whole slice.
-    unsafe { sys::cuMemcpyHtoD_v2(buf.ptr(), data.as_ptr() as *const c_void, std::mem::size_of_val(data)) }
-        .result()
-        .ctx("cuMemcpyHtoD")?;
+    unsafe {
+        sys::cuMemcpyHtoD_v2(
+            buf.ptr(),
+            data.as_ptr() as *const c_void,
+            std::mem::size_of_val(data),
+        )
+    }
+    .result()
+    .ctx("cuMemcpyHtoD")?;
     Ok(buf)
 }
 
@@ -71,14 +84,25 @@ pub fn upload<T: Copy>(data: &[T]) -> Result<DeviceBuffer, GpuError> {
 pub fn download<T: Copy>(buf: &DeviceBuffer, out: &mut [T]) -> Result<(), GpuError> {
     assert!(std::mem::size_of_val(out) <= buf.len());
     // SAFETY: out fits in buf.
-    unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr() as *mut c_void, buf.ptr(), std::mem::size_of_val(out)) }
-        .result()
-        .ctx("cuMemcpyDtoH")
+    unsafe {
+        sys::cuMemcpyDtoH_v2(
+            out.as_mut_ptr() as *mut c_void,
+            buf.ptr(),
+            std::mem::size_of_val(out),
+        )
+    }
+    .result()
+    .ctx("cuMemcpyDtoH")
 }
 
 /// Int8 GEMM rates at n x n x n in TOPS (2n^3 / s): cuBLASLt (TN, batch `batch`, per
 /// product) and cublasGemmEx (A transposed, int32 out, CUBLAS_COMPUTE_32I).
-pub fn int8_rates(gpu: &mut Gpu, n: usize, batch: usize, reps: usize) -> Result<(f64, f64), GpuError> {
+pub fn int8_rates(
+    gpu: &mut Gpu,
+    n: usize,
+    batch: usize,
+    reps: usize,
+) -> Result<(f64, f64), GpuError> {
     let stream = gpu.stream;
     let a = DeviceBuffer::new(batch * n * n)?;
     let b = DeviceBuffer::new(batch * n * n)?;
@@ -89,14 +113,24 @@ pub fn int8_rates(gpu: &mut Gpu, n: usize, batch: usize, reps: usize) -> Result<
         fill_bytes(b.ptr(), batch * n * n, stream)?;
     }
     let nn = (n * n) as i64;
-    let shape = crate::lt_int8::Shape { m: n as u64, n: n as u64, k: n as u64, batch: batch as u32, strides: (nn, nn, nn) };
-    let t_lt = time_median(stream, reps, || crate::lt_int8::batched(gpu, stream, shape, a.ptr(), b.ptr(), d.ptr()))?;
+    let shape = crate::lt_int8::Shape {
+        m: n as u64,
+        n: n as u64,
+        k: n as u64,
+        batch: batch as u32,
+        strides: (nn, nn, nn),
+    };
+    let t_lt = time_median(stream, reps, || {
+        crate::lt_int8::batched(gpu, stream, shape, a.ptr(), b.ptr(), d.ptr())
+    })?;
     let (alpha, beta) = (1i32, 0i32);
     let blas = gpu.blas;
     let t_ex = time_median(stream, reps, || {
         // SAFETY: live handle and buffers of n x n elements.
         unsafe {
-            cb::cublasSetStream_v2(blas, stream as cb::cudaStream_t).result().ctx("cublasSetStream")?;
+            cb::cublasSetStream_v2(blas, stream as cb::cudaStream_t)
+                .result()
+                .ctx("cublasSetStream")?;
             cb::cublasGemmEx(
                 blas,
                 cb::cublasOperation_t::CUBLAS_OP_T,
@@ -143,9 +177,11 @@ unsafe fn fill_bytes(dst: u64, bytes: usize, stream: sys::CUstream) -> Result<()
     while off < bytes {
         let len = chunk.min(bytes - off);
         // SAFETY: pinned source of len bytes; destination inside the caller's buffer.
-        unsafe { sys::cuMemcpyHtoDAsync_v2(dst + off as u64, h.as_ptr() as *const c_void, len, stream) }
-            .result()
-            .ctx("cuMemcpyHtoDAsync")?;
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(dst + off as u64, h.as_ptr() as *const c_void, len, stream)
+        }
+        .result()
+        .ctx("cuMemcpyHtoDAsync")?;
         sync(stream)?;
         off += len;
     }
@@ -162,14 +198,21 @@ impl EmulatedBlas {
         crate::probe::contain("cuBLAS fp64 emulation", || {
             let mut h = std::ptr::null_mut();
             // SAFETY: out-parameter; a context is current.
-            unsafe { cb::cublasCreate_v2(&mut h) }.result().ctx("cublasCreate")?;
+            unsafe { cb::cublasCreate_v2(&mut h) }
+                .result()
+                .ctx("cublasCreate")?;
             let h = EmulatedBlas(h);
             // SAFETY: live handle; enum values from the cuBLAS 13 headers.
             unsafe {
-                cb::cublasSetMathMode(h.0, cb::cublasMath_t::CUBLAS_FP64_EMULATED_FIXEDPOINT_MATH).result().ctx("cublasSetMathMode")?;
-                cb::cublasSetEmulationStrategy(h.0, cb::cublasEmulationStrategy_t::CUBLAS_EMULATION_STRATEGY_EAGER)
+                cb::cublasSetMathMode(h.0, cb::cublasMath_t::CUBLAS_FP64_EMULATED_FIXEDPOINT_MATH)
                     .result()
-                    .ctx("cublasSetEmulationStrategy")?;
+                    .ctx("cublasSetMathMode")?;
+                cb::cublasSetEmulationStrategy(
+                    h.0,
+                    cb::cublasEmulationStrategy_t::CUBLAS_EMULATION_STRATEGY_EAGER,
+                )
+                .result()
+                .ctx("cublasSetEmulationStrategy")?;
             }
             Ok(h)
         })
@@ -177,11 +220,22 @@ impl EmulatedBlas {
 
     /// DGEMM (no transposes) on device buffers through the emulating handle.
     #[allow(clippy::too_many_arguments)]
-    pub fn dgemm(&self, stream: sys::CUstream, m: usize, n: usize, k: usize, a: u64, b: u64, c: u64) -> Result<(), GpuError> {
+    pub fn dgemm(
+        &self,
+        stream: sys::CUstream,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: u64,
+        b: u64,
+        c: u64,
+    ) -> Result<(), GpuError> {
         let (alpha, beta) = (1.0f64, 0.0f64);
         // SAFETY: live handle; buffers hold the column-major operands.
         unsafe {
-            cb::cublasSetStream_v2(self.0, stream as cb::cudaStream_t).result().ctx("cublasSetStream")?;
+            cb::cublasSetStream_v2(self.0, stream as cb::cudaStream_t)
+                .result()
+                .ctx("cublasSetStream")?;
             cb::cublasDgemm_v2_64(
                 self.0,
                 cb::cublasOperation_t::CUBLAS_OP_N,
@@ -219,11 +273,15 @@ pub fn link_bandwidth(gpu: &mut Gpu, bytes: usize) -> Result<(f64, f64), GpuErro
     let hp = h.as_mut_ptr();
     // SAFETY: both buffers hold `bytes`.
     let t_h2d = time_median(stream, 5, || unsafe {
-        sys::cuMemcpyHtoDAsync_v2(d.ptr(), hp as *const c_void, bytes, stream).result().ctx("H2D")
+        sys::cuMemcpyHtoDAsync_v2(d.ptr(), hp as *const c_void, bytes, stream)
+            .result()
+            .ctx("H2D")
     })?;
     // SAFETY: as above.
     let t_d2h = time_median(stream, 5, || unsafe {
-        sys::cuMemcpyDtoHAsync_v2(hp as *mut c_void, d.ptr(), bytes, stream).result().ctx("D2H")
+        sys::cuMemcpyDtoHAsync_v2(hp as *mut c_void, d.ptr(), bytes, stream)
+            .result()
+            .ctx("D2H")
     })?;
     Ok((bytes as f64 / t_h2d / 1e9, bytes as f64 / t_d2h / 1e9))
 }
@@ -231,7 +289,11 @@ pub fn link_bandwidth(gpu: &mut Gpu, bytes: usize) -> Result<(f64, f64), GpuErro
 /// Errors of one computed entry against the exact dot product of fp64 inputs: returns
 /// (|c - s| / |s|, |c - s| / sum |a_l b_l|), where s = sum a_l b_l is evaluated exactly
 /// (every fp64 is an integer times a power of two, so the sum is an exact big integer).
-pub fn entry_errors(a: impl Iterator<Item = f64> + Clone, b: impl Iterator<Item = f64> + Clone, c: f64) -> (f64, f64) {
+pub fn entry_errors(
+    a: impl Iterator<Item = f64> + Clone,
+    b: impl Iterator<Item = f64> + Clone,
+    c: f64,
+) -> (f64, f64) {
     use num_bigint::BigInt;
     use num_traits::{Signed, ToPrimitive, Zero};
     fn split(x: f64) -> (i64, i32) {
@@ -241,7 +303,11 @@ pub fn entry_errors(a: impl Iterator<Item = f64> + Clone, b: impl Iterator<Item 
         let bits = x.to_bits();
         let exp = ((bits >> 52) & 0x7ff) as i32;
         let frac = (bits & ((1u64 << 52) - 1)) as i64;
-        let (mant, e) = if exp == 0 { (frac, -1074) } else { (frac | (1i64 << 52), exp - 1075) };
+        let (mant, e) = if exp == 0 {
+            (frac, -1074)
+        } else {
+            (frac | (1i64 << 52), exp - 1075)
+        };
         (if x < 0.0 { -mant } else { mant }, e)
     }
     let terms: Vec<(i128, i32)> = a
@@ -255,7 +321,12 @@ pub fn entry_errors(a: impl Iterator<Item = f64> + Clone, b: impl Iterator<Item 
         .collect();
     let abs_sum: f64 = a.zip(b).map(|(x, y)| (x * y).abs()).sum();
     let (mc, ec) = split(c);
-    let e_min = terms.iter().map(|t| t.1).chain(std::iter::once(ec)).min().unwrap_or(0);
+    let e_min = terms
+        .iter()
+        .map(|t| t.1)
+        .chain(std::iter::once(ec))
+        .min()
+        .unwrap_or(0);
     let mut s = BigInt::zero();
     for (m, e) in &terms {
         s += BigInt::from(*m) << (e - e_min) as usize;
@@ -278,8 +349,16 @@ pub fn entry_errors(a: impl Iterator<Item = f64> + Clone, b: impl Iterator<Item 
         d / sv * 2f64.powi((ds - ss) as i32)
     };
     // |c - s| in fp64: d * 2^(ds + e_min), computed in two steps to avoid over/underflow.
-    let abs_err = d * 2f64.powi(((ds + e_min as i64) / 2) as i32) * 2f64.powi((ds + e_min as i64 - (ds + e_min as i64) / 2) as i32);
-    let norm = if abs_sum > 0.0 { abs_err / abs_sum } else if diff.is_zero() { 0.0 } else { f64::INFINITY };
+    let abs_err = d
+        * 2f64.powi(((ds + e_min as i64) / 2) as i32)
+        * 2f64.powi((ds + e_min as i64 - (ds + e_min as i64) / 2) as i32);
+    let norm = if abs_sum > 0.0 {
+        abs_err / abs_sum
+    } else if diff.is_zero() {
+        0.0
+    } else {
+        f64::INFINITY
+    };
     (comp, norm)
 }
 
@@ -305,7 +384,11 @@ mod tests {
         let b = [3.0, 7.0];
         let exact_rounded = 0.1 * 3.0 + 0.2 * 7.0; // not necessarily exact; compare ulps
         let (c1, _) = entry_errors(a.iter().copied(), b.iter().copied(), exact_rounded);
-        let (c2, _) = entry_errors(a.iter().copied(), b.iter().copied(), f64::from_bits(exact_rounded.to_bits() + 4));
+        let (c2, _) = entry_errors(
+            a.iter().copied(),
+            b.iter().copied(),
+            f64::from_bits(exact_rounded.to_bits() + 4),
+        );
         assert!(c1 < 5e-16 && c2 > c1 && c2 < 2e-15, "{c1} {c2}");
     }
 }

@@ -10,7 +10,9 @@ use std::ffi::c_void;
 pub fn mem_info() -> Result<(usize, usize), GpuError> {
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: plain out-parameters; a context is current (callers hold the Gpu lock).
-    unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }.result().ctx("cuMemGetInfo")?;
+    unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }
+        .result()
+        .ctx("cuMemGetInfo")?;
     Ok((free, total))
 }
 
@@ -31,13 +33,19 @@ impl DeviceBuffer {
         let bytes = bytes.max(256);
         let (free, _) = mem_info()?;
         if bytes + DEVICE_RESERVE > free {
-            return Err(GpuError::OutOfMemory { needed: bytes, free });
+            return Err(GpuError::OutOfMemory {
+                needed: bytes,
+                free,
+            });
         }
         let mut ptr = 0;
         // SAFETY: out-parameter; size checked above.
         unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }
             .result()
-            .map_err(|_| GpuError::OutOfMemory { needed: bytes, free })?;
+            .map_err(|_| GpuError::OutOfMemory {
+                needed: bytes,
+                free,
+            })?;
         Ok(DeviceBuffer { ptr, bytes })
     }
 
@@ -113,8 +121,13 @@ impl PinnedBuffer {
     pub fn new(bytes: usize) -> Result<PinnedBuffer, GpuError> {
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-parameter; flags 0 = portable off, plain pinned memory.
-        unsafe { sys::cuMemHostAlloc(&mut p, bytes.max(64), 0) }.result().ctx("cuMemHostAlloc")?;
-        Ok(PinnedBuffer { ptr: p as *mut u8, bytes: bytes.max(64) })
+        unsafe { sys::cuMemHostAlloc(&mut p, bytes.max(64), 0) }
+            .result()
+            .ctx("cuMemHostAlloc")?;
+        Ok(PinnedBuffer {
+            ptr: p as *mut u8,
+            bytes: bytes.max(64),
+        })
     }
 
     /// Host address.

@@ -50,8 +50,16 @@ pub struct MultiOutcome {
 /// `c0` (`T`, B is n x k).
 pub fn tile_args<'a>(args: &GemmArgs<'a>, tile: &Tile) -> GemmArgs<'a> {
     let (r0, c0) = (tile.row0 as usize, tile.col0 as usize);
-    let a_off = if args.transa == Trans::No { r0 } else { r0 * args.lda };
-    let b_off = if args.transb == Trans::No { c0 * args.ldb } else { c0 };
+    let a_off = if args.transa == Trans::No {
+        r0
+    } else {
+        r0 * args.lda
+    };
+    let b_off = if args.transb == Trans::No {
+        c0 * args.ldb
+    } else {
+        c0
+    };
     let rows = tile.rows as usize;
     GemmArgs {
         m: rows,
@@ -94,7 +102,11 @@ fn write_tiles(c: &mut [f64], ldc: usize, tiles: &[Tile], scratch: &[Vec<f64>]) 
             };
             rest = tail;
             let base = start_col;
-            let group: Vec<(&Tile, &Vec<f64>)> = tiles.iter().zip(scratch).filter(|(t, _)| t.col0 as usize == c0).collect();
+            let group: Vec<(&Tile, &Vec<f64>)> = tiles
+                .iter()
+                .zip(scratch)
+                .filter(|(t, _)| t.col0 as usize == c0)
+                .collect();
             s.spawn(move || {
                 for (t, sc) in group {
                     let rows = t.rows as usize;
@@ -117,12 +129,20 @@ fn write_tiles(c: &mut [f64], ldc: usize, tiles: &[Tile], scratch: &[Vec<f64>]) 
 ///
 /// # Errors
 /// - the first tile's error (in tile order) when any tile fails; C is then untouched.
-pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine, plan: &SplitPlan) -> Result<MultiOutcome, GpuError> {
+pub fn gemm(
+    args: &GemmArgs,
+    c: &mut [f64],
+    engine: Engine,
+    plan: &SplitPlan,
+) -> Result<MultiOutcome, GpuError> {
     let _flags = crate::fpenv::KeepFpFlags::new();
     let tiles = &plan.tiles;
     // Replica index of each tile's slot on its device (0,0 -> replicas 0 and 1 of device 0).
-    let replicas: Vec<u32> =
-        tiles.iter().enumerate().map(|(i, t)| tiles[..i].iter().filter(|u| u.device == t.device).count() as u32).collect();
+    let replicas: Vec<u32> = tiles
+        .iter()
+        .enumerate()
+        .map(|(i, t)| tiles[..i].iter().filter(|u| u.device == t.device).count() as u32)
+        .collect();
     let c_in: &[f64] = c;
     let results: Vec<Result<(Vec<f64>, HostOutcome), GpuError>> = std::thread::scope(|s| {
         let handles: Vec<_> = tiles
@@ -131,8 +151,11 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine, plan: &SplitPlan) ->
             .map(|(t, &rep)| {
                 s.spawn(move || {
                     let sub = tile_args(args, t);
-                    let mut scratch =
-                        if args.beta != 0.0 { read_tile(c_in, args.ldc, t) } else { vec![0.0; sub.m * sub.n] };
+                    let mut scratch = if args.beta != 0.0 {
+                        read_tile(c_in, args.ldc, t)
+                    } else {
+                        vec![0.0; sub.m * sub.n]
+                    };
                     let mut g = gpu_slot(t.device, rep)?;
                     let o = host::gemm_on(&mut g, &sub, &mut scratch, engine)?;
                     Ok((scratch, o))
@@ -141,7 +164,11 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine, plan: &SplitPlan) ->
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(GpuError::Cuda("a split tile's thread panicked".into()))))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(GpuError::Cuda("a split tile's thread panicked".into()))
+                })
+            })
             .collect()
     });
     let mut scratch = Vec::with_capacity(tiles.len());
@@ -155,8 +182,15 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine, plan: &SplitPlan) ->
     write_tiles(c, args.ldc, tiles, &scratch);
     out.devices = tiles.iter().map(|t| t.device).collect();
     out.moduli = out.tiles.iter().filter_map(|o| o.moduli).max();
-    let total = |p: &ozaki_core::trace::Phases| p.transfer_ns + p.convert_ns + p.products_ns + p.reconstruct_ns;
-    out.phases = out.tiles.iter().map(|o| o.phases.clone()).max_by_key(total).unwrap_or_default();
+    let total = |p: &ozaki_core::trace::Phases| {
+        p.transfer_ns + p.convert_ns + p.products_ns + p.reconstruct_ns
+    };
+    out.phases = out
+        .tiles
+        .iter()
+        .map(|o| o.phases.clone())
+        .max_by_key(total)
+        .unwrap_or_default();
     out.phases.transfer_ns += t0.elapsed().as_nanos() as u64;
     Ok(out)
 }
@@ -176,7 +210,9 @@ pub fn slots() -> &'static [u32] {
         if std::env::var_os("OZAKI_GPU").is_some() {
             return Vec::new();
         }
-        let Ok(count) = crate::device::device_count() else { return Vec::new() };
+        let Ok(count) = crate::device::device_count() else {
+            return Vec::new();
+        };
         let pool = std::env::var(DEVICES_VAR).ok();
         DeviceAssignment::resolve(pool.as_deref(), count, &LauncherEnv::from_process_env())
             .map(|a| a.slots)
@@ -199,7 +235,9 @@ pub fn split_for(m: usize, n: usize, k: usize) -> Option<SplitPlan> {
         return None;
     }
     let slots = slots();
-    if slots.len() < 2 || (m as u64).saturating_mul(n as u64).saturating_mul(k as u64) < SPLIT_MIN_VOLUME {
+    if slots.len() < 2
+        || (m as u64).saturating_mul(n as u64).saturating_mul(k as u64) < SPLIT_MIN_VOLUME
+    {
         return None;
     }
     let plan = ozaki_core::devices::split_c(m as u64, n as u64, slots, &Default::default());
@@ -231,18 +269,45 @@ mod tests {
     #[test]
     fn tiles_reassemble_the_full_product() {
         let (m, n, k) = (37usize, 29usize, 11usize);
-        for (transa, transb) in [(Trans::No, Trans::No), (Trans::Yes, Trans::No), (Trans::No, Trans::Yes), (Trans::Yes, Trans::Yes)] {
+        for (transa, transb) in [
+            (Trans::No, Trans::No),
+            (Trans::Yes, Trans::No),
+            (Trans::No, Trans::Yes),
+            (Trans::Yes, Trans::Yes),
+        ] {
             let (ra, ca) = if transa == Trans::No { (m, k) } else { (k, m) };
             let (rb, cb) = if transb == Trans::No { (k, n) } else { (n, k) };
             let (lda, ldb, ldc) = (ra + 3, rb + 2, m + 5);
             let a = fill(lda * ca, 1);
             let b = fill(ldb * cb, 2);
             let c0 = fill(ldc * n, 3);
-            let args = GemmArgs { transa, transb, m, n, k, alpha: 1.5, a: &a, lda, b: &b, ldb, beta: -0.75, ldc };
+            let args = GemmArgs {
+                transa,
+                transb,
+                m,
+                n,
+                k,
+                alpha: 1.5,
+                a: &a,
+                lda,
+                b: &b,
+                ldb,
+                beta: -0.75,
+                ldc,
+            };
             let mut full = c0.clone();
             blas::gemm(&args, &mut full);
             for slots in [vec![0u32, 1], vec![0, 0, 1], vec![0, 1, 2, 3]] {
-                let plan = split_c(m as u64, n as u64, &slots, &SplitParams { min_rows: 4, min_cols: 4, align: 4 });
+                let plan = split_c(
+                    m as u64,
+                    n as u64,
+                    &slots,
+                    &SplitParams {
+                        min_rows: 4,
+                        min_cols: 4,
+                        align: 4,
+                    },
+                );
                 assert!(plan.is_split(), "{slots:?}");
                 let scratch: Vec<Vec<f64>> = plan
                     .tiles

@@ -31,7 +31,9 @@ pub fn dgemm(
     // SAFETY: live handle; the stream belongs to the current context; pointers are device
     // memory covering the BLAS-checked extents.
     unsafe {
-        cb::cublasSetStream_v2(gpu.blas, stream as cb::cudaStream_t).result().ctx("cublasSetStream")?;
+        cb::cublasSetStream_v2(gpu.blas, stream as cb::cudaStream_t)
+            .result()
+            .ctx("cublasSetStream")?;
         cb::cublasDgemm_v2_64(
             gpu.blas,
             op(transa),
@@ -72,18 +74,41 @@ pub fn dsyrk(
     };
     // SAFETY: as in dgemm.
     unsafe {
-        cb::cublasSetStream_v2(gpu.blas, stream as cb::cudaStream_t).result().ctx("cublasSetStream")?;
-        cb::cublasDsyrk_v2_64(gpu.blas, fill, op(trans), n as i64, k as i64, &alpha, a as *const f64, lda as i64, &beta, c as *mut f64, ldc as i64)
+        cb::cublasSetStream_v2(gpu.blas, stream as cb::cudaStream_t)
             .result()
-            .ctx("cublasDsyrk")
+            .ctx("cublasSetStream")?;
+        cb::cublasDsyrk_v2_64(
+            gpu.blas,
+            fill,
+            op(trans),
+            n as i64,
+            k as i64,
+            &alpha,
+            a as *const f64,
+            lda as i64,
+            &beta,
+            c as *mut f64,
+            ldc as i64,
+        )
+        .result()
+        .ctx("cublasDsyrk")
     }
 }
 
 /// The native computation of a [`DeviceCall`] (device-resident entry points: the fallback
 /// when emulation declines the call).
-pub fn device_call(gpu: &Gpu, stream: CUstream, call: &crate::ozaki::DeviceCall) -> Result<(), GpuError> {
+pub fn device_call(
+    gpu: &Gpu,
+    stream: CUstream,
+    call: &crate::ozaki::DeviceCall,
+) -> Result<(), GpuError> {
     match call.op {
-        crate::ozaki::Op::Gemm { transa, transb, b, ldb } => dgemm(
+        crate::ozaki::Op::Gemm {
+            transa,
+            transb,
+            b,
+            ldb,
+        } => dgemm(
             gpu,
             stream,
             transa,
@@ -95,8 +120,16 @@ pub fn device_call(gpu: &Gpu, stream: CUstream, call: &crate::ozaki::DeviceCall)
             call.beta,
             (call.c, call.ldc),
         ),
-        crate::ozaki::Op::Syrk { uplo, trans } => {
-            dsyrk(gpu, stream, uplo, trans, (call.n, call.k), call.alpha, (call.a, call.lda), call.beta, (call.c, call.ldc))
-        }
+        crate::ozaki::Op::Syrk { uplo, trans } => dsyrk(
+            gpu,
+            stream,
+            uplo,
+            trans,
+            (call.n, call.k),
+            call.alpha,
+            (call.a, call.lda),
+            call.beta,
+            (call.c, call.ldc),
+        ),
     }
 }

@@ -21,7 +21,11 @@ pub const OPTIONS: &[&str] = &["-std=c++17", "--extra-device-vectorization"];
 /// The `--gpu-architecture` value for compute capability `major.minor`: the `a` variant
 /// (arch-specific instructions, e.g. sm_90a) where one exists, plain `sm_XY` otherwise.
 pub fn arch_for(major: i32, minor: i32) -> String {
-    if major >= 9 && minor == 0 { format!("sm_{major}{minor}a") } else { format!("sm_{major}{minor}") }
+    if major >= 9 && minor == 0 {
+        format!("sm_{major}{minor}a")
+    } else {
+        format!("sm_{major}{minor}")
+    }
 }
 
 /// Stable 64-bit FNV-1a over the parts, with separators (std's hasher is not stable across
@@ -42,7 +46,11 @@ pub fn cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache")))?;
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })?;
     Some(base.join("ozaki"))
 }
 
@@ -74,7 +82,11 @@ pub fn ensure_private_dir(dir: &Path) -> Option<&Path> {
 /// Reads a cached CUBIN if the file is a regular file (no symlink) owned by us and not
 /// writable by group or others, and looks like an ELF image.
 pub fn read_trusted(path: &Path) -> Option<Vec<u8>> {
-    let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path).ok()?;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
     let meta = file.metadata().ok()?;
     if !meta.is_file() || !private(&meta) {
         tracing::warn!(path = %path.display(), "cached kernel binary not private to this user; ignored");
@@ -87,7 +99,11 @@ pub fn read_trusted(path: &Path) -> Option<Vec<u8>> {
 /// Writes `bytes` to `path` atomically (0600 temporary file, then rename).
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600))?;
@@ -100,7 +116,9 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub fn nvrtc_version() -> Result<(i32, i32), GpuError> {
     let (mut major, mut minor) = (0, 0);
     // SAFETY: plain out-parameters.
-    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }.result().ctx("nvrtcVersion")?;
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .ctx("nvrtcVersion")?;
     Ok((major, minor))
 }
 
@@ -115,10 +133,17 @@ pub fn resource_report(src: &str, name: &str, arch: &str) -> Result<String, GpuE
     compile_with(src, name, arch, &["--ptxas-options=--verbose"]).map(|(_, log)| log)
 }
 
-fn compile_with(src: &str, name: &str, arch: &str, extra: &[&str]) -> Result<(Vec<u8>, String), GpuError> {
+fn compile_with(
+    src: &str,
+    name: &str,
+    arch: &str,
+    extra: &[&str],
+) -> Result<(Vec<u8>, String), GpuError> {
     use cudarc::nvrtc::{result, sys};
-    let csrc = CString::new(src).map_err(|_| GpuError::Unsupported("NUL in kernel source".into()))?;
-    let cname = CString::new(name).map_err(|_| GpuError::Unsupported("NUL in kernel name".into()))?;
+    let csrc =
+        CString::new(src).map_err(|_| GpuError::Unsupported("NUL in kernel source".into()))?;
+    let cname =
+        CString::new(name).map_err(|_| GpuError::Unsupported("NUL in kernel name".into()))?;
     let prog = result::create_program(&csrc, Some(&cname)).ctx("nvrtcCreateProgram")?;
     let mut opts: Vec<String> = OPTIONS.iter().map(|s| s.to_string()).collect();
     opts.push(format!("--gpu-architecture={arch}"));
@@ -126,7 +151,12 @@ fn compile_with(src: &str, name: &str, arch: &str, extra: &[&str]) -> Result<(Ve
     let read_log = |prog| {
         // SAFETY: prog is live; the log is read before destroying it.
         unsafe { result::get_program_log(prog) }
-            .map(|l| l.iter().take_while(|&&c| c != 0).map(|&c| c as u8 as char).collect::<String>())
+            .map(|l| {
+                l.iter()
+                    .take_while(|&&c| c != 0)
+                    .map(|&c| c as u8 as char)
+                    .collect::<String>()
+            })
             .unwrap_or_default()
     };
     // SAFETY: prog is a live program; options are valid C strings (compile_program converts).
@@ -136,18 +166,27 @@ fn compile_with(src: &str, name: &str, arch: &str, extra: &[&str]) -> Result<(Ve
             let mut size = 0usize;
             // SAFETY: prog compiled successfully; the buffer has the size NVRTC reported.
             unsafe {
-                sys::nvrtcGetCUBINSize(prog, &mut size).result().ctx("nvrtcGetCUBINSize")?;
+                sys::nvrtcGetCUBINSize(prog, &mut size)
+                    .result()
+                    .ctx("nvrtcGetCUBINSize")?;
                 let mut cubin = vec![0u8; size];
-                sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut _).result().ctx("nvrtcGetCUBIN")?;
+                sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut _)
+                    .result()
+                    .ctx("nvrtcGetCUBIN")?;
                 Ok((cubin, read_log(prog)))
             }
         }
-        Err(e) => Err(GpuError::Cuda(format!("NVRTC compile of {name} for {arch} failed ({e:?}): {}", read_log(prog)))),
+        Err(e) => Err(GpuError::Cuda(format!(
+            "NVRTC compile of {name} for {arch} failed ({e:?}): {}",
+            read_log(prog)
+        ))),
     };
     // SAFETY: prog is live and not used afterwards.
     let _ = unsafe { result::destroy_program(prog) };
     match &out {
-        Ok((c, _)) if c.is_empty() => Err(GpuError::Cuda(format!("NVRTC produced no CUBIN for {arch}"))),
+        Ok((c, _)) if c.is_empty() => Err(GpuError::Cuda(format!(
+            "NVRTC produced no CUBIN for {arch}"
+        ))),
         _ => out,
     }
 }
@@ -170,7 +209,12 @@ pub fn cache_path(src: &str, arch: &str, driver: i32) -> Option<PathBuf> {
 
 /// The CUBIN for `src`: from the private cache when a trusted entry exists, else compiled
 /// (and stored, best effort). Returns the bytes and whether they came from the cache.
-pub fn cubin_cached(src: &str, name: &str, arch: &str, driver: i32) -> Result<(Vec<u8>, bool), GpuError> {
+pub fn cubin_cached(
+    src: &str,
+    name: &str,
+    arch: &str,
+    driver: i32,
+) -> Result<(Vec<u8>, bool), GpuError> {
     let path = cache_path(src, arch, driver);
     if let Some(bytes) = path.as_deref().and_then(read_trusted) {
         return Ok((bytes, true));
@@ -189,7 +233,8 @@ mod tests {
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("ozaki-cache-test-{}-{name}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("ozaki-cache-test-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         d
     }
@@ -200,7 +245,10 @@ mod tests {
         let dir = ensure_private_dir(&d).expect("fresh folder is usable");
         assert_eq!(fs::metadata(dir).unwrap().mode() & 0o777, 0o700);
         fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(ensure_private_dir(&d).is_none(), "world-writable cache folder must not be trusted");
+        assert!(
+            ensure_private_dir(&d).is_none(),
+            "world-writable cache folder must not be trusted"
+        );
         let _ = fs::remove_dir_all(&d);
     }
 
@@ -210,7 +258,10 @@ mod tests {
         ensure_private_dir(&d).unwrap();
         let good = d.join("good.cubin");
         write_private(&good, b"\x7fELF-payload").unwrap();
-        assert_eq!(read_trusted(&good).as_deref(), Some(&b"\x7fELF-payload"[..]));
+        assert_eq!(
+            read_trusted(&good).as_deref(),
+            Some(&b"\x7fELF-payload"[..])
+        );
         assert_eq!(fs::metadata(&good).unwrap().mode() & 0o777, 0o600);
         // writable by the group: a planted binary could have been swapped in
         let shared = d.join("shared.cubin");
@@ -234,7 +285,11 @@ mod tests {
         assert_ne!(base, cache_key(&[b"src ", b"sm_90a", b"13000"]));
         assert_ne!(base, cache_key(&[b"src", b"sm_90", b"13000"]));
         assert_ne!(base, cache_key(&[b"src", b"sm_90a", b"13010"]));
-        assert_ne!(cache_key(&[b"ab", b"c"]), cache_key(&[b"a", b"bc"]), "separators matter");
+        assert_ne!(
+            cache_key(&[b"ab", b"c"]),
+            cache_key(&[b"a", b"bc"]),
+            "separators matter"
+        );
         assert_eq!(arch_for(9, 0), "sm_90a");
         assert_eq!(arch_for(8, 6), "sm_86");
     }

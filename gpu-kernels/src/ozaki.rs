@@ -119,7 +119,11 @@ pub fn exponent_of_bits(bits: u64) -> Option<i32> {
         return None;
     }
     let biased = (bits >> 52) as i32;
-    Some(if biased == 0 { (63 - bits.leading_zeros() as i32) - 1074 } else { biased - 1023 })
+    Some(if biased == 0 {
+        (63 - bits.leading_zeros() as i32) - 1074
+    } else {
+        biased - 1023
+    })
 }
 
 /// Bits the scaled row maxima keep with r moduli at inner dimension k: ozaki-core's fast
@@ -172,7 +176,9 @@ pub fn needed_bits(a: &RowStats, b: &RowStats, k: usize) -> f64 {
 /// The smallest moduli count whose bits reach `needed` at inner dimension k (all 20 when
 /// none does).
 pub fn choose_moduli(needed: f64, k: usize) -> usize {
-    (2..=MAX_MODULI).find(|&r| bits_for(r, k) as f64 >= needed).unwrap_or(MAX_MODULI)
+    (2..=MAX_MODULI)
+        .find(|&r| bits_for(r, k) as f64 >= needed)
+        .unwrap_or(MAX_MODULI)
 }
 
 /// Makes the plan from the scan statistics of op(A) rows and op(B) columns. Errors with
@@ -187,16 +193,27 @@ pub fn plan(a: RowStats, b: RowStats, k: usize, forced: Option<usize>) -> Result
     if let (Some(ea), Some(eb)) = (top(&a), top(&b))
         && ea + eb + ozaki_core::scaling::clog2(k.max(1) as u64) + 8 > 1023
     {
-        return Err(GpuError::Unsupported("exponents could overflow fp64".into()));
+        return Err(GpuError::Unsupported(
+            "exponents could overflow fp64".into(),
+        ));
     }
-    let moduli = forced.unwrap_or_else(|| choose_moduli(needed_bits(&a, &b, k), k)).clamp(2, MAX_MODULI);
+    let moduli = forced
+        .unwrap_or_else(|| choose_moduli(needed_bits(&a, &b, k), k))
+        .clamp(2, MAX_MODULI);
     let bits = bits_for(moduli, k);
     if bits < 1 {
-        return Err(GpuError::Unsupported(format!("{moduli} moduli leave no bits at k = {k}")));
+        return Err(GpuError::Unsupported(format!(
+            "{moduli} moduli leave no bits at k = {k}"
+        )));
     }
     // |x| < 2^(e+1), so |x 2^(bits-1-e)| < 2^bits and |rint(.)| <= 2^bits.
     let shift = |x: &u64| exponent_of_bits(*x).map_or(0, |e| bits - 1 - e);
-    Ok(Plan { moduli, bits, sigma: a.maxbits.iter().map(shift).collect(), tau: b.maxbits.iter().map(shift).collect() })
+    Ok(Plan {
+        moduli,
+        bits,
+        sigma: a.maxbits.iter().map(shift).collect(),
+        tau: b.maxbits.iter().map(shift).collect(),
+    })
 }
 
 /// What one emulated call did.
@@ -222,10 +239,14 @@ pub struct Options {
 /// Residue and CRT tables for r = 0..=20 moduli (index r), built once per process.
 fn tables() -> &'static [(ResidueTable, CrtTable)] {
     static T: std::sync::OnceLock<Vec<(ResidueTable, CrtTable)>> = std::sync::OnceLock::new();
-    T.get_or_init(|| (0..=MAX_MODULI).map(|r| {
-        let r = r.max(1);
-        (ResidueTable::new(&MODULI[..r]), CrtTable::new(&MODULI[..r]))
-    }).collect())
+    T.get_or_init(|| {
+        (0..=MAX_MODULI)
+            .map(|r| {
+                let r = r.max(1);
+                (ResidueTable::new(&MODULI[..r]), CrtTable::new(&MODULI[..r]))
+            })
+            .collect()
+    })
 }
 
 fn round_up(x: usize, to: usize) -> usize {
@@ -234,13 +255,22 @@ fn round_up(x: usize, to: usize) -> usize {
 
 /// Runs the emulated call on `stream` and waits for it. On error C is untouched unless the
 /// error came from the reconstruction launches themselves (reported as `Cuda`).
-pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Options) -> Result<Outcome, GpuError> {
+pub fn gemm(
+    gpu: &mut Gpu,
+    stream: sys::CUstream,
+    call: &DeviceCall,
+    opts: Options,
+) -> Result<Outcome, GpuError> {
     let (m, n, k) = (call.m, call.n, call.k);
     if m == 0 || n == 0 || k == 0 || call.alpha == 0.0 {
-        return Err(GpuError::Unsupported("empty product (handled by the caller)".into()));
+        return Err(GpuError::Unsupported(
+            "empty product (handled by the caller)".into(),
+        ));
     }
     if k > MAX_K {
-        return Err(GpuError::Unsupported(format!("k = {k} > {MAX_K} would overflow the int32 sums")));
+        return Err(GpuError::Unsupported(format!(
+            "k = {k} > {MAX_K} would overflow the int32 sums"
+        )));
     }
     if m > i32::MAX as usize || n > i32::MAX as usize {
         return Err(GpuError::Unsupported("dimension beyond int32".into()));
@@ -249,12 +279,21 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
     let syrk = matches!(call.op, Op::Syrk { .. });
     // Element (i, l) of op(A) is contiguous along l when A is transposed.
     let (a_contig, b_operand) = match call.op {
-        Op::Gemm { transa, transb, b, ldb } => (transa == Trans::Yes, Some((b, ldb, transb == Trans::No))),
+        Op::Gemm {
+            transa,
+            transb,
+            b,
+            ldb,
+        } => (transa == Trans::Yes, Some((b, ldb, transb == Trans::No))),
         Op::Syrk { trans, .. } => (trans == Trans::Yes, None),
     };
     let uplo = match call.op {
-        Op::Syrk { uplo: Uplo::Upper, .. } => 1,
-        Op::Syrk { uplo: Uplo::Lower, .. } => 2,
+        Op::Syrk {
+            uplo: Uplo::Upper, ..
+        } => 1,
+        Op::Syrk {
+            uplo: Uplo::Lower, ..
+        } => 2,
         Op::Gemm { .. } => 0,
     };
     let nb_rows = if syrk { m } else { m + n };
@@ -264,14 +303,34 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
     let stats = gpu.workspace.get("scan", 16 * nb_rows)?;
     let (maxbits, abssum) = (stats, stats + 8 * nb_rows as u64);
     // SAFETY: stats holds nb_rows u64 maxima then nb_rows f64 sums on this device.
-    unsafe { sys::cuMemsetD8Async(stats, 0, 16 * nb_rows, stream) }.result().ctx("cuMemsetD8Async")?;
+    unsafe { sys::cuMemsetD8Async(stats, 0, 16 * nb_rows, stream) }
+        .result()
+        .ctx("cuMemsetD8Async")?;
     {
         let kern = gpu.kernels()?;
         // SAFETY: A covers the BLAS-checked extent for lda; the stats have m (+ n) slots.
         unsafe {
-            kern.scan(stream, call.a, call.lda as i64, a_contig, m as i32, k as i32, maxbits, abssum)?;
+            kern.scan(
+                stream,
+                call.a,
+                call.lda as i64,
+                a_contig,
+                m as i32,
+                k as i32,
+                maxbits,
+                abssum,
+            )?;
             if let Some((b, ldb, contig)) = b_operand {
-                kern.scan(stream, b, ldb as i64, contig, n as i32, k as i32, maxbits + 8 * m as u64, abssum + 8 * m as u64)?;
+                kern.scan(
+                    stream,
+                    b,
+                    ldb as i64,
+                    contig,
+                    n as i32,
+                    k as i32,
+                    maxbits + 8 * m as u64,
+                    abssum + 8 * m as u64,
+                )?;
             }
         }
     }
@@ -281,14 +340,29 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
     }
     let host = gpu.small.as_mut_ptr();
     // SAFETY: host is pinned memory of >= 20 nb_rows bytes; copy completes at the sync.
-    unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, stats, 16 * nb_rows, stream) }.result().ctx("cuMemcpyDtoH")?;
+    unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, stats, 16 * nb_rows, stream) }
+        .result()
+        .ctx("cuMemcpyDtoH")?;
     sync(stream)?;
     // SAFETY: the copy has completed; the buffer is page-aligned.
     let (bits, sums) = unsafe {
-        (std::slice::from_raw_parts(host as *const u64, nb_rows), std::slice::from_raw_parts(host.add(8 * nb_rows) as *const f64, nb_rows))
+        (
+            std::slice::from_raw_parts(host as *const u64, nb_rows),
+            std::slice::from_raw_parts(host.add(8 * nb_rows) as *const f64, nb_rows),
+        )
     };
-    let a_stats = RowStats { maxbits: &bits[..m], abssum: &sums[..m] };
-    let b_stats = if syrk { a_stats } else { RowStats { maxbits: &bits[m..], abssum: &sums[m..] } };
+    let a_stats = RowStats {
+        maxbits: &bits[..m],
+        abssum: &sums[..m],
+    };
+    let b_stats = if syrk {
+        a_stats
+    } else {
+        RowStats {
+            maxbits: &bits[m..],
+            abssum: &sums[m..],
+        }
+    };
     let needed = needed_bits(&a_stats, &b_stats, k);
     let plan = plan(a_stats, b_stats, k, opts.moduli)?;
     let r = plan.moduli;
@@ -307,21 +381,53 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
         .result()
         .ctx("cuMemcpyHtoD")?;
     let sigma_dev = shifts_dev;
-    let tau_dev = if syrk { shifts_dev } else { shifts_dev + 4 * m as u64 };
+    let tau_dev = if syrk {
+        shifts_dev
+    } else {
+        shifts_dev + 4 * m as u64
+    };
 
     // 3. residues
     let rtab = &tables()[r].0.for_bits(plan.bits);
     let plane_a = m * kpad;
     let plane_b = n * kpad;
     let planes_a = gpu.workspace.get("planes_a", r * plane_a)?;
-    let planes_b = if syrk { planes_a } else { gpu.workspace.get("planes_b", r * plane_b)? };
+    let planes_b = if syrk {
+        planes_a
+    } else {
+        gpu.workspace.get("planes_b", r * plane_b)?
+    };
     {
         let kern = gpu.kernels()?;
         // SAFETY: plane buffers hold r planes of rows x kpad bytes.
         unsafe {
-            kern.residues(stream, call.a, call.lda as i64, a_contig, m as i32, k as i32, kpad as i32, sigma_dev, rtab, planes_a, plane_a as i64)?;
+            kern.residues(
+                stream,
+                call.a,
+                call.lda as i64,
+                a_contig,
+                m as i32,
+                k as i32,
+                kpad as i32,
+                sigma_dev,
+                rtab,
+                planes_a,
+                plane_a as i64,
+            )?;
             if let Some((b, ldb, contig)) = b_operand {
-                kern.residues(stream, b, ldb as i64, contig, n as i32, k as i32, kpad as i32, tau_dev, rtab, planes_b, plane_b as i64)?;
+                kern.residues(
+                    stream,
+                    b,
+                    ldb as i64,
+                    contig,
+                    n as i32,
+                    k as i32,
+                    kpad as i32,
+                    tau_dev,
+                    rtab,
+                    planes_b,
+                    plane_b as i64,
+                )?;
             }
         }
     }
@@ -347,7 +453,10 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
                 nb = nb / 256 * 256;
             }
             if nb == 0 {
-                return Err(GpuError::OutOfMemory { needed: per_col + crate::memory::DEVICE_RESERVE, free });
+                return Err(GpuError::OutOfMemory {
+                    needed: per_col + crate::memory::DEVICE_RESERVE,
+                    free,
+                });
             }
             gpu.workspace.get("products", per_col * nb)?
         }
@@ -370,7 +479,14 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
             batch: r as u32,
             strides: (plane_a as i64, plane_b as i64, (rows * cols) as i64),
         };
-        lt_int8::batched(gpu, stream, shape, planes_a + (row0 * kpad) as u64, planes_b + (j0 * kpad) as u64, prod)?;
+        lt_int8::batched(
+            gpu,
+            stream,
+            shape,
+            planes_a + (row0 * kpad) as u64,
+            planes_b + (j0 * kpad) as u64,
+            prod,
+        )?;
         marks.mark(Phase::Products)?;
         let kern = gpu.kernels()?;
         // SAFETY: prod holds r planes of rows x cols int32; C covers ldc x n doubles.
@@ -396,7 +512,11 @@ pub fn gemm(gpu: &mut Gpu, stream: sys::CUstream, call: &DeviceCall, opts: Optio
         j0 += cols;
     }
     sync(stream)?;
-    Ok(Outcome { moduli: r as u32, phases: marks.phases()?, needed_bits: needed })
+    Ok(Outcome {
+        moduli: r as u32,
+        phases: marks.phases()?,
+        needed_bits: needed,
+    })
 }
 
 #[cfg(test)]
@@ -405,7 +525,17 @@ mod tests {
 
     #[test]
     fn exponent_of_bits_matches_log2() {
-        for x in [1.0f64, 1.5, 2.0, 0.75, 3.0e-300, 1.0e300, f64::MIN_POSITIVE, 5e-324, 1e-310] {
+        for x in [
+            1.0f64,
+            1.5,
+            2.0,
+            0.75,
+            3.0e-300,
+            1.0e300,
+            f64::MIN_POSITIVE,
+            5e-324,
+            1e-310,
+        ] {
             let e = exponent_of_bits(x.to_bits()).unwrap();
             assert!(2f64.powi(e) <= x || e < -1022, "{x}: {e}");
             assert_eq!(e, x.log2().floor() as i32, "{x}");
@@ -439,12 +569,34 @@ mod tests {
         let rb: Vec<u64> = rows.iter().map(|x| x.to_bits()).collect();
         let cb: Vec<u64> = cols.iter().map(|x| x.to_bits()).collect();
         let (rs, cs) = (vec![1.0; rows.len()], vec![1.0; cols.len()]);
-        let ours = plan(RowStats { maxbits: &rb, abssum: &rs }, RowStats { maxbits: &cb, abssum: &cs }, k, Some(r)).unwrap();
+        let ours = plan(
+            RowStats {
+                maxbits: &rb,
+                abssum: &rs,
+            },
+            RowStats {
+                maxbits: &cb,
+                abssum: &cs,
+            },
+            k,
+            Some(r),
+        )
+        .unwrap();
         let exps = Exponents {
-            rows: rows.iter().map(|&x| exponent_of_bits(x.to_bits())).collect(),
-            cols: cols.iter().map(|&x| exponent_of_bits(x.to_bits())).collect(),
+            rows: rows
+                .iter()
+                .map(|&x| exponent_of_bits(x.to_bits()))
+                .collect(),
+            cols: cols
+                .iter()
+                .map(|&x| exponent_of_bits(x.to_bits()))
+                .collect(),
         };
-        let core = Scaling::new(ozaki_core::moduli::CrtPlan::get(r).budget_bits, &exps, &CoarseBounds::fast(rows.len(), cols.len(), k));
+        let core = Scaling::new(
+            ozaki_core::moduli::CrtPlan::get(r).budget_bits,
+            &exps,
+            &CoarseBounds::fast(rows.len(), cols.len(), k),
+        );
         assert_eq!(ours.sigma, core.sigma);
         assert_eq!(ours.tau, core.tau);
     }
@@ -454,9 +606,19 @@ mod tests {
         fn st<'a>(maxbits: &'a [u64], abssum: &'a [f64]) -> RowStats<'a> {
             RowStats { maxbits, abssum }
         }
-        let (nan, inf, one) = ([f64::NAN.to_bits()], [f64::INFINITY.to_bits()], [1f64.to_bits()]);
-        assert_eq!(plan(st(&nan, &[1.0]), st(&[0], &[0.0]), 4, None), Err(GpuError::NonFinite));
-        assert_eq!(plan(st(&one, &[1.0]), st(&inf, &[1.0]), 4, None), Err(GpuError::NonFinite));
+        let (nan, inf, one) = (
+            [f64::NAN.to_bits()],
+            [f64::INFINITY.to_bits()],
+            [1f64.to_bits()],
+        );
+        assert_eq!(
+            plan(st(&nan, &[1.0]), st(&[0], &[0.0]), 4, None),
+            Err(GpuError::NonFinite)
+        );
+        assert_eq!(
+            plan(st(&one, &[1.0]), st(&inf, &[1.0]), 4, None),
+            Err(GpuError::NonFinite)
+        );
         let (a, b) = ([3.0f64.to_bits(), 0], [0.1f64.to_bits()]);
         let p = plan(st(&a, &[100.0, 0.0]), st(&b, &[3.0]), 64, Some(16)).unwrap();
         assert_eq!(p.moduli, 16);
@@ -470,9 +632,15 @@ mod tests {
     fn moduli_grow_with_k_and_with_spread() {
         let flat_max = [1f64.to_bits(); 4];
         let flat_sum = [64.0; 4]; // every |x| = 1: spread 1
-        let flat = RowStats { maxbits: &flat_max, abssum: &flat_sum };
+        let flat = RowStats {
+            maxbits: &flat_max,
+            abssum: &flat_sum,
+        };
         let spiky_sum = [1.5; 4]; // one entry 1, the rest tiny: spread ~ 43
-        let spiky = RowStats { maxbits: &flat_max, abssum: &spiky_sum };
+        let spiky = RowStats {
+            maxbits: &flat_max,
+            abssum: &spiky_sum,
+        };
         assert_eq!(flat.spread(64), 1.0);
         assert!(spiky.spread(64) > 40.0);
         let r_flat = choose_moduli(needed_bits(&flat, &flat, 64), 64);
@@ -480,6 +648,10 @@ mod tests {
         assert!(r_flat < r_spiky, "{r_flat} vs {r_spiky}");
         assert!(choose_moduli(50.0, 64) <= choose_moduli(50.0, 16384));
         assert!(bits_for(choose_moduli(50.0, 16384), 16384) >= 50);
-        assert_eq!(choose_moduli(500.0, 64), MAX_MODULI, "unreachable accuracy takes every modulus");
+        assert_eq!(
+            choose_moduli(500.0, 64),
+            MAX_MODULI,
+            "unreachable accuracy takes every modulus"
+        );
     }
 }

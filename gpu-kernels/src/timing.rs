@@ -28,7 +28,10 @@ pub enum Phase {
 impl Marks {
     /// Starts timing on `stream` (records the first event).
     pub fn start(stream: sys::CUstream) -> Result<Marks, GpuError> {
-        let mut m = Marks { stream, events: Vec::new() };
+        let mut m = Marks {
+            stream,
+            events: Vec::new(),
+        };
         m.mark(Phase::Start)?;
         Ok(m)
     }
@@ -48,7 +51,8 @@ impl Marks {
         let mut p = ozaki_core::trace::Phases::default();
         for w in self.events.windows(2) {
             // SAFETY: both events were recorded and have completed (stream synchronised).
-            let ms = unsafe { cudarc::driver::result::event::elapsed(w[0].0, w[1].0) }.ctx("cuEventElapsedTime")?;
+            let ms = unsafe { cudarc::driver::result::event::elapsed(w[0].0, w[1].0) }
+                .ctx("cuEventElapsedTime")?;
             let ns = (ms as f64 * 1e6).max(0.0) as u64;
             match w[1].1 {
                 Phase::Start => {}

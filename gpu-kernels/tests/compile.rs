@@ -28,10 +28,20 @@ fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
         return;
     }
     for arch in ["sm_90a", "sm_80"] {
-        let cubin = compile_cubin(SOURCE, "ozaki.cu", arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let cubin =
+            compile_cubin(SOURCE, "ozaki.cu", arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(&cubin[..4], b"\x7fELF", "{arch}: CUBIN is an ELF image");
-        for name in ["scan_rows_contig", "scan_rows_strided", "residues", "reconstruct", "reconstruct_w4"] {
-            assert!(cubin.windows(name.len()).any(|w| w == name.as_bytes()), "{arch}: {name} missing");
+        for name in [
+            "scan_rows_contig",
+            "scan_rows_strided",
+            "residues",
+            "reconstruct",
+            "reconstruct_w4",
+        ] {
+            assert!(
+                cubin.windows(name.len()).any(|w| w == name.as_bytes()),
+                "{arch}: {name} missing"
+            );
         }
     }
 }
@@ -45,6 +55,9 @@ fn no_kernel_uses_a_stack_frame_or_spills() {
     let frames: Vec<&str> = log.lines().filter(|l| l.contains("stack frame")).collect();
     assert!(!frames.is_empty(), "ptxas report missing:\n{log}");
     for l in frames {
-        assert!(l.contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), "{l}\n{log}");
+        assert!(
+            l.contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+            "{l}\n{log}"
+        );
     }
 }

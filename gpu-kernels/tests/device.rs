@@ -39,7 +39,9 @@ impl Rng {
         (0..n).map(|_| self.next()).collect()
     }
     fn ints(&mut self, n: usize, range: f64) -> Vec<f64> {
-        (0..n).map(|_| (self.next() * 2.0 * range).round()).collect()
+        (0..n)
+            .map(|_| (self.next() * 2.0 * range).round())
+            .collect()
     }
 }
 
@@ -59,7 +61,14 @@ fn worst_error(g: &GemmArgs, c0: &[f64], c: &[f64]) -> f64 {
             let row = (0..g.k).map(|l| g.alpha * op(g.a, g.lda, g.transa, i, l));
             let col = (0..g.k).map(|l| op(g.b, g.ldb, g.transb, l, j));
             // beta C_ij is one more exact term of the dot product
-            let (rowb, colb) = (std::iter::once(g.beta), std::iter::once(if g.beta == 0.0 { 0.0 } else { c0[i + j * g.ldc] }));
+            let (rowb, colb) = (
+                std::iter::once(g.beta),
+                std::iter::once(if g.beta == 0.0 {
+                    0.0
+                } else {
+                    c0[i + j * g.ldc]
+                }),
+            );
             let (_, e) = entry_errors(row.chain(rowb), col.chain(colb), c[i + j * g.ldc]);
             worst = worst.max(e);
         }
@@ -68,7 +77,11 @@ fn worst_error(g: &GemmArgs, c0: &[f64], c: &[f64]) -> f64 {
 }
 
 fn dims(t: Trans, rows: usize, cols: usize) -> (usize, usize) {
-    if t == Trans::No { (rows, cols) } else { (cols, rows) }
+    if t == Trans::No {
+        (rows, cols)
+    } else {
+        (cols, rows)
+    }
 }
 
 #[test]
@@ -87,7 +100,20 @@ fn gemm_both_routes_all_transposes_alpha_beta_and_padding() {
                 let a = rng.vec(lda * ca);
                 let b = rng.vec(ldb * cb);
                 let c0 = rng.vec(ldc * n);
-                let g = GemmArgs { transa, transb, m, n, k, alpha, a: &a, lda, b: &b, ldb, beta, ldc };
+                let g = GemmArgs {
+                    transa,
+                    transb,
+                    m,
+                    n,
+                    k,
+                    alpha,
+                    a: &a,
+                    lda,
+                    b: &b,
+                    ldb,
+                    beta,
+                    ldc,
+                };
                 for engine in [Engine::Native, Engine::Ozaki(Options::default())] {
                     let mut c = c0.clone();
                     let out = match engine {
@@ -95,11 +121,18 @@ fn gemm_both_routes_all_transposes_alpha_beta_and_padding() {
                         Engine::Ozaki(_) => host::gemm(&g, &mut c, engine).expect("gpu-ozaki"),
                     };
                     let err = worst_error(&g, &c0, &c);
-                    assert!(err < 4.0 * k as f64 * f64::EPSILON, "{engine:?} {transa:?}{transb:?} a={alpha} b={beta}: {err:e}");
+                    assert!(
+                        err < 4.0 * k as f64 * f64::EPSILON,
+                        "{engine:?} {transa:?}{transb:?} a={alpha} b={beta}: {err:e}"
+                    );
                     // rows m..ldc of every column are not C: untouched
                     for j in 0..n {
                         for idx in (j * ldc + m..(j + 1) * ldc).filter(|&i| i < c.len()) {
-                            assert_eq!(c[idx].to_bits(), c0[idx].to_bits(), "padding row {idx} of C written");
+                            assert_eq!(
+                                c[idx].to_bits(),
+                                c0[idx].to_bits(),
+                                "padding row {idx} of C written"
+                            );
                         }
                     }
                     if let Engine::Ozaki(_) = engine {
@@ -120,21 +153,57 @@ fn emulation_is_exact_on_integer_data_and_beats_fp64_on_cancellation() {
     let (m, n, k) = (64, 48, 300);
     let a = rng.ints(m * k, 1000.0);
     let b = rng.ints(k * n, 1000.0);
-    let g = GemmArgs { transa: Trans::No, transb: Trans::No, m, n, k, alpha: 1.0, a: &a, lda: m, b: &b, ldb: k, beta: 0.0, ldc: m };
+    let g = GemmArgs {
+        transa: Trans::No,
+        transb: Trans::No,
+        m,
+        n,
+        k,
+        alpha: 1.0,
+        a: &a,
+        lda: m,
+        b: &b,
+        ldb: k,
+        beta: 0.0,
+        ldc: m,
+    };
     let mut c = vec![f64::NAN; m * n]; // beta = 0: NaN in C must not propagate
     host::gemm(&g, &mut c, Engine::Ozaki(Options::default())).unwrap();
     for j in 0..n {
         for i in 0..m {
-            let exact: i64 = (0..k).map(|l| a[i + l * m] as i64 * b[l + j * k] as i64).sum();
+            let exact: i64 = (0..k)
+                .map(|l| a[i + l * m] as i64 * b[l + j * k] as i64)
+                .sum();
             assert_eq!(c[i + j * m], exact as f64, "({i},{j})");
         }
     }
     // heavy cancellation: row [2^60, 1, -2^60], column of ones: exact 1, fp64 summation 0
     let a = [2f64.powi(60), 1.0, -(2f64.powi(60))];
     let b = [1.0, 1.0, 1.0];
-    let g = GemmArgs { transa: Trans::No, transb: Trans::No, m: 1, n: 1, k: 3, alpha: 1.0, a: &a, lda: 1, b: &b, ldb: 3, beta: 0.0, ldc: 1 };
+    let g = GemmArgs {
+        transa: Trans::No,
+        transb: Trans::No,
+        m: 1,
+        n: 1,
+        k: 3,
+        alpha: 1.0,
+        a: &a,
+        lda: 1,
+        b: &b,
+        ldb: 3,
+        beta: 0.0,
+        ldc: 1,
+    };
     let mut c = [0.0];
-    host::gemm(&g, &mut c, Engine::Ozaki(Options { moduli: Some(20), ..Default::default() })).unwrap();
+    host::gemm(
+        &g,
+        &mut c,
+        Engine::Ozaki(Options {
+            moduli: Some(20),
+            ..Default::default()
+        }),
+    )
+    .unwrap();
     assert_eq!(c[0], 1.0);
 }
 
@@ -151,8 +220,24 @@ fn nan_or_inf_input_is_refused_and_c_is_untouched() {
         let b = rng.vec(k * n);
         let c0 = rng.vec(m * n);
         let mut c = c0.clone();
-        let g = GemmArgs { transa: Trans::No, transb: Trans::No, m, n, k, alpha: 1.0, a: &a, lda: m, b: &b, ldb: k, beta: 1.0, ldc: m };
-        assert_eq!(host::gemm(&g, &mut c, Engine::Ozaki(Options::default())), Err(GpuError::NonFinite));
+        let g = GemmArgs {
+            transa: Trans::No,
+            transb: Trans::No,
+            m,
+            n,
+            k,
+            alpha: 1.0,
+            a: &a,
+            lda: m,
+            b: &b,
+            ldb: k,
+            beta: 1.0,
+            ldc: m,
+        };
+        assert_eq!(
+            host::gemm(&g, &mut c, Engine::Ozaki(Options::default())),
+            Err(GpuError::NonFinite)
+        );
         assert_eq!(c, c0);
     }
 }
@@ -171,9 +256,27 @@ fn syrk_writes_one_triangle_with_the_gemm_values() {
                 let a = rng.vec(lda * ca);
                 let ldc = n + 1;
                 let c0 = rng.vec(ldc * n);
-                let s = SyrkArgs { uplo, trans, n, k, alpha: 0.5, a: &a, lda, beta: -1.0, ldc };
+                let s = SyrkArgs {
+                    uplo,
+                    trans,
+                    n,
+                    k,
+                    alpha: 0.5,
+                    a: &a,
+                    lda,
+                    beta: -1.0,
+                    ldc,
+                };
                 let mut c = c0.clone();
-                let out = host::syrk(&s, &mut c, Engine::Ozaki(Options { max_block: block, ..Default::default() })).unwrap();
+                let out = host::syrk(
+                    &s,
+                    &mut c,
+                    Engine::Ozaki(Options {
+                        max_block: block,
+                        ..Default::default()
+                    }),
+                )
+                .unwrap();
                 assert!(out.moduli.is_some());
                 let mut native = c0.clone();
                 host::syrk(&s, &mut native, Engine::Native).unwrap();
@@ -186,9 +289,18 @@ fn syrk_writes_one_triangle_with_the_gemm_values() {
                         };
                         if inside {
                             let tol = 8.0 * k as f64 * f64::EPSILON * (1.0 + c0[idx].abs());
-                            assert!((c[idx] - native[idx]).abs() <= tol, "{uplo:?}{trans:?} ({i},{j}): {} vs {}", c[idx], native[idx]);
+                            assert!(
+                                (c[idx] - native[idx]).abs() <= tol,
+                                "{uplo:?}{trans:?} ({i},{j}): {} vs {}",
+                                c[idx],
+                                native[idx]
+                            );
                         } else {
-                            assert_eq!(c[idx].to_bits(), c0[idx].to_bits(), "{uplo:?}{trans:?} ({i},{j}) outside the triangle changed");
+                            assert_eq!(
+                                c[idx].to_bits(),
+                                c0[idx].to_bits(),
+                                "{uplo:?}{trans:?} ({i},{j}) outside the triangle changed"
+                            );
                         }
                     }
                 }
@@ -207,17 +319,53 @@ fn tiling_and_residency_do_not_change_a_single_bit() {
     let a = rng.vec(m * k);
     let b = rng.vec(k * n);
     let c0 = rng.vec(m * n);
-    let g = GemmArgs { transa: Trans::No, transb: Trans::No, m, n, k, alpha: 1.25, a: &a, lda: m, b: &b, ldb: k, beta: 0.5, ldc: m };
+    let g = GemmArgs {
+        transa: Trans::No,
+        transb: Trans::No,
+        m,
+        n,
+        k,
+        alpha: 1.25,
+        a: &a,
+        lda: m,
+        b: &b,
+        ldb: k,
+        beta: 0.5,
+        ldc: m,
+    };
     let mut whole = c0.clone();
     host::gemm(&g, &mut whole, Engine::Ozaki(Options::default())).unwrap();
     let mut tiled = c0.clone();
-    host::gemm(&g, &mut tiled, Engine::Ozaki(Options { max_block: 64, ..Default::default() })).unwrap();
-    assert!(whole.iter().zip(&tiled).all(|(x, y)| x.to_bits() == y.to_bits()), "column blocks changed bits");
+    host::gemm(
+        &g,
+        &mut tiled,
+        Engine::Ozaki(Options {
+            max_block: 64,
+            ..Default::default()
+        }),
+    )
+    .unwrap();
+    assert!(
+        whole
+            .iter()
+            .zip(&tiled)
+            .all(|(x, y)| x.to_bits() == y.to_bits()),
+        "column blocks changed bits"
+    );
 
     // the same call on device-resident operands
-    let (da, db, dc) = (upload(&a).unwrap(), upload(&b).unwrap(), upload(&c0).unwrap());
+    let (da, db, dc) = (
+        upload(&a).unwrap(),
+        upload(&b).unwrap(),
+        upload(&c0).unwrap(),
+    );
     let call = DeviceCall {
-        op: Op::Gemm { transa: Trans::No, transb: Trans::No, b: db.ptr(), ldb: k },
+        op: Op::Gemm {
+            transa: Trans::No,
+            transb: Trans::No,
+            b: db.ptr(),
+            ldb: k,
+        },
         m,
         n,
         k,
@@ -235,7 +383,13 @@ fn tiling_and_residency_do_not_change_a_single_bit() {
     }
     let mut dev = vec![0.0f64; m * n];
     download(&dc, &mut dev).unwrap();
-    assert!(whole.iter().zip(&dev).all(|(x, y)| x.to_bits() == y.to_bits()), "device-resident differs from host-resident");
+    assert!(
+        whole
+            .iter()
+            .zip(&dev)
+            .all(|(x, y)| x.to_bits() == y.to_bits()),
+        "device-resident differs from host-resident"
+    );
 }
 
 #[test]
@@ -247,14 +401,35 @@ fn more_moduli_never_hurt_and_default_is_at_least_fp64_grade() {
     let (m, n, k) = (64, 64, 2048);
     let a = rng.vec(m * k);
     let b = rng.vec(k * n);
-    let g = GemmArgs { transa: Trans::No, transb: Trans::No, m, n, k, alpha: 1.0, a: &a, lda: m, b: &b, ldb: k, beta: 0.0, ldc: m };
+    let g = GemmArgs {
+        transa: Trans::No,
+        transb: Trans::No,
+        m,
+        n,
+        k,
+        alpha: 1.0,
+        a: &a,
+        lda: m,
+        b: &b,
+        ldb: k,
+        beta: 0.0,
+        ldc: m,
+    };
     let mut native = vec![0.0; m * n];
     host::gemm(&g, &mut native, Engine::Native).unwrap();
     let e_native = worst_error(&g, &native, &native);
     let mut prev = f64::INFINITY;
     for r in [8, 12, 14, 16, 18, 20] {
         let mut c = vec![0.0; m * n];
-        host::gemm(&g, &mut c, Engine::Ozaki(Options { moduli: Some(r), ..Default::default() })).unwrap();
+        host::gemm(
+            &g,
+            &mut c,
+            Engine::Ozaki(Options {
+                moduli: Some(r),
+                ..Default::default()
+            }),
+        )
+        .unwrap();
         let e = worst_error(&g, &c, &c);
         assert!(e <= prev * 1.01 + 1e-300, "r = {r}: {e:e} after {prev:e}");
         prev = e;
@@ -274,14 +449,41 @@ fn equals_the_cpu_reference_route_bit_for_bit() {
     let mut rng = Rng(17);
     let (m, n, k) = (41, 23, 77);
     for r in [8, 14, 16, 20] {
-        for (transa, transb, alpha, beta) in [(Trans::No, Trans::No, 1.0, 0.0), (Trans::Yes, Trans::No, -0.5, 1.0), (Trans::No, Trans::Yes, 3.0, 0.25)] {
+        for (transa, transb, alpha, beta) in [
+            (Trans::No, Trans::No, 1.0, 0.0),
+            (Trans::Yes, Trans::No, -0.5, 1.0),
+            (Trans::No, Trans::Yes, 3.0, 0.25),
+        ] {
             let (ra, ca) = dims(transa, m, k);
             let (rb, cb) = dims(transb, k, n);
             // spread exponents so the shifts differ per row and column
-            let a: Vec<f64> = rng.vec(ra * ca).iter().enumerate().map(|(i, x)| x * 2f64.powi((i % 7) as i32 * 3 - 9)).collect();
-            let b: Vec<f64> = rng.vec(rb * cb).iter().enumerate().map(|(i, x)| x * 2f64.powi((i % 5) as i32 * 4 - 8)).collect();
+            let a: Vec<f64> = rng
+                .vec(ra * ca)
+                .iter()
+                .enumerate()
+                .map(|(i, x)| x * 2f64.powi((i % 7) as i32 * 3 - 9))
+                .collect();
+            let b: Vec<f64> = rng
+                .vec(rb * cb)
+                .iter()
+                .enumerate()
+                .map(|(i, x)| x * 2f64.powi((i % 5) as i32 * 4 - 8))
+                .collect();
             let c0 = rng.vec(m * n);
-            let g = GemmArgs { transa, transb, m, n, k, alpha, a: &a, lda: ra, b: &b, ldb: rb, beta, ldc: m };
+            let g = GemmArgs {
+                transa,
+                transb,
+                m,
+                n,
+                k,
+                alpha,
+                a: &a,
+                lda: ra,
+                b: &b,
+                ldb: rb,
+                beta,
+                ldc: m,
+            };
             let cfg = EmulationConfig {
                 moduli: Moduli::Fixed(r),
                 scaling: ScalingMode::Fast,
@@ -291,10 +493,25 @@ fn equals_the_cpu_reference_route_bit_for_bit() {
             let mut cpu = c0.clone();
             emulate::gemm(&g, &mut cpu, &cfg).expect("cpu-ozaki");
             let mut dev = c0.clone();
-            let out = host::gemm(&g, &mut dev, Engine::Ozaki(Options { moduli: Some(r), ..Default::default() })).unwrap();
+            let out = host::gemm(
+                &g,
+                &mut dev,
+                Engine::Ozaki(Options {
+                    moduli: Some(r),
+                    ..Default::default()
+                }),
+            )
+            .unwrap();
             assert_eq!(out.moduli, Some(r as u32));
-            let diff = cpu.iter().zip(&dev).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
-            assert_eq!(diff, 0, "r = {r}, {transa:?}{transb:?}: {diff} entries differ from cpu-ozaki");
+            let diff = cpu
+                .iter()
+                .zip(&dev)
+                .filter(|(x, y)| x.to_bits() != y.to_bits())
+                .count();
+            assert_eq!(
+                diff, 0,
+                "r = {r}, {transa:?}{transb:?}: {diff} entries differ from cpu-ozaki"
+            );
         }
     }
 }
@@ -312,14 +529,49 @@ fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
     let mut rng = Rng(23);
     let (m, n, k, r) = (72, 4100, 96, 15);
     let a = rng.vec(m * k);
-    let b: Vec<f64> = rng.vec(k * n).iter().enumerate().map(|(i, x)| x * 2f64.powi((i % 9) as i32 - 4)).collect();
+    let b: Vec<f64> = rng
+        .vec(k * n)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * 2f64.powi((i % 9) as i32 - 4))
+        .collect();
     let c0 = rng.vec(m * n);
-    let g = GemmArgs { transa: Trans::No, transb: Trans::Yes, m, n, k, alpha: -0.75, a: &a, lda: m, b: &b, ldb: n, beta: 0.5, ldc: m };
-    let cfg = EmulationConfig { moduli: Moduli::Fixed(r), scaling: ScalingMode::Fast, reconstruction: Reconstruction::Exact, ..Default::default() };
+    let g = GemmArgs {
+        transa: Trans::No,
+        transb: Trans::Yes,
+        m,
+        n,
+        k,
+        alpha: -0.75,
+        a: &a,
+        lda: m,
+        b: &b,
+        ldb: n,
+        beta: 0.5,
+        ldc: m,
+    };
+    let cfg = EmulationConfig {
+        moduli: Moduli::Fixed(r),
+        scaling: ScalingMode::Fast,
+        reconstruction: Reconstruction::Exact,
+        ..Default::default()
+    };
     let mut cpu = c0.clone();
     emulate::gemm(&g, &mut cpu, &cfg).expect("cpu-ozaki");
     let mut dev = c0.clone();
-    host::gemm(&g, &mut dev, Engine::Ozaki(Options { moduli: Some(r), ..Default::default() })).unwrap();
-    let diff = cpu.iter().zip(&dev).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+    host::gemm(
+        &g,
+        &mut dev,
+        Engine::Ozaki(Options {
+            moduli: Some(r),
+            ..Default::default()
+        }),
+    )
+    .unwrap();
+    let diff = cpu
+        .iter()
+        .zip(&dev)
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count();
     assert_eq!(diff, 0, "{diff} of {} entries differ from cpu-ozaki", m * n);
 }

@@ -30,23 +30,66 @@ fn vec(seed: u64, n: usize) -> Vec<f64> {
 
 fn compare(slots: &[u32]) {
     let (m, n, k) = (1100usize, 1300usize, 700usize);
-    let params = SplitParams { min_rows: 256, min_cols: 256, align: 256 };
+    let params = SplitParams {
+        min_rows: 256,
+        min_cols: 256,
+        align: 256,
+    };
     for (transa, transb) in [(Trans::No, Trans::No), (Trans::Yes, Trans::Yes)] {
-        let (lda, ldb, ldc) = (if transa == Trans::No { m + 3 } else { k + 3 }, if transb == Trans::No { k + 1 } else { n + 1 }, m + 2);
+        let (lda, ldb, ldc) = (
+            if transa == Trans::No { m + 3 } else { k + 3 },
+            if transb == Trans::No { k + 1 } else { n + 1 },
+            m + 2,
+        );
         let a = vec(1, lda * if transa == Trans::No { k } else { m });
         let b = vec(2, ldb * if transb == Trans::No { n } else { k });
         let c0 = vec(3, ldc * n);
-        let args = GemmArgs { transa, transb, m, n, k, alpha: 0.5, a: &a, lda, b: &b, ldb, beta: -1.25, ldc };
-        for plan in [split_c(m as u64, n as u64, slots, &params), split_c(m as u64, n as u64, &[slots[0]; 4], &params)] {
+        let args = GemmArgs {
+            transa,
+            transb,
+            m,
+            n,
+            k,
+            alpha: 0.5,
+            a: &a,
+            lda,
+            b: &b,
+            ldb,
+            beta: -1.25,
+            ldc,
+        };
+        for plan in [
+            split_c(m as u64, n as u64, slots, &params),
+            split_c(m as u64, n as u64, &[slots[0]; 4], &params),
+        ] {
             assert!(plan.is_split());
-            for (name, engine) in [("gpu-native", Engine::Native), ("gpu-ozaki", Engine::Ozaki(Options { moduli: Some(14), max_block: 0 }))] {
+            for (name, engine) in [
+                ("gpu-native", Engine::Native),
+                (
+                    "gpu-ozaki",
+                    Engine::Ozaki(Options {
+                        moduli: Some(14),
+                        max_block: 0,
+                    }),
+                ),
+            ] {
                 let mut one = c0.clone();
                 host::gemm(&args, &mut one, engine).expect("single-device gemm");
                 let mut split = c0.clone();
                 let o = multi::gemm(&args, &mut split, engine, &plan).expect("split gemm");
-                assert_eq!(o.devices, plan.tiles.iter().map(|t| t.device).collect::<Vec<_>>());
-                let identical = one.iter().zip(&split).all(|(x, y)| x.to_bits() == y.to_bits());
-                let worst = one.iter().zip(&split).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+                assert_eq!(
+                    o.devices,
+                    plan.tiles.iter().map(|t| t.device).collect::<Vec<_>>()
+                );
+                let identical = one
+                    .iter()
+                    .zip(&split)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                let worst = one
+                    .iter()
+                    .zip(&split)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0, f64::max);
                 eprintln!(
                     "{name} {transa:?}{transb:?} slots {:?} grid {}x{}: bit-identical to one device: {identical} (max |diff| {worst:e})",
                     plan.tiles.iter().map(|t| t.device).collect::<Vec<_>>(),
@@ -56,7 +99,9 @@ fn compare(slots: &[u32]) {
                 match engine {
                     Engine::Ozaki(_) => assert!(identical, "gpu-ozaki split must be bit-identical"),
                     // |C| <= 0.5 * k/4 + 1.25/2; a few ulps of that.
-                    Engine::Native => assert!(worst <= 1e-12, "gpu-native split differs by {worst:e}"),
+                    Engine::Native => {
+                        assert!(worst <= 1e-12, "gpu-native split differs by {worst:e}")
+                    }
                 }
                 // Outside the m x n block (ldc padding) nothing was written.
                 for j in 0..n {
@@ -100,11 +145,36 @@ fn a_failing_tile_leaves_c_untouched() {
     let b = vec(5, k * n);
     a[m - 1] = f64::NAN; // row m-1 of A: only the second row tile sees it
     let c0 = vec(6, m * n);
-    let args = GemmArgs { transa: Trans::No, transb: Trans::No, m, n, k, alpha: 1.0, a: &a, lda: m, b: &b, ldb: k, beta: 1.0, ldc: m };
-    let plan = split_c(m as u64, n as u64, &[0, 0, 0, 0], &SplitParams { min_rows: 128, min_cols: 128, align: 128 });
+    let args = GemmArgs {
+        transa: Trans::No,
+        transb: Trans::No,
+        m,
+        n,
+        k,
+        alpha: 1.0,
+        a: &a,
+        lda: m,
+        b: &b,
+        ldb: k,
+        beta: 1.0,
+        ldc: m,
+    };
+    let plan = split_c(
+        m as u64,
+        n as u64,
+        &[0, 0, 0, 0],
+        &SplitParams {
+            min_rows: 128,
+            min_cols: 128,
+            align: 128,
+        },
+    );
     assert!(plan.grid_rows >= 2, "{plan:?}");
     let mut c = c0.clone();
     let r = multi::gemm(&args, &mut c, Engine::Ozaki(Options::default()), &plan);
     assert!(r.is_err(), "NaN in A must fail the emulated route");
-    assert!(c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()), "C was written although a tile failed");
+    assert!(
+        c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()),
+        "C was written although a tile failed"
+    );
 }

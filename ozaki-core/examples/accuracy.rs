@@ -9,10 +9,10 @@
 //! median, for native fp64 (standard-order dot product), the default emulation (moduli
 //! chosen per call, accurate scaling), fast scaling, and fixed moduli counts.
 
-use ozaki_core::accuracy::{gamma, ErrorStats, Reference};
+use ozaki_core::accuracy::{ErrorStats, Reference, gamma};
 use ozaki_core::blas::{SyrkArgs, Trans, Uplo};
 use ozaki_core::emulate::{self, EmulationConfig, Moduli, ScalingMode};
-use ozaki_core::testutil::{cancellation_pair, matrix, Family, Rng};
+use ozaki_core::testutil::{Family, Rng, cancellation_pair, matrix};
 use std::time::Instant;
 
 const HEADER: &str = r#"# Accuracy of the Ozaki-II emulation (`cpu-ozaki`, and the GPU route's numerics)
@@ -81,27 +81,97 @@ fn main() {
     let sz = |full: usize, small: usize| if quick { small } else { full };
     let mut rng = Rng::new(2026);
     let mut cases = Vec::new();
-    let mut add = |name: String, fam_a: Family, fam_b: Family, m: usize, n: usize, k: usize, rng: &mut Rng| {
+    let mut add = |name: String,
+                   fam_a: Family,
+                   fam_b: Family,
+                   m: usize,
+                   n: usize,
+                   k: usize,
+                   rng: &mut Rng| {
         let a = matrix(fam_a, m, k, rng);
         let b = matrix(fam_b, k, n, rng);
-        cases.push(Case { name, m, n, k, a, b, syrk: false });
+        cases.push(Case {
+            name,
+            m,
+            n,
+            k,
+            a,
+            b,
+            syrk: false,
+        });
     };
     let (e, kk) = (sz(128, 48), sz(1024, 256));
-    for fam in [Family::Uniform, Family::Normal, Family::Spread(0.5), Family::Spread(1.0), Family::Spread(2.0), Family::Spread(4.0), Family::Spread(8.0)] {
+    for fam in [
+        Family::Uniform,
+        Family::Normal,
+        Family::Spread(0.5),
+        Family::Spread(1.0),
+        Family::Spread(2.0),
+        Family::Spread(4.0),
+        Family::Spread(8.0),
+    ] {
         add(fam.name(), fam, fam, e, e, kk, &mut rng);
     }
-    add("phi=2".into(), Family::Spread(2.0), Family::Spread(2.0), sz(64, 32), sz(64, 32), sz(16384, 2048), &mut rng);
-    add("integer".into(), Family::Integer(1000), Family::Integer(1000), e, e, kk, &mut rng);
-    add("tall/skinny".into(), Family::Normal, Family::Normal, sz(4096, 1024), 8, sz(256, 64), &mut rng);
-    add("skinny k".into(), Family::Normal, Family::Normal, 16, 16, sz(32768, 4096), &mut rng);
+    add(
+        "phi=2".into(),
+        Family::Spread(2.0),
+        Family::Spread(2.0),
+        sz(64, 32),
+        sz(64, 32),
+        sz(16384, 2048),
+        &mut rng,
+    );
+    add(
+        "integer".into(),
+        Family::Integer(1000),
+        Family::Integer(1000),
+        e,
+        e,
+        kk,
+        &mut rng,
+    );
+    add(
+        "tall/skinny".into(),
+        Family::Normal,
+        Family::Normal,
+        sz(4096, 1024),
+        8,
+        sz(256, 64),
+        &mut rng,
+    );
+    add(
+        "skinny k".into(),
+        Family::Normal,
+        Family::Normal,
+        16,
+        16,
+        sz(32768, 4096),
+        &mut rng,
+    );
     for k in [1usize, 16, 256, 4096, 70000] {
         let k = if quick { k.min(8192) } else { k };
-        add(format!("normal k={k}"), Family::Normal, Family::Normal, 16, 16, k, &mut rng);
+        add(
+            format!("normal k={k}"),
+            Family::Normal,
+            Family::Normal,
+            16,
+            16,
+            k,
+            &mut rng,
+        );
     }
     {
         let (m, n, k) = (e, e, kk);
         let (a, b) = cancellation_pair(m, n, k, &mut rng);
-        cases.push(Case { name: "rank1+noise (cancel)".into(), m, n, k, a, b, syrk: false });
+        cases.push(Case {
+            name: "rank1+noise (cancel)".into(),
+            m,
+            n,
+            k,
+            a,
+            b,
+            syrk: false,
+        });
     }
     for fam in [Family::Normal, Family::Spread(2.0)] {
         let (n, k) = (e, kk);
@@ -112,11 +182,22 @@ fn main() {
                 b[l + j * k] = a[j + l * n];
             }
         }
-        cases.push(Case { name: format!("dsyrk {}", fam.name()), m: n, n, k, a, b, syrk: true });
+        cases.push(Case {
+            name: format!("dsyrk {}", fam.name()),
+            m: n,
+            n,
+            k,
+            a,
+            b,
+            syrk: true,
+        });
     }
 
     print!("{}", HEADER);
-    println!("| family | m x n x k | native max / median | default: moduli, est (u), max / median, max/γ_k | fast: moduli, max | {} |", FIXED.map(|r| format!("r={r} max (est u)")).join(" | "));
+    println!(
+        "| family | m x n x k | native max / median | default: moduli, est (u), max / median, max/γ_k | fast: moduli, max | {} |",
+        FIXED.map(|r| format!("r={r} max (est u)")).join(" | ")
+    );
     println!("|---|---|---|---|---|{}", "---|".repeat(FIXED.len()));
     for c in &cases {
         let t0 = Instant::now();
@@ -135,22 +216,59 @@ fn main() {
         let default = match run(EmulationConfig::default()) {
             Ok((out, info)) => {
                 let s = reference.errors(&out, c.k, keep);
-                format!("{}, {:.2}, {}, {:.1e}", info.moduli, info.estimate_ulps, fmt_stats(&s), s.max_over_gamma)
+                format!(
+                    "{}, {:.2}, {}, {:.1e}",
+                    info.moduli,
+                    info.estimate_ulps,
+                    fmt_stats(&s),
+                    s.max_over_gamma
+                )
             }
             Err(f) => format!("fallback ({f})"),
         };
-        let fast = match run(EmulationConfig { scaling: ScalingMode::Fast, ..Default::default() }) {
-            Ok((out, info)) => format!("{}, {:.1e}", info.moduli, reference.errors(&out, c.k, keep).max),
+        let fast = match run(EmulationConfig {
+            scaling: ScalingMode::Fast,
+            ..Default::default()
+        }) {
+            Ok((out, info)) => format!(
+                "{}, {:.1e}",
+                info.moduli,
+                reference.errors(&out, c.k, keep).max
+            ),
             Err(f) => format!("fallback ({})", f.reason()),
         };
         let fixed: Vec<String> = FIXED
             .iter()
-            .map(|&r| match run(EmulationConfig { moduli: Moduli::Fixed(r), ..Default::default() }) {
-                Ok((out, info)) => format!("{:.1e} ({:.2})", reference.errors(&out, c.k, keep).max, info.estimate_ulps),
-                Err(f) => format!("fallback ({})", f.reason()),
+            .map(|&r| {
+                match run(EmulationConfig {
+                    moduli: Moduli::Fixed(r),
+                    ..Default::default()
+                }) {
+                    Ok((out, info)) => format!(
+                        "{:.1e} ({:.2})",
+                        reference.errors(&out, c.k, keep).max,
+                        info.estimate_ulps
+                    ),
+                    Err(f) => format!("fallback ({})", f.reason()),
+                }
             })
             .collect();
-        println!("| {} | {}x{}x{} | {} | {} | {} | {} |", c.name, c.m, c.n, c.k, fmt_stats(&native), default, fast, fixed.join(" | "));
-        eprintln!("{} done in {:.1} s (γ_k = {:.1e})", c.name, t0.elapsed().as_secs_f64(), gamma(c.k));
+        println!(
+            "| {} | {}x{}x{} | {} | {} | {} | {} |",
+            c.name,
+            c.m,
+            c.n,
+            c.k,
+            fmt_stats(&native),
+            default,
+            fast,
+            fixed.join(" | ")
+        );
+        eprintln!(
+            "{} done in {:.1} s (γ_k = {:.1e})",
+            c.name,
+            t0.elapsed().as_secs_f64(),
+            gamma(c.k)
+        );
     }
 }

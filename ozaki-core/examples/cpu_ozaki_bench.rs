@@ -6,7 +6,7 @@
 //! ```
 
 use ozaki_core::emulate::{self, EmulationConfig, Moduli};
-use ozaki_core::testutil::{matrix, Family, Rng};
+use ozaki_core::testutil::{Family, Rng, matrix};
 use std::time::Instant;
 
 fn naive(a: &[f64], b: &[f64], n: usize) -> Vec<f64> {
@@ -37,13 +37,34 @@ fn main() {
     println!("| config | moduli | seconds | vs naive fp64 | phases (s) |");
     println!("|---|---|---|---|---|");
     println!("| naive fp64 triple loop (1 thread) | - | {t_naive:.3} | 1.00 | |");
-    for (name, moduli) in [("auto", Moduli::Auto), ("fixed 14", Moduli::Fixed(14)), ("fixed 20", Moduli::Fixed(20))] {
-        let cfg = EmulationConfig { moduli, threads, ..Default::default() };
+    for (name, moduli) in [
+        ("auto", Moduli::Auto),
+        ("fixed 14", Moduli::Fixed(14)),
+        ("fixed 20", Moduli::Fixed(20)),
+    ] {
+        let cfg = EmulationConfig {
+            moduli,
+            threads,
+            ..Default::default()
+        };
         let t = Instant::now();
         let (c, info) = emulate::matmul(&a, &b, n, n, n, &cfg).expect("emulation");
         let secs = t.elapsed().as_secs_f64();
-        let diff = c.iter().zip(&c0).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
-        let phases: Vec<String> = info.phases.iter().map(|(p, s)| format!("{p} {s:.3}")).collect();
-        println!("| cpu-ozaki {name}, {threads} threads | {} | {secs:.3} | {:.2} | {} (max |diff| vs naive {diff:.1e}) |", info.moduli, t_naive / secs, phases.join(", "));
+        let diff = c
+            .iter()
+            .zip(&c0)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        let phases: Vec<String> = info
+            .phases
+            .iter()
+            .map(|(p, s)| format!("{p} {s:.3}"))
+            .collect();
+        println!(
+            "| cpu-ozaki {name}, {threads} threads | {} | {secs:.3} | {:.2} | {} (max |diff| vs naive {diff:.1e}) |",
+            info.moduli,
+            t_naive / secs,
+            phases.join(", ")
+        );
     }
 }

@@ -66,7 +66,13 @@ impl Reference {
                 native[i + j * m] = s;
             }
         }
-        Reference { m, n, exact, scale, native }
+        Reference {
+            m,
+            n,
+            exact,
+            scale,
+            native,
+        }
     }
 
     /// Error statistics of `c` (column-major m x n) over the entries where `keep(i, j)`.
@@ -92,9 +98,17 @@ impl Reference {
 
 fn stats(mut errs: Vec<f64>, k: usize) -> ErrorStats {
     if errs.is_empty() {
-        return ErrorStats { max: 0.0, median: 0.0, max_over_gamma: 0.0 };
+        return ErrorStats {
+            max: 0.0,
+            median: 0.0,
+            max_over_gamma: 0.0,
+        };
     }
     errs.sort_by(f64::total_cmp);
     let max = *errs.last().unwrap();
-    ErrorStats { max, median: errs[errs.len() / 2], max_over_gamma: max / gamma(k) }
+    ErrorStats {
+        max,
+        median: errs[errs.len() / 2],
+        max_over_gamma: max / gamma(k),
+    }
 }

@@ -209,8 +209,14 @@ fn tile_kernel(kc: usize, a: &[f64], b: &[f64], t: &mut [[f64; MR]; NR]) {
 /// applied) read the operands; blocked and packed as the section comment describes.
 #[allow(clippy::too_many_arguments)]
 fn blocked(
-    m: usize, n: usize, k: usize, op_a: impl Fn(usize, usize) -> f64, op_b: impl Fn(usize, usize) -> f64, c: &mut [f64],
-    ldc: usize, region: Region,
+    m: usize,
+    n: usize,
+    k: usize,
+    op_a: impl Fn(usize, usize) -> f64,
+    op_b: impl Fn(usize, usize) -> f64,
+    c: &mut [f64],
+    ldc: usize,
+    region: Region,
 ) {
     let kc_max = KC.min(k);
     let mut apack = vec![0.0; MC.min(m.div_ceil(MR) * MR) * kc_max];
@@ -223,11 +229,19 @@ fn blocked(
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
             // op(B) panels of NR columns: bpack[q][l * NR + j], zero-padded.
-            for (q, panel) in bpack.chunks_exact_mut(kc * NR).take(nc.div_ceil(NR)).enumerate() {
+            for (q, panel) in bpack
+                .chunks_exact_mut(kc * NR)
+                .take(nc.div_ceil(NR))
+                .enumerate()
+            {
                 for l in 0..kc {
                     for j in 0..NR {
                         let col = jc + q * NR + j;
-                        panel[l * NR + j] = if col < jc + nc { op_b(pc + l, col) } else { 0.0 };
+                        panel[l * NR + j] = if col < jc + nc {
+                            op_b(pc + l, col)
+                        } else {
+                            0.0
+                        };
                     }
                 }
             }
@@ -237,11 +251,19 @@ fn blocked(
                     continue;
                 }
                 // op(A) panels of MR rows: apack[p][l * MR + i], zero-padded.
-                for (p, panel) in apack.chunks_exact_mut(kc * MR).take(mc.div_ceil(MR)).enumerate() {
+                for (p, panel) in apack
+                    .chunks_exact_mut(kc * MR)
+                    .take(mc.div_ceil(MR))
+                    .enumerate()
+                {
                     for l in 0..kc {
                         for i in 0..MR {
                             let row = ic + p * MR + i;
-                            panel[l * MR + i] = if row < ic + mc { op_a(row, pc + l) } else { 0.0 };
+                            panel[l * MR + i] = if row < ic + mc {
+                                op_a(row, pc + l)
+                            } else {
+                                0.0
+                            };
                         }
                     }
                 }
@@ -298,7 +320,16 @@ pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64]) {
         return;
     }
     let alpha = args.alpha;
-    blocked(m, n, k, |i, l| args.op_a(i, l), |l, j| alpha * args.op_b(l, j), c, args.ldc, Region::Full);
+    blocked(
+        m,
+        n,
+        k,
+        |i, l| args.op_a(i, l),
+        |l, j| alpha * args.op_b(l, j),
+        c,
+        args.ldc,
+        Region::Full,
+    );
 }
 
 /// Built-in dsyrk: C = alpha op(A) op(A)^T + beta C on the `uplo` triangle only (the other
@@ -320,7 +351,16 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64]) {
         return;
     }
     let alpha = args.alpha;
-    blocked(n, n, k, |i, l| args.op_a(i, l), |l, j| alpha * args.op_a(j, l), c, args.ldc, region);
+    blocked(
+        n,
+        n,
+        k,
+        |i, l| args.op_a(i, l),
+        |l, j| alpha * args.op_a(j, l),
+        c,
+        args.ldc,
+        region,
+    );
 }
 
 #[cfg(test)]
@@ -354,7 +394,13 @@ mod tests {
             for i in 0..m {
                 let x = &mut c[i + j * ldc];
                 if a.alpha == 0.0 || a.transa == Trans::No {
-                    *x = if a.beta == 0.0 { 0.0 } else if a.beta != 1.0 { a.beta * *x } else { *x };
+                    *x = if a.beta == 0.0 {
+                        0.0
+                    } else if a.beta != 1.0 {
+                        a.beta * *x
+                    } else {
+                        *x
+                    };
                 }
             }
             if a.alpha == 0.0 {
@@ -374,7 +420,11 @@ mod tests {
                         temp += a.op_a(i, l) * a.op_b(l, j);
                     }
                     let x = &mut c[i + j * ldc];
-                    *x = if a.beta == 0.0 { a.alpha * temp } else { a.alpha * temp + a.beta * *x };
+                    *x = if a.beta == 0.0 {
+                        a.alpha * temp
+                    } else {
+                        a.alpha * temp + a.beta * *x
+                    };
                 }
             }
         }
@@ -383,7 +433,10 @@ mod tests {
     fn check_close(got: &[f64], want: &[f64], k: usize, what: &str) {
         for (idx, (g, w)) in got.iter().zip(want).enumerate() {
             if w.is_nan() {
-                assert!(g.is_nan(), "{what}: element {idx} should be untouched NaN, got {g}");
+                assert!(
+                    g.is_nan(),
+                    "{what}: element {idx} should be untouched NaN, got {g}"
+                );
                 continue;
             }
             let tol = 4.0 * (k as f64 + 2.0) * f64::EPSILON * (1.0 + w.abs()) * (k as f64).max(1.0);
@@ -392,7 +445,16 @@ mod tests {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn gemm_case(rng: &mut Rng, ta: Trans, tb: Trans, m: usize, n: usize, k: usize, alpha: f64, beta: f64) {
+    fn gemm_case(
+        rng: &mut Rng,
+        ta: Trans,
+        tb: Trans,
+        m: usize,
+        n: usize,
+        k: usize,
+        alpha: f64,
+        beta: f64,
+    ) {
         let (ar, ac) = if ta == Trans::No { (m, k) } else { (k, m) };
         let (br, bc) = if tb == Trans::No { (k, n) } else { (n, k) };
         let (lda, ldb, ldc) = (ar.max(1) + 3, br.max(1) + 1, m.max(1) + 2);
@@ -407,15 +469,34 @@ mod tests {
         if beta == 0.0 && m > 0 && n > 0 {
             c0[0] = f64::NAN; // beta == 0 must not read C
         }
-        let args = GemmArgs { transa: ta, transb: tb, m, n, k, alpha, a: &a, lda, b: &b, ldb, beta, ldc };
+        let args = GemmArgs {
+            transa: ta,
+            transb: tb,
+            m,
+            n,
+            k,
+            alpha,
+            a: &a,
+            lda,
+            b: &b,
+            ldb,
+            beta,
+            ldc,
+        };
         let mut got = c0.clone();
         gemm(&args, &mut got);
         let mut want = c0.clone();
         naive_gemm(&args, &mut want);
         let what = format!("gemm {ta:?}{tb:?} m={m} n={n} k={k} alpha={alpha} beta={beta}");
         if ta == Trans::No {
-            let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()));
-            assert!(same, "{what}: not bit-identical to the reference loop order");
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()));
+            assert!(
+                same,
+                "{what}: not bit-identical to the reference loop order"
+            );
         } else {
             check_close(&got, &want, k, &what);
         }
@@ -452,7 +533,20 @@ mod tests {
         }
         // alpha == 0: A and B are not read, even when empty.
         let mut c = vec![f64::NAN, 2.0, 3.0, 4.0];
-        let args = GemmArgs { transa: Trans::No, transb: Trans::No, m: 2, n: 2, k: 3, alpha: 0.0, a: &[], lda: 2, b: &[], ldb: 3, beta: 0.0, ldc: 2 };
+        let args = GemmArgs {
+            transa: Trans::No,
+            transb: Trans::No,
+            m: 2,
+            n: 2,
+            k: 3,
+            alpha: 0.0,
+            a: &[],
+            lda: 2,
+            b: &[],
+            ldb: 3,
+            beta: 0.0,
+            ldc: 2,
+        };
         gemm(&args, &mut c);
         assert_eq!(c, [0.0; 4]);
     }
@@ -473,7 +567,11 @@ mod tests {
                     sum += s.op_a(i, l) * s.op_a(j, l);
                 }
                 let x = &mut c[i + j * s.ldc];
-                *x = if s.beta == 0.0 { s.alpha * sum } else { s.alpha * sum + s.beta * *x };
+                *x = if s.beta == 0.0 {
+                    s.alpha * sum
+                } else {
+                    s.alpha * sum + s.beta * *x
+                };
             }
         }
     }
@@ -505,14 +603,29 @@ mod tests {
                             }
                         }
                         for (alpha, beta) in [(0.75, 0.25), (-1.0, 0.0)] {
-                            let s = SyrkArgs { uplo, trans, n, k, alpha, a: &a, lda, beta, ldc };
+                            let s = SyrkArgs {
+                                uplo,
+                                trans,
+                                n,
+                                k,
+                                alpha,
+                                a: &a,
+                                lda,
+                                beta,
+                                ldc,
+                            };
                             let mut got = c0.clone();
                             syrk(&s, &mut got);
                             let mut want = c0.clone();
                             if !(n == 0 || (k == 0 && beta == 1.0)) {
                                 naive_syrk(&s, &mut want);
                             }
-                            check_close(&got, &want, k, &format!("syrk {uplo:?} {trans:?} n={n} k={k}"));
+                            check_close(
+                                &got,
+                                &want,
+                                k,
+                                &format!("syrk {uplo:?} {trans:?} n={n} k={k}"),
+                            );
                         }
                     }
                 }

@@ -41,8 +41,13 @@ pub const DEVICES_VAR: &str = "OZAKI_DEVICES";
 
 /// Launcher variables holding the rank in the whole job, first match wins:
 /// Open MPI, MPICH/Intel MPI (Hydra, PMI-1/2), PMIx launchers, Slurm `srun`, MVAPICH2.
-pub const WORLD_RANK_VARS: &[&str] =
-    &["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK"];
+pub const WORLD_RANK_VARS: &[&str] = &[
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "PMIX_RANK",
+    "SLURM_PROCID",
+    "MV2_COMM_WORLD_RANK",
+];
 
 /// Launcher variables holding the rank among the processes of this host, first match wins:
 /// Open MPI, MPICH/Intel MPI (Hydra), Slurm `srun`, MVAPICH2, Cray PALS, Flux.
@@ -82,7 +87,10 @@ impl LauncherEnv {
     /// tests pass a map). Unparsable values count as absent: a launcher we misread must
     /// not stop the program, it only loses the rank-aware device choice.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> LauncherEnv {
-        let first = |vars: &[&str]| vars.iter().find_map(|v| get(v).and_then(|s| s.trim().parse::<u32>().ok()));
+        let first = |vars: &[&str]| {
+            vars.iter()
+                .find_map(|v| get(v).and_then(|s| s.trim().parse::<u32>().ok()))
+        };
         LauncherEnv {
             world_rank: first(WORLD_RANK_VARS),
             local_rank: first(LOCAL_RANK_VARS),
@@ -119,10 +127,16 @@ impl fmt::Display for DeviceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DeviceError::Parse { value } => {
-                write!(f, "{DEVICES_VAR}={value:?} is not a comma-separated list of GPU ordinals (e.g. 0,1)")
+                write!(
+                    f,
+                    "{DEVICES_VAR}={value:?} is not a comma-separated list of GPU ordinals (e.g. 0,1)"
+                )
             }
             DeviceError::NotVisible { ordinal, visible } => {
-                write!(f, "{DEVICES_VAR} names GPU {ordinal}, but only {visible} GPU(s) are visible")
+                write!(
+                    f,
+                    "{DEVICES_VAR} names GPU {ordinal}, but only {visible} GPU(s) are visible"
+                )
             }
             DeviceError::NoDevice => write!(f, "no GPU is visible"),
         }
@@ -136,12 +150,18 @@ impl std::error::Error for DeviceError {}
 /// # Errors
 /// - [`DeviceError::Parse`] for an empty list or an entry that is not an unsigned integer.
 pub fn parse_devices(value: &str) -> Result<Vec<u32>, DeviceError> {
-    let err = || DeviceError::Parse { value: value.to_string() };
+    let err = || DeviceError::Parse {
+        value: value.to_string(),
+    };
     let list: Vec<u32> = value
         .split(',')
         .map(|s| s.trim().parse::<u32>().map_err(|_| err()))
         .collect::<Result<_, _>>()?;
-    if list.is_empty() { Err(err()) } else { Ok(list) }
+    if list.is_empty() {
+        Err(err())
+    } else {
+        Ok(list)
+    }
 }
 
 /// How this process's device list was chosen (for the trace and `OZAKI_LOG`).
@@ -206,13 +226,27 @@ impl DeviceAssignment {
             (None, _) | (Some(_), Some(0 | 1)) => (pool, AssignmentSource::WholePool),
             (Some(r), size @ Some(l)) if (l as usize) <= p => {
                 let (start, len) = balanced_block(p, l as usize, (r % l) as usize);
-                (pool[start..start + len].to_vec(), AssignmentSource::LocalRank { local_rank: r, local_size: size })
+                (
+                    pool[start..start + len].to_vec(),
+                    AssignmentSource::LocalRank {
+                        local_rank: r,
+                        local_size: size,
+                    },
+                )
             }
-            (Some(r), size) => {
-                (vec![pool[r as usize % p]], AssignmentSource::LocalRank { local_rank: r, local_size: size })
-            }
+            (Some(r), size) => (
+                vec![pool[r as usize % p]],
+                AssignmentSource::LocalRank {
+                    local_rank: r,
+                    local_size: size,
+                },
+            ),
         };
-        Ok(DeviceAssignment { slots, from_override, source })
+        Ok(DeviceAssignment {
+            slots,
+            from_override,
+            source,
+        })
     }
 
     /// Distinct ordinals in first-use order (what calibration and the profile iterate over).
@@ -250,7 +284,11 @@ impl Default for SplitParams {
     /// 2048-wide tiles at least: below that one H200 is not saturated by a dgemm, so
     /// splitting only adds transfers (`h200-baselines.md`); boundaries on 256.
     fn default() -> SplitParams {
-        SplitParams { min_rows: 2048, min_cols: 2048, align: 256 }
+        SplitParams {
+            min_rows: 2048,
+            min_cols: 2048,
+            align: 256,
+        }
     }
 }
 
@@ -342,7 +380,14 @@ pub fn split_c(m: u64, n: u64, slots: &[u32], params: &SplitParams) -> SplitPlan
     let single = || SplitPlan {
         grid_rows: 1,
         grid_cols: 1,
-        tiles: vec![Tile { slot: 0, device: device(0), row0: 0, rows: m, col0: 0, cols: n }],
+        tiles: vec![Tile {
+            slot: 0,
+            device: device(0),
+            row0: 0,
+            rows: m,
+            col0: 0,
+            cols: n,
+        }],
     };
     if m == 0 || n == 0 || slots.len() <= 1 {
         return single();
@@ -373,7 +418,11 @@ pub fn split_c(m: u64, n: u64, slots: &[u32], params: &SplitParams) -> SplitPlan
                     cols: nc,
                 })
                 .collect();
-            return SplitPlan { grid_rows: pr, grid_cols: used / pr, tiles };
+            return SplitPlan {
+                grid_rows: pr,
+                grid_cols: used / pr,
+                tiles,
+            };
         }
     }
     single()
@@ -403,7 +452,10 @@ pub fn price_split(plan: &SplitPlan, mut tile_cost: impl FnMut(&Tile) -> f64) ->
         *per_device_s.entry(t.device).or_insert(0.0) += tile_cost(t);
     }
     let total_s = per_device_s.values().copied().fold(0.0, f64::max);
-    SplitPrice { per_device_s, total_s }
+    SplitPrice {
+        per_device_s,
+        total_s,
+    }
 }
 
 #[cfg(test)]
@@ -412,12 +464,17 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> LauncherEnv {
-        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         LauncherEnv::from_lookup(|k| map.get(k).cloned())
     }
 
     fn slots(var: Option<&str>, visible: u32, launcher: &LauncherEnv) -> Vec<u32> {
-        DeviceAssignment::resolve(var, visible, launcher).unwrap().slots
+        DeviceAssignment::resolve(var, visible, launcher)
+            .unwrap()
+            .slots
     }
 
     #[test]
@@ -427,11 +484,36 @@ mod tests {
             ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
             ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"),
         ]);
-        assert_eq!(ompi, LauncherEnv { world_rank: Some(5), local_rank: Some(1), local_size: Some(4) });
-        let hydra = env(&[("PMI_RANK", "3"), ("MPI_LOCALRANKID", "0"), ("MPI_LOCALNRANKS", "2")]);
-        assert_eq!(hydra, LauncherEnv { world_rank: Some(3), local_rank: Some(0), local_size: Some(2) });
+        assert_eq!(
+            ompi,
+            LauncherEnv {
+                world_rank: Some(5),
+                local_rank: Some(1),
+                local_size: Some(4)
+            }
+        );
+        let hydra = env(&[
+            ("PMI_RANK", "3"),
+            ("MPI_LOCALRANKID", "0"),
+            ("MPI_LOCALNRANKS", "2"),
+        ]);
+        assert_eq!(
+            hydra,
+            LauncherEnv {
+                world_rank: Some(3),
+                local_rank: Some(0),
+                local_size: Some(2)
+            }
+        );
         let slurm = env(&[("SLURM_PROCID", "7"), ("SLURM_LOCALID", "3")]);
-        assert_eq!(slurm, LauncherEnv { world_rank: Some(7), local_rank: Some(3), local_size: None });
+        assert_eq!(
+            slurm,
+            LauncherEnv {
+                world_rank: Some(7),
+                local_rank: Some(3),
+                local_size: None
+            }
+        );
         // A value we cannot parse (Slurm's "2(x3)") counts as absent, never as an error.
         let odd = env(&[("SLURM_NTASKS_PER_NODE", "2(x3)"), ("SLURM_LOCALID", "x")]);
         assert_eq!(odd, LauncherEnv::default());
@@ -440,14 +522,20 @@ mod tests {
     #[test]
     fn a_process_alone_on_its_host_owns_every_visible_gpu() {
         assert_eq!(slots(None, 4, &LauncherEnv::default()), vec![0, 1, 2, 3]);
-        let one = env(&[("OMPI_COMM_WORLD_LOCAL_RANK", "0"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "1")]);
+        let one = env(&[
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "1"),
+        ]);
         assert_eq!(slots(None, 2, &one), vec![0, 1]);
     }
 
     #[test]
     fn local_ranks_get_balanced_contiguous_blocks() {
         let rank = |r: u32, l: u32| {
-            env(&[("OMPI_COMM_WORLD_LOCAL_RANK", &r.to_string()), ("OMPI_COMM_WORLD_LOCAL_SIZE", &l.to_string())])
+            env(&[
+                ("OMPI_COMM_WORLD_LOCAL_RANK", &r.to_string()),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", &l.to_string()),
+            ])
         };
         // 2 ranks x 1 GPU each on a 2-GPU host (the issue's ScaLAPACK benchmark layout).
         assert_eq!(slots(None, 2, &rank(0, 2)), vec![0]);
@@ -481,14 +569,31 @@ mod tests {
     fn bad_device_lists_are_errors_with_a_readable_message() {
         let none = LauncherEnv::default();
         let e = DeviceAssignment::resolve(Some("0,x"), 2, &none).unwrap_err();
-        assert_eq!(e, DeviceError::Parse { value: "0,x".into() });
+        assert_eq!(
+            e,
+            DeviceError::Parse {
+                value: "0,x".into()
+            }
+        );
         assert!(e.to_string().contains("OZAKI_DEVICES"));
-        assert_eq!(DeviceAssignment::resolve(Some("0,,1"), 2, &none).unwrap_err(), DeviceError::Parse {
-            value: "0,,1".into()
-        });
+        assert_eq!(
+            DeviceAssignment::resolve(Some("0,,1"), 2, &none).unwrap_err(),
+            DeviceError::Parse {
+                value: "0,,1".into()
+            }
+        );
         let e = DeviceAssignment::resolve(Some("0,2"), 2, &none).unwrap_err();
-        assert_eq!(e, DeviceError::NotVisible { ordinal: 2, visible: 2 });
-        assert_eq!(DeviceAssignment::resolve(None, 0, &none).unwrap_err(), DeviceError::NoDevice);
+        assert_eq!(
+            e,
+            DeviceError::NotVisible {
+                ordinal: 2,
+                visible: 2
+            }
+        );
+        assert_eq!(
+            DeviceAssignment::resolve(None, 0, &none).unwrap_err(),
+            DeviceError::NoDevice
+        );
     }
 
     /// Every element of C belongs to exactly one tile, and tiles meet the minimum size.
@@ -496,22 +601,44 @@ mod tests {
         let mut count = vec![0u8; (m * n) as usize];
         for t in &plan.tiles {
             // The minimum applies to the sides that are cut; an uncut side is all of C.
-            assert!(plan.grid_rows == 1 || t.rows >= p.min_rows, "tile below minimum: {t:?}");
-            assert!(plan.grid_cols == 1 || t.cols >= p.min_cols, "tile below minimum: {t:?}");
+            assert!(
+                plan.grid_rows == 1 || t.rows >= p.min_rows,
+                "tile below minimum: {t:?}"
+            );
+            assert!(
+                plan.grid_cols == 1 || t.cols >= p.min_cols,
+                "tile below minimum: {t:?}"
+            );
             for j in t.col0..t.col0 + t.cols {
                 for i in t.row0..t.row0 + t.rows {
                     count[(i + j * m) as usize] += 1;
                 }
             }
         }
-        assert!(count.iter().all(|&c| c == 1), "tiles do not partition {m}x{n}: {plan:?}");
+        assert!(
+            count.iter().all(|&c| c == 1),
+            "tiles do not partition {m}x{n}: {plan:?}"
+        );
         assert_eq!(plan.tiles.len(), plan.grid_rows * plan.grid_cols);
     }
 
     #[test]
     fn splits_partition_c_for_awkward_sizes() {
-        let p = SplitParams { min_rows: 3, min_cols: 3, align: 4 };
-        for &(m, n) in &[(1, 1), (3, 3), (17, 9), (63, 65), (64, 64), (257, 2), (2, 257), (100, 30)] {
+        let p = SplitParams {
+            min_rows: 3,
+            min_cols: 3,
+            align: 4,
+        };
+        for &(m, n) in &[
+            (1, 1),
+            (3, 3),
+            (17, 9),
+            (63, 65),
+            (64, 64),
+            (257, 2),
+            (2, 257),
+            (100, 30),
+        ] {
             for d in 1..=6 {
                 let plan = split_c(m, n, &vec![0; d], &p);
                 assert!(plan.tiles.len() <= d);
@@ -529,8 +656,28 @@ mod tests {
         // 32768^2 dgemm on 2 GPUs (issue #7 benchmark): two 32768 x 16384 tiles.
         let plan = split_c(32768, 32768, &[0, 1], &SplitParams::default());
         assert_eq!((plan.grid_rows, plan.grid_cols), (1, 2));
-        assert_eq!(plan.tiles[0], Tile { slot: 0, device: 0, row0: 0, rows: 32768, col0: 0, cols: 16384 });
-        assert_eq!(plan.tiles[1], Tile { slot: 1, device: 1, row0: 0, rows: 32768, col0: 16384, cols: 16384 });
+        assert_eq!(
+            plan.tiles[0],
+            Tile {
+                slot: 0,
+                device: 0,
+                row0: 0,
+                rows: 32768,
+                col0: 0,
+                cols: 16384
+            }
+        );
+        assert_eq!(
+            plan.tiles[1],
+            Tile {
+                slot: 1,
+                device: 1,
+                row0: 0,
+                rows: 32768,
+                col0: 16384,
+                cols: 16384
+            }
+        );
         // Four devices on a square C: a 2 x 2 grid moves less than 1 x 4 strips.
         let plan = split_c(32768, 32768, &[0, 1, 2, 3], &SplitParams::default());
         assert_eq!((plan.grid_rows, plan.grid_cols), (2, 2));
@@ -544,7 +691,13 @@ mod tests {
         let a = DeviceAssignment::resolve(Some("0,0"), 1, &LauncherEnv::default()).unwrap();
         let plan = split_c(8192, 8192, &a.slots, &SplitParams::default());
         assert!(plan.is_split());
-        assert_eq!(plan.tiles.iter().map(|t| (t.slot, t.device)).collect::<Vec<_>>(), vec![(0, 0), (1, 0)]);
+        assert_eq!(
+            plan.tiles
+                .iter()
+                .map(|t| (t.slot, t.device))
+                .collect::<Vec<_>>(),
+            vec![(0, 0), (1, 0)]
+        );
         // Priced serially, since both tiles share GPU 0: no speed-up predicted.
         let price = price_split(&plan, |t| t.flops(8192) / 1e12);
         let whole = 2.0 * 8192f64.powi(3) / 1e12;
@@ -576,6 +729,9 @@ mod tests {
         // Compute halves, but each device still ships all of A: below the ideal 2x.
         assert!(speedup > 1.0 && speedup < 2.0, "speed-up {speedup}");
         assert_eq!(split.per_device_s.len(), 2);
-        assert_eq!(plan.tiles[0].transfer_bytes(2, true), 8 * (32768 * 2 + 2 * 16384 + 2 * 32768 * 16384));
+        assert_eq!(
+            plan.tiles[0].transfer_bytes(2, true),
+            8 * (32768 * 2 + 2 * 16384 + 2 * 32768 * 16384)
+        );
     }
 }

@@ -33,8 +33,8 @@ use crate::kernel;
 use crate::moduli::{CrtPlan, INT8_MODULI, MAX_MODULI, MIN_MODULI};
 pub use crate::reconstruct::Reconstruction;
 use crate::residues::centred_into;
+use crate::scaling::{CoarseBounds, Exponents, clog2, coarse, line_exponent, quantize};
 pub use crate::scaling::{Quantizer, ScalingMode};
-use crate::scaling::{clog2, coarse, line_exponent, quantize, CoarseBounds, Exponents};
 use crate::select::{self, CallStats, DEFAULT_TARGET_ULPS};
 use std::fmt;
 use std::time::Instant;
@@ -120,10 +120,20 @@ impl fmt::Display for Fallback {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Fallback::AccuracyUnreachable { estimate_ulps } => {
-                write!(f, "{}: estimate {estimate_ulps:.3e} u at {MAX_MODULI} moduli", self.reason())
+                write!(
+                    f,
+                    "{}: estimate {estimate_ulps:.3e} u at {MAX_MODULI} moduli",
+                    self.reason()
+                )
             }
-            Fallback::SpreadNotCoverable { moduli } => write!(f, "{} with {moduli} moduli", self.reason()),
-            Fallback::InvalidModuli { moduli } => write!(f, "{}: {moduli} (expected {MIN_MODULI}..={MAX_MODULI})", self.reason()),
+            Fallback::SpreadNotCoverable { moduli } => {
+                write!(f, "{} with {moduli} moduli", self.reason())
+            }
+            Fallback::InvalidModuli { moduli } => write!(
+                f,
+                "{}: {moduli} (expected {MIN_MODULI}..={MAX_MODULI})",
+                self.reason()
+            ),
             _ => f.write_str(self.reason()),
         }
     }
@@ -173,7 +183,11 @@ impl Packed {
 }
 
 fn threads(cfg: &EmulationConfig) -> usize {
-    if cfg.threads > 0 { cfg.threads } else { std::thread::available_parallelism().map_or(1, |n| n.get()) }
+    if cfg.threads > 0 {
+        cfg.threads
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
 }
 
 /// What the scan learns about the lines of one packed operand.
@@ -198,7 +212,11 @@ fn scan_lines(x: &[f64], lines: usize, k: usize) -> Result<LineScan, Fallback> {
         let e = line_exponent(line.iter().copied()).map_err(|_| Fallback::NonFinite)?;
         if let Some(e) = e {
             let mut s = 0.0;
-            for ((c, pw), &v) in coarse_vals[i * k..(i + 1) * k].iter_mut().zip(&mut pow[i * k..(i + 1) * k]).zip(line) {
+            for ((c, pw), &v) in coarse_vals[i * k..(i + 1) * k]
+                .iter_mut()
+                .zip(&mut pow[i * k..(i + 1) * k])
+                .zip(line)
+            {
                 *c = i16::from(coarse(v, e));
                 if v != 0.0 {
                     let d = exponent(v) - e;
@@ -211,7 +229,12 @@ fn scan_lines(x: &[f64], lines: usize, k: usize) -> Result<LineScan, Fallback> {
         }
         exps.push(e);
     }
-    Ok(LineScan { exps, coarse: coarse_vals, pow, norms })
+    Ok(LineScan {
+        exps,
+        coarse: coarse_vals,
+        pow,
+        norms,
+    })
 }
 
 fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<EmulationInfo, Fallback> {
@@ -225,9 +248,16 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
     }
     // 2. Scan.
     let sa = scan_lines(&p.a, m, k)?;
-    let sb = if p.b.is_some() { Some(scan_lines(p.b(), n, k)?) } else { None };
+    let sb = if p.b.is_some() {
+        Some(scan_lines(p.b(), n, k)?)
+    } else {
+        None
+    };
     let sb_ref = sb.as_ref().unwrap_or(&sa);
-    let exps = Exponents { rows: sa.exps.clone(), cols: sb_ref.exps.clone() };
+    let exps = Exponents {
+        rows: sa.exps.clone(),
+        cols: sb_ref.exps.clone(),
+    };
     if let Some(s) = exps.max_sum()
         && s + clog2(k as u64) + 8 > 1023
     {
@@ -243,15 +273,36 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
             if let Some(_t) = p.tri {
                 // Only one triangle of G was computed; G is symmetric, so the line maxima
                 // are the maxima over row i and column i of the stored triangle.
-                let both: Vec<u64> = bounds.rows.iter().zip(&bounds.cols).map(|(a, b)| *a.max(b)).collect();
-                bounds = CoarseBounds { rows: both.clone(), cols: both };
+                let both: Vec<u64> = bounds
+                    .rows
+                    .iter()
+                    .zip(&bounds.cols)
+                    .map(|(a, b)| *a.max(b))
+                    .collect();
+                bounds = CoarseBounds {
+                    rows: both.clone(),
+                    cols: both,
+                };
             }
             bounds
         }
     };
     let (h, h2) = kernel::f64_product2(&sa.pow, &sb_ref.pow, m, n, k, p.tri, th);
     ph.mark("coarse");
-    let stats = CallStats { k, a: &p.a, b: p.b(), m, n, exps: &exps, bounds: &bounds, scale: &h, scale2: &h2, row_norms: &sa.norms, col_norms: &sb_ref.norms, tri: p.tri };
+    let stats = CallStats {
+        k,
+        a: &p.a,
+        b: p.b(),
+        m,
+        n,
+        exps: &exps,
+        bounds: &bounds,
+        scale: &h,
+        scale2: &h2,
+        row_norms: &sa.norms,
+        col_norms: &sb_ref.norms,
+        tri: p.tri,
+    };
     let forced = match cfg.moduli {
         Moduli::Auto => None,
         Moduli::Fixed(r) => Some(r),
@@ -271,7 +322,11 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
         v
     };
     let aq = quant(&p.a, m, &sc.sigma);
-    let bq = if p.b.is_some() { Some(quant(p.b(), n, &sc.tau)) } else { None };
+    let bq = if p.b.is_some() {
+        Some(quant(p.b(), n, &sc.tau))
+    } else {
+        None
+    };
     ph.mark("quantize");
     // Residue planes and products, modulus by modulus; residues stored entry-major.
     let mut planes = vec![0i8; r * m * n];
@@ -288,37 +343,52 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
     ph.mark("products");
     // 5. Reconstruct.
     let plan = CrtPlan::get(r);
-    kernel::for_each_column(out, m, n, p.tri, th, |j, rows, col| match cfg.reconstruction {
-        Reconstruction::Exact => {
-            let mut s = [0i64; crate::reconstruct::BATCH];
-            for i0 in rows.clone().step_by(crate::reconstruct::BATCH) {
-                let i1 = (i0 + crate::reconstruct::BATCH).min(rows.end);
-                for (e, se) in s[..i1 - i0].iter_mut().enumerate() {
-                    *se = i64::from(sc.sigma[i0 + e]) + i64::from(sc.tau[j]);
+    kernel::for_each_column(out, m, n, p.tri, th, |j, rows, col| {
+        match cfg.reconstruction {
+            Reconstruction::Exact => {
+                let mut s = [0i64; crate::reconstruct::BATCH];
+                for i0 in rows.clone().step_by(crate::reconstruct::BATCH) {
+                    let i1 = (i0 + crate::reconstruct::BATCH).min(rows.end);
+                    for (e, se) in s[..i1 - i0].iter_mut().enumerate() {
+                        *se = i64::from(sc.sigma[i0 + e]) + i64::from(sc.tau[j]);
+                    }
+                    let res = &planes[(i0 + j * m) * r..(i1 + j * m) * r];
+                    crate::reconstruct::exact_f64_batch(res, &s[..i1 - i0], plan, &mut col[i0..i1]);
                 }
-                let res = &planes[(i0 + j * m) * r..(i1 + j * m) * r];
-                crate::reconstruct::exact_f64_batch(res, &s[..i1 - i0], plan, &mut col[i0..i1]);
             }
-        }
-        Reconstruction::Fp64 => {
-            let mut res = [0i32; MAX_MODULI];
-            for i in rows {
-                let entry = &planes[(i + j * m) * r..(i + j * m + 1) * r];
-                for (v, &x) in res.iter_mut().zip(entry) {
-                    *v = i32::from(x);
+            Reconstruction::Fp64 => {
+                let mut res = [0i32; MAX_MODULI];
+                for i in rows {
+                    let entry = &planes[(i + j * m) * r..(i + j * m + 1) * r];
+                    for (v, &x) in res.iter_mut().zip(entry) {
+                        *v = i32::from(x);
+                    }
+                    let s = i64::from(sc.sigma[i]) + i64::from(sc.tau[j]);
+                    col[i] = crate::reconstruct::fp64_f64(&res[..r], plan, s);
                 }
-                let s = i64::from(sc.sigma[i]) + i64::from(sc.tau[j]);
-                col[i] = crate::reconstruct::fp64_f64(&res[..r], plan, s);
             }
         }
     });
     ph.mark("reconstruct");
-    Ok(EmulationInfo { moduli: r, estimate_ulps: sel.estimate, phases: ph.0 })
+    Ok(EmulationInfo {
+        moduli: r,
+        estimate_ulps: sel.estimate,
+        phases: ph.0,
+    })
 }
 
 /// `C = alpha ĉ + beta C` on the wanted entries (module doc, step 6).
 #[allow(clippy::too_many_arguments)]
-fn write_back(c: &mut [f64], ldc: usize, m: usize, n: usize, tri: Option<Uplo>, alpha: f64, beta: f64, prod: Option<&[f64]>) {
+fn write_back(
+    c: &mut [f64],
+    ldc: usize,
+    m: usize,
+    n: usize,
+    tri: Option<Uplo>,
+    alpha: f64,
+    beta: f64,
+    prod: Option<&[f64]>,
+) {
     for j in 0..n {
         let (lo, hi) = match tri {
             None => (0, m),
@@ -329,7 +399,13 @@ fn write_back(c: &mut [f64], ldc: usize, m: usize, n: usize, tri: Option<Uplo>, 
             let cij = &mut c[i + j * ldc];
             // An exact zero product stays +0 whatever alpha's sign, as in the reference loop
             // (C starts at +0 and adds products).
-            let t = prod.map_or(0.0, |p| if p[i + j * m] == 0.0 { 0.0 } else { alpha * p[i + j * m] });
+            let t = prod.map_or(0.0, |p| {
+                if p[i + j * m] == 0.0 {
+                    0.0
+                } else {
+                    alpha * p[i + j * m]
+                }
+            });
             *cij = if prod.is_none() {
                 if beta == 0.0 { 0.0 } else { beta * *cij }
             } else if beta == 0.0 {
@@ -349,17 +425,29 @@ fn write_back(c: &mut [f64], ldc: usize, m: usize, n: usize, tri: Option<Uplo>, 
 ///
 /// # Panics
 /// If `c` is too short for `args.ldc` and `args.n` (the caller validated the arguments).
-pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64], cfg: &EmulationConfig) -> Result<EmulationInfo, Fallback> {
+pub fn gemm(
+    args: &GemmArgs<'_>,
+    c: &mut [f64],
+    cfg: &EmulationConfig,
+) -> Result<EmulationInfo, Fallback> {
     let (m, n, k) = (args.m, args.n, args.k);
     if m == 0 || n == 0 {
-        return Ok(EmulationInfo { moduli: 0, estimate_ulps: 0.0, phases: Vec::new() });
+        return Ok(EmulationInfo {
+            moduli: 0,
+            estimate_ulps: 0.0,
+            phases: Vec::new(),
+        });
     }
     assert!(c.len() >= (n - 1) * args.ldc + m, "C too short");
     if args.alpha == 0.0 || k == 0 {
         if args.beta != 1.0 {
             write_back(c, args.ldc, m, n, None, args.alpha, args.beta, None);
         }
-        return Ok(EmulationInfo { moduli: 0, estimate_ulps: 0.0, phases: Vec::new() });
+        return Ok(EmulationInfo {
+            moduli: 0,
+            estimate_ulps: 0.0,
+            phases: Vec::new(),
+        });
     }
     let mut a = vec![0.0; m * k];
     for l in 0..k {
@@ -373,7 +461,14 @@ pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64], cfg: &EmulationConfig) -> Result
             b[j * k + l] = args.op_b(l, j);
         }
     }
-    let packed = Packed { m, n, k, a, b: Some(b), tri: None };
+    let packed = Packed {
+        m,
+        n,
+        k,
+        a,
+        b: Some(b),
+        tri: None,
+    };
     let mut prod = vec![0.0; m * n];
     let mut info = emulate(&packed, cfg, &mut prod)?;
     let t = Instant::now();
@@ -388,10 +483,18 @@ pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64], cfg: &EmulationConfig) -> Result
 ///
 /// # Panics
 /// If `c` is too short for `args.ldc` and `args.n`.
-pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64], cfg: &EmulationConfig) -> Result<EmulationInfo, Fallback> {
+pub fn syrk(
+    args: &SyrkArgs<'_>,
+    c: &mut [f64],
+    cfg: &EmulationConfig,
+) -> Result<EmulationInfo, Fallback> {
     let (n, k) = (args.n, args.k);
     if n == 0 {
-        return Ok(EmulationInfo { moduli: 0, estimate_ulps: 0.0, phases: Vec::new() });
+        return Ok(EmulationInfo {
+            moduli: 0,
+            estimate_ulps: 0.0,
+            phases: Vec::new(),
+        });
     }
     assert!(c.len() >= (n - 1) * args.ldc + n, "C too short");
     let tri = Some(args.uplo);
@@ -399,7 +502,11 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64], cfg: &EmulationConfig) -> Result
         if args.beta != 1.0 {
             write_back(c, args.ldc, n, n, tri, args.alpha, args.beta, None);
         }
-        return Ok(EmulationInfo { moduli: 0, estimate_ulps: 0.0, phases: Vec::new() });
+        return Ok(EmulationInfo {
+            moduli: 0,
+            estimate_ulps: 0.0,
+            phases: Vec::new(),
+        });
     }
     let mut a = vec![0.0; n * k];
     for l in 0..k {
@@ -407,7 +514,14 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64], cfg: &EmulationConfig) -> Result
             a[i * k + l] = args.op_a(i, l);
         }
     }
-    let packed = Packed { m: n, n, k, a, b: None, tri };
+    let packed = Packed {
+        m: n,
+        n,
+        k,
+        a,
+        b: None,
+        tri,
+    };
     let mut prod = vec![0.0; n * n];
     let mut info = emulate(&packed, cfg, &mut prod)?;
     let t = Instant::now();
@@ -417,7 +531,14 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64], cfg: &EmulationConfig) -> Result
 }
 
 /// Convenience: `op(A) op(B)` for column-major A (m x k) and B (k x n), alpha = 1, beta = 0.
-pub fn matmul(a: &[f64], b: &[f64], m: usize, n: usize, k: usize, cfg: &EmulationConfig) -> Result<(Vec<f64>, EmulationInfo), Fallback> {
+pub fn matmul(
+    a: &[f64],
+    b: &[f64],
+    m: usize,
+    n: usize,
+    k: usize,
+    cfg: &EmulationConfig,
+) -> Result<(Vec<f64>, EmulationInfo), Fallback> {
     let args = GemmArgs {
         transa: Trans::No,
         transb: Trans::No,

@@ -22,8 +22,15 @@ pub fn f64_to_dyadic(x: f64) -> (i64, i32) {
     let bits = x.to_bits();
     let biased = ((bits >> 52) & 0x7ff) as i32;
     let frac = (bits & ((1u64 << 52) - 1)) as i64;
-    let (mant, exp) = if biased == 0 { (frac, -1074) } else { (frac | (1i64 << 52), biased - 1075) };
-    (if x.is_sign_negative() { -mant } else { mant }, if mant == 0 { 0 } else { exp })
+    let (mant, exp) = if biased == 0 {
+        (frac, -1074)
+    } else {
+        (frac | (1i64 << 52), biased - 1075)
+    };
+    (
+        if x.is_sign_negative() { -mant } else { mant },
+        if mant == 0 { 0 } else { exp },
+    )
 }
 
 /// `floor(log2 |x|)` for finite nonzero `x` (subnormals included: the smallest is -1074).
@@ -38,7 +45,11 @@ pub fn exponent(x: f64) -> i32 {
 #[inline]
 pub fn pow2(e: i32) -> f64 {
     debug_assert!((-1074..=1023).contains(&e));
-    if e >= -1022 { f64::from_bits(((e + 1023) as u64) << 52) } else { f64::from_bits(1u64 << (e + 1074)) }
+    if e >= -1022 {
+        f64::from_bits(((e + 1023) as u64) << 52)
+    } else {
+        f64::from_bits(1u64 << (e + 1074))
+    }
 }
 
 /// Rounds `(-1)^neg · (mag + s) · 2^exp` to fp64, nearest-even, where `s` is an unknown
@@ -91,14 +102,24 @@ pub fn ldexp(x: f64, n: i64) -> f64 {
 /// Rounds `(-1)^neg · mag · 2^exp` to fp64 (nearest-even), for a multi-limb magnitude
 /// given as little-endian u64 limbs.
 pub fn round_limbs(neg: bool, limbs: &[u64], exp: i64) -> f64 {
-    let Some(top) = limbs.iter().rposition(|&l| l != 0) else { return if neg { -0.0 } else { 0.0 } };
+    let Some(top) = limbs.iter().rposition(|&l| l != 0) else {
+        return if neg { -0.0 } else { 0.0 };
+    };
     if top == 0 {
         return round_u64(neg, limbs[0], exp, false);
     }
     // Take the top 64 significant bits and a sticky bit for the rest.
     let lz = limbs[top].leading_zeros();
-    let hi = if lz == 0 { limbs[top] } else { (limbs[top] << lz) | (limbs[top - 1] >> (64 - lz)) };
-    let lower_rest = if lz == 0 { limbs[top - 1] } else { limbs[top - 1] << lz };
+    let hi = if lz == 0 {
+        limbs[top]
+    } else {
+        (limbs[top] << lz) | (limbs[top - 1] >> (64 - lz))
+    };
+    let lower_rest = if lz == 0 {
+        limbs[top - 1]
+    } else {
+        limbs[top - 1] << lz
+    };
     let sticky = lower_rest != 0 || limbs[..top - 1].iter().any(|&l| l != 0);
     let e = exp + 64 * top as i64 - i64::from(lz);
     round_u64(neg, hi, e, sticky)
@@ -150,7 +171,10 @@ impl Default for ExactAcc {
 impl ExactAcc {
     /// An accumulator holding zero.
     pub fn new() -> Self {
-        ExactAcc { digits: vec![0; ACC_DIGITS], adds: 0 }
+        ExactAcc {
+            digits: vec![0; ACC_DIGITS],
+            adds: 0,
+        }
     }
 
     /// Adds `a · b` exactly.
@@ -233,7 +257,16 @@ mod tests {
 
     #[test]
     fn dyadic_round_trip_and_exponent() {
-        for &x in &[1.0, -1.5, 3.0e-310, -5e-324, f64::MAX, f64::MIN_POSITIVE, 0.1, 1e300] {
+        for &x in &[
+            1.0,
+            -1.5,
+            3.0e-310,
+            -5e-324,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            0.1,
+            1e300,
+        ] {
             let (m, e) = f64_to_dyadic(x);
             assert_eq!(round_big(&BigInt::from(m), i64::from(e)), x);
             assert_eq!(ldexp(x, 0), x);

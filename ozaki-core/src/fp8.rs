@@ -52,7 +52,11 @@ pub fn decode_e4m3(code: u8) -> Option<f64> {
     if exp == 0xf && code & 7 == 7 {
         return None;
     }
-    let v = if exp == 0 { man / 8.0 * 2f64.powi(-6) } else { (1.0 + man / 8.0) * 2f64.powi(exp - 7) };
+    let v = if exp == 0 {
+        man / 8.0 * 2f64.powi(-6)
+    } else {
+        (1.0 + man / 8.0) * 2f64.powi(exp - 7)
+    };
     Some(sign * v)
 }
 
@@ -107,7 +111,11 @@ pub fn planes(enc: Encoding, d: i32) -> [i32; 3] {
             [d0, d1, 0]
         }
         Encoding::Karatsuba { redundant } => {
-            let (d0, d1) = if redundant { lemma1_split(d) } else { balanced_split(d, 16) };
+            let (d0, d1) = if redundant {
+                lemma1_split(d)
+            } else {
+                balanced_split(d, 16)
+            };
             [d0, d1, d0 + d1]
         }
     }
@@ -119,11 +127,19 @@ pub fn plane_product(enc: Encoding, d: i32, e: i32) -> ([i64; 3], i64) {
     let (x, y) = (planes(enc, d), planes(enc, e));
     match enc {
         Encoding::Square { s } => {
-            let p = [i64::from(x[0] * y[0]), i64::from(x[0] * y[1]), i64::from(x[1] * y[0])];
+            let p = [
+                i64::from(x[0] * y[0]),
+                i64::from(x[0] * y[1]),
+                i64::from(x[1] * y[0]),
+            ];
             (p, p[0] + i64::from(s) * (p[1] + p[2]))
         }
         Encoding::Karatsuba { .. } => {
-            let p = [i64::from(x[0] * y[0]), i64::from(x[2] * y[2]), i64::from(x[1] * y[1])];
+            let p = [
+                i64::from(x[0] * y[0]),
+                i64::from(x[2] * y[2]),
+                i64::from(x[1] * y[1]),
+            ];
             (p, -15 * p[0] + 16 * p[1] + 240 * p[2])
         }
     }
@@ -139,13 +155,31 @@ pub struct Fp8Set {
 }
 
 /// S: the published FP8 Ozaki-II set (6 squares + the Lemma 1 tail).
-pub const SET_S: Fp8Set = Fp8Set { name: "S", moduli: &[1089, 1024, 961, 841, 625, 529, 511, 509, 503, 499, 491, 487] };
+pub const SET_S: Fp8Set = Fp8Set {
+    name: "S",
+    moduli: &[1089, 1024, 961, 841, 625, 529, 511, 509, 503, 499, 491, 487],
+};
 /// A: all-byte (the INT8 set's first 15).
-pub const SET_A: Fp8Set = Fp8Set { name: "A", moduli: &[256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197] };
+pub const SET_A: Fp8Set = Fp8Set {
+    name: "A",
+    moduli: &[
+        256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197,
+    ],
+};
 /// E: squares <= 33² plus a byte tail.
-pub const SET_E: Fp8Set = Fp8Set { name: "E", moduli: &[1089, 1024, 961, 841, 625, 529, 251, 247, 241, 239, 233, 229, 227] };
+pub const SET_E: Fp8Set = Fp8Set {
+    name: "E",
+    moduli: &[
+        1089, 1024, 961, 841, 625, 529, 251, 247, 241, 239, 233, 229, 227,
+    ],
+};
 /// D: 7-bit moduli.
-pub const SET_D: Fp8Set = Fp8Set { name: "D", moduli: &[128, 127, 125, 123, 121, 119, 113, 109, 107, 103, 101, 97, 89, 83, 79, 73, 71] };
+pub const SET_D: Fp8Set = Fp8Set {
+    name: "D",
+    moduli: &[
+        128, 127, 125, 123, 121, 119, 113, 109, 107, 103, 101, 97, 89, 83, 79, 73, 71,
+    ],
+};
 /// All four sets.
 pub const SETS: [Fp8Set; 4] = [SET_S, SET_A, SET_E, SET_D];
 
@@ -168,7 +202,10 @@ impl Fp8Set {
 
     /// Stored e4m3 bytes per scalar (`p_store`).
     pub fn p_store(&self) -> usize {
-        self.moduli.iter().map(|&m| encoding(m).stored_planes()).sum()
+        self.moduli
+            .iter()
+            .map(|&m| encoding(m).stored_planes())
+            .sum()
     }
 
     /// Low-precision MMA passes per product in accurate mode, `α = 3r + 1` (Eq. 7).
@@ -187,7 +224,11 @@ pub fn byte_plane_residue(z: i64, m: u32) -> u32 {
         hi += u64::from(b) * (c as u64 >> 8);
     }
     debug_assert!(lo < 1 << 19 && hi < 1 << 19);
-    let neg_corr = if z < 0 { ((1u128 << 64) % u128::from(m)) as u64 } else { 0 };
+    let neg_corr = if z < 0 {
+        ((1u128 << 64) % u128::from(m)) as u64
+    } else {
+        0
+    };
     let mm = u64::from(m);
     ((lo + 256 * hi + mm - neg_corr) % mm) as u32
 }
@@ -217,18 +258,26 @@ mod tests {
                 decoded.insert(v as i32);
             }
         }
-        let predicate: std::collections::BTreeSet<i32> = (-600..=600).filter(|&x| e4m3_exact(x)).collect();
+        let predicate: std::collections::BTreeSet<i32> =
+            (-600..=600).filter(|&x| e4m3_exact(x)).collect();
         assert_eq!(decoded, predicate);
         let small: Vec<i32> = (0..=64).filter(|&x| e4m3_exact(x)).collect();
         let mut want: Vec<i32> = (0..=16).collect();
-        want.extend([18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60, 64]);
+        want.extend([
+            18, 20, 22, 24, 26, 28, 30, 32, 36, 40, 44, 48, 52, 56, 60, 64,
+        ]);
         assert_eq!(small, want);
         assert_eq!(decode_e4m3(0x7e), Some(448.0));
     }
 
     #[test]
     fn sets_are_pairwise_coprime_with_the_papers_bits_and_store_counts() {
-        let want = [("S", 111.84, 30, 37), ("A", 117.78, 44, 46), ("E", 113.31, 33, 40), ("D", 113.48, 50, 52)];
+        let want = [
+            ("S", 111.84, 30, 37),
+            ("A", 117.78, 44, 46),
+            ("E", 113.31, 33, 40),
+            ("D", 113.48, 50, 52),
+        ];
         for (set, (name, bits, p, alpha)) in SETS.iter().zip(want) {
             assert_eq!(set.name, name);
             for (i, &a) in set.moduli.iter().enumerate() {
@@ -259,7 +308,11 @@ mod tests {
                     Encoding::Square { s } => assert_eq!(p[0] + s as i32 * p[1], d),
                     Encoding::Karatsuba { .. } => assert_eq!(p[0] + 16 * p[1], d),
                 }
-                let used = if enc.stored_planes() == 2 { &p[..2] } else { &p[..] };
+                let used = if enc.stored_planes() == 2 {
+                    &p[..2]
+                } else {
+                    &p[..]
+                };
                 for (t, &v) in used.iter().enumerate() {
                     assert!(e4m3_exact(v), "m={m} d={d} plane {t} = {v}");
                     max_plane[t] = max_plane[t].max(v.abs());
@@ -277,14 +330,22 @@ mod tests {
                     max_prod = max_prod.max(p.iter().map(|x| x.abs()).max().unwrap());
                     let de = i64::from(d) * i64::from(e);
                     match enc {
-                        Encoding::Square { .. } => assert_eq!((comb - de).rem_euclid(i64::from(m)), 0, "m={m} d={d} e={e}"),
+                        Encoding::Square { .. } => {
+                            assert_eq!((comb - de).rem_euclid(i64::from(m)), 0, "m={m} d={d} e={e}")
+                        }
                         Encoding::Karatsuba { .. } => assert_eq!(comb, de, "m={m} d={d} e={e}"),
                     }
                 }
             }
-            assert!(max_prod <= bound, "m={m}: max plane product {max_prod} > {bound}");
+            assert!(
+                max_prod <= bound,
+                "m={m}: max plane product {max_prod} > {bound}"
+            );
             if let Encoding::Karatsuba { redundant: true } = enc {
-                assert!(max_plane[0] <= 14 && max_plane[1] <= 16 && max_plane[2] <= 22, "m={m}: {max_plane:?}");
+                assert!(
+                    max_plane[0] <= 14 && max_plane[1] <= 16 && max_plane[2] <= 22,
+                    "m={m}: {max_plane:?}"
+                );
             }
         }
         // fp32 exact-accumulation depth for the S tail.
@@ -301,11 +362,18 @@ mod tests {
         };
         assert!((257..=513).all(works));
         assert!(!works(514));
-        let fixups = |m: u32| centred_range(m).filter(|&d| {
-            let (d0, d1) = balanced_split(d, 16);
-            !e4m3_exact(d0 + d1)
-        }).count();
-        assert_eq!([487, 491, 499, 503, 509, 511].map(fixups), [23, 25, 28, 28, 28, 28]);
+        let fixups = |m: u32| {
+            centred_range(m)
+                .filter(|&d| {
+                    let (d0, d1) = balanced_split(d, 16);
+                    !e4m3_exact(d0 + d1)
+                })
+                .count()
+        };
+        assert_eq!(
+            [487, 491, 499, 503, 509, 511].map(fixups),
+            [23, 25, 28, 28, 28, 28]
+        );
     }
 
     #[test]
@@ -316,7 +384,10 @@ mod tests {
                 e4m3_exact(d0) && e4m3_exact(d1) && e4m3_exact(d0 + d1)
             })
         };
-        let best = (2..700u32).filter(|&m| (2..40).any(|b| canon_ok(m, b))).max().unwrap();
+        let best = (2..700u32)
+            .filter(|&m| (2..40).any(|b| canon_ok(m, b)))
+            .max()
+            .unwrap();
         assert_eq!(best, 321);
         assert!(canon_ok(321, 17));
     }

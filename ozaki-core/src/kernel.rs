@@ -8,7 +8,7 @@
 //! over `threads` scoped threads by column blocks; no allocation inside the loops.
 
 use crate::blas::Uplo;
-use crate::residues::{reduce_i32, K_BLOCK};
+use crate::residues::{K_BLOCK, reduce_i32};
 
 /// Columns per work item (keeps a B panel of `COL_BLOCK * k` in cache while rows stream).
 const COL_BLOCK: usize = 16;
@@ -49,7 +49,13 @@ fn wanted(tri: Option<Uplo>, i: usize, j: usize) -> bool {
 
 /// Runs `body(j0, j1, out_cols)` over column blocks on `threads` threads, where `out` is a
 /// column-major output with `m` elements per column, split by columns.
-fn par_columns<T: Send>(out: &mut [T], m: usize, n: usize, threads: usize, body: impl Fn(usize, usize, &mut [T]) + Sync) {
+fn par_columns<T: Send>(
+    out: &mut [T],
+    m: usize,
+    n: usize,
+    threads: usize,
+    body: impl Fn(usize, usize, &mut [T]) + Sync,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -117,21 +123,44 @@ fn for_each_entry<T: Send>(
 /// (entry-major, so the `r` residues of one entry are adjacent for the reconstruction).
 /// With `tri`, only that triangle is computed (the rest is left as is).
 #[allow(clippy::too_many_arguments)]
-pub fn residue_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, modulus: u32, tri: Option<Uplo>, out: &mut [i8], stride: usize, offset: usize, threads: usize) {
+pub fn residue_product(
+    a: &[i16],
+    b: &[i16],
+    m: usize,
+    n: usize,
+    k: usize,
+    modulus: u32,
+    tri: Option<Uplo>,
+    out: &mut [i8],
+    stride: usize,
+    offset: usize,
+    threads: usize,
+) {
     assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n * stride && offset < stride);
-    for_each_entry(&mut out[..m * n * stride], m * stride, a, b, m, n, k, tri, threads, |cols, e, ai, bj| {
-        let v = if k <= K_BLOCK {
-            reduce_i32(dot_i16(ai, bj), modulus)
-        } else {
-            let mut s = 0i32;
-            for l0 in (0..k).step_by(K_BLOCK) {
-                let l1 = (l0 + K_BLOCK).min(k);
-                s += reduce_i32(dot_i16(&ai[l0..l1], &bj[l0..l1]), modulus);
-            }
-            reduce_i32(s, modulus)
-        };
-        cols[e * stride + offset] = v as i8;
-    });
+    for_each_entry(
+        &mut out[..m * n * stride],
+        m * stride,
+        a,
+        b,
+        m,
+        n,
+        k,
+        tri,
+        threads,
+        |cols, e, ai, bj| {
+            let v = if k <= K_BLOCK {
+                reduce_i32(dot_i16(ai, bj), modulus)
+            } else {
+                let mut s = 0i32;
+                for l0 in (0..k).step_by(K_BLOCK) {
+                    let l1 = (l0 + K_BLOCK).min(k);
+                    s += reduce_i32(dot_i16(&ai[l0..l1], &bj[l0..l1]), modulus);
+                }
+                reduce_i32(s, modulus)
+            };
+            cols[e * stride + offset] = v as i8;
+        },
+    );
 }
 
 /// Block length for the coarse product: `|ā b̄| <= 4096`, so `2^18` products stay below 2^31.
@@ -139,7 +168,15 @@ const COARSE_BLOCK: usize = 1 << 18;
 
 /// The exact coarse product `G = Ā B̄` (column-major m x n, `u64`) of packed coarse
 /// magnitudes in `[0, 64]`. With `tri`, only that triangle is computed (the rest is 0).
-pub fn coarse_product(a: &[i16], b: &[i16], m: usize, n: usize, k: usize, tri: Option<Uplo>, threads: usize) -> Vec<u64> {
+pub fn coarse_product(
+    a: &[i16],
+    b: &[i16],
+    m: usize,
+    n: usize,
+    k: usize,
+    tri: Option<Uplo>,
+    threads: usize,
+) -> Vec<u64> {
     let mut g = vec![0u64; m * n];
     for_each_entry(&mut g, m, a, b, m, n, k, tri, threads, |cols, e, ai, bj| {
         let mut s = 0u64;
@@ -179,7 +216,15 @@ pub fn dot2_f64(a: &[f64], b: &[f64]) -> (f64, f64) {
 /// The fp64 products `H = P Q` and `H2 = (P∘P)(Q∘Q)` (column-major m x n each) of packed
 /// operands (`p`: m x k rows, `q`: n x k columns), in one pass; with `tri`, only that
 /// triangle (the rest is 0).
-pub fn f64_product2(p: &[f64], q: &[f64], m: usize, n: usize, k: usize, tri: Option<Uplo>, threads: usize) -> (Vec<f64>, Vec<f64>) {
+pub fn f64_product2(
+    p: &[f64],
+    q: &[f64],
+    m: usize,
+    n: usize,
+    k: usize,
+    tri: Option<Uplo>,
+    threads: usize,
+) -> (Vec<f64>, Vec<f64>) {
     let mut h = vec![(0.0f64, 0.0f64); m * n];
     par_columns(&mut h, m, n, threads, |j0, j1, cols| {
         for i0 in (0..m).step_by(ROW_BLOCK) {
@@ -199,7 +244,14 @@ pub fn f64_product2(p: &[f64], q: &[f64], m: usize, n: usize, k: usize, tri: Opt
 
 /// Calls `f(j, rows, col)` for every column `j` with the wanted row range `rows` and the
 /// column's slice of the column-major `m x n` destination (the reconstruction epilogue).
-pub fn for_each_column<T: Send>(out: &mut [T], m: usize, n: usize, tri: Option<Uplo>, threads: usize, f: impl Fn(usize, std::ops::Range<usize>, &mut [T]) + Sync) {
+pub fn for_each_column<T: Send>(
+    out: &mut [T],
+    m: usize,
+    n: usize,
+    tri: Option<Uplo>,
+    threads: usize,
+    f: impl Fn(usize, std::ops::Range<usize>, &mut [T]) + Sync,
+) {
     par_columns(&mut out[..m * n], m, n, threads, |j0, j1, cols| {
         for j in j0..j1 {
             let rows = match tri {
@@ -224,14 +276,26 @@ mod tests {
         for &(m, n, k) in &[(1, 1, 1), (3, 17, 5), (65, 33, 40), (2, 2, K_BLOCK + 3)] {
             for &modulus in &[256u32, 173] {
                 let half = modulus as i64 / 2;
-                let a: Vec<i16> = (0..m * k).map(|_| rng.int_in(-half, half - 1 + (modulus as i64 % 2)) as i16).collect();
-                let b: Vec<i16> = (0..n * k).map(|_| if rng.uniform() < 0.5 { -(half as i16) } else { rng.int_in(-half, half - 1) as i16 }).collect();
+                let a: Vec<i16> = (0..m * k)
+                    .map(|_| rng.int_in(-half, half - 1 + (modulus as i64 % 2)) as i16)
+                    .collect();
+                let b: Vec<i16> = (0..n * k)
+                    .map(|_| {
+                        if rng.uniform() < 0.5 {
+                            -(half as i16)
+                        } else {
+                            rng.int_in(-half, half - 1) as i16
+                        }
+                    })
+                    .collect();
                 for threads in [1, 3] {
                     let mut out = vec![0i8; 2 * m * n];
                     residue_product(&a, &b, m, n, k, modulus, None, &mut out, 2, 1, threads);
                     for j in 0..n {
                         for i in 0..m {
-                            let s: i64 = (0..k).map(|l| i64::from(a[i * k + l]) * i64::from(b[j * k + l])).sum();
+                            let s: i64 = (0..k)
+                                .map(|l| i64::from(a[i * k + l]) * i64::from(b[j * k + l]))
+                                .sum();
                             assert_eq!(i32::from(out[2 * (i + j * m) + 1]), centred(s, modulus));
                             assert_eq!(out[2 * (i + j * m)], 0);
                         }

@@ -13,10 +13,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod accuracy;
 pub mod blas;
+pub mod devices;
 pub mod emulate;
 pub mod engine;
 pub mod exact;
+pub mod fp8;
+pub mod kernel;
 pub mod moduli;
 pub mod reconstruct;
 pub mod residues;
@@ -24,9 +28,5 @@ pub mod route;
 pub mod scaling;
 pub mod select;
 pub mod stats;
-pub mod trace;
-pub mod kernel;
 pub mod testutil;
-pub mod accuracy;
-pub mod fp8;
-pub mod devices;
+pub mod trace;

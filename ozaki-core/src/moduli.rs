@@ -32,8 +32,10 @@ use num_traits::{One, ToPrimitive};
 use std::sync::OnceLock;
 
 /// The INT8 moduli in the order they are used (a call with `r` moduli uses the first `r`).
-pub const INT8_MODULI: [u32; 20] =
-    [256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181, 179, 173];
+pub const INT8_MODULI: [u32; 20] = [
+    256, 255, 253, 251, 247, 241, 239, 233, 229, 227, 223, 217, 211, 199, 197, 193, 191, 181, 179,
+    173,
+];
 
 /// Smallest supported moduli count.
 pub const MIN_MODULI: usize = 2;
@@ -102,9 +104,15 @@ pub(crate) fn rational_dd(num: &BigInt, den: &BigUint) -> (f64, f64) {
     let (hm, he) = crate::exact::f64_to_dyadic(hi);
     // hi = hm · 2^he
     let (n2, d2) = if he >= 0 {
-        (num - BigInt::from(hm) * (&den_i << he as usize), den.clone())
+        (
+            num - BigInt::from(hm) * (&den_i << he as usize),
+            den.clone(),
+        )
     } else {
-        ((num << (-he) as usize) - BigInt::from(hm) * &den_i, den << (-he) as usize)
+        (
+            (num << (-he) as usize) - BigInt::from(hm) * &den_i,
+            den << (-he) as usize,
+        )
     };
     let lo = crate::exact::ratio_to_f64(&n2, &d2);
     (hi, lo)
@@ -116,7 +124,11 @@ impl CrtPlan {
         let product: BigUint = moduli.iter().map(|&m| BigUint::from(m)).product();
         let log2_floor = (product.bits() - 1) as u32;
         let garner_inv = (0..r)
-            .map(|j| (0..j).map(|i| inv_mod(u64::from(moduli[i]), u64::from(moduli[j])) as u32).collect())
+            .map(|j| {
+                (0..j)
+                    .map(|i| inv_mod(u64::from(moduli[i]), u64::from(moduli[j])) as u32)
+                    .collect()
+            })
             .collect();
         let frac_weights = moduli
             .iter()
@@ -159,7 +171,10 @@ impl CrtPlan {
     /// If `r` is outside `MIN_MODULI..=MAX_MODULI`.
     pub fn get(r: usize) -> &'static CrtPlan {
         static PLANS: OnceLock<Vec<CrtPlan>> = OnceLock::new();
-        assert!((MIN_MODULI..=MAX_MODULI).contains(&r), "moduli count {r} outside {MIN_MODULI}..={MAX_MODULI}");
+        assert!(
+            (MIN_MODULI..=MAX_MODULI).contains(&r),
+            "moduli count {r} outside {MIN_MODULI}..={MAX_MODULI}"
+        );
         &PLANS.get_or_init(|| (0..=MAX_MODULI).map(|r| CrtPlan::build(r.max(1))).collect())[r]
     }
 }
@@ -174,7 +189,11 @@ mod tests {
         for (i, &a) in INT8_MODULI.iter().enumerate() {
             assert!(a <= 256);
             for &b in &INT8_MODULI[i + 1..] {
-                assert_eq!(u64::from(a).gcd(&u64::from(b)), 1, "{a} and {b} share a factor");
+                assert_eq!(
+                    u64::from(a).gcd(&u64::from(b)),
+                    1,
+                    "{a} and {b} share a factor"
+                );
             }
             for x in -1000i64..1000 {
                 let d = centred(x, a);
@@ -200,7 +219,10 @@ mod tests {
             assert!(two_l * 10635u32 < &p.product * 5000u32);
             for j in 0..r {
                 for i in 0..j {
-                    assert_eq!((p.garner_inv[j][i] as u64 * p.moduli[i] as u64) % p.moduli[j] as u64, 1);
+                    assert_eq!(
+                        (p.garner_inv[j][i] as u64 * p.moduli[i] as u64) % p.moduli[j] as u64,
+                        1
+                    );
                 }
                 // y_j · (M/m_j) ≡ 1 (mod m_j), with y_j/m_j = hi + lo to ~2^-106.
                 let y = (p.frac_weights[j].0 * f64::from(p.moduli[j])).round() as u64;
@@ -209,7 +231,10 @@ mod tests {
             }
         }
         // The table in the module doc.
-        let bits: Vec<u32> = [2, 8, 12, 13, 14, 15, 16, 17, 18, 20].iter().map(|&r| CrtPlan::get(r).log2_floor).collect();
+        let bits: Vec<u32> = [2, 8, 12, 13, 14, 15, 16, 17, 18, 20]
+            .iter()
+            .map(|&r| CrtPlan::get(r).log2_floor)
+            .collect();
         assert_eq!(bits, [15, 63, 94, 102, 110, 117, 125, 132, 140, 155]);
     }
 }

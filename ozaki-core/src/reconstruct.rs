@@ -99,7 +99,12 @@ pub const BATCH: usize = 64;
 
 /// [`mixed_radix`] for up to [`BATCH`] entries at once (`res[e * r + t]`, entry-major),
 /// with the entries in the inner loops so that they vectorise: `v[t][e]`.
-fn mixed_radix_batch(res: &[i8], count: usize, plan: &CrtPlan, v: &mut [[u32; BATCH]; crate::moduli::MAX_MODULI]) {
+fn mixed_radix_batch(
+    res: &[i8],
+    count: usize,
+    plan: &CrtPlan,
+    v: &mut [[u32; BATCH]; crate::moduli::MAX_MODULI],
+) {
     let r = plan.r;
     for t in 0..r {
         let m = plan.moduli[t];
@@ -191,8 +196,17 @@ fn sub(a: &[u64; 3], b: &[u64; 3]) -> [u64; 3] {
 /// `C'` as a big integer (exact variant; for tests and tools).
 pub fn exact_bigint(res: &[i32], plan: &CrtPlan) -> BigInt {
     let (neg, limbs) = exact_limbs(res, plan);
-    let mag = BigUint::from_slice(&limbs.iter().flat_map(|&l| [l as u32, (l >> 32) as u32]).collect::<Vec<_>>());
-    if neg { -BigInt::from(mag) } else { BigInt::from(mag) }
+    let mag = BigUint::from_slice(
+        &limbs
+            .iter()
+            .flat_map(|&l| [l as u32, (l >> 32) as u32])
+            .collect::<Vec<_>>(),
+    );
+    if neg {
+        -BigInt::from(mag)
+    } else {
+        BigInt::from(mag)
+    }
 }
 
 /// `RN(C' · 2^-s)`, exact reconstruction and one rounding.
@@ -252,7 +266,7 @@ pub fn to_f64(kind: Reconstruction, res: &[i32], plan: &CrtPlan, s: i64) -> f64 
 mod tests {
     use super::*;
     use crate::exact::round_big;
-    use crate::moduli::{centred, MAX_MODULI, MIN_MODULI};
+    use crate::moduli::{MAX_MODULI, MIN_MODULI, centred};
     use crate::testutil::Rng;
     use num_traits::{One, Signed};
 
@@ -290,8 +304,16 @@ mod tests {
     fn garner_is_exact_over_all_16_bit_values_and_at_the_range_ends() {
         for r in [MIN_MODULI, 3, 14, MAX_MODULI] {
             let plan = CrtPlan::get(r);
-            let lo: i64 = if r == MIN_MODULI { -(65280 / 2) } else { i64::from(i16::MIN) };
-            let hi: i64 = if r == MIN_MODULI { 65280 / 2 - 1 } else { i64::from(i16::MAX) };
+            let lo: i64 = if r == MIN_MODULI {
+                -(65280 / 2)
+            } else {
+                i64::from(i16::MIN)
+            };
+            let hi: i64 = if r == MIN_MODULI {
+                65280 / 2 - 1
+            } else {
+                i64::from(i16::MAX)
+            };
             for x in lo..=hi {
                 let res: Vec<i32> = plan.moduli.iter().map(|&m| centred(x, m)).collect();
                 assert_eq!(exact_bigint(&res, plan), BigInt::from(x), "r = {r}");
@@ -314,7 +336,10 @@ mod tests {
                 let res = residues_of(&x, plan);
                 assert_eq!(exact_bigint(&res, plan), x);
                 for s in [-900i64, -3, 0, 17, 100, 1100, 1180] {
-                    assert_eq!(exact_f64(&res, plan, s).to_bits(), round_big(&x, -s).to_bits());
+                    assert_eq!(
+                        exact_f64(&res, plan, s).to_bits(),
+                        round_big(&x, -s).to_bits()
+                    );
                 }
             }
         }
@@ -326,8 +351,14 @@ mod tests {
         for r in [MIN_MODULI, 9, 14, MAX_MODULI] {
             let plan = CrtPlan::get(r);
             for count in [1usize, 5, BATCH] {
-                let xs: Vec<BigInt> = (0..count).map(|_| random_in_range(&mut rng, plan)).collect();
-                let res: Vec<i8> = xs.iter().flat_map(|x| residues_of(x, plan)).map(|d| d as i8).collect();
+                let xs: Vec<BigInt> = (0..count)
+                    .map(|_| random_in_range(&mut rng, plan))
+                    .collect();
+                let res: Vec<i8> = xs
+                    .iter()
+                    .flat_map(|x| residues_of(x, plan))
+                    .map(|d| d as i8)
+                    .collect();
                 let s: Vec<i64> = (0..count as i64).map(|e| e * 7 - 20).collect();
                 let mut out = vec![0.0; count];
                 exact_f64_batch(&res, &s, plan, &mut out);
@@ -354,7 +385,10 @@ mod tests {
                 let exact = round_big(&x, 0);
                 let approx = fp64_f64(&res, plan, 0);
                 let err = (approx - exact).abs();
-                assert!(err <= scale + 2.0 * f64::EPSILON * exact.abs(), "r={r} x={x} err={err:e}");
+                assert!(
+                    err <= scale + 2.0 * f64::EPSILON * exact.abs(),
+                    "r={r} x={x} err={err:e}"
+                );
             }
         }
     }

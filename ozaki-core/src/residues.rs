@@ -73,7 +73,11 @@ mod tests {
         // Trusted arbitrary-precision modulo, lifted to [-m/2, m/2).
         let mm = BigInt::from(m);
         let d = BigInt::from(x).mod_floor(&mm);
-        let d = if BigInt::from(2) * &d >= mm { d - mm } else { d };
+        let d = if BigInt::from(2) * &d >= mm {
+            d - mm
+        } else {
+            d
+        };
         d.to_i32().unwrap()
     }
 

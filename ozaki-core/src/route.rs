@@ -20,7 +20,13 @@ pub enum Route {
 
 impl Route {
     /// Every route, in the order reports list them.
-    pub const ALL: [Route; 5] = [Route::Vendor, Route::Builtin, Route::CpuOzaki, Route::GpuNative, Route::GpuOzaki];
+    pub const ALL: [Route; 5] = [
+        Route::Vendor,
+        Route::Builtin,
+        Route::CpuOzaki,
+        Route::GpuNative,
+        Route::GpuOzaki,
+    ];
 
     /// The stable name used in traces and `OZAKI_ROUTE`.
     pub fn name(self) -> &'static str {
@@ -56,7 +62,12 @@ pub struct UnknownRoute(pub String);
 impl fmt::Display for UnknownRoute {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = Route::ALL.iter().map(|r| r.name()).collect();
-        write!(f, "unknown route {:?} (expected auto or one of: {})", self.0, names.join(", "))
+        write!(
+            f,
+            "unknown route {:?} (expected auto or one of: {})",
+            self.0,
+            names.join(", ")
+        )
     }
 }
 
@@ -65,14 +76,21 @@ impl std::error::Error for UnknownRoute {}
 impl FromStr for Route {
     type Err = UnknownRoute;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Route::ALL.into_iter().find(|r| r.name() == s).ok_or_else(|| UnknownRoute(s.to_string()))
+        Route::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| UnknownRoute(s.to_string()))
     }
 }
 
 impl FromStr for RouteRequest {
     type Err = UnknownRoute;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s == "auto" { Ok(RouteRequest::Auto) } else { s.parse().map(RouteRequest::Forced) }
+        if s == "auto" {
+            Ok(RouteRequest::Auto)
+        } else {
+            s.parse().map(RouteRequest::Forced)
+        }
     }
 }
 
@@ -86,6 +104,12 @@ mod tests {
             assert_eq!(r.name().parse::<Route>().unwrap(), r);
         }
         assert_eq!("auto".parse::<RouteRequest>().unwrap(), RouteRequest::Auto);
-        assert!("gpu".parse::<RouteRequest>().unwrap_err().to_string().contains("gpu-ozaki"));
+        assert!(
+            "gpu"
+                .parse::<RouteRequest>()
+                .unwrap_err()
+                .to_string()
+                .contains("gpu-ozaki")
+        );
     }
 }

@@ -80,13 +80,21 @@ pub enum ScalingMode {
 #[inline]
 pub fn clog2(x: u64) -> i32 {
     debug_assert!(x >= 1);
-    if x <= 1 { 0 } else { 64 - (x - 1).leading_zeros() as i32 }
+    if x <= 1 {
+        0
+    } else {
+        64 - (x - 1).leading_zeros() as i32
+    }
 }
 
 /// `p = min(56, floor((L - clog2 R) / 2))`, `56` when `R = 0` (module doc, step 3).
 #[inline]
 pub fn shift_for_bound(budget_bits: i32, bound: u64) -> i32 {
-    if bound == 0 { MAX_SHIFT } else { (budget_bits - clog2(bound)).div_euclid(2).min(MAX_SHIFT) }
+    if bound == 0 {
+        MAX_SHIFT
+    } else {
+        (budget_bits - clog2(bound)).div_euclid(2).min(MAX_SHIFT)
+    }
 }
 
 /// A NaN or an infinity in the inputs (the call must go to native fp64).
@@ -233,7 +241,10 @@ impl CoarseBounds {
     /// The fast-mode bounds `4096 k` for every line.
     pub fn fast(m: usize, n: usize, k: usize) -> Self {
         let b = 4096 * k as u64;
-        CoarseBounds { rows: vec![b; m], cols: vec![b; n] }
+        CoarseBounds {
+            rows: vec![b; m],
+            cols: vec![b; n],
+        }
     }
 
     /// Row and column maxima of a column-major `m x n` coarse product `G` (leading dim `m`).
@@ -287,7 +298,11 @@ impl Scaling {
     /// Whether every line that meets a nonzero of the other side got at least
     /// [`MIN_SHIFT`] bits ("Coverage" in the module doc).
     pub fn covers(&self, bounds: &CoarseBounds) -> bool {
-        let ok = |ps: &[Option<i32>], bs: &[u64]| ps.iter().zip(bs).all(|(p, &b)| b == 0 || p.is_none_or(|p| p >= MIN_SHIFT));
+        let ok = |ps: &[Option<i32>], bs: &[u64]| {
+            ps.iter()
+                .zip(bs)
+                .all(|(p, &b)| b == 0 || p.is_none_or(|p| p >= MIN_SHIFT))
+        };
         ok(&self.p, &bounds.rows) && ok(&self.q, &bounds.cols)
     }
 
@@ -316,11 +331,21 @@ mod tests {
 
     #[test]
     fn coarse_is_a_tight_upper_bound() {
-        for &(x, e) in &[(1.0, 0), (1.99, 0), (-1.5, 0), (3e-300, exponent(3e-300)), (5e-324, -1074), (0.1, -1)] {
+        for &(x, e) in &[
+            (1.0, 0),
+            (1.99, 0),
+            (-1.5, 0),
+            (3e-300, exponent(3e-300)),
+            (5e-324, -1074),
+            (0.1, -1),
+        ] {
             let c = coarse(x, e);
             assert!(c <= 64);
             let scaled = crate::exact::ldexp(x.abs(), i64::from(5 - e));
-            assert!(f64::from(c) >= scaled && f64::from(c) < scaled + 1.0, "{x} {e} {c}");
+            assert!(
+                f64::from(c) >= scaled && f64::from(c) < scaled + 1.0,
+                "{x} {e} {c}"
+            );
         }
         // A small entry in a row with a big exponent still gets a nonzero bound.
         assert_eq!(coarse(1e-300, 10), 1);
@@ -347,7 +372,10 @@ mod tests {
     #[test]
     fn fast_scaling_fits_the_residue_range() {
         let plan = crate::moduli::CrtPlan::get(14);
-        let exps = Exponents { rows: vec![Some(0), None, Some(-1074)], cols: vec![Some(1000)] };
+        let exps = Exponents {
+            rows: vec![Some(0), None, Some(-1074)],
+            cols: vec![Some(1000)],
+        };
         let k = 1000;
         let s = Scaling::new(plan.budget_bits, &exps, &CoarseBounds::fast(3, 1, k));
         assert_eq!(s.sigma[1], 0);

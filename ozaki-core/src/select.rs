@@ -122,10 +122,21 @@ pub fn native_estimate(k: usize, h: f64, h2: f64) -> f64 {
 
 /// The call's estimate: `(max_ij ρ_ij / u, max_ij ρ_ij / (u · max(target, ν_ij)))`.
 #[allow(clippy::needless_range_loop)] // i and j index several per-line arrays at once
-pub fn estimate(stats: &CallStats<'_>, scaling: &Scaling, quantizer: Quantizer, target_ulps: f64) -> (f64, f64) {
+pub fn estimate(
+    stats: &CallStats<'_>,
+    scaling: &Scaling,
+    quantizer: Quantizer,
+    target_ulps: f64,
+) -> (f64, f64) {
     let k = stats.k;
     let line_err = |x: &[f64], shifts: &[i32]| -> Vec<f64> {
-        shifts.iter().enumerate().map(|(i, &s)| crate::scaling::quantization_error_norm(&x[i * k..(i + 1) * k], s, quantizer)).collect()
+        shifts
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| {
+                crate::scaling::quantization_error_norm(&x[i * k..(i + 1) * k], s, quantizer)
+            })
+            .collect()
     };
     let da = line_err(stats.a, &scaling.sigma);
     let db = line_err(stats.b, &scaling.tau);
@@ -160,7 +171,12 @@ pub fn estimate(stats: &CallStats<'_>, scaling: &Scaling, quantizer: Quantizer, 
 
 /// Chooses the moduli count (module doc): `forced` is `OZAKI_MODULI`, `target_ulps` the
 /// accuracy target in units of `u`.
-pub fn choose(stats: &CallStats<'_>, quantizer: Quantizer, forced: Option<usize>, target_ulps: f64) -> Result<Selection, Fallback> {
+pub fn choose(
+    stats: &CallStats<'_>,
+    quantizer: Quantizer,
+    forced: Option<usize>,
+    target_ulps: f64,
+) -> Result<Selection, Fallback> {
     let at = |r: usize| {
         let scaling = Scaling::new(CrtPlan::get(r).budget_bits, stats.exps, stats.bounds);
         let ok = scaling.covers(stats.bounds);
@@ -172,7 +188,11 @@ pub fn choose(stats: &CallStats<'_>, quantizer: Quantizer, forced: Option<usize>
             return Err(Fallback::SpreadNotCoverable { moduli: r });
         }
         let (estimate, _) = estimate(stats, &scaling, quantizer, target_ulps);
-        return Ok(Selection { moduli: r, scaling, estimate });
+        return Ok(Selection {
+            moduli: r,
+            scaling,
+            estimate,
+        });
     }
     let meets = |r: usize| -> Option<Selection> {
         let (scaling, ok) = at(r);
@@ -180,11 +200,19 @@ pub fn choose(stats: &CallStats<'_>, quantizer: Quantizer, forced: Option<usize>
             return None;
         }
         let (estimate, rel) = estimate(stats, &scaling, quantizer, target_ulps);
-        (rel <= 1.0).then_some(Selection { moduli: r, scaling, estimate })
+        (rel <= 1.0).then_some(Selection {
+            moduli: r,
+            scaling,
+            estimate,
+        })
     };
     let Some(best) = meets(MAX_MODULI) else {
         let (scaling, ok) = at(MAX_MODULI);
-        let est = if ok { estimate(stats, &scaling, quantizer, target_ulps).0 } else { f64::INFINITY };
+        let est = if ok {
+            estimate(stats, &scaling, quantizer, target_ulps).0
+        } else {
+            f64::INFINITY
+        };
         return Err(Fallback::AccuracyUnreachable { estimate_ulps: est });
     };
     // Binary search for the smallest r that meets the target (monotone in r).
@@ -206,26 +234,57 @@ pub fn choose(stats: &CallStats<'_>, quantizer: Quantizer, forced: Option<usize>
 mod tests {
     use super::*;
 
-    fn stats_for<'a>(exps: &'a Exponents, bounds: &'a CoarseBounds, h: &'a [f64], norms: &'a [f64], x: &'a [f64], k: usize) -> CallStats<'a> {
+    fn stats_for<'a>(
+        exps: &'a Exponents,
+        bounds: &'a CoarseBounds,
+        h: &'a [f64],
+        norms: &'a [f64],
+        x: &'a [f64],
+        k: usize,
+    ) -> CallStats<'a> {
         // scale2 = 0: native's own estimate is 0, the target alone decides.
-        CallStats { k, a: x, b: x, m: exps.rows.len(), n: exps.cols.len(), exps, bounds, scale: h, scale2: &[0.0], row_norms: norms, col_norms: norms, tri: None }
+        CallStats {
+            k,
+            a: x,
+            b: x,
+            m: exps.rows.len(),
+            n: exps.cols.len(),
+            exps,
+            bounds,
+            scale: h,
+            scale2: &[0.0],
+            row_norms: norms,
+            col_norms: norms,
+            tri: None,
+        }
     }
 
     #[test]
     fn forced_count_that_cannot_cover_falls_back_and_targets_can_be_unreachable() {
         let k = 1 << 16;
         // Entries near 1 and near 1e-13 (the latter never scale exactly: p <= 56).
-        let x: Vec<f64> = (0..k).map(|l| (1.0 + (l as f64) * f64::EPSILON * 3.0) * if l % 2 == 0 { 1.0 } else { 1e-13 }).collect();
-        let exps = Exponents { rows: vec![Some(0)], cols: vec![Some(0)] };
+        let x: Vec<f64> = (0..k)
+            .map(|l| (1.0 + (l as f64) * f64::EPSILON * 3.0) * if l % 2 == 0 { 1.0 } else { 1e-13 })
+            .collect();
+        let exps = Exponents {
+            rows: vec![Some(0)],
+            cols: vec![Some(0)],
+        };
         let bounds = CoarseBounds::fast(1, 1, k);
         let norms = [(k as f64).sqrt()];
         let h = [k as f64];
         let st = stats_for(&exps, &bounds, &h, &norms, &x, k);
-        assert!(matches!(choose(&st, Quantizer::Nearest, Some(3), 2.0), Err(Fallback::SpreadNotCoverable { moduli: 3 })));
+        assert!(matches!(
+            choose(&st, Quantizer::Nearest, Some(3), 2.0),
+            Err(Fallback::SpreadNotCoverable { moduli: 3 })
+        ));
         let sel = choose(&st, Quantizer::Nearest, Some(14), 2.0).unwrap();
         assert_eq!(sel.moduli, 14);
         assert!(sel.estimate > 0.0);
-        assert!(matches!(choose(&st, Quantizer::Nearest, None, 1e-30), Err(Fallback::AccuracyUnreachable { .. })));
+        assert!(matches!(
+            choose(&st, Quantizer::Nearest, None, 1e-30),
+            Err(Fallback::AccuracyUnreachable { .. })
+        ));
         // Truncation errs more than rounding for the same shifts.
         let tz = choose(&st, Quantizer::Truncate, Some(14), 2.0).unwrap();
         assert!(tz.estimate > sel.estimate);

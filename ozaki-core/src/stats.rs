@@ -27,8 +27,10 @@ pub struct WeightedSamples {
 impl WeightedSamples {
     /// Collects and sorts the samples.
     pub fn new(samples: impl IntoIterator<Item = (f64, f64)>) -> Self {
-        let mut samples: Vec<(f64, f64)> =
-            samples.into_iter().filter(|&(v, w)| v.is_finite() && w.is_finite() && w > 0.0).collect();
+        let mut samples: Vec<(f64, f64)> = samples
+            .into_iter()
+            .filter(|&(v, w)| v.is_finite() && w.is_finite() && w > 0.0)
+            .collect();
         samples.sort_by(|a, b| a.0.total_cmp(&b.0));
         let total = samples.iter().map(|s| s.1).sum();
         WeightedSamples { samples, total }
@@ -81,7 +83,11 @@ impl WeightedSamples {
             return 0.0;
         }
         // fold from +0.0, not `sum()`: an empty f64 sum is -0.0, which printed as "-0.0%".
-        let below = self.samples.iter().take_while(|s| s.0 <= threshold).fold(0.0, |acc, s| acc + s.1);
+        let below = self
+            .samples
+            .iter()
+            .take_while(|s| s.0 <= threshold)
+            .fold(0.0, |acc, s| acc + s.1);
         below / self.total
     }
 }
@@ -158,12 +164,20 @@ mod tests {
 
     #[test]
     fn unusable_samples_are_dropped_and_empty_gives_none() {
-        let s = WeightedSamples::new([(1.0, 0.0), (f64::NAN, 1.0), (2.0, f64::INFINITY), (3.0, -1.0)]);
+        let s = WeightedSamples::new([
+            (1.0, 0.0),
+            (f64::NAN, 1.0),
+            (2.0, f64::INFINITY),
+            (3.0, -1.0),
+        ]);
         assert!(s.is_empty());
         assert_eq!(s.quantile(0.5), None);
         assert_eq!(s.share_at_most(10.0), 0.0);
         let s = WeightedSamples::new([(5.0, 2.0), (1.0, 0.0)]);
-        assert_eq!((s.len(), s.total_weight(), s.quantile(0.5)), (1, 2.0, Some(5.0)));
+        assert_eq!(
+            (s.len(), s.total_weight(), s.quantile(0.5)),
+            (1, 2.0, Some(5.0))
+        );
     }
 
     #[test]
@@ -185,7 +199,12 @@ mod tests {
     fn nbar_stats_weight_by_flops() {
         // 3 calls of 64^3 (nbar 64) and one of 512^3 (nbar 512): the big call has 512x the
         // FLOPs of each small one, so every quartile is 512 and the small share is 3/515.
-        let calls = vec![call(64, 64, 64), call(64, 64, 64), call(64, 64, 64), call(512, 512, 512)];
+        let calls = vec![
+            call(64, 64, 64),
+            call(64, 64, 64),
+            call(64, 64, 64),
+            call(512, 512, 512),
+        ];
         let s = NbarStats::of(&calls).unwrap();
         assert_eq!((s.q1, s.median, s.q3), (512.0, 512.0, 512.0));
         assert!((s.share_small - 3.0 / 515.0).abs() < 1e-15);

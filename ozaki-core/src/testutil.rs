@@ -76,7 +76,9 @@ pub fn matrix(fam: Family, rows: usize, cols: usize, rng: &mut Rng) -> Vec<f64> 
     match fam {
         Family::Uniform => (0..rows * cols).map(|_| rng.uniform()).collect(),
         Family::Normal => (0..rows * cols).map(|_| rng.normal()).collect(),
-        Family::Spread(phi) => (0..rows * cols).map(|_| (rng.uniform() - 0.5) * (phi * rng.normal()).exp()).collect(),
+        Family::Spread(phi) => (0..rows * cols)
+            .map(|_| (rng.uniform() - 0.5) * (phi * rng.normal()).exp())
+            .collect(),
         Family::Integer(b) => (0..rows * cols).map(|_| rng.int_in(-b, b) as f64).collect(),
         Family::Rank1Noise => {
             let x: Vec<f64> = (0..rows).map(|_| rng.normal()).collect();

@@ -151,7 +151,11 @@ pub struct AbResult {
 pub fn ab_scaled_bound(k: u64) -> f64 {
     let u = f64::EPSILON / 2.0;
     let ku = (k as f64 + 2.0) * u;
-    if ku >= 1.0 { f64::INFINITY } else { 2.0 * ku / (1.0 - ku) }
+    if ku >= 1.0 {
+        f64::INFINITY
+    } else {
+        2.0 * ku / (1.0 - ku)
+    }
 }
 
 /// One intercepted BLAS call.
@@ -268,7 +272,9 @@ mod special_f64 {
                 "NaN" => Ok(f64::NAN),
                 "Infinity" => Ok(f64::INFINITY),
                 "-Infinity" => Ok(f64::NEG_INFINITY),
-                other => Err(serde::de::Error::custom(format!("expected a number, \"NaN\" or \"Infinity\", got {other:?}"))),
+                other => Err(serde::de::Error::custom(format!(
+                    "expected a number, \"NaN\" or \"Infinity\", got {other:?}"
+                ))),
             },
         }
     }
@@ -278,7 +284,11 @@ impl CallRecord {
     /// nbar = 2mn/(m+n), the paper's call-size statistic (0 for an empty C).
     pub fn nbar(&self) -> f64 {
         let (m, n) = (self.m as f64, self.n as f64);
-        if m + n == 0.0 { 0.0 } else { 2.0 * m * n / (m + n) }
+        if m + n == 0.0 {
+            0.0
+        } else {
+            2.0 * m * n / (m + n)
+        }
     }
 
     /// Floating-point operations of this call.
@@ -319,13 +329,21 @@ impl std::error::Error for TraceError {}
 /// - the line is not a JSON object, has no known `"type"`, or misses a required field;
 /// - the header's schema is newer than [`SCHEMA_VERSION`].
 pub fn parse_line(text: &str, line_no: usize) -> Result<Line, TraceError> {
-    let err = |message: String| TraceError { line: line_no, message };
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| err(format!("not JSON: {e}")))?;
+    let err = |message: String| TraceError {
+        line: line_no,
+        message,
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| err(format!("not JSON: {e}")))?;
     match value.get("type").and_then(|t| t.as_str()) {
         Some("header") => {
-            let h: Header = serde_json::from_value(value).map_err(|e| err(format!("bad header: {e}")))?;
+            let h: Header =
+                serde_json::from_value(value).map_err(|e| err(format!("bad header: {e}")))?;
             if h.schema > SCHEMA_VERSION {
-                return Err(err(format!("trace schema {} is newer than this tool's {}", h.schema, SCHEMA_VERSION)));
+                return Err(err(format!(
+                    "trace schema {} is newer than this tool's {}",
+                    h.schema, SCHEMA_VERSION
+                )));
             }
             Ok(Line::Header(h))
         }
@@ -354,7 +372,10 @@ impl Trace {
     pub fn read(reader: impl std::io::BufRead) -> Result<Trace, TraceError> {
         let mut trace = Trace::default();
         for (i, line) in reader.lines().enumerate() {
-            let line = line.map_err(|e| TraceError { line: i + 1, message: e.to_string() })?;
+            let line = line.map_err(|e| TraceError {
+                line: i + 1,
+                message: e.to_string(),
+            })?;
             if line.trim().is_empty() {
                 continue;
             }
@@ -374,10 +395,15 @@ mod tests {
     #[test]
     fn call_record_round_trips_and_omits_absent_fields() {
         let line = r#"{"type":"call","seq":0,"t_ns":5,"dur_ns":7,"tid":11,"sym":"dgemm_","routine":"dgemm","layout":"col","transa":"N","transb":"T","m":3,"n":4,"k":5,"lda":3,"ldb":4,"ldc":3,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}"#;
-        let Line::Call(c) = parse_line(line, 1).unwrap() else { panic!("not a call") };
+        let Line::Call(c) = parse_line(line, 1).unwrap() else {
+            panic!("not a call")
+        };
         assert_eq!(c.flops(), 120.0);
         let back = serde_json::to_string(&*c).unwrap();
-        assert!(!back.contains("null"), "absent fields must be omitted: {back}");
+        assert!(
+            !back.contains("null"),
+            "absent fields must be omitted: {back}"
+        );
         assert_eq!(parse_line(&back, 1).unwrap(), Line::Call(c));
     }
 

@@ -8,7 +8,7 @@
 use ozaki_core::accuracy::Reference;
 use ozaki_core::blas::{SyrkArgs, Trans, Uplo};
 use ozaki_core::emulate::{self, EmulationConfig, Reconstruction};
-use ozaki_core::testutil::{cancellation_pair, matrix, Family, Rng};
+use ozaki_core::testutil::{Family, Rng, cancellation_pair, matrix};
 
 /// Documented factor (ACCURACY.md): emulated max error <= 2 · max(native max error, u).
 const NATIVE_FACTOR: f64 = 2.0;
@@ -21,9 +21,23 @@ fn check(name: &str, a: &[f64], b: &[f64], m: usize, n: usize, k: usize, syrk: b
     let native = reference.native_errors(k, keep);
     let mut used = 0;
     for reconstruction in [Reconstruction::Exact, Reconstruction::Fp64] {
-        let cfg = EmulationConfig { reconstruction, threads: 2, ..Default::default() };
+        let cfg = EmulationConfig {
+            reconstruction,
+            threads: 2,
+            ..Default::default()
+        };
         let result = if syrk {
-            let args = SyrkArgs { uplo: Uplo::Lower, trans: Trans::No, n, k, alpha: 1.0, a, lda: n, beta: 0.0, ldc: n };
+            let args = SyrkArgs {
+                uplo: Uplo::Lower,
+                trans: Trans::No,
+                n,
+                k,
+                alpha: 1.0,
+                a,
+                lda: n,
+                beta: 0.0,
+                ldc: n,
+            };
             let mut out = vec![0.0; n * n];
             emulate::syrk(&args, &mut out, &cfg).map(|i| (out, i))
         } else {
@@ -32,7 +46,11 @@ fn check(name: &str, a: &[f64], b: &[f64], m: usize, n: usize, k: usize, syrk: b
         match result {
             Ok((c, info)) => {
                 let e = reference.errors(&c, k, keep);
-                assert!(e.max_over_gamma <= 1.0, "{name} {reconstruction:?}: error {:.2e} exceeds gamma_k|A||B|", e.max);
+                assert!(
+                    e.max_over_gamma <= 1.0,
+                    "{name} {reconstruction:?}: error {:.2e} exceeds gamma_k|A||B|",
+                    e.max
+                );
                 assert!(
                     e.max <= NATIVE_FACTOR * native.max.max(U),
                     "{name} {reconstruction:?} ({} moduli, estimate {:.2} u): max error {:.2e} vs native {:.2e}",
@@ -57,12 +75,25 @@ fn family_case(fam: Family, m: usize, n: usize, k: usize, seed: u64) -> usize {
     let mut rng = Rng::new(seed);
     let a = matrix(fam, m, k, &mut rng);
     let b = matrix(fam, k, n, &mut rng);
-    check(&format!("{} {m}x{n}x{k}", fam.name()), &a, &b, m, n, k, false)
+    check(
+        &format!("{} {m}x{n}x{k}", fam.name()),
+        &a,
+        &b,
+        m,
+        n,
+        k,
+        false,
+    )
 }
 
 #[test]
 fn benign_families_are_emulated_within_the_contract() {
-    for (fam, seed) in [(Family::Uniform, 1), (Family::Normal, 2), (Family::Spread(0.5), 3), (Family::Spread(1.0), 4)] {
+    for (fam, seed) in [
+        (Family::Uniform, 1),
+        (Family::Normal, 2),
+        (Family::Spread(0.5), 3),
+        (Family::Spread(1.0), 4),
+    ] {
         let r = family_case(fam, 24, 20, 300, seed);
         assert!((10..=16).contains(&r), "{}: {r} moduli", fam.name());
     }

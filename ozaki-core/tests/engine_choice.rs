@@ -1,7 +1,10 @@
 //! The measured engine: profile loading order, the choice rule under the accuracy contract,
 //! the decision cache, and calibration fits/validation (issue #5).
 
-use ozaki_core::engine::calibrate::{self, Direction, GpuMeasurements, HostMemory, LinkSample, Measurements, Plan, RouteSample, StreamSample, CpuSamples};
+use ozaki_core::engine::calibrate::{
+    self, CpuSamples, Direction, GpuMeasurements, HostMemory, LinkSample, Measurements, Plan,
+    RouteSample, StreamSample,
+};
 use ozaki_core::engine::choose::{Engine, blas_threads};
 use ozaki_core::engine::model::{Sample, predict};
 use ozaki_core::engine::profile::{self, Profile, ProfileSource, Reached};
@@ -49,7 +52,8 @@ fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
     // A profile in the cache dir for this GPU wins over the built-in, silently.
     let mut mine = h200();
     mine.name = "measured-here".into();
-    mine.save(&profile::default_path_in(&dir, Some("NVIDIA H200"))).unwrap();
+    mine.save(&profile::default_path_in(&dir, Some("NVIDIA H200")))
+        .unwrap();
     let (p, src, warn) = profile::resolve_in(None, Some("NVIDIA H200"), Some(&dir)).unwrap();
     assert_eq!(p.name, "measured-here");
     assert!(matches!(src, ProfileSource::Cache(_)) && warn.is_none());
@@ -57,10 +61,19 @@ fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
     let explicit = dir.join("explicit.json");
     mine.name = "explicit".into();
     mine.save(&explicit).unwrap();
-    let (p, _, _) = profile::resolve_in(explicit.to_str(), Some("NVIDIA H200"), Some(&dir)).unwrap();
+    let (p, _, _) =
+        profile::resolve_in(explicit.to_str(), Some("NVIDIA H200"), Some(&dir)).unwrap();
     assert_eq!(p.name, "explicit");
-    assert!(profile::resolve_in(Some("/nonexistent/p.json"), None, Some(&dir)).unwrap_err().contains("OZAKI_PROFILE"));
-    let text = std::fs::read_to_string(&explicit).unwrap().replacen("\"version\": 1", "\"version\": 99", 1);
+    assert!(
+        profile::resolve_in(Some("/nonexistent/p.json"), None, Some(&dir))
+            .unwrap_err()
+            .contains("OZAKI_PROFILE")
+    );
+    let text = std::fs::read_to_string(&explicit).unwrap().replacen(
+        "\"version\": 1",
+        "\"version\": 99",
+        1,
+    );
     assert!(Profile::from_json(&text).unwrap_err().contains("newer"));
 }
 
@@ -75,7 +88,13 @@ fn tiny_calls_stay_on_the_vendor_blas_and_big_ones_go_to_the_gpu() {
     assert_eq!(big.prediction.predicted_s.len(), 3);
     assert!(big.prediction.reason.starts_with(big.route.name()));
     // No product: vendor, without pricing anything.
-    let empty = e.decide(&CallShape { alpha_zero: true, ..CallShape::gemm(4096, 4096, 4096) }, Some(14));
+    let empty = e.decide(
+        &CallShape {
+            alpha_zero: true,
+            ..CallShape::gemm(4096, 4096, 4096)
+        },
+        Some(14),
+    );
     assert_eq!(empty.route, Route::Vendor);
 }
 
@@ -91,13 +110,27 @@ fn accuracy_contract_and_reached_and_memory_exclude_gpu_ozaki() {
     assert_eq!(e.decide(&shape, Some(14)).route, Route::GpuOzaki);
     let d = e.decide(&shape, None);
     assert_eq!(d.route, Route::GpuNative);
-    assert!(d.prediction.reason.contains("accuracy contract"), "{}", d.prediction.reason);
+    assert!(
+        d.prediction.reason.contains("accuracy contract"),
+        "{}",
+        d.prediction.reason
+    );
     // A route that did not reach its hardware is never chosen.
     let mut q = p.clone();
-    q.gpu.as_mut().unwrap().reached.insert("gpu-ozaki".into(), Reached { ok: false, evidence: "no IMMA/IGMMA in SASS".into() });
+    q.gpu.as_mut().unwrap().reached.insert(
+        "gpu-ozaki".into(),
+        Reached {
+            ok: false,
+            evidence: "no IMMA/IGMMA in SASS".into(),
+        },
+    );
     let d = Engine::new(q, 16).decide(&shape, Some(14));
     assert_eq!(d.route, Route::GpuNative);
-    assert!(d.prediction.reason.contains("IMMA"), "{}", d.prediction.reason);
+    assert!(
+        d.prediction.reason.contains("IMMA"),
+        "{}",
+        d.prediction.reason
+    );
     // Not enough device memory for the planes.
     let mut q = p;
     q.gpu.as_mut().unwrap().free_bytes = 4 << 30;
@@ -114,9 +147,15 @@ fn the_switch_margin_keeps_the_default_when_the_gain_is_within_model_error() {
     let g = est[1].seconds.min(est[2].seconds);
     // A margin just above the predicted gain keeps the vendor route; just below leaves it.
     p.choice.min_gain = v / g * 1.01;
-    assert_eq!(Engine::new(p.clone(), 16).decide(&shape, Some(14)).route, Route::Vendor);
+    assert_eq!(
+        Engine::new(p.clone(), 16).decide(&shape, Some(14)).route,
+        Route::Vendor
+    );
     p.choice.min_gain = v / g * 0.99;
-    assert_ne!(Engine::new(p, 16).decide(&shape, Some(14)).route, Route::Vendor);
+    assert_ne!(
+        Engine::new(p, 16).decide(&shape, Some(14)).route,
+        Route::Vendor
+    );
 }
 
 #[test]
@@ -125,10 +164,19 @@ fn decisions_are_cached_per_shape_and_moduli() {
     let s = CallShape::gemm(300, 200, 100);
     let a = e.decide(&s, Some(14));
     let b = e.decide(&s, Some(14));
-    assert!(Arc::ptr_eq(&a, &b), "second decision for the same shape must come from the cache");
+    assert!(
+        Arc::ptr_eq(&a, &b),
+        "second decision for the same shape must come from the cache"
+    );
     let c = e.decide(&s, Some(16));
     assert!(!Arc::ptr_eq(&a, &c));
-    let d = e.decide(&CallShape { beta_zero: false, ..s }, Some(14));
+    let d = e.decide(
+        &CallShape {
+            beta_zero: false,
+            ..s
+        },
+        Some(14),
+    );
     assert!(!Arc::ptr_eq(&a, &d));
 }
 
@@ -144,16 +192,38 @@ fn host_link_is_priced_for_host_resident_calls_only() {
     let link = p.gpu.as_ref().unwrap().link.h2d_staged;
     assert!(th.seconds - td.seconds > 0.9 * 8.0 * 2.0 * 4096.0 * 4096.0 / link);
     // beta != 0 uploads C too.
-    let tb = predict(&p, &CallShape { beta_zero: false, ..host }, Route::GpuNative, None, 16);
+    let tb = predict(
+        &p,
+        &CallShape {
+            beta_zero: false,
+            ..host
+        },
+        Route::GpuNative,
+        None,
+        16,
+    );
     assert!(tb.seconds > th.seconds);
 }
 
 #[test]
 fn blas_threads_follow_the_environment() {
-    let env = |pairs: &'static [(&'static str, &'static str)]| move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    };
     assert_eq!(blas_threads(env(&[]), 16), 16);
     assert_eq!(blas_threads(env(&[("OMP_NUM_THREADS", "4,2")]), 16), 4);
-    assert_eq!(blas_threads(env(&[("OMP_NUM_THREADS", "4"), ("OPENBLAS_NUM_THREADS", "1")]), 16), 1);
+    assert_eq!(
+        blas_threads(
+            env(&[("OMP_NUM_THREADS", "4"), ("OPENBLAS_NUM_THREADS", "1")]),
+            16
+        ),
+        1
+    );
     assert_eq!(blas_threads(env(&[("OMP_NUM_THREADS", "0")]), 8), 8);
 }
 
@@ -161,20 +231,47 @@ fn blas_threads_follow_the_environment() {
 fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements {
     let g = truth.gpu.as_ref().unwrap();
     let plan = Plan::standard(false);
-    let time = |m: &ozaki_core::engine::model::WorkModel, (a, b, c): (u64, u64, u64)| Sample { routine: Routine::Dgemm, m: a, n: b, k: c, seconds: m.base_seconds(&CallShape::gemm(a, b, c).work()) };
-    let link = |d, mem, bw: f64| [1u64 << 16, 1 << 24, 1 << 28].map(|b| LinkSample { direction: d, memory: mem, bytes: b, seconds: g.link.latency_s + b as f64 / bw });
+    let time = |m: &ozaki_core::engine::model::WorkModel, (a, b, c): (u64, u64, u64)| Sample {
+        routine: Routine::Dgemm,
+        m: a,
+        n: b,
+        k: c,
+        seconds: m.base_seconds(&CallShape::gemm(a, b, c).work()),
+    };
+    let link = |d, mem, bw: f64| {
+        [1u64 << 16, 1 << 24, 1 << 28].map(|b| LinkSample {
+            direction: d,
+            memory: mem,
+            bytes: b,
+            seconds: g.link.latency_s + b as f64 / bw,
+        })
+    };
     let mut links = Vec::new();
     links.extend(link(Direction::H2d, HostMemory::Pinned, g.link.h2d_pinned));
     links.extend(link(Direction::D2h, HostMemory::Pinned, g.link.d2h_pinned));
     links.extend(link(Direction::H2d, HostMemory::Staged, g.link.h2d_staged));
     links.extend(link(Direction::D2h, HostMemory::Staged, g.link.d2h_staged));
-    let stream = |pe: &ozaki_core::engine::profile::PerElement| [(1u64 << 20, 8u32), (1 << 24, 14), (1 << 24, 18)].map(|(e, r)| StreamSample { elems: e, moduli: r, seconds: e as f64 * (pe.s_per_elem + r as f64 * pe.s_per_elem_modulus) });
+    let stream = |pe: &ozaki_core::engine::profile::PerElement| {
+        [(1u64 << 20, 8u32), (1 << 24, 14), (1 << 24, 18)].map(|(e, r)| StreamSample {
+            elems: e,
+            moduli: r,
+            seconds: e as f64 * (pe.s_per_elem + r as f64 * pe.s_per_elem_modulus),
+        })
+    };
     let cpu = &truth.cpu.blas[0];
     let mut routes = Vec::new();
     for &(m, n, k) in route_shapes {
         for r in [Route::Vendor, Route::GpuNative, Route::GpuOzaki] {
             let shape = CallShape::gemm(m, n, k);
-            routes.push(RouteSample { route: r.name().into(), m, n, k, residency: Residency::Host, moduli: Some(14), seconds: predict(truth, &shape, r, Some(14), cpu.threads).seconds });
+            routes.push(RouteSample {
+                route: r.name().into(),
+                m,
+                n,
+                k,
+                residency: Residency::Host,
+                moduli: Some(14),
+                seconds: predict(truth, &shape, r, Some(14), cpu.threads).seconds,
+            });
         }
     }
     Measurements {
@@ -182,7 +279,14 @@ fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements 
         machine: truth.machine.clone(),
         vendor_blas: "synthetic".into(),
         call_overhead_s: truth.cpu.call_overhead_s,
-        cpu: vec![CpuSamples { threads: cpu.threads, samples: plan.cpu_shapes.iter().map(|&s| time(&cpu.model, s)).collect() }],
+        cpu: vec![CpuSamples {
+            threads: cpu.threads,
+            samples: plan
+                .cpu_shapes
+                .iter()
+                .map(|&s| time(&cpu.model, s))
+                .collect(),
+        }],
         gpu: Some(GpuMeasurements {
             name: g.name.clone(),
             memory_bytes: g.memory_bytes,
@@ -222,14 +326,33 @@ fn smooth_truth() -> Profile {
 #[test]
 fn fit_profile_recovers_the_machine_that_produced_the_measurements() {
     let truth = smooth_truth();
-    let meas = synthetic(&truth, &[(16, 16, 16), (1024, 1024, 1024), (4096, 4096, 4096), (65536, 64, 64), (256, 256, 256), (64, 64, 64)]);
+    let meas = synthetic(
+        &truth,
+        &[
+            (16, 16, 16),
+            (1024, 1024, 1024),
+            (4096, 4096, 4096),
+            (65536, 64, 64),
+            (256, 256, 256),
+            (64, 64, 64),
+        ],
+    );
     let fitted = calibrate::fit_profile(&meas, "fitted", "synthetic").unwrap();
-    assert!((fitted.gpu.as_ref().unwrap().overlap - 0.5).abs() < 1e-9, "overlap fitted from end-to-end timings");
+    assert!(
+        (fitted.gpu.as_ref().unwrap().overlap - 0.5).abs() < 1e-9,
+        "overlap fitted from end-to-end timings"
+    );
     for &(m, n, k) in &calibrate::validation_shapes() {
         let s = CallShape::gemm(m, n, k);
         for r in [Route::Vendor, Route::GpuNative, Route::GpuOzaki] {
-            let (a, b) = (predict(&fitted, &s, r, Some(14), 16).seconds, predict(&truth, &s, r, Some(14), 16).seconds);
-            assert!((a / b - 1.0).abs() < 0.01, "{r} {m}x{n}x{k}: fitted {a} truth {b}");
+            let (a, b) = (
+                predict(&fitted, &s, r, Some(14), 16).seconds,
+                predict(&truth, &s, r, Some(14), 16).seconds,
+            );
+            assert!(
+                (a / b - 1.0).abs() < 0.01,
+                "{r} {m}x{n}x{k}: fitted {a} truth {b}"
+            );
         }
     }
 }
@@ -240,20 +363,40 @@ fn validation_plan_is_held_out_and_covers_the_shape_space() {
     let v = &plan.validation_shapes;
     assert!(v.len() >= 40, "{} shapes", v.len());
     for s in v {
-        assert!(!plan.gpu_shapes.contains(s) && !plan.cpu_shapes.contains(s) && !plan.route_shapes.contains(s), "{s:?} is also a calibration shape");
+        assert!(
+            !plan.gpu_shapes.contains(s)
+                && !plan.cpu_shapes.contains(s)
+                && !plan.route_shapes.contains(s),
+            "{s:?} is also a calibration shape"
+        );
     }
     let nbar = |&(m, n, _): &(u64, u64, u64)| 2.0 * (m * n) as f64 / (m + n) as f64;
     assert!(v.iter().any(|s| nbar(s) < 32.0), "tiny");
     assert!(v.iter().any(|s| nbar(s) >= 4096.0), "large");
-    assert!(v.iter().filter(|&&(m, n, k)| m == n && n == k).count() >= 10, "squares");
-    assert!(v.iter().filter(|&&(m, n, _)| m >= 32 * n || n >= 32 * m).count() >= 4, "tall/skinny");
-    assert!(v.iter().filter(|&&(m, n, k)| k >= 16 * m.max(n)).count() >= 3, "k-heavy");
+    assert!(
+        v.iter().filter(|&&(m, n, k)| m == n && n == k).count() >= 10,
+        "squares"
+    );
+    assert!(
+        v.iter()
+            .filter(|&&(m, n, _)| m >= 32 * n || n >= 32 * m)
+            .count()
+            >= 4,
+        "tall/skinny"
+    );
+    assert!(
+        v.iter().filter(|&&(m, n, k)| k >= 16 * m.max(n)).count() >= 3,
+        "k-heavy"
+    );
 }
 
 #[test]
 fn validate_scores_a_perfect_model_as_perfect_and_a_biased_one_as_biased() {
     let truth = smooth_truth();
-    let shapes: Vec<(u64, u64, u64)> = calibrate::validation_shapes().into_iter().filter(|&(m, n, k)| m * n * k <= 1 << 33).collect();
+    let shapes: Vec<(u64, u64, u64)> = calibrate::validation_shapes()
+        .into_iter()
+        .filter(|&(m, n, k)| m * n * k <= 1 << 33)
+        .collect();
     let meas = synthetic(&truth, &shapes);
     let rep = calibrate::validate(&truth, 16, &meas.routes, &|_| Some(14));
     assert!(rep.overall_median_abs_err < 1e-9);
@@ -264,7 +407,17 @@ fn validate_scores_a_perfect_model_as_perfect_and_a_biased_one_as_biased() {
     biased.gpu.as_mut().unwrap().link.h2d_staged *= 3.0;
     biased.gpu.as_mut().unwrap().link.d2h_staged *= 3.0;
     let rep = calibrate::validate(&biased, 16, &meas.routes, &|_| Some(14));
-    let native = rep.median_abs_err.iter().find(|(r, _)| r == "gpu-native").unwrap().1;
+    let native = rep
+        .median_abs_err
+        .iter()
+        .find(|(r, _)| r == "gpu-native")
+        .unwrap()
+        .1;
     assert!(native > 0.05, "biased native error {native}");
-    assert!(rep.auto_total_s > rep.oracle_total_s * 1.01, "auto {} oracle {}", rep.auto_total_s, rep.oracle_total_s);
+    assert!(
+        rep.auto_total_s > rep.oracle_total_s * 1.01,
+        "auto {} oracle {}",
+        rep.auto_total_s,
+        rep.oracle_total_s
+    );
 }

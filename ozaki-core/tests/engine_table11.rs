@@ -11,12 +11,18 @@ use ozaki_core::trace::{CallRecord, Trace};
 use std::path::Path;
 
 fn load(name: &str) -> Option<Vec<CallRecord>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces").join(format!("{name}.jsonl.gz"));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../traces")
+        .join(format!("{name}.jsonl.gz"));
     if !path.exists() {
         eprintln!("skipped: {} not present", path.display());
         return None;
     }
-    let out = std::process::Command::new("gzip").arg("-dc").arg(&path).output().expect("gzip runs");
+    let out = std::process::Command::new("gzip")
+        .arg("-dc")
+        .arg(&path)
+        .output()
+        .expect("gzip runs");
     assert!(out.status.success(), "gzip -dc {}", path.display());
     Some(Trace::read(&out.stdout[..]).unwrap().calls)
 }
@@ -35,15 +41,35 @@ const TABLE11: &[(&str, f64, f64, f64, f64, f64, f64)] = &[
 fn table11_composites_on_the_recaptured_traces() {
     for &(name, r_ship, r_nat, r_tf, g_ship, g_nat, g_tf) in TABLE11 {
         let Some(calls) = load(name) else { continue };
-        for (pl, ship, nat, tf) in [(platforms::rubin(), r_ship, r_nat, r_tf), (platforms::gb300(), g_ship, g_nat, g_tf)] {
-            let (_, c) = replay::replay(&calls, &ReplayModel::Reduced { platform: &pl, options: RateOptions::default() });
+        for (pl, ship, nat, tf) in [
+            (platforms::rubin(), r_ship, r_nat, r_tf),
+            (platforms::gb300(), g_ship, g_nat, g_tf),
+        ] {
+            let (_, c) = replay::replay(
+                &calls,
+                &ReplayModel::Reduced {
+                    platform: &pl,
+                    options: RateOptions::default(),
+                },
+            );
             let vs = |r: &str| c.speedup_vs.iter().find(|(n, _)| n == r).unwrap().1;
             let what = format!("{name} on {}", pl.name);
-            assert!((vs("S0") / ship - 1.0).abs() <= 0.02, "{what}: vs ship {:.3}, paper {ship}", vs("S0"));
+            assert!(
+                (vs("S0") / ship - 1.0).abs() <= 0.02,
+                "{what}: vs ship {:.3}, paper {ship}",
+                vs("S0")
+            );
             // "≈N×" is rounded to whole multiples (and to ≈1 significant figure on Rubin).
-            assert!((vs("native") - nat).abs() <= 0.5 + 0.05 * nat, "{what}: vs native {:.2}, paper ≈{nat}", vs("native"));
+            assert!(
+                (vs("native") - nat).abs() <= 0.5 + 0.05 * nat,
+                "{what}: vs native {:.2}, paper ≈{nat}",
+                vs("native")
+            );
             let rate = c.flops / c.auto_seconds / 1e12;
-            assert!((rate / tf - 1.0).abs() <= 0.02, "{what}: composite {rate:.1} TF, paper (implied) {tf}");
+            assert!(
+                (rate / tf - 1.0).abs() <= 0.02,
+                "{what}: composite {rate:.1} TF, paper (implied) {tf}"
+            );
         }
     }
 }

@@ -56,34 +56,51 @@ pub struct AbConfig {
 impl AbConfig {
     /// Parses the three variables; `None` when A/B is off. Bad values give a message each
     /// and a safe setting (A/B off for a bad `OZAKI_AB`, the defaults for the others).
-    pub fn parse(ab: Option<&str>, keep: Option<&str>, max_mb: Option<&str>) -> (Option<AbConfig>, Vec<String>) {
+    pub fn parse(
+        ab: Option<&str>,
+        keep: Option<&str>,
+        max_mb: Option<&str>,
+    ) -> (Option<AbConfig>, Vec<String>) {
         let mut problems = Vec::new();
         let fraction = match ab.map(str::trim) {
             None | Some("") | Some("0") => return (None, problems),
-            Some(s) => match s.parse::<f64>() {
-                Ok(f) if f > 0.0 && f <= 1.0 => f,
-                _ => {
-                    problems.push(format!("OZAKI_AB={s:?}: expected 1 or a fraction in (0, 1]; A/B comparison is off"));
-                    return (None, problems);
+            Some(s) => {
+                match s.parse::<f64>() {
+                    Ok(f) if f > 0.0 && f <= 1.0 => f,
+                    _ => {
+                        problems.push(format!("OZAKI_AB={s:?}: expected 1 or a fraction in (0, 1]; A/B comparison is off"));
+                        return (None, problems);
+                    }
                 }
-            },
+            }
         };
         let keep_vendor = match keep.map(str::trim) {
             None | Some("") | Some("route") => false,
             Some("vendor") => true,
             Some(s) => {
-                problems.push(format!("OZAKI_AB_KEEP={s:?}: expected route or vendor; keeping the route's result"));
+                problems.push(format!(
+                    "OZAKI_AB_KEEP={s:?}: expected route or vendor; keeping the route's result"
+                ));
                 false
             }
         };
         let max_mb = match max_mb.map(str::trim) {
             None | Some("") => DEFAULT_MAX_MB,
             Some(s) => s.parse::<u64>().unwrap_or_else(|_| {
-                problems.push(format!("OZAKI_AB_MAX_MB={s:?}: expected a whole number of MiB; using {DEFAULT_MAX_MB}"));
+                problems.push(format!(
+                    "OZAKI_AB_MAX_MB={s:?}: expected a whole number of MiB; using {DEFAULT_MAX_MB}"
+                ));
                 DEFAULT_MAX_MB
             }),
         };
-        (Some(AbConfig { fraction, keep_vendor, max_bytes: max_mb.saturating_mul(1 << 20) }), problems)
+        (
+            Some(AbConfig {
+                fraction,
+                keep_vendor,
+                max_bytes: max_mb.saturating_mul(1 << 20),
+            }),
+            problems,
+        )
     }
 
     /// Whether the `n`-th eligible call (from 0) is compared: every call at fraction 1,
@@ -132,7 +149,9 @@ struct Reservation(u64);
 impl Reservation {
     fn take(bytes: u64, max: u64) -> Option<Reservation> {
         IN_USE
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(bytes).filter(|&t| t <= max))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&t| t <= max)
+            })
             .ok()
             .map(|_| Reservation(bytes))
     }
@@ -173,12 +192,22 @@ impl Region {
 
     /// The written part of C of a dgemm.
     pub fn gemm(m: usize, n: usize, ldc: usize) -> Region {
-        Region { rows: m, cols: n, ld: ldc, tri: None }
+        Region {
+            rows: m,
+            cols: n,
+            ld: ldc,
+            tri: None,
+        }
     }
 
     /// The written part of C of a dsyrk.
     pub fn syrk(n: usize, ldc: usize, uplo: Uplo) -> Region {
-        Region { rows: n, cols: n, ld: ldc, tri: Some(uplo) }
+        Region {
+            rows: n,
+            cols: n,
+            ld: ldc,
+            tri: Some(uplo),
+        }
     }
 
     /// Copies the region's elements from `src` to `dst` (same layout), nothing else.
@@ -271,7 +300,11 @@ pub fn differences(pairs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
             comp = f64::INFINITY;
             continue;
         }
-        comp = comp.max(if v == 0.0 { f64::INFINITY } else { d.abs() / v.abs() });
+        comp = comp.max(if v == 0.0 {
+            f64::INFINITY
+        } else {
+            d.abs() / v.abs()
+        });
         add(d, &mut scale_d, &mut ssq_d);
         add(v, &mut scale_v, &mut ssq_v);
     }
@@ -294,24 +327,46 @@ pub fn differences(pairs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
 /// # Safety
 /// - as [`route::execute`]: `raw` are the caller's arguments of `id` and `canon` was decoded
 ///   from them; the BLAS calling contract holds for the whole call.
-pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Canon, config: &Config) -> (Executed, Option<AbResult>) {
+pub unsafe fn execute<R: RawCall>(
+    route: Route,
+    id: SymId,
+    raw: &R,
+    canon: &Canon,
+    config: &Config,
+) -> (Executed, Option<AbResult>) {
     // SAFETY: the caller's contract (this closure is every `route::execute` call below).
     let plain = || unsafe { route::execute(route, id, raw, canon, config) };
-    let Some(ab) = self::config() else { return (plain(), None) };
+    let Some(ab) = self::config() else {
+        return (plain(), None);
+    };
     // Comparing the vendor with itself would only double the time.
     if route == Route::Vendor || !ab.chosen(ELIGIBLE.fetch_add(1, Ordering::Relaxed)) {
         return (plain(), None);
     }
     let region = Region::of(canon);
     let bytes = (region.len() as u64).saturating_mul(8);
-    let skipped = |why: String| AbResult { kept: "route".into(), skipped: Some(why), ..AbResult::default() };
+    let skipped = |why: String| AbResult {
+        kept: "route".into(),
+        skipped: Some(why),
+        ..AbResult::default()
+    };
     let Some(_claim) = Reservation::take(bytes, ab.max_bytes) else {
-        let why = format!("copy of C ({} MiB) over OZAKI_AB_MAX_MB={}", bytes.div_ceil(1 << 20), ab.max_bytes >> 20);
+        let why = format!(
+            "copy of C ({} MiB) over OZAKI_AB_MAX_MB={}",
+            bytes.div_ceil(1 << 20),
+            ab.max_bytes >> 20
+        );
         return (plain(), Some(skipped(why)));
     };
     let mut buffer = Vec::new();
     if buffer.try_reserve_exact(region.len()).is_err() {
-        return (plain(), Some(skipped(format!("could not allocate {} MiB for the copy of C", bytes.div_ceil(1 << 20)))));
+        return (
+            plain(),
+            Some(skipped(format!(
+                "could not allocate {} MiB for the copy of C",
+                bytes.div_ceil(1 << 20)
+            ))),
+        );
     }
     // 1. Save the original C; note the data's scale (|alpha| |A| |B| + |beta| |C|).
     // SAFETY: the caller's contract; this view is dropped before anything else touches C.
@@ -321,7 +376,10 @@ pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Cano
     // SAFETY: the caller's contract.
     if unsafe { route::vendor::call(id, raw) }.is_err() {
         // C is untouched (nothing was called): run the route as usual.
-        return (plain(), Some(skipped("no vendor BLAS to compare with".into())));
+        return (
+            plain(),
+            Some(skipped("no vendor BLAS to compare with".into())),
+        );
     }
     let vendor_ns = t.elapsed().as_nanos() as u64;
     // 3. C back to the original, the vendor's result into the buffer.
@@ -335,7 +393,13 @@ pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Cano
     // SAFETY: as in 1; the route has returned and no longer holds a view of C.
     let (max_rel_comp, rel_norm, diff) = with_c(canon, |c| {
         let d = region.compare(c, &buffer);
-        let diff = frobenius(region.indices().map(|i| c[i]).zip(buffer.iter()).map(|(r, v)| r - v));
+        let diff = frobenius(
+            region
+                .indices()
+                .map(|i| c[i])
+                .zip(buffer.iter())
+                .map(|(r, v)| r - v),
+        );
         if ab.keep_vendor {
             region.unpack(&buffer, c);
         }
@@ -347,7 +411,18 @@ pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Cano
         _ => f64::MAX,
     };
     let kept = if ab.keep_vendor { "vendor" } else { "route" };
-    (done, Some(AbResult { max_rel_comp, rel_norm, vendor_ns, route_ns, kept: kept.into(), skipped: None, rel_scaled: Some(rel_scaled) }))
+    (
+        done,
+        Some(AbResult {
+            max_rel_comp,
+            rel_norm,
+            vendor_ns,
+            route_ns,
+            kept: kept.into(),
+            skipped: None,
+            rel_scaled: Some(rel_scaled),
+        }),
+    )
 }
 
 /// Frobenius norm of the values, scaled so that huge entries do not overflow.
@@ -378,17 +453,33 @@ fn data_scale(canon: &Canon, region: &Region, buffer: &mut Vec<f64>) -> f64 {
     let (ab, beta) = match unsafe { canon.operands() } {
         Operands::Gemm(g, c) => {
             region.pack(c, buffer);
-            let a = frobenius((0..g.k).flat_map(|l| (0..g.m).map(move |i| (i, l))).map(|(i, l)| if g.a.is_empty() { 0.0 } else { g.op_a(i, l) }));
-            let b = frobenius((0..g.n).flat_map(|j| (0..g.k).map(move |l| (l, j))).map(|(l, j)| if g.b.is_empty() { 0.0 } else { g.op_b(l, j) }));
+            let a = frobenius(
+                (0..g.k)
+                    .flat_map(|l| (0..g.m).map(move |i| (i, l)))
+                    .map(|(i, l)| if g.a.is_empty() { 0.0 } else { g.op_a(i, l) }),
+            );
+            let b = frobenius(
+                (0..g.n)
+                    .flat_map(|j| (0..g.k).map(move |l| (l, j)))
+                    .map(|(l, j)| if g.b.is_empty() { 0.0 } else { g.op_b(l, j) }),
+            );
             (g.alpha.abs() * a * b, g.beta)
         }
         Operands::Syrk(s, c) => {
             region.pack(c, buffer);
-            let a = frobenius((0..s.k).flat_map(|l| (0..s.n).map(move |i| (i, l))).map(|(i, l)| if s.a.is_empty() { 0.0 } else { s.op_a(i, l) }));
+            let a = frobenius(
+                (0..s.k)
+                    .flat_map(|l| (0..s.n).map(move |i| (i, l)))
+                    .map(|(i, l)| if s.a.is_empty() { 0.0 } else { s.op_a(i, l) }),
+            );
             (s.alpha.abs() * a * a, s.beta)
         }
     };
-    let c = if beta == 0.0 { 0.0 } else { beta.abs() * frobenius(buffer.iter().copied()) };
+    let c = if beta == 0.0 {
+        0.0
+    } else {
+        beta.abs() * frobenius(buffer.iter().copied())
+    };
     ab + c
 }
 
@@ -413,11 +504,21 @@ mod tests {
         assert_eq!(AbConfig::parse(None, None, None).0, None);
         assert_eq!(AbConfig::parse(Some("0"), None, None).0, None);
         let (c, p) = AbConfig::parse(Some("1"), Some("vendor"), Some("8"));
-        assert_eq!(c, Some(AbConfig { fraction: 1.0, keep_vendor: true, max_bytes: 8 << 20 }));
+        assert_eq!(
+            c,
+            Some(AbConfig {
+                fraction: 1.0,
+                keep_vendor: true,
+                max_bytes: 8 << 20
+            })
+        );
         assert!(p.is_empty());
         let (c, p) = AbConfig::parse(Some("0.25"), Some("both"), Some("lots"));
         let c = c.unwrap();
-        assert_eq!((c.fraction, c.keep_vendor, c.max_bytes), (0.25, false, DEFAULT_MAX_MB << 20));
+        assert_eq!(
+            (c.fraction, c.keep_vendor, c.max_bytes),
+            (0.25, false, DEFAULT_MAX_MB << 20)
+        );
         assert_eq!(p.len(), 2, "{p:?}");
         for bad in ["2", "-1", "yes", "nan"] {
             let (c, p) = AbConfig::parse(Some(bad), None, None);
@@ -427,10 +528,17 @@ mod tests {
 
     #[test]
     fn sampling_hits_the_fraction_and_is_repeatable() {
-        let c = AbConfig { fraction: 0.1, keep_vendor: false, max_bytes: 0 };
+        let c = AbConfig {
+            fraction: 0.1,
+            keep_vendor: false,
+            max_bytes: 0,
+        };
         let hits = (0..100_000).filter(|&n| c.chosen(n)).count();
         assert!((9_000..11_000).contains(&hits), "{hits}");
-        assert_eq!((0..1000).map(|n| c.chosen(n)).collect::<Vec<_>>(), (0..1000).map(|n| c.chosen(n)).collect::<Vec<_>>());
+        assert_eq!(
+            (0..1000).map(|n| c.chosen(n)).collect::<Vec<_>>(),
+            (0..1000).map(|n| c.chosen(n)).collect::<Vec<_>>()
+        );
         let all = AbConfig { fraction: 1.0, ..c };
         assert!((0..1000).all(|n| all.chosen(n)));
     }
@@ -439,7 +547,10 @@ mod tests {
     fn budget_is_shared_and_given_back() {
         // Other tests do not reserve; this one owns the counter while it runs.
         let a = Reservation::take(600, 1000).unwrap();
-        assert!(Reservation::take(600, 1000).is_none(), "over the budget while the first is held");
+        assert!(
+            Reservation::take(600, 1000).is_none(),
+            "over the budget while the first is held"
+        );
         drop(a);
         assert!(Reservation::take(600, 1000).is_some(), "given back on drop");
     }
@@ -448,41 +559,76 @@ mod tests {
     fn regions_pack_swap_and_respect_triangles() {
         // 3 x 3 stored 4 apart; values = index.
         let mut c: Vec<f64> = (0..12).map(f64::from).collect();
-        let full = Region { rows: 2, cols: 3, ld: 4, tri: None };
+        let full = Region {
+            rows: 2,
+            cols: 3,
+            ld: 4,
+            tri: None,
+        };
         let mut p = Vec::new();
         full.pack(&c, &mut p);
         assert_eq!(p, vec![0.0, 1.0, 4.0, 5.0, 8.0, 9.0]);
-        let upper = Region { rows: 3, cols: 3, ld: 4, tri: Some(Uplo::Upper) };
+        let upper = Region {
+            rows: 3,
+            cols: 3,
+            ld: 4,
+            tri: Some(Uplo::Upper),
+        };
         upper.pack(&c, &mut p);
         assert_eq!(p, vec![0.0, 4.0, 5.0, 8.0, 9.0, 10.0]);
-        let lower = Region { tri: Some(Uplo::Lower), ..upper };
+        let lower = Region {
+            tri: Some(Uplo::Lower),
+            ..upper
+        };
         assert_eq!(lower.len(), 6);
         let mut q = vec![-1.0; 6];
         lower.swap(&mut c, &mut q);
         assert_eq!(q, vec![0.0, 1.0, 2.0, 5.0, 6.0, 10.0]);
-        assert_eq!(c[..12], [-1.0, -1.0, -1.0, 3.0, 4.0, -1.0, -1.0, 7.0, 8.0, 9.0, -1.0, 11.0]);
+        assert_eq!(
+            c[..12],
+            [
+                -1.0, -1.0, -1.0, 3.0, 4.0, -1.0, -1.0, 7.0, 8.0, 9.0, -1.0, 11.0
+            ]
+        );
         lower.unpack(&q, &mut c);
         assert_eq!(c, (0..12).map(f64::from).collect::<Vec<_>>());
         // copy touches the region only: the rows between (another thread's) stay.
         let mut dst = vec![-1.0; 12];
         full.copy(&c, &mut dst);
-        assert_eq!(dst, [0.0, 1.0, -1.0, -1.0, 4.0, 5.0, -1.0, -1.0, 8.0, 9.0, -1.0, -1.0]);
+        assert_eq!(
+            dst,
+            [
+                0.0, 1.0, -1.0, -1.0, 4.0, 5.0, -1.0, -1.0, 8.0, 9.0, -1.0, -1.0
+            ]
+        );
     }
 
     #[test]
     fn differences_componentwise_and_normwise() {
-        assert_eq!(differences([(1.0, 1.0), (f64::NAN, f64::NAN), (0.0, 0.0)].into_iter()), (0.0, 0.0));
+        assert_eq!(
+            differences([(1.0, 1.0), (f64::NAN, f64::NAN), (0.0, 0.0)].into_iter()),
+            (0.0, 0.0)
+        );
         let (comp, norm) = differences([(1.0 + 1e-15, 1.0), (2.0, 2.0)].into_iter());
         assert!((comp - 1.1102230246251565e-15).abs() < 1e-30, "{comp}");
-        assert!((norm - 1.1102230246251565e-15 / 5f64.sqrt()).abs() < 1e-28, "{norm}");
+        assert!(
+            (norm - 1.1102230246251565e-15 / 5f64.sqrt()).abs() < 1e-28,
+            "{norm}"
+        );
         // Cancellation: a tiny reference entry makes the componentwise difference large
         // while the normwise one stays small.
         let (comp, norm) = differences([(1e-20, 2e-20), (1.0, 1.0)].into_iter());
         assert_eq!(comp, 0.5);
         assert!(norm < 1e-19);
         // Nonzero against zero, and NaN against a number, are infinitely wrong.
-        assert_eq!(differences([(1.0, 0.0), (1.0, 1.0)].into_iter()).0, f64::INFINITY);
-        assert_eq!(differences([(f64::NAN, 1.0)].into_iter()), (f64::INFINITY, f64::INFINITY));
+        assert_eq!(
+            differences([(1.0, 0.0), (1.0, 1.0)].into_iter()).0,
+            f64::INFINITY
+        );
+        assert_eq!(
+            differences([(f64::NAN, 1.0)].into_iter()),
+            (f64::INFINITY, f64::INFINITY)
+        );
         // Huge entries do not overflow the norm.
         let (_, norm) = differences([(1e300, 2e300), (3e300, 3e300)].into_iter());
         assert!((norm - (1.0 / 13f64.sqrt())).abs() < 1e-15, "{norm}");

@@ -267,7 +267,11 @@ pub enum Operands<'a> {
 
 /// Number of elements spanned by a `rows x cols` column-major matrix stored `ld` apart.
 fn span(rows: usize, cols: usize, ld: usize) -> usize {
-    if rows == 0 || cols == 0 { 0 } else { ld * (cols - 1) + rows }
+    if rows == 0 || cols == 0 {
+        0
+    } else {
+        ld * (cols - 1) + rows
+    }
 }
 
 /// A slice over a caller matrix; empty (never dereferencing `p`) when `len == 0`.
@@ -307,7 +311,21 @@ impl Canon {
     ///   used while it is.
     pub unsafe fn operands<'a>(&self) -> Operands<'a> {
         match *self {
-            Canon::Gemm { transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc } => {
+            Canon::Gemm {
+                transa,
+                transb,
+                m,
+                n,
+                k,
+                alpha,
+                a,
+                lda,
+                b,
+                ldb,
+                beta,
+                c,
+                ldc,
+            } => {
                 let reads = alpha != 0.0 && k > 0;
                 let (ar, ac) = if transa == Trans::No { (m, k) } else { (k, m) };
                 let (br, bc) = if transb == Trans::No { (k, n) } else { (n, k) };
@@ -320,15 +338,59 @@ impl Canon {
                         write_slice(c, span(m, n, ldc)),
                     )
                 };
-                Operands::Gemm(GemmArgs { transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, ldc }, c)
+                Operands::Gemm(
+                    GemmArgs {
+                        transa,
+                        transb,
+                        m,
+                        n,
+                        k,
+                        alpha,
+                        a,
+                        lda,
+                        b,
+                        ldb,
+                        beta,
+                        ldc,
+                    },
+                    c,
+                )
             }
-            Canon::Syrk { uplo, trans, n, k, alpha, a, lda, beta, c, ldc } => {
+            Canon::Syrk {
+                uplo,
+                trans,
+                n,
+                k,
+                alpha,
+                a,
+                lda,
+                beta,
+                c,
+                ldc,
+            } => {
                 let reads = alpha != 0.0 && k > 0;
                 let (ar, ac) = if trans == Trans::No { (n, k) } else { (k, n) };
                 // SAFETY: as above (lda >= rows of A, ldc >= n checked by decode).
-                let (a, c) =
-                    unsafe { (read_slice(a, if reads { span(ar, ac, lda) } else { 0 }), write_slice(c, span(n, n, ldc))) };
-                Operands::Syrk(SyrkArgs { uplo, trans, n, k, alpha, a, lda, beta, ldc }, c)
+                let (a, c) = unsafe {
+                    (
+                        read_slice(a, if reads { span(ar, ac, lda) } else { 0 }),
+                        write_slice(c, span(n, n, ldc)),
+                    )
+                };
+                Operands::Syrk(
+                    SyrkArgs {
+                        uplo,
+                        trans,
+                        n,
+                        k,
+                        alpha,
+                        a,
+                        lda,
+                        beta,
+                        ldc,
+                    },
+                    c,
+                )
             }
         }
     }
@@ -421,7 +483,11 @@ fn upper(ch: u8) -> u8 {
 
 /// A flag for the trace: upper-case letter, or `?` when not a letter.
 fn shown(ch: u8) -> u8 {
-    if ch.is_ascii_alphabetic() { upper(ch) } else { b'?' }
+    if ch.is_ascii_alphabetic() {
+        upper(ch)
+    } else {
+        b'?'
+    }
 }
 
 /// Fortran transpose letter: `Some(No|Yes)` for N/T/C (any case).
@@ -440,7 +506,16 @@ fn max1(x: i64) -> i64 {
 
 /// The checks of reference `dgemm.f`, column-major; returns the Fortran info code (0 = legal).
 #[allow(clippy::too_many_arguments)]
-fn gemm_info(ta: Option<Trans>, tb: Option<Trans>, m: i64, n: i64, k: i64, lda: i64, ldb: i64, ldc: i64) -> i64 {
+fn gemm_info(
+    ta: Option<Trans>,
+    tb: Option<Trans>,
+    m: i64,
+    n: i64,
+    k: i64,
+    lda: i64,
+    ldb: i64,
+    ldc: i64,
+) -> i64 {
     let (Some(ta), Some(tb)) = (ta, tb) else {
         return if ta.is_none() { 1 } else { 2 };
     };
@@ -495,8 +570,19 @@ fn dim(x: i64) -> usize {
 /// Column-major dgemm after the checks; shared by the Fortran and CBLAS decoders.
 #[allow(clippy::too_many_arguments)]
 fn gemm_verdict(
-    ta: Trans, tb: Trans, m: i64, n: i64, k: i64, alpha: f64, a: *const f64, lda: i64, b: *const f64, ldb: i64,
-    beta: f64, c: *mut f64, ldc: i64,
+    ta: Trans,
+    tb: Trans,
+    m: i64,
+    n: i64,
+    k: i64,
+    alpha: f64,
+    a: *const f64,
+    lda: i64,
+    b: *const f64,
+    ldb: i64,
+    beta: f64,
+    c: *mut f64,
+    ldc: i64,
 ) -> Verdict {
     if quick(m, n, k, alpha, beta) {
         return Verdict::Quick;
@@ -520,19 +606,51 @@ fn gemm_verdict(
 
 #[allow(clippy::too_many_arguments)]
 fn syrk_verdict(
-    uplo: Uplo, trans: Trans, n: i64, k: i64, alpha: f64, a: *const f64, lda: i64, beta: f64, c: *mut f64, ldc: i64,
+    uplo: Uplo,
+    trans: Trans,
+    n: i64,
+    k: i64,
+    alpha: f64,
+    a: *const f64,
+    lda: i64,
+    beta: f64,
+    c: *mut f64,
+    ldc: i64,
 ) -> Verdict {
     if quick(n, n, k, alpha, beta) {
         return Verdict::Quick;
     }
-    Verdict::Compute(Canon::Syrk { uplo, trans, n: dim(n), k: dim(k), alpha, a, lda: dim(lda), beta, c, ldc: dim(ldc) })
+    Verdict::Compute(Canon::Syrk {
+        uplo,
+        trans,
+        n: dim(n),
+        k: dim(k),
+        alpha,
+        a,
+        lda: dim(lda),
+        beta,
+        c,
+        ldc: dim(ldc),
+    })
 }
 
 /// Decodes Fortran dgemm arguments once they are read (pure, for the tests).
 #[allow(clippy::too_many_arguments)]
 fn decode_fortran_gemm(
-    ta: u8, tb: u8, m: i64, n: i64, k: i64, alpha: f64, a: *const f64, lda: i64, b: *const f64, ldb: i64, beta: f64,
-    c: *mut f64, ldc: i64, ilp64: bool,
+    ta: u8,
+    tb: u8,
+    m: i64,
+    n: i64,
+    k: i64,
+    alpha: f64,
+    a: *const f64,
+    lda: i64,
+    b: *const f64,
+    ldb: i64,
+    beta: f64,
+    c: *mut f64,
+    ldc: i64,
+    ilp64: bool,
 ) -> Decoded {
     let shape = Shape {
         routine: Routine::Dgemm,
@@ -552,15 +670,34 @@ fn decode_fortran_gemm(
     let (pa, pb) = (trans_letter(ta), trans_letter(tb));
     let info = gemm_info(pa, pb, m, n, k, lda, ldb, ldc);
     let verdict = match (pa, pb) {
-        (Some(ta), Some(tb)) if info == 0 => gemm_verdict(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
-        _ => Verdict::Illegal(Illegal { info, report: Report::Fortran { srname: b"DGEMM \0", arg: info, cblas: None } }),
+        (Some(ta), Some(tb)) if info == 0 => {
+            gemm_verdict(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+        }
+        _ => Verdict::Illegal(Illegal {
+            info,
+            report: Report::Fortran {
+                srname: b"DGEMM \0",
+                arg: info,
+                cblas: None,
+            },
+        }),
     };
     Decoded { shape, verdict }
 }
 
 #[allow(clippy::too_many_arguments)]
 fn decode_fortran_syrk(
-    ul: u8, tr: u8, n: i64, k: i64, alpha: f64, a: *const f64, lda: i64, beta: f64, c: *mut f64, ldc: i64, ilp64: bool,
+    ul: u8,
+    tr: u8,
+    n: i64,
+    k: i64,
+    alpha: f64,
+    a: *const f64,
+    lda: i64,
+    beta: f64,
+    c: *mut f64,
+    ldc: i64,
+    ilp64: bool,
 ) -> Decoded {
     let shape = Shape {
         routine: Routine::Dsyrk,
@@ -585,8 +722,17 @@ fn decode_fortran_syrk(
     let trans = trans_letter(tr);
     let info = syrk_info(uplo, trans, n, k, lda, ldc);
     let verdict = match (uplo, trans) {
-        (Some(uplo), Some(trans)) if info == 0 => syrk_verdict(uplo, trans, n, k, alpha, a, lda, beta, c, ldc),
-        _ => Verdict::Illegal(Illegal { info, report: Report::Fortran { srname: b"DSYRK \0", arg: info, cblas: None } }),
+        (Some(uplo), Some(trans)) if info == 0 => {
+            syrk_verdict(uplo, trans, n, k, alpha, a, lda, beta, c, ldc)
+        }
+        _ => Verdict::Illegal(Illegal {
+            info,
+            report: Report::Fortran {
+                srname: b"DSYRK \0",
+                arg: info,
+                cblas: None,
+            },
+        }),
     };
     Decoded { shape, verdict }
 }
@@ -609,8 +755,24 @@ fn cblas_layout(v: c_int) -> Option<Layout> {
     }
 }
 
-fn cblas_illegal(rout: &'static CStr, info: i64, arg: i64, row_major: bool, form: &'static CStr, value: c_int) -> Verdict {
-    Verdict::Illegal(Illegal { info, report: Report::Cblas { rout, arg, row_major, form, value } })
+fn cblas_illegal(
+    rout: &'static CStr,
+    info: i64,
+    arg: i64,
+    row_major: bool,
+    form: &'static CStr,
+    value: c_int,
+) -> Verdict {
+    Verdict::Illegal(Illegal {
+        info,
+        report: Report::Cblas {
+            rout,
+            arg,
+            row_major,
+            form,
+            value,
+        },
+    })
 }
 
 /// Decodes `cblas_dgemm` (pure, for the tests); mirrors reference `cblas_dgemm.c`.
@@ -635,20 +797,32 @@ fn decode_cblas_gemm(r: &CblasGemm<i64>, ilp64: bool) -> Decoded {
         ilp64,
     };
     let Some(layout) = layout else {
-        return Decoded { shape, verdict: cblas_illegal(ROUT, 1, 1, false, c"Illegal layout setting, %d\n", r.layout) };
+        return Decoded {
+            shape,
+            verdict: cblas_illegal(ROUT, 1, 1, false, c"Illegal layout setting, %d\n", r.layout),
+        };
     };
     let row = layout == Layout::Row;
     let Some(ta) = ta else {
-        return Decoded { shape, verdict: cblas_illegal(ROUT, 2, 2, row, c"Illegal TransA setting, %d\n", r.transa) };
+        return Decoded {
+            shape,
+            verdict: cblas_illegal(ROUT, 2, 2, row, c"Illegal TransA setting, %d\n", r.transa),
+        };
     };
     let Some(tb) = tb else {
         // LAPACK 3.11's row-major branch reports an illegal TransB as parameter 2.
         let arg = if row { 2 } else { 3 };
-        return Decoded { shape, verdict: cblas_illegal(ROUT, 3, arg, row, c"Illegal TransB setting, %d\n", r.transb) };
+        return Decoded {
+            shape,
+            verdict: cblas_illegal(ROUT, 3, arg, row, c"Illegal TransB setting, %d\n", r.transb),
+        };
     };
     // The Fortran call reference CBLAS makes, and its checks.
-    let (fta, ftb, fm, fn_, fa_, flda, fb_, fldb) =
-        if row { (tb, ta, r.n, r.m, r.b, r.ldb, r.a, r.lda) } else { (ta, tb, r.m, r.n, r.a, r.lda, r.b, r.ldb) };
+    let (fta, ftb, fm, fn_, fa_, flda, fb_, fldb) = if row {
+        (tb, ta, r.n, r.m, r.b, r.ldb, r.a, r.lda)
+    } else {
+        (ta, tb, r.m, r.n, r.a, r.lda, r.b, r.ldb)
+    };
     let info = gemm_info(Some(fta), Some(ftb), fm, fn_, r.k, flda, fldb, r.ldc);
     if info != 0 {
         // Position in the caller's list: cblas_xerbla's RowMajorStrg mapping for "gemm"
@@ -660,10 +834,22 @@ fn decode_cblas_gemm(r: &CblasGemm<i64>, ilp64: bool) -> Decoded {
             (true, 11) => 9,
             (_, x) => x,
         };
-        let report = Report::Fortran { srname: b"DGEMM \0", arg: info, cblas: Some(row) };
-        return Decoded { shape, verdict: Verdict::Illegal(Illegal { info: true_pos, report }) };
+        let report = Report::Fortran {
+            srname: b"DGEMM \0",
+            arg: info,
+            cblas: Some(row),
+        };
+        return Decoded {
+            shape,
+            verdict: Verdict::Illegal(Illegal {
+                info: true_pos,
+                report,
+            }),
+        };
     }
-    let verdict = gemm_verdict(fta, ftb, fm, fn_, r.k, r.alpha, fa_, flda, fb_, fldb, r.beta, r.c, r.ldc);
+    let verdict = gemm_verdict(
+        fta, ftb, fm, fn_, r.k, r.alpha, fa_, flda, fb_, fldb, r.beta, r.c, r.ldc,
+    );
     Decoded { shape, verdict }
 }
 
@@ -698,28 +884,60 @@ fn decode_cblas_syrk(r: &CblasSyrk<i64>, ilp64: bool) -> Decoded {
         ilp64,
     };
     let Some(layout) = layout else {
-        return Decoded { shape, verdict: cblas_illegal(ROUT, 1, 1, false, c"Illegal layout setting, %d\n", r.layout) };
+        return Decoded {
+            shape,
+            verdict: cblas_illegal(ROUT, 1, 1, false, c"Illegal layout setting, %d\n", r.layout),
+        };
     };
     let row = layout == Layout::Row;
     let Some(uplo) = uplo else {
         let pos = if row { 3 } else { 2 };
-        return Decoded { shape, verdict: cblas_illegal(ROUT, pos, pos, row, c"Illegal Uplo setting, %d\n", r.uplo) };
+        return Decoded {
+            shape,
+            verdict: cblas_illegal(ROUT, pos, pos, row, c"Illegal Uplo setting, %d\n", r.uplo),
+        };
     };
     let Some(trans) = trans else {
-        return Decoded { shape, verdict: cblas_illegal(ROUT, 3, 3, row, c"Illegal Trans setting, %d\n", r.trans) };
+        return Decoded {
+            shape,
+            verdict: cblas_illegal(ROUT, 3, 3, row, c"Illegal Trans setting, %d\n", r.trans),
+        };
     };
     let (fuplo, ftrans) = if row {
-        let flipped = if uplo == Uplo::Upper { Uplo::Lower } else { Uplo::Upper };
-        (flipped, if trans == Trans::No { Trans::Yes } else { Trans::No })
+        let flipped = if uplo == Uplo::Upper {
+            Uplo::Lower
+        } else {
+            Uplo::Upper
+        };
+        (
+            flipped,
+            if trans == Trans::No {
+                Trans::Yes
+            } else {
+                Trans::No
+            },
+        )
     } else {
         (uplo, trans)
     };
     let info = syrk_info(Some(fuplo), Some(ftrans), r.n, r.k, r.lda, r.ldc);
     if info != 0 {
-        let report = Report::Fortran { srname: b"DSYRK \0", arg: info, cblas: Some(row) };
-        return Decoded { shape, verdict: Verdict::Illegal(Illegal { info: info + 1, report }) };
+        let report = Report::Fortran {
+            srname: b"DSYRK \0",
+            arg: info,
+            cblas: Some(row),
+        };
+        return Decoded {
+            shape,
+            verdict: Verdict::Illegal(Illegal {
+                info: info + 1,
+                report,
+            }),
+        };
     }
-    let verdict = syrk_verdict(fuplo, ftrans, r.n, r.k, r.alpha, r.a, r.lda, r.beta, r.c, r.ldc);
+    let verdict = syrk_verdict(
+        fuplo, ftrans, r.n, r.k, r.alpha, r.a, r.lda, r.beta, r.c, r.ldc,
+    );
     Decoded { shape, verdict }
 }
 
@@ -750,15 +968,44 @@ impl<I: BlasInt> RawCall for FortranGemm<I> {
 
     unsafe fn forward(&self, f: *const c_void) {
         type F<I> = unsafe extern "C" fn(
-            *const c_char, *const c_char, *const I, *const I, *const I, *const f64, *const f64, *const I,
-            *const f64, *const I, *const f64, *mut f64, *const I, usize, usize,
+            *const c_char,
+            *const c_char,
+            *const I,
+            *const I,
+            *const I,
+            *const f64,
+            *const f64,
+            *const I,
+            *const f64,
+            *const I,
+            *const f64,
+            *mut f64,
+            *const I,
+            usize,
+            usize,
         );
         // SAFETY: `f` has this exact signature (contract of `forward`).
         let f: F<I> = unsafe { std::mem::transmute::<*const c_void, F<I>>(f) };
         let s = *self;
         // SAFETY: the caller's own arguments, unchanged.
         unsafe {
-            f(s.transa, s.transb, s.m, s.n, s.k, s.alpha, s.a, s.lda, s.b, s.ldb, s.beta, s.c, s.ldc, s.transa_len, s.transb_len)
+            f(
+                s.transa,
+                s.transb,
+                s.m,
+                s.n,
+                s.k,
+                s.alpha,
+                s.a,
+                s.lda,
+                s.b,
+                s.ldb,
+                s.beta,
+                s.c,
+                s.ldc,
+                s.transa_len,
+                s.transb_len,
+            )
         }
     }
 }
@@ -787,14 +1034,39 @@ impl<I: BlasInt> RawCall for FortranSyrk<I> {
 
     unsafe fn forward(&self, f: *const c_void) {
         type F<I> = unsafe extern "C" fn(
-            *const c_char, *const c_char, *const I, *const I, *const f64, *const f64, *const I, *const f64, *mut f64,
-            *const I, usize, usize,
+            *const c_char,
+            *const c_char,
+            *const I,
+            *const I,
+            *const f64,
+            *const f64,
+            *const I,
+            *const f64,
+            *mut f64,
+            *const I,
+            usize,
+            usize,
         );
         // SAFETY: `f` has this exact signature (contract of `forward`).
         let f: F<I> = unsafe { std::mem::transmute::<*const c_void, F<I>>(f) };
         let s = *self;
         // SAFETY: the caller's own arguments, unchanged.
-        unsafe { f(s.uplo, s.trans, s.n, s.k, s.alpha, s.a, s.lda, s.beta, s.c, s.ldc, s.uplo_len, s.trans_len) }
+        unsafe {
+            f(
+                s.uplo,
+                s.trans,
+                s.n,
+                s.k,
+                s.alpha,
+                s.a,
+                s.lda,
+                s.beta,
+                s.c,
+                s.ldc,
+                s.uplo_len,
+                s.trans_len,
+            )
+        }
     }
 }
 
@@ -823,12 +1095,32 @@ impl<I: BlasInt> RawCall for CblasGemm<I> {
     }
 
     unsafe fn forward(&self, f: *const c_void) {
-        type F<I> = unsafe extern "C" fn(c_int, c_int, c_int, I, I, I, f64, *const f64, I, *const f64, I, f64, *mut f64, I);
+        type F<I> = unsafe extern "C" fn(
+            c_int,
+            c_int,
+            c_int,
+            I,
+            I,
+            I,
+            f64,
+            *const f64,
+            I,
+            *const f64,
+            I,
+            f64,
+            *mut f64,
+            I,
+        );
         // SAFETY: `f` has this exact signature (contract of `forward`).
         let f: F<I> = unsafe { std::mem::transmute::<*const c_void, F<I>>(f) };
         let s = *self;
         // SAFETY: the caller's own arguments, unchanged.
-        unsafe { f(s.layout, s.transa, s.transb, s.m, s.n, s.k, s.alpha, s.a, s.lda, s.b, s.ldb, s.beta, s.c, s.ldc) }
+        unsafe {
+            f(
+                s.layout, s.transa, s.transb, s.m, s.n, s.k, s.alpha, s.a, s.lda, s.b, s.ldb,
+                s.beta, s.c, s.ldc,
+            )
+        }
     }
 }
 
@@ -854,12 +1146,17 @@ impl<I: BlasInt> RawCall for CblasSyrk<I> {
     }
 
     unsafe fn forward(&self, f: *const c_void) {
-        type F<I> = unsafe extern "C" fn(c_int, c_int, c_int, I, I, f64, *const f64, I, f64, *mut f64, I);
+        type F<I> =
+            unsafe extern "C" fn(c_int, c_int, c_int, I, I, f64, *const f64, I, f64, *mut f64, I);
         // SAFETY: `f` has this exact signature (contract of `forward`).
         let f: F<I> = unsafe { std::mem::transmute::<*const c_void, F<I>>(f) };
         let s = *self;
         // SAFETY: the caller's own arguments, unchanged.
-        unsafe { f(s.layout, s.uplo, s.trans, s.n, s.k, s.alpha, s.a, s.lda, s.beta, s.c, s.ldc) }
+        unsafe {
+            f(
+                s.layout, s.uplo, s.trans, s.n, s.k, s.alpha, s.a, s.lda, s.beta, s.c, s.ldc,
+            )
+        }
     }
 }
 
@@ -882,16 +1179,34 @@ pub unsafe fn report_illegal(id: SymId, bad: &Illegal) {
     let prefixed = |base: &str| format!("{}{base}{sfx}", sym.prefix);
     let fortran_handler = || {
         let first = prefixed("xerbla_");
-        forward::global_symbol(&first).or_else(|| if first != "xerbla_" { forward::global_symbol("xerbla_") } else { None })
+        forward::global_symbol(&first).or_else(|| {
+            if first != "xerbla_" {
+                forward::global_symbol("xerbla_")
+            } else {
+                None
+            }
+        })
     };
     let cblas_handler = || {
         let first = prefixed("cblas_xerbla");
         forward::global_symbol(&first).or_else(|| {
-            let second = if ilp64 { "cblas_xerbla_64" } else { "cblas_xerbla" };
-            if first != second { forward::global_symbol(second) } else { None }
+            let second = if ilp64 {
+                "cblas_xerbla_64"
+            } else {
+                "cblas_xerbla"
+            };
+            if first != second {
+                forward::global_symbol(second)
+            } else {
+                None
+            }
         })
     };
-    let cblas_rout: &CStr = if sym.routine == Routine::Dgemm { c"cblas_dgemm" } else { c"cblas_dsyrk" };
+    let cblas_rout: &CStr = if sym.routine == Routine::Dgemm {
+        c"cblas_dgemm"
+    } else {
+        c"cblas_dsyrk"
+    };
     match bad.report {
         Report::Fortran { srname, arg, cblas } => {
             if let Some(f) = fortran_handler() {
@@ -910,13 +1225,23 @@ pub unsafe fn report_illegal(id: SymId, bad: &Illegal) {
                 print_reference_message(bad.info, name);
             }
         }
-        Report::Cblas { rout, arg, row_major, form, value } => {
+        Report::Cblas {
+            rout,
+            arg,
+            row_major,
+            form,
+            value,
+        } => {
             if let Some(f) = cblas_handler() {
                 let _globals = CblasGlobals::set(row_major);
                 // SAFETY: reference `cblas_xerbla(info, rout, form, ...)` signature.
                 unsafe { call_cblas_xerbla(f, arg, rout, form, value, ilp64) };
             } else if let Some(f) = fortran_handler() {
-                let name: &[u8; 7] = if sym.routine == Routine::Dgemm { b"DGEMM \0" } else { b"DSYRK \0" };
+                let name: &[u8; 7] = if sym.routine == Routine::Dgemm {
+                    b"DGEMM \0"
+                } else {
+                    b"DSYRK \0"
+                };
                 // SAFETY: as in the Fortran case.
                 unsafe { call_fortran_xerbla(f, name, bad.info, ilp64) };
             } else {
@@ -971,14 +1296,25 @@ unsafe fn call_fortran_xerbla(f: *mut c_void, srname: &[u8; 7], info: i64, ilp64
     // SAFETY: the contract above.
     let f: F = unsafe { std::mem::transmute::<*mut c_void, F>(f) };
     let info32 = info as i32;
-    let p: *const c_void = if ilp64 { (&raw const info).cast() } else { (&raw const info32).cast() };
+    let p: *const c_void = if ilp64 {
+        (&raw const info).cast()
+    } else {
+        (&raw const info32).cast()
+    };
     // SAFETY: srname is 6 bytes, passed with its length as gfortran does.
     unsafe { f(srname.as_ptr().cast(), p, 6) }
 }
 
 /// # Safety
 /// - `f` is `cblas_xerbla(CBLAS_INT, const char*, const char*, ...)`, `CBLAS_INT` 64-bit when `ilp64`.
-unsafe fn call_cblas_xerbla(f: *mut c_void, info: i64, rout: &CStr, form: &CStr, value: c_int, ilp64: bool) {
+unsafe fn call_cblas_xerbla(
+    f: *mut c_void,
+    info: i64,
+    rout: &CStr,
+    form: &CStr,
+    value: c_int,
+    ilp64: bool,
+) {
     if ilp64 {
         type F = unsafe extern "C" fn(i64, *const c_char, *const c_char, ...);
         // SAFETY: the contract above.
@@ -1007,7 +1343,22 @@ mod tests {
     use std::ptr::{null, null_mut};
 
     fn fg(ta: u8, tb: u8, m: i64, n: i64, k: i64, lda: i64, ldb: i64, ldc: i64) -> Decoded {
-        decode_fortran_gemm(ta, tb, m, n, k, 1.0, null(), lda, null(), ldb, 0.0, null_mut(), ldc, false)
+        decode_fortran_gemm(
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            1.0,
+            null(),
+            lda,
+            null(),
+            ldb,
+            0.0,
+            null_mut(),
+            ldc,
+            false,
+        )
     }
 
     fn info(d: &Decoded) -> i64 {
@@ -1030,8 +1381,8 @@ mod tests {
             (b'N', b'N', -1, -1, -1, 1, 1, 1, 3),
             (b'N', b'N', 0, -1, 0, 1, 1, 1, 4),
             (b'N', b'N', 0, 0, -1, 1, 1, 1, 5),
-            (b'N', b'N', 2, 0, 0, 1, 1, 2, 8),  // lda < m
-            (b'T', b'N', 2, 0, 3, 2, 3, 2, 8),  // lda < k when transposed
+            (b'N', b'N', 2, 0, 0, 1, 1, 2, 8), // lda < m
+            (b'T', b'N', 2, 0, 3, 2, 3, 2, 8), // lda < k when transposed
             (b'T', b'N', 2, 0, 3, 3, 3, 2, 0),
             (b'N', b'N', 0, 0, 0, 0, 1, 1, 8),  // lda < max(1, 0)
             (b'N', b'N', 0, 0, 2, 1, 1, 1, 10), // ldb < k
@@ -1041,9 +1392,24 @@ mod tests {
         ];
         for &(ta, tb, m, n, k, lda, ldb, ldc, want) in table {
             let d = fg(ta, tb, m, n, k, lda, ldb, ldc);
-            assert_eq!(info(&d), want, "{} {} m={m} n={n} k={k} lda={lda} ldb={ldb} ldc={ldc}", ta as char, tb as char);
+            assert_eq!(
+                info(&d),
+                want,
+                "{} {} m={m} n={n} k={k} lda={lda} ldb={ldb} ldc={ldc}",
+                ta as char,
+                tb as char
+            );
             if want != 0 {
-                let Verdict::Illegal(Illegal { report: Report::Fortran { srname, arg, cblas: None }, .. }) = d.verdict else {
+                let Verdict::Illegal(Illegal {
+                    report:
+                        Report::Fortran {
+                            srname,
+                            arg,
+                            cblas: None,
+                        },
+                    ..
+                }) = d.verdict
+                else {
                     panic!("{:?}", d.verdict)
                 };
                 assert_eq!((srname, arg), (b"DGEMM \0", want));
@@ -1065,23 +1431,64 @@ mod tests {
             (b'L', b'N', 2, 0, 2, 1, 10),
         ];
         for &(ul, tr, n, k, lda, ldc, want) in table {
-            let d = decode_fortran_syrk(ul, tr, n, k, 1.0, null(), lda, 0.0, null_mut(), ldc, false);
-            assert_eq!(info(&d), want, "{} {} n={n} k={k} lda={lda} ldc={ldc}", ul as char, tr as char);
+            let d =
+                decode_fortran_syrk(ul, tr, n, k, 1.0, null(), lda, 0.0, null_mut(), ldc, false);
+            assert_eq!(
+                info(&d),
+                want,
+                "{} {} n={n} k={k} lda={lda} ldc={ldc}",
+                ul as char,
+                tr as char
+            );
         }
     }
 
-    fn cg(layout: i32, ta: i32, tb: i32, m: i64, n: i64, k: i64, lda: i64, ldb: i64, ldc: i64) -> Decoded {
-        let r = CblasGemm { layout, transa: ta, transb: tb, m, n, k, alpha: 1.0, a: null(), lda, b: null(), ldb, beta: 0.0, c: null_mut(), ldc };
+    fn cg(
+        layout: i32,
+        ta: i32,
+        tb: i32,
+        m: i64,
+        n: i64,
+        k: i64,
+        lda: i64,
+        ldb: i64,
+        ldc: i64,
+    ) -> Decoded {
+        let r = CblasGemm {
+            layout,
+            transa: ta,
+            transb: tb,
+            m,
+            n,
+            k,
+            alpha: 1.0,
+            a: null(),
+            lda,
+            b: null(),
+            ldb,
+            beta: 0.0,
+            c: null_mut(),
+            ldc,
+        };
         decode_cblas_gemm(&r, false)
     }
 
     fn cblas_report(d: &Decoded) -> (i64, i64, bool) {
         match d.verdict {
-            Verdict::Illegal(Illegal { info, report: Report::Cblas { arg, row_major, .. } }) => (info, arg, row_major),
+            Verdict::Illegal(Illegal {
+                info,
+                report: Report::Cblas { arg, row_major, .. },
+            }) => (info, arg, row_major),
             // Dimension errors: xerbla_ with the Fortran info of the (swapped) Fortran call.
-            Verdict::Illegal(Illegal { info, report: Report::Fortran { arg, cblas: Some(row_major), .. } }) => {
-                (info, arg, row_major)
-            }
+            Verdict::Illegal(Illegal {
+                info,
+                report:
+                    Report::Fortran {
+                        arg,
+                        cblas: Some(row_major),
+                        ..
+                    },
+            }) => (info, arg, row_major),
             ref v => panic!("expected a CBLAS error, got {v:?}"),
         }
     }
@@ -1094,7 +1501,18 @@ mod tests {
     fn cblas_dgemm_error_numbering_matches_reference() {
         use cblas::*;
         let (c, r, n, t) = (COL_MAJOR, ROW_MAJOR, NO_TRANS, TRANS);
-        let table: &[(i32, i32, i32, i64, i64, i64, i64, i64, i64, (i64, i64, bool))] = &[
+        let table: &[(
+            i32,
+            i32,
+            i32,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            (i64, i64, bool),
+        )] = &[
             (0, n, n, 0, 0, 0, 1, 1, 1, (1, 1, false)),
             (c, 0, n, 0, 0, 0, 1, 1, 1, (2, 2, false)),
             (r, 0, n, 0, 0, 0, 1, 1, 1, (2, 2, true)),
@@ -1108,16 +1526,20 @@ mod tests {
             (c, n, n, 0, 0, -1, 1, 1, 1, (6, 5, false)),
             (r, n, n, 0, 0, -1, 1, 1, 1, (6, 5, true)),
             (c, n, n, 2, 0, 0, 1, 1, 2, (9, 8, false)),
-            (r, n, n, 0, 0, 2, 1, 1, 1, (9, 10, true)),  // row-major lda < k (A is m x k, NoTrans)
-            (r, t, n, 2, 0, 0, 1, 1, 1, (9, 10, true)),  // row-major lda < m (A^T stored k x m)
+            (r, n, n, 0, 0, 2, 1, 1, 1, (9, 10, true)), // row-major lda < k (A is m x k, NoTrans)
+            (r, t, n, 2, 0, 0, 1, 1, 1, (9, 10, true)), // row-major lda < m (A^T stored k x m)
             (c, n, n, 0, 0, 2, 1, 1, 1, (11, 10, false)),
-            (r, n, n, 0, 2, 0, 1, 1, 2, (11, 8, true)),  // row-major ldb < n
+            (r, n, n, 0, 2, 0, 1, 1, 2, (11, 8, true)), // row-major ldb < n
             (c, n, n, 2, 0, 0, 2, 1, 1, (14, 13, false)),
             (r, n, n, 0, 2, 0, 1, 2, 1, (14, 13, true)), // row-major ldc < n
         ];
         for &(layout, ta, tb, m, nn, k, lda, ldb, ldc, want) in table {
             let d = cg(layout, ta, tb, m, nn, k, lda, ldb, ldc);
-            assert_eq!(cblas_report(&d), want, "layout={layout} ta={ta} tb={tb} m={m} n={nn} k={k} lda={lda} ldb={ldb} ldc={ldc}");
+            assert_eq!(
+                cblas_report(&d),
+                want,
+                "layout={layout} ta={ta} tb={tb} m={m} n={nn} k={k} lda={lda} ldb={ldb} ldc={ldc}"
+            );
         }
     }
 
@@ -1141,18 +1563,56 @@ mod tests {
             (r, UPPER, NO_TRANS, 2, 0, 2, 1, (11, 10, true)),
         ];
         for &(layout, ul, tr, n, k, lda, ldc, want) in table {
-            let s = CblasSyrk { layout, uplo: ul, trans: tr, n, k, alpha: 1.0, a: null(), lda, beta: 0.0, c: null_mut(), ldc };
+            let s = CblasSyrk {
+                layout,
+                uplo: ul,
+                trans: tr,
+                n,
+                k,
+                alpha: 1.0,
+                a: null(),
+                lda,
+                beta: 0.0,
+                c: null_mut(),
+                ldc,
+            };
             let d = decode_cblas_syrk(&s, false);
-            assert_eq!(cblas_report(&d), want, "layout={layout} uplo={ul} trans={tr} n={n} k={k} lda={lda} ldc={ldc}");
+            assert_eq!(
+                cblas_report(&d),
+                want,
+                "layout={layout} uplo={ul} trans={tr} n={n} k={k} lda={lda} ldc={ldc}"
+            );
         }
     }
 
     #[test]
     fn quick_returns_follow_reference() {
-        assert!(matches!(fg(b'N', b'N', 0, 5, 5, 1, 5, 1).verdict, Verdict::Quick));
-        assert!(matches!(fg(b'N', b'N', 5, 0, 5, 5, 5, 5).verdict, Verdict::Quick));
+        assert!(matches!(
+            fg(b'N', b'N', 0, 5, 5, 1, 5, 1).verdict,
+            Verdict::Quick
+        ));
+        assert!(matches!(
+            fg(b'N', b'N', 5, 0, 5, 5, 5, 5).verdict,
+            Verdict::Quick
+        ));
         let q = |alpha: f64, beta: f64, k: i64| {
-            decode_fortran_gemm(b'N', b'N', 2, 2, k, alpha, null(), 2, null(), 2, beta, null_mut(), 2, false).verdict
+            decode_fortran_gemm(
+                b'N',
+                b'N',
+                2,
+                2,
+                k,
+                alpha,
+                null(),
+                2,
+                null(),
+                2,
+                beta,
+                null_mut(),
+                2,
+                false,
+            )
+            .verdict
         };
         assert!(matches!(q(0.0, 1.0, 2), Verdict::Quick));
         assert!(matches!(q(1.0, 1.0, 0), Verdict::Quick));
@@ -1167,30 +1627,102 @@ mod tests {
         let mut bufs = [0.0f64; 3];
         let (a, b, c) = (&raw const bufs[0], &raw const bufs[1], &raw mut bufs[2]);
         let r = CblasGemm {
-            layout: ROW_MAJOR, transa: TRANS, transb: NO_TRANS, m: 2, n: 3, k: 4, alpha: 2.0, a, lda: 2, b, ldb: 3,
-            beta: 0.5, c, ldc: 3,
+            layout: ROW_MAJOR,
+            transa: TRANS,
+            transb: NO_TRANS,
+            m: 2,
+            n: 3,
+            k: 4,
+            alpha: 2.0,
+            a,
+            lda: 2,
+            b,
+            ldb: 3,
+            beta: 0.5,
+            c,
+            ldc: 3,
         };
         let d = decode_cblas_gemm(&r, true);
-        assert_eq!((d.shape.layout, d.shape.flag1, d.shape.flag2, d.shape.m, d.shape.n, d.shape.ilp64), (Layout::Row, b'T', b'N', 2, 3, true));
-        let Verdict::Compute(Canon::Gemm { transa, transb, m, n, k, a: ca, lda, b: cb, ldb, .. }) = d.verdict else {
+        assert_eq!(
+            (
+                d.shape.layout,
+                d.shape.flag1,
+                d.shape.flag2,
+                d.shape.m,
+                d.shape.n,
+                d.shape.ilp64
+            ),
+            (Layout::Row, b'T', b'N', 2, 3, true)
+        );
+        let Verdict::Compute(Canon::Gemm {
+            transa,
+            transb,
+            m,
+            n,
+            k,
+            a: ca,
+            lda,
+            b: cb,
+            ldb,
+            ..
+        }) = d.verdict
+        else {
             panic!("{:?}", d.verdict)
         };
-        assert_eq!((transa, transb, m, n, k, lda, ldb), (Trans::No, Trans::Yes, 3, 2, 4, 3, 2));
+        assert_eq!(
+            (transa, transb, m, n, k, lda, ldb),
+            (Trans::No, Trans::Yes, 3, 2, 4, 3, 2)
+        );
         assert_eq!((ca, cb), (b, a));
 
-        let s = CblasSyrk { layout: ROW_MAJOR, uplo: UPPER, trans: NO_TRANS, n: 3, k: 2, alpha: 1.0, a, lda: 2, beta: 0.0, c, ldc: 3 };
-        let Verdict::Compute(Canon::Syrk { uplo, trans, .. }) = decode_cblas_syrk(&s, false).verdict else { panic!() };
+        let s = CblasSyrk {
+            layout: ROW_MAJOR,
+            uplo: UPPER,
+            trans: NO_TRANS,
+            n: 3,
+            k: 2,
+            alpha: 1.0,
+            a,
+            lda: 2,
+            beta: 0.0,
+            c,
+            ldc: 3,
+        };
+        let Verdict::Compute(Canon::Syrk { uplo, trans, .. }) =
+            decode_cblas_syrk(&s, false).verdict
+        else {
+            panic!()
+        };
         assert_eq!((uplo, trans), (Uplo::Lower, Trans::Yes));
     }
 
     #[test]
     fn operands_leave_a_and_b_empty_when_the_reference_reads_neither() {
         let mut cbuf = [1.0f64; 4];
-        let d = decode_fortran_gemm(b'N', b'N', 2, 2, 3, 0.0, null(), 2, null(), 3, 2.0, cbuf.as_mut_ptr(), 2, false);
-        let Verdict::Compute(canon) = d.verdict else { panic!() };
+        let d = decode_fortran_gemm(
+            b'N',
+            b'N',
+            2,
+            2,
+            3,
+            0.0,
+            null(),
+            2,
+            null(),
+            3,
+            2.0,
+            cbuf.as_mut_ptr(),
+            2,
+            false,
+        );
+        let Verdict::Compute(canon) = d.verdict else {
+            panic!()
+        };
         // SAFETY: C is a live 2x2 buffer; A and B are NULL and must not be touched.
         let ops = unsafe { canon.operands() };
-        let Operands::Gemm(args, c) = ops else { panic!() };
+        let Operands::Gemm(args, c) = ops else {
+            panic!()
+        };
         assert!(args.a.is_empty() && args.b.is_empty());
         assert_eq!(c.len(), 4);
     }

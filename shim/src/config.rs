@@ -82,7 +82,9 @@ impl Config {
         let moduli = text(&raw.moduli).and_then(|s| match s.trim().parse::<u32>() {
             Ok(n) if n > 0 => Some(n),
             _ => {
-                problems.push(format!("OZAKI_MODULI={s:?} is not a positive integer; ignored"));
+                problems.push(format!(
+                    "OZAKI_MODULI={s:?} is not a positive integer; ignored"
+                ));
                 None
             }
         });
@@ -128,7 +130,11 @@ fn init_logging(filter: &str) {
         notice(&format!("OZAKI_LOG: {e}; using \"info\""));
         tracing_subscriber::EnvFilter::new("info")
     });
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(true).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(true)
+        .try_init();
 }
 
 /// One user-facing line on stderr (`ozaki-shim: ...`), for conditions a user must know about
@@ -166,7 +172,11 @@ mod tests {
         assert_eq!(c.route, RouteRequest::Forced(Route::Vendor));
         assert_eq!(c.moduli, None);
         assert_eq!(p.len(), 2, "{p:?}");
-        assert!(p[0].contains("OZAKI_ROUTE") && p[0].contains("gpu-ozaki"), "{}", p[0]);
+        assert!(
+            p[0].contains("OZAKI_ROUTE") && p[0].contains("gpu-ozaki"),
+            "{}",
+            p[0]
+        );
     }
 
     #[test]
@@ -176,6 +186,11 @@ mod tests {
         assert_eq!(c.route, RouteRequest::Forced(Route::CpuOzaki));
         assert_eq!(c.moduli, Some(14));
         assert!(!c.trace_argv);
-        assert_eq!(Config::from_raw(&raw(Some("auto"), None, Some("1"))).0.route, RouteRequest::Auto);
+        assert_eq!(
+            Config::from_raw(&raw(Some("auto"), None, Some("1")))
+                .0
+                .route,
+            RouteRequest::Auto
+        );
     }
 }

@@ -39,7 +39,10 @@ fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
     let _flags = gpu_kernels::fpenv::KeepFpFlags::new();
     let cfg = config::get();
     let native_only = cfg.route == RouteRequest::Forced(Route::GpuNative);
-    let opts = Options { moduli: cfg.moduli.map(|r| r as usize), ..Default::default() };
+    let opts = Options {
+        moduli: cfg.moduli.map(|r| r as usize),
+        ..Default::default()
+    };
     let stream = stream as gpu_kernels::device::Stream;
     let attempt = gpu_kernels::probe::contain("device entry point", || {
         let mut g = gpu()?;
@@ -144,7 +147,12 @@ pub unsafe extern "C" fn ozaki_dgemm_device(
     if info != 0 {
         return -info;
     }
-    let op = Op::Gemm { transa: ta, transb: tb, b: b as u64, ldb: ldb as usize };
+    let op = Op::Gemm {
+        transa: ta,
+        transb: tb,
+        b: b as u64,
+        ldb: ldb as usize,
+    };
     checked_call(op, m, n, k, alpha, a, lda, beta, c, ldc, stream)
 }
 
@@ -185,5 +193,17 @@ pub unsafe extern "C" fn ozaki_dsyrk_device(
     if info != 0 {
         return -info;
     }
-    checked_call(Op::Syrk { uplo: ul, trans: t }, n, n, k, alpha, a, lda, beta, c, ldc, stream)
+    checked_call(
+        Op::Syrk { uplo: ul, trans: t },
+        n,
+        n,
+        k,
+        alpha,
+        a,
+        lda,
+        beta,
+        c,
+        ldc,
+        stream,
+    )
 }

@@ -66,12 +66,22 @@ unsafe fn run<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
     if let Some(start) = start {
         progress.traced.set(Some((shape, start)));
     }
-    let record = |route: &str, fallback: Option<&str>, outcome: Option<&RouteOutcome>, engine, info, ab| {
-        if let Some(start) = &start {
-            let entry = Entry { sym: id, shape: &shape, route, fallback, outcome, engine, info, ab };
-            trace_sink::record(start, &entry);
-        }
-    };
+    let record =
+        |route: &str, fallback: Option<&str>, outcome: Option<&RouteOutcome>, engine, info, ab| {
+            if let Some(start) = &start {
+                let entry = Entry {
+                    sym: id,
+                    shape: &shape,
+                    route,
+                    fallback,
+                    outcome,
+                    engine,
+                    info,
+                    ab,
+                };
+                trace_sink::record(start, &entry);
+            }
+        };
     match decoded.verdict {
         Verdict::Illegal(bad) => {
             progress.done.set(true);
@@ -90,7 +100,14 @@ unsafe fn run<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
             // `route::execute` plus the vendor comparison when OZAKI_AB picks the call.
             let (done, ab) = unsafe { crate::ab::execute(choice.route, id, raw, &canon, config) };
             progress.done.set(true);
-            record(done.route.name(), done.fallback.as_deref(), Some(&done.outcome), choice.engine.as_ref(), None, ab.as_ref());
+            record(
+                done.route.name(),
+                done.fallback.as_deref(),
+                Some(&done.outcome),
+                choice.engine.as_ref(),
+                None,
+                ab.as_ref(),
+            );
         }
     }
 }

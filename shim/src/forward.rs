@@ -52,13 +52,21 @@ pub fn vendor(id: SymId) -> Option<&'static Vendor> {
 /// Names resolved so far and their libraries (for the trace header).
 pub fn resolved() -> Vec<(SymId, &'static str)> {
     SymId::all()
-        .filter_map(|id| SLOTS[id.index()].get().and_then(|v| v.as_ref()).map(|v| (id, v.library.as_str())))
+        .filter_map(|id| {
+            SLOTS[id.index()]
+                .get()
+                .and_then(|v| v.as_ref())
+                .map(|v| (id, v.library.as_str()))
+        })
         .collect()
 }
 
 /// The library `id` resolved to, if it has been resolved.
 pub fn resolved_library(id: SymId) -> Option<&'static str> {
-    SLOTS[id.index()].get().and_then(|v| v.as_ref()).map(|v| v.library.as_str())
+    SLOTS[id.index()]
+        .get()
+        .and_then(|v| v.as_ref())
+        .map(|v| v.library.as_str())
 }
 
 fn resolve(id: SymId) -> Option<Vendor> {
@@ -67,9 +75,15 @@ fn resolve(id: SymId) -> Option<Vendor> {
         .map(|p| (p, "OZAKI_VENDOR_BLAS"))
         .or_else(|| next_definition(name).map(|p| (p, "RTLD_NEXT")))
         .or_else(|| in_loaded_objects(name).map(|p| (p, "loaded objects")));
-    let vendor = found.map(|(addr, how)| Vendor { addr, library: library_of(addr), how });
+    let vendor = found.map(|(addr, how)| Vendor {
+        addr,
+        library: library_of(addr),
+        how,
+    });
     match &vendor {
-        Some(v) => tracing::info!(symbol = id.name(), id = id.0, library = %v.library, how = v.how, "resolved vendor BLAS"),
+        Some(v) => {
+            tracing::info!(symbol = id.name(), id = id.0, library = %v.library, how = v.how, "resolved vendor BLAS")
+        }
         None => tracing::info!(symbol = id.name(), "no vendor definition found"),
     }
     vendor
@@ -84,8 +98,12 @@ fn from_override(name: &CStr) -> Option<*const c_void> {
             match unsafe { libloading::Library::new(path) } {
                 Ok(lib) => Some(lib),
                 Err(e) => {
-                    let why = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
-                    crate::config::notice(&format!("OZAKI_VENDOR_BLAS={}: cannot load: {why}", path.display()));
+                    let why = std::error::Error::source(&e)
+                        .map_or_else(|| e.to_string(), |s| s.to_string());
+                    crate::config::notice(&format!(
+                        "OZAKI_VENDOR_BLAS={}: cannot load: {why}",
+                        path.display()
+                    ));
                     None
                 }
             }
@@ -126,7 +144,9 @@ fn library_of(p: *const c_void) -> String {
     // SAFETY: any address may be passed to dladdr.
     if unsafe { libc::dladdr(p, &mut info) } != 0 && !info.dli_fname.is_null() {
         // SAFETY: dladdr returned a NUL-terminated file name owned by the loader.
-        unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned()
     } else {
         "?".into()
     }
@@ -137,7 +157,11 @@ struct Walk<'a> {
     found: *const c_void,
 }
 
-unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+unsafe extern "C" fn visit(
+    info: *mut libc::dl_phdr_info,
+    _size: usize,
+    data: *mut c_void,
+) -> c_int {
     // SAFETY: `data` is the `Walk` passed by `in_loaded_objects`, `info` is valid for this callback.
     let (walk, path) = unsafe { (&mut *(data as *mut Walk<'_>), (*info).dlpi_name) };
     // SAFETY: dlpi_name is NULL or a NUL-terminated string.
@@ -161,7 +185,10 @@ unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *m
 }
 
 fn in_loaded_objects(name: &CStr) -> Option<*const c_void> {
-    let mut walk = Walk { name, found: std::ptr::null() };
+    let mut walk = Walk {
+        name,
+        found: std::ptr::null(),
+    };
     // SAFETY: `visit` matches the callback contract and only uses `walk` during the call.
     unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut walk).cast()) };
     (!walk.found.is_null()).then_some(walk.found)
@@ -173,7 +200,11 @@ pub fn global_symbol(name: &str) -> Option<*mut c_void> {
     let c = CString::new(name).ok()?;
     // SAFETY: dlsym with a valid NUL-terminated name.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) } as *const c_void;
-    let p = if !p.is_null() && !is_ours(p) { Some(p) } else { in_loaded_objects(&c) };
+    let p = if !p.is_null() && !is_ours(p) {
+        Some(p)
+    } else {
+        in_loaded_objects(&c)
+    };
     p.map(|p| p as *mut c_void)
 }
 

@@ -68,10 +68,10 @@ pub mod config;
 pub mod entry;
 #[rustfmt::skip]
 mod exports;
+/// Device-resident C entry points (`ozaki_dgemm_device`, `ozaki_dsyrk_device`), issue #4.
+mod device_api;
 pub mod forward;
 pub mod guard;
 pub mod route;
 pub mod symbols;
 pub mod trace_sink;
-/// Device-resident C entry points (`ozaki_dgemm_device`, `ozaki_dsyrk_device`), issue #4.
-mod device_api;

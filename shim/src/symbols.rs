@@ -81,8 +81,22 @@ impl Symbol {
     }
 }
 
-const fn row(base: &'static str, routine: Routine, abi: Abi, prefix: &'static str, width: Width, doc: &'static str) -> Symbol {
-    Symbol { base, routine, abi, prefix, width, doc }
+const fn row(
+    base: &'static str,
+    routine: Routine,
+    abi: Abi,
+    prefix: &'static str,
+    width: Width,
+    doc: &'static str,
+) -> Symbol {
+    Symbol {
+        base,
+        routine,
+        abi,
+        prefix,
+        width,
+        doc,
+    }
 }
 
 use Abi::{Cblas, Fortran};
@@ -91,22 +105,134 @@ use Width::{Ilp64, Lp64};
 
 /// Every exported name, in [`SymId`] order.
 pub const SYMBOLS: [Symbol; 16] = [
-    row("dgemm_", Dgemm, Fortran, "", Lp64, "Fortran dgemm (LP64): C, Fortran and reference LAPACK callers."),
-    row("dsyrk_", Dsyrk, Fortran, "", Lp64, "Fortran dsyrk (LP64): C, Fortran and reference LAPACK callers."),
-    row("cblas_dgemm", Dgemm, Cblas, "", Lp64, "CBLAS dgemm (LP64): Debian numpy `a @ b`."),
-    row("cblas_dsyrk", Dsyrk, Cblas, "", Lp64, "CBLAS dsyrk (LP64): Debian numpy `a @ a.T`."),
-    row("dgemm_", Dgemm, Fortran, "scipy_", Lp64, "scipy-openblas Fortran dgemm (LP64): pip SciPy `scipy.linalg.blas.dgemm`."),
-    row("dsyrk_", Dsyrk, Fortran, "scipy_", Lp64, "scipy-openblas Fortran dsyrk (LP64): pip SciPy `scipy.linalg.blas.dsyrk`."),
-    row("cblas_dgemm", Dgemm, Cblas, "scipy_", Lp64, "scipy-openblas CBLAS dgemm (LP64)."),
-    row("cblas_dsyrk", Dsyrk, Cblas, "scipy_", Lp64, "scipy-openblas CBLAS dsyrk (LP64)."),
-    row("cblas_dgemm", Dgemm, Cblas, "scipy_", Ilp64, "scipy-openblas64 CBLAS dgemm (ILP64 dims, int enums): pip NumPy >= 2 `a @ b`."),
-    row("cblas_dsyrk", Dsyrk, Cblas, "scipy_", Ilp64, "scipy-openblas64 CBLAS dsyrk (ILP64 dims, int enums): pip NumPy >= 2 `a @ a.T`."),
-    row("dgemm_", Dgemm, Fortran, "scipy_", Ilp64, "scipy-openblas64 Fortran dgemm (ILP64)."),
-    row("dsyrk_", Dsyrk, Fortran, "scipy_", Ilp64, "scipy-openblas64 Fortran dsyrk (ILP64)."),
-    row("dgemm_", Dgemm, Fortran, "", Ilp64, "Fortran dgemm (ILP64, OpenBLAS `64_` suffix)."),
-    row("dsyrk_", Dsyrk, Fortran, "", Ilp64, "Fortran dsyrk (ILP64, OpenBLAS `64_` suffix)."),
-    row("cblas_dgemm", Dgemm, Cblas, "", Ilp64, "CBLAS dgemm (ILP64 dims, int enums, OpenBLAS `64_` suffix)."),
-    row("cblas_dsyrk", Dsyrk, Cblas, "", Ilp64, "CBLAS dsyrk (ILP64 dims, int enums, OpenBLAS `64_` suffix)."),
+    row(
+        "dgemm_",
+        Dgemm,
+        Fortran,
+        "",
+        Lp64,
+        "Fortran dgemm (LP64): C, Fortran and reference LAPACK callers.",
+    ),
+    row(
+        "dsyrk_",
+        Dsyrk,
+        Fortran,
+        "",
+        Lp64,
+        "Fortran dsyrk (LP64): C, Fortran and reference LAPACK callers.",
+    ),
+    row(
+        "cblas_dgemm",
+        Dgemm,
+        Cblas,
+        "",
+        Lp64,
+        "CBLAS dgemm (LP64): Debian numpy `a @ b`.",
+    ),
+    row(
+        "cblas_dsyrk",
+        Dsyrk,
+        Cblas,
+        "",
+        Lp64,
+        "CBLAS dsyrk (LP64): Debian numpy `a @ a.T`.",
+    ),
+    row(
+        "dgemm_",
+        Dgemm,
+        Fortran,
+        "scipy_",
+        Lp64,
+        "scipy-openblas Fortran dgemm (LP64): pip SciPy `scipy.linalg.blas.dgemm`.",
+    ),
+    row(
+        "dsyrk_",
+        Dsyrk,
+        Fortran,
+        "scipy_",
+        Lp64,
+        "scipy-openblas Fortran dsyrk (LP64): pip SciPy `scipy.linalg.blas.dsyrk`.",
+    ),
+    row(
+        "cblas_dgemm",
+        Dgemm,
+        Cblas,
+        "scipy_",
+        Lp64,
+        "scipy-openblas CBLAS dgemm (LP64).",
+    ),
+    row(
+        "cblas_dsyrk",
+        Dsyrk,
+        Cblas,
+        "scipy_",
+        Lp64,
+        "scipy-openblas CBLAS dsyrk (LP64).",
+    ),
+    row(
+        "cblas_dgemm",
+        Dgemm,
+        Cblas,
+        "scipy_",
+        Ilp64,
+        "scipy-openblas64 CBLAS dgemm (ILP64 dims, int enums): pip NumPy >= 2 `a @ b`.",
+    ),
+    row(
+        "cblas_dsyrk",
+        Dsyrk,
+        Cblas,
+        "scipy_",
+        Ilp64,
+        "scipy-openblas64 CBLAS dsyrk (ILP64 dims, int enums): pip NumPy >= 2 `a @ a.T`.",
+    ),
+    row(
+        "dgemm_",
+        Dgemm,
+        Fortran,
+        "scipy_",
+        Ilp64,
+        "scipy-openblas64 Fortran dgemm (ILP64).",
+    ),
+    row(
+        "dsyrk_",
+        Dsyrk,
+        Fortran,
+        "scipy_",
+        Ilp64,
+        "scipy-openblas64 Fortran dsyrk (ILP64).",
+    ),
+    row(
+        "dgemm_",
+        Dgemm,
+        Fortran,
+        "",
+        Ilp64,
+        "Fortran dgemm (ILP64, OpenBLAS `64_` suffix).",
+    ),
+    row(
+        "dsyrk_",
+        Dsyrk,
+        Fortran,
+        "",
+        Ilp64,
+        "Fortran dsyrk (ILP64, OpenBLAS `64_` suffix).",
+    ),
+    row(
+        "cblas_dgemm",
+        Dgemm,
+        Cblas,
+        "",
+        Ilp64,
+        "CBLAS dgemm (ILP64 dims, int enums, OpenBLAS `64_` suffix).",
+    ),
+    row(
+        "cblas_dsyrk",
+        Dsyrk,
+        Cblas,
+        "",
+        Ilp64,
+        "CBLAS dsyrk (ILP64 dims, int enums, OpenBLAS `64_` suffix).",
+    ),
 ];
 
 /// Index of an exported name in [`SYMBOLS`]; what entry points, forwarding slots and trace
@@ -137,8 +263,12 @@ impl SymId {
 /// Number of exported names.
 pub const COUNT: usize = SYMBOLS.len();
 
-static NAMES: LazyLock<Vec<CString>> =
-    LazyLock::new(|| SYMBOLS.iter().map(|s| CString::new(s.expand()).expect("names hold no NUL")).collect());
+static NAMES: LazyLock<Vec<CString>> = LazyLock::new(|| {
+    SYMBOLS
+        .iter()
+        .map(|s| CString::new(s.expand()).expect("names hold no NUL"))
+        .collect()
+});
 
 impl SymId {
     /// Every id, in table order.
@@ -176,9 +306,22 @@ mod tests {
     fn table_expands_to_exactly_the_names_clients_call() {
         let got: BTreeSet<&str> = SymId::all().map(SymId::name).collect();
         let want: BTreeSet<&str> = [
-            "dgemm_", "dsyrk_", "cblas_dgemm", "cblas_dsyrk", "scipy_dgemm_", "scipy_dsyrk_", "scipy_cblas_dgemm",
-            "scipy_cblas_dsyrk", "scipy_cblas_dgemm64_", "scipy_cblas_dsyrk64_", "scipy_dgemm_64_", "scipy_dsyrk_64_",
-            "dgemm_64_", "dsyrk_64_", "cblas_dgemm64_", "cblas_dsyrk64_",
+            "dgemm_",
+            "dsyrk_",
+            "cblas_dgemm",
+            "cblas_dsyrk",
+            "scipy_dgemm_",
+            "scipy_dsyrk_",
+            "scipy_cblas_dgemm",
+            "scipy_cblas_dsyrk",
+            "scipy_cblas_dgemm64_",
+            "scipy_cblas_dsyrk64_",
+            "scipy_dgemm_64_",
+            "scipy_dsyrk_64_",
+            "dgemm_64_",
+            "dsyrk_64_",
+            "cblas_dgemm64_",
+            "cblas_dsyrk64_",
         ]
         .into_iter()
         .collect();
@@ -196,8 +339,17 @@ mod tests {
         for id in SymId::all() {
             let s = id.symbol();
             assert_eq!(s.ilp64(), id.name().ends_with("64_"), "{}", id.name());
-            assert_eq!(s.abi == Abi::Cblas, id.name().contains("cblas_"), "{}", id.name());
-            let routine = if id.name().contains("gemm") { Routine::Dgemm } else { Routine::Dsyrk };
+            assert_eq!(
+                s.abi == Abi::Cblas,
+                id.name().contains("cblas_"),
+                "{}",
+                id.name()
+            );
+            let routine = if id.name().contains("gemm") {
+                Routine::Dgemm
+            } else {
+                Routine::Dsyrk
+            };
             assert_eq!(s.routine, routine, "{}", id.name());
         }
     }

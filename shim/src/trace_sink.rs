@@ -51,7 +51,10 @@ pub const FLUSH_BYTES: usize = 16 * 1024;
 
 /// Monotonic clock in ns.
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid timespec pointer; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -68,7 +71,10 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 
 fn set_origin() {
     ORIGIN_NS.store(now_ns(), Ordering::Relaxed);
-    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
     ORIGIN_UNIX_S.store(unix.to_bits(), Ordering::Relaxed);
 }
 
@@ -80,7 +86,11 @@ extern "C" fn on_load() {
     LOAD_PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
     // SAFETY: the handlers are `extern "C" fn()` that live for the whole process.
     unsafe {
-        libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_parent),
+            Some(after_fork_child),
+        );
         libc::atexit(flush_at_exit);
     }
 }
@@ -98,7 +108,10 @@ pub struct Start {
 
 /// Takes the sequence number and start time of a call (only when tracing).
 pub fn start() -> Start {
-    Start { seq: SEQ.fetch_add(1, Ordering::Relaxed), t: now_ns() }
+    Start {
+        seq: SEQ.fetch_add(1, Ordering::Relaxed),
+        t: now_ns(),
+    }
 }
 
 /// What one call record says besides its sequence number and times.
@@ -145,7 +158,14 @@ pub fn record(start: &Start, entry: &Entry<'_>) {
     let tid = tid();
     let write = |line: &mut Vec<u8>| {
         line.clear();
-        format_body(line, start.seq, t_ns, end.saturating_sub(start.t), tid, entry);
+        format_body(
+            line,
+            start.seq,
+            t_ns,
+            end.saturating_sub(start.t),
+            tid,
+            entry,
+        );
         append(entry.sym, line);
     };
     if LINE.try_with(|l| write(&mut l.borrow_mut())).is_err() {
@@ -319,7 +339,13 @@ unsafe impl Sync for Shared {}
 
 static SHARED: Shared = Shared {
     mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
-    sink: UnsafeCell::new(Sink { state: State::Closed, fd: -1, buf: Vec::new(), write_through: false, announced: [false; COUNT] }),
+    sink: UnsafeCell::new(Sink {
+        state: State::Closed,
+        fd: -1,
+        buf: Vec::new(),
+        write_through: false,
+        announced: [false; COUNT],
+    }),
 };
 
 /// The sink, locked until dropped. A plain pthread mutex (not `std::sync::Mutex`) so the
@@ -385,7 +411,13 @@ impl Sink {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() } as u32;
         let child = pid != LOAD_PID.load(Ordering::Relaxed);
-        let path = expand(&template, pid, &hostname(), &rank().unwrap_or(0).to_string(), child);
+        let path = expand(
+            &template,
+            pid,
+            &hostname(),
+            &rank().unwrap_or(0).to_string(),
+            child,
+        );
         match create(&path) {
             Ok(fd) => {
                 self.fd = fd;
@@ -403,7 +435,9 @@ impl Sink {
             }
             Err(e) => {
                 self.state = State::Failed;
-                crate::config::notice(&format!("OZAKI_TRACE: cannot create {path}: {e}; not tracing"));
+                crate::config::notice(&format!(
+                    "OZAKI_TRACE: cannot create {path}: {e}; not tracing"
+                ));
             }
         }
     }
@@ -435,8 +469,14 @@ fn write_all(fd: c_int, mut bytes: &[u8]) {
 /// character device such as `/dev/null`) is accepted: `O_NONBLOCK` keeps a FIFO planted at the
 /// path from blocking the program, and `fstat` refuses it.
 fn create(path: &str) -> std::io::Result<c_int> {
-    let c = CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let c =
+        CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let flags = libc::O_WRONLY
+        | libc::O_CREAT
+        | libc::O_TRUNC
+        | libc::O_NOFOLLOW
+        | libc::O_CLOEXEC
+        | libc::O_NONBLOCK;
     // SAFETY: valid NUL-terminated path.
     let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
     if fd < 0 {
@@ -450,7 +490,11 @@ fn create(path: &str) -> std::io::Result<c_int> {
     // SAFETY: `st` is plain data that fstat fills; `fd` is ours.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    let kind = if unsafe { libc::fstat(fd, &mut st) } == 0 { st.st_mode & libc::S_IFMT } else { 0 };
+    let kind = if unsafe { libc::fstat(fd, &mut st) } == 0 {
+        st.st_mode & libc::S_IFMT
+    } else {
+        0
+    };
     if kind != libc::S_IFREG && kind != libc::S_IFCHR {
         // SAFETY: our descriptor.
         unsafe { libc::close(fd) };
@@ -458,7 +502,13 @@ fn create(path: &str) -> std::io::Result<c_int> {
     }
     // Back to blocking writes (O_NONBLOCK only mattered for the open).
     // SAFETY: `fd` is ours.
-    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) & !libc::O_NONBLOCK) };
+    unsafe {
+        libc::fcntl(
+            fd,
+            libc::F_SETFL,
+            libc::fcntl(fd, libc::F_GETFL) & !libc::O_NONBLOCK,
+        )
+    };
     Ok(fd)
 }
 
@@ -511,13 +561,19 @@ pub fn rank() -> Option<u32> {
 }
 
 fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
-    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let argv = with_argv.then(|| {
         std::fs::read("/proc/self/cmdline")
             .map(|raw| {
                 raw.split(|&b| b == 0)
                     .filter(|s| !s.is_empty())
-                    .map(|s| std::ffi::OsStr::from_bytes(s).to_string_lossy().into_owned())
+                    .map(|s| {
+                        std::ffi::OsStr::from_bytes(s)
+                            .to_string_lossy()
+                            .into_owned()
+                    })
                     .collect()
             })
             .unwrap_or_default()
@@ -529,7 +585,10 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
         exe,
         argv,
         shim_version: env!("CARGO_PKG_VERSION").into(),
-        vendor: forward::resolved().into_iter().map(|(id, lib)| (id.name().to_string(), lib.to_string())).collect(),
+        vendor: forward::resolved()
+            .into_iter()
+            .map(|(id, lib)| (id.name().to_string(), lib.to_string()))
+            .collect(),
         start_unix_s: f64::from_bits(ORIGIN_UNIX_S.load(Ordering::Relaxed)),
         host: Some(hostname()),
         rank: rank(),
@@ -609,7 +668,11 @@ mod tests {
     #[test]
     fn records_round_trip_through_the_schema_parser() {
         let s = shape(Routine::Dgemm);
-        let outcome = RouteOutcome { moduli: Some(14), device: Some(0), phases: Some(Default::default()) };
+        let outcome = RouteOutcome {
+            moduli: Some(14),
+            device: Some(0),
+            phases: Some(Default::default()),
+        };
         let e = Entry {
             sym: SymId::SCIPY_CBLAS_DGEMM64,
             shape: &s,
@@ -621,21 +684,37 @@ mod tests {
             ab: None,
         };
         let text = line(&e);
-        let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) else { panic!() };
+        let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}"))
+        else {
+            panic!()
+        };
         assert_eq!((c.seq, c.t_ns, c.dur_ns, c.tid), (7, 123, 456, 789));
         assert_eq!(c.sym, "scipy_cblas_dgemm64_");
         assert_eq!((c.routine, c.layout), (Routine::Dgemm, Layout::Row));
-        assert_eq!((c.transa.as_deref(), c.transb.as_deref(), c.uplo.as_deref()), (Some("N"), Some("T"), None));
+        assert_eq!(
+            (c.transa.as_deref(), c.transb.as_deref(), c.uplo.as_deref()),
+            (Some("N"), Some("T"), None)
+        );
         assert_eq!((c.m, c.n, c.k, c.lda, c.ldb, c.ldc), (3, 4, 5, 5, 5, 4));
-        assert_eq!((c.alpha, c.beta), (0.1, -2.5e-300), "floats must round-trip exactly");
+        assert_eq!(
+            (c.alpha, c.beta),
+            (0.1, -2.5e-300),
+            "floats must round-trip exactly"
+        );
         assert!(c.ilp64);
         assert_eq!(c.route, "vendor");
-        assert_eq!(c.fallback.as_deref(), Some("gpu-ozaki: route \"x\" not available\n"));
+        assert_eq!(
+            c.fallback.as_deref(),
+            Some("gpu-ozaki: route \"x\" not available\n")
+        );
         assert_eq!((c.moduli, c.device), (Some(14), Some(0)));
         // The same record through serde gives the same object.
         let reparsed: serde_json::Value = serde_json::from_str(&text).unwrap();
         let via_serde = serde_json::to_value(&*c).unwrap();
-        assert_eq!(reparsed, via_serde, "hand-formatted record differs from the schema's serialisation");
+        assert_eq!(
+            reparsed, via_serde,
+            "hand-formatted record differs from the schema's serialisation"
+        );
     }
 
     #[test]
@@ -648,20 +727,41 @@ mod tests {
         s.m = -1;
         s.alpha = f64::NAN;
         s.beta = f64::NEG_INFINITY;
-        let e = Entry { sym: SymId::DSYRK, shape: &s, route: "xerbla", fallback: None, outcome: None, engine: None, info: Some(2), ab: None };
+        let e = Entry {
+            sym: SymId::DSYRK,
+            shape: &s,
+            route: "xerbla",
+            fallback: None,
+            outcome: None,
+            engine: None,
+            info: Some(2),
+            ab: None,
+        };
         let text = line(&e);
-        let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) else { panic!() };
-        assert_eq!((c.uplo.as_deref(), c.trans.as_deref(), c.transa.as_deref()), (Some("U"), Some("?"), None));
+        let Line::Call(c) = parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}"))
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (c.uplo.as_deref(), c.trans.as_deref(), c.transa.as_deref()),
+            (Some("U"), Some("?"), None)
+        );
         assert_eq!((c.m, c.route.as_str(), c.info), (0, "xerbla", Some(2)));
         assert!(c.alpha.is_nan() && c.beta == f64::NEG_INFINITY);
     }
 
     #[test]
     fn templates_expand_and_children_get_their_own_name() {
-        assert_eq!(expand("/t/run-%p-%h-r%r.jsonl", 42, "node1", "3", false), "/t/run-42-node1-r3.jsonl");
+        assert_eq!(
+            expand("/t/run-%p-%h-r%r.jsonl", 42, "node1", "3", false),
+            "/t/run-42-node1-r3.jsonl"
+        );
         assert_eq!(expand("a%%p%", 1, "h", "0", false), "a%p%");
         assert_eq!(expand("trace.jsonl", 77, "h", "0", true), "trace.jsonl.77");
-        assert_eq!(expand("trace-%p.jsonl", 77, "h", "0", true), "trace-77.jsonl");
+        assert_eq!(
+            expand("trace-%p.jsonl", 77, "h", "0", true),
+            "trace-77.jsonl"
+        );
     }
 
     #[test]
@@ -681,7 +781,10 @@ mod tests {
         let cfifo = CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: valid path.
         assert_eq!(unsafe { libc::mkfifo(cfifo.as_ptr(), 0o600) }, 0);
-        assert!(create(fifo.to_str().unwrap()).is_err(), "a FIFO must be refused, not block");
+        assert!(
+            create(fifo.to_str().unwrap()).is_err(),
+            "a FIFO must be refused, not block"
+        );
 
         let plain = dir.join("plain.jsonl");
         std::fs::write(&plain, b"old contents").unwrap();
@@ -689,12 +792,20 @@ mod tests {
         write_all(fd, b"{}\n");
         // SAFETY: our descriptor.
         unsafe { libc::close(fd) };
-        assert_eq!(std::fs::read(&plain).unwrap(), b"{}\n", "an existing file is truncated");
+        assert_eq!(
+            std::fs::read(&plain).unwrap(),
+            b"{}\n",
+            "an existing file is truncated"
+        );
         let fresh = dir.join("fresh.jsonl");
         // SAFETY: our descriptor.
         unsafe { libc::close(create(fresh.to_str().unwrap()).unwrap()) };
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o077, 0, "not readable by others");
+        assert_eq!(
+            std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o077,
+            0,
+            "not readable by others"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -703,7 +814,9 @@ mod tests {
         let h = header(1, None, false);
         let text = serde_json::to_string(&h).unwrap();
         assert!(!text.contains("argv"), "{text}");
-        let Line::Header(back) = parse_line(&text, 1).unwrap() else { panic!() };
+        let Line::Header(back) = parse_line(&text, 1).unwrap() else {
+            panic!()
+        };
         assert_eq!(back.schema, SCHEMA_VERSION);
         assert!(header(1, Some(0), true).argv.is_some_and(|a| !a.is_empty()));
     }

@@ -27,9 +27,15 @@ struct Fixture {
 
 /// Builds the client and the stand-in vendor; `None` after a visible skip.
 fn fixture(name: &str) -> Option<Fixture> {
-    if !common::require(common::runs("gcc", &["--version"]), "gcc", "apt-get install gcc")
-        || !common::require(common::have_blas_dev(), "the reference BLAS (-lblas)", "apt-get install libblas-dev")
-    {
+    if !common::require(
+        common::runs("gcc", &["--version"]),
+        "gcc",
+        "apt-get install gcc",
+    ) || !common::require(
+        common::have_blas_dev(),
+        "the reference BLAS (-lblas)",
+        "apt-get install libblas-dev",
+    ) {
         return None;
     }
     let dir = common::work_dir(name);
@@ -37,26 +43,56 @@ fn fixture(name: &str) -> Option<Fixture> {
     let client = dir.join("ab_client");
     let vendor = dir.join("libab_vendor.so");
     for args in [
-        vec!["-O2".into(), apps.join("ab_client.c").into_os_string(), "-o".into(), client.clone().into_os_string(), "-lblas".into()],
-        vec!["-O2".into(), "-shared".into(), "-fPIC".into(), apps.join("ab_vendor.c").into_os_string(), "-o".into(), vendor.clone().into_os_string()],
+        vec![
+            "-O2".into(),
+            apps.join("ab_client.c").into_os_string(),
+            "-o".into(),
+            client.clone().into_os_string(),
+            "-lblas".into(),
+        ],
+        vec![
+            "-O2".into(),
+            "-shared".into(),
+            "-fPIC".into(),
+            apps.join("ab_vendor.c").into_os_string(),
+            "-o".into(),
+            vendor.clone().into_os_string(),
+        ],
     ] {
         let o = Command::new("gcc").args(&args).output().unwrap();
-        assert!(o.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "gcc {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
-    Some(Fixture { client, vendor, dir })
+    Some(Fixture {
+        client,
+        vendor,
+        dir,
+    })
 }
 
 impl Fixture {
     /// Runs the client with `preload` and `env`; returns its output lines.
     fn run(&self, preload: &Path, env: &[(&str, &str)]) -> Vec<String> {
         let mut cmd = Command::new(&self.client);
-        cmd.env("LD_PRELOAD", preload).env("OZAKI_VENDOR_BLAS", &self.vendor);
+        cmd.env("LD_PRELOAD", preload)
+            .env("OZAKI_VENDOR_BLAS", &self.vendor);
         for (k, v) in env {
             cmd.env(k, v);
         }
         let o = cmd.output().unwrap();
-        assert!(o.status.success(), "client failed: {}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8(o.stdout).unwrap().lines().map(String::from).collect()
+        assert!(
+            o.status.success(),
+            "client failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect()
     }
 
     /// The vendor alone, no shim.
@@ -86,28 +122,64 @@ fn ab_records_differences_and_keep_vendor_returns_the_vendors_bits() {
     assert_eq!(calls.len(), 2, "one dgemm_ and one dsyrk_");
     for c in &calls {
         assert_eq!(c.route, "builtin");
-        let ab = c.ab.as_ref().unwrap_or_else(|| panic!("no ab field in {c:?}"));
+        let ab =
+            c.ab.as_ref()
+                .unwrap_or_else(|| panic!("no ab field in {c:?}"));
         assert_eq!((ab.kept.as_str(), ab.skipped.as_deref()), ("route", None));
         assert!(ab.vendor_ns > 0 && ab.route_ns > 0, "{ab:?}");
         // Two correct fp64 results that round differently: close, and measured as different.
         assert!(ab.rel_norm > 0.0 && ab.rel_norm < 1e-13, "{ab:?}");
-        assert!(ab.max_rel_comp >= ab.rel_norm && ab.max_rel_comp < 1e-6, "{ab:?}");
-        let scaled = ab.rel_scaled.expect("difference on the data's scale recorded");
-        assert!(scaled > 0.0 && scaled <= ozaki_core::trace::ab_scaled_bound(c.k), "{ab:?}");
+        assert!(
+            ab.max_rel_comp >= ab.rel_norm && ab.max_rel_comp < 1e-6,
+            "{ab:?}"
+        );
+        let scaled = ab
+            .rel_scaled
+            .expect("difference on the data's scale recorded");
+        assert!(
+            scaled > 0.0 && scaled <= ozaki_core::trace::ab_scaled_bound(c.k),
+            "{ab:?}"
+        );
     }
-    assert_ne!(with_route, vendor, "the program got the route's result, not the vendor's");
+    assert_ne!(
+        with_route, vendor,
+        "the program got the route's result, not the vendor's"
+    );
 
     // 2. Same, but the program receives the vendor's result: bit-identical to the vendor
     //    alone, and the parts of C outside the calls' regions are as the vendor left them.
-    let (with_vendor, calls) = fx.shimmed("vendor", &[("OZAKI_ROUTE", "builtin"), ("OZAKI_AB", "1"), ("OZAKI_AB_KEEP", "vendor")]);
-    assert_eq!(with_vendor, vendor, "OZAKI_AB_KEEP=vendor must return the vendor's bits");
-    assert!(calls.iter().all(|c| c.ab.as_ref().is_some_and(|a| a.kept == "vendor" && a.rel_norm > 0.0)));
+    let (with_vendor, calls) = fx.shimmed(
+        "vendor",
+        &[
+            ("OZAKI_ROUTE", "builtin"),
+            ("OZAKI_AB", "1"),
+            ("OZAKI_AB_KEEP", "vendor"),
+        ],
+    );
+    assert_eq!(
+        with_vendor, vendor,
+        "OZAKI_AB_KEEP=vendor must return the vendor's bits"
+    );
+    assert!(calls.iter().all(|c| {
+        c.ab.as_ref()
+            .is_some_and(|a| a.kept == "vendor" && a.rel_norm > 0.0)
+    }));
 
     // 3. No memory for copies: skipped, counted, and C is still the route's.
-    let (skipped, calls) = fx.shimmed("skipped", &[("OZAKI_ROUTE", "builtin"), ("OZAKI_AB", "1"), ("OZAKI_AB_MAX_MB", "0")]);
+    let (skipped, calls) = fx.shimmed(
+        "skipped",
+        &[
+            ("OZAKI_ROUTE", "builtin"),
+            ("OZAKI_AB", "1"),
+            ("OZAKI_AB_MAX_MB", "0"),
+        ],
+    );
     assert_eq!(skipped, with_route);
     for c in &calls {
-        let why = c.ab.as_ref().and_then(|a| a.skipped.clone()).unwrap_or_default();
+        let why =
+            c.ab.as_ref()
+                .and_then(|a| a.skipped.clone())
+                .unwrap_or_default();
         assert!(why.contains("OZAKI_AB_MAX_MB"), "skip reason: {why:?}");
     }
 
@@ -120,7 +192,10 @@ fn ab_records_differences_and_keep_vendor_returns_the_vendors_bits() {
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}");
-    assert!(text.contains("builtin: PASS, agrees") && text.contains("2 calls skipped"), "{text}");
+    assert!(
+        text.contains("builtin: PASS, agrees") && text.contains("2 calls skipped"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -128,14 +203,26 @@ fn concurrent_calls_on_one_c_keep_each_others_rows() {
     // Four threads update disjoint row blocks of one C (same ldc), 300 rounds each. The
     // built-in route and the A/B copies must write only their own rows: any write-back of a
     // call's whole span would overwrite the other threads' rows with stale values.
-    let Some(fx) = fixture("ab-threads") else { return };
+    let Some(fx) = fixture("ab-threads") else {
+        return;
+    };
     let exe = fx.dir.join("ab_threads");
     let src = common::repo_root().join("tests/apps/ab_threads.c");
-    let o = Command::new("gcc").args(["-O2", "-pthread"]).arg(&src).arg("-o").arg(&exe).arg("-lblas").output().unwrap();
+    let o = Command::new("gcc")
+        .args(["-O2", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-lblas")
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let run = |preload: Option<&Path>, env: &[(&str, &str)]| {
         let mut cmd = Command::new(&exe);
-        cmd.env("LD_LIBRARY_PATH", "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack");
+        cmd.env(
+            "LD_LIBRARY_PATH",
+            "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack",
+        );
         if let Some(p) = preload {
             cmd.env("LD_PRELOAD", p);
         }
@@ -146,14 +233,26 @@ fn concurrent_calls_on_one_c_keep_each_others_rows() {
     };
     let reference = run(None, &[]);
     // The built-in kernel sums in the reference BLAS's order, so it must match bit for bit.
-    assert!(run(Some(&common::shim_lib()), &[("OZAKI_ROUTE", "builtin")]) == reference, "built-in route under threads");
-    let keep = [("OZAKI_ROUTE", "builtin"), ("OZAKI_AB", "1"), ("OZAKI_AB_KEEP", "vendor")];
-    assert!(run(Some(&common::shim_lib()), &keep) == reference, "A/B with KEEP=vendor under threads");
+    assert!(
+        run(Some(&common::shim_lib()), &[("OZAKI_ROUTE", "builtin")]) == reference,
+        "built-in route under threads"
+    );
+    let keep = [
+        ("OZAKI_ROUTE", "builtin"),
+        ("OZAKI_AB", "1"),
+        ("OZAKI_AB_KEEP", "vendor"),
+    ];
+    assert!(
+        run(Some(&common::shim_lib()), &keep) == reference,
+        "A/B with KEEP=vendor under threads"
+    );
 }
 
 #[test]
 fn a_sampled_fraction_picks_the_same_calls_every_run() {
-    let Some(fx) = fixture("ab-sample") else { return };
+    let Some(fx) = fixture("ab-sample") else {
+        return;
+    };
     // Two calls per run; at 0.5 the deterministic sample picks a fixed subset.
     let (_, a) = fx.shimmed("a", &[("OZAKI_ROUTE", "builtin"), ("OZAKI_AB", "0.5")]);
     let (_, b) = fx.shimmed("b", &[("OZAKI_ROUTE", "builtin"), ("OZAKI_AB", "0.5")]);
@@ -163,7 +262,9 @@ fn a_sampled_fraction_picks_the_same_calls_every_run() {
 
 #[test]
 fn vendor_route_is_not_compared_with_itself() {
-    let Some(fx) = fixture("ab-vendor-route") else { return };
+    let Some(fx) = fixture("ab-vendor-route") else {
+        return;
+    };
     let (out, calls) = fx.shimmed("t", &[("OZAKI_ROUTE", "vendor"), ("OZAKI_AB", "1")]);
     assert_eq!(out, fx.vendor_alone());
     assert_eq!(calls.len(), 2);

@@ -12,12 +12,30 @@ fn committed_traces_give_the_statistics_in_their_readme() {
     let traces = common::repo_root().join("traces");
     // name -> the Markdown row `ozaki report` prints (and the README quotes).
     let expected = [
-        ("lapack-dgetrf-4096", "| lapack-dgetrf-4096 | 4095 | 45.3 | 3200 (2560-3712) | 1% |"),
-        ("lapack-dgeqrf-4096", "| lapack-dgeqrf-4096 | 248 | 90.6 | 64 (63-3232) | 50% |"),
-        ("umfpack-convdiff-700", "| umfpack-convdiff-700 | 17120 | 12.1 | 665 (383-850) | 16% |"),
-        ("ccsd-benzene-ccpvdz", "| ccsd-benzene-ccpvdz | 40688 | 748.8 | 800 (347-1302) | 20% |"),
-        ("lobpcg-b64", "| lobpcg-b64 | 745 | 274.6 | 128 (64-128) | 100% |"),
-        ("lobpcg-b128", "| lobpcg-b128 | 1195 | 1099.4 | 256 (128-256) | 100% |"),
+        (
+            "lapack-dgetrf-4096",
+            "| lapack-dgetrf-4096 | 4095 | 45.3 | 3200 (2560-3712) | 1% |",
+        ),
+        (
+            "lapack-dgeqrf-4096",
+            "| lapack-dgeqrf-4096 | 248 | 90.6 | 64 (63-3232) | 50% |",
+        ),
+        (
+            "umfpack-convdiff-700",
+            "| umfpack-convdiff-700 | 17120 | 12.1 | 665 (383-850) | 16% |",
+        ),
+        (
+            "ccsd-benzene-ccpvdz",
+            "| ccsd-benzene-ccpvdz | 40688 | 748.8 | 800 (347-1302) | 20% |",
+        ),
+        (
+            "lobpcg-b64",
+            "| lobpcg-b64 | 745 | 274.6 | 128 (64-128) | 100% |",
+        ),
+        (
+            "lobpcg-b128",
+            "| lobpcg-b128 | 1195 | 1099.4 | 256 (128-256) | 100% |",
+        ),
     ];
     let mut cmd = Command::new(common::ozaki_bin());
     cmd.arg("report").arg("--no-predict").arg("--out").arg(&dir);

@@ -22,64 +22,133 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn run_passes_exit_status_and_signals_through() {
-    let o = ozaki().args(["run", "--", "sh", "-c", "echo out; echo err >&2; exit 7"]).output().unwrap();
+    let o = ozaki()
+        .args(["run", "--", "sh", "-c", "echo out; echo err >&2; exit 7"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(7));
     assert_eq!(text(&o.stdout), "out\n", "the program's stdout stays clean");
     assert!(text(&o.stderr).starts_with("err\n"), "{}", text(&o.stderr));
-    let o = ozaki().args(["run", "--", "sh", "-c", "kill -TERM $$"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(128 + 15), "death by SIGTERM becomes 143");
-    let o = ozaki().args(["run", "--", "/nonexistent/program"]).output().unwrap();
+    let o = ozaki()
+        .args(["run", "--", "sh", "-c", "kill -TERM $$"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(128 + 15),
+        "death by SIGTERM becomes 143"
+    );
+    let o = ozaki()
+        .args(["run", "--", "/nonexistent/program"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("cannot start"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("cannot start"),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 #[test]
 fn run_rejects_an_unknown_route_before_starting_anything() {
-    let o = ozaki().args(["run", "--route", "gpu", "--", "sh", "-c", "echo started"]).output().unwrap();
+    let o = ozaki()
+        .args(["run", "--route", "gpu", "--", "sh", "-c", "echo started"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(o.stdout.is_empty());
-    assert!(text(&o.stderr).contains("unknown route \"gpu\""), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("unknown route \"gpu\""),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 #[test]
 fn run_preloads_the_shim_and_summarises_to_stderr() {
     let dir = work_dir("cli-run");
-    let Some(prog) = build_c(&dir, "combos", &["-lblas"]) else { return };
+    let Some(prog) = build_c(&dir, "combos", &["-lblas"]) else {
+        return;
+    };
     let direct = run_ok(plain(&prog).arg("fortran"));
     let trace = dir.join("kept-%p.jsonl");
-    let o = run_ok(ozaki().arg("run").arg("--trace").arg(&trace).arg("--").arg(&prog).arg("fortran"));
+    let o = run_ok(
+        ozaki()
+            .arg("run")
+            .arg("--trace")
+            .arg(&trace)
+            .arg("--")
+            .arg(&prog)
+            .arg("fortran"),
+    );
     assert_same_output("combos under ozaki run", &direct.stdout, &o.stdout);
     let err = text(&o.stderr);
-    assert!(err.contains("ozaki summary: 1 trace file(s), 1 process(es), 1944 call(s)"), "{err}");
+    assert!(
+        err.contains("ozaki summary: 1 trace file(s), 1 process(es), 1944 call(s)"),
+        "{err}"
+    );
     for sym in ["dgemm_", "dsyrk_"] {
-        assert!(err.lines().any(|l| l.trim_start().starts_with(sym)), "no {sym} row:\n{err}");
+        assert!(
+            err.lines().any(|l| l.trim_start().starts_with(sym)),
+            "no {sym} row:\n{err}"
+        );
     }
-    assert!(err.contains("median") && err.contains("Top shapes"), "{err}");
+    assert!(
+        err.contains("median") && err.contains("Top shapes"),
+        "{err}"
+    );
     let kept: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("kept-"))
         .collect();
-    assert_eq!(kept.len(), 1, "--trace keeps one file per process: {kept:?}");
-    assert!(err.contains(&kept[0]), "the summary names the kept trace:\n{err}");
+    assert_eq!(
+        kept.len(),
+        1,
+        "--trace keeps one file per process: {kept:?}"
+    );
+    assert!(
+        err.contains(&kept[0]),
+        "the summary names the kept trace:\n{err}"
+    );
 
     // `ozaki summary` on the kept file prints the same numbers to stdout.
     let s = run_ok(ozaki().arg("summary").arg(dir.join(&kept[0])));
     let out = text(&s.stdout);
     assert!(out.contains("1944 call(s)"), "{out}");
-    let dgemm = out.lines().find(|l| l.trim_start().starts_with("dgemm ")).unwrap();
+    let dgemm = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("dgemm "))
+        .unwrap();
     assert_eq!(dgemm.split_whitespace().nth(1), Some("1296"), "{out}");
 }
 
 #[test]
 fn run_without_trace_flag_leaves_no_files() {
     let dir = work_dir("cli-temp");
-    let Some(prog) = build_c(&dir, "threads", &["-lblas"]) else { return };
+    let Some(prog) = build_c(&dir, "threads", &["-lblas"]) else {
+        return;
+    };
     let tmp = dir.join("tmp");
     std::fs::create_dir(&tmp).unwrap();
-    let o = run_ok(ozaki().env("TMPDIR", &tmp).args(["run", "--"]).arg(&prog).args(["2", "5"]));
-    assert!(text(&o.stderr).contains("10 call(s)"), "{}", text(&o.stderr));
-    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "the temporary trace was not removed");
+    let o = run_ok(
+        ozaki()
+            .env("TMPDIR", &tmp)
+            .args(["run", "--"])
+            .arg(&prog)
+            .args(["2", "5"]),
+    );
+    assert!(
+        text(&o.stderr).contains("10 call(s)"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "the temporary trace was not removed"
+    );
 }
 
 #[test]
@@ -89,7 +158,10 @@ fn summary_errors_name_file_and_line() {
     let o = ozaki().arg("summary").arg(&missing).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = text(&o.stderr);
-    assert!(err.contains(&format!("{}: cannot read trace", missing.display())), "{err}");
+    assert!(
+        err.contains(&format!("{}: cannot read trace", missing.display())),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 
     let bad = dir.join("bad.jsonl");
@@ -111,17 +183,35 @@ fn help_explains_the_commands() {
     let o = run_ok(&mut ozaki().args(["run", "--help"]));
     let out = text(&o.stdout);
     for word in ["--trace", "--route", "%p", "exit code"] {
-        assert!(out.contains(word), "`ozaki run --help` lacks {word}:\n{out}");
+        assert!(
+            out.contains(word),
+            "`ozaki run --help` lacks {word}:\n{out}"
+        );
     }
 }
 
 #[test]
 fn run_summarises_every_process_of_a_forking_program() {
     let dir = work_dir("cli-fork");
-    let Some(prog) = build_c(&dir, "fork", &["-lblas"]) else { return };
+    let Some(prog) = build_c(&dir, "fork", &["-lblas"]) else {
+        return;
+    };
     // No %p in the name: the forked child writes app.jsonl.<pid> (shim/src/trace_sink.rs).
-    let o = run_ok(ozaki().arg("run").arg("--trace").arg(dir.join("app.jsonl")).arg("--").arg(&prog));
+    let o = run_ok(
+        ozaki()
+            .arg("run")
+            .arg("--trace")
+            .arg(dir.join("app.jsonl"))
+            .arg("--")
+            .arg(&prog),
+    );
     let err = text(&o.stderr);
-    assert!(err.contains("2 trace file(s), 2 process(es), 6 call(s)"), "{err}");
-    assert!(err.contains("forked from"), "the child's header names its parent:\n{err}");
+    assert!(
+        err.contains("2 trace file(s), 2 process(es), 6 call(s)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("forked from"),
+        "the child's header names its parent:\n{err}"
+    );
 }

@@ -11,9 +11,19 @@ use std::path::Path;
 const TESTERS: &str = "/usr/lib/x86_64-linux-gnu/blas";
 
 /// Runs `tester` under the shim with cpu-ozaki (and `extra` env), returns (summary, trace).
-fn run_cpu_ozaki(name: &str, tester: &str, input: &str, summary_file: Option<&str>, extra: &[(&str, &str)]) -> Option<(String, ozaki_core::trace::Trace)> {
+fn run_cpu_ozaki(
+    name: &str,
+    tester: &str,
+    input: &str,
+    summary_file: Option<&str>,
+    extra: &[(&str, &str)],
+) -> Option<(String, ozaki_core::trace::Trace)> {
     let exe = Path::new(TESTERS).join(tester);
-    if !require(exe.is_file(), &format!("the reference tester {tester}"), "apt-get install libblas-test") {
+    if !require(
+        exe.is_file(),
+        &format!("the reference tester {tester}"),
+        "apt-get install libblas-test",
+    ) {
         return None;
     }
     let dir = work_dir(name);
@@ -21,7 +31,9 @@ fn run_cpu_ozaki(name: &str, tester: &str, input: &str, summary_file: Option<&st
     let trace_path = dir.join("trace.jsonl");
     let _ = std::fs::remove_file(&trace_path);
     let mut cmd = shimmed(&exe, Some(&trace_path));
-    cmd.env("OZAKI_ROUTE", "cpu-ozaki").stdin(std::fs::File::open(Path::new(TESTERS).join(input)).unwrap()).current_dir(&dir);
+    cmd.env("OZAKI_ROUTE", "cpu-ozaki")
+        .stdin(std::fs::File::open(Path::new(TESTERS).join(input)).unwrap())
+        .current_dir(&dir);
     for (k, v) in extra {
         cmd.env(k, v);
     }
@@ -41,8 +53,17 @@ fn assert_all_emulated(trace: &ozaki_core::trace::Trace) -> (usize, Vec<u32>) {
         if c.route == "xerbla" || c.route == "quick" {
             continue;
         }
-        assert_eq!(c.route, "cpu-ozaki", "seq {}: route {} (fallback {:?})", c.seq, c.route, c.fallback);
-        assert!(c.fallback.is_none(), "seq {}: fallback {:?}", c.seq, c.fallback);
+        assert_eq!(
+            c.route, "cpu-ozaki",
+            "seq {}: route {} (fallback {:?})",
+            c.seq, c.route, c.fallback
+        );
+        assert!(
+            c.fallback.is_none(),
+            "seq {}: fallback {:?}",
+            c.seq,
+            c.fallback
+        );
         moduli.extend(c.moduli);
     }
     let n = moduli.len();
@@ -53,13 +74,30 @@ fn assert_all_emulated(trace: &ozaki_core::trace::Trace) -> (usize, Vec<u32>) {
 
 #[test]
 fn xblat3d_passes_on_cpu_ozaki() {
-    let Some((summary, trace)) = run_cpu_ozaki("cpu-ozaki-xblat3d", "xblat3d", "dblat3.in", Some("dblat3.out"), &[]) else { return };
+    let Some((summary, trace)) = run_cpu_ozaki(
+        "cpu-ozaki-xblat3d",
+        "xblat3d",
+        "dblat3.in",
+        Some("dblat3.out"),
+        &[],
+    ) else {
+        return;
+    };
     for routine in ["DGEMM ", "DSYRK "] {
-        for what in ["PASSED THE TESTS OF ERROR-EXITS", "PASSED THE COMPUTATIONAL TESTS"] {
-            assert!(summary.contains(&format!(" {routine} {what}")), "{routine}{what} missing:\n{summary}");
+        for what in [
+            "PASSED THE TESTS OF ERROR-EXITS",
+            "PASSED THE COMPUTATIONAL TESTS",
+        ] {
+            assert!(
+                summary.contains(&format!(" {routine} {what}")),
+                "{routine}{what} missing:\n{summary}"
+            );
         }
     }
-    assert!(!summary.contains("FAIL") && !summary.contains("SUSPECT"), "{summary}");
+    assert!(
+        !summary.contains("FAIL") && !summary.contains("SUSPECT"),
+        "{summary}"
+    );
     let (products, moduli) = assert_all_emulated(&trace);
     assert!(products > 5000, "only {products} emulated products");
     assert!(moduli.iter().all(|r| (2..=20).contains(r)), "{moduli:?}");
@@ -67,21 +105,43 @@ fn xblat3d_passes_on_cpu_ozaki() {
 
 #[test]
 fn xdcblat3_passes_on_cpu_ozaki_in_both_layouts() {
-    let Some((summary, trace)) = run_cpu_ozaki("cpu-ozaki-xdcblat3", "xdcblat3", "din3", None, &[]) else { return };
+    let Some((summary, trace)) = run_cpu_ozaki("cpu-ozaki-xdcblat3", "xdcblat3", "din3", None, &[])
+    else {
+        return;
+    };
     for routine in ["cblas_dgemm ", "cblas_dsyrk "] {
         for layout in ["COLUMN-MAJOR", "ROW-MAJOR   "] {
-            assert!(summary.contains(&format!(" {routine} PASSED THE {layout} COMPUTATIONAL TESTS")), "{routine}{layout}:\n{summary}");
+            assert!(
+                summary.contains(&format!(
+                    " {routine} PASSED THE {layout} COMPUTATIONAL TESTS"
+                )),
+                "{routine}{layout}:\n{summary}"
+            );
         }
     }
-    assert!(!summary.contains("FAIL") && !summary.contains("SUSPECT"), "{summary}");
+    assert!(
+        !summary.contains("FAIL") && !summary.contains("SUSPECT"),
+        "{summary}"
+    );
     let (products, _) = assert_all_emulated(&trace);
     assert!(products > 10000, "only {products} emulated products");
 }
 
 #[test]
 fn ozaki_moduli_forces_the_count_in_the_trace() {
-    let Some((summary, trace)) = run_cpu_ozaki("cpu-ozaki-xblat3d-m20", "xblat3d", "dblat3.in", Some("dblat3.out"), &[("OZAKI_MODULI", "20")]) else { return };
-    assert!(!summary.contains("FAIL") && !summary.contains("SUSPECT"), "{summary}");
+    let Some((summary, trace)) = run_cpu_ozaki(
+        "cpu-ozaki-xblat3d-m20",
+        "xblat3d",
+        "dblat3.in",
+        Some("dblat3.out"),
+        &[("OZAKI_MODULI", "20")],
+    ) else {
+        return;
+    };
+    assert!(
+        !summary.contains("FAIL") && !summary.contains("SUSPECT"),
+        "{summary}"
+    );
     let (products, moduli) = assert_all_emulated(&trace);
     assert!(products > 5000);
     assert_eq!(moduli, vec![20]);

@@ -13,15 +13,22 @@ use std::process::Command;
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
-    [deps.join("libozaki_shim.so"), deps.join("../libozaki_shim.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("libozaki_shim.so not found next to {}", deps.display()))
+    [
+        deps.join("libozaki_shim.so"),
+        deps.join("../libozaki_shim.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| panic!("libozaki_shim.so not found next to {}", deps.display()))
 }
 
 fn dynamic_symbols() -> BTreeSet<String> {
     let lib = library();
-    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(&lib).output().expect("nm (binutils) runs");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("nm (binutils) runs");
     assert!(out.status.success(), "nm failed on {}", lib.display());
     String::from_utf8(out.stdout)
         .unwrap()
@@ -36,7 +43,9 @@ fn header_functions() -> BTreeSet<String> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../include/ozaki_shim.h");
     let text = std::fs::read_to_string(&path).expect("include/ozaki_shim.h exists");
     text.lines()
-        .filter(|l| !l.trim_start().starts_with("//") && !l.trim_start().starts_with('*') && l.contains('('))
+        .filter(|l| {
+            !l.trim_start().starts_with("//") && !l.trim_start().starts_with('*') && l.contains('(')
+        })
         .filter_map(|l| {
             let before = &l[..l.find('(')?];
             let name = before.rsplit([' ', '*']).next()?;
@@ -49,10 +58,20 @@ fn header_functions() -> BTreeSet<String> {
 fn library_table_and_header_agree() {
     let table: BTreeSet<String> = SymId::all().map(|id| id.name().to_string()).collect();
     let exported = dynamic_symbols();
-    let blas_exported: BTreeSet<String> = exported.iter().filter(|s| !s.starts_with("ozaki_")).cloned().collect();
-    assert_eq!(blas_exported, table, "nm -D of the library vs the symbol table");
+    let blas_exported: BTreeSet<String> = exported
+        .iter()
+        .filter(|s| !s.starts_with("ozaki_"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        blas_exported, table,
+        "nm -D of the library vs the symbol table"
+    );
     let header = header_functions();
-    assert_eq!(header, exported, "functions declared in include/ozaki_shim.h vs nm -D of the library");
+    assert_eq!(
+        header, exported,
+        "functions declared in include/ozaki_shim.h vs nm -D of the library"
+    );
 }
 
 #[test]
@@ -61,6 +80,11 @@ fn each_exported_name_carries_its_table_doc_into_the_header() {
     let text = std::fs::read_to_string(&path).unwrap();
     for id in SymId::all() {
         let want = format!("// {}\nvoid {}(", id.symbol().doc, id.name());
-        assert!(text.contains(&want), "{}: the stub's doc line must be the table's doc {:?}", id.name(), id.symbol().doc);
+        assert!(
+            text.contains(&want),
+            "{}: the stub's doc line must be the table's doc {:?}",
+            id.name(),
+            id.symbol().doc
+        );
     }
 }

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 fn generate() -> Vec<u8> {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("shim/cbindgen.toml parses");
+    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
+        .expect("shim/cbindgen.toml parses");
     let bindings = cbindgen::Builder::new()
         .with_crate(&crate_dir)
         .with_config(config)
@@ -34,20 +35,39 @@ fn checked_in_header_is_current() {
         return;
     }
     let current = std::fs::read(&path).unwrap_or_default();
-    assert!(current == fresh, "header is stale, regenerate with scripts/gen-header ({})", path.display());
+    assert!(
+        current == fresh,
+        "header is stale, regenerate with scripts/gen-header ({})",
+        path.display()
+    );
 }
 
 #[test]
 fn header_declares_the_reference_signatures() {
     let text = String::from_utf8(generate()).unwrap();
     let decl = |name: &str| {
-        let start = text.find(&format!(" {name}(")).unwrap_or_else(|| panic!("{name} not declared:\n{text}"));
+        let start = text
+            .find(&format!(" {name}("))
+            .unwrap_or_else(|| panic!("{name} not declared:\n{text}"));
         let end = start + text[start..].find(';').unwrap();
-        text[start..end].split_whitespace().collect::<Vec<_>>().join(" ")
+        text[start..end]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
     };
     let dgemm = decl("dgemm_");
-    assert!(dgemm.contains("const char *transa") && dgemm.contains("const int32_t *m") && dgemm.ends_with("size_t transb_len)"), "{dgemm}");
+    assert!(
+        dgemm.contains("const char *transa")
+            && dgemm.contains("const int32_t *m")
+            && dgemm.ends_with("size_t transb_len)"),
+        "{dgemm}"
+    );
     let cblas64 = decl("scipy_cblas_dgemm64_");
-    assert!(cblas64.contains("int layout") && cblas64.contains("int64_t m") && cblas64.contains("double *c"), "{cblas64}");
+    assert!(
+        cblas64.contains("int layout")
+            && cblas64.contains("int64_t m")
+            && cblas64.contains("double *c"),
+        "{cblas64}"
+    );
     assert!(decl("dsyrk_64_").contains("const int64_t *ldc"));
 }

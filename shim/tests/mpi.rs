@@ -21,9 +21,15 @@ const PACKAGES: &str = "apt-get install openmpi-bin libopenmpi-dev libscalapack-
 /// Builds the programs into `build`; `false` (after a visible skip) when the MPI toolchain
 /// or ScaLAPACK is missing.
 fn build_programs(build: &Path) -> bool {
-    if !require(runs("mpirun", &["--version"]), "Open MPI (mpirun)", PACKAGES)
-        || !require(runs("mpicc", &["--version"]), "the MPI C compiler (mpicc)", PACKAGES)
-        || !require(runs("make", &["--version"]), "make", "apt-get install make")
+    if !require(
+        runs("mpirun", &["--version"]),
+        "Open MPI (mpirun)",
+        PACKAGES,
+    ) || !require(
+        runs("mpicc", &["--version"]),
+        "the MPI C compiler (mpicc)",
+        PACKAGES,
+    ) || !require(runs("make", &["--version"]), "make", "apt-get install make")
     {
         return false;
     }
@@ -33,8 +39,16 @@ fn build_programs(build: &Path) -> bool {
         .arg(format!("BUILD={}", build.display()))
         .output()
         .expect("make runs");
-    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if !require(!log.contains("cannot find -lscalapack-openmpi"), "ScaLAPACK for Open MPI", PACKAGES) {
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !require(
+        !log.contains("cannot find -lscalapack-openmpi"),
+        "ScaLAPACK for Open MPI",
+        PACKAGES,
+    ) {
         return false;
     }
     assert!(out.status.success(), "building tests/mpi failed:\n{log}");
@@ -50,7 +64,10 @@ fn issue_7_scalapack_ranks_under_the_shim_match_the_run_without_it() {
     // `ozaki run` preloads the library next to it.
     shim_lib();
     let mut cmd = Command::new("sh");
-    cmd.arg(repo_root().join("tests/mpi/run.sh")).arg(ozaki_bin()).arg(&build).args(["2", "4"]);
+    cmd.arg(repo_root().join("tests/mpi/run.sh"))
+        .arg(ozaki_bin())
+        .arg(&build)
+        .args(["2", "4"]);
     // run.sh clears OZAKI_*, LD_PRELOAD and the Open MPI env list itself.
     let out = cmd.output().expect("sh runs");
     let stdout = String::from_utf8_lossy(&out.stdout);

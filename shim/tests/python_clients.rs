@@ -16,12 +16,18 @@ use std::path::PathBuf;
 const DEBIAN_PYTHON: &str = "/usr/bin/python3";
 
 fn venv_python() -> PathBuf {
-    let venv = std::env::var_os("OZAKI_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".venv"));
+    let venv = std::env::var_os("OZAKI_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv"));
     venv.join("bin/python")
 }
 
 fn python_with(python: &str, modules: &str, install: &str) -> bool {
-    require(runs(python, &["-c", &format!("import {modules}")]), &format!("{python} with {modules}"), install)
+    require(
+        runs(python, &["-c", &format!("import {modules}")]),
+        &format!("{python} with {modules}"),
+        install,
+    )
 }
 
 /// Symbol names each call class reaches, per BLAS stack.
@@ -58,12 +64,22 @@ const PIP: Stack = Stack {
 fn check_stack(python: &str, stack: &Stack) {
     let dir = work_dir(&format!("python-{}", stack.name));
     let script = repo_root().join("tests/python/blas_calls.py");
-    let (out, trace) = run_both(&format!("{} numpy/scipy", stack.name), &dir, python.as_ref(), &[script.to_str().unwrap()]);
+    let (out, trace) = run_both(
+        &format!("{} numpy/scipy", stack.name),
+        &dir,
+        python.as_ref(),
+        &[script.to_str().unwrap()],
+    );
     let calls = calls_in_order(&trace);
     let mut matched = vec![false; calls.len()];
     for line in out.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
-        let (class, m, n, k) = (f[1], f[2].parse::<u64>().unwrap(), f[3].parse::<u64>().unwrap(), f[4].parse::<u64>().unwrap());
+        let (class, m, n, k) = (
+            f[1],
+            f[2].parse::<u64>().unwrap(),
+            f[3].parse::<u64>().unwrap(),
+            f[4].parse::<u64>().unwrap(),
+        );
         let (sym, ilp64) = match class {
             "numpy-gemm" => (stack.numpy_gemm, stack.numpy_ilp64),
             "numpy-syrk" => (stack.numpy_syrk, stack.numpy_ilp64),
@@ -76,24 +92,51 @@ fn check_stack(python: &str, stack: &Stack) {
         let hits: Vec<usize> = (0..calls.len())
             .filter(|&i| {
                 let c = calls[i];
-                !matched[i] && c.sym == sym && c.k == k && ((c.m, c.n) == (m, n) || (c.m, c.n) == (n, m))
+                !matched[i]
+                    && c.sym == sym
+                    && c.k == k
+                    && ((c.m, c.n) == (m, n) || (c.m, c.n) == (n, m))
             })
             .collect();
-        assert_eq!(hits.len(), 1, "{}: {line}: want one {sym} record with m,n,k = {m},{n},{k}; trace: {:?}",
-            stack.name, calls.iter().map(|c| (&c.sym, c.m, c.n, c.k)).collect::<Vec<_>>());
+        assert_eq!(
+            hits.len(),
+            1,
+            "{}: {line}: want one {sym} record with m,n,k = {m},{n},{k}; trace: {:?}",
+            stack.name,
+            calls
+                .iter()
+                .map(|c| (&c.sym, c.m, c.n, c.k))
+                .collect::<Vec<_>>()
+        );
         let c = calls[hits[0]];
         assert_eq!(c.ilp64, ilp64, "{}: {sym} ilp64 flag", stack.name);
         matched[hits[0]] = true;
     }
     let vendor = &trace.headers[0].vendor;
-    assert!(vendor.values().all(|v| !v.contains("libozaki_shim")), "a symbol resolved to the shim itself: {vendor:?}");
-    let extra: Vec<_> = calls.iter().zip(&matched).filter(|(_, m)| !**m).map(|(c, _)| (&c.sym, c.m, c.n, c.k)).collect();
-    assert!(extra.is_empty(), "{}: records for calls the script did not make (double counting?): {extra:?}", stack.name);
+    assert!(
+        vendor.values().all(|v| !v.contains("libozaki_shim")),
+        "a symbol resolved to the shim itself: {vendor:?}"
+    );
+    let extra: Vec<_> = calls
+        .iter()
+        .zip(&matched)
+        .filter(|(_, m)| !**m)
+        .map(|(c, _)| (&c.sym, c.m, c.n, c.k))
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "{}: records for calls the script did not make (double counting?): {extra:?}",
+        stack.name
+    );
 }
 
 #[test]
 fn debian_numpy_and_scipy_reference_blas() {
-    if python_with(DEBIAN_PYTHON, "numpy, scipy.linalg.blas", "apt-get install python3-numpy python3-scipy") {
+    if python_with(
+        DEBIAN_PYTHON,
+        "numpy, scipy.linalg.blas",
+        "apt-get install python3-numpy python3-scipy",
+    ) {
         check_stack(DEBIAN_PYTHON, &DEBIAN);
     }
 }
@@ -102,7 +145,11 @@ fn debian_numpy_and_scipy_reference_blas() {
 fn pip_numpy_and_scipy_wheels_in_a_venv() {
     let py = venv_python();
     let py = py.to_str().unwrap();
-    if python_with(py, "numpy, scipy.linalg.blas", "python3 -m venv .venv && .venv/bin/pip install numpy scipy threadpoolctl") {
+    if python_with(
+        py,
+        "numpy, scipy.linalg.blas",
+        "python3 -m venv .venv && .venv/bin/pip install numpy scipy threadpoolctl",
+    ) {
         check_stack(py, &PIP);
     }
 }
@@ -114,15 +161,26 @@ fn threadpoolctl_still_reports_the_blas() {
     let script = repo_root().join("tests/python/threadpool_info.py");
     let venv = venv_python();
     for (python, must_find_blas) in [(DEBIAN_PYTHON, false), (venv.to_str().unwrap(), true)] {
-        if !python_with(python, "numpy, scipy, threadpoolctl", "python3-threadpoolctl / pip install threadpoolctl") {
+        if !python_with(
+            python,
+            "numpy, scipy, threadpoolctl",
+            "python3-threadpoolctl / pip install threadpoolctl",
+        ) {
             continue;
         }
         let without = run_ok(plain(python).arg(&script));
         let with = run_ok(shimmed(python, None).arg(&script));
-        assert_same_output(&format!("threadpoolctl under {python}"), &without.stdout, &with.stdout);
+        assert_same_output(
+            &format!("threadpoolctl under {python}"),
+            &without.stdout,
+            &with.stdout,
+        );
         let out = String::from_utf8(with.stdout).unwrap();
         if must_find_blas {
-            assert!(out.lines().filter(|l| l.starts_with("openblas ")).count() >= 2, "{python}: {out}");
+            assert!(
+                out.lines().filter(|l| l.starts_with("openblas ")).count() >= 2,
+                "{python}: {out}"
+            );
         }
     }
 }

@@ -23,14 +23,24 @@ fn temp_dir(tag: &str) -> PathBuf {
 }
 
 fn write_report(out: &Path) -> PathBuf {
-    let o = Command::new(env!("CARGO_BIN_EXE_ozaki")).args(["report", FIXTURE, "--out"]).arg(out).output().unwrap();
-    assert!(o.status.success(), "ozaki report failed: {}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(env!("CARGO_BIN_EXE_ozaki"))
+        .args(["report", FIXTURE, "--out"])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "ozaki report failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     out.join("index.html")
 }
 
 /// (width, height, distinct colours) of a PNG file.
 fn png_info(bytes: &[u8]) -> (u32, u32, usize) {
-    let mut r = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().unwrap();
+    let mut r = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .unwrap();
     let mut buf = vec![0; r.output_buffer_size().unwrap()];
     let info = r.next_frame(&mut buf).unwrap();
     let bpp = info.line_size / info.width as usize;
@@ -43,20 +53,36 @@ fn report_writes_a_self_contained_page_with_its_plots() {
     let out = temp_dir("page");
     let page = write_report(&out);
     let html = std::fs::read_to_string(&page).unwrap();
-    assert_eq!(html.matches("src=\"data:image/png;base64,").count(), PLOTS.len(), "every plot embedded");
+    assert_eq!(
+        html.matches("src=\"data:image/png;base64,").count(),
+        PLOTS.len(),
+        "every plot embedded"
+    );
     for p in PLOTS {
         let (w, h, colours) = png_info(&std::fs::read(out.join(p)).unwrap());
         assert_eq!((w, h), (960, 440), "{p}");
         assert!(colours > 10, "{p} looks blank ({colours} colours)");
     }
     // The fixture's numbers appear in the tables: 25 calls, two routes pass, two skipped.
-    assert!(html.contains("<td class=\"l\">ab-small</td>"), "workload row");
+    assert!(
+        html.contains("<td class=\"l\">ab-small</td>"),
+        "workload row"
+    );
     assert!(html.contains("gpu-ozaki: PASS"), "A/B verdict");
     assert!(html.contains("calls skipped"), "skipped calls are reported");
-    assert!(html.contains("x measured (22 A/B calls)"), "measured speedup from the fixture's A/B fields");
-    assert!(html.contains("predicted vs vendor"), "the engine's replay priced the workload");
+    assert!(
+        html.contains("x measured (22 A/B calls)"),
+        "measured speedup from the fixture's A/B fields"
+    );
+    assert!(
+        html.contains("predicted vs vendor"),
+        "the engine's replay priced the workload"
+    );
     // No external resources: the page stands alone.
-    assert!(!html.contains("http://") && !html.contains("https://"), "page must not fetch anything");
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "page must not fetch anything"
+    );
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -118,7 +144,11 @@ fn chromium(bin: &Path, profile: &Path, extra: &[String], url: &str) -> String {
 #[test]
 fn chromium_renders_every_plot() {
     let bin = find_chromium();
-    if !common::require(bin.is_some(), "headless Chromium", "apt-get install chromium") {
+    if !common::require(
+        bin.is_some(),
+        "headless Chromium",
+        "apt-get install chromium",
+    ) {
         return;
     }
     let bin = bin.unwrap();
@@ -132,11 +162,25 @@ fn chromium_renders_every_plot() {
          document.body.setAttribute('data-images',i.length+'/'+i.filter(x=>x.complete&&x.naturalWidth>0).length)});</script></body>",
     );
     std::fs::write(&probe, html).unwrap();
-    let dom = chromium(&bin, &out.join("profile-dom"), &["--dump-dom".into()], &format!("file://{}", probe.display()));
-    assert!(dom.contains("data-images=\"4/4\""), "not every image decoded in Chromium: {}", &dom[..dom.len().min(300)]);
+    let dom = chromium(
+        &bin,
+        &out.join("profile-dom"),
+        &["--dump-dom".into()],
+        &format!("file://{}", probe.display()),
+    );
+    assert!(
+        dom.contains("data-images=\"4/4\""),
+        "not every image decoded in Chromium: {}",
+        &dom[..dom.len().min(300)]
+    );
 
     let shot = out.join("shot.png");
-    chromium(&bin, &out.join("profile-shot"), &[format!("--screenshot={}", shot.display())], &format!("file://{}", page.display()));
+    chromium(
+        &bin,
+        &out.join("profile-shot"),
+        &[format!("--screenshot={}", shot.display())],
+        &format!("file://{}", page.display()),
+    );
     let (w, _, colours) = png_info(&std::fs::read(&shot).expect("screenshot written"));
     assert_eq!(w, 1000);
     assert!(colours > 50, "screenshot looks blank ({colours} colours)");

@@ -9,7 +9,10 @@
 
 use super::choose::Engine;
 use super::model::{Correction, CorrectionPoint, Sample, WorkModel, predict};
-use super::profile::{ChoiceRules, CpuProfile, CpuRate, GpuProfile, HostLink, Machine, PerElement, Profile, PROFILE_VERSION, Reached};
+use super::profile::{
+    ChoiceRules, CpuProfile, CpuRate, GpuProfile, HostLink, Machine, PROFILE_VERSION, PerElement,
+    Profile, Reached,
+};
 use super::{CallShape, Residency};
 use crate::route::Route;
 use serde::{Deserialize, Serialize};
@@ -43,7 +46,10 @@ pub struct Plan {
 impl Plan {
     /// The standard plan. `quick` shrinks it for a smoke test.
     pub fn standard(quick: bool) -> Plan {
-        let mut gpu_shapes: Vec<Mnk> = [64u64, 128, 256, 512, 1024, 2048, 4096, 8192].iter().map(|&s| (s, s, s)).collect();
+        let mut gpu_shapes: Vec<Mnk> = [64u64, 128, 256, 512, 1024, 2048, 4096, 8192]
+            .iter()
+            .map(|&s| (s, s, s))
+            .collect();
         gpu_shapes.extend([
             (65536, 64, 64),
             (65536, 128, 128),
@@ -59,10 +65,24 @@ impl Plan {
             (64, 64, 65536),
             (128, 128, 32768),
         ]);
-        let mut cpu_shapes: Vec<Mnk> = [16u64, 32, 64, 128, 256, 512, 1024, 2048].iter().map(|&s| (s, s, s)).collect();
+        let mut cpu_shapes: Vec<Mnk> = [16u64, 32, 64, 128, 256, 512, 1024, 2048]
+            .iter()
+            .map(|&s| (s, s, s))
+            .collect();
         // k-heavy shapes with small C: BLAS libraries parallelise over C's blocks, so these
         // run far below the square-shape rate (the nk/mk terms must see them).
-        cpu_shapes.extend([(16384, 64, 64), (8192, 128, 128), (128, 128, 8192), (1024, 64, 1024), (4096, 4096, 64), (4, 4, 4), (8, 8, 512), (32, 32, 65536), (128, 128, 32768), (16, 16, 16384)]);
+        cpu_shapes.extend([
+            (16384, 64, 64),
+            (8192, 128, 128),
+            (128, 128, 8192),
+            (1024, 64, 1024),
+            (4096, 4096, 64),
+            (4, 4, 4),
+            (8, 8, 512),
+            (32, 32, 65536),
+            (128, 128, 32768),
+            (16, 16, 16384),
+        ]);
         let route_shapes: Vec<Mnk> = [
             (64, 64, 64),
             (256, 256, 256),
@@ -94,7 +114,8 @@ impl Plan {
             plan.gpu_shapes.retain(|&(m, n, k)| m * n * k <= 1 << 30);
             plan.cpu_shapes.retain(|&(m, n, k)| m * n * k <= 1 << 27);
             plan.route_shapes.retain(|&(m, n, k)| m * n * k <= 1 << 30);
-            plan.validation_shapes.retain(|&(m, n, k)| m * n * k <= 1 << 28);
+            plan.validation_shapes
+                .retain(|&(m, n, k)| m * n * k <= 1 << 28);
             plan.link_bytes.retain(|&b| b <= 1 << 24);
         }
         plan
@@ -104,10 +125,12 @@ impl Plan {
 /// The held-out validation set: ≥ 40 shapes, tiny to large, square, tall/skinny, wide,
 /// k-heavy and rank-k updates, none of them a calibration shape.
 pub fn validation_shapes() -> Vec<Mnk> {
-    let mut v: Vec<Mnk> = [3u64, 12, 24, 48, 96, 160, 200, 300, 384, 500, 700, 1000, 1500, 2500, 3000, 5000, 6000]
-        .iter()
-        .map(|&s| (s, s, s))
-        .collect();
+    let mut v: Vec<Mnk> = [
+        3u64, 12, 24, 48, 96, 160, 200, 300, 384, 500, 700, 1000, 1500, 2500, 3000, 5000, 6000,
+    ]
+    .iter()
+    .map(|&s| (s, s, s))
+    .collect();
     v.extend([
         (110592, 64, 64),
         (110592, 128, 128),
@@ -268,7 +291,11 @@ pub struct Measurements {
 
 /// Fits t = latency + bytes/bandwidth; returns (bandwidth B/s, latency s).
 fn fit_link(samples: &[LinkSample], dir: Direction, mem: HostMemory) -> Option<(f64, f64)> {
-    let pts: Vec<(f64, f64)> = samples.iter().filter(|s| s.direction == dir && s.memory == mem && s.seconds > 0.0).map(|s| (s.bytes as f64, s.seconds)).collect();
+    let pts: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.direction == dir && s.memory == mem && s.seconds > 0.0)
+        .map(|s| (s.bytes as f64, s.seconds))
+        .collect();
     if pts.is_empty() {
         return None;
     }
@@ -298,10 +325,16 @@ fn fit_link(samples: &[LinkSample], dir: Direction, mem: HostMemory) -> Option<(
         if s < 0.0 || l < 0.0 {
             return None;
         }
-        let res: f64 = pts.iter().map(|&(x, t)| ((s * x + l) / t - 1.0).powi(2)).sum();
+        let res: f64 = pts
+            .iter()
+            .map(|&(x, t)| ((s * x + l) / t - 1.0).powi(2))
+            .sum();
         Some((s, l, res))
     };
-    let best = [fit2(true, true), fit2(true, false)].into_iter().flatten().min_by(|a, b| a.2.total_cmp(&b.2))?;
+    let best = [fit2(true, true), fit2(true, false)]
+        .into_iter()
+        .flatten()
+        .min_by(|a, b| a.2.total_cmp(&b.2))?;
     if best.0 <= 0.0 {
         return None;
     }
@@ -310,7 +343,11 @@ fn fit_link(samples: &[LinkSample], dir: Direction, mem: HostMemory) -> Option<(
 
 /// Fits t = elems·(a + b·moduli) by NNLS on relative error.
 fn fit_stream(samples: &[StreamSample]) -> PerElement {
-    let rows: Vec<(f64, f64, f64)> = samples.iter().filter(|s| s.seconds > 0.0 && s.elems > 0).map(|s| (s.elems as f64, s.moduli as f64, s.seconds)).collect();
+    let rows: Vec<(f64, f64, f64)> = samples
+        .iter()
+        .filter(|s| s.seconds > 0.0 && s.elems > 0)
+        .map(|s| (s.elems as f64, s.moduli as f64, s.seconds))
+        .collect();
     if rows.is_empty() {
         return PerElement::default();
     }
@@ -324,18 +361,35 @@ fn fit_stream(samples: &[StreamSample]) -> PerElement {
         b2 += v;
     }
     let det = a11 * a22 - a12 * a12;
-    let both = if det.abs() > 1e-300 { Some(((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det)) } else { None };
+    let both = if det.abs() > 1e-300 {
+        Some(((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det))
+    } else {
+        None
+    };
     match both {
-        Some((a, b)) if a >= 0.0 && b >= 0.0 => PerElement { s_per_elem: a, s_per_elem_modulus: b },
+        Some((a, b)) if a >= 0.0 && b >= 0.0 => PerElement {
+            s_per_elem: a,
+            s_per_elem_modulus: b,
+        },
         _ => {
             // One coefficient only: whichever fits better.
             let only_a = b1 / a11;
             let only_b = b2 / a22;
-            let res = |a: f64, b: f64| rows.iter().map(|&(e, r, t)| (e * (a + b * r) / t - 1.0).powi(2)).sum::<f64>();
+            let res = |a: f64, b: f64| {
+                rows.iter()
+                    .map(|&(e, r, t)| (e * (a + b * r) / t - 1.0).powi(2))
+                    .sum::<f64>()
+            };
             if res(only_a, 0.0) <= res(0.0, only_b) {
-                PerElement { s_per_elem: only_a.max(0.0), s_per_elem_modulus: 0.0 }
+                PerElement {
+                    s_per_elem: only_a.max(0.0),
+                    s_per_elem_modulus: 0.0,
+                }
             } else {
-                PerElement { s_per_elem: 0.0, s_per_elem_modulus: only_b.max(0.0) }
+                PerElement {
+                    s_per_elem: 0.0,
+                    s_per_elem_modulus: only_b.max(0.0),
+                }
             }
         }
     }
@@ -350,7 +404,11 @@ fn fit_stream(samples: &[StreamSample]) -> PerElement {
 pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Profile, String> {
     let mut blas = Vec::new();
     for c in &meas.cpu {
-        blas.push(CpuRate { threads: c.threads, model: WorkModel::fit(&c.samples).map_err(|e| format!("cpu BLAS at {} threads: {e}", c.threads))? });
+        blas.push(CpuRate {
+            threads: c.threads,
+            model: WorkModel::fit(&c.samples)
+                .map_err(|e| format!("cpu BLAS at {} threads: {e}", c.threads))?,
+        });
     }
     if blas.is_empty() {
         return Err("no CPU BLAS timings".into());
@@ -366,7 +424,8 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
             // Per-transfer latency from the pinned DMA; the routes' own fixed host costs
             // (staging setup, locks, events) are fitted from their end-to-end timings
             // (`route_overhead_s`), not from the few staged-link sizes.
-            let latency = fit_link(&g.link, Direction::H2d, HostMemory::Pinned).map_or(0.0, |x| x.1);
+            let latency =
+                fit_link(&g.link, Direction::H2d, HostMemory::Pinned).map_or(0.0, |x| x.1);
             Some(GpuProfile {
                 name: g.name.clone(),
                 memory_bytes: g.memory_bytes,
@@ -399,7 +458,11 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
         name: name.to_string(),
         source: source.to_string(),
         machine: meas.machine.clone(),
-        cpu: CpuProfile { vendor_blas: meas.vendor_blas.clone(), call_overhead_s: meas.call_overhead_s, blas },
+        cpu: CpuProfile {
+            vendor_blas: meas.vendor_blas.clone(),
+            call_overhead_s: meas.call_overhead_s,
+            blas,
+        },
         gpu,
         choice: ChoiceRules::default(),
         corrections: BTreeMap::new(),
@@ -476,13 +539,23 @@ fn fit_overlap_and_corrections(profile: &mut Profile, routes: &[RouteSample]) {
     }
     let mut corr: BTreeMap<String, Correction> = BTreeMap::new();
     for s in routes {
-        let Ok(route) = s.route.parse::<Route>() else { continue };
+        let Ok(route) = s.route.parse::<Route>() else {
+            continue;
+        };
         // End-to-end vendor timings run at the library's default thread count.
         let p = predict(profile, &sample_shape(s), route, s.moduli, 0).seconds;
         if !(p.is_finite() && p > 0.0 && s.seconds > 0.0) {
             continue;
         }
-        corr.entry(s.route.clone()).or_default().points.push(CorrectionPoint { m: s.m, n: s.n, k: s.k, ln_ratio: (s.seconds / p).ln() });
+        corr.entry(s.route.clone())
+            .or_default()
+            .points
+            .push(CorrectionPoint {
+                m: s.m,
+                n: s.n,
+                k: s.k,
+                ln_ratio: (s.seconds / p).ln(),
+            });
     }
     profile.corrections = corr;
 }
@@ -493,7 +566,11 @@ fn median(v: &mut [f64]) -> Option<f64> {
     }
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) })
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    })
 }
 
 /// One validation row: a held-out shape, measured and predicted per route.
@@ -529,7 +606,12 @@ pub struct ValidationReport {
 /// Scores a profile on held-out end-to-end timings: per-route median absolute relative error
 /// and auto's total measured time against the oracle's (issue #5 targets: ≤ 15% and ≤ 5%).
 /// `moduli` gives the moduli count per shape, as the shim would choose it.
-pub fn validate(profile: &Profile, threads: u32, samples: &[RouteSample], moduli: &dyn Fn(&CallShape) -> Option<u32>) -> ValidationReport {
+pub fn validate(
+    profile: &Profile,
+    threads: u32,
+    samples: &[RouteSample],
+    moduli: &dyn Fn(&CallShape) -> Option<u32>,
+) -> ValidationReport {
     let engine = Engine::new(profile.clone(), threads);
     let mut shapes: Vec<(Mnk, Residency)> = Vec::new();
     for s in samples {
@@ -544,19 +626,31 @@ pub fn validate(profile: &Profile, threads: u32, samples: &[RouteSample], moduli
         let shape = CallShape::gemm(mnk.0, mnk.1, mnk.2).with_residency(res);
         let r = moduli(&shape);
         let mut routes = Vec::new();
-        for s in samples.iter().filter(|s| (s.m, s.n, s.k) == mnk && s.residency == res) {
-            let Ok(route) = s.route.parse::<Route>() else { continue };
+        for s in samples
+            .iter()
+            .filter(|s| (s.m, s.n, s.k) == mnk && s.residency == res)
+        {
+            let Ok(route) = s.route.parse::<Route>() else {
+                continue;
+            };
             let p = predict(profile, &shape, route, s.moduli.or(r), threads).seconds;
             routes.push((s.route.clone(), s.seconds, p));
             if p.is_finite() && s.seconds > 0.0 {
-                per_route.entry(s.route.clone()).or_default().push((p / s.seconds - 1.0).abs());
+                per_route
+                    .entry(s.route.clone())
+                    .or_default()
+                    .push((p / s.seconds - 1.0).abs());
             }
         }
         if routes.is_empty() {
             continue;
         }
         let d = engine.decide(&shape, r);
-        let oracle = routes.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|x| (x.0.clone(), x.1)).unwrap_or_default();
+        let oracle = routes
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|x| (x.0.clone(), x.1))
+            .unwrap_or_default();
         // A route auto picks but that was not measured counts at the vendor time.
         let auto_t = routes
             .iter()
@@ -565,12 +659,20 @@ pub fn validate(profile: &Profile, threads: u32, samples: &[RouteSample], moduli
             .map_or(oracle.1, |x| x.1);
         auto_total += auto_t;
         oracle_total += oracle.1;
-        rows.push(ValidationRow { mnk, routes, auto: d.route.name().to_string(), oracle: oracle.0 });
+        rows.push(ValidationRow {
+            mnk,
+            routes,
+            auto: d.route.name().to_string(),
+            oracle: oracle.0,
+        });
     }
     let mut all: Vec<f64> = per_route.values().flatten().copied().collect();
     ValidationReport {
         rows,
-        median_abs_err: per_route.into_iter().map(|(k, mut v)| (k, median(&mut v).unwrap_or(f64::NAN))).collect(),
+        median_abs_err: per_route
+            .into_iter()
+            .map(|(k, mut v)| (k, median(&mut v).unwrap_or(f64::NAN)))
+            .collect(),
         overall_median_abs_err: median(&mut all).unwrap_or(f64::NAN),
         auto_total_s: auto_total,
         oracle_total_s: oracle_total,

@@ -35,21 +35,40 @@ pub fn choose(estimates: &[RouteEstimate], rules: &ChoiceRules) -> (Route, Strin
         let notes: Vec<String> = estimates
             .iter()
             .filter(|e| e.route != Route::Vendor)
-            .filter_map(|e| e.excluded.as_ref().map(|x| format!("{} excluded: {x}", e.route)))
+            .filter_map(|e| {
+                e.excluded
+                    .as_ref()
+                    .map(|x| format!("{} excluded: {x}", e.route))
+            })
             .collect();
-        if notes.is_empty() { String::new() } else { format!("; {}", notes.join("; ")) }
+        if notes.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", notes.join("; "))
+        }
     };
     // Best GPU route: GPU Ozaki must beat GPU native by the margin to be preferred.
     let gpu = match (native, ozaki) {
-        (Some(n), Some(o)) if n.seconds / o.seconds >= margin => {
-            Some((o, format!("gpu-ozaki {:.2}x faster than gpu-native (r = {})", n.seconds / o.seconds, o.moduli.unwrap_or(0))))
-        }
+        (Some(n), Some(o)) if n.seconds / o.seconds >= margin => Some((
+            o,
+            format!(
+                "gpu-ozaki {:.2}x faster than gpu-native (r = {})",
+                n.seconds / o.seconds,
+                o.moduli.unwrap_or(0)
+            ),
+        )),
         (Some(n), Some(o)) => Some((
             n,
             if o.seconds < n.seconds {
-                format!("gpu-ozaki only {:.2}x faster than gpu-native, below the {margin:.2}x margin", n.seconds / o.seconds)
+                format!(
+                    "gpu-ozaki only {:.2}x faster than gpu-native, below the {margin:.2}x margin",
+                    n.seconds / o.seconds
+                )
             } else {
-                format!("gpu-native {:.2}x faster than gpu-ozaki", o.seconds / n.seconds)
+                format!(
+                    "gpu-native {:.2}x faster than gpu-ozaki",
+                    o.seconds / n.seconds
+                )
             },
         )),
         (Some(n), None) => Some((n, String::new())),
@@ -57,18 +76,52 @@ pub fn choose(estimates: &[RouteEstimate], rules: &ChoiceRules) -> (Route, Strin
         (None, None) => None,
     };
     match (vendor, gpu) {
-        (None, None) => (Route::Vendor, format!("vendor: no route could be priced{}", excluded_note())),
-        (None, Some((g, why))) => (g.route, format!("{}: vendor not priced; {why}{}", g.route, excluded_note())),
-        (Some(_), None) => (Route::Vendor, format!("vendor: only route available{}", excluded_note())),
+        (None, None) => (
+            Route::Vendor,
+            format!("vendor: no route could be priced{}", excluded_note()),
+        ),
+        (None, Some((g, why))) => (
+            g.route,
+            format!("{}: vendor not priced; {why}{}", g.route, excluded_note()),
+        ),
+        (Some(_), None) => (
+            Route::Vendor,
+            format!("vendor: only route available{}", excluded_note()),
+        ),
         (Some(v), Some((g, why))) => {
             let gain = v.seconds / g.seconds;
-            let sep = if why.is_empty() { String::new() } else { format!("; {why}") };
-            if gain >= margin {
-                (g.route, format!("{}: {gain:.2}x faster than vendor{sep}{}", g.route, excluded_note()))
-            } else if gain > 1.0 {
-                (Route::Vendor, format!("vendor: {} only {gain:.2}x faster, below the {margin:.2}x margin{sep}", g.route))
+            let sep = if why.is_empty() {
+                String::new()
             } else {
-                (Route::Vendor, format!("vendor: {:.2}x faster than {}{sep}{}", 1.0 / gain, g.route, excluded_note()))
+                format!("; {why}")
+            };
+            if gain >= margin {
+                (
+                    g.route,
+                    format!(
+                        "{}: {gain:.2}x faster than vendor{sep}{}",
+                        g.route,
+                        excluded_note()
+                    ),
+                )
+            } else if gain > 1.0 {
+                (
+                    Route::Vendor,
+                    format!(
+                        "vendor: {} only {gain:.2}x faster, below the {margin:.2}x margin{sep}",
+                        g.route
+                    ),
+                )
+            } else {
+                (
+                    Route::Vendor,
+                    format!(
+                        "vendor: {:.2}x faster than {}{sep}{}",
+                        1.0 / gain,
+                        g.route,
+                        excluded_note()
+                    ),
+                )
             }
         }
     }
@@ -77,7 +130,11 @@ pub fn choose(estimates: &[RouteEstimate], rules: &ChoiceRules) -> (Route, Strin
 /// The prediction part of a trace record from estimates and a reason.
 pub fn prediction(estimates: &[RouteEstimate], reason: String) -> Prediction {
     Prediction {
-        predicted_s: estimates.iter().filter(|e| e.excluded.is_none() && e.seconds.is_finite()).map(|e| (e.route.name().to_string(), e.seconds)).collect(),
+        predicted_s: estimates
+            .iter()
+            .filter(|e| e.excluded.is_none() && e.seconds.is_finite())
+            .map(|e| (e.route.name().to_string(), e.seconds))
+            .collect(),
         reason,
     }
 }
@@ -98,14 +155,22 @@ impl std::hash::Hasher for Fnv {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
         for &b in bytes {
             h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
         }
         self.0 = h;
     }
     fn write_u64(&mut self, x: u64) {
-        let h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        let h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
         self.0 = (h ^ x).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
     }
 }
@@ -127,7 +192,11 @@ pub struct Engine {
 impl Engine {
     /// An engine for `profile`, pricing the vendor BLAS at `threads` threads.
     pub fn new(profile: Profile, threads: u32) -> Engine {
-        Engine { profile, threads: threads.max(1), cache: Mutex::new(Cache::default()) }
+        Engine {
+            profile,
+            threads: threads.max(1),
+            cache: Mutex::new(Cache::default()),
+        }
     }
 
     /// The profile in use.
@@ -155,8 +224,16 @@ impl Engine {
     /// [`Engine::decide`] where the moduli count is computed only when the decision is not
     /// cached yet: `key` identifies what the count depends on besides the shape (e.g. a
     /// forced `OZAKI_MODULI`), and `moduli` computes it on a miss.
-    pub fn decide_with(&self, shape: &CallShape, key: Option<u32>, moduli: impl FnOnce() -> Option<u32>) -> Arc<Decision> {
-        let key = Key { shape: *shape, moduli: key };
+    pub fn decide_with(
+        &self,
+        shape: &CallShape,
+        key: Option<u32>,
+        moduli: impl FnOnce() -> Option<u32>,
+    ) -> Arc<Decision> {
+        let key = Key {
+            shape: *shape,
+            moduli: key,
+        };
         if let Ok(c) = self.cache.lock()
             && let Some(d) = c.get(&key)
         {
@@ -178,16 +255,31 @@ impl Engine {
             return Decision {
                 route: Route::Vendor,
                 moduli: None,
-                prediction: Prediction { predicted_s: Default::default(), reason: "vendor: no product to compute".into() },
+                prediction: Prediction {
+                    predicted_s: Default::default(),
+                    reason: "vendor: no product to compute".into(),
+                },
             };
         }
         let est = self.estimates(shape, moduli);
         if self.profile.gpu.is_none() {
             // Nothing to choose between: keep the trace's reason short.
-            return Decision { route: Route::Vendor, moduli: None, prediction: prediction(&est, "vendor: no GPU in the profile".into()) };
+            return Decision {
+                route: Route::Vendor,
+                moduli: None,
+                prediction: prediction(&est, "vendor: no GPU in the profile".into()),
+            };
         }
         let (route, reason) = choose(&est, &self.profile.choice);
-        Decision { route, moduli: if route == Route::GpuOzaki { moduli } else { None }, prediction: prediction(&est, reason) }
+        Decision {
+            route,
+            moduli: if route == Route::GpuOzaki {
+                moduli
+            } else {
+                None
+            },
+            prediction: prediction(&est, reason),
+        }
     }
 }
 
@@ -195,10 +287,23 @@ impl Engine {
 /// `MKL_NUM_THREADS`, `BLIS_NUM_THREADS` or `OMP_NUM_THREADS` (first set, positive), else
 /// `available` (the process's CPU count). `get` reads the environment.
 pub fn blas_threads(get: impl Fn(&str) -> Option<String>, available: u32) -> u32 {
-    ["OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS", "OMP_NUM_THREADS"]
-        .iter()
-        .find_map(|v| get(v).and_then(|s| s.split(',').next().and_then(|x| x.trim().parse::<u32>().ok())).filter(|&t| t > 0))
-        .unwrap_or(available.max(1))
+    [
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "BLIS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+    ]
+    .iter()
+    .find_map(|v| {
+        get(v)
+            .and_then(|s| {
+                s.split(',')
+                    .next()
+                    .and_then(|x| x.trim().parse::<u32>().ok())
+            })
+            .filter(|&t| t > 0)
+    })
+    .unwrap_or(available.max(1))
 }
 
 /// The moduli count priced when the call's data is not at hand (`ozaki explain`, replay of a

@@ -103,7 +103,11 @@ impl CallShape {
 
     /// A host-resident dsyrk C = A·Aᵀ of order n and inner dimension k.
     pub fn syrk(n: u64, k: u64) -> CallShape {
-        CallShape { routine: Routine::Dsyrk, m: n, ..CallShape::gemm(n, n, k) }
+        CallShape {
+            routine: Routine::Dsyrk,
+            m: n,
+            ..CallShape::gemm(n, n, k)
+        }
     }
 
     /// The same shape with other residency.
@@ -114,15 +118,29 @@ impl CallShape {
     /// The shape of a trace record. Residency is inferred from the symbol: the device entry
     /// points are named `ozaki_*_device`; everything else LD_PRELOAD sees is host memory.
     pub fn from_record(r: &CallRecord) -> CallShape {
-        let residency =
-            if r.sym.starts_with("ozaki_") && r.sym.contains("device") { Residency::Device } else { Residency::Host };
-        let is_t = |t: &Option<String>| t.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("T") || s.eq_ignore_ascii_case("C"));
+        let residency = if r.sym.starts_with("ozaki_") && r.sym.contains("device") {
+            Residency::Device
+        } else {
+            Residency::Host
+        };
+        let is_t = |t: &Option<String>| {
+            t.as_deref()
+                .is_some_and(|s| s.eq_ignore_ascii_case("T") || s.eq_ignore_ascii_case("C"))
+        };
         CallShape {
             routine: r.routine,
-            m: if r.routine == Routine::Dsyrk { r.n } else { r.m },
+            m: if r.routine == Routine::Dsyrk {
+                r.n
+            } else {
+                r.m
+            },
             n: r.n,
             k: r.k,
-            transa: if r.routine == Routine::Dsyrk { is_t(&r.trans) } else { is_t(&r.transa) },
+            transa: if r.routine == Routine::Dsyrk {
+                is_t(&r.trans)
+            } else {
+                is_t(&r.transa)
+            },
             transb: is_t(&r.transb),
             beta_zero: r.beta == 0.0,
             alpha_zero: r.alpha == 0.0,
@@ -155,8 +173,18 @@ impl CallShape {
     pub fn work(&self) -> WorkTerms {
         let (m, n, k) = (self.m as f64, self.n as f64, self.k as f64);
         match self.routine {
-            Routine::Dgemm => WorkTerms { mnk: m * n * k, nk: n * k, mk: m * k, mn: m * n },
-            Routine::Dsyrk => WorkTerms { mnk: n * (n + 1.0) * k / 2.0, nk: 0.0, mk: n * k, mn: n * (n + 1.0) / 2.0 },
+            Routine::Dgemm => WorkTerms {
+                mnk: m * n * k,
+                nk: n * k,
+                mk: m * k,
+                mn: m * n,
+            },
+            Routine::Dsyrk => WorkTerms {
+                mnk: n * (n + 1.0) * k / 2.0,
+                nk: 0.0,
+                mk: n * k,
+                mn: n * (n + 1.0) / 2.0,
+            },
         }
     }
 

@@ -122,12 +122,20 @@ pub struct WorkModel {
 impl WorkModel {
     /// A model of a pure rate `flops_per_s` (FLOP/s, 2 per multiply-add) plus a latency.
     pub fn from_rate(flops_per_s: f64, latency_s: f64) -> WorkModel {
-        WorkModel { s_per_mnk: 2.0 / flops_per_s, s_fixed: latency_s, ..WorkModel::default() }
+        WorkModel {
+            s_per_mnk: 2.0 / flops_per_s,
+            s_fixed: latency_s,
+            ..WorkModel::default()
+        }
     }
 
     /// Uncorrected seconds for the given work terms.
     pub fn base_seconds(&self, w: &WorkTerms) -> f64 {
-        self.s_per_mnk * w.mnk + self.s_per_nk * w.nk + self.s_per_mk * w.mk + self.s_per_mn * w.mn + self.s_fixed
+        self.s_per_mnk * w.mnk
+            + self.s_per_nk * w.nk
+            + self.s_per_mk * w.mk
+            + self.s_per_mn * w.mn
+            + self.s_fixed
     }
 
     /// Predicted seconds of one call of this shape.
@@ -137,7 +145,11 @@ impl WorkModel {
 
     /// The sustained rate the `mnk` term alone implies (FLOP/s), for reports.
     pub fn peak_flops(&self) -> f64 {
-        if self.s_per_mnk > 0.0 { 2.0 / self.s_per_mnk } else { f64::INFINITY }
+        if self.s_per_mnk > 0.0 {
+            2.0 / self.s_per_mnk
+        } else {
+            f64::INFINITY
+        }
     }
 
     /// Fits the five coefficients to `samples` by non-negative least squares on relative
@@ -155,20 +167,44 @@ impl WorkModel {
             .filter(|s| s.seconds > 0.0 && s.seconds.is_finite() && s.m > 0 && s.n > 0 && s.k > 0)
             .map(|s| {
                 let w = s.shape().work();
-                ([w.mnk / s.seconds, w.nk / s.seconds, w.mk / s.seconds, w.mn / s.seconds, 1.0 / s.seconds], 1.0)
+                (
+                    [
+                        w.mnk / s.seconds,
+                        w.nk / s.seconds,
+                        w.mk / s.seconds,
+                        w.mn / s.seconds,
+                        1.0 / s.seconds,
+                    ],
+                    1.0,
+                )
             })
             .collect();
         if rows.len() < 2 {
-            return Err(format!("need at least 2 timed shapes to fit a work model, got {}", rows.len()));
+            return Err(format!(
+                "need at least 2 timed shapes to fit a work model, got {}",
+                rows.len()
+            ));
         }
         let x = nnls_subsets(&rows);
-        let mut model = WorkModel { s_per_mnk: x[0], s_per_nk: x[1], s_per_mk: x[2], s_per_mn: x[3], s_fixed: x[4], correction: Correction::default() };
+        let mut model = WorkModel {
+            s_per_mnk: x[0],
+            s_per_nk: x[1],
+            s_per_mk: x[2],
+            s_per_mn: x[3],
+            s_fixed: x[4],
+            correction: Correction::default(),
+        };
         model.correction.points = samples
             .iter()
             .filter(|s| s.seconds > 0.0 && s.seconds.is_finite() && s.m > 0 && s.n > 0 && s.k > 0)
             .map(|s| {
                 let base = model.base_seconds(&s.shape().work());
-                CorrectionPoint { m: s.m, n: s.n, k: s.k, ln_ratio: (s.seconds / base).ln() }
+                CorrectionPoint {
+                    m: s.m,
+                    n: s.n,
+                    k: s.k,
+                    ln_ratio: (s.seconds / base).ln(),
+                }
             })
             .collect();
         Ok(model)
@@ -212,7 +248,10 @@ fn nnls_subsets(rows: &[([f64; 5], f64)]) -> [f64; 5] {
         for (i, &j) in idx.iter().enumerate() {
             x[j] = sol[i] / scale[j];
         }
-        let res: f64 = rows.iter().map(|(a, b)| (a.iter().zip(&x).map(|(u, v)| u * v).sum::<f64>() - b).powi(2)).sum();
+        let res: f64 = rows
+            .iter()
+            .map(|(a, b)| (a.iter().zip(&x).map(|(u, v)| u * v).sum::<f64>() - b).powi(2))
+            .sum();
         if res < best.1 * (1.0 - 1e-12) {
             best = (x, res);
         }
@@ -285,7 +324,15 @@ fn route_name<S: serde::Serializer>(r: &Route, s: S) -> Result<S::Ok, S::Error> 
 
 impl RouteEstimate {
     fn excluded(route: Route, why: String) -> RouteEstimate {
-        RouteEstimate { route, seconds: f64::INFINITY, terms: Vec::new(), excluded: Some(why), storage: "-", recon_host: "-", moduli: None }
+        RouteEstimate {
+            route,
+            seconds: f64::INFINITY,
+            terms: Vec::new(),
+            excluded: Some(why),
+            storage: "-",
+            recon_host: "-",
+            moduli: None,
+        }
     }
 }
 
@@ -297,14 +344,22 @@ pub const PRICED_ROUTES: [Route; 3] = [Route::Vendor, Route::GpuNative, Route::G
 /// `moduli` is the count the numerics would choose for this call (`None`: no count meets
 /// the accuracy contract, so GPU Ozaki is excluded). `threads` is the CPU BLAS thread count
 /// in use.
-pub fn predict(profile: &Profile, shape: &CallShape, route: Route, moduli: Option<u32>, threads: u32) -> RouteEstimate {
+pub fn predict(
+    profile: &Profile,
+    shape: &CallShape,
+    route: Route,
+    moduli: Option<u32>,
+    threads: u32,
+) -> RouteEstimate {
     let mut est = match route {
         Route::Vendor => vendor(profile, shape, threads),
         Route::GpuNative | Route::GpuOzaki => match &profile.gpu {
             None => RouteEstimate::excluded(route, "no GPU in this profile".into()),
             Some(gpu) => gpu_route(gpu, shape, route, moduli),
         },
-        Route::Builtin | Route::CpuOzaki => RouteEstimate::excluded(route, "not priced by the engine (forced only)".into()),
+        Route::Builtin | Route::CpuOzaki => {
+            RouteEstimate::excluded(route, "not priced by the engine (forced only)".into())
+        }
     };
     if est.excluded.is_none()
         && let Some(c) = profile.corrections.get(route.name())
@@ -314,7 +369,10 @@ pub fn predict(profile: &Profile, shape: &CallShape, route: Route, moduli: Optio
             est.terms.push(Term {
                 name: "end-to-end",
                 seconds: est.seconds * (f - 1.0),
-                how: format!("×{f:.3} from end-to-end {} timings near this shape", route.name()),
+                how: format!(
+                    "×{f:.3} from end-to-end {} timings near this shape",
+                    route.name()
+                ),
             });
             est.seconds *= f;
         }
@@ -323,17 +381,33 @@ pub fn predict(profile: &Profile, shape: &CallShape, route: Route, moduli: Optio
 }
 
 /// [`predict`] for every route in [`PRICED_ROUTES`].
-pub fn predict_all(profile: &Profile, shape: &CallShape, moduli: Option<u32>, threads: u32) -> Vec<RouteEstimate> {
-    PRICED_ROUTES.iter().map(|&r| predict(profile, shape, r, moduli, threads)).collect()
+pub fn predict_all(
+    profile: &Profile,
+    shape: &CallShape,
+    moduli: Option<u32>,
+    threads: u32,
+) -> Vec<RouteEstimate> {
+    PRICED_ROUTES
+        .iter()
+        .map(|&r| predict(profile, shape, r, moduli, threads))
+        .collect()
 }
 
 fn vendor(profile: &Profile, shape: &CallShape, threads: u32) -> RouteEstimate {
     let Some((used, model)) = profile.cpu.model_for(threads) else {
         return RouteEstimate::excluded(Route::Vendor, "profile has no CPU BLAS timings".into());
     };
-    let blas = if shape.no_product() { 0.0 } else { model.seconds(shape) };
+    let blas = if shape.no_product() {
+        0.0
+    } else {
+        model.seconds(shape)
+    };
     let terms = vec![
-        Term { name: "overhead", seconds: profile.cpu.call_overhead_s, how: "interposer overhead per call (calibrated)".into() },
+        Term {
+            name: "overhead",
+            seconds: profile.cpu.call_overhead_s,
+            how: "interposer overhead per call (calibrated)".into(),
+        },
         Term {
             name: "cpu-blas",
             seconds: blas,
@@ -345,22 +419,46 @@ fn vendor(profile: &Profile, shape: &CallShape, threads: u32) -> RouteEstimate {
         },
     ];
     let seconds = terms.iter().map(|t| t.seconds).sum();
-    RouteEstimate { route: Route::Vendor, seconds, terms, excluded: None, storage: "host", recon_host: "-", moduli: None }
+    RouteEstimate {
+        route: Route::Vendor,
+        seconds,
+        terms,
+        excluded: None,
+        storage: "host",
+        recon_host: "-",
+        moduli: None,
+    }
 }
 
 /// Bytes the route moves host→device and device→host for a host-resident call.
 fn transfer_bytes(shape: &CallShape) -> (f64, f64) {
-    let h2d = 8.0 * shape.input_elems() + if shape.beta_zero { 0.0 } else { 8.0 * shape.output_elems() };
+    let h2d = 8.0 * shape.input_elems()
+        + if shape.beta_zero {
+            0.0
+        } else {
+            8.0 * shape.output_elems()
+        };
     (h2d, 8.0 * shape.output_elems())
 }
 
-fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u32>) -> RouteEstimate {
+fn gpu_route(
+    gpu: &GpuProfile,
+    shape: &CallShape,
+    route: Route,
+    moduli: Option<u32>,
+) -> RouteEstimate {
     if shape.no_product() {
-        return RouteEstimate::excluded(route, "no product to compute (empty, k = 0 or alpha = 0)".into());
+        return RouteEstimate::excluded(
+            route,
+            "no product to compute (empty, k = 0 or alpha = 0)".into(),
+        );
     }
     let r = match (route, moduli) {
         (Route::GpuOzaki, None) => {
-            return RouteEstimate::excluded(route, "no moduli count meets the accuracy contract for this call".into());
+            return RouteEstimate::excluded(
+                route,
+                "no moduli count meets the accuracy contract for this call".into(),
+            );
         }
         (Route::GpuOzaki, Some(r)) => r,
         _ => 0,
@@ -368,7 +466,13 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
     if let Some(reached) = gpu.reached.get(route.name())
         && !reached.ok
     {
-        return RouteEstimate::excluded(route, format!("calibration found it did not reach its hardware: {}", reached.evidence));
+        return RouteEstimate::excluded(
+            route,
+            format!(
+                "calibration found it did not reach its hardware: {}",
+                reached.evidence
+            ),
+        );
     }
     let (inp, out) = (shape.input_elems(), shape.output_elems());
     let need = match route {
@@ -379,28 +483,60 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
     if usable > 0.0 && need > usable {
         return RouteEstimate::excluded(
             route,
-            format!("needs {:.2} GiB of device memory, {:.2} GiB usable", need / 1073741824.0, usable / 1073741824.0),
+            format!(
+                "needs {:.2} GiB of device memory, {:.2} GiB usable",
+                need / 1073741824.0,
+                usable / 1073741824.0
+            ),
         );
     }
     let mut terms = Vec::new();
-    let launches = if route == Route::GpuOzaki { gpu.ozaki_launches.max(1) } else { 1 };
+    let launches = if route == Route::GpuOzaki {
+        gpu.ozaki_launches.max(1)
+    } else {
+        1
+    };
     terms.push(Term {
         name: "latency",
         seconds: launches as f64 * gpu.launch_s + gpu.sync_s,
-        how: format!("{launches} launch(es) × {:.1} µs + sync {:.1} µs (calibrated)", gpu.launch_s * 1e6, gpu.sync_s * 1e6),
+        how: format!(
+            "{launches} launch(es) × {:.1} µs + sync {:.1} µs (calibrated)",
+            gpu.launch_s * 1e6,
+            gpu.sync_s * 1e6
+        ),
     });
     if let Some(&o) = gpu.route_overhead_s.get(route.name())
         && o > 0.0
     {
-        terms.push(Term { name: "overhead", seconds: o, how: "host-side fixed cost per call, from the smallest end-to-end timings".into() });
+        terms.push(Term {
+            name: "overhead",
+            seconds: o,
+            how: "host-side fixed cost per call, from the smallest end-to-end timings".into(),
+        });
     }
     let mut xfer = 0.0;
     if shape.residency == Residency::Host {
         let (h2d, d2h) = transfer_bytes(shape);
         let t_h2d = gpu.link.latency_s + h2d / gpu.link.h2d_staged;
         let t_d2h = gpu.link.latency_s + d2h / gpu.link.d2h_staged;
-        terms.push(Term { name: "h2d", seconds: t_h2d, how: format!("{:.3} MB at {:.1} GB/s (staged host link)", h2d / 1e6, gpu.link.h2d_staged / 1e9) });
-        terms.push(Term { name: "d2h", seconds: t_d2h, how: format!("{:.3} MB at {:.1} GB/s (staged host link)", d2h / 1e6, gpu.link.d2h_staged / 1e9) });
+        terms.push(Term {
+            name: "h2d",
+            seconds: t_h2d,
+            how: format!(
+                "{:.3} MB at {:.1} GB/s (staged host link)",
+                h2d / 1e6,
+                gpu.link.h2d_staged / 1e9
+            ),
+        });
+        terms.push(Term {
+            name: "d2h",
+            seconds: t_d2h,
+            how: format!(
+                "{:.3} MB at {:.1} GB/s (staged host link)",
+                d2h / 1e6,
+                gpu.link.d2h_staged / 1e9
+            ),
+        });
         xfer = t_h2d + t_d2h;
     }
     let compute = match route {
@@ -409,7 +545,10 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
             terms.push(Term {
                 name: "fp64-gemm",
                 seconds: t,
-                how: format!("cuBLAS fp64 work model (sustained {:.1} TFLOP/s on the mnk term)", gpu.fp64.peak_flops() / 1e12),
+                how: format!(
+                    "cuBLAS fp64 work model (sustained {:.1} TFLOP/s on the mnk term)",
+                    gpu.fp64.peak_flops() / 1e12
+                ),
             });
             t
         }
@@ -428,11 +567,15 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
             });
             // r products share one batched launch: fixed cost once, work terms r times.
             let one = gpu.int8.base_seconds(&shape.work()) - gpu.int8.s_fixed;
-            let prod = (rf * one + gpu.int8.s_fixed) * gpu.int8.correction.factor(shape.m, shape.n, shape.k);
+            let prod = (rf * one + gpu.int8.s_fixed)
+                * gpu.int8.correction.factor(shape.m, shape.n, shape.k);
             terms.push(Term {
                 name: "products",
                 seconds: prod,
-                how: format!("{r} INT8 GEMMs, INT8 work model (sustained {:.0} TOPS on the mnk term)", gpu.int8.peak_flops() / 1e12),
+                how: format!(
+                    "{r} INT8 GEMMs, INT8 work model (sustained {:.0} TOPS on the mnk term)",
+                    gpu.int8.peak_flops() / 1e12
+                ),
             });
             let rec = out * (gpu.reconstruct.s_per_elem + rf * gpu.reconstruct.s_per_elem_modulus);
             terms.push(Term {
@@ -453,7 +596,10 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
         terms.push(Term {
             name: "overlap",
             seconds: -credit,
-            how: format!("{:.0}% of min(transfers, compute) hidden by the pipelined streams (calibrated)", gpu.overlap * 100.0),
+            how: format!(
+                "{:.0}% of min(transfers, compute) hidden by the pipelined streams (calibrated)",
+                gpu.overlap * 100.0
+            ),
         });
     }
     let seconds = terms.iter().map(|t| t.seconds).sum();
@@ -469,8 +615,16 @@ fn gpu_route(gpu: &GpuProfile, shape: &CallShape, route: Route, moduli: Option<u
         terms,
         excluded: None,
         storage,
-        recon_host: if route == Route::GpuOzaki { "gpu-fp64-crt" } else { "-" },
-        moduli: if route == Route::GpuOzaki { Some(r) } else { None },
+        recon_host: if route == Route::GpuOzaki {
+            "gpu-fp64-crt"
+        } else {
+            "-"
+        },
+        moduli: if route == Route::GpuOzaki {
+            Some(r)
+        } else {
+            None
+        },
     }
 }
 
@@ -480,11 +634,31 @@ mod tests {
 
     #[test]
     fn fit_recovers_a_known_model_exactly() {
-        let truth = WorkModel { s_per_mnk: 2.0 / 50e12, s_per_mk: 1e-11, s_per_mn: 3e-11, s_fixed: 8e-6, ..WorkModel::default() };
-        let shapes = [(64, 64, 64), (1024, 1024, 1024), (4096, 64, 4096), (110592, 64, 64), (2048, 2048, 256), (512, 8192, 512), (8192, 8192, 8192)];
+        let truth = WorkModel {
+            s_per_mnk: 2.0 / 50e12,
+            s_per_mk: 1e-11,
+            s_per_mn: 3e-11,
+            s_fixed: 8e-6,
+            ..WorkModel::default()
+        };
+        let shapes = [
+            (64, 64, 64),
+            (1024, 1024, 1024),
+            (4096, 64, 4096),
+            (110592, 64, 64),
+            (2048, 2048, 256),
+            (512, 8192, 512),
+            (8192, 8192, 8192),
+        ];
         let samples: Vec<Sample> = shapes
             .iter()
-            .map(|&(m, n, k)| Sample { routine: Routine::Dgemm, m, n, k, seconds: truth.seconds(&CallShape::gemm(m, n, k)) })
+            .map(|&(m, n, k)| Sample {
+                routine: Routine::Dgemm,
+                m,
+                n,
+                k,
+                seconds: truth.seconds(&CallShape::gemm(m, n, k)),
+            })
             .collect();
         let fit = WorkModel::fit(&samples).unwrap();
         for &(m, n, k) in &[(300, 300, 300), (20000, 128, 128), (16384, 16384, 16384)] {
@@ -496,7 +670,14 @@ mod tests {
 
     #[test]
     fn correction_is_exact_at_points_and_fades_far_away() {
-        let c = Correction { points: vec![CorrectionPoint { m: 1024, n: 1024, k: 1024, ln_ratio: 0.5f64.ln() }] };
+        let c = Correction {
+            points: vec![CorrectionPoint {
+                m: 1024,
+                n: 1024,
+                k: 1024,
+                ln_ratio: 0.5f64.ln(),
+            }],
+        };
         let at = c.factor(1024, 1024, 1024);
         assert!((at - 0.5).abs() < 0.03, "{at}");
         assert!((c.factor(1 << 20, 1 << 20, 1 << 20) - 1.0).abs() < 1e-9);

@@ -92,12 +92,35 @@ impl Platform {
     }
 }
 
-const fn fp8(name: &'static str, set: &'static str, r: u32, a_int8: f64, c_res: f64, p_store: f64) -> PaperRoute {
-    PaperRoute { name, set, r, a_int8, c_res, p_store, substrate: Substrate::Fp8 }
+const fn fp8(
+    name: &'static str,
+    set: &'static str,
+    r: u32,
+    a_int8: f64,
+    c_res: f64,
+    p_store: f64,
+) -> PaperRoute {
+    PaperRoute {
+        name,
+        set,
+        r,
+        a_int8,
+        c_res,
+        p_store,
+        substrate: Substrate::Fp8,
+    }
 }
 
 const fn int8(name: &'static str, r: u32, c_res: f64) -> PaperRoute {
-    PaperRoute { name, set: "byte", r, a_int8: 0.0, c_res, p_store: r as f64, substrate: Substrate::Int8 }
+    PaperRoute {
+        name,
+        set: "byte",
+        r,
+        a_int8: 0.0,
+        c_res,
+        p_store: r as f64,
+        substrate: Substrate::Int8,
+    }
 }
 
 /// The paper's fp8 route menu (Table 2), including `Dt`, which the paper does not carry.
@@ -116,7 +139,10 @@ pub fn paper_fp8_routes() -> Vec<PaperRoute> {
 }
 
 fn carried() -> Vec<PaperRoute> {
-    paper_fp8_routes().into_iter().filter(|r| r.name != "Dt").collect()
+    paper_fp8_routes()
+        .into_iter()
+        .filter(|r| r.name != "Dt")
+        .collect()
 }
 
 /// The paper's engine geometry: T = 64, C = 16, R* = 256, K_slab = 4096.
@@ -178,7 +204,10 @@ pub fn b200() -> Platform {
         b_l2: 32e12,
         c_l2: 126e6,
         native_fp64: 40e12,
-        routes: vec![int8("I15ship", 15, 13.0), int8("I15dp", 15, 4.0 / 15.0 + 4.0)],
+        routes: vec![
+            int8("I15ship", 15, 13.0),
+            int8("I15dp", 15, 4.0 / 15.0 + 4.0),
+        ],
         baseline: "I15ship",
         ..rubin()
     }
@@ -219,5 +248,7 @@ pub fn all() -> Vec<Platform> {
 /// A platform by name (case-insensitive; `h200` also finds `h200-datasheet`).
 pub fn by_name(name: &str) -> Option<Platform> {
     let n = name.to_ascii_lowercase();
-    all().into_iter().find(|p| p.name == n || (n == "h200" && p.name == "h200-datasheet"))
+    all()
+        .into_iter()
+        .find(|p| p.name == n || (n == "h200" && p.name == "h200-datasheet"))
 }

@@ -99,7 +99,12 @@ impl CpuProfile {
         let t = threads as f64;
         self.blas
             .iter()
-            .min_by(|a, b| (a.threads.max(1) as f64 / t).ln().abs().total_cmp(&(b.threads.max(1) as f64 / t).ln().abs()))
+            .min_by(|a, b| {
+                (a.threads.max(1) as f64 / t)
+                    .ln()
+                    .abs()
+                    .total_cmp(&(b.threads.max(1) as f64 / t).ln().abs())
+            })
             .map(|c| (c.threads, &c.model))
     }
 }
@@ -219,7 +224,11 @@ pub enum ProfileSource {
 /// The built-in profiles shipped with the crate: (file name, GPU name fragment, JSON).
 pub const BUILT_IN: &[(&str, &str, &str)] = &[
     ("h200", "H200", include_str!("../../../profiles/h200.json")),
-    ("cpu-only", "", include_str!("../../../profiles/cpu-only.json")),
+    (
+        "cpu-only",
+        "",
+        include_str!("../../../profiles/cpu-only.json"),
+    ),
 ];
 
 impl Profile {
@@ -230,7 +239,10 @@ impl Profile {
     pub fn from_json(text: &str) -> Result<Profile, String> {
         let p: Profile = serde_json::from_str(text).map_err(|e| format!("bad profile: {e}"))?;
         if p.version > PROFILE_VERSION {
-            return Err(format!("profile version {} is newer than this build's {PROFILE_VERSION}", p.version));
+            return Err(format!(
+                "profile version {} is newer than this build's {PROFILE_VERSION}",
+                p.version
+            ));
         }
         Ok(p)
     }
@@ -261,7 +273,10 @@ impl Profile {
 
     /// A built-in profile by name (`h200`, `cpu-only`).
     pub fn built_in(name: &str) -> Option<Profile> {
-        BUILT_IN.iter().find(|(n, _, _)| *n == name).map(|(_, _, json)| Profile::from_json(json).expect("built-in profiles are tested"))
+        BUILT_IN
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|(_, _, json)| Profile::from_json(json).expect("built-in profiles are tested"))
     }
 
     /// The built-in profile for a GPU name (`NVIDIA H200` → `h200`), if one ships.
@@ -269,7 +284,12 @@ impl Profile {
         BUILT_IN
             .iter()
             .find(|(_, frag, _)| !frag.is_empty() && gpu_name.to_ascii_uppercase().contains(frag))
-            .map(|(n, _, json)| (*n, Profile::from_json(json).expect("built-in profiles are tested")))
+            .map(|(n, _, json)| {
+                (
+                    *n,
+                    Profile::from_json(json).expect("built-in profiles are tested"),
+                )
+            })
     }
 }
 
@@ -303,7 +323,10 @@ pub fn default_path(gpu_name: Option<&str>) -> Option<PathBuf> {
 
 /// The per-GPU default profile path under a given cache directory.
 pub fn default_path_in(cache: &Path, gpu_name: Option<&str>) -> PathBuf {
-    let slug = gpu_name.map(gpu_slug).filter(|s| !s.is_empty()).unwrap_or_else(|| "cpu".into());
+    let slug = gpu_name
+        .map(gpu_slug)
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "cpu".into());
     cache.join(format!("profile-{slug}.json"))
 }
 
@@ -313,7 +336,10 @@ pub fn default_path_in(cache: &Path, gpu_name: Option<&str>) -> PathBuf {
 /// # Errors
 /// `OZAKI_PROFILE` names a file that cannot be read or parsed (an explicit request that
 /// fails is an error, not a silent fallback).
-pub fn resolve(env_profile: Option<&str>, gpu_name: Option<&str>) -> Result<(Profile, ProfileSource, Option<String>), String> {
+pub fn resolve(
+    env_profile: Option<&str>,
+    gpu_name: Option<&str>,
+) -> Result<(Profile, ProfileSource, Option<String>), String> {
     resolve_in(env_profile, gpu_name, cache_dir().as_deref())
 }
 
@@ -321,10 +347,16 @@ pub fn resolve(env_profile: Option<&str>, gpu_name: Option<&str>) -> Result<(Pro
 ///
 /// # Errors
 /// As [`resolve`].
-pub fn resolve_in(env_profile: Option<&str>, gpu_name: Option<&str>, cache: Option<&Path>) -> Result<(Profile, ProfileSource, Option<String>), String> {
+pub fn resolve_in(
+    env_profile: Option<&str>,
+    gpu_name: Option<&str>,
+    cache: Option<&Path>,
+) -> Result<(Profile, ProfileSource, Option<String>), String> {
     if let Some(p) = env_profile.filter(|p| !p.is_empty()) {
         let path = PathBuf::from(p);
-        return Profile::load(&path).map(|prof| (prof, ProfileSource::Env(path), None)).map_err(|e| format!("OZAKI_PROFILE: {e}"));
+        return Profile::load(&path)
+            .map(|prof| (prof, ProfileSource::Env(path), None))
+            .map_err(|e| format!("OZAKI_PROFILE: {e}"));
     }
     if let Some(path) = cache.map(|c| default_path_in(c, gpu_name))
         && path.is_file()
@@ -355,7 +387,9 @@ fn built_in_fallback(gpu_name: Option<&str>) -> (Profile, ProfileSource, Option<
     }
     let prof = Profile::built_in("cpu-only").expect("cpu-only profile ships");
     let w = match gpu_name {
-        Some(g) => format!("no profile for GPU {g}; using the CPU-only built-in profile (GPU routes never chosen); run `ozaki calibrate`"),
+        Some(g) => format!(
+            "no profile for GPU {g}; using the CPU-only built-in profile (GPU routes never chosen); run `ozaki calibrate`"
+        ),
         None => "no GPU and no calibrated profile; using the CPU-only built-in profile".to_string(),
     };
     (prof, ProfileSource::BuiltIn("cpu-only"), Some(w))

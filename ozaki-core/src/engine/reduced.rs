@@ -18,23 +18,55 @@ pub struct RateOptions {
 }
 
 /// ComputeRate(ν, λ) of Alg. 4 (Eqs. 14/16 plus the SIMT-Garner term): useful FLOP/s.
-pub fn compute_rate(pl: &Platform, rt: &PaperRoute, m: f64, n: f64, k: f64, lambda: f64, opt: RateOptions) -> f64 {
+pub fn compute_rate(
+    pl: &Platform,
+    rt: &PaperRoute,
+    m: f64,
+    n: f64,
+    k: f64,
+    lambda: f64,
+    opt: RateOptions,
+) -> f64 {
     let roof = pl.p_low / rt.alpha();
     if opt.codesign {
         return roof;
     }
     let nbar = 2.0 * m * n / (m + n);
     let r = rt.r as f64;
-    let sigma = lambda * rt.c_res * r / nbar + if opt.no_garner { 0.0 } else { rt.n_gamma() / (2.0 * k) };
+    let sigma = lambda * rt.c_res * r / nbar
+        + if opt.no_garner {
+            0.0
+        } else {
+            rt.n_gamma() / (2.0 * k)
+        };
     let delta = lambda * rt.a_int8 / nbar;
-    let simt = if sigma > 0.0 { pl.i_simt / sigma } else { f64::INFINITY };
-    let int8 = if delta > 0.0 { (pl.p_i8tc / 2.0) / delta } else { f64::INFINITY };
+    let simt = if sigma > 0.0 {
+        pl.i_simt / sigma
+    } else {
+        f64::INFINITY
+    };
+    let int8 = if delta > 0.0 {
+        (pl.p_i8tc / 2.0) / delta
+    } else {
+        f64::INFINITY
+    };
     roof.min(simt).min(int8)
 }
 
 /// P_dec at a square n̄ with k → ∞ and λ = 1 (Tables 3 and 10).
 pub fn p_dec(pl: &Platform, rt: &PaperRoute, nbar: f64) -> f64 {
-    compute_rate(pl, rt, nbar, nbar, f64::INFINITY, 1.0, RateOptions { no_garner: true, codesign: false })
+    compute_rate(
+        pl,
+        rt,
+        nbar,
+        nbar,
+        f64::INFINITY,
+        1.0,
+        RateOptions {
+            no_garner: true,
+            codesign: false,
+        },
+    )
 }
 
 /// The knee n* of Eq. 16: where the conversion stops binding.
@@ -69,7 +101,12 @@ pub struct Schedule {
 
 /// Alg. 4 Select-Schedule(π, ν, m, n, k): the best storage schedule of route `rt` (the
 /// first added wins a tie, as in "return max P with its tag").
-pub fn select_schedule(pl: &Platform, rt: &PaperRoute, shape: &CallShape, opt: RateOptions) -> Schedule {
+pub fn select_schedule(
+    pl: &Platform,
+    rt: &PaperRoute,
+    shape: &CallShape,
+    opt: RateOptions,
+) -> Schedule {
     let all = schedules(pl, rt, shape, opt);
     let mut best = all[0].clone();
     for s in &all[1..] {
@@ -82,7 +119,12 @@ pub fn select_schedule(pl: &Platform, rt: &PaperRoute, shape: &CallShape, opt: R
 
 /// Every eligible storage schedule Alg. 4 adds for this record, in its order (the audit view:
 /// e.g. the mat-HBM cap of a record that does not take mat-HBM).
-pub fn schedules(pl: &Platform, rt: &PaperRoute, shape: &CallShape, opt: RateOptions) -> Vec<Schedule> {
+pub fn schedules(
+    pl: &Platform,
+    rt: &PaperRoute,
+    shape: &CallShape,
+    opt: RateOptions,
+) -> Vec<Schedule> {
     let (m, n, k) = (shape.m as f64, shape.n as f64, shape.k as f64);
     let r = rt.r as f64;
     let p = rt.p_store;
@@ -98,7 +140,15 @@ pub fn schedules(pl: &Platform, rt: &PaperRoute, shape: &CallShape, opt: RateOpt
     let b = pl.b_mem;
     let lam = |z: f64, phi: f64| z / w + phi.max(z / w);
     let mut all = Vec::with_capacity(3);
-    let mut add = |rate: f64, tag: &'static str, q_plane: f64| all.push(Schedule { rate, tag, q0, q_plane, q_red });
+    let mut add = |rate: f64, tag: &'static str, q_plane: f64| {
+        all.push(Schedule {
+            rate,
+            tag,
+            q0,
+            q_plane,
+            q_red,
+        })
+    };
     if t_m * t_n <= pl.cluster_ctas {
         let rho = compute_rate(pl, rt, m, n, k, 1.0, opt);
         if s_k == 1.0 {
@@ -117,13 +167,29 @@ pub fn schedules(pl: &Platform, rt: &PaperRoute, shape: &CallShape, opt: RateOpt
         add(rho_l.min(b * w / (q0 + q_red + q_re)), "on-the-fly", 0.0);
         let small = p * k * m.min(n);
         if small <= pl.c_l2 {
-            add(rho_l.min(b * w / (q0 + q_red)).min(pl.b_l2 / lam(small, p / (2.0 * pl.tile))), "hybrid-L2", 0.0);
+            add(
+                rho_l
+                    .min(b * w / (q0 + q_red))
+                    .min(pl.b_l2 / lam(small, p / (2.0 * pl.tile))),
+                "hybrid-L2",
+                0.0,
+            );
         }
         if p * n_uniq <= pl.c_l2 {
-            add(rho_1.min(b * w / (q0 + q_red)).min(pl.b_l2 / lam(p * n_uniq, p / pl.tile)), "mat-L2", 0.0);
+            add(
+                rho_1
+                    .min(b * w / (q0 + q_red))
+                    .min(pl.b_l2 / lam(p * n_uniq, p / pl.tile)),
+                "mat-L2",
+                0.0,
+            );
         } else {
             let q_plane = q_red + 2.0 * p * n_uniq;
-            add(rho_1.min(b * w / (q0 + q_plane)).min(b * pl.tile / p), "mat-HBM", q_plane);
+            add(
+                rho_1.min(b * w / (q0 + q_plane)).min(b * pl.tile / p),
+                "mat-HBM",
+                q_plane,
+            );
         }
     }
     all
@@ -141,7 +207,12 @@ pub struct RecordRates {
 /// `s0_rec`: the shipping baseline, a convert-once multi-kernel pipeline (λ = 1, no plane
 /// feed cap), capped by the record's memory roof B·W/(Q0 + Q_red) and carrying the same
 /// Garner tax (brief §5.5 item 2, "like-for-like").
-pub fn baseline_schedule(pl: &Platform, rt: &PaperRoute, shape: &CallShape, opt: RateOptions) -> Schedule {
+pub fn baseline_schedule(
+    pl: &Platform,
+    rt: &PaperRoute,
+    shape: &CallShape,
+    opt: RateOptions,
+) -> Schedule {
     let (m, n, k) = (shape.m as f64, shape.n as f64, shape.k as f64);
     let (w, n_uniq, mn) = match shape.routine {
         Routine::Dgemm => (2.0 * m * n * k, k * (m + n), m * n),
@@ -150,7 +221,13 @@ pub fn baseline_schedule(pl: &Platform, rt: &PaperRoute, shape: &CallShape, opt:
     let q0 = 8.0 * (n_uniq + mn);
     let q_red = 8.0 * rt.r as f64 * mn * ((k / pl.k_slab).ceil().max(1.0) - 1.0);
     let rate = compute_rate(pl, rt, m, n, k, 1.0, opt).min(pl.b_mem * w / (q0 + q_red));
-    Schedule { rate, tag: "convert-once", q0, q_plane: 0.0, q_red }
+    Schedule {
+        rate,
+        tag: "convert-once",
+        q0,
+        q_plane: 0.0,
+        q_red,
+    }
 }
 
 /// Prices `shape` on every route of the platform's menu: the baseline by
@@ -160,7 +237,16 @@ pub fn rate_record(pl: &Platform, shape: &CallShape, opt: RateOptions) -> Record
     let routes: Vec<(&'static str, Schedule)> = pl
         .routes
         .iter()
-        .map(|rt| (rt.name, if rt.name == pl.baseline { baseline_schedule(pl, rt, shape, opt) } else { select_schedule(pl, rt, shape, opt) }))
+        .map(|rt| {
+            (
+                rt.name,
+                if rt.name == pl.baseline {
+                    baseline_schedule(pl, rt, shape, opt)
+                } else {
+                    select_schedule(pl, rt, shape, opt)
+                },
+            )
+        })
         .collect();
     let mut best: Option<usize> = None;
     for (i, (name, s)) in routes.iter().enumerate() {
@@ -168,7 +254,10 @@ pub fn rate_record(pl: &Platform, shape: &CallShape, opt: RateOptions) -> Record
             best = Some(i);
         }
     }
-    RecordRates { best: best.unwrap_or(0), routes }
+    RecordRates {
+        best: best.unwrap_or(0),
+        routes,
+    }
 }
 
 /// Reconstruction tax of Eq. 11, T_γ/T_mma = (N_γ/2)·P_emu/(k·P_host).

@@ -72,7 +72,10 @@ pub struct Row {
 impl Row {
     /// Predicted seconds of the chosen route.
     pub fn chosen_seconds(&self) -> f64 {
-        self.predicted_s.iter().find(|(r, _)| *r == self.route).map_or(f64::INFINITY, |(_, s)| *s)
+        self.predicted_s
+            .iter()
+            .find(|(r, _)| *r == self.route)
+            .map_or(f64::INFINITY, |(_, s)| *s)
     }
 }
 
@@ -126,11 +129,18 @@ fn replay_one(c: &CallRecord, model: &ReplayModel<'_>) -> Row {
     };
     match model {
         ReplayModel::Measured { engine, moduli } => {
-            let r = if shape.no_product() { None } else { moduli(&shape) };
+            let r = if shape.no_product() {
+                None
+            } else {
+                moduli(&shape)
+            };
             let est = engine.estimates(&shape, r);
             let d = engine.decide(&shape, r);
             let chosen = est.iter().find(|e| e.route == d.route);
-            let predicted_s: Vec<(String, f64)> = est.iter().map(|e| (e.route.name().to_string(), e.seconds)).collect();
+            let predicted_s: Vec<(String, f64)> = est
+                .iter()
+                .map(|e| (e.route.name().to_string(), e.seconds))
+                .collect();
             let secs = chosen.map_or(f64::INFINITY, |e| e.seconds);
             Row {
                 route: d.route.name().to_string(),
@@ -150,18 +160,43 @@ fn replay_one(c: &CallRecord, model: &ReplayModel<'_>) -> Row {
                 Routine::Dsyrk => shape.m as f64 * shape.n as f64 * shape.k as f64,
             };
             if shape.no_product() {
-                let mut predicted_s: Vec<(String, f64)> = platform.routes.iter().map(|r| (r.name.to_string(), 0.0)).collect();
+                let mut predicted_s: Vec<(String, f64)> = platform
+                    .routes
+                    .iter()
+                    .map(|r| (r.name.to_string(), 0.0))
+                    .collect();
                 predicted_s.push(("native".into(), 0.0));
-                return Row { route: "native".into(), predicted_s, reason: "no product to compute".into(), flops: 0.0, ..base };
+                return Row {
+                    route: "native".into(),
+                    predicted_s,
+                    reason: "no product to compute".into(),
+                    flops: 0.0,
+                    ..base
+                };
             }
-            let rates = reduced::rate_record(platform, &shape.with_residency(Residency::Device), *options);
-            let mut predicted_s: Vec<(String, f64)> = rates.routes.iter().map(|(n, s)| (n.to_string(), w / s.rate)).collect();
+            let rates =
+                reduced::rate_record(platform, &shape.with_residency(Residency::Device), *options);
+            let mut predicted_s: Vec<(String, f64)> = rates
+                .routes
+                .iter()
+                .map(|(n, s)| (n.to_string(), w / s.rate))
+                .collect();
             predicted_s.push(("native".into(), w / platform.native_fp64));
             let (bn, bs) = &rates.routes[rates.best];
             // The paper's switched dispatch: the best emulated route; native and the shipping
             // baseline are the references the composites compare against (brief §5.5).
-            let (route, rate, storage, recon, reason) =
-                (bn.to_string(), bs.rate, bs.tag.to_string(), "simt-garner", format!("{bn} via {} at {:.1} TF (native {:.1} TF)", bs.tag, bs.rate / 1e12, platform.native_fp64 / 1e12));
+            let (route, rate, storage, recon, reason) = (
+                bn.to_string(),
+                bs.rate,
+                bs.tag.to_string(),
+                "simt-garner",
+                format!(
+                    "{bn} via {} at {:.1} TF (native {:.1} TF)",
+                    bs.tag,
+                    bs.rate / 1e12,
+                    platform.native_fp64 / 1e12
+                ),
+            );
             let native_wins = false;
             Row {
                 route,
@@ -181,25 +216,42 @@ fn replay_one(c: &CallRecord, model: &ReplayModel<'_>) -> Row {
 fn composites(rows: &[Row], model: &ReplayModel<'_>) -> Composites {
     let flops: f64 = rows.iter().map(|r| r.flops).sum();
     let auto_seconds: f64 = rows.iter().map(Row::chosen_seconds).sum();
-    let names: Vec<String> = rows.first().map(|r| r.predicted_s.iter().map(|(n, _)| n.clone()).collect()).unwrap_or_default();
+    let names: Vec<String> = rows
+        .first()
+        .map(|r| r.predicted_s.iter().map(|(n, _)| n.clone()).collect())
+        .unwrap_or_default();
     let measured = matches!(model, ReplayModel::Measured { .. });
     let mut all_route_seconds = Vec::new();
     for name in &names {
         let (mut total, mut missing) = (0.0, 0usize);
         for r in rows {
-            let t = r.predicted_s.iter().find(|(n, _)| n == name).map_or(f64::INFINITY, |x| x.1);
+            let t = r
+                .predicted_s
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(f64::INFINITY, |x| x.1);
             if t.is_finite() {
                 total += t;
             } else {
                 missing += 1;
                 // The shim falls back to the vendor BLAS when a forced route cannot run.
-                let fb = if measured { r.predicted_s.iter().find(|(n, _)| n == Route::Vendor.name()).map_or(f64::INFINITY, |x| x.1) } else { f64::INFINITY };
+                let fb = if measured {
+                    r.predicted_s
+                        .iter()
+                        .find(|(n, _)| n == Route::Vendor.name())
+                        .map_or(f64::INFINITY, |x| x.1)
+                } else {
+                    f64::INFINITY
+                };
                 total += fb;
             }
         }
         all_route_seconds.push((name.clone(), total, missing));
     }
-    let speedup_vs = all_route_seconds.iter().map(|(n, t, _)| (n.clone(), t / auto_seconds)).collect();
+    let speedup_vs = all_route_seconds
+        .iter()
+        .map(|(n, t, _)| (n.clone(), t / auto_seconds))
+        .collect();
     let nw = WeightedSamples::new(rows.iter().map(|r| (r.nbar, r.flops)));
     let q = |x| nw.quantile(x).unwrap_or(f64::NAN);
     let quart = (q(0.25), q(0.5), q(0.75));
@@ -232,8 +284,14 @@ fn composites(rows: &[Row], model: &ReplayModel<'_>) -> Composites {
 /// # Errors
 /// I/O errors of `out`.
 pub fn write_csv(rows: &[Row], out: &mut dyn Write) -> std::io::Result<()> {
-    let names: Vec<&str> = rows.first().map(|r| r.predicted_s.iter().map(|(n, _)| n.as_str()).collect()).unwrap_or_default();
-    write!(out, "seq,routine,m,n,k,nbar,flops,route,storage,recon_host,moduli,rate_gflops")?;
+    let names: Vec<&str> = rows
+        .first()
+        .map(|r| r.predicted_s.iter().map(|(n, _)| n.as_str()).collect())
+        .unwrap_or_default();
+    write!(
+        out,
+        "seq,routine,m,n,k,nbar,flops,route,storage,recon_host,moduli,rate_gflops"
+    )?;
     for n in &names {
         write!(out, ",t_{n}_s")?;
     }
@@ -259,7 +317,11 @@ pub fn write_csv(rows: &[Row], out: &mut dyn Write) -> std::io::Result<()> {
             r.rate / 1e9
         )?;
         for (_, s) in &r.predicted_s {
-            if s.is_finite() { write!(out, ",{s:.6e}")? } else { write!(out, ",")? }
+            if s.is_finite() {
+                write!(out, ",{s:.6e}")?
+            } else {
+                write!(out, ",")?
+            }
         }
         writeln!(out, ",\"{}\"", r.reason.replace('"', "'"))?;
     }

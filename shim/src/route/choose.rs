@@ -61,11 +61,14 @@ fn build() -> Engine {
         }
         Err(e) => {
             notice(&format!("{e}; using the built-in profile"));
-            profile::resolve(None, gpu.as_deref()).map_or_else(|_| Profile::built_in("cpu-only").expect("ships"), |x| x.0)
+            profile::resolve(None, gpu.as_deref())
+                .map_or_else(|_| Profile::built_in("cpu-only").expect("ships"), |x| x.0)
         }
     };
     if gpu.is_none() && prof.gpu.take().is_some() {
-        tracing::info!("auto: the profile describes a GPU but none is usable here; pricing the vendor route only");
+        tracing::info!(
+            "auto: the profile describes a GPU but none is usable here; pricing the vendor route only"
+        );
     }
     let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     Engine::new(prof, blas_threads(|v| std::env::var(v).ok(), avail))
@@ -111,8 +114,13 @@ pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
 pub fn auto(shape: &Shape, config: &Config) -> Choice {
     let cs = call_shape(shape);
     // The moduli count depends on k and OZAKI_MODULI only; it is computed on a cache miss.
-    let d = engine().decide_with(&cs, config.moduli, || Some(priced_moduli(cs.k, config.moduli)));
-    Choice { route: d.route, engine: config.tracing().then(|| d.prediction.clone()) }
+    let d = engine().decide_with(&cs, config.moduli, || {
+        Some(priced_moduli(cs.k, config.moduli))
+    });
+    Choice {
+        route: d.route,
+        engine: config.tracing().then(|| d.prediction.clone()),
+    }
 }
 
 #[cfg(test)]
@@ -121,23 +129,46 @@ mod tests {
     use ozaki_core::trace::Layout;
 
     fn shape(routine: Routine, f1: u8, f2: u8, m: i64, n: i64, k: i64, beta: f64) -> Shape {
-        Shape { routine, layout: Layout::Col, flag1: f1, flag2: f2, m, n, k, lda: m.max(1), ldb: k.max(1), ldc: m.max(1), alpha: 1.0, beta, ilp64: false }
+        Shape {
+            routine,
+            layout: Layout::Col,
+            flag1: f1,
+            flag2: f2,
+            m,
+            n,
+            k,
+            lda: m.max(1),
+            ldb: k.max(1),
+            ldc: m.max(1),
+            alpha: 1.0,
+            beta,
+            ilp64: false,
+        }
     }
 
     #[test]
     fn decoded_calls_map_to_the_engine_shape() {
         let g = call_shape(&shape(Routine::Dgemm, b'T', b'N', 30, 20, 10, 0.5));
-        assert_eq!((g.m, g.n, g.k, g.transa, g.transb, g.beta_zero), (30, 20, 10, true, false, false));
+        assert_eq!(
+            (g.m, g.n, g.k, g.transa, g.transb, g.beta_zero),
+            (30, 20, 10, true, false, false)
+        );
         // dsyrk: flag1 is uplo, flag2 trans; C is n x n whatever m holds.
         let s = call_shape(&shape(Routine::Dsyrk, b'U', b'T', 7, 40, 9, 0.0));
-        assert_eq!((s.m, s.n, s.k, s.transa, s.transb, s.beta_zero), (40, 40, 9, true, false, true));
+        assert_eq!(
+            (s.m, s.n, s.k, s.transa, s.transb, s.beta_zero),
+            (40, 40, 9, true, false, true)
+        );
         assert_eq!(s.residency, Residency::Host);
     }
 
     #[test]
     fn priced_moduli_honours_the_forced_count_and_grows_with_k() {
         assert_eq!(priced_moduli(1 << 20, Some(9)), 9);
-        let counts: Vec<u32> = [16u64, 256, 4096, 65536].iter().map(|&k| priced_moduli(k, None)).collect();
+        let counts: Vec<u32> = [16u64, 256, 4096, 65536]
+            .iter()
+            .map(|&k| priced_moduli(k, None))
+            .collect();
         assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
         assert!(counts.iter().all(|&r| (2..=20).contains(&r)), "{counts:?}");
     }

@@ -23,12 +23,20 @@ fn emulation_config(config: &Config) -> EmulationConfig {
         Some(n) => Moduli::Fixed(n as usize),
         None => Moduli::Auto,
     };
-    EmulationConfig { moduli, ..EmulationConfig::default() }
+    EmulationConfig {
+        moduli,
+        ..EmulationConfig::default()
+    }
 }
 
 fn outcome(info: &EmulationInfo) -> RouteOutcome {
     let ns = |names: &[&str]| -> u64 {
-        let s: f64 = info.phases.iter().filter(|(p, _)| names.contains(p)).map(|(_, s)| s).sum();
+        let s: f64 = info
+            .phases
+            .iter()
+            .filter(|(p, _)| names.contains(p))
+            .map(|(_, s)| s)
+            .sum();
         (s * 1e9) as u64
     };
     RouteOutcome {
@@ -57,16 +65,28 @@ fn route_error(f: Fallback) -> RouteError {
 /// [`RouteError::NonFinite`] for NaN/Inf or an exponent range that could overflow;
 /// [`RouteError::Failed`] when the moduli cannot reach the accuracy target or the forced
 /// count is invalid or cannot cover the inputs. C is untouched on every error.
-pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64], config: &Config) -> Result<RouteOutcome, RouteError> {
-    emulate::gemm(args, c, &emulation_config(config)).map(|i| outcome(&i)).map_err(route_error)
+pub fn gemm(
+    args: &GemmArgs<'_>,
+    c: &mut [f64],
+    config: &Config,
+) -> Result<RouteOutcome, RouteError> {
+    emulate::gemm(args, c, &emulation_config(config))
+        .map(|i| outcome(&i))
+        .map_err(route_error)
 }
 
 /// C = alpha A A^T + beta C (one triangle) by Ozaki-II on the CPU.
 ///
 /// # Errors
 /// As [`gemm`].
-pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64], config: &Config) -> Result<RouteOutcome, RouteError> {
-    emulate::syrk(args, c, &emulation_config(config)).map(|i| outcome(&i)).map_err(route_error)
+pub fn syrk(
+    args: &SyrkArgs<'_>,
+    c: &mut [f64],
+    config: &Config,
+) -> Result<RouteOutcome, RouteError> {
+    emulate::syrk(args, c, &emulation_config(config))
+        .map(|i| outcome(&i))
+        .map_err(route_error)
 }
 
 #[cfg(test)]
@@ -77,12 +97,29 @@ mod tests {
     use ozaki_core::route::Route;
 
     fn config(moduli: Option<&str>) -> Config {
-        let raw = RawConfig { route: Some("cpu-ozaki".into()), moduli: moduli.map(Into::into), ..RawConfig::default() };
+        let raw = RawConfig {
+            route: Some("cpu-ozaki".into()),
+            moduli: moduli.map(Into::into),
+            ..RawConfig::default()
+        };
         Config::from_raw(&raw).0
     }
 
     fn args<'a>(a: &'a [f64], b: &'a [f64]) -> GemmArgs<'a> {
-        GemmArgs { transa: Trans::No, transb: Trans::No, m: 2, n: 2, k: 2, alpha: 1.0, a, lda: 2, b, ldb: 2, beta: 0.0, ldc: 2 }
+        GemmArgs {
+            transa: Trans::No,
+            transb: Trans::No,
+            m: 2,
+            n: 2,
+            k: 2,
+            alpha: 1.0,
+            a,
+            lda: 2,
+            b,
+            ldb: 2,
+            beta: 0.0,
+            ldc: 2,
+        }
     }
 
     #[test]
@@ -107,7 +144,11 @@ mod tests {
         assert_eq!(c, [9.0; 4]);
         let a = [1.0, 2.0, 3.0, 4.0];
         let err = gemm(&args(&a, &b), &mut c, &config(Some("40"))).unwrap_err();
-        assert!(err.reason(Route::CpuOzaki).contains("invalid moduli count"), "{}", err.reason(Route::CpuOzaki));
+        assert!(
+            err.reason(Route::CpuOzaki).contains("invalid moduli count"),
+            "{}",
+            err.reason(Route::CpuOzaki)
+        );
         assert_eq!(c, [9.0; 4]);
     }
 }

@@ -19,7 +19,10 @@ use std::sync::Once;
 fn engine(route: Route, config: &Config) -> Engine {
     match route {
         Route::GpuNative => Engine::Native,
-        _ => Engine::Ozaki(Options { moduli: config.moduli.map(|r| r as usize), ..Default::default() }),
+        _ => Engine::Ozaki(Options {
+            moduli: config.moduli.map(|r| r as usize),
+            ..Default::default()
+        }),
     }
 }
 
@@ -28,7 +31,11 @@ fn error(route: Route, e: GpuError) -> RouteError {
     match e {
         GpuError::Unavailable(why) => {
             static SAID: Once = Once::new();
-            SAID.call_once(|| notice(&format!("{route}: no usable GPU ({why}); calls go to the vendor BLAS")));
+            SAID.call_once(|| {
+                notice(&format!(
+                    "{route}: no usable GPU ({why}); calls go to the vendor BLAS"
+                ))
+            });
             RouteError::Unavailable(why)
         }
         e @ GpuError::OutOfMemory { .. } => RouteError::Unavailable(e.to_string()),
@@ -39,7 +46,11 @@ fn error(route: Route, e: GpuError) -> RouteError {
 }
 
 fn outcome(o: HostOutcome) -> RouteOutcome {
-    RouteOutcome { moduli: o.moduli, device: Some(o.device), phases: Some(o.phases) }
+    RouteOutcome {
+        moduli: o.moduli,
+        device: Some(o.device),
+        phases: Some(o.phases),
+    }
 }
 
 /// C = alpha op(A) op(B) + beta C on the GPU; `route` is `GpuNative` or `GpuOzaki`.
@@ -49,9 +60,16 @@ fn outcome(o: HostOutcome) -> RouteOutcome {
 /// - [`RouteError::NonFinite`]: NaN/Inf in A or B (gpu-ozaki);
 /// - [`RouteError::Failed`]: alpha = 0 or k = 0 (left to the vendor BLAS, which scales C
 ///   without reading A and B), a shape the emulation does not handle, or a CUDA error.
-pub fn gemm(route: Route, args: &GemmArgs<'_>, c: &mut [f64], config: &Config) -> Result<RouteOutcome, RouteError> {
+pub fn gemm(
+    route: Route,
+    args: &GemmArgs<'_>,
+    c: &mut [f64],
+    config: &Config,
+) -> Result<RouteOutcome, RouteError> {
     if args.alpha == 0.0 || args.k == 0 {
-        return Err(RouteError::Failed("alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into()));
+        return Err(RouteError::Failed(
+            "alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into(),
+        ));
     }
     let engine = engine(route, config);
     // Issue #7: with OZAKI_SPLIT=1 (opt-in: measured slower than one GPU so far, see
@@ -61,18 +79,33 @@ pub fn gemm(route: Route, args: &GemmArgs<'_>, c: &mut [f64], config: &Config) -
     if let Some(plan) = gpu_kernels::multi::split_for(args.m, args.n, args.k) {
         let o = gpu_kernels::multi::gemm(args, c, engine, &plan).map_err(|e| error(route, e))?;
         tracing::info!(devices = ?o.devices, grid = ?(plan.grid_rows, plan.grid_cols), "dgemm split across device slots");
-        return Ok(RouteOutcome { moduli: o.moduli, device: o.devices.first().copied(), phases: Some(o.phases) });
+        return Ok(RouteOutcome {
+            moduli: o.moduli,
+            device: o.devices.first().copied(),
+            phases: Some(o.phases),
+        });
     }
-    host::gemm(args, c, engine).map(outcome).map_err(|e| error(route, e))
+    host::gemm(args, c, engine)
+        .map(outcome)
+        .map_err(|e| error(route, e))
 }
 
 /// C = alpha A A^T + beta C (one triangle) on the GPU.
 ///
 /// # Errors
 /// - as [`gemm`].
-pub fn syrk(route: Route, args: &SyrkArgs<'_>, c: &mut [f64], config: &Config) -> Result<RouteOutcome, RouteError> {
+pub fn syrk(
+    route: Route,
+    args: &SyrkArgs<'_>,
+    c: &mut [f64],
+    config: &Config,
+) -> Result<RouteOutcome, RouteError> {
     if args.alpha == 0.0 || args.k == 0 {
-        return Err(RouteError::Failed("alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into()));
+        return Err(RouteError::Failed(
+            "alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into(),
+        ));
     }
-    host::syrk(args, c, engine(route, config)).map(outcome).map_err(|e| error(route, e))
+    host::syrk(args, c, engine(route, config))
+        .map(outcome)
+        .map_err(|e| error(route, e))
 }

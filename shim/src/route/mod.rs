@@ -101,7 +101,10 @@ pub struct Choice {
 /// per-record engine ([`choose::auto`], issue #5).
 pub fn choose(request: RouteRequest, shape: &crate::abi::Shape, config: &Config) -> Choice {
     match request {
-        RouteRequest::Forced(route) => Choice { route, engine: None },
+        RouteRequest::Forced(route) => Choice {
+            route,
+            engine: None,
+        },
         RouteRequest::Auto => choose::auto(shape, config),
     }
 }
@@ -122,7 +125,13 @@ pub struct Executed {
 /// # Safety
 /// - `raw` are the caller's arguments of the exported name `id`, and `canon` was decoded from
 ///   them; the BLAS calling contract holds for the whole call.
-pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Canon, config: &Config) -> Executed {
+pub unsafe fn execute<R: RawCall>(
+    route: Route,
+    id: SymId,
+    raw: &R,
+    canon: &Canon,
+    config: &Config,
+) -> Executed {
     let first = match route {
         // SAFETY: the caller's contract.
         Route::Vendor => unsafe { vendor::call(id, raw) },
@@ -133,19 +142,31 @@ pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Cano
         }
     };
     match first {
-        Ok(outcome) => Executed { route, fallback: None, outcome },
+        Ok(outcome) => Executed {
+            route,
+            fallback: None,
+            outcome,
+        },
         Err(err) => {
             let reason = err.reason(route);
             if route != Route::Vendor {
                 // SAFETY: the caller's contract; C is untouched by the failed route.
                 if unsafe { vendor::call(id, raw) }.is_ok() {
-                    return Executed { route: Route::Vendor, fallback: Some(reason), outcome: RouteOutcome::default() };
+                    return Executed {
+                        route: Route::Vendor,
+                        fallback: Some(reason),
+                        outcome: RouteOutcome::default(),
+                    };
                 }
             }
             vendor::report_missing(id);
             // SAFETY: the caller's contract.
             let outcome = unsafe { builtin::run(canon) };
-            Executed { route: Route::Builtin, fallback: Some(reason), outcome }
+            Executed {
+                route: Route::Builtin,
+                fallback: Some(reason),
+                outcome,
+            }
         }
     }
 }
@@ -154,7 +175,11 @@ pub unsafe fn execute<R: RawCall>(route: Route, id: SymId, raw: &R, canon: &Cano
 ///
 /// # Safety
 /// - as [`execute`].
-unsafe fn run_safe(route: Route, canon: &Canon, config: &Config) -> Result<RouteOutcome, RouteError> {
+unsafe fn run_safe(
+    route: Route,
+    canon: &Canon,
+    config: &Config,
+) -> Result<RouteOutcome, RouteError> {
     // SAFETY: the caller's contract.
     match unsafe { canon.operands() } {
         Operands::Gemm(args, c) => match route {
@@ -230,7 +255,10 @@ mod tests {
 
     fn assert_close(got: &[f64], want: &[f64]) {
         for (g, w) in got.iter().zip(want) {
-            assert!((g - w).abs() <= 1e-13 * (1.0 + w.abs()), "{got:?}\nvs\n{want:?}");
+            assert!(
+                (g - w).abs() <= 1e-13 * (1.0 + w.abs()),
+                "{got:?}\nvs\n{want:?}"
+            );
         }
     }
 
@@ -246,12 +274,18 @@ mod tests {
         for route in [Route::GpuOzaki, Route::GpuNative, Route::CpuOzaki] {
             let (done, c, want) = run(route);
             if done.route == route {
-                assert!(done.fallback.is_none(), "{route}: ran, yet a fallback was recorded");
+                assert!(
+                    done.fallback.is_none(),
+                    "{route}: ran, yet a fallback was recorded"
+                );
             } else {
                 // No GPU here (or the route refused): vendor, and with no vendor the built-in kernel.
                 assert_eq!(done.route, Route::Builtin, "{route}");
                 let reason = done.fallback.unwrap_or_default();
-                assert!(reason.starts_with(route.name()), "{route}: fallback reason {reason:?} must name the route");
+                assert!(
+                    reason.starts_with(route.name()),
+                    "{route}: fallback reason {reason:?} must name the route"
+                );
             }
             assert_close(&c, &want);
         }

@@ -12,7 +12,10 @@ use std::process::{Command, Output, Stdio};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// The `ozaki` binary cargo built for this test run.
@@ -50,7 +53,9 @@ pub fn install_ozaki(dir: &Path) -> PathBuf {
 
 /// A fresh, empty directory for one test.
 pub fn work_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ozaki-clients").join(name);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("ozaki-clients")
+        .join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -75,34 +80,57 @@ pub fn require(ok: bool, what: &str, install: &str) -> bool {
 
 /// Whether `prog --version` (or the given probe arguments) runs.
 pub fn runs(prog: &str, args: &[&str]) -> bool {
-    Command::new(prog).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new(prog)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The reference BLAS development files (`-lblas`).
 pub fn have_blas_dev() -> bool {
-    Path::new("/usr/lib/x86_64-linux-gnu/libblas.so").exists() || Path::new("/usr/lib/libblas.so").exists()
+    Path::new("/usr/lib/x86_64-linux-gnu/libblas.so").exists()
+        || Path::new("/usr/lib/libblas.so").exists()
 }
 
 /// Compiles a C client from `tests/c/NAME.c` into `dir`; `None` (after a visible skip) when
 /// the compiler or the reference BLAS is missing.
 pub fn build_c(dir: &Path, name: &str, libs: &[&str]) -> Option<PathBuf> {
-    if !require(runs("cc", &["--version"]), "a C compiler (cc)", "apt-get install gcc")
-        || !require(have_blas_dev(), "the reference BLAS (-lblas)", "apt-get install libblas-dev")
-    {
+    if !require(
+        runs("cc", &["--version"]),
+        "a C compiler (cc)",
+        "apt-get install gcc",
+    ) || !require(
+        have_blas_dev(),
+        "the reference BLAS (-lblas)",
+        "apt-get install libblas-dev",
+    ) {
         return None;
     }
     let src = repo_root().join("tests/c").join(format!("{name}.c"));
     let out = dir.join(name);
     let mut cmd = Command::new("cc");
-    cmd.args(["-O2", "-Wall", "-pthread", "-o"]).arg(&out).arg(&src).args(libs).args(["-lm", "-ldl"]);
+    cmd.args(["-O2", "-Wall", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(libs)
+        .args(["-lm", "-ldl"]);
     let o = cmd.output().unwrap();
-    assert!(o.status.success(), "compiling {}: {}", src.display(), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "compiling {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
     Some(out)
 }
 
 /// Runs `cmd` and returns its output, failing the test with its stderr if it fails.
 pub fn run_ok(cmd: &mut Command) -> Output {
-    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     assert!(
         o.status.success(),
         "{cmd:?} failed ({}):\nstdout (tail): {}\nstderr: {}",
@@ -125,7 +153,8 @@ fn tail(s: &str, n: usize) -> &str {
 /// it the system-wide `libblas.so.3` (update-alternatives); the clients are pinned to the
 /// reference per process instead, so the expected behaviour (reference CBLAS calling
 /// `dgemm_`, reference error reporting) does not depend on what else is installed.
-pub const REFERENCE_BLAS_PATH: &str = "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack";
+pub const REFERENCE_BLAS_PATH: &str =
+    "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack";
 
 /// A command without the shim, with every OZAKI_* and LD_PRELOAD variable removed, and the
 /// reference BLAS first on the library path.
@@ -161,9 +190,16 @@ pub fn assert_same_output(what: &str, without: &[u8], with: &[u8]) {
     if without == with {
         return;
     }
-    let (a, b) = (String::from_utf8_lossy(without), String::from_utf8_lossy(with));
+    let (a, b) = (
+        String::from_utf8_lossy(without),
+        String::from_utf8_lossy(with),
+    );
     let (la, lb): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
-    let i = la.iter().zip(&lb).position(|(x, y)| x != y).unwrap_or(la.len().min(lb.len()));
+    let i = la
+        .iter()
+        .zip(&lb)
+        .position(|(x, y)| x != y)
+        .unwrap_or(la.len().min(lb.len()));
     panic!(
         "{what}: output differs with the shim at line {} ({} vs {} lines):\n  without: {}\n  with:    {}",
         i + 1,
@@ -177,7 +213,8 @@ pub fn assert_same_output(what: &str, without: &[u8], with: &[u8]) {
 /// Reads a whole trace, failing the test on any malformed line.
 pub fn read_trace(path: &Path) -> Trace {
     let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("trace {}: {e}", path.display()));
-    Trace::read(std::io::BufReader::new(f)).unwrap_or_else(|e| panic!("trace {}: {e}", path.display()))
+    Trace::read(std::io::BufReader::new(f))
+        .unwrap_or_else(|e| panic!("trace {}: {e}", path.display()))
 }
 
 /// Call records in `seq` order, after checking that `seq` runs 0, 1, 2, ... with no gap.
@@ -185,7 +222,10 @@ pub fn calls_in_order(trace: &Trace) -> Vec<&CallRecord> {
     let mut calls: Vec<&CallRecord> = trace.calls.iter().collect();
     calls.sort_by_key(|c| c.seq);
     for (i, c) in calls.iter().enumerate() {
-        assert_eq!(c.seq, i as u64, "trace seq numbers have a gap or a duplicate near {i}");
+        assert_eq!(
+            c.seq, i as u64,
+            "trace seq numbers have a gap or a duplicate near {i}"
+        );
     }
     calls
 }
@@ -217,8 +257,14 @@ pub fn expectations(stdout: &str) -> Vec<Expect> {
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             assert_eq!(f.len(), 14, "bad expect line: {l}");
-            let num = |i: usize| f[i].parse::<u64>().unwrap_or_else(|_| panic!("bad number in {l}"));
-            let real = |i: usize| f[i].parse::<f64>().unwrap_or_else(|_| panic!("bad real in {l}"));
+            let num = |i: usize| {
+                f[i].parse::<u64>()
+                    .unwrap_or_else(|_| panic!("bad number in {l}"))
+            };
+            let real = |i: usize| {
+                f[i].parse::<f64>()
+                    .unwrap_or_else(|_| panic!("bad real in {l}"))
+            };
             Expect {
                 sym: f[0].into(),
                 routine: f[1].into(),
@@ -271,13 +317,23 @@ pub fn observed(c: &CallRecord) -> Expect {
 /// regard to case, since Fortran accepts `n` for `N`).
 pub fn assert_trace_matches(what: &str, trace: &Trace, expected: &[Expect]) {
     let calls = calls_in_order(trace);
-    assert_eq!(calls.len(), expected.len(), "{what}: {} records for {} calls", calls.len(), expected.len());
+    assert_eq!(
+        calls.len(),
+        expected.len(),
+        "{what}: {} records for {} calls",
+        calls.len(),
+        expected.len()
+    );
     for (i, (c, e)) in calls.iter().zip(expected).enumerate() {
         let mut e = e.clone();
         e.op1 = e.op1.to_ascii_uppercase();
         e.op2 = e.op2.to_ascii_uppercase();
         let o = observed(c);
-        assert_eq!(o, e, "{what}: record {i} (seq {}) does not describe the call", c.seq);
+        assert_eq!(
+            o, e,
+            "{what}: record {i} (seq {}) does not describe the call",
+            c.seq
+        );
     }
 }
 

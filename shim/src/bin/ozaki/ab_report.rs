@@ -29,7 +29,9 @@ use std::process::ExitCode;
 pub const DEFAULT_TOL: f64 = 1e-11;
 
 #[derive(Parser, Debug)]
-#[command(about = "A/B comparison of routes against the vendor BLAS, from traces written with OZAKI_AB set")]
+#[command(
+    about = "A/B comparison of routes against the vendor BLAS, from traces written with OZAKI_AB set"
+)]
 struct Args {
     /// Trace files (JSON Lines, plain or gzip).
     #[arg(required = true)]
@@ -50,7 +52,11 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     }
     let summary = AbSummary::of(&calls, args.tol);
     print!("{}", summary.render(args.worst, args.tol));
-    Ok(if summary.routes.values().any(|r| !r.passes(args.tol)) { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if summary.routes.values().any(|r| !r.passes(args.tol)) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Lower end of the error histogram, as a power of ten: differences at or below 1e-17
@@ -122,7 +128,8 @@ pub struct RouteAb {
 impl RouteAb {
     /// Vendor time over route time, summed over the compared calls (> 1: route faster).
     pub fn speedup(&self) -> Option<f64> {
-        (self.route_ns > 0 && self.vendor_ns > 0).then(|| self.vendor_ns as f64 / self.route_ns as f64)
+        (self.route_ns > 0 && self.vendor_ns > 0)
+            .then(|| self.vendor_ns as f64 / self.route_ns as f64)
     }
 
     /// Median of the per-call vendor/route time ratios.
@@ -142,7 +149,10 @@ impl RouteAb {
         let mut v = if self.compared == 0 {
             format!("{route}: no call compared")
         } else if self.worst_norm == 0.0 && self.worst_comp == 0.0 {
-            format!("{route}: PASS, bit-identical to the vendor BLAS on all {} compared calls", self.compared)
+            format!(
+                "{route}: PASS, bit-identical to the vendor BLAS on all {} compared calls",
+                self.compared
+            )
         } else if self.passes(tol) {
             match self.worst_bound_ratio {
                 Some(r) => format!(
@@ -167,7 +177,11 @@ impl RouteAb {
             let _ = write!(v, "; {s:.2}x the vendor's speed over these calls");
         }
         if self.skipped > 0 {
-            let _ = write!(v, "; {} calls skipped (copy of C over OZAKI_AB_MAX_MB)", self.skipped);
+            let _ = write!(
+                v,
+                "; {} calls skipped (copy of C over OZAKI_AB_MAX_MB)",
+                self.skipped
+            );
         }
         v
     }
@@ -187,7 +201,10 @@ pub struct AbSummary<'a> {
 impl<'a> AbSummary<'a> {
     /// Aggregates the `ab` fields of `calls`.
     pub fn of(calls: &'a [CallRecord], tol: f64) -> AbSummary<'a> {
-        let mut s = AbSummary { calls: calls.len(), ..AbSummary::default() };
+        let mut s = AbSummary {
+            calls: calls.len(),
+            ..AbSummary::default()
+        };
         for c in calls {
             let Some(ab) = &c.ab else { continue };
             let r = s.routes.entry(c.route.clone()).or_default();
@@ -226,7 +243,11 @@ impl<'a> AbSummary<'a> {
             }
             s.worst.push(c);
         }
-        let key = |c: &CallRecord| c.ab.as_ref().map(|a| (nan_high(a.rel_norm), nan_high(a.max_rel_comp))).unwrap_or_default();
+        let key = |c: &CallRecord| {
+            c.ab.as_ref()
+                .map(|a| (nan_high(a.rel_norm), nan_high(a.max_rel_comp)))
+                .unwrap_or_default()
+        };
         s.worst.sort_by(|a, b| {
             let (ka, kb) = (key(a), key(b));
             kb.0.total_cmp(&ka.0).then(kb.1.total_cmp(&ka.1))
@@ -244,17 +265,34 @@ impl<'a> AbSummary<'a> {
         let mut out = String::new();
         let compared: usize = self.routes.values().map(|r| r.compared).sum();
         let skipped: usize = self.routes.values().map(|r| r.skipped).sum();
-        let _ = writeln!(out, "{} calls, {compared} compared against the vendor BLAS, {skipped} chosen but skipped", self.calls);
+        let _ = writeln!(
+            out,
+            "{} calls, {compared} compared against the vendor BLAS, {skipped} chosen but skipped",
+            self.calls
+        );
         if self.is_empty() {
-            let _ = writeln!(out, "no call has an `ab` field: run the program with OZAKI_AB=1 (or a fraction such as 0.1) to compare");
+            let _ = writeln!(
+                out,
+                "no call has an `ab` field: run the program with OZAKI_AB=1 (or a fraction such as 0.1) to compare"
+            );
             return out;
         }
-        let _ = writeln!(out, "\nVerdict (each difference against the fp64 rounding bound of its call, 2 gamma_k+2 on the data's scale; records without that field: normwise <= {tol:.0e}):");
+        let _ = writeln!(
+            out,
+            "\nVerdict (each difference against the fp64 rounding bound of its call, 2 gamma_k+2 on the data's scale; records without that field: normwise <= {tol:.0e}):"
+        );
         for (route, r) in &self.routes {
             let _ = writeln!(out, "  {}", r.verdict(route, tol));
         }
-        let _ = writeln!(out, "\nTimes (vendor / route; > 1 means the route is faster):");
-        let _ = writeln!(out, "  {:<12} {:>8} {:>10} {:>12} {:>12} {:>9} {:>9}", "route", "calls", "GFLOP", "vendor s", "route s", "total", "median");
+        let _ = writeln!(
+            out,
+            "\nTimes (vendor / route; > 1 means the route is faster):"
+        );
+        let _ = writeln!(
+            out,
+            "  {:<12} {:>8} {:>10} {:>12} {:>12} {:>9} {:>9}",
+            "route", "calls", "GFLOP", "vendor s", "route s", "total", "median"
+        );
         for (route, r) in &self.routes {
             let fmt_ratio = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}x"));
             let _ = writeln!(
@@ -269,19 +307,38 @@ impl<'a> AbSummary<'a> {
                 fmt_ratio(r.median_ratio())
             );
         }
-        let _ = writeln!(out, "\nNormwise relative difference, calls per bucket (bucket = upper decade):");
+        let _ = writeln!(
+            out,
+            "\nNormwise relative difference, calls per bucket (bucket = upper decade):"
+        );
         self.render_hist(&mut out, |r| &r.hist_norm);
-        let _ = writeln!(out, "\nComponentwise (max_ij) relative difference, calls per bucket:");
+        let _ = writeln!(
+            out,
+            "\nComponentwise (max_ij) relative difference, calls per bucket:"
+        );
         self.render_hist(&mut out, |r| &r.hist_comp);
         if self.routes.values().any(|r| r.worst_bound_ratio.is_some()) {
-            let _ = writeln!(out, "\nDifference on the data's scale, ||dC||_F / (|alpha| ||A||_F ||B||_F + |beta| ||C||_F), calls per bucket:");
+            let _ = writeln!(
+                out,
+                "\nDifference on the data's scale, ||dC||_F / (|alpha| ||A||_F ||B||_F + |beta| ||C||_F), calls per bucket:"
+            );
             self.render_hist(&mut out, |r| &r.hist_scaled);
         }
         let _ = writeln!(out, "\nWorst {} calls:", worst.min(self.worst.len()));
         let _ = writeln!(
             out,
             "  {:>8} {:<12} {:<22} {:>7} {:>7} {:>7} {:>8} {:>10} {:>10} {:>10} {:>10}",
-            "seq", "route", "symbol", "m", "n", "k", "nbar", "normwise", "compwise", "vendor ms", "route ms"
+            "seq",
+            "route",
+            "symbol",
+            "m",
+            "n",
+            "k",
+            "nbar",
+            "normwise",
+            "compwise",
+            "vendor ms",
+            "route ms"
         );
         for c in self.worst.iter().take(worst) {
             let Some(ab) = &c.ab else { continue };
@@ -333,13 +390,23 @@ mod tests {
         let line = format!(
             r#"{{"type":"call","seq":{seq},"t_ns":0,"dur_ns":1,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","m":100,"n":100,"k":100,"lda":100,"ldb":100,"ldc":100,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"{route}"}}"#
         );
-        let Line::Call(mut c) = parse_line(&line, 1).unwrap() else { unreachable!() };
+        let Line::Call(mut c) = parse_line(&line, 1).unwrap() else {
+            unreachable!()
+        };
         c.ab = ab;
         *c
     }
 
     fn ab(norm: f64, comp: f64, vendor_ns: u64, route_ns: u64) -> Option<AbResult> {
-        Some(AbResult { max_rel_comp: comp, rel_norm: norm, vendor_ns, route_ns, kept: "route".into(), skipped: None, rel_scaled: None })
+        Some(AbResult {
+            max_rel_comp: comp,
+            rel_norm: norm,
+            vendor_ns,
+            route_ns,
+            kept: "route".into(),
+            skipped: None,
+            rel_scaled: None,
+        })
     }
 
     #[test]
@@ -359,7 +426,10 @@ mod tests {
 
     #[test]
     fn verdicts_pass_fail_and_count_skips() {
-        let skipped = Some(AbResult { skipped: Some("too large".into()), ..AbResult::default() });
+        let skipped = Some(AbResult {
+            skipped: Some("too large".into()),
+            ..AbResult::default()
+        });
         let calls = vec![
             call(0, "cpu-ozaki", ab(1e-16, 1e-13, 2000, 1000)),
             call(1, "cpu-ozaki", ab(3e-16, 1e-15, 4000, 1000)),
@@ -370,39 +440,80 @@ mod tests {
         ];
         let s = AbSummary::of(&calls, DEFAULT_TOL);
         let cpu = &s.routes["cpu-ozaki"];
-        assert_eq!((cpu.compared, cpu.worst_norm, cpu.speedup()), (2, 3e-16, Some(3.0)));
-        assert!(cpu.verdict("cpu-ozaki", DEFAULT_TOL).starts_with("cpu-ozaki: PASS, agrees"));
+        assert_eq!(
+            (cpu.compared, cpu.worst_norm, cpu.speedup()),
+            (2, 3e-16, Some(3.0))
+        );
+        assert!(
+            cpu.verdict("cpu-ozaki", DEFAULT_TOL)
+                .starts_with("cpu-ozaki: PASS, agrees")
+        );
         let gpu = &s.routes["gpu-ozaki"];
         assert_eq!((gpu.compared, gpu.skipped), (1, 1));
         let v = gpu.verdict("gpu-ozaki", DEFAULT_TOL);
-        assert!(v.starts_with("gpu-ozaki: FAIL") && v.contains("1 calls skipped"), "{v}");
-        assert!(s.routes["vendor"].verdict("vendor", DEFAULT_TOL).contains("bit-identical"));
+        assert!(
+            v.starts_with("gpu-ozaki: FAIL") && v.contains("1 calls skipped"),
+            "{v}"
+        );
+        assert!(
+            s.routes["vendor"]
+                .verdict("vendor", DEFAULT_TOL)
+                .contains("bit-identical")
+        );
         // Worst first: the failing gpu call, then cpu seq 1.
-        assert_eq!(s.worst.iter().map(|c| c.seq).collect::<Vec<_>>(), vec![2, 1, 0, 4]);
+        assert_eq!(
+            s.worst.iter().map(|c| c.seq).collect::<Vec<_>>(),
+            vec![2, 1, 0, 4]
+        );
         let text = s.render(2, DEFAULT_TOL);
-        assert!(text.contains("6 calls, 4 compared against the vendor BLAS, 1 chosen but skipped"), "{text}");
+        assert!(
+            text.contains("6 calls, 4 compared against the vendor BLAS, 1 chosen but skipped"),
+            "{text}"
+        );
         assert!(text.contains("Worst 2 calls"), "{text}");
     }
 
     #[test]
     fn scaled_differences_are_judged_against_the_fp64_bound_of_their_k() {
-        let scaled = |x: f64| Some(AbResult { rel_norm: 1e-9, max_rel_comp: 1.0, rel_scaled: Some(x), kept: "route".into(), ..AbResult::default() });
+        let scaled = |x: f64| {
+            Some(AbResult {
+                rel_norm: 1e-9,
+                max_rel_comp: 1.0,
+                rel_scaled: Some(x),
+                kept: "route".into(),
+                ..AbResult::default()
+            })
+        };
         // k = 100: bound 2 * 102 u = 1.13e-14. A large normwise difference (cancellation)
         // within the bound passes; twice the bound fails.
         let bound = ab_scaled_bound(100);
         let ok = vec![call(0, "builtin", scaled(0.5 * bound))];
         let s = AbSummary::of(&ok, DEFAULT_TOL);
         assert!(s.routes["builtin"].passes(DEFAULT_TOL));
-        assert!(s.routes["builtin"].verdict("builtin", DEFAULT_TOL).contains("0.50 of the fp64 rounding bound"));
-        let bad = vec![call(0, "gpu-ozaki", scaled(0.5 * bound)), call(1, "gpu-ozaki", scaled(2.0 * bound))];
+        assert!(
+            s.routes["builtin"]
+                .verdict("builtin", DEFAULT_TOL)
+                .contains("0.50 of the fp64 rounding bound")
+        );
+        let bad = vec![
+            call(0, "gpu-ozaki", scaled(0.5 * bound)),
+            call(1, "gpu-ozaki", scaled(2.0 * bound)),
+        ];
         let s = AbSummary::of(&bad, DEFAULT_TOL);
         assert!(!s.routes["gpu-ozaki"].passes(DEFAULT_TOL));
-        assert!(s.routes["gpu-ozaki"].verdict("gpu-ozaki", DEFAULT_TOL).starts_with("gpu-ozaki: FAIL, 1 of 2 calls"));
+        assert!(
+            s.routes["gpu-ozaki"]
+                .verdict("gpu-ozaki", DEFAULT_TOL)
+                .starts_with("gpu-ozaki: FAIL, 1 of 2 calls")
+        );
     }
 
     #[test]
     fn nan_difference_is_the_worst_and_fails() {
-        let calls = vec![call(0, "gpu-ozaki", ab(f64::NAN, f64::NAN, 1, 1)), call(1, "gpu-ozaki", ab(1e-3, 1e-3, 1, 1))];
+        let calls = vec![
+            call(0, "gpu-ozaki", ab(f64::NAN, f64::NAN, 1, 1)),
+            call(1, "gpu-ozaki", ab(1e-3, 1e-3, 1, 1)),
+        ];
         let s = AbSummary::of(&calls, DEFAULT_TOL);
         assert!(!s.routes["gpu-ozaki"].passes(DEFAULT_TOL));
         assert_eq!(s.worst[0].seq, 0);
@@ -411,6 +522,10 @@ mod tests {
     #[test]
     fn a_trace_without_ab_fields_says_how_to_get_them() {
         let calls = vec![call(0, "vendor", None)];
-        assert!(AbSummary::of(&calls, DEFAULT_TOL).render(5, DEFAULT_TOL).contains("OZAKI_AB=1"));
+        assert!(
+            AbSummary::of(&calls, DEFAULT_TOL)
+                .render(5, DEFAULT_TOL)
+                .contains("OZAKI_AB=1")
+        );
     }
 }

@@ -24,7 +24,10 @@ mod split;
 #[command(about = "GPU benchmarks: ours vs cuBLAS native, cuBLAS emulation and NVBLAS")]
 struct Args {
     /// Shapes: N (square) or MxNxK, comma separated.
-    #[arg(long, default_value = "1024,2048,4096,8192,16384,110592x64x64,110592x128x128,4096x64x4096,1024x1024x16384")]
+    #[arg(
+        long,
+        default_value = "1024,2048,4096,8192,16384,110592x64x64,110592x128x128,4096x64x4096,1024x1024x16384"
+    )]
     shapes: String,
     /// Moduli counts for our device-resident column: `auto` and/or numbers, comma separated.
     #[arg(long, default_value = "auto,14,15,16")]
@@ -83,14 +86,21 @@ impl Rng {
 
 fn random_matrix(len: usize, phi: f64, seed: u64) -> Vec<f64> {
     let mut x = vec![0.0; len];
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(32);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(32);
     let per = len.div_ceil(threads).max(1);
     std::thread::scope(|s| {
         for (t, chunk) in x.chunks_mut(per).enumerate() {
             s.spawn(move || {
-                let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (t as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9));
+                let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                    ^ (t as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9));
                 for v in chunk {
-                    *v = if phi == 0.0 { r.normal() } else { (r.uniform() - 0.5) * (phi * r.normal()).exp() };
+                    *v = if phi == 0.0 {
+                        r.normal()
+                    } else {
+                        (r.uniform() - 0.5) * (phi * r.normal()).exp()
+                    };
                 }
             });
         }
@@ -99,7 +109,11 @@ fn random_matrix(len: usize, phi: f64, seed: u64) -> Vec<f64> {
 }
 
 fn parse_shape(s: &str) -> Result<(usize, usize, usize)> {
-    let parts: Vec<usize> = s.split('x').map(|p| p.trim().parse()).collect::<Result<_, _>>().with_context(|| format!("bad shape {s:?}"))?;
+    let parts: Vec<usize> = s
+        .split('x')
+        .map(|p| p.trim().parse())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("bad shape {s:?}"))?;
     match parts[..] {
         [n] => Ok((n, n, n)),
         [m, n, k] => Ok((m, n, k)),
@@ -108,7 +122,13 @@ fn parse_shape(s: &str) -> Result<(usize, usize, usize)> {
 }
 
 /// Max errors over sampled entries of C (column-major m x n) for C = A B.
-fn sampled_errors(a: &[f64], b: &[f64], c: &[f64], (m, n, k): (usize, usize, usize), samples: &[(usize, usize)]) -> (f64, f64) {
+fn sampled_errors(
+    a: &[f64],
+    b: &[f64],
+    c: &[f64],
+    (m, n, k): (usize, usize, usize),
+    samples: &[(usize, usize)],
+) -> (f64, f64) {
     let mut worst = (0.0f64, 0.0f64);
     for &(i, j) in samples {
         let row = (0..k).map(|l| a[i + l * m]);
@@ -125,8 +145,21 @@ fn fmt_err(e: (f64, f64)) -> String {
 }
 
 type NvblasDgemm = unsafe extern "C" fn(
-    *const u8, *const u8, *const i32, *const i32, *const i32, *const f64, *const f64, *const i32, *const f64, *const i32,
-    *const f64, *mut f64, *const i32, usize, usize,
+    *const u8,
+    *const u8,
+    *const i32,
+    *const i32,
+    *const i32,
+    *const f64,
+    *const f64,
+    *const i32,
+    *const f64,
+    *const i32,
+    *const f64,
+    *mut f64,
+    *const i32,
+    usize,
+    usize,
 );
 
 struct Nvblas {
@@ -138,7 +171,12 @@ fn load_nvblas(lib: &str, cpu_blas: &str) -> Result<Nvblas> {
     let dir = std::env::temp_dir().join(format!("ozaki-bench-nvblas-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let conf = dir.join("nvblas.conf");
-    std::fs::write(&conf, format!("NVBLAS_CPU_BLAS_LIB {cpu_blas}\nNVBLAS_GPU_LIST ALL\nNVBLAS_AUTOPIN_MEM_ENABLED\n"))?;
+    std::fs::write(
+        &conf,
+        format!(
+            "NVBLAS_CPU_BLAS_LIB {cpu_blas}\nNVBLAS_GPU_LIST ALL\nNVBLAS_AUTOPIN_MEM_ENABLED\n"
+        ),
+    )?;
     // SAFETY: single-threaded at this point of the bench; NVBLAS reads the variable at load.
     unsafe { std::env::set_var("NVBLAS_CONFIG_FILE", &conf) };
     // SAFETY: loading NVBLAS runs its initialisers; it is a vendor library made for this.
@@ -174,18 +212,30 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
     };
     if let Some(devices) = &args.split {
         let default_shapes = Args::parse_from(["bench"]).shapes;
-        let shapes = if args.shapes == default_shapes { "16384,32768" } else { args.shapes.as_str() };
+        let shapes = if args.shapes == default_shapes {
+            "16384,32768"
+        } else {
+            args.shapes.as_str()
+        };
         let moduli = args.moduli.split(',').find_map(|s| s.trim().parse().ok());
         split::run(devices, shapes, args.reps, moduli, &mut emit)?;
         return Ok(ExitCode::SUCCESS);
     }
     let describe = {
         let g = gpu_kernels::gpu().map_err(|e| anyhow::anyhow!("{e}"))?;
-        g.ozaki_ready().map_err(|e| anyhow::anyhow!("gpu-ozaki not available: {e}"))?;
+        g.ozaki_ready()
+            .map_err(|e| anyhow::anyhow!("gpu-ozaki not available: {e}"))?;
         g.describe()
     };
     println!("# ozaki bench: {describe}");
-    println!("# inputs: {}", if args.phi == 0.0 { "standard normal".to_string() } else { format!("(u-0.5) exp({} z)", args.phi) });
+    println!(
+        "# inputs: {}",
+        if args.phi == 0.0 {
+            "standard normal".to_string()
+        } else {
+            format!("(u-0.5) exp({} z)", args.phi)
+        }
+    );
     emit(serde_json::json!({"kind": "device", "describe": describe, "phi": args.phi}))?;
 
     // int8 rates and the host link
@@ -193,12 +243,24 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         let mut g = gpu_kernels::gpu().map_err(|e| anyhow::anyhow!("{e}"))?;
         for n in args.int8.split(',').filter(|s| !s.trim().is_empty()) {
             let n: usize = n.trim().parse()?;
-            let (lt1, ex) = measure::int8_rates(&mut g, n, 1, args.reps).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let (lt16, _) = measure::int8_rates(&mut g, n, 16.min((8 << 30) / (n * n * 6)).max(1), args.reps.min(3)).map_err(|e| anyhow::anyhow!("{e}"))?;
-            println!("int8 GEMM n = {n}: cuBLASLt {lt1:.0} TOPS (16 back-to-back: {lt16:.0}), cublasGemmEx TN {ex:.0} TOPS; dense peak 1979");
-            emit(serde_json::json!({"kind": "int8", "n": n, "lt_tops": lt1, "lt_batched_tops": lt16, "gemmex_tops": ex}))?;
+            let (lt1, ex) =
+                measure::int8_rates(&mut g, n, 1, args.reps).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (lt16, _) = measure::int8_rates(
+                &mut g,
+                n,
+                16.min((8 << 30) / (n * n * 6)).max(1),
+                args.reps.min(3),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!(
+                "int8 GEMM n = {n}: cuBLASLt {lt1:.0} TOPS (16 back-to-back: {lt16:.0}), cublasGemmEx TN {ex:.0} TOPS; dense peak 1979"
+            );
+            emit(
+                serde_json::json!({"kind": "int8", "n": n, "lt_tops": lt1, "lt_batched_tops": lt16, "gemmex_tops": ex}),
+            )?;
         }
-        let (h2d, d2h) = measure::link_bandwidth(&mut g, 1 << 30).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (h2d, d2h) =
+            measure::link_bandwidth(&mut g, 1 << 30).map_err(|e| anyhow::anyhow!("{e}"))?;
         println!("pinned host link: H2D {h2d:.1} GB/s, D2H {d2h:.1} GB/s");
         emit(serde_json::json!({"kind": "link", "h2d_gbs": h2d, "d2h_gbs": d2h}))?;
     }
@@ -213,7 +275,9 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         },
         None => None,
     };
-    let emulated = if args.no_cublas_emulation { None } else {
+    let emulated = if args.no_cublas_emulation {
+        None
+    } else {
         match EmulatedBlas::new() {
             Ok(e) => Some(e),
             Err(e) => {
@@ -225,13 +289,22 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
     let moduli: Vec<Option<usize>> = args
         .moduli
         .split(',')
-        .map(|s| if s.trim() == "auto" { Ok(None) } else { s.trim().parse().map(Some) })
+        .map(|s| {
+            if s.trim() == "auto" {
+                Ok(None)
+            } else {
+                s.trim().parse().map(Some)
+            }
+        })
         .collect::<Result<_, _>>()?;
 
     println!();
     let mut header = "| m x n x k | cuBLAS native TF/s (err) | cuBLAS emu (err) |".to_string();
     for r in &moduli {
-        header += &format!(" ours dev {} (err) |", r.map_or("auto".into(), |r| format!("r={r}")));
+        header += &format!(
+            " ours dev {} (err) |",
+            r.map_or("auto".into(), |r| format!("r={r}"))
+        );
     }
     if !args.no_host {
         header += " ours host ozaki ms | ours host native ms | host-link bound ms |";
@@ -248,8 +321,14 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         let a = random_matrix(m * k, args.phi, 2 * si as u64 + 1);
         let b = random_matrix(k * n, args.phi, 2 * si as u64 + 2);
         let mut rng = Rng(0x5eed + si as u64);
-        let samples: Vec<(usize, usize)> =
-            (0..args.samples).map(|_| ((rng.next_u64() % m as u64) as usize, (rng.next_u64() % n as u64) as usize)).collect();
+        let samples: Vec<(usize, usize)> = (0..args.samples)
+            .map(|_| {
+                (
+                    (rng.next_u64() % m as u64) as usize,
+                    (rng.next_u64() % n as u64) as usize,
+                )
+            })
+            .collect();
         let mut row = format!("| {m} x {n} x {k} |");
         let mut c = vec![0.0f64; m * n];
 
@@ -262,26 +341,43 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
 
         // cuBLAS native
         let t_native = median_wall(args.reps, || {
-            gpu_kernels::native::dgemm(&g, stream, Trans::No, Trans::No, (m, n, k), 1.0, (da.ptr(), m), (db.ptr(), k), 0.0, (dc.ptr(), m))
-                .and_then(|_| gpu_kernels::device::sync(stream))
-                .map_err(ge)
+            gpu_kernels::native::dgemm(
+                &g,
+                stream,
+                Trans::No,
+                Trans::No,
+                (m, n, k),
+                1.0,
+                (da.ptr(), m),
+                (db.ptr(), k),
+                0.0,
+                (dc.ptr(), m),
+            )
+            .and_then(|_| gpu_kernels::device::sync(stream))
+            .map_err(ge)
         })?;
         measure::download(&dc, &mut c).map_err(ge)?;
         let e_native = sampled_errors(&a, &b, &c, (m, n, k), &samples);
         let tf_native = flops / t_native / 1e12;
         row += &format!(" {tf_native:.1} ({}) |", fmt_err(e_native));
-        emit(serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "cublas-native", "s": t_native, "tflops": tf_native, "err_comp": e_native.0, "err_ab": e_native.1}))?;
+        emit(
+            serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "cublas-native", "s": t_native, "tflops": tf_native, "err_comp": e_native.0, "err_ab": e_native.1}),
+        )?;
 
         // cuBLAS emulation
         match &emulated {
             Some(em) => {
                 let t = median_wall(args.reps, || {
-                    em.dgemm(stream, m, n, k, da.ptr(), db.ptr(), dc.ptr()).and_then(|_| gpu_kernels::device::sync(stream)).map_err(ge)
+                    em.dgemm(stream, m, n, k, da.ptr(), db.ptr(), dc.ptr())
+                        .and_then(|_| gpu_kernels::device::sync(stream))
+                        .map_err(ge)
                 })?;
                 measure::download(&dc, &mut c).map_err(ge)?;
                 let e = sampled_errors(&a, &b, &c, (m, n, k), &samples);
                 row += &format!(" {:.2}x ({}) |", t_native / t, fmt_err(e));
-                emit(serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "cublas-emulated-eager", "s": t, "tflops": flops / t / 1e12, "err_comp": e.0, "err_ab": e.1}))?;
+                emit(
+                    serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "cublas-emulated-eager", "s": t, "tflops": flops / t / 1e12, "err_comp": e.0, "err_ab": e.1}),
+                )?;
             }
             None => row += " n/a |",
         }
@@ -289,7 +385,12 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         // ours, device-resident
         for r in &moduli {
             let call = DeviceCall {
-                op: Op::Gemm { transa: Trans::No, transb: Trans::No, b: db.ptr(), ldb: k },
+                op: Op::Gemm {
+                    transa: Trans::No,
+                    transb: Trans::No,
+                    b: db.ptr(),
+                    ldb: k,
+                },
                 m,
                 n,
                 k,
@@ -300,7 +401,10 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
                 c: dc.ptr(),
                 ldc: m,
             };
-            let opts = Options { moduli: *r, ..Default::default() };
+            let opts = Options {
+                moduli: *r,
+                ..Default::default()
+            };
             let mut last = None;
             let res = median_wall(args.reps, || {
                 last = Some(ozaki::gemm(&mut g, stream, &call, opts).map_err(ge)?);
@@ -312,10 +416,12 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
                     let e = sampled_errors(&a, &b, &c, (m, n, k), &samples);
                     let o = last.unwrap_or_default();
                     row += &format!(" {:.2}x r={} ({}) |", t_native / t, o.moduli, fmt_err(e));
-                    emit(serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "ours-device", "moduli": o.moduli,
+                    emit(
+                        serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "ours-device", "moduli": o.moduli,
                         "s": t, "tflops": flops / t / 1e12, "speedup_vs_native": t_native / t, "err_comp": e.0, "err_ab": e.1,
                         "needed_bits": o.needed_bits, "bits": ozaki::bits_for(o.moduli as usize, k),
-                        "phases_ns": [o.phases.convert_ns, o.phases.products_ns, o.phases.reconstruct_ns]}))?;
+                        "phases_ns": [o.phases.convert_ns, o.phases.products_ns, o.phases.reconstruct_ns]}),
+                    )?;
                 }
                 Err(e) => row += &format!(" failed: {e} |"),
             }
@@ -342,23 +448,40 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
             let host_reps = if flops > 1e12 { 3 } else { args.reps };
             let mut out = None;
             let t_oz = median_wall(host_reps, || {
-                out = Some(host::gemm(&gemm_args, &mut c, Engine::Ozaki(Options::default())).map_err(ge)?);
+                out = Some(
+                    host::gemm(&gemm_args, &mut c, Engine::Ozaki(Options::default()))
+                        .map_err(ge)?,
+                );
                 Ok(())
             })?;
             let e = sampled_errors(&a, &b, &c, (m, n, k), &samples);
-            let t_nat = median_wall(host_reps, || host::gemm(&gemm_args, &mut c, Engine::Native).map(|_| ()).map_err(ge))?;
+            let t_nat = median_wall(host_reps, || {
+                host::gemm(&gemm_args, &mut c, Engine::Native)
+                    .map(|_| ())
+                    .map_err(ge)
+            })?;
             let bytes = 8.0 * (m * k + k * n + m * n) as f64;
             let (h2d, _) = {
                 let mut g = gpu_kernels::gpu().map_err(ge)?;
                 measure::link_bandwidth(&mut g, 256 << 20).map_err(ge)?
             };
             let bound = bytes / (h2d * 1e9);
-            row += &format!(" {:.1} ({}) | {:.1} | {:.1} |", t_oz * 1e3, fmt_err(e), t_nat * 1e3, bound * 1e3);
+            row += &format!(
+                " {:.1} ({}) | {:.1} | {:.1} |",
+                t_oz * 1e3,
+                fmt_err(e),
+                t_nat * 1e3,
+                bound * 1e3
+            );
             let o = out.unwrap_or_default();
-            emit(serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "ours-host-ozaki", "moduli": o.moduli, "s": t_oz,
+            emit(
+                serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "ours-host-ozaki", "moduli": o.moduli, "s": t_oz,
                 "link_bound_s": bound, "err_comp": e.0, "err_ab": e.1,
-                "phases_ns": [o.phases.transfer_ns, o.phases.convert_ns, o.phases.products_ns, o.phases.reconstruct_ns]}))?;
-            emit(serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "ours-host-native", "s": t_nat}))?;
+                "phases_ns": [o.phases.transfer_ns, o.phases.convert_ns, o.phases.products_ns, o.phases.reconstruct_ns]}),
+            )?;
+            emit(
+                serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "ours-host-native", "s": t_nat}),
+            )?;
         }
 
         if let Some(nv) = &nvblas {
@@ -366,17 +489,41 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
             let (alpha, beta) = (1.0f64, 0.0f64);
             let t = median_wall(args.reps.min(3), || {
                 // SAFETY: Fortran dgemm_ on host arrays of the stated shapes.
-                unsafe { (nv.dgemm)(b"N".as_ptr(), b"N".as_ptr(), &mi, &ni, &ki, &alpha, a.as_ptr(), &mi, b.as_ptr(), &ki, &beta, c.as_mut_ptr(), &mi, 1, 1) };
+                unsafe {
+                    (nv.dgemm)(
+                        b"N".as_ptr(),
+                        b"N".as_ptr(),
+                        &mi,
+                        &ni,
+                        &ki,
+                        &alpha,
+                        a.as_ptr(),
+                        &mi,
+                        b.as_ptr(),
+                        &ki,
+                        &beta,
+                        c.as_mut_ptr(),
+                        &mi,
+                        1,
+                        1,
+                    )
+                };
                 Ok(())
             })?;
             let e = sampled_errors(&a, &b, &c, (m, n, k), &samples);
             row += &format!(" {:.1} ({}) |", t * 1e3, fmt_err(e));
-            emit(serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "nvblas-host", "s": t, "err_comp": e.0, "err_ab": e.1}))?;
+            emit(
+                serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "nvblas-host", "s": t, "err_comp": e.0, "err_ab": e.1}),
+            )?;
         }
         println!("{row}");
     }
     println!();
-    println!("err = max over sampled entries of |c - s| / sum_l |a_il b_lj|, s the exact dot product.");
-    println!("ratios = cuBLAS native time / method time (higher is faster); host columns in ms end to end.");
+    println!(
+        "err = max over sampled entries of |c - s| / sum_l |a_il b_lj|, s the exact dot product."
+    );
+    println!(
+        "ratios = cuBLAS native time / method time (higher is faster); host columns in ms end to end."
+    );
     Ok(ExitCode::SUCCESS)
 }

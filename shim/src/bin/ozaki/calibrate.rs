@@ -17,7 +17,9 @@ use anyhow::Context;
 use clap::Parser;
 use ozaki_core::engine::CallShape;
 use ozaki_core::engine::Residency;
-use ozaki_core::engine::calibrate::{self as cal, CpuSamples, Measurements, Mnk, Plan, RouteSample, ValidationReport};
+use ozaki_core::engine::calibrate::{
+    self as cal, CpuSamples, Measurements, Mnk, Plan, RouteSample, ValidationReport,
+};
 use ozaki_core::engine::choose::{Engine, MODULI_WITHOUT_DATA};
 use ozaki_core::engine::model::Sample;
 use ozaki_core::engine::profile::{self, Machine, PROFILE_VERSION, Profile};
@@ -74,10 +76,14 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     if let (Some(p), Some(r)) = (&a.validate_profile, &a.rescore) {
         let prof = Profile::load(p).map_err(anyhow::Error::msg)?;
         let text = std::fs::read_to_string(r).with_context(|| format!("{}", r.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}", r.display()))?;
-        let samples: Vec<RouteSample> = serde_json::from_value(v.get("samples").cloned().context("report has no samples")?)?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}", r.display()))?;
+        let samples: Vec<RouteSample> =
+            serde_json::from_value(v.get("samples").cloned().context("report has no samples")?)?;
         let threads = prof.cpu.blas.first().map_or(1, |c| c.threads);
-        let rep = cal::validate(&prof, threads, &samples, &|s: &CallShape| Some(ozaki_shim::route::choose::priced_moduli(s.k, None)));
+        let rep = cal::validate(&prof, threads, &samples, &|s: &CallShape| {
+            Some(ozaki_shim::route::choose::priced_moduli(s.k, None))
+        });
         write_validation(&rep, a.validation_out.as_deref())?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -91,8 +97,14 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     }
     let (meas, plan, blas) = match &a.fit {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
-            (serde_json::from_str::<Measurements>(&text).with_context(|| format!("{}", path.display()))?, Plan::standard(a.quick), None)
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+            (
+                serde_json::from_str::<Measurements>(&text)
+                    .with_context(|| format!("{}", path.display()))?,
+                Plan::standard(a.quick),
+                None,
+            )
         }
         None => {
             let plan = Plan::standard(a.quick);
@@ -101,22 +113,36 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         }
     };
     let gpu_name = meas.gpu.as_ref().map(|g| g.name.clone());
-    let name = a.name.clone().unwrap_or_else(|| gpu_name.as_deref().map_or("cpu".into(), profile::gpu_slug));
-    let source = a.source.clone().unwrap_or_else(|| format!(
-        "ozaki calibrate{} on {} at {}",
-        if a.fit.is_some() { " --fit (refit of saved measurements)" } else { "" },
-        meas.machine.host.as_deref().unwrap_or("?"),
-        meas.machine.date.as_deref().unwrap_or("?")
-    ));
+    let name = a
+        .name
+        .clone()
+        .unwrap_or_else(|| gpu_name.as_deref().map_or("cpu".into(), profile::gpu_slug));
+    let source = a.source.clone().unwrap_or_else(|| {
+        format!(
+            "ozaki calibrate{} on {} at {}",
+            if a.fit.is_some() {
+                " --fit (refit of saved measurements)"
+            } else {
+                ""
+            },
+            meas.machine.host.as_deref().unwrap_or("?"),
+            meas.machine.date.as_deref().unwrap_or("?")
+        )
+    });
     let prof = cal::fit_profile(&meas, &name, &source).map_err(anyhow::Error::msg)?;
     let out = match &a.out {
         Some(p) => p.clone(),
-        None => profile::default_path(gpu_name.as_deref()).context("no cache directory (set HOME or XDG_CACHE_HOME) and no --out")?,
+        None => profile::default_path(gpu_name.as_deref())
+            .context("no cache directory (set HOME or XDG_CACHE_HOME) and no --out")?,
     };
-    prof.save(&out).with_context(|| format!("{}", out.display()))?;
+    prof.save(&out)
+        .with_context(|| format!("{}", out.display()))?;
     println!("profile written: {}", out.display());
     if a.fit.is_none() {
-        let mpath = a.measurements.clone().unwrap_or_else(|| out.with_extension("measurements.json"));
+        let mpath = a
+            .measurements
+            .clone()
+            .unwrap_or_else(|| out.with_extension("measurements.json"));
         let mut text = serde_json::to_string_pretty(&meas)?;
         text.push('\n');
         std::fs::write(&mpath, text).with_context(|| format!("{}", mpath.display()))?;
@@ -136,12 +162,22 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
 
 fn print_profile_summary(p: &Profile) {
     for c in &p.cpu.blas {
-        println!("cpu BLAS ({}) at {} threads: {:.1} GFLOP/s sustained on the mnk term", p.cpu.vendor_blas, c.threads, c.model.peak_flops() / 1e9);
+        println!(
+            "cpu BLAS ({}) at {} threads: {:.1} GFLOP/s sustained on the mnk term",
+            p.cpu.vendor_blas,
+            c.threads,
+            c.model.peak_flops() / 1e9
+        );
     }
     match &p.gpu {
         None => println!("gpu: none (CPU-only profile; GPU routes are never chosen)"),
         Some(g) => {
-            println!("gpu {}: fp64 {:.1} TFLOP/s, int8 {:.0} TOPS (mnk terms)", g.name, g.fp64.peak_flops() / 1e12, g.int8.peak_flops() / 1e12);
+            println!(
+                "gpu {}: fp64 {:.1} TFLOP/s, int8 {:.0} TOPS (mnk terms)",
+                g.name,
+                g.fp64.peak_flops() / 1e12,
+                g.int8.peak_flops() / 1e12
+            );
             println!(
                 "link: pinned {:.1}/{:.1} GB/s, pageable {:.1}/{:.1}, staged {:.1}/{:.1} (h2d/d2h); overlap {:.2}",
                 g.link.h2d_pinned / 1e9,
@@ -153,14 +189,20 @@ fn print_profile_summary(p: &Profile) {
                 g.overlap
             );
             for (r, x) in &g.reached {
-                println!("reached {r}: {} ({})", if x.ok { "yes" } else { "NO" }, x.evidence);
+                println!(
+                    "reached {r}: {} ({})",
+                    if x.ok { "yes" } else { "NO" },
+                    x.evidence
+                );
             }
         }
     }
 }
 
 fn now_utc() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let (days, rem) = (secs / 86400, secs % 86400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days as i64 + 719468;
@@ -172,15 +214,32 @@ fn now_utc() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn machine() -> Machine {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|x| x.trim().to_string())
+    });
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|x| x.trim().to_string()));
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string());
-    Machine { gpu: None, driver: None, cuda: None, cpu, host, date: Some(now_utc()) }
+        .map(|s| s.trim().to_string());
+    Machine {
+        gpu: None,
+        driver: None,
+        cuda: None,
+        cpu,
+        host,
+        date: Some(now_utc()),
+    }
 }
 
 /// Median seconds of `f` over repeats: one warm-up, then at least 3 runs and until 0.2 s of
@@ -202,14 +261,27 @@ fn measure(plan: &Plan, blas: &cpu::VendorBlas, cpu_only: bool) -> anyhow::Resul
     let mut cpu_samples = Vec::new();
     for &t in &plan.cpu_threads {
         let threads = blas.set_threads(t);
-        if cpu_samples.iter().any(|c: &CpuSamples| c.threads == threads) {
+        if cpu_samples
+            .iter()
+            .any(|c: &CpuSamples| c.threads == threads)
+        {
             continue;
         }
         let mut samples = Vec::new();
         for &(m, n, k) in &plan.cpu_shapes {
             let s = blas.time_gemm(m, n, k);
-            eprintln!("cpu {threads:>3} threads {m}x{n}x{k}: {:.3} ms ({:.1} GFLOP/s)", s * 1e3, 2.0 * (m * n * k) as f64 / s / 1e9);
-            samples.push(Sample { routine: Routine::Dgemm, m, n, k, seconds: s });
+            eprintln!(
+                "cpu {threads:>3} threads {m}x{n}x{k}: {:.3} ms ({:.1} GFLOP/s)",
+                s * 1e3,
+                2.0 * (m * n * k) as f64 / s / 1e9
+            );
+            samples.push(Sample {
+                routine: Routine::Dgemm,
+                m,
+                n,
+                k,
+                seconds: s,
+            });
         }
         cpu_samples.push(CpuSamples { threads, samples });
     }
@@ -221,7 +293,13 @@ fn measure(plan: &Plan, blas: &cpu::VendorBlas, cpu_only: bool) -> anyhow::Resul
     let n = 200_000;
     let t = Instant::now();
     for i in 0..n {
-        std::hint::black_box(engine.decide(&CallShape { k: 8 + (i & 1), ..shape }, Some(MODULI_WITHOUT_DATA)));
+        std::hint::black_box(engine.decide(
+            &CallShape {
+                k: 8 + (i & 1),
+                ..shape
+            },
+            Some(MODULI_WITHOUT_DATA),
+        ));
     }
     let decision_s = t.elapsed().as_secs_f64() / n as f64;
     eprintln!("cached decision: {:.0} ns per call", decision_s * 1e9);
@@ -230,7 +308,9 @@ fn measure(plan: &Plan, blas: &cpu::VendorBlas, cpu_only: bool) -> anyhow::Resul
         None
     } else {
         gpu::measure(plan, &mut m).unwrap_or_else(|e| {
-            eprintln!("ozaki calibrate: GPU measurements failed ({e:#}); writing a CPU-only profile");
+            eprintln!(
+                "ozaki calibrate: GPU measurements failed ({e:#}); writing a CPU-only profile"
+            );
             None
         })
     };
@@ -250,7 +330,11 @@ fn measure(plan: &Plan, blas: &cpu::VendorBlas, cpu_only: bool) -> anyhow::Resul
 }
 
 /// End-to-end host-resident timings of every available route at one shape.
-fn time_routes(mnk: Mnk, blas: &cpu::VendorBlas, with_gpu: bool) -> anyhow::Result<Vec<RouteSample>> {
+fn time_routes(
+    mnk: Mnk,
+    blas: &cpu::VendorBlas,
+    with_gpu: bool,
+) -> anyhow::Result<Vec<RouteSample>> {
     let (m, n, k) = mnk;
     let mut out = Vec::new();
     let flops = 2.0 * (m * n * k) as f64;
@@ -258,25 +342,44 @@ fn time_routes(mnk: Mnk, blas: &cpu::VendorBlas, with_gpu: bool) -> anyhow::Resu
     // exceeds 2 TFLOP on the CPU.
     if flops <= 2e12 {
         let s = blas.time_gemm(m, n, k);
-        out.push(RouteSample { route: "vendor".into(), m, n, k, residency: Residency::Host, moduli: None, seconds: s });
+        out.push(RouteSample {
+            route: "vendor".into(),
+            m,
+            n,
+            k,
+            residency: Residency::Host,
+            moduli: None,
+            seconds: s,
+        });
     }
     if with_gpu {
         out.extend(gpu::time_routes(mnk)?);
     }
     for r in &out {
-        eprintln!("route {:<10} {m}x{n}x{k}: {:.3} ms", r.route, r.seconds * 1e3);
+        eprintln!(
+            "route {:<10} {m}x{n}x{k}: {:.3} ms",
+            r.route,
+            r.seconds * 1e3
+        );
     }
     Ok(out)
 }
 
-fn validate(prof: &Profile, plan: &Plan, blas: &cpu::VendorBlas, cpu_only: bool) -> anyhow::Result<ValidationReport> {
+fn validate(
+    prof: &Profile,
+    plan: &Plan,
+    blas: &cpu::VendorBlas,
+    cpu_only: bool,
+) -> anyhow::Result<ValidationReport> {
     let with_gpu = !cpu_only && prof.gpu.is_some() && gpu::available();
     let mut samples = Vec::new();
     for &mnk in &plan.validation_shapes {
         samples.extend(time_routes(mnk, blas, with_gpu)?);
     }
     let threads = blas.threads();
-    Ok(cal::validate(prof, threads, &samples, &|s: &CallShape| Some(ozaki_shim::route::choose::priced_moduli(s.k, None))))
+    Ok(cal::validate(prof, threads, &samples, &|s: &CallShape| {
+        Some(ozaki_shim::route::choose::priced_moduli(s.k, None))
+    }))
 }
 
 fn write_validation(rep: &ValidationReport, out: Option<&std::path::Path>) -> anyhow::Result<()> {
@@ -302,7 +405,10 @@ fn write_validation(rep: &ValidationReport, out: Option<&std::path::Path>) -> an
     for (route, e) in &rep.median_abs_err {
         println!("median |error| {route}: {:.1}%", e * 100.0);
     }
-    println!("median |error| overall: {:.1}%", rep.overall_median_abs_err * 100.0);
+    println!(
+        "median |error| overall: {:.1}%",
+        rep.overall_median_abs_err * 100.0
+    );
     println!(
         "auto total {:.3} s vs oracle {:.3} s: {:+.1}%",
         rep.auto_total_s,
@@ -310,7 +416,8 @@ fn write_validation(rep: &ValidationReport, out: Option<&std::path::Path>) -> an
         (rep.auto_total_s / rep.oracle_total_s - 1.0) * 100.0
     );
     if let Some(p) = out {
-        std::fs::write(p, serde_json::to_string_pretty(rep)?).with_context(|| format!("{}", p.display()))?;
+        std::fs::write(p, serde_json::to_string_pretty(rep)?)
+            .with_context(|| format!("{}", p.display()))?;
     }
     Ok(())
 }
@@ -321,10 +428,38 @@ mod cpu {
     use std::ffi::c_char;
 
     type Dgemm32 = unsafe extern "C" fn(
-        *const c_char, *const c_char, *const i32, *const i32, *const i32, *const f64, *const f64, *const i32, *const f64, *const i32, *const f64, *mut f64, *const i32, usize, usize,
+        *const c_char,
+        *const c_char,
+        *const i32,
+        *const i32,
+        *const i32,
+        *const f64,
+        *const f64,
+        *const i32,
+        *const f64,
+        *const i32,
+        *const f64,
+        *mut f64,
+        *const i32,
+        usize,
+        usize,
     );
     type Dgemm64 = unsafe extern "C" fn(
-        *const c_char, *const c_char, *const i64, *const i64, *const i64, *const f64, *const f64, *const i64, *const f64, *const i64, *const f64, *mut f64, *const i64, usize, usize,
+        *const c_char,
+        *const c_char,
+        *const i64,
+        *const i64,
+        *const i64,
+        *const f64,
+        *const f64,
+        *const i64,
+        *const f64,
+        *const i64,
+        *const f64,
+        *mut f64,
+        *const i64,
+        usize,
+        usize,
     );
     type SetThreads = unsafe extern "C" fn(i32);
     type GetThreads = unsafe extern "C" fn() -> i32;
@@ -349,7 +484,15 @@ mod cpu {
         let out = std::process::Command::new("python3")
             .args(["-c", "import numpy, glob, os; d=os.path.dirname(numpy.__file__); print('\\n'.join(glob.glob(d+'/../numpy.libs/*openblas*.so*')+glob.glob(d+'/.dylibs/*openblas*')))"])
             .output();
-        out.ok().map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()).unwrap_or_default()
+        out.ok()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(str::to_string)
+                    .filter(|l| !l.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     impl VendorBlas {
@@ -357,7 +500,15 @@ mod cpu {
         pub fn open(path: Option<&str>) -> anyhow::Result<VendorBlas> {
             let mut cands: Vec<String> = match path {
                 Some(p) => vec![p.to_string()],
-                None => ["libopenblas.so.0", "libblas.so.3", "libmkl_rt.so", "libblis.so.4"].iter().map(|s| s.to_string()).collect(),
+                None => [
+                    "libopenblas.so.0",
+                    "libblas.so.3",
+                    "libmkl_rt.so",
+                    "libblis.so.4",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
             };
             if path.is_none() {
                 cands.extend(numpy_openblas());
@@ -389,17 +540,47 @@ mod cpu {
                         errs.push(format!("{c}: no dgemm symbol"));
                         continue;
                     };
-                    let set = ["openblas_set_num_threads", "scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "MKL_Set_Num_Threads", "bli_thread_set_num_threads"]
-                        .iter()
-                        .find_map(|n| lib.get::<SetThreads>(format!("{n}\0").as_bytes()).ok().map(|f| *f));
-                    let get = ["openblas_get_num_threads", "scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_", "MKL_Get_Max_Threads"]
-                        .iter()
-                        .find_map(|n| lib.get::<GetThreads>(format!("{n}\0").as_bytes()).ok().map(|f| *f));
+                    let set = [
+                        "openblas_set_num_threads",
+                        "scipy_openblas_set_num_threads64_",
+                        "openblas_set_num_threads64_",
+                        "MKL_Set_Num_Threads",
+                        "bli_thread_set_num_threads",
+                    ]
+                    .iter()
+                    .find_map(|n| {
+                        lib.get::<SetThreads>(format!("{n}\0").as_bytes())
+                            .ok()
+                            .map(|f| *f)
+                    });
+                    let get = [
+                        "openblas_get_num_threads",
+                        "scipy_openblas_get_num_threads64_",
+                        "openblas_get_num_threads64_",
+                        "MKL_Get_Max_Threads",
+                    ]
+                    .iter()
+                    .find_map(|n| {
+                        lib.get::<GetThreads>(format!("{n}\0").as_bytes())
+                            .ok()
+                            .map(|f| *f)
+                    });
                     let default_threads = get.map_or(1, |g| g().max(1) as u32);
-                    return Ok(VendorBlas { _lib: lib, gemm, set, get, default_threads, name: format!("{c} ({sym})") });
+                    return Ok(VendorBlas {
+                        _lib: lib,
+                        gemm,
+                        set,
+                        get,
+                        default_threads,
+                        name: format!("{c} ({sym})"),
+                    });
                 }
             }
-            Err(anyhow::anyhow!("no vendor BLAS could be loaded: {}", errs.join("; "))).context("pass --blas PATH")
+            Err(anyhow::anyhow!(
+                "no vendor BLAS could be loaded: {}",
+                errs.join("; ")
+            ))
+            .context("pass --blas PATH")
         }
 
         /// Sets the thread count (0 = the library default); returns the count in effect.
@@ -424,8 +605,12 @@ mod cpu {
 
         /// Median seconds of C = A·B for m×k by k×n (column-major, beta = 0).
         pub fn time_gemm(&self, m: u64, n: u64, k: u64) -> f64 {
-            let a: Vec<f64> = (0..m * k).map(|i| ((i * 7 + 3) % 17) as f64 / 17.0 - 0.5).collect();
-            let b: Vec<f64> = (0..k * n).map(|i| ((i * 5 + 1) % 13) as f64 / 13.0 - 0.5).collect();
+            let a: Vec<f64> = (0..m * k)
+                .map(|i| ((i * 7 + 3) % 17) as f64 / 17.0 - 0.5)
+                .collect();
+            let b: Vec<f64> = (0..k * n)
+                .map(|i| ((i * 5 + 1) % 13) as f64 / 13.0 - 0.5)
+                .collect();
             let mut c = vec![0.0f64; (m * n) as usize];
             let (alpha, beta) = (1.0f64, 0.0f64);
             let nt = b"N".as_ptr().cast::<c_char>();
@@ -434,12 +619,44 @@ mod cpu {
                 // dgemm requires; the character arguments are 1-byte strings of length 1.
                 Gemm::Lp64(f) => unsafe {
                     let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-                    f(nt, nt, &mi, &ni, &ki, &alpha, a.as_ptr(), &mi, b.as_ptr(), &ki, &beta, c.as_mut_ptr(), &mi, 1, 1)
+                    f(
+                        nt,
+                        nt,
+                        &mi,
+                        &ni,
+                        &ki,
+                        &alpha,
+                        a.as_ptr(),
+                        &mi,
+                        b.as_ptr(),
+                        &ki,
+                        &beta,
+                        c.as_mut_ptr(),
+                        &mi,
+                        1,
+                        1,
+                    )
                 },
                 // SAFETY: as above with 64-bit integers.
                 Gemm::Ilp64(f) => unsafe {
                     let (mi, ni, ki) = (m as i64, n as i64, k as i64);
-                    f(nt, nt, &mi, &ni, &ki, &alpha, a.as_ptr(), &mi, b.as_ptr(), &ki, &beta, c.as_mut_ptr(), &mi, 1, 1)
+                    f(
+                        nt,
+                        nt,
+                        &mi,
+                        &ni,
+                        &ki,
+                        &alpha,
+                        a.as_ptr(),
+                        &mi,
+                        b.as_ptr(),
+                        &ki,
+                        &beta,
+                        c.as_mut_ptr(),
+                        &mi,
+                        1,
+                        1,
+                    )
                 },
             })
         }
@@ -456,7 +673,9 @@ mod gpu {
     use gpu_kernels::memory::{self, DeviceBuffer};
     use gpu_kernels::ozaki::{self, DeviceCall, Op, Options};
     use ozaki_core::blas::{GemmArgs, Trans};
-    use ozaki_core::engine::calibrate::{Direction, GpuMeasurements, HostMemory, LinkSample, StreamSample};
+    use ozaki_core::engine::calibrate::{
+        Direction, GpuMeasurements, HostMemory, LinkSample, StreamSample,
+    };
     use ozaki_core::engine::profile::Reached;
 
     /// Whether a GPU can be measured (initialises it).
@@ -487,7 +706,11 @@ mod gpu {
         };
         eprintln!("{}", g.describe());
         machine.gpu = Some(g.name.clone());
-        machine.driver = Some(format!("{}.{}", g.driver_version / 1000, g.driver_version % 1000 / 10));
+        machine.driver = Some(format!(
+            "{}.{}",
+            g.driver_version / 1000,
+            g.driver_version % 1000 / 10
+        ));
         machine.cuda = Some(format!("cuBLAS {}", g.cublas_version));
         let stream = g.stream();
         let (free, total) = memory::mem_info().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -513,12 +736,28 @@ mod gpu {
             ..Default::default()
         };
         // Launch + sync latency: a 1×1×1 DGEMM and a sync, wall clock; sync alone.
-        let tiny = [measure::upload(&[1.0f64]).map_err(ae)?, measure::upload(&[1.0f64]).map_err(ae)?, measure::upload(&[0.0f64]).map_err(ae)?];
+        let tiny = [
+            measure::upload(&[1.0f64]).map_err(ae)?,
+            measure::upload(&[1.0f64]).map_err(ae)?,
+            measure::upload(&[0.0f64]).map_err(ae)?,
+        ];
         let mut launch_sync = Vec::new();
         let mut sync_only = Vec::new();
         for _ in 0..200 {
             let t = Instant::now();
-            gpu_kernels::native::dgemm(&g, stream, Trans::No, Trans::No, (1, 1, 1), 1.0, (tiny[0].ptr(), 1), (tiny[1].ptr(), 1), 0.0, (tiny[2].ptr(), 1)).map_err(ae)?;
+            gpu_kernels::native::dgemm(
+                &g,
+                stream,
+                Trans::No,
+                Trans::No,
+                (1, 1, 1),
+                1.0,
+                (tiny[0].ptr(), 1),
+                (tiny[1].ptr(), 1),
+                0.0,
+                (tiny[2].ptr(), 1),
+            )
+            .map_err(ae)?;
             gpu_kernels::device::sync(stream).map_err(ae)?;
             launch_sync.push(t.elapsed().as_secs_f64());
             let t = Instant::now();
@@ -531,59 +770,127 @@ mod gpu {
         };
         m.sync_s = med(&mut sync_only);
         m.launch_s = (med(&mut launch_sync) - m.sync_s).max(1e-7);
-        eprintln!("launch {:.1} us, sync {:.1} us", m.launch_s * 1e6, m.sync_s * 1e6);
+        eprintln!(
+            "launch {:.1} us, sync {:.1} us",
+            m.launch_s * 1e6,
+            m.sync_s * 1e6
+        );
         // Device-resident DGEMM and Ozaki phases by shape.
         let mut int8_4096 = None;
         let mut fp64_4096 = None;
         for &(mm, nn, kk) in &plan.gpu_shapes {
             let mut one = || -> Result<(), gpu_kernels::GpuError> {
-            let (mu, nu, ku) = (mm as usize, nn as usize, kk as usize);
-            let a = measure::upload(&data(mu * ku, 1))?;
-            let b = measure::upload(&data(ku * nu, 2))?;
-            let c = DeviceBuffer::new(8 * mu * nu)?;
-            let reps = if 2.0 * (mm * nn * kk) as f64 > 1e11 { 3 } else { 7 };
-            let t = measure::time_median(stream, reps, || {
-                gpu_kernels::native::dgemm(&g, stream, Trans::No, Trans::No, (mu, nu, ku), 1.0, (a.ptr(), mu), (b.ptr(), ku), 0.0, (c.ptr(), mu))
-            })
-            ?;
-            m.fp64.push(Sample { routine: Routine::Dgemm, m: mm, n: nn, k: kk, seconds: t });
-            if (mm, nn, kk) == (4096, 4096, 4096) {
-                fp64_4096 = Some(2.0 * (mm * nn * kk) as f64 / t);
-            }
-            let moduli: &[u32] = if matches!((mm, nn, kk), (2048, 2048, 2048) | (65536, 64, 64) | (1024, 1024, 8192)) { &[8, 14, 18] } else { &[14] };
-            for &r in moduli {
-                let call = DeviceCall { op: Op::Gemm { transa: Trans::No, transb: Trans::No, b: b.ptr(), ldb: ku }, m: mu, n: nu, k: ku, alpha: 1.0, a: a.ptr(), lda: mu, beta: 0.0, c: c.ptr(), ldc: mu };
-                let opts = Options { moduli: Some(r as usize), max_block: 0 };
-                let mut runs = Vec::new();
-                for i in 0..reps.min(5) + 1 {
-                    let o = ozaki::gemm(&mut g, stream, &call, opts)?;
-                    if i > 0 {
-                        runs.push(o.phases);
-                    }
-                }
-                let pick = |f: &dyn Fn(&ozaki_core::trace::Phases) -> u64| {
-                    let mut v: Vec<f64> = runs.iter().map(|p| f(p) as f64 * 1e-9).collect();
-                    med(&mut v)
+                let (mu, nu, ku) = (mm as usize, nn as usize, kk as usize);
+                let a = measure::upload(&data(mu * ku, 1))?;
+                let b = measure::upload(&data(ku * nu, 2))?;
+                let c = DeviceBuffer::new(8 * mu * nu)?;
+                let reps = if 2.0 * (mm * nn * kk) as f64 > 1e11 {
+                    3
+                } else {
+                    7
                 };
-                let (conv, prod, rec) = (pick(&|p| p.convert_ns), pick(&|p| p.products_ns), pick(&|p| p.reconstruct_ns));
-                m.convert.push(StreamSample { elems: mm * kk + kk * nn, moduli: r, seconds: conv });
-                m.reconstruct.push(StreamSample { elems: mm * nn, moduli: r, seconds: rec });
-                if r == 14 {
-                    m.int8.push(Sample { routine: Routine::Dgemm, m: mm, n: nn, k: kk, seconds: prod / r as f64 });
-                    if (mm, nn, kk) == (4096, 4096, 4096) {
-                        int8_4096 = Some(2.0 * (mm * nn * kk) as f64 * r as f64 / prod);
-                    }
+                let t = measure::time_median(stream, reps, || {
+                    gpu_kernels::native::dgemm(
+                        &g,
+                        stream,
+                        Trans::No,
+                        Trans::No,
+                        (mu, nu, ku),
+                        1.0,
+                        (a.ptr(), mu),
+                        (b.ptr(), ku),
+                        0.0,
+                        (c.ptr(), mu),
+                    )
+                })?;
+                m.fp64.push(Sample {
+                    routine: Routine::Dgemm,
+                    m: mm,
+                    n: nn,
+                    k: kk,
+                    seconds: t,
+                });
+                if (mm, nn, kk) == (4096, 4096, 4096) {
+                    fp64_4096 = Some(2.0 * (mm * nn * kk) as f64 / t);
                 }
-                eprintln!(
-                    "gpu {mm}x{nn}x{kk}: fp64 {:.3} ms ({:.1} TF); ozaki r={r}: convert {:.3} ms, products {:.3} ms, reconstruct {:.3} ms",
-                    t * 1e3,
-                    2.0 * (mm * nn * kk) as f64 / t / 1e12,
-                    conv * 1e3,
-                    prod * 1e3,
-                    rec * 1e3
-                );
-            }
-                        Ok(())
+                let moduli: &[u32] = if matches!(
+                    (mm, nn, kk),
+                    (2048, 2048, 2048) | (65536, 64, 64) | (1024, 1024, 8192)
+                ) {
+                    &[8, 14, 18]
+                } else {
+                    &[14]
+                };
+                for &r in moduli {
+                    let call = DeviceCall {
+                        op: Op::Gemm {
+                            transa: Trans::No,
+                            transb: Trans::No,
+                            b: b.ptr(),
+                            ldb: ku,
+                        },
+                        m: mu,
+                        n: nu,
+                        k: ku,
+                        alpha: 1.0,
+                        a: a.ptr(),
+                        lda: mu,
+                        beta: 0.0,
+                        c: c.ptr(),
+                        ldc: mu,
+                    };
+                    let opts = Options {
+                        moduli: Some(r as usize),
+                        max_block: 0,
+                    };
+                    let mut runs = Vec::new();
+                    for i in 0..reps.min(5) + 1 {
+                        let o = ozaki::gemm(&mut g, stream, &call, opts)?;
+                        if i > 0 {
+                            runs.push(o.phases);
+                        }
+                    }
+                    let pick = |f: &dyn Fn(&ozaki_core::trace::Phases) -> u64| {
+                        let mut v: Vec<f64> = runs.iter().map(|p| f(p) as f64 * 1e-9).collect();
+                        med(&mut v)
+                    };
+                    let (conv, prod, rec) = (
+                        pick(&|p| p.convert_ns),
+                        pick(&|p| p.products_ns),
+                        pick(&|p| p.reconstruct_ns),
+                    );
+                    m.convert.push(StreamSample {
+                        elems: mm * kk + kk * nn,
+                        moduli: r,
+                        seconds: conv,
+                    });
+                    m.reconstruct.push(StreamSample {
+                        elems: mm * nn,
+                        moduli: r,
+                        seconds: rec,
+                    });
+                    if r == 14 {
+                        m.int8.push(Sample {
+                            routine: Routine::Dgemm,
+                            m: mm,
+                            n: nn,
+                            k: kk,
+                            seconds: prod / r as f64,
+                        });
+                        if (mm, nn, kk) == (4096, 4096, 4096) {
+                            int8_4096 = Some(2.0 * (mm * nn * kk) as f64 * r as f64 / prod);
+                        }
+                    }
+                    eprintln!(
+                        "gpu {mm}x{nn}x{kk}: fp64 {:.3} ms ({:.1} TF); ozaki r={r}: convert {:.3} ms, products {:.3} ms, reconstruct {:.3} ms",
+                        t * 1e3,
+                        2.0 * (mm * nn * kk) as f64 / t / 1e12,
+                        conv * 1e3,
+                        prod * 1e3,
+                        rec * 1e3
+                    );
+                }
+                Ok(())
             };
             if let Err(e) = one() {
                 eprintln!("gpu {mm}x{nn}x{kk}: skipped ({e})");
@@ -602,7 +909,14 @@ mod gpu {
             let ceiling = 2.0 * 64.0 * g.sms as f64 * 1.98e9; // FP64 FMA lanes without DMMA
             m.reached.insert(
                 "gpu-native".into(),
-                Reached { ok: r > 1.05 * ceiling, evidence: format!("cuBLAS DGEMM at {:.1} TF (4096³) vs {:.1} TF FP64 SIMT ceiling", r / 1e12, ceiling / 1e12) },
+                Reached {
+                    ok: r > 1.05 * ceiling,
+                    evidence: format!(
+                        "cuBLAS DGEMM at {:.1} TF (4096³) vs {:.1} TF FP64 SIMT ceiling",
+                        r / 1e12,
+                        ceiling / 1e12
+                    ),
+                },
             );
         }
         // Pinned host link both ways by size.
@@ -615,13 +929,23 @@ mod gpu {
                 }
             };
             for (dir, gbs) in [(Direction::H2d, h2d), (Direction::D2h, d2h)] {
-                m.link.push(LinkSample { direction: dir, memory: HostMemory::Pinned, bytes, seconds: bytes as f64 / (gbs * 1e9) });
+                m.link.push(LinkSample {
+                    direction: dir,
+                    memory: HostMemory::Pinned,
+                    bytes,
+                    seconds: bytes as f64 / (gbs * 1e9),
+                });
             }
         }
         drop(g);
         // Staged link (what the routes pay from pageable memory): transfer phase of
         // host-resident native calls, both directions together.
-        for &(mm, nn, kk) in &[(1024u64, 1024u64, 1024u64), (4096, 4096, 256), (8192, 8192, 64), (256, 256, 256)] {
+        for &(mm, nn, kk) in &[
+            (1024u64, 1024u64, 1024u64),
+            (4096, 4096, 256),
+            (8192, 8192, 64),
+            (256, 256, 256),
+        ] {
             let a = data((mm * kk) as usize, 3);
             let b = data((kk * nn) as usize, 4);
             let mut c = vec![0.0; (mm * nn) as usize];
@@ -639,9 +963,17 @@ mod gpu {
             let t = med(&mut v);
             let bytes = 8 * (mm * kk + kk * nn + mm * nn);
             for dir in [Direction::H2d, Direction::D2h] {
-                m.link.push(LinkSample { direction: dir, memory: HostMemory::Staged, bytes, seconds: t });
+                m.link.push(LinkSample {
+                    direction: dir,
+                    memory: HostMemory::Staged,
+                    bytes,
+                    seconds: t,
+                });
             }
-            eprintln!("staged link {mm}x{nn}x{kk}: {:.1} GB/s (A, B in and C out)", bytes as f64 / t / 1e9);
+            eprintln!(
+                "staged link {mm}x{nn}x{kk}: {:.1} GB/s (A, B in and C out)",
+                bytes as f64 / t / 1e9
+            );
         }
         Ok(Some(m))
     }
@@ -673,7 +1005,10 @@ mod gpu {
         let b = data((k * n) as usize, 6);
         let mut c = vec![0.0; (m * n) as usize];
         let mut out = Vec::new();
-        for (name, engine) in [("gpu-native", HostEngine::Native), ("gpu-ozaki", HostEngine::Ozaki(Options::default()))] {
+        for (name, engine) in [
+            ("gpu-native", HostEngine::Native),
+            ("gpu-ozaki", HostEngine::Ozaki(Options::default())),
+        ] {
             let mut used = None;
             let mut err = None;
             let s = time_median(|| {
@@ -687,7 +1022,15 @@ mod gpu {
                 eprintln!("route {name} {m}x{n}x{k}: not timed ({e})");
                 continue;
             }
-            out.push(RouteSample { route: name.into(), m, n, k, residency: Residency::Host, moduli: used, seconds: s });
+            out.push(RouteSample {
+                route: name.into(),
+                m,
+                n,
+                k,
+                residency: Residency::Host,
+                moduli: used,
+                seconds: s,
+            });
         }
         Ok(out)
     }

@@ -52,18 +52,32 @@ impl ModelArgs {
                 let names: Vec<&str> = platforms::all().iter().map(|x| x.name).collect();
                 format!("unknown platform {p:?} (known: {})", names.join(", "))
             })?;
-            return Ok(Model::Reduced(pl, RateOptions { codesign: self.codesign, no_garner: false }));
+            return Ok(Model::Reduced(
+                pl,
+                RateOptions {
+                    codesign: self.codesign,
+                    no_garner: false,
+                },
+            ));
         }
         let threads = self.threads.unwrap_or_else(|| {
             let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
             choose::blas_threads(|v| std::env::var(v).ok(), avail)
         });
         let (prof, src) = match &self.profile {
-            Some(path) => (Profile::load(path).map_err(anyhow::Error::msg)?, format!("{}", path.display())),
+            Some(path) => (
+                Profile::load(path).map_err(anyhow::Error::msg)?,
+                format!("{}", path.display()),
+            ),
             None => {
-                let gpu = self.gpu.clone().or_else(|| std::env::var("OZAKI_GPU_NAME").ok()).or_else(ozaki_shim::route::choose::gpu_name);
+                let gpu = self
+                    .gpu
+                    .clone()
+                    .or_else(|| std::env::var("OZAKI_GPU_NAME").ok())
+                    .or_else(ozaki_shim::route::choose::gpu_name);
                 let env = std::env::var("OZAKI_PROFILE").ok();
-                let (p, s, warn) = profile::resolve(env.as_deref(), gpu.as_deref()).map_err(anyhow::Error::msg)?;
+                let (p, s, warn) =
+                    profile::resolve(env.as_deref(), gpu.as_deref()).map_err(anyhow::Error::msg)?;
                 if let Some(w) = warn {
                     eprintln!("ozaki: {w}");
                 }
@@ -131,7 +145,11 @@ fn fmt_rate(flops: f64, s: f64) -> String {
         return "-".into();
     }
     let r = flops / s;
-    if r >= 1e12 { format!("{:.2} TFLOP/s", r / 1e12) } else { format!("{:.1} GFLOP/s", r / 1e9) }
+    if r >= 1e12 {
+        format!("{:.2} TFLOP/s", r / 1e12)
+    } else {
+        format!("{:.1} GFLOP/s", r / 1e9)
+    }
 }
 
 pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
@@ -163,7 +181,13 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn explain_measured(engine: &Engine, src: &str, shape: &CallShape, moduli: Option<u32>, json: bool) -> anyhow::Result<ExitCode> {
+fn explain_measured(
+    engine: &Engine,
+    src: &str,
+    shape: &CallShape,
+    moduli: Option<u32>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let est = engine.estimates(shape, moduli);
     let d = engine.decide_uncached(shape, moduli);
@@ -178,7 +202,8 @@ fn explain_measured(engine: &Engine, src: &str, shape: &CallShape, moduli: Optio
         return Ok(ExitCode::SUCCESS);
     }
     let p = engine.profile();
-    writeln!(out, 
+    writeln!(
+        out,
         "{} m={} n={} k={} trans=({},{}) beta{} {}-resident: n̄ = {:.0}, {:.3} GFLOP",
         format!("{:?}", shape.routine).to_lowercase(),
         shape.m,
@@ -191,12 +216,29 @@ fn explain_measured(engine: &Engine, src: &str, shape: &CallShape, moduli: Optio
         shape.nbar(),
         shape.flops() / 1e9
     )?;
-    writeln!(out, "profile: {} [{}] ({}); CPU BLAS threads priced: {}", p.name, src, p.source, engine.threads())?;
+    writeln!(
+        out,
+        "profile: {} [{}] ({}); CPU BLAS threads priced: {}",
+        p.name,
+        src,
+        p.source,
+        engine.threads()
+    )?;
     writeln!(out)?;
-    writeln!(out, "{:<12} {:>12} {:>16}  storage / reconstruction", "route", "predicted", "rate")?;
+    writeln!(
+        out,
+        "{:<12} {:>12} {:>16}  storage / reconstruction",
+        "route", "predicted", "rate"
+    )?;
     for e in &est {
         match &e.excluded {
-            Some(why) => writeln!(out, "{:<12} {:>12} {:>16}  excluded: {why}", e.route.name(), "-", "-")?,
+            Some(why) => writeln!(
+                out,
+                "{:<12} {:>12} {:>16}  excluded: {why}",
+                e.route.name(),
+                "-",
+                "-"
+            )?,
             None => {
                 writeln!(
                     out,
@@ -209,7 +251,13 @@ fn explain_measured(engine: &Engine, src: &str, shape: &CallShape, moduli: Optio
                     e.moduli.map_or(String::new(), |r| format!(", r = {r}"))
                 )?;
                 for t in &e.terms {
-                    writeln!(out, "    {:<12} {:>12}  {}", t.name, fmt_s(t.seconds), t.how)?;
+                    writeln!(
+                        out,
+                        "    {:<12} {:>12}  {}",
+                        t.name,
+                        fmt_s(t.seconds),
+                        t.how
+                    )?;
                 }
             }
         }
@@ -219,7 +267,12 @@ fn explain_measured(engine: &Engine, src: &str, shape: &CallShape, moduli: Optio
     Ok(ExitCode::SUCCESS)
 }
 
-fn explain_reduced(pl: &Platform, opt: RateOptions, shape: &CallShape, json: bool) -> anyhow::Result<ExitCode> {
+fn explain_reduced(
+    pl: &Platform,
+    opt: RateOptions,
+    shape: &CallShape,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let rates = reduced::rate_record(pl, &shape.with_residency(Residency::Device), opt);
     let w = match shape.routine {
@@ -238,11 +291,24 @@ fn explain_reduced(pl: &Platform, opt: RateOptions, shape: &CallShape, json: boo
         return Ok(ExitCode::SUCCESS);
     }
     writeln!(out, "platform {}: {}", pl.name, pl.description)?;
-    writeln!(out, "reduced model (paper Alg. 4{}), device-resident, m={} n={} k={}, n̄ = {:.0}", if opt.codesign { ", co-design roof" } else { "" }, shape.m, shape.n, shape.k, shape.nbar())?;
+    writeln!(
+        out,
+        "reduced model (paper Alg. 4{}), device-resident, m={} n={} k={}, n̄ = {:.0}",
+        if opt.codesign { ", co-design roof" } else { "" },
+        shape.m,
+        shape.n,
+        shape.k,
+        shape.nbar()
+    )?;
     writeln!(out)?;
-    writeln!(out, "{:<10} {:>10} {:>12}  {:<20} {:>10} {:>10} {:>10}", "route", "TFLOP/s", "time", "storage", "Q0 MB", "Qplane MB", "Qred MB")?;
+    writeln!(
+        out,
+        "{:<10} {:>10} {:>12}  {:<20} {:>10} {:>10} {:>10}",
+        "route", "TFLOP/s", "time", "storage", "Q0 MB", "Qplane MB", "Qred MB"
+    )?;
     for (i, (n, s)) in rates.routes.iter().enumerate() {
-        writeln!(out, 
+        writeln!(
+            out,
             "{:<10} {:>10.1} {:>12}  {:<20} {:>10.1} {:>10.1} {:>10.1}{}",
             n,
             s.rate / 1e12,
@@ -251,9 +317,19 @@ fn explain_reduced(pl: &Platform, opt: RateOptions, shape: &CallShape, json: boo
             s.q0 / 1e6,
             s.q_plane / 1e6,
             s.q_red / 1e6,
-            if i == rates.best { "  <- best emulated" } else { "" }
+            if i == rates.best {
+                "  <- best emulated"
+            } else {
+                ""
+            }
         )?;
     }
-    writeln!(out, "{:<10} {:>10.1} {:>12}  (flat native fp64 reference)", "native", pl.native_fp64 / 1e12, fmt_s(w / pl.native_fp64))?;
+    writeln!(
+        out,
+        "{:<10} {:>10.1} {:>12}  (flat native fp64 reference)",
+        "native",
+        pl.native_fp64 / 1e12,
+        fmt_s(w / pl.native_fp64)
+    )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -32,7 +32,11 @@ pub fn command(argv: &[OsString], set_here: &[&str]) -> Command {
         return cmd;
     }
     let mut names: Vec<String> = set_here.iter().map(|s| s.to_string()).collect();
-    names.extend(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).filter(|k| k.starts_with("OZAKI_")));
+    names.extend(
+        std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .filter(|k| k.starts_with("OZAKI_")),
+    );
     names.sort();
     names.dedup();
     let f = forward_env(argv, &names, std::env::var_os(ENV_LIST_VAR).as_deref());
@@ -49,7 +53,9 @@ pub fn command(argv: &[OsString], set_here: &[&str]) -> Command {
 /// shim in the program below will substitute the same number); unchanged otherwise.
 /// `%%` stays as it is, so `%%r` is not a rank.
 pub fn with_own_rank(pattern: &str) -> String {
-    let Some(rank) = LauncherEnv::from_process_env().world_rank else { return pattern.to_string() };
+    let Some(rank) = LauncherEnv::from_process_env().world_rank else {
+        return pattern.to_string();
+    };
     replace_rank(pattern, rank)
 }
 
@@ -89,15 +95,25 @@ pub fn per_rank_pattern(pattern: &str, program: &OsStr) -> Option<String> {
 fn insert_rank(pattern: &str) -> String {
     let name_start = pattern.rfind('/').map_or(0, |i| i + 1);
     match pattern[name_start..].rfind('.').filter(|&i| i > 0) {
-        Some(dot) => format!("{}-%r{}", &pattern[..name_start + dot], &pattern[name_start + dot..]),
+        Some(dot) => format!(
+            "{}-%r{}",
+            &pattern[..name_start + dot],
+            &pattern[name_start + dot..]
+        ),
         None => format!("{pattern}-%r"),
     }
 }
 
 /// Whether `program` is named like an MPI launcher (any MPI, and Slurm's `srun`).
 fn is_launcher_name(program: &OsStr) -> bool {
-    let name = Path::new(program).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    name == "srun" || ["mpirun", "mpiexec", "orterun", "prterun", "oshrun"].iter().any(|l| name.starts_with(l))
+    let name = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    name == "srun"
+        || ["mpirun", "mpiexec", "orterun", "prterun", "oshrun"]
+            .iter()
+            .any(|l| name.starts_with(l))
 }
 
 /// How the environment reaches an Open MPI job's ranks after [`forward_env`].
@@ -117,33 +133,53 @@ pub struct Forwarded {
 pub fn forward_env(command: &[OsString], names: &[String], env_list: Option<&OsStr>) -> Forwarded {
     // `--mca mca_base_env_list VALUE` (also `-mca`, `--gmca`, `-gmca`) on the command line.
     let arg_list = command.windows(3).position(|w| {
-        matches!(w[0].to_str(), Some("--mca" | "-mca" | "--gmca" | "-gmca")) && w[1] == "mca_base_env_list"
+        matches!(w[0].to_str(), Some("--mca" | "-mca" | "--gmca" | "-gmca"))
+            && w[1] == "mca_base_env_list"
     });
     if let Some(i) = arg_list {
         let mut command = command.to_vec();
         command[i + 2] = extend_list(&command[i + 2], names);
-        return Forwarded { command, env_list: None };
+        return Forwarded {
+            command,
+            env_list: None,
+        };
     }
     if let Some(list) = env_list.filter(|l| !l.is_empty()) {
-        return Forwarded { command: command.to_vec(), env_list: Some(extend_list(list, names)) };
+        return Forwarded {
+            command: command.to_vec(),
+            env_list: Some(extend_list(list, names)),
+        };
     }
-    let already: Vec<&OsStr> = command.windows(2).filter(|w| w[0] == "-x").map(|w| w[1].as_os_str()).collect();
+    let already: Vec<&OsStr> = command
+        .windows(2)
+        .filter(|w| w[0] == "-x")
+        .map(|w| w[1].as_os_str())
+        .collect();
     let mut out = vec![command[0].clone()];
     for name in names {
         // `-x NAME=VALUE` by the user also counts as forwarding NAME (their value wins).
-        if !already.iter().any(|a| a.to_str().is_some_and(|a| a == name || a.starts_with(&format!("{name}=")))) {
+        if !already.iter().any(|a| {
+            a.to_str()
+                .is_some_and(|a| a == name || a.starts_with(&format!("{name}=")))
+        }) {
             out.push("-x".into());
             out.push(name.into());
         }
     }
     out.extend(command[1..].iter().cloned());
-    Forwarded { command: out, env_list: None }
+    Forwarded {
+        command: out,
+        env_list: None,
+    }
 }
 
 /// `list;NAME...` for the names `list` does not hold yet.
 fn extend_list(list: &OsStr, names: &[String]) -> OsString {
     let text = list.to_string_lossy();
-    let present: Vec<&str> = text.split(';').map(|e| e.split('=').next().unwrap_or("")).collect();
+    let present: Vec<&str> = text
+        .split(';')
+        .map(|e| e.split('=').next().unwrap_or(""))
+        .collect();
     let mut out = list.to_os_string();
     for name in names.iter().filter(|n| !present.contains(&n.as_str())) {
         if !out.is_empty() {
@@ -161,8 +197,14 @@ fn extend_list(list: &OsStr, names: &[String]) -> OsString {
 /// recognised by asking the launcher for its `--version`, which Open MPI answers with
 /// "(Open MPI)" or "(Open RTE)".
 pub fn is_open_mpi(program: &OsStr) -> bool {
-    let Some(path) = resolve(program) else { return false };
-    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let Some(path) = resolve(program) else {
+        return false;
+    };
+    let name = |p: &Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
     if !is_launcher_name(path.as_os_str()) || name(&path) == "srun" {
         return false;
     }
@@ -187,7 +229,9 @@ fn resolve(program: &OsStr) -> Option<PathBuf> {
     if p.components().count() > 1 {
         return p.is_file().then(|| p.to_path_buf());
     }
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(p)).find(|c| c.is_file())
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(p))
+        .find(|c| c.is_file())
 }
 
 #[cfg(test)]
@@ -205,14 +249,43 @@ mod tests {
     #[test]
     fn plain_mpirun_gets_x_flags_right_after_the_launcher() {
         let f = forward_env(&os(&["mpirun", "-n", "4", "./prog", "-x"]), &names(), None);
-        assert_eq!(f.command, os(&["mpirun", "-x", "LD_PRELOAD", "-x", "OZAKI_TRACE", "-n", "4", "./prog", "-x"]));
+        assert_eq!(
+            f.command,
+            os(&[
+                "mpirun",
+                "-x",
+                "LD_PRELOAD",
+                "-x",
+                "OZAKI_TRACE",
+                "-n",
+                "4",
+                "./prog",
+                "-x"
+            ])
+        );
         assert_eq!(f.env_list, None);
     }
 
     #[test]
     fn user_x_flags_are_kept_and_not_repeated() {
-        let f = forward_env(&os(&["mpirun", "-x", "OZAKI_TRACE=t.jsonl", "-x", "FOO", "./prog"]), &names(), None);
-        assert_eq!(f.command, os(&["mpirun", "-x", "LD_PRELOAD", "-x", "OZAKI_TRACE=t.jsonl", "-x", "FOO", "./prog"]));
+        let f = forward_env(
+            &os(&["mpirun", "-x", "OZAKI_TRACE=t.jsonl", "-x", "FOO", "./prog"]),
+            &names(),
+            None,
+        );
+        assert_eq!(
+            f.command,
+            os(&[
+                "mpirun",
+                "-x",
+                "LD_PRELOAD",
+                "-x",
+                "OZAKI_TRACE=t.jsonl",
+                "-x",
+                "FOO",
+                "./prog"
+            ])
+        );
     }
 
     #[test]
@@ -220,15 +293,34 @@ mod tests {
         let cmd = os(&["mpirun", "-n", "2", "./prog"]);
         let f = forward_env(&cmd, &names(), Some(OsStr::new("FOO;OZAKI_TRACE=x")));
         assert_eq!(f.command, cmd);
-        assert_eq!(f.env_list, Some(OsString::from("FOO;OZAKI_TRACE=x;LD_PRELOAD")));
+        assert_eq!(
+            f.env_list,
+            Some(OsString::from("FOO;OZAKI_TRACE=x;LD_PRELOAD"))
+        );
         // An empty value counts as unset.
-        assert_eq!(forward_env(&cmd, &names(), Some(OsStr::new(""))).command[1], "-x");
+        assert_eq!(
+            forward_env(&cmd, &names(), Some(OsStr::new(""))).command[1],
+            "-x"
+        );
     }
 
     #[test]
     fn an_env_list_on_the_command_line_is_extended_in_place() {
-        let f = forward_env(&os(&["mpirun", "--mca", "mca_base_env_list", "FOO", "./prog"]), &names(), None);
-        assert_eq!(f.command, os(&["mpirun", "--mca", "mca_base_env_list", "FOO;LD_PRELOAD;OZAKI_TRACE", "./prog"]));
+        let f = forward_env(
+            &os(&["mpirun", "--mca", "mca_base_env_list", "FOO", "./prog"]),
+            &names(),
+            None,
+        );
+        assert_eq!(
+            f.command,
+            os(&[
+                "mpirun",
+                "--mca",
+                "mca_base_env_list",
+                "FOO;LD_PRELOAD;OZAKI_TRACE",
+                "./prog"
+            ])
+        );
         assert_eq!(f.env_list, None);
     }
 
@@ -247,13 +339,21 @@ mod tests {
         let launcher = OsStr::new("/usr/bin/mpirun");
         // Only tested outside a launcher's environment (cargo test is not an MPI rank).
         if LauncherEnv::from_process_env().world_rank.is_none() {
-            assert_eq!(per_rank_pattern("app.jsonl", launcher).as_deref(), Some("app-%r.jsonl"));
+            assert_eq!(
+                per_rank_pattern("app.jsonl", launcher).as_deref(),
+                Some("app-%r.jsonl")
+            );
             assert_eq!(per_rank_pattern("app.jsonl", OsStr::new("./prog")), None);
         }
         assert_eq!(per_rank_pattern("app-%r.jsonl", launcher), None);
         assert_eq!(per_rank_pattern("app-%p.jsonl", launcher), None);
-        assert_eq!(per_rank_pattern("100%%p.jsonl", launcher).as_deref(), Some("100%%p-%r.jsonl"));
-        assert!(is_launcher_name(OsStr::new("srun")) && is_launcher_name(OsStr::new("mpiexec.hydra")));
+        assert_eq!(
+            per_rank_pattern("100%%p.jsonl", launcher).as_deref(),
+            Some("100%%p-%r.jsonl")
+        );
+        assert!(
+            is_launcher_name(OsStr::new("srun")) && is_launcher_name(OsStr::new("mpiexec.hydra"))
+        );
     }
 
     #[test]

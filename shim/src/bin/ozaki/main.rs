@@ -26,18 +26,53 @@ struct Subcommand {
 }
 
 const SUBCOMMANDS: &[Subcommand] = &[
-    Subcommand { name: "run", about: "run a program with the shim preloaded, then summarise its BLAS calls", main: run::main },
-    Subcommand { name: "summary", about: "calls, GFLOP, time and call-size statistics of one or more traces", main: summary::main },
-    Subcommand { name: "explain", about: "predicted time of every route for one call shape, and the choice", main: explain::main },
-    Subcommand { name: "replay", about: "replay a trace through the engine for this or another machine", main: replay::main },
-    Subcommand { name: "calibrate", about: "measure this machine and write its engine profile", main: calibrate::main },
-    Subcommand { name: "bench", about: "GPU benchmarks: ours vs cuBLAS native, cuBLAS emulation and NVBLAS", main: bench::main },
-    Subcommand { name: "ab-report", about: "A/B comparison of routes against the vendor BLAS from a trace", main: ab_report::main },
-    Subcommand { name: "report", about: "HTML report with plots from one or more traces", main: report::main },
+    Subcommand {
+        name: "run",
+        about: "run a program with the shim preloaded, then summarise its BLAS calls",
+        main: run::main,
+    },
+    Subcommand {
+        name: "summary",
+        about: "calls, GFLOP, time and call-size statistics of one or more traces",
+        main: summary::main,
+    },
+    Subcommand {
+        name: "explain",
+        about: "predicted time of every route for one call shape, and the choice",
+        main: explain::main,
+    },
+    Subcommand {
+        name: "replay",
+        about: "replay a trace through the engine for this or another machine",
+        main: replay::main,
+    },
+    Subcommand {
+        name: "calibrate",
+        about: "measure this machine and write its engine profile",
+        main: calibrate::main,
+    },
+    Subcommand {
+        name: "bench",
+        about: "GPU benchmarks: ours vs cuBLAS native, cuBLAS emulation and NVBLAS",
+        main: bench::main,
+    },
+    Subcommand {
+        name: "ab-report",
+        about: "A/B comparison of routes against the vendor BLAS from a trace",
+        main: ab_report::main,
+    },
+    Subcommand {
+        name: "report",
+        about: "HTML report with plots from one or more traces",
+        main: report::main,
+    },
 ];
 
 fn print_help() {
-    println!("ozaki {}: fp64 GEMM on tensor cores for programs that never heard of it", env!("CARGO_PKG_VERSION"));
+    println!(
+        "ozaki {}: fp64 GEMM on tensor cores for programs that never heard of it",
+        env!("CARGO_PKG_VERSION")
+    );
     println!();
     println!("Usage: ozaki <COMMAND> [ARGS]...   (ozaki <COMMAND> --help for details)");
     println!();
@@ -73,7 +108,10 @@ fn main() -> ExitCode {
     match (cmd.main)(args) {
         Ok(code) => code,
         Err(e) => {
-            if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
                 return ExitCode::SUCCESS;
             }
             eprintln!("ozaki {}: error: {e:#}", cmd.name);

@@ -31,8 +31,21 @@ impl Progress {
     }
 
     /// Like [`Progress::new`], with the terminal check made by the caller (tests).
-    pub fn with_output(label: impl Into<String>, total: u64, unit: &'static str, enabled: bool) -> Progress {
-        Progress { label: label.into(), unit, total, done: 0, started: Instant::now(), last_draw: None, enabled }
+    pub fn with_output(
+        label: impl Into<String>,
+        total: u64,
+        unit: &'static str,
+        enabled: bool,
+    ) -> Progress {
+        Progress {
+            label: label.into(),
+            unit,
+            total,
+            done: 0,
+            started: Instant::now(),
+            last_draw: None,
+            enabled,
+        }
     }
 
     /// Sets how much is done and redraws if the last redraw is old enough.
@@ -42,7 +55,10 @@ impl Progress {
             return;
         }
         let now = Instant::now();
-        if self.last_draw.is_some_and(|t| now.duration_since(t) < REDRAW) {
+        if self
+            .last_draw
+            .is_some_and(|t| now.duration_since(t) < REDRAW)
+        {
             return;
         }
         self.last_draw = Some(now);
@@ -61,14 +77,28 @@ impl Progress {
     /// The text of the progress line after `elapsed`.
     pub fn line(&self, elapsed: Duration) -> String {
         let secs = elapsed.as_secs_f64();
-        let rate = if secs > 0.0 { self.done as f64 / secs } else { 0.0 };
+        let rate = if secs > 0.0 {
+            self.done as f64 / secs
+        } else {
+            0.0
+        };
         if self.total == 0 {
-            return format!("{}: {} {} ({:.0} {}/s)", self.label, self.done, self.unit, rate, self.unit);
+            return format!(
+                "{}: {} {} ({:.0} {}/s)",
+                self.label, self.done, self.unit, rate, self.unit
+            );
         }
         let frac = (self.done as f64 / self.total as f64).min(1.0);
         const WIDTH: usize = 30;
         let filled = (frac * WIDTH as f64).round() as usize;
-        let eta = if rate > 0.0 { format!(", {:.0} s left", (self.total.saturating_sub(self.done)) as f64 / rate) } else { String::new() };
+        let eta = if rate > 0.0 {
+            format!(
+                ", {:.0} s left",
+                (self.total.saturating_sub(self.done)) as f64 / rate
+            )
+        } else {
+            String::new()
+        };
         format!(
             "{}: [{}{}] {:>3.0}% {}/{} {}{}",
             self.label,
@@ -109,7 +139,11 @@ mod tests {
         assert!(line.starts_with("replay: [########"), "{line}");
         assert!(line.contains(" 25% 50/200 calls, 3 s left"), "{line}");
         p.add(1000);
-        assert!(p.line(Duration::from_secs(2)).contains("100% 1050/200 calls"), "done past total clamps the bar");
+        assert!(
+            p.line(Duration::from_secs(2))
+                .contains("100% 1050/200 calls"),
+            "done past total clamps the bar"
+        );
     }
 
     #[test]

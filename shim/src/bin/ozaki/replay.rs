@@ -47,13 +47,31 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         Some(r) => Some(r),
         None => Some(MODULI_WITHOUT_DATA),
     };
-    let moduli_of: std::collections::HashMap<(u64, u64, u64), u32> =
-        calls.iter().filter_map(|c| c.moduli.map(|r| ((c.m, c.n, c.k), r))).collect();
+    let moduli_of: std::collections::HashMap<(u64, u64, u64), u32> = calls
+        .iter()
+        .filter_map(|c| c.moduli.map(|r| ((c.m, c.n, c.k), r)))
+        .collect();
     let moduli = move |s: &CallShape| moduli_of.get(&(s.m, s.n, s.k)).copied().or(default_r);
     let model = a.model.load()?;
     let (desc, rm) = match &model {
-        Model::Measured(engine, src) => (format!("profile {} [{src}]", engine.profile().name), ReplayModel::Measured { engine, moduli: &moduli }),
-        Model::Reduced(pl, opt) => (format!("platform {} (paper reduced model, device-resident{})", pl.name, if opt.codesign { ", co-design roof" } else { "" }), ReplayModel::Reduced { platform: pl, options: *opt }),
+        Model::Measured(engine, src) => (
+            format!("profile {} [{src}]", engine.profile().name),
+            ReplayModel::Measured {
+                engine,
+                moduli: &moduli,
+            },
+        ),
+        Model::Reduced(pl, opt) => (
+            format!(
+                "platform {} (paper reduced model, device-resident{})",
+                pl.name,
+                if opt.codesign { ", co-design roof" } else { "" }
+            ),
+            ReplayModel::Reduced {
+                platform: pl,
+                options: *opt,
+            },
+        ),
     };
     let (rows, c) = replay::replay(&calls, &rm);
     if let Some(path) = &a.csv {
@@ -61,20 +79,47 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             replay::write_csv(&rows, &mut std::io::stdout().lock())?;
             return Ok(ExitCode::SUCCESS);
         }
-        let mut f = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("{}", path.display()))?);
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("{}", path.display()))?,
+        );
         replay::write_csv(&rows, &mut f)?;
     }
     let mut out = std::io::stdout().lock();
-    writeln!(out, "replay of {} records ({:.3} GFLOP) with {desc}", c.records, c.flops / 1e9)?;
+    writeln!(
+        out,
+        "replay of {} records ({:.3} GFLOP) with {desc}",
+        c.records,
+        c.flops / 1e9
+    )?;
     if c.records == 0 {
         return Ok(ExitCode::SUCCESS);
     }
-    writeln!(out, "FLOP-weighted n̄: median {:.0} (q25 {:.0}, q75 {:.0}); work at n̄ <= 256: {:.1}%", c.nbar_quartiles.1, c.nbar_quartiles.0, c.nbar_quartiles.2, 100.0 * c.work_nbar_le_256)?;
-    writeln!(out, "auto: predicted {:.6} s, {:.2} GFLOP/s composite", c.auto_seconds, c.flops / c.auto_seconds / 1e9)?;
+    writeln!(
+        out,
+        "FLOP-weighted n̄: median {:.0} (q25 {:.0}, q75 {:.0}); work at n̄ <= 256: {:.1}%",
+        c.nbar_quartiles.1,
+        c.nbar_quartiles.0,
+        c.nbar_quartiles.2,
+        100.0 * c.work_nbar_le_256
+    )?;
+    writeln!(
+        out,
+        "auto: predicted {:.6} s, {:.2} GFLOP/s composite",
+        c.auto_seconds,
+        c.flops / c.auto_seconds / 1e9
+    )?;
     writeln!(out)?;
-    writeln!(out, "{:<12} {:>14} {:>22} {:>12}", "all on", "predicted s", "auto speedup (x)", "cannot take")?;
+    writeln!(
+        out,
+        "{:<12} {:>14} {:>22} {:>12}",
+        "all on", "predicted s", "auto speedup (x)", "cannot take"
+    )?;
     for ((name, secs, missing), (_, sp)) in c.all_route_seconds.iter().zip(&c.speedup_vs) {
-        writeln!(out, "{:<12} {:>14.6} {:>22.3} {:>12}", name, secs, sp, missing)?;
+        writeln!(
+            out,
+            "{:<12} {:>14.6} {:>22.3} {:>12}",
+            name, secs, sp, missing
+        )?;
     }
     writeln!(out)?;
     writeln!(out, "auto's work share per route:")?;

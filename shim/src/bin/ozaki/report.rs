@@ -35,7 +35,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(about = "Write an HTML report with plots (call sizes, routes, speedup, A/B errors) for one or more traces")]
+#[command(
+    about = "Write an HTML report with plots (call sizes, routes, speedup, A/B errors) for one or more traces"
+)]
 struct Args {
     /// Trace files (JSON Lines, plain or gzip); each is one workload in the report.
     #[arg(required = true)]
@@ -71,7 +73,11 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             progress.add(1);
         }
     }
-    let report = Report { title: args.title, workloads, tol: args.tol };
+    let report = Report {
+        title: args.title,
+        workloads,
+        tol: args.tol,
+    };
     let page = report.write(&args.out)?;
     print!("{}", report.markdown_table());
     println!("wrote {}", page.display());
@@ -80,7 +86,10 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
 
 /// The workload name shown for a trace file: its name without `.jsonl`/`.gz`.
 fn workload_name(path: &Path) -> String {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let mut s = name.as_str();
     for ext in [".gz", ".zst", ".jsonl", ".json"] {
         s = s.strip_suffix(ext).unwrap_or(s);
@@ -104,21 +113,51 @@ pub struct Predicted {
 /// Replays `calls` through `model` as `ozaki replay` does (records without a product are
 /// not work; shapes priced at the moduli count a record carries, else the engine's default).
 pub fn predict(calls: &[CallRecord], model: &Model) -> Predicted {
-    let calls: Vec<CallRecord> = calls.iter().filter(|c| c.route != "xerbla").cloned().collect();
-    let moduli_of: std::collections::HashMap<(u64, u64, u64), u32> =
-        calls.iter().filter_map(|c| c.moduli.map(|r| ((c.m, c.n, c.k), r))).collect();
-    let moduli = move |s: &CallShape| moduli_of.get(&(s.m, s.n, s.k)).copied().or(Some(MODULI_WITHOUT_DATA));
+    let calls: Vec<CallRecord> = calls
+        .iter()
+        .filter(|c| c.route != "xerbla")
+        .cloned()
+        .collect();
+    let moduli_of: std::collections::HashMap<(u64, u64, u64), u32> = calls
+        .iter()
+        .filter_map(|c| c.moduli.map(|r| ((c.m, c.n, c.k), r)))
+        .collect();
+    let moduli = move |s: &CallShape| {
+        moduli_of
+            .get(&(s.m, s.n, s.k))
+            .copied()
+            .or(Some(MODULI_WITHOUT_DATA))
+    };
     let (desc, baseline, rm) = match model {
-        Model::Measured(engine, src) => {
-            (format!("profile {} [{src}]", engine.profile().name), "vendor", ReplayModel::Measured { engine, moduli: &moduli })
-        }
-        Model::Reduced(pl, opt) => {
-            (format!("platform {} (paper reduced model)", pl.name), "native", ReplayModel::Reduced { platform: pl, options: *opt })
-        }
+        Model::Measured(engine, src) => (
+            format!("profile {} [{src}]", engine.profile().name),
+            "vendor",
+            ReplayModel::Measured {
+                engine,
+                moduli: &moduli,
+            },
+        ),
+        Model::Reduced(pl, opt) => (
+            format!("platform {} (paper reduced model)", pl.name),
+            "native",
+            ReplayModel::Reduced {
+                platform: pl,
+                options: *opt,
+            },
+        ),
     };
     let (_, c) = replay::replay(&calls, &rm);
-    let speedup = c.speedup_vs.iter().find(|(n, _)| n == baseline).map_or(f64::NAN, |x| x.1);
-    Predicted { model: desc, baseline: baseline.into(), speedup, work_share: c.work_share }
+    let speedup = c
+        .speedup_vs
+        .iter()
+        .find(|(n, _)| n == baseline)
+        .map_or(f64::NAN, |x| x.1);
+    Predicted {
+        model: desc,
+        baseline: baseline.into(),
+        speedup,
+        work_share: c.work_share,
+    }
 }
 
 /// One trace and what the report derives from it.
@@ -146,7 +185,14 @@ impl Workload {
             *route_flops.entry(c.route.clone()).or_insert(0.0) += c.flops();
         }
         let measured = measured_speedup(&trace.calls);
-        Workload { name, trace, stats, route_flops, measured, predicted: None }
+        Workload {
+            name,
+            trace,
+            stats,
+            route_flops,
+            measured,
+            predicted: None,
+        }
     }
 
     /// Total FLOPs.
@@ -171,7 +217,11 @@ impl Workload {
 /// Vendor time / route time summed over the calls with A/B results, when there are any.
 fn measured_speedup(calls: &[CallRecord]) -> Option<(f64, usize)> {
     let (mut vendor, mut route, mut n) = (0u64, 0u64, 0usize);
-    for ab in calls.iter().filter_map(|c| c.ab.as_ref()).filter(|ab| ab.skipped.is_none()) {
+    for ab in calls
+        .iter()
+        .filter_map(|c| c.ab.as_ref())
+        .filter(|ab| ab.skipped.is_none())
+    {
         vendor += ab.vendor_ns;
         route += ab.route_ns;
         n += 1;
@@ -229,7 +279,11 @@ impl Report {
     /// Renders every plot.
     pub fn figures(&self) -> anyhow::Result<Vec<Figure>> {
         let names: Vec<&str> = self.workloads.iter().map(|w| w.name.as_str()).collect();
-        let series = |i: usize, values: Vec<f64>| plot::Series { name: names[i], color: plot::PALETTE[i % plot::PALETTE.len()], values };
+        let series = |i: usize, values: Vec<f64>| plot::Series {
+            name: names[i],
+            color: plot::PALETTE[i % plot::PALETTE.len()],
+            values,
+        };
 
         let nbar = plot::bars(
             &plot::Bars {
@@ -237,7 +291,12 @@ impl Report {
                 x_desc: "nbar = 2mn/(m+n), log2 buckets (label = lower edge)",
                 y_desc: "share of FLOPs",
                 categories: (0..NBAR_BUCKETS).map(nbar_bucket_label).collect(),
-                series: self.workloads.iter().enumerate().map(|(i, w)| series(i, w.nbar_shares())).collect(),
+                series: self
+                    .workloads
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| series(i, w.nbar_shares()))
+                    .collect(),
                 band: Some((4, 6, "crossover band 128 <= nbar < 512")),
                 hline: None,
                 y_fmt: |y| format!("{:.0}%", y * 100.0),
@@ -249,13 +308,25 @@ impl Report {
         let mut mix_rows: Vec<(String, BTreeMap<String, f64>)> = Vec::new();
         for w in &self.workloads {
             let total = w.flops().max(f64::MIN_POSITIVE);
-            mix_rows.push((format!("{} (traced)", w.name), w.route_flops.iter().map(|(r, f)| (r.clone(), f / total)).collect()));
+            mix_rows.push((
+                format!("{} (traced)", w.name),
+                w.route_flops
+                    .iter()
+                    .map(|(r, f)| (r.clone(), f / total))
+                    .collect(),
+            ));
             if let Some(p) = &w.predicted {
-                mix_rows.push((format!("{} (predicted)", w.name), p.work_share.iter().cloned().collect()));
+                mix_rows.push((
+                    format!("{} (predicted)", w.name),
+                    p.work_share.iter().cloned().collect(),
+                ));
             }
         }
         let routes: Vec<String> = {
-            let mut r: Vec<String> = mix_rows.iter().flat_map(|(_, m)| m.keys().cloned()).collect();
+            let mut r: Vec<String> = mix_rows
+                .iter()
+                .flat_map(|(_, m)| m.keys().cloned())
+                .collect();
             r.sort();
             r.dedup();
             r
@@ -265,25 +336,41 @@ impl Report {
             .map(|r| plot::Series {
                 name: r,
                 color: plot::route_color(r),
-                values: mix_rows.iter().map(|(_, m)| m.get(r).copied().unwrap_or(0.0)).collect(),
+                values: mix_rows
+                    .iter()
+                    .map(|(_, m)| m.get(r).copied().unwrap_or(0.0))
+                    .collect(),
             })
             .collect();
         let mix_labels: Vec<String> = mix_rows.iter().map(|(n, _)| n.clone()).collect();
-        let mix = plot::stacked_shares("Route mix: share of FLOPs per route", &mix_labels, &route_series, "no calls")?;
+        let mix = plot::stacked_shares(
+            "Route mix: share of FLOPs per route",
+            &mix_labels,
+            &route_series,
+            "no calls",
+        )?;
         let rows: Vec<String> = self.workloads.iter().map(|w| w.name.clone()).collect();
         let mut speed_series = Vec::new();
         if self.workloads.iter().any(|w| w.predicted.is_some()) {
             speed_series.push(plot::Series {
                 name: "predicted (engine replay)",
                 color: plot::PALETTE[0],
-                values: self.workloads.iter().map(|w| w.predicted.as_ref().map_or(0.0, |p| p.speedup)).collect(),
+                values: self
+                    .workloads
+                    .iter()
+                    .map(|w| w.predicted.as_ref().map_or(0.0, |p| p.speedup))
+                    .collect(),
             });
         }
         if self.workloads.iter().any(|w| w.measured.is_some()) {
             speed_series.push(plot::Series {
                 name: "measured (A/B, side by side)",
                 color: plot::PALETTE[1],
-                values: self.workloads.iter().map(|w| w.measured.map_or(0.0, |m| m.0)).collect(),
+                values: self
+                    .workloads
+                    .iter()
+                    .map(|w| w.measured.map_or(0.0, |m| m.0))
+                    .collect(),
             });
         }
 
@@ -297,7 +384,11 @@ impl Report {
             "no speedup data: run without --no-predict, or record A/B times with OZAKI_AB=1",
         )?;
 
-        let all_calls: Vec<CallRecord> = self.workloads.iter().flat_map(|w| w.trace.calls.iter().cloned()).collect();
+        let all_calls: Vec<CallRecord> = self
+            .workloads
+            .iter()
+            .flat_map(|w| w.trace.calls.iter().cloned())
+            .collect();
         let ab = AbSummary::of(&all_calls, self.tol);
         // The difference on the data's scale when the records have it (what the verdict
         // judges), else the normwise one.
@@ -311,14 +402,19 @@ impl Report {
                     "||C_route - C_vendor||_F / ||C_vendor||_F (bucket = upper decade)"
                 },
                 y_desc: "calls",
-                categories: (0..ab_report::BUCKETS).map(ab_report::bucket_label).collect(),
+                categories: (0..ab_report::BUCKETS)
+                    .map(ab_report::bucket_label)
+                    .collect(),
                 series: ab
                     .routes
                     .iter()
                     .map(|(r, s)| plot::Series {
                         name: r,
                         color: plot::route_color(r),
-                        values: if scaled { &s.hist_scaled } else { &s.hist_norm }.iter().map(|&n| n as f64).collect(),
+                        values: if scaled { &s.hist_scaled } else { &s.hist_norm }
+                            .iter()
+                            .map(|&n| n as f64)
+                            .collect(),
                     })
                     .collect(),
                 band: None,
@@ -376,13 +472,23 @@ impl Report {
 
     /// The workload statistics as a Markdown table (what `traces/README.md` quotes).
     pub fn markdown_table(&self) -> String {
-        let mut t = format!("| workload | calls | GFLOP | nbar median (q25-q75) | work at nbar <= {SMALL_NBAR:.0} |\n|---|---|---|---|---|\n");
+        let mut t = format!(
+            "| workload | calls | GFLOP | nbar median (q25-q75) | work at nbar <= {SMALL_NBAR:.0} |\n|---|---|---|---|---|\n"
+        );
         for w in &self.workloads {
             let (nbar, small) = match &w.stats {
-                Some(s) => (format!("{:.0} ({:.0}-{:.0})", s.median, s.q1, s.q3), format!("{:.0}%", s.share_small * 100.0)),
+                Some(s) => (
+                    format!("{:.0} ({:.0}-{:.0})", s.median, s.q1, s.q3),
+                    format!("{:.0}%", s.share_small * 100.0),
+                ),
                 None => ("-".into(), "-".into()),
             };
-            t.push_str(&format!("| {} | {} | {:.1} | {nbar} | {small} |\n", w.name, w.trace.calls.len(), w.flops() / 1e9));
+            t.push_str(&format!(
+                "| {} | {} | {:.1} | {nbar} | {small} |\n",
+                w.name,
+                w.trace.calls.len(),
+                w.flops() / 1e9
+            ));
         }
         t
     }
@@ -393,10 +499,12 @@ impl Report {
         let figures = self.figures()?;
         for f in &figures {
             let path = dir.join(f.file);
-            std::fs::write(&path, &f.png).with_context(|| format!("cannot write {}", path.display()))?;
+            std::fs::write(&path, &f.png)
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
         let page = dir.join("index.html");
-        std::fs::write(&page, html::page(self, &figures)).with_context(|| format!("cannot write {}", page.display()))?;
+        std::fs::write(&page, html::page(self, &figures))
+            .with_context(|| format!("cannot write {}", page.display()))?;
         Ok(page)
     }
 }
@@ -416,12 +524,18 @@ mod tests {
         assert_eq!(nbar_bucket(4096.0), 9);
         assert_eq!(nbar_bucket(1e9), 10);
         assert_eq!(nbar_bucket(f64::NAN), 0);
-        assert_eq!((nbar_bucket_label(4), nbar_bucket_label(10)), ("128".to_string(), ">=8192".to_string()));
+        assert_eq!(
+            (nbar_bucket_label(4), nbar_bucket_label(10)),
+            ("128".to_string(), ">=8192".to_string())
+        );
     }
 
     #[test]
     fn workload_names_drop_trace_extensions() {
-        assert_eq!(workload_name(Path::new("traces/lobpcg-b64.jsonl.gz")), "lobpcg-b64");
+        assert_eq!(
+            workload_name(Path::new("traces/lobpcg-b64.jsonl.gz")),
+            "lobpcg-b64"
+        );
         assert_eq!(workload_name(Path::new("x.jsonl")), "x");
     }
 }

@@ -36,11 +36,13 @@ const SHIM_LIB: &str = "libozaki_shim.so";
 /// Run a program with the ozaki shim preloaded, then print a summary of its BLAS calls.
 #[derive(Debug, Parser)]
 #[command(override_usage = "ozaki run [OPTIONS] -- <CMD> [ARGS]...")]
-#[command(after_help = "The program's own output and exit code are untouched; the summary goes to stderr.\n\n\
+#[command(
+    after_help = "The program's own output and exit code are untouched; the summary goes to stderr.\n\n\
                   Examples:\n  \
                   ozaki run -- python3 -c 'import numpy as np; a = np.ones((500, 500)); a @ a'\n  \
                   ozaki run --trace app-%p.jsonl -- ./my_solver input.dat\n  \
-                  ozaki summary app-*.jsonl")]
+                  ozaki summary app-*.jsonl"
+)]
 struct Args {
     /// Keep the trace in FILE (`%p` becomes the pid, `%h` the host name, `%r` the MPI rank). Without it the
     /// trace goes to a temporary file that is deleted after the summary (or to
@@ -55,7 +57,12 @@ struct Args {
     #[arg(long)]
     no_summary: bool,
     /// The program and its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     command: Vec<OsString>,
 }
 
@@ -85,10 +92,16 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     };
 
     // An Open MPI launcher is told to forward these to ranks on other hosts (launcher.rs).
-    let forwarded: &[&str] =
-        if args.route.is_some() { &["LD_PRELOAD", "OZAKI_TRACE", "OZAKI_ROUTE"] } else { &["LD_PRELOAD", "OZAKI_TRACE"] };
+    let forwarded: &[&str] = if args.route.is_some() {
+        &["LD_PRELOAD", "OZAKI_TRACE", "OZAKI_ROUTE"]
+    } else {
+        &["LD_PRELOAD", "OZAKI_TRACE"]
+    };
     let mut cmd = launcher::command(&args.command, forwarded);
-    cmd.env("LD_PRELOAD", prepend_preload(&shim, std::env::var_os("LD_PRELOAD").as_deref()));
+    cmd.env(
+        "LD_PRELOAD",
+        prepend_preload(&shim, std::env::var_os("LD_PRELOAD").as_deref()),
+    );
     cmd.env("OZAKI_TRACE", &pattern);
     if let Some(route) = &args.route {
         cmd.env("OZAKI_ROUTE", route);
@@ -96,7 +109,9 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
 
     let started = std::time::SystemTime::now();
     forward_signals_while_waiting();
-    let mut child = cmd.spawn().with_context(|| format!("cannot start {:?}", args.command[0]))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {:?}", args.command[0]))?;
     CHILD_PID.store(child.id() as i32, Ordering::SeqCst);
     let status = child.wait().context("waiting for the program")?;
     CHILD_PID.store(0, Ordering::SeqCst);
@@ -146,9 +161,15 @@ fn prepend_preload(shim: &Path, existing: Option<&OsStr>) -> OsString {
 /// A fresh directory only this user can enter, so nobody can plant files where the trace goes.
 fn private_temp_dir() -> anyhow::Result<PathBuf> {
     let base = std::env::temp_dir();
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
     for attempt in 0..100u32 {
-        let dir = base.join(format!("ozaki-run-{}-{}", std::process::id(), nanos.wrapping_add(attempt)));
+        let dir = base.join(format!(
+            "ozaki-run-{}-{}",
+            std::process::id(),
+            nanos.wrapping_add(attempt)
+        ));
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -196,15 +217,23 @@ fn trace_files(pattern: &Path, since: std::time::SystemTime) -> Vec<PathBuf> {
     // Inside an MPI rank (`mpirun -n 4 ozaki run -- ...`), only this rank's own files.
     let text = launcher::with_own_rank(&pattern.to_string_lossy());
     let (dir, name) = match text.rfind('/') {
-        Some(i) => (PathBuf::from(if i == 0 { "/" } else { &text[..i] }), text[i + 1..].to_string()),
+        Some(i) => (
+            PathBuf::from(if i == 0 { "/" } else { &text[..i] }),
+            text[i + 1..].to_string(),
+        ),
         None => (PathBuf::from("."), text.clone()),
     };
     let host = host_name();
-    let Ok(entries) = std::fs::read_dir(&dir) else { return vec![] };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return vec![];
+    };
     let mut found: Vec<PathBuf> = entries
         .flatten()
         .filter(|e| name_matches(&name, &host, &e.file_name().to_string_lossy()))
-        .filter(|e| e.metadata().is_ok_and(|m| m.is_file() && m.modified().is_ok_and(|t| t >= since)))
+        .filter(|e| {
+            e.metadata()
+                .is_ok_and(|m| m.is_file() && m.modified().is_ok_and(|t| t >= since))
+        })
         .map(|e| e.path())
         .collect();
     found.sort();
@@ -244,7 +273,8 @@ fn name_matches(pattern: &str, host: &str, name: &str) -> bool {
                     None => return false,
                 },
                 Tok::Number => {
-                    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                    let digits =
+                        rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
                     if digits == 0 {
                         return false;
                     }
@@ -339,7 +369,13 @@ mod tests {
     fn preload_keeps_existing_entries_after_the_shim() {
         let shim = Path::new("/x/libozaki_shim.so");
         assert_eq!(prepend_preload(shim, None), "/x/libozaki_shim.so");
-        assert_eq!(prepend_preload(shim, Some(OsStr::new(""))), "/x/libozaki_shim.so");
-        assert_eq!(prepend_preload(shim, Some(OsStr::new("/y/liba.so"))), "/x/libozaki_shim.so:/y/liba.so");
+        assert_eq!(
+            prepend_preload(shim, Some(OsStr::new(""))),
+            "/x/libozaki_shim.so"
+        );
+        assert_eq!(
+            prepend_preload(shim, Some(OsStr::new("/y/liba.so"))),
+            "/x/libozaki_shim.so:/y/liba.so"
+        );
     }
 }

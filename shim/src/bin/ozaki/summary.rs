@@ -37,7 +37,11 @@ struct Args {
 
 pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let args = Args::parse_from(args);
-    let loaded = args.traces.iter().map(|p| load(p)).collect::<anyhow::Result<Vec<_>>>()?;
+    let loaded = args
+        .traces
+        .iter()
+        .map(|p| load(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let stdout = std::io::stdout();
     render(&mut stdout.lock(), &loaded, args.top)?;
     Ok(ExitCode::SUCCESS)
@@ -64,15 +68,22 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
         let start = text.rfind('\n').map_or(0, |i| i + 1);
         let line_no = text[..start].lines().count() + 1;
         if ozaki_core::trace::parse_line(&text[start..], line_no).is_err() {
-            notes.push(format!("{shown}:{line_no}: incomplete last line skipped (the program was probably killed)"));
+            notes.push(format!(
+                "{shown}:{line_no}: incomplete last line skipped (the program was probably killed)"
+            ));
             body = &text[..start];
         }
     }
-    let trace = Trace::read(body.as_bytes()).map_err(|e| anyhow::anyhow!("{shown}:{}: {}", e.line, e.message))?;
+    let trace = Trace::read(body.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{shown}:{}: {}", e.line, e.message))?;
     if trace.headers.is_empty() && trace.calls.is_empty() {
         notes.push(format!("{shown}: empty trace"));
     }
-    Ok(Loaded { path: path.to_path_buf(), trace, notes })
+    Ok(Loaded {
+        path: path.to_path_buf(),
+        trace,
+        notes,
+    })
 }
 
 /// Per-group totals.
@@ -108,8 +119,18 @@ impl Shape {
             Routine::Dgemm => format!("{}{}", flag(&c.transa), flag(&c.transb)),
             Routine::Dsyrk => format!("{}{}", flag(&c.uplo), flag(&c.trans)),
         };
-        let ops = if c.layout == Layout::Row { format!("{ops} row") } else { ops };
-        Shape { routine: c.routine, ops, m: c.m, n: c.n, k: c.k }
+        let ops = if c.layout == Layout::Row {
+            format!("{ops} row")
+        } else {
+            ops
+        };
+        Shape {
+            routine: c.routine,
+            ops,
+            m: c.m,
+            n: c.n,
+            k: c.k,
+        }
     }
 }
 
@@ -123,7 +144,11 @@ fn routine_name(r: Routine) -> &'static str {
 /// GFLOP with enough digits to see small workloads (an 8x8x8 call is 1e-6 GFLOP).
 fn gflop(flops: f64) -> String {
     let g = flops / 1e9;
-    if g != 0.0 && g.abs() < 0.001 { format!("{g:.2e}") } else { format!("{g:.3}") }
+    if g != 0.0 && g.abs() < 0.001 {
+        format!("{g:.2e}")
+    } else {
+        format!("{g:.3}")
+    }
 }
 
 fn seconds(ns: u64) -> String {
@@ -131,7 +156,11 @@ fn seconds(ns: u64) -> String {
 }
 
 fn rate(flops: f64, ns: u64) -> String {
-    if ns == 0 { "-".into() } else { format!("{:.2}", flops / ns as f64) }
+    if ns == 0 {
+        "-".into()
+    } else {
+        format!("{:.2}", flops / ns as f64)
+    }
 }
 
 fn percent(x: f64) -> String {
@@ -145,7 +174,9 @@ struct Table {
 
 impl Table {
     fn new(header: &[&str]) -> Table {
-        Table { rows: vec![header.iter().map(|s| s.to_string()).collect()] }
+        Table {
+            rows: vec![header.iter().map(|s| s.to_string()).collect()],
+        }
     }
 
     fn row(&mut self, cells: Vec<String>) {
@@ -154,8 +185,16 @@ impl Table {
 
     fn write(&self, out: &mut dyn Write) -> std::io::Result<()> {
         let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let width: Vec<usize> =
-            (0..cols).map(|i| self.rows.iter().filter_map(|r| r.get(i)).map(String::len).max().unwrap_or(0)).collect();
+        let width: Vec<usize> = (0..cols)
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(i))
+                    .map(String::len)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
         for row in &self.rows {
             let mut line = String::from("  ");
             for (i, cell) in row.iter().enumerate() {
@@ -175,13 +214,38 @@ impl Table {
 pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Result<()> {
     let calls: Vec<&CallRecord> = files.iter().flat_map(|f| &f.trace.calls).collect();
     let processes: usize = files.iter().map(|f| f.trace.headers.len()).sum();
-    writeln!(out, "ozaki summary: {} trace file(s), {} process(es), {} call(s)", files.len(), processes, calls.len())?;
+    writeln!(
+        out,
+        "ozaki summary: {} trace file(s), {} process(es), {} call(s)",
+        files.len(),
+        processes,
+        calls.len()
+    )?;
     for f in files {
         for h in &f.trace.headers {
-            let argv = h.argv.as_ref().map(|a| format!(" [{}]", a.join(" "))).unwrap_or_default();
-            let parent = h.parent_pid.map(|p| format!(", forked from {p}")).unwrap_or_default();
-            let rank = h.rank.map(|r| format!(", MPI rank {r}")).unwrap_or_default();
-            writeln!(out, "  {}: pid {}{}{} {}{}", f.path.display(), h.pid, rank, parent, h.exe, argv)?;
+            let argv = h
+                .argv
+                .as_ref()
+                .map(|a| format!(" [{}]", a.join(" ")))
+                .unwrap_or_default();
+            let parent = h
+                .parent_pid
+                .map(|p| format!(", forked from {p}"))
+                .unwrap_or_default();
+            let rank = h
+                .rank
+                .map(|r| format!(", MPI rank {r}"))
+                .unwrap_or_default();
+            writeln!(
+                out,
+                "  {}: pid {}{}{} {}{}",
+                f.path.display(),
+                h.pid,
+                rank,
+                parent,
+                h.exe,
+                argv
+            )?;
         }
         for note in &f.notes {
             writeln!(out, "  note: {note}")?;
@@ -209,7 +273,10 @@ pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Res
     for c in &calls {
         all.add(c);
         by_routine.entry(c.routine).or_default().add(c);
-        by_sym.entry((c.sym.as_str(), c.routine)).or_default().add(c);
+        by_sym
+            .entry((c.sym.as_str(), c.routine))
+            .or_default()
+            .add(c);
         by_route.entry(c.route.as_str()).or_default().add(c);
         by_shape.entry(Shape::of(c)).or_default().add(c);
     }
@@ -226,21 +293,38 @@ pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Res
     writeln!(out, "\nPer routine:")?;
     let mut t = Table::new(&["routine", "calls", "GFLOP", "time s", "GFLOP/s"]);
     for (r, s) in &by_routine {
-        t.row(vec![routine_name(*r).into(), s.calls.to_string(), gflop(s.flops), seconds(s.ns), rate(s.flops, s.ns)]);
+        t.row(vec![
+            routine_name(*r).into(),
+            s.calls.to_string(),
+            gflop(s.flops),
+            seconds(s.ns),
+            rate(s.flops, s.ns),
+        ]);
     }
     t.write(out)?;
 
     writeln!(out, "\nPer symbol:")?;
     let mut t = Table::new(&["symbol", "routine", "calls", "GFLOP", "time s"]);
     for ((sym, r), s) in &by_sym {
-        t.row(vec![sym.to_string(), routine_name(*r).into(), s.calls.to_string(), gflop(s.flops), seconds(s.ns)]);
+        t.row(vec![
+            sym.to_string(),
+            routine_name(*r).into(),
+            s.calls.to_string(),
+            gflop(s.flops),
+            seconds(s.ns),
+        ]);
     }
     t.write(out)?;
 
     writeln!(out, "\nPer route:")?;
     let mut t = Table::new(&["route", "calls", "GFLOP", "time s"]);
     for (route, s) in &by_route {
-        t.row(vec![route.to_string(), s.calls.to_string(), gflop(s.flops), seconds(s.ns)]);
+        t.row(vec![
+            route.to_string(),
+            s.calls.to_string(),
+            gflop(s.flops),
+            seconds(s.ns),
+        ]);
     }
     t.write(out)?;
 
@@ -249,19 +333,41 @@ pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Res
     writeln!(out, "\nCall size nbar = 2mn/(m+n), weighted by FLOPs:")?;
     match NbarStats::of(calls.iter().copied()) {
         Some(s) => {
-            writeln!(out, "  q1 {:.1}   median {:.1}   q3 {:.1}", s.q1, s.median, s.q3)?;
-            writeln!(out, "  work at nbar <= {SMALL_NBAR}: {}", percent(s.share_small))?;
+            writeln!(
+                out,
+                "  q1 {:.1}   median {:.1}   q3 {:.1}",
+                s.q1, s.median, s.q3
+            )?;
+            writeln!(
+                out,
+                "  work at nbar <= {SMALL_NBAR}: {}",
+                percent(s.share_small)
+            )?;
         }
         None => writeln!(out, "  no floating-point work (all calls were empty)")?,
     }
 
     let mut shapes: Vec<(&Shape, &Totals)> = by_shape.iter().collect();
     // Most work first; ties (e.g. empty calls) by call count, then by shape for a stable order.
-    shapes.sort_by(|a, b| b.1.flops.total_cmp(&a.1.flops).then(b.1.calls.cmp(&a.1.calls)).then(a.0.cmp(b.0)));
-    writeln!(out, "\nTop shapes by work ({} of {} distinct):", top.min(shapes.len()), shapes.len())?;
+    shapes.sort_by(|a, b| {
+        b.1.flops
+            .total_cmp(&a.1.flops)
+            .then(b.1.calls.cmp(&a.1.calls))
+            .then(a.0.cmp(b.0))
+    });
+    writeln!(
+        out,
+        "\nTop shapes by work ({} of {} distinct):",
+        top.min(shapes.len()),
+        shapes.len()
+    )?;
     let mut t = Table::new(&["routine", "op", "m", "n", "k", "calls", "GFLOP", "work"]);
     for (shape, s) in shapes.into_iter().take(top) {
-        let share = if all.flops > 0.0 { percent(s.flops / all.flops) } else { "-".into() };
+        let share = if all.flops > 0.0 {
+            percent(s.flops / all.flops)
+        } else {
+            "-".into()
+        };
         t.row(vec![
             routine_name(shape.routine).into(),
             shape.ops.clone(),
@@ -282,7 +388,12 @@ fn write_per_rank(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> 
     let mut by_rank: BTreeMap<(Option<u32>, &str), Totals> = BTreeMap::new();
     for f in files {
         let h = f.trace.headers.first();
-        let totals = by_rank.entry((h.and_then(|h| h.rank), h.and_then(|h| h.host.as_deref()).unwrap_or("-"))).or_default();
+        let totals = by_rank
+            .entry((
+                h.and_then(|h| h.rank),
+                h.and_then(|h| h.host.as_deref()).unwrap_or("-"),
+            ))
+            .or_default();
         f.trace.calls.iter().for_each(|c| totals.add(c));
     }
     if !by_rank.keys().any(|(rank, _)| rank.is_some()) {
@@ -292,7 +403,13 @@ fn write_per_rank(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> 
     let mut t = Table::new(&["rank", "host", "calls", "GFLOP", "time s"]);
     for ((rank, host), s) in &by_rank {
         let rank = rank.map_or("-".to_string(), |r| r.to_string());
-        t.row(vec![rank, host.to_string(), s.calls.to_string(), gflop(s.flops), seconds(s.ns)]);
+        t.row(vec![
+            rank,
+            host.to_string(),
+            s.calls.to_string(),
+            gflop(s.flops),
+            seconds(s.ns),
+        ]);
     }
     t.write(out)
 }
@@ -304,7 +421,11 @@ mod tests {
     const HEADER: &str = r#"{"type":"header","schema":1,"pid":42,"exe":"/bin/prog","argv":["prog","x"],"shim_version":"0.1.0","vendor":{"dgemm_":"/lib/libblas.so.3"},"start_unix_s":1.0}"#;
 
     fn call(seq: u64, sym: &str, routine: &str, m: u64, n: u64, k: u64, dur: u64) -> String {
-        let ops = if routine == "dgemm" { r#""transa":"N","transb":"T""# } else { r#""uplo":"U","trans":"N""# };
+        let ops = if routine == "dgemm" {
+            r#""transa":"N","transb":"T""#
+        } else {
+            r#""uplo":"U","trans":"N""#
+        };
         format!(
             r#"{{"type":"call","seq":{seq},"t_ns":{seq},"dur_ns":{dur},"tid":7,"sym":"{sym}","routine":"{routine}","layout":"col",{ops},"m":{m},"n":{n},"k":{k},"lda":{m},"ldb":{n},"ldc":{m},"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}}"#
         )
@@ -336,17 +457,38 @@ mod tests {
         .join("\n")
             + "\n";
         let s = summary_of(&text, "a.jsonl");
-        assert!(s.contains("1 trace file(s), 1 process(es), 3 call(s)"), "{s}");
+        assert!(
+            s.contains("1 trace file(s), 1 process(es), 3 call(s)"),
+            "{s}"
+        );
         // 2 * 2e6 + 10*11*5 flops.
-        assert!(s.contains("Total: 3 calls, 0.004 GFLOP, 0.0000 s inside BLAS"), "{s}");
+        assert!(
+            s.contains("Total: 3 calls, 0.004 GFLOP, 0.0000 s inside BLAS"),
+            "{s}"
+        );
         assert!(s.contains("vendor dgemm_ -> /lib/libblas.so.3"), "{s}");
-        let line = |prefix: &str| s.lines().find(|l| l.trim_start().starts_with(prefix)).unwrap_or("").to_string();
-        assert!(line("dgemm ").split_whitespace().collect::<Vec<_>>()[..3] == ["dgemm", "2", "0.004"], "{s}");
-        assert!(line("cblas_dgemm").split_whitespace().collect::<Vec<_>>()[..3] == ["cblas_dgemm", "dgemm", "1"], "{s}");
+        let line = |prefix: &str| {
+            s.lines()
+                .find(|l| l.trim_start().starts_with(prefix))
+                .unwrap_or("")
+                .to_string()
+        };
+        assert!(
+            line("dgemm ").split_whitespace().collect::<Vec<_>>()[..3] == ["dgemm", "2", "0.004"],
+            "{s}"
+        );
+        assert!(
+            line("cblas_dgemm").split_whitespace().collect::<Vec<_>>()[..3]
+                == ["cblas_dgemm", "dgemm", "1"],
+            "{s}"
+        );
         // The 100^3 NT shape carries ~99.99 % of the work and is listed first.
         let shapes = &s[s.find("Top shapes").unwrap()..];
         let first = shapes.lines().nth(2).unwrap();
-        assert_eq!(first.split_whitespace().collect::<Vec<_>>(), ["dgemm", "NT", "100", "100", "100", "2", "0.004", "100.0%"]);
+        assert_eq!(
+            first.split_whitespace().collect::<Vec<_>>(),
+            ["dgemm", "NT", "100", "100", "100", "2", "0.004", "100.0%"]
+        );
         assert!(s.contains("median 100.0"), "{s}");
         assert!(s.contains("work at nbar <= 256: 100.0%"), "{s}");
     }
@@ -354,31 +496,56 @@ mod tests {
     #[test]
     fn rank_traces_are_merged_with_a_per_rank_table() {
         // See: #7. Two ranks on one host, rank 1 did twice the calls of rank 0.
-        let ranked = |rank: u32, pid: u32| HEADER.replace(r#""pid":42"#, &format!(r#""pid":{pid},"host":"n1","rank":{rank}"#));
-        let r0 = format!("{}\n{}\n", ranked(0, 100), call(0, "dgemm_", "dgemm", 10, 10, 10, 1000));
+        let ranked = |rank: u32, pid: u32| {
+            HEADER.replace(
+                r#""pid":42"#,
+                &format!(r#""pid":{pid},"host":"n1","rank":{rank}"#),
+            )
+        };
+        let r0 = format!(
+            "{}\n{}\n",
+            ranked(0, 100),
+            call(0, "dgemm_", "dgemm", 10, 10, 10, 1000)
+        );
         let r1 = format!(
             "{}\n{}\n{}\n",
             ranked(1, 101),
             call(0, "dgemm_", "dgemm", 10, 10, 10, 1000),
             call(1, "dgemm_", "dgemm", 10, 10, 10, 1000)
         );
-        let files = [load(&write_tmp("r-1.jsonl", &r1)).unwrap(), load(&write_tmp("r-0.jsonl", &r0)).unwrap()];
+        let files = [
+            load(&write_tmp("r-1.jsonl", &r1)).unwrap(),
+            load(&write_tmp("r-0.jsonl", &r0)).unwrap(),
+        ];
         let mut out = Vec::new();
         render(&mut out, &files, 10).unwrap();
         let s = String::from_utf8(out).unwrap();
-        assert!(s.contains("2 trace file(s), 2 process(es), 3 call(s)"), "{s}");
+        assert!(
+            s.contains("2 trace file(s), 2 process(es), 3 call(s)"),
+            "{s}"
+        );
         assert!(s.contains("pid 101, MPI rank 1 /bin/prog"), "{s}");
-        let table = &s[s.find("Per MPI rank:").expect("per-rank table") ..];
-        let rows: Vec<Vec<&str>> = table.lines().skip(2).take(2).map(|l| l.split_whitespace().collect()).collect();
+        let table = &s[s.find("Per MPI rank:").expect("per-rank table")..];
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .skip(2)
+            .take(2)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
         assert_eq!(rows[0][..3], ["0", "n1", "1"], "{s}");
         assert_eq!(rows[1][..3], ["1", "n1", "2"], "{s}");
         // A single process without a launcher gets no rank table.
-        assert!(!summary_of(&r0.replace(r#","rank":0"#, ""), "norank.jsonl").contains("Per MPI rank"));
+        assert!(
+            !summary_of(&r0.replace(r#","rank":0"#, ""), "norank.jsonl").contains("Per MPI rank")
+        );
     }
 
     #[test]
     fn malformed_line_is_reported_with_file_and_line() {
-        let text = format!("{HEADER}\n{}\n{{\"type\":\"call\",\"seq\":1}}\n", call(0, "dgemm_", "dgemm", 1, 1, 1, 1));
+        let text = format!(
+            "{HEADER}\n{}\n{{\"type\":\"call\",\"seq\":1}}\n",
+            call(0, "dgemm_", "dgemm", 1, 1, 1, 1)
+        );
         let p = write_tmp("bad.jsonl", &text);
         let e = load(&p).err().unwrap().to_string();
         assert!(e.starts_with(&format!("{}:3: ", p.display())), "{e}");
@@ -387,15 +554,25 @@ mod tests {
     #[test]
     fn missing_file_is_an_error_naming_the_file() {
         let e = load(Path::new("/nonexistent/ozaki.jsonl")).err().unwrap();
-        assert!(format!("{e:#}").contains("/nonexistent/ozaki.jsonl: cannot read trace"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("/nonexistent/ozaki.jsonl: cannot read trace"),
+            "{e:#}"
+        );
     }
 
     #[test]
     fn torn_last_line_is_a_note_not_an_error() {
         let full = call(1, "dgemm_", "dgemm", 8, 8, 8, 1);
-        let text = format!("{HEADER}\n{}\n{}", call(0, "dgemm_", "dgemm", 8, 8, 8, 1), &full[..full.len() / 2]);
+        let text = format!(
+            "{HEADER}\n{}\n{}",
+            call(0, "dgemm_", "dgemm", 8, 8, 8, 1),
+            &full[..full.len() / 2]
+        );
         let s = summary_of(&text, "torn.jsonl");
-        assert!(s.contains("torn.jsonl:3: incomplete last line skipped"), "{s}");
+        assert!(
+            s.contains("torn.jsonl:3: incomplete last line skipped"),
+            "{s}"
+        );
         assert!(s.contains("1 call(s)"), "{s}");
         // A complete but unterminated last line still counts.
         let s = summary_of(&format!("{HEADER}\n{full}"), "unterminated.jsonl");
@@ -405,8 +582,14 @@ mod tests {
     #[test]
     fn empty_trace_and_empty_calls_do_not_panic() {
         let s = summary_of("", "empty.jsonl");
-        assert!(s.contains("empty trace") && s.contains("No dgemm/dsyrk calls"), "{s}");
-        let s = summary_of(&format!("{HEADER}\n{}\n", call(0, "dgemm_", "dgemm", 0, 5, 5, 1)), "zero.jsonl");
+        assert!(
+            s.contains("empty trace") && s.contains("No dgemm/dsyrk calls"),
+            "{s}"
+        );
+        let s = summary_of(
+            &format!("{HEADER}\n{}\n", call(0, "dgemm_", "dgemm", 0, 5, 5, 1)),
+            "zero.jsonl",
+        );
         assert!(s.contains("no floating-point work"), "{s}");
     }
 }

@@ -18,13 +18,25 @@ const PROGRESS_MIN_BYTES: u64 = 8 << 20;
 /// # Errors
 /// - the file cannot be opened or read, is corrupt gzip, or is not UTF-8.
 pub fn read_text(path: &Path) -> anyhow::Result<String> {
-    let file = File::open(path).with_context(|| format!("{}: cannot read trace", path.display()))?;
+    let file =
+        File::open(path).with_context(|| format!("{}: cannot read trace", path.display()))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let label = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let progress = if size >= PROGRESS_MIN_BYTES { Some(Progress::new(format!("reading {label}"), size, "B")) } else { None };
-    let mut counted = CountingReader { inner: file, progress };
+    let label = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let progress = if size >= PROGRESS_MIN_BYTES {
+        Some(Progress::new(format!("reading {label}"), size, "B"))
+    } else {
+        None
+    };
+    let mut counted = CountingReader {
+        inner: file,
+        progress,
+    };
     let mut magic = [0u8; 2];
-    let n = read_prefix(&mut counted, &mut magic).with_context(|| format!("{}: cannot read trace", path.display()))?;
+    let n = read_prefix(&mut counted, &mut magic)
+        .with_context(|| format!("{}: cannot read trace", path.display()))?;
     let raw = std::io::Cursor::new(magic[..n].to_vec()).chain(counted);
     let mut text = String::new();
     if magic[..n] == [0x1f, 0x8b] {
@@ -97,7 +109,10 @@ mod tests {
         std::fs::write(&plain, LINES).unwrap();
         // Deliberately without a .gz name: detection is by content.
         let gz = dir.join("t-compressed.jsonl");
-        let mut enc = flate2::write::GzEncoder::new(File::create(&gz).unwrap(), flate2::Compression::default());
+        let mut enc = flate2::write::GzEncoder::new(
+            File::create(&gz).unwrap(),
+            flate2::Compression::default(),
+        );
         enc.write_all(LINES.as_bytes()).unwrap();
         enc.finish().unwrap();
         let (a, b) = (read(&plain).unwrap(), read(&gz).unwrap());

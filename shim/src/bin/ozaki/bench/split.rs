@@ -29,7 +29,8 @@ pub fn run(
     let one = gpu_kernels::gpu().map_err(|e| anyhow!("{e}"))?.describe();
     println!("# ozaki bench --split {devices}: one device = {one}");
     for &d in &slots {
-        let g = gpu_kernels::device::gpu_slot(d, 0).map_err(|e| anyhow!("slot on device {d}: {e}"))?;
+        let g =
+            gpu_kernels::device::gpu_slot(d, 0).map_err(|e| anyhow!("slot on device {d}: {e}"))?;
         println!("# slot device: {}", g.describe());
     }
     println!("| shape | route | 1 GPU (s) | split (s) | speedup | grid | split C vs 1 GPU |");
@@ -38,24 +39,52 @@ pub fn run(
         let (m, n, k) = parse_shape(shape.trim())?;
         let a = random_matrix(m * k, 0.0, 11);
         let b = random_matrix(k * n, 0.0, 12);
-        let args = GemmArgs { transa: Trans::No, transb: Trans::No, m, n, k, alpha: 1.0, a: &a, lda: m, b: &b, ldb: k, beta: 0.0, ldc: m };
+        let args = GemmArgs {
+            transa: Trans::No,
+            transb: Trans::No,
+            m,
+            n,
+            k,
+            alpha: 1.0,
+            a: &a,
+            lda: m,
+            b: &b,
+            ldb: k,
+            beta: 0.0,
+            ldc: m,
+        };
         let plan = split_c(m as u64, n as u64, &slots, &Default::default());
         let moduli = moduli.or(Some(14));
-        for (name, engine) in [("gpu-native", Engine::Native), ("gpu-ozaki", Engine::Ozaki(Options { moduli, max_block: 0 }))] {
+        for (name, engine) in [
+            ("gpu-native", Engine::Native),
+            (
+                "gpu-ozaki",
+                Engine::Ozaki(Options {
+                    moduli,
+                    max_block: 0,
+                }),
+            ),
+        ] {
             let mut c1 = vec![0.0; m * n];
             let mut cs = vec![0.0; m * n];
             // warm-up both (allocations, kernel compilation per slot)
             host::gemm(&args, &mut c1, engine).map_err(|e| anyhow!("{name} one device: {e}"))?;
             multi::gemm(&args, &mut cs, engine, &plan).map_err(|e| anyhow!("{name} split: {e}"))?;
             let identical = c1.iter().zip(&cs).all(|(x, y)| x.to_bits() == y.to_bits());
-            let diff = c1.iter().zip(&cs).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            let diff = c1
+                .iter()
+                .zip(&cs)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f64::max);
             let (mut t1, mut ts) = (Vec::new(), Vec::new());
             for _ in 0..reps.max(1) {
                 let t = Instant::now();
-                host::gemm(&args, &mut c1, engine).map_err(|e| anyhow!("{name} one device: {e}"))?;
+                host::gemm(&args, &mut c1, engine)
+                    .map_err(|e| anyhow!("{name} one device: {e}"))?;
                 t1.push(t.elapsed().as_secs_f64());
                 let t = Instant::now();
-                multi::gemm(&args, &mut cs, engine, &plan).map_err(|e| anyhow!("{name} split: {e}"))?;
+                multi::gemm(&args, &mut cs, engine, &plan)
+                    .map_err(|e| anyhow!("{name} split: {e}"))?;
                 ts.push(t.elapsed().as_secs_f64());
             }
             let med = |v: &mut Vec<f64>| {
@@ -63,7 +92,11 @@ pub fn run(
                 v[v.len() / 2]
             };
             let (s1, ss) = (med(&mut t1), med(&mut ts));
-            let verdict = if identical { "bit-identical".to_string() } else { format!("max |diff| {diff:.1e}") };
+            let verdict = if identical {
+                "bit-identical".to_string()
+            } else {
+                format!("max |diff| {diff:.1e}")
+            };
             println!(
                 "| {m}x{n}x{k} | {name} | {s1:.3} | {ss:.3} | {:.2}x | {}x{} on {:?} | {verdict} |",
                 s1 / ss,
@@ -71,10 +104,12 @@ pub fn run(
                 plan.grid_cols,
                 plan.tiles.iter().map(|t| t.device).collect::<Vec<_>>()
             );
-            emit(serde_json::json!({"kind": "split", "m": m, "n": n, "k": k, "route": name, "devices": slots,
+            emit(
+                serde_json::json!({"kind": "split", "m": m, "n": n, "k": k, "route": name, "devices": slots,
                 "grid": [plan.grid_rows, plan.grid_cols], "one_gpu_s": s1, "split_s": ss, "speedup": s1 / ss,
                 "one_gpu_all_s": t1, "split_all_s": ts, "bit_identical": identical, "max_abs_diff": diff,
-                "moduli": if name == "gpu-ozaki" { moduli } else { None }}))?;
+                "moduli": if name == "gpu-ozaki" { moduli } else { None }}),
+            )?;
         }
     }
     Ok(())

@@ -29,7 +29,11 @@ pub fn base64(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -91,20 +95,36 @@ fn workloads_table(h: &mut String, report: &Report) {
         "<th>nbar median (q25&ndash;q75)</th><th>work at nbar &le; {SMALL_NBAR:.0}</th><th>BLAS time (s)</th><th>speedup</th></tr>"
     );
     for w in &report.workloads {
-        let program = w.trace.headers.first().map(|hd| hd.argv.as_ref().map_or(hd.exe.clone(), |a| a.join(" "))).unwrap_or_default();
+        let program = w
+            .trace
+            .headers
+            .first()
+            .map(|hd| hd.argv.as_ref().map_or(hd.exe.clone(), |a| a.join(" ")))
+            .unwrap_or_default();
         let blas_s: f64 = w.trace.calls.iter().map(|c| c.dur_ns as f64).sum::<f64>() / 1e9;
         let (nbar, small) = match &w.stats {
-            Some(s) => (format!("{:.0} ({:.0}&ndash;{:.0})", s.median, s.q1, s.q3), format!("{:.0}%", s.share_small * 100.0)),
+            Some(s) => (
+                format!("{:.0} ({:.0}&ndash;{:.0})", s.median, s.q1, s.q3),
+                format!("{:.0}%", s.share_small * 100.0),
+            ),
             None => ("&ndash;".into(), "&ndash;".into()),
         };
         let mut speedup = Vec::new();
         if let Some(p) = &w.predicted {
-            speedup.push(format!("{:.2}x predicted vs {}", p.speedup, escape(&p.baseline)));
+            speedup.push(format!(
+                "{:.2}x predicted vs {}",
+                p.speedup,
+                escape(&p.baseline)
+            ));
         }
         if let Some((s, calls)) = w.measured {
             speedup.push(format!("{s:.2}x measured ({calls} A/B calls)"));
         }
-        let speedup = if speedup.is_empty() { "&ndash;".to_string() } else { speedup.join("<br>") };
+        let speedup = if speedup.is_empty() {
+            "&ndash;".to_string()
+        } else {
+            speedup.join("<br>")
+        };
         let _ = writeln!(
             h,
             "<tr><td class=\"l\">{}</td><td class=\"l\"><code>{}</code></td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td></tr>",
@@ -122,7 +142,14 @@ fn workloads_table(h: &mut String, report: &Report) {
 }
 
 fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max { s.to_string() } else { s.chars().take(max - 1).chain(std::iter::once('…')).collect() }
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        s.chars()
+            .take(max - 1)
+            .chain(std::iter::once('…'))
+            .collect()
+    }
 }
 
 fn routes_table(h: &mut String, report: &Report) {
@@ -142,7 +169,10 @@ fn routes_table(h: &mut String, report: &Report) {
         }
         let total = w.flops().max(f64::MIN_POSITIVE);
         for (route, (calls, flops, ns, reasons)) in per {
-            let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("{} &times;{n}", escape(r))).collect();
+            let reasons: Vec<String> = reasons
+                .iter()
+                .map(|(r, n)| format!("{} &times;{n}", escape(r)))
+                .collect();
             let _ = writeln!(
                 h,
                 "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{calls}</td><td>{:.3}</td><td>{:.1}%</td><td>{:.3}</td><td class=\"l\">{}</td></tr>",
@@ -160,7 +190,11 @@ fn routes_table(h: &mut String, report: &Report) {
 
 fn ab_section(h: &mut String, report: &Report) {
     h.push_str("<h2>A/B comparison against the vendor BLAS</h2>\n");
-    let all: Vec<CallRecord> = report.workloads.iter().flat_map(|w| w.trace.calls.iter().cloned()).collect();
+    let all: Vec<CallRecord> = report
+        .workloads
+        .iter()
+        .flat_map(|w| w.trace.calls.iter().cloned())
+        .collect();
     let ab = AbSummary::of(&all, report.tol);
     if ab.is_empty() {
         h.push_str("<p>No call was compared. Run the program with <code>OZAKI_AB=1</code> (or a fraction such as <code>0.1</code>) to record the vendor's result and time beside each chosen route's.</p>\n");
@@ -169,7 +203,11 @@ fn ab_section(h: &mut String, report: &Report) {
     h.push_str("<ul>\n");
     for (route, r) in &ab.routes {
         let class = if r.passes(report.tol) { "pass" } else { "fail" };
-        let _ = writeln!(h, "<li class=\"{class}\">{}</li>", escape(&r.verdict(route, report.tol)));
+        let _ = writeln!(
+            h,
+            "<li class=\"{class}\">{}</li>",
+            escape(&r.verdict(route, report.tol))
+        );
     }
     h.push_str("</ul>\n<table><tr><th class=\"l\">route</th><th>compared</th><th>skipped</th><th>worst normwise</th><th>worst componentwise</th><th>vendor s</th><th>route s</th><th>vendor/route</th></tr>\n");
     for (route, r) in &ab.routes {
@@ -212,13 +250,24 @@ mod tests {
 
     #[test]
     fn base64_matches_rfc4648_vectors() {
-        for (i, o) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE="), ("foobar", "Zm9vYmFy")] {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
             assert_eq!(base64(i.as_bytes()), o);
         }
     }
 
     #[test]
     fn escape_neutralises_markup() {
-        assert_eq!(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(
+            escape("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
     }
 }

@@ -90,7 +90,12 @@ pub struct Bars<'a> {
 /// Renders grouped bars; an empty chart (no series or all zeros) becomes a message image.
 pub fn bars(spec: &Bars<'_>, empty_message: &str) -> anyhow::Result<Vec<u8>> {
     register_font();
-    let ymax = spec.series.iter().flat_map(|s| s.values.iter().copied()).filter(|v| v.is_finite()).fold(0.0f64, f64::max);
+    let ymax = spec
+        .series
+        .iter()
+        .flat_map(|s| s.values.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::max);
     if spec.series.is_empty() || ymax <= 0.0 {
         return message(spec.title, empty_message);
     }
@@ -99,7 +104,11 @@ pub fn bars(spec: &Bars<'_>, empty_message: &str) -> anyhow::Result<Vec<u8>> {
     if let Some((_, _, label)) = spec.band {
         legend.push((label.to_string(), BAND, false));
     }
-    legend.extend(spec.series.iter().map(|s| (s.name.to_string(), s.color, false)));
+    legend.extend(
+        spec.series
+            .iter()
+            .map(|s| (s.name.to_string(), s.color, false)),
+    );
     if let Some((_, label)) = spec.hline {
         legend.push((label.to_string(), BLACK, true));
     }
@@ -120,7 +129,11 @@ pub fn bars(spec: &Bars<'_>, empty_message: &str) -> anyhow::Result<Vec<u8>> {
             .x_label_formatter(&move |x| {
                 // Label each category at its centre only.
                 let i = (x - 0.5).round();
-                if (x - 0.5 - i).abs() < 1e-6 && i >= 0.0 { cats.get(i as usize).cloned().unwrap_or_default() } else { String::new() }
+                if (x - 0.5 - i).abs() < 1e-6 && i >= 0.0 {
+                    cats.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
             })
             .y_label_formatter(&|y| (spec.y_fmt)(*y))
             .x_desc(spec.x_desc)
@@ -129,20 +142,31 @@ pub fn bars(spec: &Bars<'_>, empty_message: &str) -> anyhow::Result<Vec<u8>> {
             .axis_desc_style(("sans-serif", 16))
             .draw()?;
         if let Some((from, to, _)) = spec.band {
-            chart.draw_series(std::iter::once(Rectangle::new([(from as f64, 0.0), (to as f64, ytop)], BAND.filled())))?;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(from as f64, 0.0), (to as f64, ytop)],
+                BAND.filled(),
+            )))?;
         }
         let ns = spec.series.len() as f64;
         let width = 0.8 / ns;
         for (si, s) in spec.series.iter().enumerate() {
             let color = s.color;
-            let rects = s.values.iter().enumerate().filter(|(_, v)| v.is_finite() && **v > 0.0).map(move |(ci, v)| {
-                let x0 = ci as f64 + 0.1 + si as f64 * width;
-                Rectangle::new([(x0, 0.0), (x0 + width * 0.92, *v)], color.filled())
-            });
+            let rects = s
+                .values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.is_finite() && **v > 0.0)
+                .map(move |(ci, v)| {
+                    let x0 = ci as f64 + 0.1 + si as f64 * width;
+                    Rectangle::new([(x0, 0.0), (x0 + width * 0.92, *v)], color.filled())
+                });
             chart.draw_series(rects)?;
         }
         if let Some((y, _)) = spec.hline {
-            chart.draw_series(LineSeries::new([(0.0, y), (nc as f64, y)], BLACK.stroke_width(2)))?;
+            chart.draw_series(LineSeries::new(
+                [(0.0, y), (nc as f64, y)],
+                BLACK.stroke_width(2),
+            ))?;
         }
         draw_legend(&legend_area, &legend)?;
         Ok(())
@@ -150,7 +174,12 @@ pub fn bars(spec: &Bars<'_>, empty_message: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 /// One horizontal stacked bar per row (e.g. per workload), segments as fractions of 1.
-pub fn stacked_shares(title: &str, rows: &[String], segments: &[Series<'_>], empty_message: &str) -> anyhow::Result<Vec<u8>> {
+pub fn stacked_shares(
+    title: &str,
+    rows: &[String],
+    segments: &[Series<'_>],
+    empty_message: &str,
+) -> anyhow::Result<Vec<u8>> {
     register_font();
     if rows.is_empty() || segments.is_empty() {
         return message(title, empty_message);
@@ -158,21 +187,29 @@ pub fn stacked_shares(title: &str, rows: &[String], segments: &[Series<'_>], emp
     let nr = rows.len();
     render((SIZE.0, stacked_height(nr)), |area| {
         let (area, legend_area) = with_legend(&area, title)?;
-        let mut chart = hbar_chart(&area, 1.0, nr, "share of FLOPs", &|x| format!("{:.0}%", x * 100.0))?;
+        let mut chart = hbar_chart(&area, 1.0, nr, "share of FLOPs", &|x| {
+            format!("{:.0}%", x * 100.0)
+        })?;
         let mut left = vec![0.0f64; nr];
         for s in segments {
             let color = s.color;
             let mut rects = Vec::new();
             for (r, v) in s.values.iter().enumerate().take(nr) {
                 if *v > 0.0 {
-                    rects.push(Rectangle::new([(left[r], r as f64 + 0.1), (left[r] + v, r as f64 + 0.72)], color.filled()));
+                    rects.push(Rectangle::new(
+                        [(left[r], r as f64 + 0.1), (left[r] + v, r as f64 + 0.72)],
+                        color.filled(),
+                    ));
                     left[r] += v;
                 }
             }
             chart.draw_series(rects)?;
         }
         draw_row_names(&mut chart, rows, 1.0)?;
-        let legend: Vec<(String, RGBColor, bool)> = segments.iter().map(|s| (s.name.to_string(), s.color, false)).collect();
+        let legend: Vec<(String, RGBColor, bool)> = segments
+            .iter()
+            .map(|s| (s.name.to_string(), s.color, false))
+            .collect();
         draw_legend(&legend_area, &legend)?;
         Ok(())
     })
@@ -191,7 +228,11 @@ pub fn grouped_hbars(
     empty_message: &str,
 ) -> anyhow::Result<Vec<u8>> {
     register_font();
-    let xmax = series.iter().flat_map(|s| s.values.iter().copied()).filter(|v| v.is_finite()).fold(0.0f64, f64::max);
+    let xmax = series
+        .iter()
+        .flat_map(|s| s.values.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::max);
     if rows.is_empty() || series.is_empty() || xmax <= 0.0 {
         return message(title, empty_message);
     }
@@ -204,20 +245,42 @@ pub fn grouped_hbars(
         let height = 0.62 / ns;
         for (si, s) in series.iter().enumerate() {
             let color = s.color;
-            let rects = s.values.iter().enumerate().take(nr).filter(|(_, v)| v.is_finite() && **v > 0.0).map(move |(r, v)| {
-                let y0 = r as f64 + 0.1 + si as f64 * height;
-                Rectangle::new([(0.0, y0), (*v, y0 + height * 0.9)], color.filled())
-            });
+            let rects = s
+                .values
+                .iter()
+                .enumerate()
+                .take(nr)
+                .filter(|(_, v)| v.is_finite() && **v > 0.0)
+                .map(move |(r, v)| {
+                    let y0 = r as f64 + 0.1 + si as f64 * height;
+                    Rectangle::new([(0.0, y0), (*v, y0 + height * 0.9)], color.filled())
+                });
             chart.draw_series(rects)?;
-            let values = s.values.iter().enumerate().take(nr).filter(|(_, v)| v.is_finite() && **v > 0.0).map(move |(r, v)| {
-                let y = r as f64 + 0.1 + (si as f64 + 0.9) * height;
-                Text::new(x_fmt(*v), (*v, y), ("sans-serif", 12).into_font().color(&BLACK))
-            });
+            let values = s
+                .values
+                .iter()
+                .enumerate()
+                .take(nr)
+                .filter(|(_, v)| v.is_finite() && **v > 0.0)
+                .map(move |(r, v)| {
+                    let y = r as f64 + 0.1 + (si as f64 + 0.9) * height;
+                    Text::new(
+                        x_fmt(*v),
+                        (*v, y),
+                        ("sans-serif", 12).into_font().color(&BLACK),
+                    )
+                });
             chart.draw_series(values)?;
         }
-        chart.draw_series(LineSeries::new([(reference.0, 0.0), (reference.0, nr as f64 + 0.1)], BLACK.stroke_width(2)))?;
+        chart.draw_series(LineSeries::new(
+            [(reference.0, 0.0), (reference.0, nr as f64 + 0.1)],
+            BLACK.stroke_width(2),
+        ))?;
         draw_row_names(&mut chart, rows, xtop)?;
-        let mut legend: Vec<(String, RGBColor, bool)> = series.iter().map(|s| (s.name.to_string(), s.color, false)).collect();
+        let mut legend: Vec<(String, RGBColor, bool)> = series
+            .iter()
+            .map(|s| (s.name.to_string(), s.color, false))
+            .collect();
         legend.push((reference.1.to_string(), BLACK, true));
         draw_legend(&legend_area, &legend)?;
         Ok(())
@@ -231,11 +294,17 @@ pub fn message(title: &str, text: &str) -> anyhow::Result<Vec<u8>> {
         let area = area.titled(title, ("sans-serif", 22))?;
         let (w, h) = area.dim_in_pixel();
         let grey = BLACK.mix(0.7);
-        let style = TextStyle::from(("sans-serif", 16).into_font()).color(&grey).pos(plotters::style::text_anchor::Pos::new(
-            plotters::style::text_anchor::HPos::Center,
-            plotters::style::text_anchor::VPos::Center,
-        ));
-        area.draw(&Text::new(text.to_string(), (w as i32 / 2, h as i32 / 2 - 20), style))?;
+        let style = TextStyle::from(("sans-serif", 16).into_font())
+            .color(&grey)
+            .pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Center,
+            ));
+        area.draw(&Text::new(
+            text.to_string(),
+            (w as i32 / 2, h as i32 / 2 - 20),
+            style,
+        ))?;
         Ok(())
     })
 }
@@ -244,8 +313,11 @@ type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 
 /// A horizontal-bar chart over x in `[0, xtop]` with `rows` bar slots (row `r` in
 /// `[r, r + 1]`) and no y labels: row names go above their bars, see [`draw_row_names`].
-type HBarChart<'c, 'b> =
-    ChartContext<'c, BitMapBackend<'b>, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+type HBarChart<'c, 'b> = ChartContext<
+    'c,
+    BitMapBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
 
 /// Builds the [`HBarChart`] of `stacked_shares` and `grouped_hbars` and draws its mesh.
 fn hbar_chart<'c, 'b>(
@@ -274,9 +346,17 @@ fn hbar_chart<'c, 'b>(
 }
 
 /// Row names go above their bars, inside the plot (long names need the width).
-fn draw_row_names<'b>(chart: &mut HBarChart<'_, 'b>, rows: &[String], xtop: f64) -> Result<(), Box<dyn std::error::Error + 'b>> {
+fn draw_row_names<'b>(
+    chart: &mut HBarChart<'_, 'b>,
+    rows: &[String],
+    xtop: f64,
+) -> Result<(), Box<dyn std::error::Error + 'b>> {
     let names = rows.iter().enumerate().map(|(r, name)| {
-        Text::new(name.clone(), (xtop * 0.003, r as f64 + 0.97), ("sans-serif", 14).into_font().color(&BLACK))
+        Text::new(
+            name.clone(),
+            (xtop * 0.003, r as f64 + 0.97),
+            ("sans-serif", 14).into_font().color(&BLACK),
+        )
     });
     chart.draw_series(names)?;
     Ok(())
@@ -289,14 +369,20 @@ const LEGEND_WIDTH: u32 = 250;
 
 /// Puts the title on top and splits the rest into the plot and a legend column, so the
 /// legend never hides data however many series there are.
-fn with_legend<'a>(area: &Area<'a>, title: &str) -> Result<(Area<'a>, Area<'a>), Box<dyn std::error::Error + 'a>> {
+fn with_legend<'a>(
+    area: &Area<'a>,
+    title: &str,
+) -> Result<(Area<'a>, Area<'a>), Box<dyn std::error::Error + 'a>> {
     let area = area.titled(title, ("sans-serif", 22))?;
     let (w, _) = area.dim_in_pixel();
     Ok(area.split_horizontally(w.saturating_sub(LEGEND_WIDTH)))
 }
 
 /// One legend line per entry: a colour box (or a line, when the flag is set) and the name.
-fn draw_legend<'a>(area: &Area<'a>, entries: &[(String, RGBColor, bool)]) -> Result<(), Box<dyn std::error::Error + 'a>> {
+fn draw_legend<'a>(
+    area: &Area<'a>,
+    entries: &[(String, RGBColor, bool)],
+) -> Result<(), Box<dyn std::error::Error + 'a>> {
     let font = ("sans-serif", 14).into_font().color(&BLACK);
     for (i, (name, color, line)) in entries.iter().enumerate() {
         let y = 24 + 22 * i as i32;
@@ -311,11 +397,15 @@ fn draw_legend<'a>(area: &Area<'a>, entries: &[(String, RGBColor, bool)]) -> Res
 }
 
 /// Runs `draw` on a white RGB canvas of `(w, h)` pixels and encodes the result as PNG.
-fn render((w, h): (u32, u32), draw: impl FnOnce(Area<'_>) -> Result<(), Box<dyn std::error::Error + '_>>) -> anyhow::Result<Vec<u8>> {
+fn render(
+    (w, h): (u32, u32),
+    draw: impl FnOnce(Area<'_>) -> Result<(), Box<dyn std::error::Error + '_>>,
+) -> anyhow::Result<Vec<u8>> {
     let mut rgb = vec![255u8; (w * h * 3) as usize];
     {
         let area = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
-        area.fill(&WHITE).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+        area.fill(&WHITE)
+            .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
         draw(area.clone()).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
         area.present().map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     }
@@ -356,8 +446,16 @@ mod tests {
             y_desc: "y",
             categories: vec!["a".into(), "b".into(), "c".into()],
             series: vec![
-                Series { name: "one", color: PALETTE[0], values: vec![1.0, 2.0, 0.5] },
-                Series { name: "two", color: PALETTE[1], values: vec![0.0, 1.0, 3.0] },
+                Series {
+                    name: "one",
+                    color: PALETTE[0],
+                    values: vec![1.0, 2.0, 0.5],
+                },
+                Series {
+                    name: "two",
+                    color: PALETTE[1],
+                    values: vec![0.0, 1.0, 3.0],
+                },
             ],
             band: Some((1, 2, "band")),
             hline: Some((1.0, "parity")),
@@ -367,7 +465,10 @@ mod tests {
         let (w, h, colours) = inspect(&png_bytes);
         assert_eq!((w, h), SIZE);
         // Series colours, band grey, black text and axes, and anti-aliased glyph edges.
-        assert!(colours > 20, "only {colours} colours: text or series missing");
+        assert!(
+            colours > 20,
+            "only {colours} colours: text or series missing"
+        );
     }
 
     #[test]
@@ -391,8 +492,16 @@ mod tests {
     fn stacked_shares_render() {
         let rows = vec!["w1".to_string(), "w2".to_string()];
         let segs = vec![
-            Series { name: "vendor", color: route_color("vendor"), values: vec![0.25, 1.0] },
-            Series { name: "gpu-ozaki", color: route_color("gpu-ozaki"), values: vec![0.75, 0.0] },
+            Series {
+                name: "vendor",
+                color: route_color("vendor"),
+                values: vec![0.25, 1.0],
+            },
+            Series {
+                name: "gpu-ozaki",
+                color: route_color("gpu-ozaki"),
+                values: vec![0.75, 0.0],
+            },
         ];
         let (_, _, colours) = inspect(&stacked_shares("mix", &rows, &segs, "none").unwrap());
         assert!(colours > 10);
