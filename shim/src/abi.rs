@@ -491,7 +491,7 @@ fn shown(ch: u8) -> u8 {
 }
 
 /// Fortran transpose letter: `Some(No|Yes)` for N/T/C (any case).
-fn trans_letter(ch: u8) -> Option<Trans> {
+pub(crate) fn trans_letter(ch: u8) -> Option<Trans> {
     match upper(ch) {
         b'N' => Some(Trans::No),
         b'T' | b'C' => Some(Trans::Yes),
@@ -504,9 +504,18 @@ fn max1(x: i64) -> i64 {
     x.max(1)
 }
 
+/// Fortran triangle letter: `Some(Upper|Lower)` for U/L (any case).
+pub(crate) fn uplo_letter(ch: u8) -> Option<Uplo> {
+    match upper(ch) {
+        b'U' => Some(Uplo::Upper),
+        b'L' => Some(Uplo::Lower),
+        _ => None,
+    }
+}
+
 /// The checks of reference `dgemm.f`, column-major; returns the Fortran info code (0 = legal).
 #[allow(clippy::too_many_arguments)]
-fn gemm_info(
+pub(crate) fn gemm_info(
     ta: Option<Trans>,
     tb: Option<Trans>,
     m: i64,
@@ -539,7 +548,14 @@ fn gemm_info(
 }
 
 /// The checks of reference `dsyrk.f`; returns the Fortran info code (0 = legal).
-fn syrk_info(uplo: Option<Uplo>, trans: Option<Trans>, n: i64, k: i64, lda: i64, ldc: i64) -> i64 {
+pub(crate) fn syrk_info(
+    uplo: Option<Uplo>,
+    trans: Option<Trans>,
+    n: i64,
+    k: i64,
+    lda: i64,
+    ldc: i64,
+) -> i64 {
     let Some(_) = uplo else { return 1 };
     let Some(trans) = trans else { return 2 };
     let nrowa = if trans == Trans::No { n } else { k };
@@ -714,11 +730,7 @@ fn decode_fortran_syrk(
         beta,
         ilp64,
     };
-    let uplo = match upper(ul) {
-        b'U' => Some(Uplo::Upper),
-        b'L' => Some(Uplo::Lower),
-        _ => None,
-    };
+    let uplo = uplo_letter(ul);
     let trans = trans_letter(tr);
     let info = syrk_info(uplo, trans, n, k, lda, ldc);
     let verdict = match (uplo, trans) {

@@ -11,28 +11,12 @@
 //! the final kernel, which the message on stderr says). The call returns when C is ready
 //! (the stream is synchronised), so the caller may read C right after it. Never panics.
 
+use crate::abi::{gemm_info, syrk_info, trans_letter, uplo_letter};
 use crate::config;
 use core::ffi::{c_char, c_int, c_void};
 use gpu_kernels::ozaki::{self, DeviceCall, Op, Options};
 use gpu_kernels::{GpuError, gpu};
-use ozaki_core::blas::{Trans, Uplo};
 use ozaki_core::route::{Route, RouteRequest};
-
-fn trans_of(c: c_char) -> Option<Trans> {
-    match c as u8 {
-        b'N' | b'n' => Some(Trans::No),
-        b'T' | b't' | b'C' | b'c' => Some(Trans::Yes),
-        _ => None,
-    }
-}
-
-fn uplo_of(c: c_char) -> Option<Uplo> {
-    match c as u8 {
-        b'U' | b'u' => Some(Uplo::Upper),
-        b'L' | b'l' => Some(Uplo::Lower),
-        _ => None,
-    }
-}
 
 /// Runs the call on the GPU: emulation unless forced native or declined, then cuBLAS.
 fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
@@ -124,28 +108,14 @@ pub unsafe extern "C" fn ozaki_dgemm_device(
     ldc: i64,
     stream: *mut c_void,
 ) -> c_int {
-    let (Some(ta), Some(tb)) = (trans_of(transa), trans_of(transb)) else {
-        return if trans_of(transa).is_none() { -1 } else { -2 };
-    };
-    let nrowa = if ta == Trans::No { m } else { k };
-    let nrowb = if tb == Trans::No { k } else { n };
-    let info = if m < 0 {
-        3
-    } else if n < 0 {
-        4
-    } else if k < 0 {
-        5
-    } else if lda < nrowa.max(1) {
-        8
-    } else if ldb < nrowb.max(1) {
-        10
-    } else if ldc < m.max(1) {
-        13
-    } else {
-        0
+    // The reference dgemm checks, shared with the BLAS entry points (see `abi::gemm_info`).
+    let (ta, tb) = (trans_letter(transa as u8), trans_letter(transb as u8));
+    let info = gemm_info(ta, tb, m, n, k, lda, ldb, ldc);
+    let (Some(ta), Some(tb)) = (ta, tb) else {
+        return -(info as c_int);
     };
     if info != 0 {
-        return -info;
+        return -(info as c_int);
     }
     let op = Op::Gemm {
         transa: ta,
@@ -176,22 +146,14 @@ pub unsafe extern "C" fn ozaki_dsyrk_device(
     ldc: i64,
     stream: *mut c_void,
 ) -> c_int {
-    let Some(ul) = uplo_of(uplo) else { return -1 };
-    let Some(t) = trans_of(trans) else { return -2 };
-    let nrowa = if t == Trans::No { n } else { k };
-    let info = if n < 0 {
-        3
-    } else if k < 0 {
-        4
-    } else if lda < nrowa.max(1) {
-        7
-    } else if ldc < n.max(1) {
-        10
-    } else {
-        0
+    // The reference dsyrk checks, shared with the BLAS entry points (see `abi::syrk_info`).
+    let (ul, t) = (uplo_letter(uplo as u8), trans_letter(trans as u8));
+    let info = syrk_info(ul, t, n, k, lda, ldc);
+    let (Some(ul), Some(t)) = (ul, t) else {
+        return -(info as c_int);
     };
     if info != 0 {
-        return -info;
+        return -(info as c_int);
     }
     checked_call(
         Op::Syrk { uplo: ul, trans: t },
@@ -206,4 +168,69 @@ pub unsafe extern "C" fn ozaki_dsyrk_device(
         ldc,
         stream,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::ptr::{null, null_mut};
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(ta: u8, tb: u8, m: i64, n: i64, k: i64, lda: i64, ldb: i64, ldc: i64) -> c_int {
+        // SAFETY: every case below has an illegal argument, so the entry point returns
+        // before any pointer (all null) or the stream is touched.
+        unsafe {
+            ozaki_dgemm_device(
+                ta as c_char,
+                tb as c_char,
+                m,
+                n,
+                k,
+                1.0,
+                null(),
+                lda,
+                null(),
+                ldb,
+                0.0,
+                null_mut(),
+                ldc,
+                null_mut(),
+            )
+        }
+    }
+
+    fn syrk(ul: u8, tr: u8, n: i64, k: i64, lda: i64, ldc: i64) -> c_int {
+        // SAFETY: as in `gemm`: illegal arguments return before anything is dereferenced.
+        unsafe {
+            ozaki_dsyrk_device(
+                ul as c_char,
+                tr as c_char,
+                n,
+                k,
+                1.0,
+                null(),
+                lda,
+                0.0,
+                null_mut(),
+                ldc,
+                null_mut(),
+            )
+        }
+    }
+
+    #[test]
+    fn illegal_arguments_return_the_reference_parameter_position() {
+        assert_eq!(gemm(b'X', b'N', 2, 2, 2, 2, 2, 2), -1);
+        assert_eq!(gemm(b'n', b'?', 2, 2, 2, 2, 2, 2), -2);
+        assert_eq!(gemm(b'N', b'N', -1, 2, 2, 2, 2, 2), -3);
+        assert_eq!(gemm(b'N', b'N', 2, 2, -1, 2, 2, 2), -5);
+        assert_eq!(gemm(b'T', b'N', 3, 2, 4, 3, 4, 3), -8); // op(A) = A^T: lda >= k = 4
+        assert_eq!(gemm(b'N', b't', 2, 5, 2, 2, 4, 2), -10); // op(B) = B^T: ldb >= n = 5
+        assert_eq!(gemm(b'N', b'N', 3, 2, 2, 3, 2, 2), -13);
+        assert_eq!(syrk(b'x', b'N', 2, 2, 2, 2), -1);
+        assert_eq!(syrk(b'u', b'Q', 2, 2, 2, 2), -2);
+        assert_eq!(syrk(b'L', b'N', -1, 2, 2, 2), -3);
+        assert_eq!(syrk(b'L', b'C', 2, 5, 4, 2), -7); // A^T A: lda >= k = 5
+        assert_eq!(syrk(b'U', b'N', 3, 2, 3, 2), -10);
+    }
 }
