@@ -123,16 +123,29 @@ fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuError> {
     result
 }
 
-/// Copies the device span of C back into staging and waits (nothing of the caller's C is
-/// written yet).
-fn download(gpu: &mut Gpu, src: u64, elems: usize) -> Result<*const f64, GpuError> {
+/// Copies the device span of C back into staging, waits, and only then writes the call's
+/// m x n result (or its `uplo` triangle) into the caller's C: nothing of C is touched unless
+/// the whole download succeeded. `c` is exactly the call's span of C.
+fn copy_out(
+    gpu: &mut Gpu,
+    src: u64,
+    c: &mut [f64],
+    m: usize,
+    n: usize,
+    ldc: usize,
+    uplo: Option<Uplo>,
+) -> Result<(), GpuError> {
+    let elems = c.len();
     let stage = gpu.staging(2, elems * 8)?;
     // SAFETY: staging buffer 2 holds elems doubles; src spans elems doubles on the device.
     unsafe { sys::cuMemcpyDtoHAsync_v2(stage as *mut _, src, elems * 8, gpu.stream) }
         .result()
         .ctx("cuMemcpyDtoHAsync")?;
     sync(gpu.stream)?;
-    Ok(stage as *const f64)
+    // SAFETY: staging holds elems doubles just copied from the device, synchronised.
+    let staged = unsafe { std::slice::from_raw_parts(stage as *const f64, elems) };
+    write_back(c, staged, m, n, ldc, uplo);
+    Ok(())
 }
 
 /// Writes the m x n result (or one triangle of it) from staging into the caller's C.
@@ -284,10 +297,7 @@ pub fn gemm_on(
         }
     }
     let t1 = std::time::Instant::now();
-    let staged = download(gpu, st.c, c_span)?;
-    // SAFETY: staging holds c_span doubles just copied from the device, synchronised.
-    let staged = unsafe { std::slice::from_raw_parts(staged, c_span) };
-    write_back(&mut c[..c_span], staged, args.m, args.n, args.ldc, None);
+    copy_out(gpu, st.c, &mut c[..c_span], args.m, args.n, args.ldc, None)?;
     out.phases.transfer_ns += up_ns + t1.elapsed().as_nanos() as u64;
     Ok(out)
 }
@@ -352,17 +362,15 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
         }
     }
     let t1 = std::time::Instant::now();
-    let staged = download(gpu, st.c, c_span)?;
-    // SAFETY: as in gemm.
-    let staged = unsafe { std::slice::from_raw_parts(staged, c_span) };
-    write_back(
+    copy_out(
+        gpu,
+        st.c,
         &mut c[..c_span],
-        staged,
         args.n,
         args.n,
         args.ldc,
         Some(args.uplo),
-    );
+    )?;
     out.phases.transfer_ns += up_ns + t1.elapsed().as_nanos() as u64;
     Ok(out)
 }
