@@ -153,20 +153,7 @@ fn emulation_is_exact_on_integer_data_and_beats_fp64_on_cancellation() {
     let (m, n, k) = (64, 48, 300);
     let a = rng.ints(m * k, 1000.0);
     let b = rng.ints(k * n, 1000.0);
-    let g = GemmArgs {
-        transa: Trans::No,
-        transb: Trans::No,
-        m,
-        n,
-        k,
-        alpha: 1.0,
-        a: &a,
-        lda: m,
-        b: &b,
-        ldb: k,
-        beta: 0.0,
-        ldc: m,
-    };
+    let g = GemmArgs::product(m, n, k, &a, &b);
     let mut c = vec![f64::NAN; m * n]; // beta = 0: NaN in C must not propagate
     host::gemm(&g, &mut c, Engine::Ozaki(Options::default())).unwrap();
     for j in 0..n {
@@ -401,20 +388,7 @@ fn more_moduli_never_hurt_and_default_is_at_least_fp64_grade() {
     let (m, n, k) = (64, 64, 2048);
     let a = rng.vec(m * k);
     let b = rng.vec(k * n);
-    let g = GemmArgs {
-        transa: Trans::No,
-        transb: Trans::No,
-        m,
-        n,
-        k,
-        alpha: 1.0,
-        a: &a,
-        lda: m,
-        b: &b,
-        ldb: k,
-        beta: 0.0,
-        ldc: m,
-    };
+    let g = GemmArgs::product(m, n, k, &a, &b);
     let mut native = vec![0.0; m * n];
     host::gemm(&g, &mut native, Engine::Native).unwrap();
     let e_native = worst_error(&g, &native, &native);

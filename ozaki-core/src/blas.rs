@@ -79,6 +79,27 @@ pub struct SyrkArgs<'a> {
     pub ldc: usize,
 }
 
+impl<'a> GemmArgs<'a> {
+    /// C = A B: both operands untransposed and tightly packed (lda = m, ldb = k, ldc = m),
+    /// alpha = 1, beta = 0, the plain product that benchmarks and tests time and check.
+    pub fn product(m: usize, n: usize, k: usize, a: &'a [f64], b: &'a [f64]) -> Self {
+        GemmArgs {
+            transa: Trans::No,
+            transb: Trans::No,
+            m,
+            n,
+            k,
+            alpha: 1.0,
+            a,
+            lda: m,
+            b,
+            ldb: k,
+            beta: 0.0,
+            ldc: m,
+        }
+    }
+}
+
 impl GemmArgs<'_> {
     /// Element (i, l) of op(A), 0 <= i < m, 0 <= l < k.
     #[inline]

@@ -431,20 +431,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
 
         // ours, host-resident end to end
         if !args.no_host {
-            let gemm_args = GemmArgs {
-                transa: Trans::No,
-                transb: Trans::No,
-                m,
-                n,
-                k,
-                alpha: 1.0,
-                a: &a,
-                lda: m,
-                b: &b,
-                ldb: k,
-                beta: 0.0,
-                ldc: m,
-            };
+            let gemm_args = GemmArgs::product(m, n, k, &a, &b);
             let host_reps = if flops > 1e12 { 3 } else { args.reps };
             let mut out = None;
             let t_oz = median_wall(host_reps, || {

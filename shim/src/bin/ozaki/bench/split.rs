@@ -13,7 +13,7 @@ use anyhow::{Result, anyhow};
 use gpu_kernels::host::{self, Engine};
 use gpu_kernels::multi;
 use gpu_kernels::ozaki::Options;
-use ozaki_core::blas::{GemmArgs, Trans};
+use ozaki_core::blas::GemmArgs;
 use ozaki_core::devices::{parse_devices, split_c};
 use std::time::Instant;
 
@@ -39,20 +39,7 @@ pub fn run(
         let (m, n, k) = parse_shape(shape.trim())?;
         let a = random_matrix(m * k, 0.0, 11);
         let b = random_matrix(k * n, 0.0, 12);
-        let args = GemmArgs {
-            transa: Trans::No,
-            transb: Trans::No,
-            m,
-            n,
-            k,
-            alpha: 1.0,
-            a: &a,
-            lda: m,
-            b: &b,
-            ldb: k,
-            beta: 0.0,
-            ldc: m,
-        };
+        let args = GemmArgs::product(m, n, k, &a, &b);
         let plan = split_c(m as u64, n as u64, &slots, &Default::default());
         let moduli = moduli.or(Some(14));
         for (name, engine) in [
