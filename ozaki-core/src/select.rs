@@ -88,7 +88,8 @@ pub struct CallStats<'a> {
     pub n: usize,
     /// Line exponents.
     pub exps: &'a Exponents,
-    /// `R_i`, `K_j` (accurate) or the fast bounds.
+    /// `R_i`, `K_j` of the scaling mode (coarse product maxima, coarse line norms or the
+    /// fast bounds; [`crate::scaling`] step 3).
     pub bounds: &'a CoarseBounds,
     /// The exponent product `H` (column-major m x n; module doc).
     pub scale: &'a [f64],
