@@ -25,6 +25,8 @@ pub struct Kernels {
     residues: sys::CUfunction,
     reconstruct: sys::CUfunction,
     reconstruct_w4: sys::CUfunction,
+    norms_contig: sys::CUfunction,
+    norms_strided: sys::CUfunction,
     /// Architecture the CUBIN was built for (e.g. `sm_90a`).
     pub arch: String,
     /// Whether the CUBIN came from the disk cache.
@@ -73,6 +75,8 @@ impl Kernels {
             residues: function(module, "residues")?,
             reconstruct: function(module, "reconstruct")?,
             reconstruct_w4: function(module, "reconstruct_w4")?,
+            norms_contig: function(module, "coarse_norms_contig")?,
+            norms_strided: function(module, "coarse_norms_strided")?,
             _module: module,
             arch,
             from_cache,
@@ -96,31 +100,46 @@ impl Kernels {
     ) -> Result<(), GpuError> {
         let (mut x, mut ld, mut rows, mut kdim, mut maxbits, mut abssum) =
             (x, ld, rows, kdim, maxbits, abssum);
+        let (grid, block, mut lchunk) = line_geometry(contig, rows, kdim);
         if contig {
-            let warps_per_block = 8u32;
-            let grid = (rows as u32).div_ceil(warps_per_block);
             let mut args = kernel_args![x, ld, rows, kdim, maxbits, abssum];
             // SAFETY: argument types match the kernel signature; pointers are device memory
             // of the sizes the caller checked.
-            unsafe {
-                launch(
-                    self.scan_contig,
-                    (grid, 1, 1),
-                    (32 * warps_per_block, 1, 1),
-                    stream,
-                    &mut args,
-                )
-            }
+            unsafe { launch(self.scan_contig, grid, block, stream, &mut args) }
         } else {
-            let mut lchunk: i32 = 16;
-            let grid = (
-                (rows as u32).div_ceil(256),
-                (kdim as u32).div_ceil(lchunk as u32).max(1),
-                1,
-            );
             let mut args = kernel_args![x, ld, rows, kdim, lchunk, maxbits, abssum];
             // SAFETY: as above.
-            unsafe { launch(self.scan_strided, grid, (256, 1, 1), stream, &mut args) }
+            unsafe { launch(self.scan_strided, grid, block, stream, &mut args) }
+        }
+    }
+
+    /// Norm scaling's `S_i = sum_l ā_il^2` per row of an operand (`ozaki_core::scaling`,
+    /// step 3), from the maxima of [`Kernels::scan`] (launched before it on `stream`); `sq`
+    /// must be zeroed first. Same row geometry as the scan.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn coarse_norms(
+        &self,
+        stream: sys::CUstream,
+        x: sys::CUdeviceptr,
+        ld: i64,
+        contig: bool,
+        rows: i32,
+        kdim: i32,
+        maxbits: sys::CUdeviceptr,
+        sq: sys::CUdeviceptr,
+    ) -> Result<(), GpuError> {
+        let (mut x, mut ld, mut rows, mut kdim, mut maxbits, mut sq) =
+            (x, ld, rows, kdim, maxbits, sq);
+        let (grid, block, mut lchunk) = line_geometry(contig, rows, kdim);
+        if contig {
+            let mut args = kernel_args![x, ld, rows, kdim, maxbits, sq];
+            // SAFETY: argument types match the kernel signature; pointers are device memory
+            // of the sizes the caller checked.
+            unsafe { launch(self.norms_contig, grid, block, stream, &mut args) }
+        } else {
+            let mut args = kernel_args![x, ld, rows, kdim, lchunk, maxbits, sq];
+            // SAFETY: as above.
+            unsafe { launch(self.norms_strided, grid, block, stream, &mut args) }
         }
     }
 
@@ -231,6 +250,25 @@ impl Kernels {
         };
         // SAFETY: as above; both entry points take the same arguments.
         unsafe { launch(f, grid, (256, 1, 1), stream, &mut args) }
+    }
+}
+
+/// Grid, block and inner-dimension chunk of the per-line kernels (scan, coarse norms): one
+/// warp per row, 8 per block, when a row's elements are contiguous; else one thread per row,
+/// 256 per block, and `blockIdx.y` takes 16 inner indices.
+fn line_geometry(contig: bool, rows: i32, kdim: i32) -> ((u32, u32, u32), (u32, u32, u32), i32) {
+    if contig {
+        let warps_per_block = 8u32;
+        let grid = (rows as u32).div_ceil(warps_per_block);
+        ((grid, 1, 1), (32 * warps_per_block, 1, 1), 0)
+    } else {
+        let lchunk: i32 = 16;
+        let grid = (
+            (rows as u32).div_ceil(256),
+            (kdim as u32).div_ceil(lchunk as u32).max(1),
+            1,
+        );
+        (grid, (256, 1, 1), lchunk)
     }
 }
 

@@ -472,6 +472,7 @@ fn equals_the_cpu_reference_route_bit_for_bit() {
                 &mut dev,
                 Engine::Ozaki(Options {
                     moduli: Some(r),
+                    scaling: Some(ScalingMode::Fast),
                     ..Default::default()
                 }),
             )
@@ -538,6 +539,7 @@ fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
         &mut dev,
         Engine::Ozaki(Options {
             moduli: Some(r),
+            scaling: Some(ScalingMode::Fast),
             ..Default::default()
         }),
     )
@@ -548,4 +550,131 @@ fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
         .filter(|(x, y)| x.to_bits() != y.to_bits())
         .count();
     assert_eq!(diff, 0, "{diff} of {} entries differ from cpu-ozaki", m * n);
+}
+
+/// Norm scaling (the GPU default, issue #4): the coarse square sums of the `coarse_norms_*`
+/// kernels and the per-line shifts give ozaki-core's bits for the same moduli, over both
+/// storage orders of each operand (transposes), exponents spread within and across lines,
+/// zero rows and columns, beta != 0, and dsyrk's triangles.
+#[test]
+fn norm_scaling_equals_the_cpu_reference_route_bit_for_bit() {
+    if !have_gpu() {
+        return;
+    }
+    use ozaki_core::emulate::{self, EmulationConfig, Moduli, Reconstruction, ScalingMode};
+    let mut rng = Rng(29);
+    let opts = |r| {
+        Engine::Ozaki(Options {
+            moduli: Some(r),
+            scaling: Some(ScalingMode::Norm),
+            ..Default::default()
+        })
+    };
+    let cfg = |r| EmulationConfig {
+        moduli: Moduli::Fixed(r),
+        scaling: ScalingMode::Norm,
+        reconstruction: Reconstruction::Exact,
+        ..Default::default()
+    };
+    let same = |cpu: &[f64], dev: &[f64]| {
+        cpu.iter()
+            .zip(dev)
+            .filter(|(x, y)| x.to_bits() != y.to_bits())
+            .count()
+    };
+    for (m, n, k) in [(41, 23, 77), (7, 300, 1030)] {
+        for r in [8, 14, 16, 20] {
+            for (transa, transb, alpha, beta) in [
+                (Trans::No, Trans::No, 1.0, 0.0),
+                (Trans::Yes, Trans::No, -0.5, 1.0),
+                (Trans::No, Trans::Yes, 3.0, 0.25),
+                (Trans::Yes, Trans::Yes, 1.0, -2.0),
+            ] {
+                let (ra, ca) = dims(transa, m, k);
+                let (rb, cb) = dims(transb, k, n);
+                let mut a: Vec<f64> = rng
+                    .vec(ra * ca)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| x * 2f64.powi((i % 7) as i32 * 3 - 9))
+                    .collect();
+                let mut b: Vec<f64> = rng
+                    .vec(rb * cb)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| x * 2f64.powi((i % 5) as i32 * 4 - 8 + (i % 3) as i32 * 200))
+                    .collect();
+                // row 1 of op(A) and column 2 of op(B) are zero
+                for l in 0..k {
+                    let ia = if transa == Trans::No {
+                        1 + l * ra
+                    } else {
+                        l + ra
+                    };
+                    a[ia] = 0.0;
+                    let ib = if transb == Trans::No {
+                        l + 2 * rb
+                    } else {
+                        2 + l * rb
+                    };
+                    b[ib] = 0.0;
+                }
+                let c0 = rng.vec(m * n);
+                let g = GemmArgs {
+                    transa,
+                    transb,
+                    m,
+                    n,
+                    k,
+                    alpha,
+                    a: &a,
+                    lda: ra,
+                    b: &b,
+                    ldb: rb,
+                    beta,
+                    ldc: m,
+                };
+                let mut cpu = c0.clone();
+                emulate::gemm(&g, &mut cpu, &cfg(r)).expect("cpu-ozaki");
+                let mut dev = c0.clone();
+                let out = host::gemm(&g, &mut dev, opts(r)).unwrap();
+                assert_eq!(out.moduli, Some(r as u32));
+                let diff = same(&cpu, &dev);
+                assert_eq!(
+                    diff, 0,
+                    "{m}x{n}x{k} r = {r}, {transa:?}{transb:?}: {diff} entries differ from cpu-ozaki"
+                );
+            }
+            for (uplo, trans) in [(Uplo::Lower, Trans::No), (Uplo::Upper, Trans::Yes)] {
+                let (ra, ca) = dims(trans, n, k);
+                let a: Vec<f64> = rng
+                    .vec(ra * ca)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| x * 2f64.powi((i % 11) as i32 * 2 - 10))
+                    .collect();
+                let c0 = rng.vec(n * n);
+                let s = SyrkArgs {
+                    uplo,
+                    trans,
+                    n,
+                    k,
+                    alpha: 0.75,
+                    a: &a,
+                    lda: ra,
+                    beta: 0.5,
+                    ldc: n,
+                };
+                let mut cpu = c0.clone();
+                emulate::syrk(&s, &mut cpu, &cfg(r)).expect("cpu-ozaki syrk");
+                let mut dev = c0.clone();
+                host::syrk(&s, &mut dev, opts(r)).unwrap();
+                let diff = same(&cpu, &dev);
+                assert_eq!(
+                    diff, 0,
+                    "dsyrk {n}x{k} r = {r} {uplo:?}{trans:?}: {diff} entries differ"
+                );
+            }
+        }
+    }
 }

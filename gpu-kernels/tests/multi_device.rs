@@ -70,6 +70,7 @@ fn compare(slots: &[u32]) {
                     Engine::Ozaki(Options {
                         moduli: Some(14),
                         max_block: 0,
+                        scaling: None,
                     }),
                 ),
             ] {

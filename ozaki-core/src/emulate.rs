@@ -304,6 +304,7 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
         row_norms: &sa.norms,
         col_norms: &sb_ref.norms,
         tri: p.tri,
+        scaling: cfg.scaling,
     };
     let forced = match cfg.moduli {
         Moduli::Auto => None,

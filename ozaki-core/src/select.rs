@@ -66,7 +66,7 @@
 
 use crate::emulate::Fallback;
 use crate::moduli::{CrtPlan, MAX_MODULI, MIN_MODULI};
-use crate::scaling::{CoarseBounds, Exponents, Quantizer, Scaling};
+use crate::scaling::{CoarseBounds, Exponents, Quantizer, Scaling, ScalingMode};
 
 /// Default accuracy floor `T`: `ρ_ij <= max(T, ν_ij)` with `T = 4 u` (module doc).
 pub const DEFAULT_TARGET_ULPS: f64 = 4.0;
@@ -101,6 +101,8 @@ pub struct CallStats<'a> {
     pub col_norms: &'a [f64],
     /// Only this triangle of C matters (dsyrk).
     pub tri: Option<crate::blas::Uplo>,
+    /// The mode `bounds` come from (it sets the budget, [`ScalingMode::budget_bits`]).
+    pub scaling: ScalingMode,
 }
 
 /// The moduli count and scaling chosen for a call.
@@ -179,7 +181,8 @@ pub fn choose(
     target_ulps: f64,
 ) -> Result<Selection, Fallback> {
     let at = |r: usize| {
-        let scaling = Scaling::new(CrtPlan::get(r).budget_bits, stats.exps, stats.bounds);
+        let budget = stats.scaling.budget_bits(CrtPlan::get(r));
+        let scaling = Scaling::new(budget, stats.exps, stats.bounds);
         let ok = scaling.covers(stats.bounds);
         (scaling, ok)
     };
@@ -257,6 +260,7 @@ mod tests {
             row_norms: norms,
             col_norms: norms,
             tri: None,
+            scaling: ScalingMode::Fast,
         }
     }
 
