@@ -98,18 +98,16 @@ impl Kernels {
         maxbits: sys::CUdeviceptr,
         abssum: sys::CUdeviceptr,
     ) -> Result<(), GpuError> {
-        let (mut x, mut ld, mut rows, mut kdim, mut maxbits, mut abssum) =
-            (x, ld, rows, kdim, maxbits, abssum);
-        let (grid, block, mut lchunk) = line_geometry(contig, rows, kdim);
-        if contig {
-            let mut args = kernel_args![x, ld, rows, kdim, maxbits, abssum];
-            // SAFETY: argument types match the kernel signature; pointers are device memory
-            // of the sizes the caller checked.
-            unsafe { launch(self.scan_contig, grid, block, stream, &mut args) }
-        } else {
-            let mut args = kernel_args![x, ld, rows, kdim, lchunk, maxbits, abssum];
-            // SAFETY: as above.
-            unsafe { launch(self.scan_strided, grid, block, stream, &mut args) }
+        // SAFETY: forwarded from the caller; both kernels take (x, ld, rows, kdim[, lchunk],
+        // maxbits, abssum).
+        unsafe {
+            self.per_line(
+                (self.scan_contig, self.scan_strided),
+                stream,
+                (x, ld, contig, rows, kdim),
+                maxbits,
+                abssum,
+            )
         }
     }
 
@@ -128,18 +126,42 @@ impl Kernels {
         maxbits: sys::CUdeviceptr,
         sq: sys::CUdeviceptr,
     ) -> Result<(), GpuError> {
-        let (mut x, mut ld, mut rows, mut kdim, mut maxbits, mut sq) =
-            (x, ld, rows, kdim, maxbits, sq);
+        // SAFETY: forwarded from the caller; both kernels take (x, ld, rows, kdim[, lchunk],
+        // maxbits, sq).
+        unsafe {
+            self.per_line(
+                (self.norms_contig, self.norms_strided),
+                stream,
+                (x, ld, contig, rows, kdim),
+                maxbits,
+                sq,
+            )
+        }
+    }
+
+    /// Launches one of the per-line kernels (scan, coarse norms) over an operand's rows with
+    /// [`line_geometry`]: `fns` = (contiguous-row kernel, strided-row kernel), both taking
+    /// `(x, ld, rows, kdim, [lchunk,] p, q)` with two device pointers `p`, `q`.
+    unsafe fn per_line(
+        &self,
+        fns: (sys::CUfunction, sys::CUfunction),
+        stream: sys::CUstream,
+        operand: (sys::CUdeviceptr, i64, bool, i32, i32),
+        p: sys::CUdeviceptr,
+        q: sys::CUdeviceptr,
+    ) -> Result<(), GpuError> {
+        let (mut x, mut ld, contig, mut rows, mut kdim) = operand;
+        let (mut p, mut q) = (p, q);
         let (grid, block, mut lchunk) = line_geometry(contig, rows, kdim);
         if contig {
-            let mut args = kernel_args![x, ld, rows, kdim, maxbits, sq];
+            let mut args = kernel_args![x, ld, rows, kdim, p, q];
             // SAFETY: argument types match the kernel signature; pointers are device memory
             // of the sizes the caller checked.
-            unsafe { launch(self.norms_contig, grid, block, stream, &mut args) }
+            unsafe { launch(fns.0, grid, block, stream, &mut args) }
         } else {
-            let mut args = kernel_args![x, ld, rows, kdim, lchunk, maxbits, sq];
+            let mut args = kernel_args![x, ld, rows, kdim, lchunk, p, q];
             // SAFETY: as above.
-            unsafe { launch(self.norms_strided, grid, block, stream, &mut args) }
+            unsafe { launch(fns.1, grid, block, stream, &mut args) }
         }
     }
 

@@ -472,52 +472,38 @@ pub fn gemm(
         .ctx("cuMemsetD8Async")?;
     {
         let kern = gpu.kernels()?;
-        // SAFETY: A covers the BLAS-checked extent for lda; the stats have m (+ n) slots.
+        // (address, leading dimension, row contiguous, rows, first stats slot) per operand
+        let mut operands = vec![(call.a, call.lda as i64, a_contig, m as i32, 0u64)];
+        if let Some((b, ldb, contig)) = b_operand {
+            operands.push((b, ldb as i64, contig, n as i32, m as u64));
+        }
+        // SAFETY: A (and B) cover the BLAS-checked extents for their leading dimensions; the
+        // stats have m (+ n) slots of each kind.
         unsafe {
-            kern.scan(
-                stream,
-                call.a,
-                call.lda as i64,
-                a_contig,
-                m as i32,
-                k as i32,
-                maxbits,
-                abssum,
-            )?;
-            if let Some((b, ldb, contig)) = b_operand {
+            for &(x, ld, contig, rows, slot) in &operands {
                 kern.scan(
                     stream,
-                    b,
-                    ldb as i64,
+                    x,
+                    ld,
                     contig,
-                    n as i32,
+                    rows,
                     k as i32,
-                    maxbits + 8 * m as u64,
-                    abssum + 8 * m as u64,
+                    maxbits + 8 * slot,
+                    abssum + 8 * slot,
                 )?;
             }
             if scaling == ScalingMode::Norm {
                 // second pass: S_i from the row exponents just found
-                kern.coarse_norms(
-                    stream,
-                    call.a,
-                    call.lda as i64,
-                    a_contig,
-                    m as i32,
-                    k as i32,
-                    maxbits,
-                    coarse_sq,
-                )?;
-                if let Some((b, ldb, contig)) = b_operand {
+                for &(x, ld, contig, rows, slot) in &operands {
                     kern.coarse_norms(
                         stream,
-                        b,
-                        ldb as i64,
+                        x,
+                        ld,
                         contig,
-                        n as i32,
+                        rows,
                         k as i32,
-                        maxbits + 8 * m as u64,
-                        coarse_sq + 8 * m as u64,
+                        maxbits + 8 * slot,
+                        coarse_sq + 8 * slot,
                     )?;
                 }
             }
