@@ -178,3 +178,130 @@ fn a_failing_tile_leaves_c_untouched() {
         "C was written although a tile failed"
     );
 }
+
+/// The host-resident pipeline (`host::gemm_blocks`: C in column blocks, uploads, products
+/// and downloads overlapped) gives the same C as one block: bit for bit for `gpu-ozaki`
+/// with a fixed moduli count, within fp64 rounding for `gpu-native`; the ldc padding of C
+/// is never written. All transposes, beta != 0, ragged last block.
+#[test]
+fn pipelined_host_gemm_matches_one_block() {
+    if !have_gpu() {
+        return;
+    }
+    let (m, n, k) = (600usize, 1100usize, 300usize);
+    for (transa, transb) in [
+        (Trans::No, Trans::No),
+        (Trans::Yes, Trans::No),
+        (Trans::No, Trans::Yes),
+        (Trans::Yes, Trans::Yes),
+    ] {
+        let (lda, ldb, ldc) = (
+            if transa == Trans::No { m + 3 } else { k + 3 },
+            if transb == Trans::No { k + 1 } else { n + 1 },
+            m + 2,
+        );
+        let a = vec(7, lda * if transa == Trans::No { k } else { m });
+        let b = vec(8, ldb * if transb == Trans::No { n } else { k });
+        let c0 = vec(9, ldc * n);
+        let args = GemmArgs {
+            transa,
+            transb,
+            m,
+            n,
+            k,
+            alpha: 0.75,
+            a: &a,
+            lda,
+            b: &b,
+            ldb,
+            beta: 1.5,
+            ldc,
+        };
+        for (name, engine) in [
+            ("gpu-native", Engine::Native),
+            (
+                "gpu-ozaki",
+                Engine::Ozaki(Options {
+                    moduli: Some(14),
+                    max_block: 0,
+                }),
+            ),
+        ] {
+            let mut one = c0.clone();
+            let mut g = gpu_kernels::gpu().expect("gpu");
+            host::gemm_blocks(&mut g, &args, &mut one, engine, 1).expect("one block");
+            for blocks in [3, 5] {
+                let mut piped = c0.clone();
+                host::gemm_blocks(&mut g, &args, &mut piped, engine, blocks).expect("pipelined");
+                let worst = one
+                    .iter()
+                    .zip(&piped)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0, f64::max);
+                match engine {
+                    Engine::Ozaki(_) => assert!(
+                        one.iter()
+                            .zip(&piped)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{name} {transa:?}{transb:?} {blocks} blocks changed bits ({worst:e})"
+                    ),
+                    Engine::Native => assert!(
+                        worst <= 1e-12,
+                        "{name} {transa:?}{transb:?} {blocks} blocks differ by {worst:e}"
+                    ),
+                }
+                for j in 0..n {
+                    for i in m..ldc {
+                        assert_eq!(piped[i + j * ldc].to_bits(), c0[i + j * ldc].to_bits());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A NaN that only the last column block of the pipeline sees fails the emulated call
+/// after earlier blocks were computed and downloaded; the caller's C is still untouched.
+#[test]
+fn a_nan_in_the_last_block_leaves_c_untouched() {
+    if !have_gpu() {
+        return;
+    }
+    let (m, n, k) = (256usize, 1024usize, 64usize);
+    let a = vec(10, m * k);
+    let mut b = vec(11, k * n);
+    b[k * n - 1] = f64::NAN; // last column of B: only the last block sees it
+    let c0 = vec(12, m * n);
+    for beta in [0.0, 1.0] {
+        let args = GemmArgs {
+            transa: Trans::No,
+            transb: Trans::No,
+            m,
+            n,
+            k,
+            alpha: 1.0,
+            a: &a,
+            lda: m,
+            b: &b,
+            ldb: k,
+            beta,
+            ldc: m,
+        };
+        let mut c = c0.clone();
+        let mut g = gpu_kernels::gpu().expect("gpu");
+        let r = host::gemm_blocks(&mut g, &args, &mut c, Engine::Ozaki(Options::default()), 4);
+        assert!(r.is_err(), "NaN in B must fail the emulated route");
+        assert!(
+            c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "C was written although the last block failed (beta {beta})"
+        );
+        // the GPU is still usable afterwards
+        let ok = GemmArgs {
+            b: &a[..k * 64],
+            n: 64,
+            ..args
+        };
+        let mut c2 = c0[..m * 64].to_vec();
+        host::gemm_blocks(&mut g, &ok, &mut c2, Engine::Native, 2).expect("after a failure");
+    }
+}
