@@ -48,9 +48,7 @@ pub(crate) fn span(rows: usize, cols: usize, ld: usize) -> usize {
 }
 
 fn threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 8)
+    copy_threads()
 }
 
 /// dst[..] = src[..] on several threads (large copies between pageable and pinned memory
@@ -393,7 +391,8 @@ fn feed(
     use std::sync::{Barrier, Mutex};
     let workers = copy_threads();
     // (destination, source, bytes) of the chunk being copied; None ends the workers.
-    let job: Mutex<Option<(SendPtr<u8>, SendPtr<u8>, usize)>> = Mutex::new(None);
+    type Job = Option<(SendPtr<u8>, SendPtr<u8>, usize)>;
+    let job: Mutex<Job> = Mutex::new(None);
     let (start, done) = (Barrier::new(workers + 1), Barrier::new(workers + 1));
     std::thread::scope(|s| {
         for w in 0..workers {

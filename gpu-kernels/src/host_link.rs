@@ -143,8 +143,8 @@ fn host_memory(rows: &mut dyn FnMut(Row), bytes: usize) -> Result<(), GpuError> 
     };
     let pp = pinned.as_mut_ptr();
     for t in [1usize, 4, 8, 16, 32] {
-        // SAFETY: all three buffers hold `bytes` bytes and are distinct.
         let s = median3(true, || {
+            // SAFETY: the buffers hold `bytes` bytes and are distinct.
             unsafe { copy_threads(pp, src.as_ptr(), bytes, t) };
             Ok(())
         })?;
@@ -154,6 +154,7 @@ fn host_memory(rows: &mut dyn FnMut(Row), bytes: usize) -> Result<(), GpuError> 
             s,
         ));
         let s = median3(true, || {
+            // SAFETY: the buffers hold `bytes` bytes and are distinct.
             unsafe { copy_threads(dst.as_mut_ptr(), pp, bytes, t) };
             Ok(())
         })?;
@@ -165,6 +166,7 @@ fn host_memory(rows: &mut dyn FnMut(Row), bytes: usize) -> Result<(), GpuError> 
     }
     for t in [8usize, 16, 32] {
         let s = median3(true, || {
+            // SAFETY: the buffers hold `bytes` bytes and are distinct.
             unsafe { copy_threads(dst.as_mut_ptr(), src.as_ptr(), bytes, t) };
             Ok(())
         })?;
@@ -193,6 +195,7 @@ fn host_memory(rows: &mut dyn FnMut(Row), bytes: usize) -> Result<(), GpuError> 
             s,
         ));
         let s = median3(true, || {
+            // SAFETY: the buffers hold `bytes` bytes and are distinct.
             unsafe { fill_threads(dst.as_mut_ptr(), 4, bytes, t) };
             Ok(())
         })?;
@@ -300,6 +303,7 @@ fn one_gpu(rows: &mut dyn FnMut(Row), dev: u32, bytes: usize) -> Result<(), GpuE
     {
         // SAFETY: src / dst outlive the registrations (dropped at the end of this block).
         let _rs = unsafe { Registered::new(src.as_mut_ptr(), bytes, 0) }?;
+        // SAFETY: as above.
         let _rd = unsafe { Registered::new(dst.as_mut_ptr(), bytes, 0) }?;
         let s = median3(true, || h2d(d0.ptr(), src.as_ptr(), bytes, stream))?;
         rows(rate(
@@ -353,8 +357,8 @@ fn one_gpu(rows: &mut dyn FnMut(Row), dev: u32, bytes: usize) -> Result<(), GpuE
             let h = sc.spawn(move || {
                 let (dst1, src0) = (dst1, src0);
                 let t0 = Instant::now();
-                // SAFETY: p1 and src hold `bytes` bytes.
                 for _ in 0..3 {
+                    // SAFETY: p1 and src hold `bytes` bytes.
                     unsafe { copy_threads(dst1.0, src0.0, bytes, 16) };
                 }
                 let el = t0.elapsed().as_secs_f64();

@@ -260,10 +260,11 @@ pub fn slots() -> &'static [u32] {
 }
 
 /// Opt-in switch for the shim's automatic split: `OZAKI_SPLIT=1`. Off by default because
-/// the first measurement (BENCHMARKS.md, issue #7, 2x H200) found this executor *slower*
-/// split over two GPUs than on one (0.47-0.54x at 16384^3 and 32768^3): every tile re-stages
-/// all of B, and tiles go through host scratch copies. Splitting becomes the default only
-/// once a measurement shows it faster.
+/// the first measurement (BENCHMARKS.md, issue #7, 2x H200) found the split *slower* than one
+/// GPU (its tiles ran one after the other, each re-staging all of B through host scratch).
+/// Split run 2, with tiles concurrent and the pipelined host path, measured it 1.14-1.26x
+/// faster at 16384^3 and 1.30-1.46x at 32768^3; turning it on by default is the engine's
+/// call (`price_split`).
 pub const SPLIT_VAR: &str = "OZAKI_SPLIT";
 
 /// The split plan for a host-resident dgemm, or `None` when it runs on one device:
@@ -294,7 +295,7 @@ mod tests {
         (0..len).map(|_| r.uniform() - 0.5).collect()
     }
 
-    /// The shim never splits unless asked (the split measured slower than one GPU).
+    /// The shim never splits unless asked (`OZAKI_SPLIT=1`).
     #[test]
     fn no_automatic_split_without_opt_in() {
         if std::env::var_os(SPLIT_VAR).is_none() {
