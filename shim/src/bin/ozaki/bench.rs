@@ -18,6 +18,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod host_link;
 mod split;
 
 #[derive(Parser, Debug)]
@@ -62,6 +63,12 @@ struct Args {
     /// for --shapes (default here: 16384,32768), with --reps interleaved repetitions.
     #[arg(long)]
     split: Option<String>,
+    /// Only run the host-memory and host-link microbenchmarks on these devices (e.g. `0,1`).
+    #[arg(long)]
+    host_link: Option<String>,
+    /// Buffer size of the host-link microbenchmarks, MiB.
+    #[arg(long, default_value_t = 1024)]
+    link_mib: usize,
     /// Also write one JSON object per measurement to this file.
     #[arg(long)]
     json: Option<String>,
@@ -212,6 +219,10 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         }
         Ok(())
     };
+    if let Some(devices) = &args.host_link {
+        host_link::run(devices, args.link_mib, &mut emit)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(devices) = &args.split {
         let default_shapes = Args::parse_from(["bench"]).shapes;
         let shapes = if args.shapes == default_shapes {
