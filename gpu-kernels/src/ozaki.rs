@@ -71,6 +71,15 @@ pub use ozaki_core::scaling::ScalingMode;
 /// one modulus fewer than fast on normal data and two on phi = 2; ACCURACY.md).
 pub const DEFAULT_SCALING: ScalingMode = ScalingMode::Norm;
 
+/// The scaling a call asking for `requested` runs ([`Options::scaling`]): the default when
+/// none, and norm for accurate (which needs the coarse product, not implemented here).
+pub fn effective_scaling(requested: Option<ScalingMode>) -> ScalingMode {
+    match requested.unwrap_or(DEFAULT_SCALING) {
+        ScalingMode::Accurate => ScalingMode::Norm,
+        s => s,
+    }
+}
+
 /// What the device pipeline computes.
 #[derive(Debug, Clone, Copy)]
 pub enum Op {
@@ -452,10 +461,7 @@ pub fn gemm(
         Op::Gemm { .. } => 0,
     };
     let nb_rows = if syrk { m } else { m + n };
-    let scaling = match opts.scaling.unwrap_or(DEFAULT_SCALING) {
-        ScalingMode::Accurate => ScalingMode::Norm, // no coarse product on the GPU (see `plan`)
-        s => s,
-    };
+    let scaling = effective_scaling(opts.scaling);
     // per line: u64 max bit pattern, f64 sum |x|, u64 S_i (norm scaling)
     const STATS: usize = 24;
 

@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 
 /// Version of the trace schema written in [`Header::schema`].
 ///
-/// History: 1 = issue #2 fields (+ optional route/engine/GPU/A-B extensions).
+/// History: 1 = issue #2 fields (+ optional route/engine/GPU/A-B extensions, and `scaling`
+/// of the emulated routes, issue #4).
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Which BLAS routine a record describes.
@@ -220,6 +221,10 @@ pub struct CallRecord {
     /// Number of moduli used by an emulated route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moduli: Option<u32>,
+    /// Scaling bound of an emulated route: `fast`, `norm` or `accurate`
+    /// (`ozaki_core::scaling::ScalingMode`, `OZAKI_SCALING`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<String>,
     /// GPU ordinal used by a GPU route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<u32>,

@@ -46,6 +46,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 pub struct RouteOutcome {
     /// Number of moduli an emulated route used.
     pub moduli: Option<u32>,
+    /// Scaling bound an emulated route used (`ScalingMode::name`).
+    pub scaling: Option<&'static str>,
     /// GPU ordinal a GPU route used.
     pub device: Option<u32>,
     /// Measured GPU phase times.
