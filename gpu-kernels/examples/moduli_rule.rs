@@ -9,23 +9,16 @@
 //! Prints a Markdown table (ACCURACY.md, "Norm scaling"): per input family and n = k, the
 //! moduli count of fast and norm scaling, the bits the rule asks for and what the lines keep.
 
-use gpu_kernels::ozaki::{self, RowStats, ScalingMode};
+use gpu_kernels::ozaki::{self, HostRowStats, ScalingMode};
 use ozaki_core::testutil::{Family, Rng, matrix};
 
-/// Max |x| bits, sum |x| and the coarse square sum of `lines` lines of `k` entries.
-fn stats(fam: Family, lines: usize, k: usize, rng: &mut Rng) -> (Vec<u64>, Vec<f64>, Vec<u64>) {
-    let mut out = (Vec::new(), Vec::new(), Vec::new());
+/// Statistics of `lines` lines of `k` entries of the family.
+fn stats(fam: Family, lines: usize, k: usize, rng: &mut Rng) -> HostRowStats {
+    let mut s = HostRowStats::default();
     for _ in 0..lines {
-        let line = matrix(fam, k, 1, rng);
-        let mx = line.iter().map(|v| v.abs().to_bits()).max().unwrap_or(0);
-        out.0.push(mx);
-        out.1.push(line.iter().map(|v| v.abs()).sum());
-        out.2.push(
-            ozaki::exponent_of_bits(mx)
-                .map_or(0, |e| ozaki_core::scaling::coarse_square_sum(&line, e)),
-        );
+        s.push(&matrix(fam, k, 1, rng));
     }
-    out
+    s
 }
 
 fn main() {
@@ -46,18 +39,7 @@ fn main() {
             let k = n;
             let a = stats(fam, n, k, &mut rng);
             let b = stats(fam, n, k, &mut rng);
-            let (ra, rb) = (
-                RowStats {
-                    maxbits: &a.0,
-                    abssum: &a.1,
-                    coarse_sq: &a.2,
-                },
-                RowStats {
-                    maxbits: &b.0,
-                    abssum: &b.1,
-                    coarse_sq: &b.2,
-                },
-            );
+            let (ra, rb) = (a.view(), b.view());
             let fast = ozaki::plan(ra, rb, k, None, ScalingMode::Fast).expect("fast plan");
             let norm = ozaki::plan(ra, rb, k, None, ScalingMode::Norm).expect("norm plan");
             let kept = ozaki::fewest_norm_bits(&ra, &rb, norm.moduli);

@@ -13,30 +13,23 @@
 //! `H(r_ok - 1)`, and gives normal data 14 moduli when the base is at most `H(14)`. The last
 //! lines print the interval these bounds leave and where `NORM_BASE_BITS` lies in it.
 
-use gpu_kernels::ozaki::{self, NORM_BASE_BITS, RowStats, ScalingMode};
+use gpu_kernels::ozaki::{self, HostRowStats, NORM_BASE_BITS, ScalingMode};
 use ozaki_core::accuracy::Reference;
 use ozaki_core::emulate::{self, EmulationConfig, Moduli};
 use ozaki_core::testutil::{Family, Rng, matrix};
 
-/// Max |x| bits, sum |x| and the coarse square sum per line; `rows`: lines are the rows of a
-/// column-major `lines x k` matrix, else its columns (`k x lines`).
-fn stats(x: &[f64], lines: usize, k: usize, rows: bool) -> (Vec<u64>, Vec<f64>, Vec<u64>) {
-    let mut out = (Vec::new(), Vec::new(), Vec::new());
+/// Statistics per line; `rows`: lines are the rows of a column-major `lines x k` matrix,
+/// else its columns (`k x lines`).
+fn stats(x: &[f64], lines: usize, k: usize, rows: bool) -> HostRowStats {
+    let mut s = HostRowStats::default();
     for i in 0..lines {
-        let line: Vec<f64> = if rows {
-            (0..k).map(|l| x[i + l * lines]).collect()
+        if rows {
+            s.push(&(0..k).map(|l| x[i + l * lines]).collect::<Vec<_>>());
         } else {
-            x[i * k..(i + 1) * k].to_vec()
-        };
-        let mx = line.iter().map(|v| v.abs().to_bits()).max().unwrap_or(0);
-        out.0.push(mx);
-        out.1.push(line.iter().map(|v| v.abs()).sum());
-        out.2.push(
-            ozaki::exponent_of_bits(mx)
-                .map_or(0, |e| ozaki_core::scaling::coarse_square_sum(&line, e)),
-        );
+            s.push(&x[i * k..(i + 1) * k]);
+        }
     }
-    out
+    s
 }
 
 fn main() {
@@ -77,16 +70,7 @@ fn main() {
                     })
                 };
                 let (sa, sb) = (stats(&a, m, k, true), stats(&b, n, k, false));
-                let ra = RowStats {
-                    maxbits: &sa.0,
-                    abssum: &sa.1,
-                    coarse_sq: &sa.2,
-                };
-                let rb = RowStats {
-                    maxbits: &sb.0,
-                    abssum: &sb.1,
-                    coarse_sq: &sb.2,
-                };
+                let (ra, rb) = (sa.view(), sb.view());
                 let asked = ozaki::needed_bits(&ra, &rb, k, ScalingMode::Norm) - NORM_BASE_BITS;
                 let headroom = |r| ozaki::fewest_norm_bits(&ra, &rb, r) - asked;
                 let Some(r_ok) = COUNTS.clone().find(|&r| ratio(r) < 1.0) else {

@@ -179,6 +179,40 @@ pub struct RowStats<'a> {
     pub coarse_sq: &'a [u64],
 }
 
+/// The owned, host-computed form of [`RowStats`]: what the scan and `coarse_norms_*` kernels
+/// compute per line, from ozaki-core's definitions. For the tests and tools that study the
+/// moduli rule without a GPU (`examples/moduli_rule.rs`, `examples/norm_rule_fit.rs`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostRowStats {
+    /// max |x| per line, as IEEE bit patterns.
+    pub maxbits: Vec<u64>,
+    /// sum |x| per line.
+    pub abssum: Vec<f64>,
+    /// `S = sum ā^2` per line (`ozaki_core::scaling::coarse_square_sum`).
+    pub coarse_sq: Vec<u64>,
+}
+
+impl HostRowStats {
+    /// Appends the statistics of one line.
+    pub fn push(&mut self, line: &[f64]) {
+        let mx = line.iter().map(|v| v.abs().to_bits()).max().unwrap_or(0);
+        self.maxbits.push(mx);
+        self.abssum.push(line.iter().map(|v| v.abs()).sum());
+        self.coarse_sq.push(
+            exponent_of_bits(mx).map_or(0, |e| ozaki_core::scaling::coarse_square_sum(line, e)),
+        );
+    }
+
+    /// The borrowed view [`plan`] takes.
+    pub fn view(&self) -> RowStats<'_> {
+        RowStats {
+            maxbits: &self.maxbits,
+            abssum: &self.abssum,
+            coarse_sq: &self.coarse_sq,
+        }
+    }
+}
+
 impl RowStats<'_> {
     /// Largest in-row spread max|x| / mean|x| over the nonzero rows (1 for constant rows).
     pub fn spread(&self, k: usize) -> f64 {
@@ -865,23 +899,11 @@ mod tests {
             "unreachable accuracy takes every modulus"
         );
     }
-    /// Line statistics as the scan and `coarse_norms_*` kernels compute them, from
-    /// ozaki-core's definitions (lines packed one after another, `k` entries each).
-    fn line_stats(x: &[f64], k: usize) -> (Vec<u64>, Vec<f64>, Vec<u64>) {
-        x.chunks(k)
-            .map(|line| {
-                let mx = line.iter().map(|v| v.abs().to_bits()).max().unwrap_or(0);
-                let sum = line.iter().map(|v| v.abs()).sum();
-                let sq = exponent_of_bits(mx)
-                    .map_or(0, |e| ozaki_core::scaling::coarse_square_sum(line, e));
-                (mx, sum, sq)
-            })
-            .fold((vec![], vec![], vec![]), |mut acc, (m, s, q)| {
-                acc.0.push(m);
-                acc.1.push(s);
-                acc.2.push(q);
-                acc
-            })
+    /// Line statistics of lines packed one after another, `k` entries each.
+    fn line_stats(x: &[f64], k: usize) -> HostRowStats {
+        let mut s = HostRowStats::default();
+        x.chunks(k).for_each(|line| s.push(line));
+        s
     }
 
     #[test]
@@ -900,26 +922,16 @@ mod tests {
         );
         a.extend(matrix(Family::Spread(2.0), k, 1, &mut rng));
         let b = matrix(Family::Normal, k, 3, &mut rng);
-        let (am, asum, asq) = line_stats(&a, k);
-        let (bm, bsum, bsq) = line_stats(&b, k);
-        let ra = RowStats {
-            maxbits: &am,
-            abssum: &asum,
-            coarse_sq: &asq,
-        };
-        let rb = RowStats {
-            maxbits: &bm,
-            abssum: &bsum,
-            coarse_sq: &bsq,
-        };
+        let (sa, sb) = (line_stats(&a, k), line_stats(&b, k));
+        let (ra, rb) = (sa.view(), sb.view());
         let exps = Exponents {
-            rows: am.iter().map(|&x| exponent_of_bits(x)).collect(),
-            cols: bm.iter().map(|&x| exponent_of_bits(x)).collect(),
+            rows: sa.maxbits.iter().map(|&x| exponent_of_bits(x)).collect(),
+            cols: sb.maxbits.iter().map(|&x| exponent_of_bits(x)).collect(),
         };
         let bounds = CoarseBounds::norm(&exps, &a, &b, k);
         assert_eq!(
             bounds.rows, ra.coarse_sq,
-            "the kernels' S_i are ozaki-core's"
+            "HostRowStats' S_i are CoarseBounds::norm's"
         );
         for r in [8usize, 14, 16, 20] {
             let ours = plan(ra, rb, k, Some(r), ScalingMode::Norm).unwrap();

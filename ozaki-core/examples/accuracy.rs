@@ -203,7 +203,10 @@ fn main() {
     }
 
     print!("{}", HEADER);
-    println!("Last generated: {} (UTC).\n", utc_date());
+    println!(
+        "Last generated: {} (UTC).\n",
+        &ozaki_core::engine::profile::utc_now()[..10]
+    );
     println!(
         "| family | m x n x k | native max / median | default: moduli, est (u), max / median, max/γ_k | fast: moduli, max | norm: moduli, max | {} |",
         FIXED.map(|r| format!("r={r} max (est u)")).join(" | ")
@@ -380,21 +383,3 @@ for the same moduli (tests/device.rs); accurate mode's row bounds take a maximum
 columns, so in a larger product its shifts can only be smaller. "auto r" is the CPU route's
 choice for this block; the GPU route's own rule is in the next table.
 "#;
-
-/// Today's date (UTC) as YYYY-MM-DD, from the system clock (civil-from-days, proleptic
-/// Gregorian calendar).
-fn utc_date() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let z = (secs / 86400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}

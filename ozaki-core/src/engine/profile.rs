@@ -293,6 +293,31 @@ impl Profile {
     }
 }
 
+/// The current time, UTC, as `YYYY-MM-DDTHH:MM:SSZ` (a profile's `date`; the first ten
+/// characters date generated tables). Civil date from days since 1970-01-01 (Howard
+/// Hinnant's algorithm).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86400, secs % 86400);
+    let z = days as i64 + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// `$XDG_CACHE_HOME/ozaki` or `$HOME/.cache/ozaki` (the same folder the GPU kernel cache uses).
 pub fn cache_dir() -> Option<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME") {

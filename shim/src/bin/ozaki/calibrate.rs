@@ -199,29 +199,6 @@ fn print_profile_summary(p: &Profile) {
     }
 }
 
-fn now_utc() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86400, secs % 86400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 fn machine() -> Machine {
     let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
         s.lines()
@@ -238,7 +215,7 @@ fn machine() -> Machine {
         cuda: None,
         cpu,
         host,
-        date: Some(now_utc()),
+        date: Some(ozaki_core::engine::profile::utc_now()),
     }
 }
 
