@@ -17,6 +17,15 @@ macro_rules! kernel_args {
     };
 }
 
+/// The per-line kernels ([`Kernels::per_line`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PerLine {
+    /// `scan_rows_*`: max |x| and sum |x| per row.
+    Scan,
+    /// `coarse_norms_*`: norm scaling's coarse square sums, from the scan's maxima.
+    CoarseNorms,
+}
+
 /// Loaded module and its entry points.
 pub struct Kernels {
     _module: sys::CUmodule,
@@ -83,68 +92,18 @@ impl Kernels {
         })
     }
 
-    /// Max |x| bit pattern and sum of |x| per row of an operand (`maxbits` and `abssum` must
-    /// be zeroed first). `contig`:
-    /// the row's elements are adjacent in memory (x[l + row*ld]), else rows are adjacent.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn scan(
+    /// Launches a per-line kernel over the rows of an operand `(x, ld, contig, rows, kdim)`;
+    /// `contig`: a row's elements are adjacent in memory (x[l + row*ld]), else rows are
+    /// adjacent. The two outputs (zeroed first) are, per row:
+    /// - [`PerLine::Scan`]: `p` the max |x| bit pattern (u64), `q` the sum of |x| (f64);
+    /// - [`PerLine::CoarseNorms`]: `p` the maxima the scan wrote (read), `q` norm scaling's
+    ///   `S_i = sum_l ā_il^2` (u64; `ozaki_core::scaling`, step 3). Launch it after the scan
+    ///   on the same stream.
+    ///
+    /// Geometry: [`line_geometry`].
+    pub(crate) unsafe fn per_line(
         &self,
-        stream: sys::CUstream,
-        x: sys::CUdeviceptr,
-        ld: i64,
-        contig: bool,
-        rows: i32,
-        kdim: i32,
-        maxbits: sys::CUdeviceptr,
-        abssum: sys::CUdeviceptr,
-    ) -> Result<(), GpuError> {
-        // SAFETY: forwarded from the caller; both kernels take (x, ld, rows, kdim[, lchunk],
-        // maxbits, abssum).
-        unsafe {
-            self.per_line(
-                (self.scan_contig, self.scan_strided),
-                stream,
-                (x, ld, contig, rows, kdim),
-                maxbits,
-                abssum,
-            )
-        }
-    }
-
-    /// Norm scaling's `S_i = sum_l ā_il^2` per row of an operand (`ozaki_core::scaling`,
-    /// step 3), from the maxima of [`Kernels::scan`] (launched before it on `stream`); `sq`
-    /// must be zeroed first. Same row geometry as the scan.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn coarse_norms(
-        &self,
-        stream: sys::CUstream,
-        x: sys::CUdeviceptr,
-        ld: i64,
-        contig: bool,
-        rows: i32,
-        kdim: i32,
-        maxbits: sys::CUdeviceptr,
-        sq: sys::CUdeviceptr,
-    ) -> Result<(), GpuError> {
-        // SAFETY: forwarded from the caller; both kernels take (x, ld, rows, kdim[, lchunk],
-        // maxbits, sq).
-        unsafe {
-            self.per_line(
-                (self.norms_contig, self.norms_strided),
-                stream,
-                (x, ld, contig, rows, kdim),
-                maxbits,
-                sq,
-            )
-        }
-    }
-
-    /// Launches one of the per-line kernels (scan, coarse norms) over an operand's rows with
-    /// [`line_geometry`]: `fns` = (contiguous-row kernel, strided-row kernel), both taking
-    /// `(x, ld, rows, kdim, [lchunk,] p, q)` with two device pointers `p`, `q`.
-    unsafe fn per_line(
-        &self,
-        fns: (sys::CUfunction, sys::CUfunction),
+        kernel: PerLine,
         stream: sys::CUstream,
         operand: (sys::CUdeviceptr, i64, bool, i32, i32),
         p: sys::CUdeviceptr,
@@ -152,6 +111,10 @@ impl Kernels {
     ) -> Result<(), GpuError> {
         let (mut x, mut ld, contig, mut rows, mut kdim) = operand;
         let (mut p, mut q) = (p, q);
+        let fns = match kernel {
+            PerLine::Scan => (self.scan_contig, self.scan_strided),
+            PerLine::CoarseNorms => (self.norms_contig, self.norms_strided),
+        };
         let (grid, block, mut lchunk) = line_geometry(contig, rows, kdim);
         if contig {
             let mut args = kernel_args![x, ld, rows, kdim, p, q];

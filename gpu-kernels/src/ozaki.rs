@@ -39,6 +39,7 @@
 use crate::crt::{CrtTable, MAX_MODULI, ResidueTable};
 use crate::device::{Gpu, sync};
 use crate::error::{Context, GpuError};
+use crate::kernels::PerLine;
 use crate::lt_int8::{self, MAX_K, Shape};
 use crate::timing::{Marks, Phase};
 use cudarc::driver::sys;
@@ -515,33 +516,22 @@ pub fn gemm(
         if let Some((b, ldb, contig)) = b_operand {
             operands.push((b, ldb as i64, contig, n as i32, m as u64));
         }
-        // SAFETY: A (and B) cover the BLAS-checked extents for their leading dimensions; the
-        // stats have m (+ n) slots of each kind.
-        unsafe {
+        // the scan, then with norm scaling a second pass for S_i from the row exponents
+        let mut passes = vec![(PerLine::Scan, abssum)];
+        if scaling == ScalingMode::Norm {
+            passes.push((PerLine::CoarseNorms, coarse_sq));
+        }
+        for (pass, out) in passes {
             for &(x, ld, contig, rows, slot) in &operands {
-                kern.scan(
-                    stream,
-                    x,
-                    ld,
-                    contig,
-                    rows,
-                    k as i32,
-                    maxbits + 8 * slot,
-                    abssum + 8 * slot,
-                )?;
-            }
-            if scaling == ScalingMode::Norm {
-                // second pass: S_i from the row exponents just found
-                for &(x, ld, contig, rows, slot) in &operands {
-                    kern.coarse_norms(
+                // SAFETY: A (and B) cover the BLAS-checked extents for their leading
+                // dimensions; the stats have m (+ n) slots of each kind.
+                unsafe {
+                    kern.per_line(
+                        pass,
                         stream,
-                        x,
-                        ld,
-                        contig,
-                        rows,
-                        k as i32,
+                        (x, ld, contig, rows, k as i32),
                         maxbits + 8 * slot,
-                        coarse_sq + 8 * slot,
+                        out + 8 * slot,
                     )?;
                 }
             }
