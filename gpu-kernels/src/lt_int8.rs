@@ -84,7 +84,189 @@ fn layout(
 }
 
 /// Heuristic candidates timed on first sight of a shape.
-const CANDIDATES: usize = 4;
+const CANDIDATES: usize = 8;
+
+/// Descriptors of one batched product shape (one plane per call).
+struct Problem {
+    desc: Desc,
+    la: Layout,
+    lb: Layout,
+    ld: Layout,
+    strides: (i64, i64, i64),
+}
+
+impl Problem {
+    fn new(shape: Shape) -> Result<Problem, GpuError> {
+        let desc = Desc(
+            result::create_matmul_desc(
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32I,
+                sys::cudaDataType::CUDA_R_32I,
+            )
+            .ctx("cublasLtMatmulDescCreate")?,
+        );
+        let trans: i32 = 1; // CUBLAS_OP_T
+        // SAFETY: desc is live; TRANSA takes an int32 cublasOperation_t.
+        unsafe {
+            result::set_matmul_desc_attribute(
+                desc.0,
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                &trans as *const i32 as *const c_void,
+                4,
+            )
+            .ctx("TRANSA")?;
+        }
+        let i8 = sys::cudaDataType::CUDA_R_8I;
+        Ok(Problem {
+            desc,
+            la: layout(i8, shape.k, shape.m, shape.k as i64, 1, 0)?,
+            lb: layout(i8, shape.k, shape.n, shape.k as i64, 1, 0)?,
+            ld: layout(
+                sys::cudaDataType::CUDA_R_32I,
+                shape.m,
+                shape.n,
+                shape.m as i64,
+                1,
+                0,
+            )?,
+            strides: shape.strides,
+        })
+    }
+
+    /// Product p of the batch with `algo`.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        gpu: &Gpu,
+        stream: cudarc::driver::sys::CUstream,
+        algo: &sys::cublasLtMatmulAlgo_t,
+        (a, b, d): (u64, u64, u64),
+        p: usize,
+    ) -> Result<(), GpuError> {
+        let (sa, sb, sd) = self.strides;
+        let (alpha, beta) = (1i32, 0i32);
+        let dp = d + 4 * (p as i64 * sd) as u64;
+        // SAFETY: all descriptors are live; pointers are device buffers of the sizes in the
+        // shape; the workspace is LT_WORKSPACE bytes as promised to the heuristic.
+        unsafe {
+            result::matmul(
+                gpu.lt,
+                self.desc.0,
+                &alpha as *const i32 as *const c_void,
+                &beta as *const i32 as *const c_void,
+                (a + (p as i64 * sa) as u64) as *const c_void,
+                self.la.0,
+                (b + (p as i64 * sb) as u64) as *const c_void,
+                self.lb.0,
+                dp as *const c_void,
+                self.ld.0,
+                dp as *mut c_void,
+                self.ld.0,
+                algo,
+                gpu.lt_workspace.ptr() as *mut c_void,
+                LT_WORKSPACE,
+                stream as sys::cudaStream_t,
+            )
+            .ctx("cublasLtMatmul (int8)")
+        }
+    }
+
+    /// Seconds of one product with `algo`: one untimed warm-up (the first launch of a kernel
+    /// also loads its module, which would decide a comparison at small sizes), then the
+    /// faster of two timed runs.
+    fn time(
+        &self,
+        gpu: &Gpu,
+        stream: cudarc::driver::sys::CUstream,
+        algo: &sys::cublasLtMatmulAlgo_t,
+        ptrs: (u64, u64, u64),
+    ) -> Result<f64, GpuError> {
+        self.run(gpu, stream, algo, ptrs, 0)?;
+        let t1 = crate::measure::time_once(stream, || self.run(gpu, stream, algo, ptrs, 0))?;
+        let t2 = crate::measure::time_once(stream, || self.run(gpu, stream, algo, ptrs, 0))?;
+        Ok(t1.min(t2))
+    }
+}
+
+/// The algorithm and, where it supports CTA swizzling and cuBLASLt accepts the change, the
+/// same algorithm with the swizzling toggled (`true`).
+fn swizzle_variants(
+    gpu: &Gpu,
+    prob: &Problem,
+    algo: sys::cublasLtMatmulAlgo_t,
+) -> Vec<(sys::cublasLtMatmulAlgo_t, bool)> {
+    use sys::cublasLtMatmulAlgoConfigAttributes_t as C;
+    let mut variants = vec![(algo, false)];
+    let mut support = 0u32;
+    let mut written = 0usize;
+    // SAFETY: algo is initialised; u32 out-parameter.
+    let st = unsafe {
+        sys::cublasLtMatmulAlgoCapGetAttribute(
+            &algo,
+            sys::cublasLtMatmulAlgoCapAttributes_t::CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT,
+            &mut support as *mut u32 as *mut c_void,
+            4,
+            &mut written,
+        )
+    };
+    if st != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS || support == 0 {
+        return variants;
+    }
+    let mut alt = algo;
+    let swz = 1 - config_u32(&alt, C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING).min(1);
+    // SAFETY: alt is a copy of an initialised algorithm; u32 attribute value.
+    let set = unsafe {
+        sys::cublasLtMatmulAlgoConfigSetAttribute(
+            &mut alt,
+            C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+            &swz as *const u32 as *const c_void,
+            4,
+        )
+    };
+    // SAFETY: zeroed plain-data struct as out-parameter; descriptors are live.
+    let mut chk: sys::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
+    let ok = set == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+        // SAFETY: as above.
+        && unsafe {
+            sys::cublasLtMatmulAlgoCheck(
+                gpu.lt,
+                prob.desc.0,
+                prob.la.0,
+                prob.lb.0,
+                prob.ld.0,
+                prob.ld.0,
+                &alt,
+                &mut chk,
+            )
+        } == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+        && chk.workspaceSize <= LT_WORKSPACE;
+    if ok {
+        variants.push((alt, true));
+    }
+    variants
+}
+
+/// First-use choice: the fastest of the heuristic's candidates, each also with its CTA
+/// swizzling toggled, timed (warmed up) at the real size on the first plane. Returns the
+/// algorithm and its (rank, toggled) in `found`.
+fn choose(
+    gpu: &Gpu,
+    stream: cudarc::driver::sys::CUstream,
+    prob: &Problem,
+    found: &[sys::cublasLtMatmulHeuristicResult_t],
+    ptrs: (u64, u64, u64),
+) -> (sys::cublasLtMatmulAlgo_t, (usize, bool)) {
+    let mut best = (f64::INFINITY, found[0].algo, (0, false));
+    for (rank, cand) in found.iter().take(CANDIDATES).enumerate() {
+        for (algo, toggled) in swizzle_variants(gpu, prob, cand.algo) {
+            if let Ok(t) = prob.time(gpu, stream, &algo, ptrs)
+                && t < best.0
+            {
+                best = (t, algo, (rank, toggled));
+            }
+        }
+    }
+    (best.1, best.2)
+}
 
 /// D_p = A_p^T B_p for p < batch, on `stream`. Pointers are device addresses of int8 planes
 /// (A, B) and int32 planes (D) with the strides in `shape`.
@@ -92,8 +274,8 @@ const CANDIDATES: usize = 4;
 /// Measured on the H200 (BENCHMARKS.md): one cuBLASLt call per modulus reaches 1277-1456
 /// TOPS where a single strided-batched call reaches 1149-1241, so the moduli are issued as
 /// back-to-back single products sharing one descriptor set and one cached algorithm. On the
-/// first call of a shape the heuristic's top candidates are each timed on the first modulus
-/// and the fastest is kept.
+/// first call of a shape the heuristic's top candidates (and their CTA-swizzling variants) are
+/// each timed (warmed up) on the first modulus and the fastest is kept.
 pub fn batched(
     gpu: &mut Gpu,
     stream: cudarc::driver::sys::CUstream,
@@ -105,76 +287,7 @@ pub fn batched(
     if gpu.lt.is_null() {
         return Err(GpuError::Unavailable("no cuBLASLt handle".into()));
     }
-    let desc = Desc(
-        result::create_matmul_desc(
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32I,
-            sys::cudaDataType::CUDA_R_32I,
-        )
-        .ctx("cublasLtMatmulDescCreate")?,
-    );
-    let trans: i32 = 1; // CUBLAS_OP_T
-    // SAFETY: desc is live; TRANSA takes an int32 cublasOperation_t.
-    unsafe {
-        result::set_matmul_desc_attribute(
-            desc.0,
-            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-            &trans as *const i32 as *const c_void,
-            4,
-        )
-        .ctx("TRANSA")?;
-    }
-    let la = layout(
-        sys::cudaDataType::CUDA_R_8I,
-        shape.k,
-        shape.m,
-        shape.k as i64,
-        1,
-        0,
-    )?;
-    let lb = layout(
-        sys::cudaDataType::CUDA_R_8I,
-        shape.k,
-        shape.n,
-        shape.k as i64,
-        1,
-        0,
-    )?;
-    let ld = layout(
-        sys::cudaDataType::CUDA_R_32I,
-        shape.m,
-        shape.n,
-        shape.m as i64,
-        1,
-        0,
-    )?;
-    let (sa, sb, sd) = shape.strides;
-    let run = |algo: &sys::cublasLtMatmulAlgo_t, p: usize| -> Result<(), GpuError> {
-        let (alpha, beta) = (1i32, 0i32);
-        let dp = d + 4 * (p as i64 * sd) as u64;
-        // SAFETY: all descriptors are live; pointers are device buffers of the sizes in shape;
-        // the workspace is LT_WORKSPACE bytes as promised to the heuristic.
-        unsafe {
-            result::matmul(
-                gpu.lt,
-                desc.0,
-                &alpha as *const i32 as *const c_void,
-                &beta as *const i32 as *const c_void,
-                (a + (p as i64 * sa) as u64) as *const c_void,
-                la.0,
-                (b + (p as i64 * sb) as u64) as *const c_void,
-                lb.0,
-                dp as *const c_void,
-                ld.0,
-                dp as *mut c_void,
-                ld.0,
-                algo,
-                gpu.lt_workspace.ptr() as *mut c_void,
-                LT_WORKSPACE,
-                stream as sys::cudaStream_t,
-            )
-            .ctx("cublasLtMatmul (int8)")
-        }
-    };
+    let prob = Problem::new(shape)?;
     let key = Shape {
         batch: 1,
         strides: (0, 0, 0),
@@ -183,43 +296,120 @@ pub fn batched(
     let algo = match gpu.algo_cache.get(&key) {
         Some(a) => *a,
         None => {
-            let found = candidates(gpu.lt, &desc, &la, &lb, &ld)?;
-            let mut best = (f64::INFINITY, found[0].algo);
-            if found.len() > 1 {
-                for cand in &found {
-                    let t = crate::measure::time_once(stream, || run(&cand.algo, 0));
-                    if let Ok(t) = t
-                        && t < best.0
-                    {
-                        best = (t, cand.algo);
-                    }
-                }
-            }
-            gpu.algo_cache.insert(key, best.1);
-            best.1
+            let found = candidates(gpu.lt, &prob, CANDIDATES)?;
+            let (algo, _) = choose(gpu, stream, &prob, &found, (a, b, d));
+            gpu.algo_cache.insert(key, algo);
+            algo
         }
     };
     for p in 0..shape.batch as usize {
-        run(&algo, p)?;
+        prob.run(gpu, stream, &algo, (a, b, d), p)?;
     }
     Ok(())
 }
 
-/// Up to [`CANDIDATES`] algorithms the heuristic proposes for this problem.
+/// One algorithm of [`sweep`]: its configuration and the rate of `batch` back-to-back
+/// products with it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AlgoRate {
+    /// Rank in the heuristic's list (0 = its first choice).
+    pub rank: usize,
+    /// CUBLASLT_ALGO_CONFIG_ID.
+    pub algo_id: u32,
+    /// Tile, stages, split-k, CTA swizzling, custom option, cluster shape ids.
+    pub config: [u32; 6],
+    /// Whether the swizzling was toggled from the heuristic's choice.
+    pub swizzle_toggled: bool,
+    /// Whether [`batched`]'s first-use selection would pick this one.
+    pub route_choice: bool,
+    /// int8 TOPS (2 m n k batch / s), median of the timed repetitions.
+    pub tops: f64,
+}
+
+fn config_u32(
+    algo: &sys::cublasLtMatmulAlgo_t,
+    attr: sys::cublasLtMatmulAlgoConfigAttributes_t,
+) -> u32 {
+    let mut v = [0u8; 8];
+    let mut written = 0usize;
+    // SAFETY: algo is an initialised algorithm; the buffer holds any config attribute (<= 8 bytes).
+    let st = unsafe {
+        sys::cublasLtMatmulAlgoConfigGetAttribute(
+            algo,
+            attr,
+            v.as_mut_ptr() as *mut c_void,
+            8,
+            &mut written,
+        )
+    };
+    if st != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return u32::MAX;
+    }
+    match written {
+        1 => v[0] as u32,
+        2 => u16::from_le_bytes([v[0], v[1]]) as u32,
+        _ => u32::from_le_bytes([v[0], v[1], v[2], v[3]]),
+    }
+}
+
+/// Times up to `max_algos` of the heuristic's algorithms for one product shape (each also
+/// with the CTA swizzling toggled where the algorithm supports it), `batch` back-to-back
+/// products per repetition as the route issues them, on random int8 planes; for `ozaki bench
+/// --int8-sweep` (issue #4: why the int8 rate drops at n = 16384).
+pub fn sweep(
+    gpu: &mut Gpu,
+    shape: Shape,
+    max_algos: usize,
+    reps: usize,
+    (a, b, d): (u64, u64, u64),
+) -> Result<Vec<AlgoRate>, GpuError> {
+    use sys::cublasLtMatmulAlgoConfigAttributes_t as C;
+    let stream = gpu.stream;
+    let prob = Problem::new(shape)?;
+    let found = candidates(gpu.lt, &prob, max_algos)?;
+    let (_, route) = choose(gpu, stream, &prob, &found, (a, b, d));
+    let ops = 2.0 * (shape.m * shape.n * shape.k) as f64 * shape.batch as f64;
+    let mut out = Vec::new();
+    for (rank, cand) in found.iter().enumerate() {
+        for (algo, toggled) in swizzle_variants(gpu, &prob, cand.algo) {
+            let t = crate::measure::time_median(stream, reps, || {
+                (0..shape.batch as usize)
+                    .try_for_each(|p| prob.run(gpu, stream, &algo, (a, b, d), p))
+            });
+            let Ok(t) = t else { continue };
+            out.push(AlgoRate {
+                rank,
+                algo_id: config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_ID),
+                config: [
+                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_TILE_ID),
+                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+                ],
+                swizzle_toggled: toggled,
+                route_choice: (rank, toggled) == route,
+                tops: ops / t / 1e12,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Up to `count` algorithms the heuristic proposes for this problem, best first.
 fn candidates(
     handle: sys::cublasLtHandle_t,
-    desc: &Desc,
-    la: &Layout,
-    lb: &Layout,
-    ld: &Layout,
+    prob: &Problem,
+    count: usize,
 ) -> Result<Vec<sys::cublasLtMatmulHeuristicResult_t>, GpuError> {
     let pref = result::create_matmul_pref().ctx("cublasLtMatmulPreferenceCreate")?;
     let ws = LT_WORKSPACE as u64;
     // SAFETY: zeroed plain-data structs are valid out-parameter storage.
     let mut out: Vec<sys::cublasLtMatmulHeuristicResult_t> =
-        vec![unsafe { std::mem::zeroed() }; CANDIDATES];
-    let mut count = 0i32;
-    // SAFETY: pref and descriptors are live; out has room for CANDIDATES results.
+        vec![unsafe { std::mem::zeroed() }; count];
+    let mut returned = 0i32;
+    // SAFETY: pref and descriptors are live; out has room for `count` results.
     let status = unsafe {
         result::set_matmul_pref_attribute(
             pref,
@@ -231,15 +421,15 @@ fn candidates(
         .and_then(|_| {
             sys::cublasLtMatmulAlgoGetHeuristic(
                 handle,
-                desc.0,
-                la.0,
-                lb.0,
-                ld.0,
-                ld.0,
+                prob.desc.0,
+                prob.la.0,
+                prob.lb.0,
+                prob.ld.0,
+                prob.ld.0,
                 pref,
-                CANDIDATES as i32,
+                count as i32,
                 out.as_mut_ptr(),
-                &mut count,
+                &mut returned,
             )
             .result()
             .ctx("cublasLtMatmulAlgoGetHeuristic (int8)")
@@ -248,7 +438,7 @@ fn candidates(
     // SAFETY: pref is live and not used afterwards.
     let _ = unsafe { result::destroy_matmul_pref(pref) };
     status?;
-    out.truncate(count.max(0) as usize);
+    out.truncate(returned.max(0) as usize);
     out.retain(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
     if out.is_empty() {
         return Err(GpuError::Unsupported(

@@ -388,7 +388,7 @@ pub fn gemm(
     };
 
     // 3. residues
-    let rtab = &tables()[r].0.for_bits(plan.bits);
+    let rtab = &tables()[r].0;
     let plane_a = m * kpad;
     let plane_b = n * kpad;
     let planes_a = gpu.workspace.get("planes_a", r * plane_a)?;

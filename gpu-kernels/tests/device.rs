@@ -419,10 +419,26 @@ fn equals_the_cpu_reference_route_bit_for_bit() {
     if !have_gpu() {
         return;
     }
+    assert_bits_equal_cpu_route((41, 23, 77), &[8, 14, 16, 20], 17);
+}
+
+/// m % 4 == 0 takes the reconstruction's four-rows-per-thread kernels (`reconstruct_quad`,
+/// `reconstruct_quad_w4`); small k makes the scaled entries reach 2^58..2^62 for r >= 16 (the
+/// widest inputs of the residue formula), r = 17 and 20 the 5-limb weights.
+#[test]
+fn row_quads_equal_the_cpu_reference_route_bit_for_bit() {
+    if !have_gpu() {
+        return;
+    }
+    assert_bits_equal_cpu_route((64, 29, 150), &[8, 13, 15, 16, 17, 20], 29);
+}
+
+/// The GPU route with r moduli gives the CPU reference route's bits (fast scaling, exact
+/// reconstruction) for three transpose / alpha / beta cases on exponent-spread inputs.
+fn assert_bits_equal_cpu_route((m, n, k): (usize, usize, usize), moduli: &[usize], seed: u64) {
     use ozaki_core::emulate::{self, EmulationConfig, Moduli, Reconstruction, ScalingMode};
-    let mut rng = Rng(17);
-    let (m, n, k) = (41, 23, 77);
-    for r in [8, 14, 16, 20] {
+    let mut rng = Rng(seed);
+    for &r in moduli {
         for (transa, transb, alpha, beta) in [
             (Trans::No, Trans::No, 1.0, 0.0),
             (Trans::Yes, Trans::No, -0.5, 1.0),
