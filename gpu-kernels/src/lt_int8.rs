@@ -83,9 +83,6 @@ fn layout(
     Ok(l)
 }
 
-/// Heuristic candidates timed on first sight of a shape.
-const CANDIDATES: usize = 8;
-
 /// Descriptors of one batched product shape (one plane per call).
 struct Problem {
     desc: Desc,
@@ -169,103 +166,6 @@ impl Problem {
             .ctx("cublasLtMatmul (int8)")
         }
     }
-
-    /// Seconds of one product with `algo`: one untimed warm-up (the first launch of a kernel
-    /// also loads its module, which would decide a comparison at small sizes), then the
-    /// faster of two timed runs.
-    fn time(
-        &self,
-        gpu: &Gpu,
-        stream: cudarc::driver::sys::CUstream,
-        algo: &sys::cublasLtMatmulAlgo_t,
-        ptrs: (u64, u64, u64),
-    ) -> Result<f64, GpuError> {
-        self.run(gpu, stream, algo, ptrs, 0)?;
-        let t1 = crate::measure::time_once(stream, || self.run(gpu, stream, algo, ptrs, 0))?;
-        let t2 = crate::measure::time_once(stream, || self.run(gpu, stream, algo, ptrs, 0))?;
-        Ok(t1.min(t2))
-    }
-}
-
-/// The algorithm and, where it supports CTA swizzling and cuBLASLt accepts the change, the
-/// same algorithm with the swizzling toggled (`true`).
-fn swizzle_variants(
-    gpu: &Gpu,
-    prob: &Problem,
-    algo: sys::cublasLtMatmulAlgo_t,
-) -> Vec<(sys::cublasLtMatmulAlgo_t, bool)> {
-    use sys::cublasLtMatmulAlgoConfigAttributes_t as C;
-    let mut variants = vec![(algo, false)];
-    let mut support = 0u32;
-    let mut written = 0usize;
-    // SAFETY: algo is initialised; u32 out-parameter.
-    let st = unsafe {
-        sys::cublasLtMatmulAlgoCapGetAttribute(
-            &algo,
-            sys::cublasLtMatmulAlgoCapAttributes_t::CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT,
-            &mut support as *mut u32 as *mut c_void,
-            4,
-            &mut written,
-        )
-    };
-    if st != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS || support == 0 {
-        return variants;
-    }
-    let mut alt = algo;
-    let swz = 1 - config_u32(&alt, C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING).min(1);
-    // SAFETY: alt is a copy of an initialised algorithm; u32 attribute value.
-    let set = unsafe {
-        sys::cublasLtMatmulAlgoConfigSetAttribute(
-            &mut alt,
-            C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
-            &swz as *const u32 as *const c_void,
-            4,
-        )
-    };
-    // SAFETY: zeroed plain-data struct as out-parameter; descriptors are live.
-    let mut chk: sys::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
-    let ok = set == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-        // SAFETY: as above.
-        && unsafe {
-            sys::cublasLtMatmulAlgoCheck(
-                gpu.lt,
-                prob.desc.0,
-                prob.la.0,
-                prob.lb.0,
-                prob.ld.0,
-                prob.ld.0,
-                &alt,
-                &mut chk,
-            )
-        } == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-        && chk.workspaceSize <= LT_WORKSPACE;
-    if ok {
-        variants.push((alt, true));
-    }
-    variants
-}
-
-/// First-use choice: the fastest of the heuristic's candidates, each also with its CTA
-/// swizzling toggled, timed (warmed up) at the real size on the first plane. Returns the
-/// algorithm and its (rank, toggled) in `found`.
-fn choose(
-    gpu: &Gpu,
-    stream: cudarc::driver::sys::CUstream,
-    prob: &Problem,
-    found: &[sys::cublasLtMatmulHeuristicResult_t],
-    ptrs: (u64, u64, u64),
-) -> (sys::cublasLtMatmulAlgo_t, (usize, bool)) {
-    let mut best = (f64::INFINITY, found[0].algo, (0, false));
-    for (rank, cand) in found.iter().take(CANDIDATES).enumerate() {
-        for (algo, toggled) in swizzle_variants(gpu, prob, cand.algo) {
-            if let Ok(t) = prob.time(gpu, stream, &algo, ptrs)
-                && t < best.0
-            {
-                best = (t, algo, (rank, toggled));
-            }
-        }
-    }
-    (best.1, best.2)
 }
 
 /// D_p = A_p^T B_p for p < batch, on `stream`. Pointers are device addresses of int8 planes
@@ -273,9 +173,12 @@ fn choose(
 ///
 /// Measured on the H200 (BENCHMARKS.md): one cuBLASLt call per modulus reaches 1277-1456
 /// TOPS where a single strided-batched call reaches 1149-1241, so the moduli are issued as
-/// back-to-back single products sharing one descriptor set and one cached algorithm. On the
-/// first call of a shape the heuristic's top candidates (and their CTA-swizzling variants) are
-/// each timed (warmed up) on the first modulus and the fastest is kept.
+/// back-to-back single products sharing one descriptor set and one cached algorithm: the
+/// heuristic's first choice. Timing the top candidates on first use (one product each, as
+/// before) picked algorithms that ran the 15 back-to-back products up to 11 % slower than
+/// the first choice, which was within noise of the fastest at 4096, 8192 and 16384 x 4096 x
+/// 16384 (`ozaki bench --int8-sweep`, BENCHMARKS.md, session 2 kernel tuning): the int8
+/// products run under the board's power cap, so one cold product does not rank them.
 pub fn batched(
     gpu: &mut Gpu,
     stream: cudarc::driver::sys::CUstream,
@@ -296,8 +199,7 @@ pub fn batched(
     let algo = match gpu.algo_cache.get(&key) {
         Some(a) => *a,
         None => {
-            let found = candidates(gpu.lt, &prob, CANDIDATES)?;
-            let (algo, _) = choose(gpu, stream, &prob, &found, (a, b, d));
+            let algo = candidates(gpu.lt, &prob, 1)?[0].algo;
             gpu.algo_cache.insert(key, algo);
             algo
         }
@@ -318,10 +220,6 @@ pub struct AlgoRate {
     pub algo_id: u32,
     /// Tile, stages, split-k, CTA swizzling, custom option, cluster shape ids.
     pub config: [u32; 6],
-    /// Whether the swizzling was toggled from the heuristic's choice.
-    pub swizzle_toggled: bool,
-    /// Whether [`batched`]'s first-use selection would pick this one.
-    pub route_choice: bool,
     /// int8 TOPS (2 m n k batch / s), median of the timed repetitions.
     pub tops: f64,
 }
@@ -331,14 +229,29 @@ fn config_u32(
     attr: sys::cublasLtMatmulAlgoConfigAttributes_t,
 ) -> u32 {
     let mut v = [0u8; 8];
-    let mut written = 0usize;
-    // SAFETY: algo is an initialised algorithm; the buffer holds any config attribute (<= 8 bytes).
+    let mut size = 0usize;
+    // SAFETY: algo is an initialised algorithm; a zero size asks for the attribute's size
+    // (the call accepts only the exact size), which must fit the 8-byte buffer.
     let st = unsafe {
         sys::cublasLtMatmulAlgoConfigGetAttribute(
             algo,
             attr,
             v.as_mut_ptr() as *mut c_void,
-            8,
+            0,
+            &mut size,
+        )
+    };
+    if st != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS || size == 0 || size > 8 {
+        return u32::MAX;
+    }
+    let mut written = 0usize;
+    // SAFETY: as above, with the exact size.
+    let st = unsafe {
+        sys::cublasLtMatmulAlgoConfigGetAttribute(
+            algo,
+            attr,
+            v.as_mut_ptr() as *mut c_void,
+            size,
             &mut written,
         )
     };
@@ -352,12 +265,12 @@ fn config_u32(
     }
 }
 
-/// Times up to `max_algos` of the heuristic's algorithms for one product shape (each also
-/// with the CTA swizzling toggled where the algorithm supports it), `batch` back-to-back
-/// products per repetition as the route issues them, on random int8 planes; for `ozaki bench
-/// --int8-sweep` (issue #4: why the int8 rate drops at n = 16384).
+/// Times up to `max_algos` of the heuristic's algorithms for one product shape (rank 0 is the
+/// one [`batched`] uses), `batch` back-to-back products per repetition as the route issues
+/// them, on random int8 planes; for `ozaki bench --int8-sweep` (issue #4: why the int8 rate
+/// drops at n = 16384).
 pub fn sweep(
-    gpu: &mut Gpu,
+    gpu: &Gpu,
     shape: Shape,
     max_algos: usize,
     reps: usize,
@@ -367,32 +280,27 @@ pub fn sweep(
     let stream = gpu.stream;
     let prob = Problem::new(shape)?;
     let found = candidates(gpu.lt, &prob, max_algos)?;
-    let (_, route) = choose(gpu, stream, &prob, &found, (a, b, d));
     let ops = 2.0 * (shape.m * shape.n * shape.k) as f64 * shape.batch as f64;
     let mut out = Vec::new();
     for (rank, cand) in found.iter().enumerate() {
-        for (algo, toggled) in swizzle_variants(gpu, &prob, cand.algo) {
-            let t = crate::measure::time_median(stream, reps, || {
-                (0..shape.batch as usize)
-                    .try_for_each(|p| prob.run(gpu, stream, &algo, (a, b, d), p))
-            });
-            let Ok(t) = t else { continue };
-            out.push(AlgoRate {
-                rank,
-                algo_id: config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_ID),
-                config: [
-                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_TILE_ID),
-                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
-                    config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
-                ],
-                swizzle_toggled: toggled,
-                route_choice: (rank, toggled) == route,
-                tops: ops / t / 1e12,
-            });
-        }
+        let algo = cand.algo;
+        let t = crate::measure::time_median(stream, reps, || {
+            (0..shape.batch as usize).try_for_each(|p| prob.run(gpu, stream, &algo, (a, b, d), p))
+        });
+        let Ok(t) = t else { continue };
+        out.push(AlgoRate {
+            rank,
+            algo_id: config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_ID),
+            config: [
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_TILE_ID),
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+            ],
+            tops: ops / t / 1e12,
+        });
     }
     Ok(out)
 }

@@ -52,6 +52,16 @@ pub const BASE_BITS: f64 = 48.4;
 /// inputs take 15 moduli up to k = 16384, exponent-spread inputs (phi = 2) 17).
 pub const SPREAD_WEIGHT: f64 = 0.6;
 
+/// From this many rows and columns of C on, the products and reconstruction run in column
+/// blocks of [`LARGE_BLOCK`]: the int8 products run under the board's power cap (SM clock
+/// down to 1.4 GHz at 16384^3), and the memory-bound reconstruction of one block between the
+/// products of the next lets them run faster: 105.1 ms instead of 112-113 ms at 16384^3,
+/// r = 15 (1.50x native instead of 1.38-1.40x; BENCHMARKS.md, session 2 kernel tuning).
+pub const LARGE: usize = 16384;
+
+/// Column block of C for calls with m, n >= [`LARGE`].
+pub const LARGE_BLOCK: usize = 4096;
+
 /// What the device pipeline computes.
 #[derive(Debug, Clone, Copy)]
 pub enum Op {
@@ -438,6 +448,9 @@ pub fn gemm(
     let mut nb = n;
     if syrk && n >= 2048 {
         nb = nb.div_ceil(4); // triangle blocks skip the other triangle's products
+    }
+    if !syrk && m >= LARGE && n >= LARGE {
+        nb = nb.min(LARGE_BLOCK);
     }
     if opts.max_block > 0 {
         nb = nb.min(opts.max_block);

@@ -293,10 +293,9 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
             for r in &rates {
                 let c = r.config;
                 println!(
-                    "| {}{}{} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
+                    "| {}{} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
                     r.rank,
-                    if r.swizzle_toggled { " swz" } else { "" },
-                    if r.route_choice { " (route)" } else { "" },
+                    if r.rank == 0 { " (route)" } else { "" },
                     r.algo_id,
                     c[0],
                     c[1],
