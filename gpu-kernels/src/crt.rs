@@ -298,13 +298,12 @@ mod tests {
             s ^= s << 17;
             probes.push(s as i32);
         }
-        for p in 0..SET.len() {
+        for (p, &m) in SET.iter().enumerate() {
             for &x in &probes {
                 assert_eq!(
                     t.mod_i32(p, x) as i64,
-                    (x as i64).rem_euclid(SET[p] as i64),
-                    "{x} mod {}",
-                    SET[p]
+                    (x as i64).rem_euclid(m as i64),
+                    "{x} mod {m}"
                 );
             }
         }
