@@ -42,6 +42,7 @@ fn outcome(info: &EmulationInfo) -> RouteOutcome {
     RouteOutcome {
         moduli: (info.moduli > 0).then_some(info.moduli as u32),
         device: None,
+        devices: None,
         phases: (!info.phases.is_empty()).then(|| Phases {
             transfer_ns: 0,
             convert_ns: ns(&["scan", "coarse", "select", "quantize"]),
