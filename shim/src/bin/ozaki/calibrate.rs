@@ -64,6 +64,15 @@ struct Args {
     /// Skip the per-device survey (issue #7) even with several GPUs.
     #[arg(long)]
     no_survey: bool,
+    /// Only survey the GPUs (issue #7: each device's rates and staged link, all of them
+    /// copying at once, measured splits) and merge that into an existing profile (`--base`,
+    /// else the one this machine resolves: OZAKI_PROFILE, the cache, or the built-in one);
+    /// seconds instead of minutes.
+    #[arg(long, conflicts_with_all = ["fit", "no_survey", "cpu_only"])]
+    survey_only: bool,
+    /// With --survey-only: the profile to merge the survey into.
+    #[arg(long, requires = "survey_only")]
+    base: Option<PathBuf>,
     /// After fitting, time the held-out validation shapes and print predicted vs measured.
     #[arg(long)]
     validate: bool,
@@ -102,6 +111,9 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         let rep = validate(&prof, &plan, &blas, a.cpu_only)?;
         write_validation(&rep, a.validation_out.as_deref())?;
         return Ok(ExitCode::SUCCESS);
+    }
+    if a.survey_only {
+        return survey_only(&a);
     }
     let (meas, plan, blas) = match &a.fit {
         Some(path) => {
@@ -169,6 +181,63 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         let rep = validate(&prof, &plan, &blas, a.cpu_only)?;
         write_validation(&rep, a.validation_out.as_deref())?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--survey-only`: the per-device part of a calibration, merged into an existing profile.
+fn survey_only(a: &Args) -> anyhow::Result<ExitCode> {
+    let t = Instant::now();
+    let gpu_name =
+        ozaki_shim::route::choose::gpu_name().context("--survey-only needs a usable GPU")?;
+    let mut prof = match &a.base {
+        Some(p) => Profile::load(p).map_err(anyhow::Error::msg)?,
+        None => {
+            let env = std::env::var("OZAKI_PROFILE").ok();
+            let (p, src, warn) =
+                profile::resolve(env.as_deref(), Some(&gpu_name)).map_err(anyhow::Error::msg)?;
+            if let Some(w) = warn {
+                eprintln!("ozaki calibrate: {w}");
+            }
+            eprintln!("ozaki calibrate: merging the survey into {src:?}");
+            p
+        }
+    };
+    let plan = Plan::standard(a.quick);
+    let (devices, share) = gpu::survey(&gpu::pool(), &plan);
+    if devices.is_empty() {
+        anyhow::bail!("no GPU could be surveyed");
+    }
+    cal::merge_devices(&mut prof, &devices, share.as_ref());
+    prof.version = PROFILE_VERSION;
+    if let Some(n) = &a.name {
+        prof.name = n.clone();
+    }
+    prof.source = a.source.clone().unwrap_or_else(|| {
+        format!(
+            "{}; GPUs surveyed by ozaki calibrate --survey-only on {} at {}",
+            prof.source,
+            machine().host.as_deref().unwrap_or("?"),
+            now_utc()
+        )
+    });
+    let out = match &a.out {
+        Some(p) => p.clone(),
+        None => profile::default_path(Some(&gpu_name))
+            .context("no cache directory (set HOME or XDG_CACHE_HOME) and no --out")?,
+    };
+    prof.save(&out)
+        .with_context(|| format!("{}", out.display()))?;
+    println!("profile written: {}", out.display());
+    let mpath = a
+        .measurements
+        .clone()
+        .unwrap_or_else(|| out.with_extension("survey.json"));
+    let raw = serde_json::json!({"version": PROFILE_VERSION, "devices": devices, "share": share});
+    std::fs::write(&mpath, serde_json::to_string_pretty(&raw)? + "\n")
+        .with_context(|| format!("{}", mpath.display()))?;
+    println!("survey measurements written: {}", mpath.display());
+    print_profile_summary(&prof);
+    println!("survey took {:.1} s", t.elapsed().as_secs_f64());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -1251,6 +1320,7 @@ mod gpu {
             &[(4096, 4096, 1024)]
         };
         for &(m, n, k) in shapes {
+            eprintln!("split {m}x{n}x{k} over {ordinals:?}: timing");
             let (a, b) = (data((m * k) as usize, 5), data((k * n) as usize, 6));
             let mut c = vec![0.0; (m * n) as usize];
             let split = ozaki_core::devices::split_c(m, n, ordinals, &Default::default());
