@@ -62,10 +62,25 @@ type Cell = Result<Mutex<Gpu>, GpuError>;
 
 static GPU: OnceLock<Cell> = OnceLock::new();
 
+/// Ordinal of the process's default GPU, known without locking it ([`gpu_slot`] must not
+/// wait for the default GPU's lock just to learn which device it is: a split's tile on
+/// device 1 would then wait for the whole tile on device 0, serialising the split).
+static DEFAULT_ORDINAL: OnceLock<u32> = OnceLock::new();
+
+fn default_cell() -> &'static Cell {
+    GPU.get_or_init(|| {
+        let g = contain("GPU initialisation", Gpu::init);
+        if let Ok(g) = &g {
+            let _ = DEFAULT_ORDINAL.set(g.ordinal);
+        }
+        g.map(Mutex::new)
+    })
+}
+
 /// The process's GPU, initialised on first use; `Err` (forever, for this process) when there
 /// is none or it could not be initialised. Never panics.
 pub fn gpu() -> Result<MutexGuard<'static, Gpu>, GpuError> {
-    lock(GPU.get_or_init(|| contain("GPU initialisation", Gpu::init).map(Mutex::new)))
+    lock(default_cell())
 }
 
 /// Locks an initialised GPU and makes its context current on this thread.
@@ -88,9 +103,8 @@ fn lock(cell: &'static Cell) -> Result<MutexGuard<'static, Gpu>, GpuError> {
 /// initialisation is remembered like [`gpu()`]'s. Never panics.
 pub fn gpu_slot(ordinal: u32, replica: u32) -> Result<MutexGuard<'static, Gpu>, GpuError> {
     static SLOTS: Mutex<Vec<((u32, u32), &'static Cell)>> = Mutex::new(Vec::new());
-    let default = GPU.get_or_init(|| contain("GPU initialisation", Gpu::init).map(Mutex::new));
-    let is_default = replica == 0
-        && matches!(default, Ok(m) if m.lock().unwrap_or_else(|p| p.into_inner()).ordinal == ordinal);
+    let default = default_cell();
+    let is_default = replica == 0 && DEFAULT_ORDINAL.get() == Some(&ordinal);
     let cell: &'static Cell = if is_default {
         default
     } else {

@@ -39,7 +39,7 @@ const CHUNK: usize = 64 << 20;
 
 /// Elements of a column-major rows x cols matrix with leading dimension ld that a BLAS
 /// call may touch (the caller's slice may be longer).
-fn span(rows: usize, cols: usize, ld: usize) -> usize {
+pub(crate) fn span(rows: usize, cols: usize, ld: usize) -> usize {
     if rows == 0 || cols == 0 {
         0
     } else {
@@ -48,9 +48,7 @@ fn span(rows: usize, cols: usize, ld: usize) -> usize {
 }
 
 fn threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 8)
+    copy_threads()
 }
 
 /// dst[..] = src[..] on several threads (large copies between pageable and pinned memory
@@ -71,7 +69,7 @@ fn as_bytes(x: &[f64]) -> &[u8] {
 }
 
 /// Copies `src` to device address `dst` through the two pinned staging buffers.
-fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuError> {
+pub(crate) fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuError> {
     let bytes = as_bytes(src);
     let stream = gpu.copy_stream;
     let mut events: [Option<sys::CUevent>; 2] = [None, None];
@@ -183,38 +181,21 @@ fn write_back(c: &mut [f64], staged: &[f64], m: usize, n: usize, ldc: usize, upl
     });
 }
 
-struct Staged {
-    a: u64,
-    b: u64,
-    c: u64,
-}
-
+/// Uploads A (and C when `read_c`) for a syrk; returns their device addresses.
 fn stage_operands(
     gpu: &mut Gpu,
     a: &[f64],
-    b: Option<&[f64]>,
     c: &[f64],
     c_span: usize,
     read_c: bool,
-) -> Result<Staged, GpuError> {
+) -> Result<(u64, u64), GpuError> {
     let da = gpu.workspace.get("host_a", a.len() * 8)?;
-    let db = match b {
-        Some(b) => gpu.workspace.get("host_b", b.len() * 8)?,
-        None => 0,
-    };
     let dc = gpu.workspace.get("host_c", c_span * 8)?;
     upload(gpu, da, a)?;
-    if let Some(b) = b {
-        upload(gpu, db, b)?;
-    }
     if read_c {
         upload(gpu, dc, &c[..c_span])?;
     }
-    Ok(Staged {
-        a: da,
-        b: db,
-        c: dc,
-    })
+    Ok((da, dc))
 }
 
 /// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands.
@@ -223,83 +204,501 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
     gemm_on(&mut *gpu()?, args, c, engine)
 }
 
-/// [`gemm`] on a given GPU (one slot of a split, `crate::multi`).
+/// [`gemm`] on a given GPU, with [`pipeline_blocks`] column blocks.
 pub fn gemm_on(
     gpu: &mut Gpu,
     args: &GemmArgs,
     c: &mut [f64],
     engine: Engine,
 ) -> Result<HostOutcome, GpuError> {
+    gemm_blocks(gpu, args, c, engine, pipeline_blocks(args, engine))
+}
+
+/// [`gemm_on`] with C cut into `blocks` column blocks (1: no pipeline); for tests and
+/// benchmarks of the pipeline itself. The result does not depend on `blocks` for
+/// `gpu-native` up to cuBLAS's choice of kernel per block shape, and not at all for
+/// `gpu-ozaki` with a fixed moduli count (each entry depends only on its row of op(A) and
+/// column of op(B)); with the automatic count each block chooses its own (see
+/// [`staged_gemm`]).
+pub fn gemm_blocks(
+    gpu: &mut Gpu,
+    args: &GemmArgs,
+    c: &mut [f64],
+    engine: Engine,
+    blocks: usize,
+) -> Result<HostOutcome, GpuError> {
+    let c_span = span(args.m, args.n, args.ldc);
+    let (mut out, staged) = staged_gemm(gpu, args, &c[..c_span], engine, blocks)?;
+    let t = std::time::Instant::now();
+    // SAFETY: staged points at c_span doubles of pinned staging owned by `gpu`, which this
+    // function still borrows mutably, filled by the successful call above.
+    let staged = unsafe { std::slice::from_raw_parts(staged.0, c_span) };
+    write_back(&mut c[..c_span], staged, args.m, args.n, args.ldc, None);
+    out.phases.transfer_ns += t.elapsed().as_nanos() as u64;
+    Ok(out)
+}
+
+/// Smallest host-resident gemm (bytes of A, B and C) that [`pipeline_blocks`] pipelines:
+/// below it a call is over in a few milliseconds and the extra stream, events and copy
+/// threads cost more than the overlap gains.
+pub const PIPELINE_MIN_BYTES: usize = 96 << 20;
+
+/// Target bytes of op(B) per column block: small enough that the first product starts soon
+/// after A is on the device and the last block's download is a short tail, large enough
+/// that each block's product keeps the GPU busy.
+const BLOCK_B_BYTES: usize = 128 << 20;
+
+/// Column blocks a host-resident gemm is pipelined over: 1 below [`PIPELINE_MIN_BYTES`],
+/// else enough for blocks of op(B) of about [`BLOCK_B_BYTES`], at least 2, at most 8 for
+/// `gpu-native` and 4 for `gpu-ozaki` (whose every block converts all of op(A) again), and
+/// never narrower than 256 columns.
+pub fn pipeline_blocks(args: &GemmArgs, engine: Engine) -> usize {
+    let (m, n, k) = (args.m, args.n, args.k);
+    let bytes = 8 * (m * k + k * n + m * n);
+    if bytes < PIPELINE_MIN_BYTES || n < 512 {
+        return 1;
+    }
+    let cap = match engine {
+        Engine::Native => 8,
+        Engine::Ozaki(_) => 4,
+    };
+    (8 * k * n)
+        .div_ceil(BLOCK_B_BYTES)
+        .clamp(2, cap)
+        .min(n / 256)
+}
+
+/// Pinned result of [`staged_gemm`]: the call's span of C, laid out with its `ldc`, in the
+/// GPU's staging buffer [`C_SLOT`]; valid until the next call on that GPU.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StagedC(pub(crate) *const f64);
+
+/// Staging buffer that receives C.
+const C_SLOT: usize = 2;
+/// Staging buffers of the upload ring (slot 2 holds C).
+const RING: [usize; 3] = [0, 1, 3];
+
+/// A raw pointer handed to the upload thread; the ranges it covers outlive the thread
+/// (scoped) and are not written by anyone else meanwhile.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: see the type's doc.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+/// A CUDA handle (context, stream or event) handed to or from the upload thread: handles are
+/// plain values the driver accepts from any thread.
+#[derive(Clone, Copy)]
+struct Handle<T>(T);
+// SAFETY: see the type's doc.
+unsafe impl<T> Send for Handle<T> {}
+
+/// One contiguous host span to copy to a device address.
+#[derive(Clone, Copy)]
+struct Piece {
+    dst: u64,
+    src: SendPtr<u8>,
+    bytes: usize,
+}
+
+impl Piece {
+    fn new(dst: u64, src: &[f64]) -> Piece {
+        Piece {
+            dst,
+            src: SendPtr(src.as_ptr() as *mut u8),
+            bytes: std::mem::size_of_val(src),
+        }
+    }
+}
+
+/// Events and the download stream of one pipelined call, destroyed on drop (after the
+/// streams were synchronised or the call failed: destroying a pending event is allowed).
+struct CallResources {
+    d2h: sys::CUstream,
+    events: Vec<sys::CUevent>,
+}
+
+impl CallResources {
+    fn new() -> Result<CallResources, GpuError> {
+        let mut s = std::ptr::null_mut();
+        // SAFETY: out-parameter; the GPU's context is current.
+        unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }
+            .result()
+            .ctx("cuStreamCreate")?;
+        Ok(CallResources {
+            d2h: s,
+            events: Vec::new(),
+        })
+    }
+
+    fn event(&mut self) -> Result<sys::CUevent, GpuError> {
+        let e = cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .ctx("cuEventCreate")?;
+        self.events.push(e);
+        Ok(e)
+    }
+}
+
+impl Drop for CallResources {
+    fn drop(&mut self) {
+        // SAFETY: the stream is drained first; each handle is destroyed once.
+        unsafe {
+            let _ = sys::cuStreamSynchronize(self.d2h);
+            let _ = sys::cuStreamDestroy_v2(self.d2h);
+            for &e in &self.events {
+                let _ = sys::cuEventDestroy_v2(e);
+            }
+        }
+    }
+}
+
+fn record(e: sys::CUevent, stream: sys::CUstream) -> Result<(), GpuError> {
+    // SAFETY: live event and stream of the current context.
+    unsafe { sys::cuEventRecord(e, stream) }
+        .result()
+        .ctx("cuEventRecord")
+}
+
+fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
+    // SAFETY: live stream and an event already recorded (callers record before waiting).
+    unsafe { sys::cuStreamWaitEvent(stream, e, 0) }
+        .result()
+        .ctx("cuStreamWaitEvent")
+}
+
+/// Copy threads of the upload ring.
+pub(crate) fn copy_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 16)
+}
+
+/// The upload thread: copies each group of pieces through the pinned ring (`copy_threads()`
+/// workers fill a ring slot while the copy engine drains the previous ones) onto
+/// `stream`, and after each group records an event and sends it, so the compute loop can
+/// start block j as soon as its operands are on the device. Stops early when `cancel` is
+/// set. Runs with `ctx` current.
+fn feed(
+    (ctx, stream): (Handle<sys::CUcontext>, Handle<sys::CUstream>),
+    ring: [SendPtr<u8>; 3],
+    groups: Vec<Vec<Piece>>,
+    cancel: &std::sync::atomic::AtomicBool,
+    tx: std::sync::mpsc::Sender<Result<Handle<sys::CUevent>, GpuError>>,
+) {
+    let (ctx, stream) = (ctx.0, stream.0);
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::{Barrier, Mutex};
+    let workers = copy_threads();
+    // (destination, source, bytes) of the chunk being copied; None ends the workers.
+    type Job = Option<(SendPtr<u8>, SendPtr<u8>, usize)>;
+    let job: Mutex<Job> = Mutex::new(None);
+    let (start, done) = (Barrier::new(workers + 1), Barrier::new(workers + 1));
+    std::thread::scope(|s| {
+        for w in 0..workers {
+            let (job, start, done) = (&job, &start, &done);
+            s.spawn(move || {
+                loop {
+                    start.wait();
+                    let Some((d, src, bytes)) = *job.lock().unwrap_or_else(|p| p.into_inner())
+                    else {
+                        break;
+                    };
+                    let per = bytes.div_ceil(workers);
+                    let (lo, hi) = ((w * per).min(bytes), ((w + 1) * per).min(bytes));
+                    // SAFETY: [lo, hi) of a live source and a ring slot no DMA is reading.
+                    unsafe { std::ptr::copy_nonoverlapping(src.0.add(lo), d.0.add(lo), hi - lo) };
+                    done.wait();
+                }
+            });
+        }
+        let result = (|| -> Result<(), GpuError> {
+            // SAFETY: the caller's context, retained for the process.
+            unsafe { sys::cuCtxSetCurrent(ctx) }
+                .result()
+                .ctx("cuCtxSetCurrent")?;
+            let mut slot_events: [Option<sys::CUevent>; 3] = [None; 3];
+            let mut own: Vec<sys::CUevent> = Vec::new();
+            let r = (|| -> Result<(), GpuError> {
+                let mut i = 0usize;
+                for group in &groups {
+                    for p in group {
+                        let mut off = 0;
+                        while off < p.bytes {
+                            if cancel.load(Relaxed) {
+                                return Err(GpuError::Cuda("upload cancelled".into()));
+                            }
+                            let slot = i % 3;
+                            i += 1;
+                            if let Some(e) = slot_events[slot] {
+                                // SAFETY: recorded after the DMA that last read this slot.
+                                unsafe { sys::cuEventSynchronize(e) }
+                                    .result()
+                                    .ctx("cuEventSynchronize")?;
+                            }
+                            let len = CHUNK.min(p.bytes - off);
+                            // SAFETY: off + len <= p.bytes of the live source.
+                            let src = SendPtr(unsafe { p.src.0.add(off) });
+                            *job.lock().unwrap_or_else(|p| p.into_inner()) =
+                                Some((ring[slot], src, len));
+                            start.wait();
+                            done.wait();
+                            // SAFETY: pinned ring slot of >= len bytes; destination inside
+                            // the device buffer the piece was made for.
+                            unsafe {
+                                sys::cuMemcpyHtoDAsync_v2(
+                                    p.dst + off as u64,
+                                    ring[slot].0 as *const _,
+                                    len,
+                                    stream,
+                                )
+                            }
+                            .result()
+                            .ctx("cuMemcpyHtoDAsync")?;
+                            let e = match slot_events[slot] {
+                                Some(e) => e,
+                                None => {
+                                    let e = cudarc::driver::result::event::create(
+                                        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                                    )
+                                    .ctx("cuEventCreate")?;
+                                    own.push(e);
+                                    e
+                                }
+                            };
+                            slot_events[slot] = Some(e);
+                            record(e, stream)?;
+                            off += len;
+                        }
+                    }
+                    let e = cudarc::driver::result::event::create(
+                        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                    )
+                    .ctx("cuEventCreate")?;
+                    record(e, stream)?;
+                    // the receiver owns (and destroys) the group event
+                    if tx.send(Ok(Handle(e))).is_err() {
+                        // SAFETY: nobody else has the event.
+                        let _ = unsafe { sys::cuEventDestroy_v2(e) };
+                        return Ok(());
+                    }
+                }
+                Ok(())
+            })();
+            // SAFETY: ring events destroyed once, after the stream drained them.
+            unsafe {
+                let _ = sys::cuStreamSynchronize(stream);
+                for e in own {
+                    let _ = sys::cuEventDestroy_v2(e);
+                }
+            }
+            r
+        })();
+        *job.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        start.wait(); // release the workers
+        if let Err(e) = result {
+            let _ = tx.send(Err(e));
+        }
+    });
+}
+
+/// Runs C = alpha op(A) op(B) + beta C on `gpu` with the result left in pinned staging (the
+/// caller writes it into its C only once it knows the whole call, or every tile of a split,
+/// succeeded: issue #4's contract). `c_in` is the call's span of the caller's C (read only
+/// when beta != 0).
+///
+/// The pipeline (issue #4, "transfers tiled and overlapped with conversion and compute"):
+/// C is cut into `blocks` column blocks. An upload thread stages A, then per block the
+/// columns of op(B) (all of B at once when B is transposed: its rows are not contiguous)
+/// and of C, through a ring of pinned buffers onto the copy stream, with an event per
+/// block. The compute stream waits for block j's event, computes C_j on the device (cuBLAS,
+/// or the emulated route on the sub-problem: each block chooses its own moduli count when
+/// it is automatic, and the outcome reports the largest), and a download stream copies C_j
+/// into pinned staging while block j + 1 is computed. So host copies, both link directions
+/// and the GPU all run at once; what is left serial is A's upload before the first block
+/// and the last block's download.
+pub(crate) fn staged_gemm(
+    gpu: &mut Gpu,
+    args: &GemmArgs,
+    c_in: &[f64],
+    engine: Engine,
+    blocks: usize,
+) -> Result<(HostOutcome, StagedC), GpuError> {
+    let t0 = std::time::Instant::now();
+    let (m, n, k) = (args.m, args.n, args.k);
     let (ra, ca) = if args.transa == Trans::No {
-        (args.m, args.k)
+        (m, k)
     } else {
-        (args.k, args.m)
+        (k, m)
     };
     let (rb, cb) = if args.transb == Trans::No {
-        (args.k, args.n)
+        (k, n)
     } else {
-        (args.n, args.k)
+        (n, k)
     };
     let a = &args.a[..span(ra, ca, args.lda)];
     let b = &args.b[..span(rb, cb, args.ldb)];
-    let c_span = span(args.m, args.n, args.ldc);
-    let t0 = std::time::Instant::now();
-    let st = stage_operands(gpu, a, Some(b), c, c_span, args.beta != 0.0)?;
-    let up_ns = t0.elapsed().as_nanos() as u64;
-    let stream = gpu.stream;
+    let c_span = span(m, n, args.ldc);
+    let read_c = args.beta != 0.0;
+    let da = gpu.workspace.get("host_a", a.len() * 8)?;
+    let db = gpu.workspace.get("host_b", b.len() * 8)?;
+    let dc = gpu.workspace.get("host_c", c_span * 8)?;
+    let ring = [
+        SendPtr(gpu.staging(RING[0], CHUNK)?),
+        SendPtr(gpu.staging(RING[1], CHUNK)?),
+        SendPtr(gpu.staging(RING[2], CHUNK)?),
+    ];
+    let c_stage = gpu.staging(C_SLOT, c_span * 8)? as *mut f64;
+
+    // column blocks of C, multiples of 64 columns
+    let blocks = blocks.clamp(1, n.max(1));
+    let width = n.div_ceil(blocks).div_ceil(64) * 64;
+    let cols: Vec<(usize, usize)> = (0..n)
+        .step_by(width.max(1))
+        .map(|c0| (c0, width.min(n - c0)))
+        .collect();
+    // upload groups: group j holds what block j needs beyond the earlier groups
+    let groups: Vec<Vec<Piece>> = cols
+        .iter()
+        .enumerate()
+        .map(|(j, &(c0, w))| {
+            let mut g = Vec::new();
+            if j == 0 {
+                g.push(Piece::new(da, a));
+            }
+            if args.transb == Trans::No {
+                let s = c0 * args.ldb;
+                g.push(Piece::new(
+                    db + 8 * s as u64,
+                    &b[s..s + span(k, w, args.ldb)],
+                ));
+            } else if j == 0 {
+                g.push(Piece::new(db, b));
+            }
+            if read_c {
+                let s = c0 * args.ldc;
+                g.push(Piece::new(
+                    dc + 8 * s as u64,
+                    &c_in[s..s + span(m, w, args.ldc)],
+                ));
+            }
+            g
+        })
+        .collect();
+
+    let mut res = CallResources::new()?;
+    let (ctx, copy_stream, stream) = (gpu.ctx, gpu.copy_stream, gpu.stream);
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel();
     let mut out = HostOutcome {
         device: gpu.ordinal,
         ..Default::default()
     };
-    match engine {
-        Engine::Native => {
-            let marks = {
-                let mut mk = Marks::start(stream)?;
-                crate::native::dgemm(
-                    gpu,
-                    stream,
-                    args.transa,
-                    args.transb,
-                    (args.m, args.n, args.k),
-                    args.alpha,
-                    (st.a, args.lda),
-                    (st.b, args.ldb),
-                    args.beta,
-                    (st.c, args.ldc),
-                )?;
-                mk.mark(Phase::Products)?;
-                sync(stream)?;
-                mk
-            };
-            out.phases = marks.phases()?;
+    let result = std::thread::scope(|s| {
+        let cancel_ref = &cancel;
+        let handles = (Handle(ctx), Handle(copy_stream));
+        s.spawn(move || feed(handles, ring, groups, cancel_ref, tx));
+        let r = (|| -> Result<(), GpuError> {
+            let mut marks = Vec::new();
+            for &(c0, w) in &cols {
+                let up = rx
+                    .recv()
+                    .map_err(|_| GpuError::Cuda("upload thread ended early".into()))??
+                    .0;
+                res.events.push(up);
+                wait(stream, up)?;
+                let b_off = 8 * if args.transb == Trans::No {
+                    c0 * args.ldb
+                } else {
+                    c0
+                } as u64;
+                let c_off = 8 * (c0 * args.ldc) as u64;
+                match engine {
+                    Engine::Native => {
+                        let mut mk = Marks::start(stream)?;
+                        crate::native::dgemm(
+                            gpu,
+                            stream,
+                            args.transa,
+                            args.transb,
+                            (m, w, k),
+                            args.alpha,
+                            (da, args.lda),
+                            (db + b_off, args.ldb),
+                            args.beta,
+                            (dc + c_off, args.ldc),
+                        )?;
+                        mk.mark(Phase::Products)?;
+                        marks.push(mk);
+                    }
+                    Engine::Ozaki(opts) => {
+                        let call = DeviceCall {
+                            op: Op::Gemm {
+                                transa: args.transa,
+                                transb: args.transb,
+                                b: db + b_off,
+                                ldb: args.ldb,
+                            },
+                            m,
+                            n: w,
+                            k,
+                            alpha: args.alpha,
+                            a: da,
+                            lda: args.lda,
+                            beta: args.beta,
+                            c: dc + c_off,
+                            ldc: args.ldc,
+                        };
+                        let o = ozaki::gemm(gpu, stream, &call, opts)?;
+                        out.moduli = Some(out.moduli.map_or(o.moduli, |r| r.max(o.moduli)));
+                        out.phases.convert_ns += o.phases.convert_ns;
+                        out.phases.products_ns += o.phases.products_ns;
+                        out.phases.reconstruct_ns += o.phases.reconstruct_ns;
+                    }
+                }
+                let done = res.event()?;
+                record(done, stream)?;
+                wait(res.d2h, done)?;
+                let bytes = 8 * span(m, w, args.ldc);
+                // SAFETY: the block's span lies inside C's span on the device and in the
+                // pinned staging of c_span doubles; ordered after the block's compute.
+                unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(
+                        c_stage.add(c0 * args.ldc) as *mut _,
+                        dc + c_off,
+                        bytes,
+                        res.d2h,
+                    )
+                }
+                .result()
+                .ctx("cuMemcpyDtoHAsync")?;
+            }
+            sync(stream)?;
+            sync(res.d2h)?;
+            for mk in &marks {
+                let p = mk.phases()?;
+                out.phases.products_ns += p.products_ns;
+            }
+            Ok(())
+        })();
+        if r.is_err() {
+            cancel.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        Engine::Ozaki(opts) => {
-            let call = DeviceCall {
-                op: Op::Gemm {
-                    transa: args.transa,
-                    transb: args.transb,
-                    b: st.b,
-                    ldb: args.ldb,
-                },
-                m: args.m,
-                n: args.n,
-                k: args.k,
-                alpha: args.alpha,
-                a: st.a,
-                lda: args.lda,
-                beta: args.beta,
-                c: st.c,
-                ldc: args.ldc,
-            };
-            let o = ozaki::gemm(gpu, stream, &call, opts)?;
-            out.moduli = Some(o.moduli);
-            out.phases = o.phases;
+        // drain the upload thread's remaining events (it ends on its own)
+        for e in rx.iter().flatten() {
+            res.events.push(e.0);
         }
+        r
+    });
+    if result.is_err() {
+        // leave the streams idle before the staging buffers are reused
+        let _ = sync(stream);
+        let _ = sync(copy_stream);
     }
-    let t1 = std::time::Instant::now();
-    copy_out(gpu, st.c, &mut c[..c_span], args.m, args.n, args.ldc, None)?;
-    out.phases.transfer_ns += up_ns + t1.elapsed().as_nanos() as u64;
-    Ok(out)
+    result?;
+    let device_ns = out.phases.convert_ns + out.phases.products_ns + out.phases.reconstruct_ns;
+    out.phases.transfer_ns = (t0.elapsed().as_nanos() as u64).saturating_sub(device_ns);
+    Ok((out, StagedC(c_stage)))
 }
 
 /// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands.
@@ -315,7 +714,7 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
     let a = &args.a[..span(ra, ca, args.lda)];
     let c_span = span(args.n, args.n, args.ldc);
     let t0 = std::time::Instant::now();
-    let st = stage_operands(gpu, a, None, c, c_span, args.beta != 0.0)?;
+    let (st_a, st_c) = stage_operands(gpu, a, c, c_span, args.beta != 0.0)?;
     let up_ns = t0.elapsed().as_nanos() as u64;
     let stream = gpu.stream;
     let mut out = HostOutcome {
@@ -332,9 +731,9 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
                 args.trans,
                 (args.n, args.k),
                 args.alpha,
-                (st.a, args.lda),
+                (st_a, args.lda),
                 args.beta,
-                (st.c, args.ldc),
+                (st_c, args.ldc),
             )?;
             mk.mark(Phase::Products)?;
             sync(stream)?;
@@ -350,10 +749,10 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
                 n: args.n,
                 k: args.k,
                 alpha: args.alpha,
-                a: st.a,
+                a: st_a,
                 lda: args.lda,
                 beta: args.beta,
-                c: st.c,
+                c: st_c,
                 ldc: args.ldc,
             };
             let o = ozaki::gemm(gpu, stream, &call, opts)?;
@@ -364,7 +763,7 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
     let t1 = std::time::Instant::now();
     copy_out(
         gpu,
-        st.c,
+        st_c,
         &mut c[..c_span],
         args.n,
         args.n,
@@ -373,4 +772,28 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
     )?;
     out.phases.transfer_ns += up_ns + t1.elapsed().as_nanos() as u64;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocks(m: usize, n: usize, k: usize, engine: Engine) -> usize {
+        let (a, b) = (vec![0.0; 1], vec![0.0; 1]);
+        pipeline_blocks(&GemmArgs::product(m, n, k, &a, &b), engine)
+    }
+
+    /// Small calls are not pipelined; large ones get blocks of about 128 MiB of B, capped
+    /// lower for the emulated route (each block converts all of A again).
+    #[test]
+    fn pipeline_blocks_follow_the_size() {
+        let oz = Engine::Ozaki(Options::default());
+        assert_eq!(blocks(1024, 1024, 1024, Engine::Native), 1);
+        assert_eq!(blocks(110592, 64, 64, Engine::Native), 1);
+        assert_eq!(blocks(8192, 8192, 8192, Engine::Native), 4);
+        assert_eq!(blocks(8192, 8192, 8192, oz), 4);
+        assert_eq!(blocks(16384, 16384, 16384, Engine::Native), 8);
+        assert_eq!(blocks(16384, 16384, 16384, oz), 4);
+        assert_eq!(blocks(4096, 600, 65536, Engine::Native), 2);
+    }
 }

@@ -117,11 +117,22 @@ pub struct PinnedBuffer {
 unsafe impl Send for PinnedBuffer {}
 
 impl PinnedBuffer {
-    /// Allocates `bytes` of pinned host memory.
+    /// Allocates `bytes` of pinned host memory, DMA-able by the current context's device.
     pub fn new(bytes: usize) -> Result<PinnedBuffer, GpuError> {
+        PinnedBuffer::with_flags(bytes, 0)
+    }
+
+    /// Allocates `bytes` of pinned host memory that every context of the process can DMA
+    /// from (`CU_MEMHOSTALLOC_PORTABLE`): one staged copy of a shared operand serves all
+    /// GPUs of a split (issue #7).
+    pub fn portable(bytes: usize) -> Result<PinnedBuffer, GpuError> {
+        PinnedBuffer::with_flags(bytes, sys::CU_MEMHOSTALLOC_PORTABLE)
+    }
+
+    fn with_flags(bytes: usize, flags: u32) -> Result<PinnedBuffer, GpuError> {
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: out-parameter; flags 0 = portable off, plain pinned memory.
-        unsafe { sys::cuMemHostAlloc(&mut p, bytes.max(64), 0) }
+        // SAFETY: out-parameter; flags are CU_MEMHOSTALLOC_* bits.
+        unsafe { sys::cuMemHostAlloc(&mut p, bytes.max(64), flags) }
             .result()
             .ctx("cuMemHostAlloc")?;
         Ok(PinnedBuffer {
@@ -150,5 +161,38 @@ impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         // SAFETY: ptr came from cuMemHostAlloc and is freed once.
         let _ = unsafe { sys::cuMemFreeHost(self.ptr as *mut c_void) };
+    }
+}
+
+/// Pageable host memory page-locked in place (`cuMemHostRegister`) for as long as this value
+/// lives, so the copy engines DMA straight from or into it; unregistered on drop. Used by the
+/// host-link measurements (`crate::host_link`) to price registering a caller's array
+/// against staging it through [`PinnedBuffer`]s.
+#[derive(Debug)]
+pub struct Registered {
+    ptr: *mut c_void,
+}
+
+impl Registered {
+    /// Registers `bytes` at `ptr` with `CU_MEMHOSTREGISTER_*` `flags`.
+    ///
+    /// # Safety
+    /// `ptr..ptr + bytes` must stay allocated until the value is dropped, and no page of it
+    /// may already be registered.
+    pub unsafe fn new(ptr: *mut u8, bytes: usize, flags: u32) -> Result<Registered, GpuError> {
+        // SAFETY: the caller guarantees the range is live for our lifetime.
+        unsafe { sys::cuMemHostRegister_v2(ptr as *mut c_void, bytes, flags) }
+            .result()
+            .ctx("cuMemHostRegister")?;
+        Ok(Registered {
+            ptr: ptr as *mut c_void,
+        })
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // SAFETY: ptr was registered by new and is unregistered once.
+        let _ = unsafe { sys::cuMemHostUnregister(self.ptr) };
     }
 }

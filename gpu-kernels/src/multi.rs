@@ -8,11 +8,13 @@
 //!
 //! `C[r0.., c0..] = alpha op(A)[r0..r0+rows, :] op(B)[:, c0..c0+cols] + beta C[r0.., c0..]`
 //!
-//! whose operands are plain sub-slices of the caller's A and B with the same leading
-//! dimensions ([`tile_args`]; nothing is copied on the host). Each tile's result goes to a
-//! private scratch matrix first; the caller's C is written only after **every** tile
-//! succeeded, so a failure anywhere leaves C untouched and the shim can still run the vendor
-//! BLAS (the route contract of issue #4).
+//! whose operands are plain sub-slices of the caller's A, B and C with the same leading
+//! dimensions ([`tile_args`], [`tile_c_offset`]; nothing is copied on the host beyond the
+//! pinned staging of each slot's own pipeline, `host::staged_gemm`). Each tile leaves its
+//! result in its slot's pinned staging; the threads then meet at a barrier, and only when
+//! **every** tile succeeded does each write its own tile of the caller's C, straight from
+//! its staging (tiles are disjoint), so a failure anywhere leaves C untouched and the shim
+//! can still run the vendor BLAS (the route contract of issue #4).
 //!
 //! Results: every entry of a tile depends only on its row of op(A) and its column of op(B)
 //! (the emulated route scales per row of op(A) and per column of op(B), and its INT8
@@ -43,7 +45,7 @@ pub struct MultiOutcome {
 }
 
 /// The sub-problem of `tile`: its operands are sub-slices of `args`' A and B (same leading
-/// dimensions), its C is a `rows x cols` matrix with `ldc = rows` (the scratch).
+/// dimensions), its C starts at element [`tile_c_offset`] of the caller's C (same `ldc`).
 ///
 /// op(A) rows `r0..` start at element `r0` of A (`transa = N`, A is m x k) or at column `r0`
 /// (`T`, A is k x m); op(B) columns `c0..` start at column `c0` of B (`N`) or at element
@@ -60,65 +62,60 @@ pub fn tile_args<'a>(args: &GemmArgs<'a>, tile: &Tile) -> GemmArgs<'a> {
     } else {
         c0
     };
-    let rows = tile.rows as usize;
     GemmArgs {
-        m: rows,
+        m: tile.rows as usize,
         n: tile.cols as usize,
         a: args.a.get(a_off..).unwrap_or(&[]),
         b: args.b.get(b_off..).unwrap_or(&[]),
-        ldc: rows.max(1),
         ..*args
     }
 }
 
-/// Copies tile `t` of C (leading dimension `ldc`) into a fresh `rows x cols` scratch matrix.
-fn read_tile(c: &[f64], ldc: usize, t: &Tile) -> Vec<f64> {
-    let (rows, cols) = (t.rows as usize, t.cols as usize);
-    let mut out = Vec::with_capacity(rows * cols);
-    for j in 0..cols {
-        let s = (t.col0 as usize + j) * ldc + t.row0 as usize;
-        out.extend_from_slice(&c[s..s + rows]);
-    }
-    out
+/// Index of `tile`'s first element in the caller's C (leading dimension `ldc`).
+pub fn tile_c_offset(ldc: usize, tile: &Tile) -> usize {
+    tile.col0 as usize * ldc + tile.row0 as usize
 }
 
-/// Writes scratch tiles into C. Tiles are disjoint; each column of C is cut into row ranges
-/// owned by at most one tile, so the column-major walk below never writes an element twice.
-fn write_tiles(c: &mut [f64], ldc: usize, tiles: &[Tile], scratch: &[Vec<f64>]) {
+/// The caller's C, shared by the tile threads: read (beta != 0) by every tile before the
+/// barrier, written after it, each tile only its own disjoint rows x cols block.
+#[derive(Clone, Copy)]
+struct SharedC {
+    ptr: *mut f64,
+    len: usize,
+}
+// SAFETY: see the type's doc: reads all happen before any write (barrier), writes are to
+// disjoint elements.
+unsafe impl Send for SharedC {}
+// SAFETY: as above.
+unsafe impl Sync for SharedC {}
+
+/// Writes tile `t` of C (leading dimension `ldc`) from `staged` (the tile's span with the
+/// same `ldc`), columns spread over a few threads.
+///
+/// # Safety
+/// `c` must cover the tile; no other thread may access the tile's elements meanwhile.
+unsafe fn commit_tile(c: SharedC, ldc: usize, t: &Tile, staged: &[f64], threads: usize) {
+    let (rows, cols) = (t.rows as usize, t.cols as usize);
+    let base = tile_c_offset(ldc, t);
+    let per = cols.div_ceil(threads.max(1)).max(1);
     std::thread::scope(|s| {
-        // Split C by columns into one chunk per tile column range that starts a new grid column.
-        let mut cuts: Vec<usize> = tiles.iter().map(|t| t.col0 as usize).collect();
-        cuts.sort_unstable();
-        cuts.dedup();
-        let mut rest: &mut [f64] = c;
-        let mut start_col = 0usize;
-        for (ci, &c0) in cuts.iter().enumerate() {
-            debug_assert_eq!(c0, start_col);
-            let end_col = cuts.get(ci + 1).copied();
-            let all = std::mem::take(&mut rest);
-            let (mine, tail) = match end_col {
-                Some(e) => all.split_at_mut(((e - start_col) * ldc).min(all.len())),
-                None => (all, &mut [][..]),
-            };
-            rest = tail;
-            let base = start_col;
-            let group: Vec<(&Tile, &Vec<f64>)> = tiles
-                .iter()
-                .zip(scratch)
-                .filter(|(t, _)| t.col0 as usize == c0)
-                .collect();
+        for j0 in (0..cols).step_by(per) {
             s.spawn(move || {
-                for (t, sc) in group {
-                    let rows = t.rows as usize;
-                    for j in 0..t.cols as usize {
-                        let d = (t.col0 as usize - base + j) * ldc + t.row0 as usize;
-                        mine[d..d + rows].copy_from_slice(&sc[j * rows..(j + 1) * rows]);
-                    }
+                let c = c;
+                for j in j0..(j0 + per).min(cols) {
+                    let d = base + j * ldc;
+                    debug_assert!(d + rows <= c.len);
+                    // SAFETY: column j of the tile lies inside C (BLAS-checked extent) and
+                    // belongs to this tile alone; staged holds the tile's span.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            staged.as_ptr().add(j * ldc),
+                            c.ptr.add(d),
+                            rows,
+                        )
+                    };
                 }
             });
-            if let Some(e) = end_col {
-                start_col = e;
-            }
         }
     });
 }
@@ -135,6 +132,7 @@ pub fn gemm(
     engine: Engine,
     plan: &SplitPlan,
 ) -> Result<MultiOutcome, GpuError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let _flags = crate::fpenv::KeepFpFlags::new();
     let tiles = &plan.tiles;
     // Replica index of each tile's slot on its device (0,0 -> replicas 0 and 1 of device 0).
@@ -143,22 +141,65 @@ pub fn gemm(
         .enumerate()
         .map(|(i, t)| tiles[..i].iter().filter(|u| u.device == t.device).count() as u32)
         .collect();
-    let c_in: &[f64] = c;
-    let results: Vec<Result<(Vec<f64>, HostOutcome), GpuError>> = std::thread::scope(|s| {
+    let shared = SharedC {
+        ptr: c.as_mut_ptr(),
+        len: c.len(),
+    };
+    let failed = AtomicBool::new(false);
+    let barrier = std::sync::Barrier::new(tiles.len());
+    let commit_threads = (crate::host::copy_threads() / tiles.len().max(1)).max(1);
+    let results: Vec<Result<(HostOutcome, u64), GpuError>> = std::thread::scope(|s| {
         let handles: Vec<_> = tiles
             .iter()
             .zip(&replicas)
             .map(|(t, &rep)| {
+                let (failed, barrier) = (&failed, &barrier);
                 s.spawn(move || {
-                    let sub = tile_args(args, t);
-                    let mut scratch = if args.beta != 0.0 {
-                        read_tile(c_in, args.ldc, t)
-                    } else {
-                        vec![0.0; sub.m * sub.n]
-                    };
-                    let mut g = gpu_slot(t.device, rep)?;
-                    let o = host::gemm_on(&mut g, &sub, &mut scratch, engine)?;
-                    Ok((scratch, o))
+                    let shared = shared;
+                    let mut guard = None;
+                    // Phase 1: compute into this slot's staging (reads C when beta != 0).
+                    let staged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        let g = guard.insert(gpu_slot(t.device, rep)?);
+                        let sub = tile_args(args, t);
+                        let off = tile_c_offset(args.ldc, t);
+                        let c_span = host::span(sub.m, sub.n, args.ldc);
+                        if off + c_span > shared.len {
+                            return Err(GpuError::Unsupported("C shorter than its extent".into()));
+                        }
+                        // SAFETY: no thread writes C before the barrier below.
+                        let c_in = unsafe {
+                            std::slice::from_raw_parts(shared.ptr.add(off) as *const f64, c_span)
+                        };
+                        let (o, st) = host::staged_gemm(
+                            g,
+                            &sub,
+                            c_in,
+                            engine,
+                            host::pipeline_blocks(&sub, engine),
+                        )?;
+                        Ok((o, st, c_span))
+                    }))
+                    .unwrap_or_else(|_| {
+                        Err(GpuError::Cuda("a split tile's thread panicked".into()))
+                    });
+                    if staged.is_err() {
+                        failed.store(true, Ordering::SeqCst);
+                    }
+                    barrier.wait();
+                    // Phase 2: every tile succeeded -> write this tile of C from staging.
+                    let (o, st, c_span) = staged?;
+                    if failed.load(Ordering::SeqCst) {
+                        return Ok((o, 0));
+                    }
+                    let t0 = std::time::Instant::now();
+                    // SAFETY: the staging (held by `guard`) holds the tile's span; tiles are
+                    // disjoint and all reads of C happened before the barrier.
+                    unsafe {
+                        let staged = std::slice::from_raw_parts(st.0, c_span);
+                        commit_tile(shared, args.ldc, t, staged, commit_threads);
+                    }
+                    drop(guard);
+                    Ok((o, t0.elapsed().as_nanos() as u64))
                 })
             })
             .collect();
@@ -171,15 +212,13 @@ pub fn gemm(
             })
             .collect()
     });
-    let mut scratch = Vec::with_capacity(tiles.len());
     let mut out = MultiOutcome::default();
+    let mut commit_ns = 0;
     for r in results {
-        let (s, o) = r?;
-        scratch.push(s);
+        let (o, ns) = r?;
         out.tiles.push(o);
+        commit_ns = commit_ns.max(ns);
     }
-    let t0 = std::time::Instant::now();
-    write_tiles(c, args.ldc, tiles, &scratch);
     out.devices = tiles.iter().map(|t| t.device).collect();
     out.moduli = out.tiles.iter().filter_map(|o| o.moduli).max();
     let total = |p: &ozaki_core::trace::Phases| {
@@ -191,7 +230,7 @@ pub fn gemm(
         .map(|o| o.phases.clone())
         .max_by_key(total)
         .unwrap_or_default();
-    out.phases.transfer_ns += t0.elapsed().as_nanos() as u64;
+    out.phases.transfer_ns += commit_ns;
     Ok(out)
 }
 
@@ -221,10 +260,11 @@ pub fn slots() -> &'static [u32] {
 }
 
 /// Opt-in switch for the shim's automatic split: `OZAKI_SPLIT=1`. Off by default because
-/// the first measurement (BENCHMARKS.md, issue #7, 2x H200) found this executor *slower*
-/// split over two GPUs than on one (0.47-0.54x at 16384^3 and 32768^3): every tile re-stages
-/// all of B, and tiles go through host scratch copies. Splitting becomes the default only
-/// once a measurement shows it faster.
+/// the first measurement (BENCHMARKS.md, issue #7, 2x H200) found the split *slower* than one
+/// GPU (its tiles ran one after the other, each re-staging all of B through host scratch).
+/// Split run 2, with tiles concurrent and the pipelined host path, measured it 1.14-1.26x
+/// faster at 16384^3 and 1.30-1.46x at 32768^3; turning it on by default is the engine's
+/// call (`price_split`).
 pub const SPLIT_VAR: &str = "OZAKI_SPLIT";
 
 /// The split plan for a host-resident dgemm, or `None` when it runs on one device:
@@ -255,7 +295,7 @@ mod tests {
         (0..len).map(|_| r.uniform() - 0.5).collect()
     }
 
-    /// The shim never splits unless asked (the split measured slower than one GPU).
+    /// The shim never splits unless asked (`OZAKI_SPLIT=1`).
     #[test]
     fn no_automatic_split_without_opt_in() {
         if std::env::var_os(SPLIT_VAR).is_none() {
@@ -263,9 +303,10 @@ mod tests {
         }
     }
 
-    /// Each tile's sub-GEMM (operands from `tile_args`) equals that tile of the full product
-    /// bit for bit, and `write_tiles` reassembles exactly the full C, for all four
-    /// transpose cases, ragged tiles, padded leading dimensions and beta != 0.
+    /// Each tile's sub-GEMM (operands from `tile_args`, C at `tile_c_offset`) computes
+    /// exactly that tile of the full product, and the tiles together rebuild the full C bit
+    /// for bit without touching the ldc padding, for all four transpose cases, ragged tiles,
+    /// padded leading dimensions and beta != 0.
     #[test]
     fn tiles_reassemble_the_full_product() {
         let (m, n, k) = (37usize, 29usize, 11usize);
@@ -309,19 +350,11 @@ mod tests {
                     },
                 );
                 assert!(plan.is_split(), "{slots:?}");
-                let scratch: Vec<Vec<f64>> = plan
-                    .tiles
-                    .iter()
-                    .map(|t| {
-                        let sub = tile_args(&args, t);
-                        let mut s = read_tile(&c0, ldc, t);
-                        blas::gemm(&sub, &mut s);
-                        assert_eq!(s, read_tile(&full, ldc, t), "tile {t:?}");
-                        s
-                    })
-                    .collect();
                 let mut c = c0.clone();
-                write_tiles(&mut c, ldc, &plan.tiles, &scratch);
+                for t in &plan.tiles {
+                    let sub = tile_args(&args, t);
+                    blas::gemm(&sub, &mut c[tile_c_offset(ldc, t)..]);
+                }
                 assert_eq!(c, full, "{transa:?} {transb:?} {slots:?}");
             }
         }

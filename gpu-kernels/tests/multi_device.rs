@@ -28,6 +28,79 @@ fn vec(seed: u64, n: usize) -> Vec<f64> {
     (0..n).map(|_| r.uniform() - 0.5).collect()
 }
 
+/// Random operands of a (transa, transb) m x n x k call with padded leading dimensions.
+struct Operands {
+    a: Vec<f64>,
+    b: Vec<f64>,
+    c0: Vec<f64>,
+    ld: (usize, usize, usize),
+}
+
+impl Operands {
+    fn new((transa, transb): (Trans, Trans), (m, n, k): (usize, usize, usize), seed: u64) -> Self {
+        let ld = (
+            if transa == Trans::No { m + 3 } else { k + 3 },
+            if transb == Trans::No { k + 1 } else { n + 1 },
+            m + 2,
+        );
+        Operands {
+            a: vec(seed, ld.0 * if transa == Trans::No { k } else { m }),
+            b: vec(seed + 1, ld.1 * if transb == Trans::No { n } else { k }),
+            c0: vec(seed + 2, ld.2 * n),
+            ld,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn args(
+        &self,
+        (transa, transb): (Trans, Trans),
+        (m, n, k): (usize, usize, usize),
+        alpha: f64,
+        beta: f64,
+    ) -> GemmArgs<'_> {
+        GemmArgs {
+            transa,
+            transb,
+            m,
+            n,
+            k,
+            alpha,
+            a: &self.a,
+            lda: self.ld.0,
+            b: &self.b,
+            ldb: self.ld.1,
+            beta,
+            ldc: self.ld.2,
+        }
+    }
+
+    /// Nothing outside the m x n block of C (the ldc padding) differs from the input.
+    fn padding_untouched(&self, c: &[f64], m: usize, n: usize) {
+        let ldc = self.ld.2;
+        for j in 0..n {
+            for i in m..ldc {
+                assert_eq!(c[i + j * ldc].to_bits(), self.c0[i + j * ldc].to_bits());
+            }
+        }
+    }
+}
+
+/// Both routes; gpu-ozaki with a fixed moduli count (bit-identity needs the same count).
+fn engines() -> [(&'static str, Engine); 2] {
+    [
+        ("gpu-native", Engine::Native),
+        (
+            "gpu-ozaki",
+            Engine::Ozaki(Options {
+                moduli: Some(14),
+                max_block: 0,
+                scaling: None,
+            }),
+        ),
+    ]
+}
+
 fn compare(slots: &[u32]) {
     let (m, n, k) = (1100usize, 1300usize, 700usize);
     let params = SplitParams {
@@ -35,44 +108,17 @@ fn compare(slots: &[u32]) {
         min_cols: 256,
         align: 256,
     };
-    for (transa, transb) in [(Trans::No, Trans::No), (Trans::Yes, Trans::Yes)] {
-        let (lda, ldb, ldc) = (
-            if transa == Trans::No { m + 3 } else { k + 3 },
-            if transb == Trans::No { k + 1 } else { n + 1 },
-            m + 2,
-        );
-        let a = vec(1, lda * if transa == Trans::No { k } else { m });
-        let b = vec(2, ldb * if transb == Trans::No { n } else { k });
-        let c0 = vec(3, ldc * n);
-        let args = GemmArgs {
-            transa,
-            transb,
-            m,
-            n,
-            k,
-            alpha: 0.5,
-            a: &a,
-            lda,
-            b: &b,
-            ldb,
-            beta: -1.25,
-            ldc,
-        };
+    for t in [(Trans::No, Trans::No), (Trans::Yes, Trans::Yes)] {
+        let (transa, transb) = t;
+        let ops = Operands::new(t, (m, n, k), 1);
+        let args = ops.args(t, (m, n, k), 0.5, -1.25);
+        let c0 = &ops.c0;
         for plan in [
             split_c(m as u64, n as u64, slots, &params),
             split_c(m as u64, n as u64, &[slots[0]; 4], &params),
         ] {
             assert!(plan.is_split());
-            for (name, engine) in [
-                ("gpu-native", Engine::Native),
-                (
-                    "gpu-ozaki",
-                    Engine::Ozaki(Options {
-                        moduli: Some(14),
-                        max_block: 0,
-                    }),
-                ),
-            ] {
+            for (name, engine) in engines() {
                 let mut one = c0.clone();
                 host::gemm(&args, &mut one, engine).expect("single-device gemm");
                 let mut split = c0.clone();
@@ -103,12 +149,7 @@ fn compare(slots: &[u32]) {
                         assert!(worst <= 1e-12, "gpu-native split differs by {worst:e}")
                     }
                 }
-                // Outside the m x n block (ldc padding) nothing was written.
-                for j in 0..n {
-                    for i in m..ldc {
-                        assert_eq!(split[i + j * ldc].to_bits(), c0[i + j * ldc].to_bits());
-                    }
-                }
+                ops.padding_untouched(&split, m, n);
             }
         }
     }
@@ -146,18 +187,8 @@ fn a_failing_tile_leaves_c_untouched() {
     a[m - 1] = f64::NAN; // row m-1 of A: only the second row tile sees it
     let c0 = vec(6, m * n);
     let args = GemmArgs {
-        transa: Trans::No,
-        transb: Trans::No,
-        m,
-        n,
-        k,
-        alpha: 1.0,
-        a: &a,
-        lda: m,
-        b: &b,
-        ldb: k,
         beta: 1.0,
-        ldc: m,
+        ..GemmArgs::product(m, n, k, &a, &b)
     };
     let plan = split_c(
         m as u64,
@@ -177,4 +208,90 @@ fn a_failing_tile_leaves_c_untouched() {
         c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()),
         "C was written although a tile failed"
     );
+}
+
+/// The host-resident pipeline (`host::gemm_blocks`: C in column blocks, uploads, products
+/// and downloads overlapped) gives the same C as one block: bit for bit for `gpu-ozaki`
+/// with a fixed moduli count, within fp64 rounding for `gpu-native`; the ldc padding of C
+/// is never written. All transposes, beta != 0, ragged last block.
+#[test]
+fn pipelined_host_gemm_matches_one_block() {
+    if !have_gpu() {
+        return;
+    }
+    let (m, n, k) = (600usize, 1100usize, 300usize);
+    for t in [
+        (Trans::No, Trans::No),
+        (Trans::Yes, Trans::No),
+        (Trans::No, Trans::Yes),
+        (Trans::Yes, Trans::Yes),
+    ] {
+        let (transa, transb) = t;
+        let ops = Operands::new(t, (m, n, k), 7);
+        let args = ops.args(t, (m, n, k), 0.75, 1.5);
+        let c0 = &ops.c0;
+        for (name, engine) in engines() {
+            let mut one = c0.clone();
+            let mut g = gpu_kernels::gpu().expect("gpu");
+            host::gemm_blocks(&mut g, &args, &mut one, engine, 1).expect("one block");
+            for blocks in [3, 5] {
+                let mut piped = c0.clone();
+                host::gemm_blocks(&mut g, &args, &mut piped, engine, blocks).expect("pipelined");
+                let worst = one
+                    .iter()
+                    .zip(&piped)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0, f64::max);
+                match engine {
+                    Engine::Ozaki(_) => assert!(
+                        one.iter()
+                            .zip(&piped)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{name} {transa:?}{transb:?} {blocks} blocks changed bits ({worst:e})"
+                    ),
+                    Engine::Native => assert!(
+                        worst <= 1e-12,
+                        "{name} {transa:?}{transb:?} {blocks} blocks differ by {worst:e}"
+                    ),
+                }
+                ops.padding_untouched(&piped, m, n);
+            }
+        }
+    }
+}
+
+/// A NaN that only the last column block of the pipeline sees fails the emulated call
+/// after earlier blocks were computed and downloaded; the caller's C is still untouched.
+#[test]
+fn a_nan_in_the_last_block_leaves_c_untouched() {
+    if !have_gpu() {
+        return;
+    }
+    let (m, n, k) = (256usize, 1024usize, 64usize);
+    let a = vec(10, m * k);
+    let mut b = vec(11, k * n);
+    b[k * n - 1] = f64::NAN; // last column of B: only the last block sees it
+    let c0 = vec(12, m * n);
+    for beta in [0.0, 1.0] {
+        let args = GemmArgs {
+            beta,
+            ..GemmArgs::product(m, n, k, &a, &b)
+        };
+        let mut c = c0.clone();
+        let mut g = gpu_kernels::gpu().expect("gpu");
+        let r = host::gemm_blocks(&mut g, &args, &mut c, Engine::Ozaki(Options::default()), 4);
+        assert!(r.is_err(), "NaN in B must fail the emulated route");
+        assert!(
+            c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "C was written although the last block failed (beta {beta})"
+        );
+        // the GPU is still usable afterwards
+        let ok = GemmArgs {
+            b: &a[..k * 64],
+            n: 64,
+            ..args
+        };
+        let mut c2 = c0[..m * 64].to_vec();
+        host::gemm_blocks(&mut g, &ok, &mut c2, Engine::Native, 2).expect("after a failure");
+    }
 }
