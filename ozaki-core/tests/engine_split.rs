@@ -9,7 +9,7 @@ use ozaki_core::engine::calibrate::{
 };
 use ozaki_core::engine::choose::{Engine, split_key};
 use ozaki_core::engine::model::{Sample, predict};
-use ozaki_core::engine::profile::{self, Profile};
+use ozaki_core::engine::profile::{self, DeviceId, Profile};
 use ozaki_core::route::Route;
 use ozaki_core::trace::Routine;
 use std::sync::Arc;
@@ -52,10 +52,12 @@ fn survey(
 ) -> (Vec<DeviceMeasurements>, ShareMeasurements) {
     let devices = (0..2u32)
         .map(|o| DeviceMeasurements {
-            ordinal: o,
-            name: "NVIDIA H200".into(),
-            memory_bytes: 141 << 30,
-            free_bytes: 140 << 30,
+            id: DeviceId {
+                ordinal: o,
+                name: "NVIDIA H200".into(),
+                memory_bytes: 141 << 30,
+                free_bytes: 140 << 30,
+            },
             fp64: vec![
                 rate_sample(4096, fp64[o as usize] * 0.8),
                 rate_sample(8192, fp64[o as usize]),

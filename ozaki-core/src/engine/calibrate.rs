@@ -10,8 +10,8 @@
 use super::choose::Engine;
 use super::model::{Correction, CorrectionPoint, Sample, WorkModel, predict};
 use super::profile::{
-    ChoiceRules, CpuProfile, CpuRate, DeviceProfile, GpuProfile, HostLink, HostShare, Machine,
-    PROFILE_VERSION, PerElement, Profile, Reached,
+    ChoiceRules, CpuProfile, CpuRate, DeviceId, DeviceProfile, GpuProfile, HostLink, HostShare,
+    Machine, PROFILE_VERSION, PerElement, Profile, Reached,
 };
 use super::{CallShape, Residency};
 use crate::route::Route;
@@ -301,16 +301,9 @@ pub struct Measurements {
 /// it (one large DGEMM and one INT8 GEMM, device-resident) and its staged host link alone.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeviceMeasurements {
-    /// CUDA ordinal.
-    pub ordinal: u32,
-    /// Name as the driver reports it.
-    pub name: String,
-    /// Total memory, bytes.
-    #[serde(default)]
-    pub memory_bytes: u64,
-    /// Free memory, bytes.
-    #[serde(default)]
-    pub free_bytes: u64,
+    /// Which device (flattened into this object in JSON).
+    #[serde(flatten)]
+    pub id: DeviceId,
     /// cuBLAS DGEMM, device-resident.
     pub fp64: Vec<Sample>,
     /// One INT8 GEMM, device-resident.
@@ -552,10 +545,7 @@ pub fn fit_devices(devices: &[DeviceMeasurements]) -> Vec<DeviceProfile> {
     devices
         .iter()
         .map(|d| DeviceProfile {
-            ordinal: d.ordinal,
-            name: d.name.clone(),
-            memory_bytes: d.memory_bytes,
-            free_bytes: d.free_bytes,
+            id: d.id.clone(),
             fp64_flops: survey_rate(&d.fp64),
             int8_ops: survey_rate(&d.int8),
             h2d_staged: fit_link(&d.link, Direction::H2d, HostMemory::Staged).map_or(0.0, |x| x.0),

@@ -62,16 +62,9 @@ pub struct Profile {
 /// the full `gpu` model by when it prices a tile of a split on this device.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeviceProfile {
-    /// CUDA ordinal.
-    pub ordinal: u32,
-    /// Name as the driver reports it.
-    pub name: String,
-    /// Total device memory, bytes.
-    #[serde(default)]
-    pub memory_bytes: u64,
-    /// Free device memory at calibration, bytes.
-    #[serde(default)]
-    pub free_bytes: u64,
+    /// Which device (flattened into this object in JSON).
+    #[serde(flatten)]
+    pub id: DeviceId,
     /// Sustained cuBLAS DGEMM rate at the survey shape, FLOP/s.
     pub fp64_flops: f64,
     /// Sustained INT8 GEMM rate at the survey shape, OP/s.
@@ -80,6 +73,21 @@ pub struct DeviceProfile {
     pub h2d_staged: f64,
     /// Device → host, likewise.
     pub d2h_staged: f64,
+}
+
+/// Which GPU a survey entry describes (shared by the profile entry and the raw survey).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceId {
+    /// CUDA ordinal.
+    pub ordinal: u32,
+    /// Name as the driver reports it.
+    pub name: String,
+    /// Total device memory, bytes.
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// Free device memory when surveyed, bytes.
+    #[serde(default)]
+    pub free_bytes: u64,
 }
 
 /// The host side of a split (issue #7). Whether splitting one call over GPUs pays is
@@ -116,7 +124,7 @@ impl HostShare {
 impl Profile {
     /// The surveyed entry of one ordinal.
     pub fn device(&self, ordinal: u32) -> Option<&DeviceProfile> {
-        self.devices.iter().find(|d| d.ordinal == ordinal)
+        self.devices.iter().find(|d| d.id.ordinal == ordinal)
     }
 }
 

@@ -266,7 +266,7 @@ pub fn price(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::profile::HostShare;
+    use crate::engine::profile::{DeviceId, HostShare};
 
     fn h200() -> Profile {
         Profile::built_in("h200").expect("ships")
@@ -277,8 +277,11 @@ mod tests {
         p.devices = ordinals
             .iter()
             .map(|&o| DeviceProfile {
-                ordinal: o,
-                name: g.name.clone(),
+                id: DeviceId {
+                    ordinal: o,
+                    name: g.name.clone(),
+                    ..Default::default()
+                },
                 fp64_flops: fp64,
                 int8_ops: 1.4e15,
                 h2d_staged: g.link.h2d_staged,
@@ -286,6 +289,19 @@ mod tests {
                 ..Default::default()
             })
             .collect();
+    }
+
+    /// gpu-native split over GPUs 0 and 1 with the default tile limits.
+    fn native_on_two(p: &Profile, shape: &CallShape) -> SplitEstimate {
+        price(
+            p,
+            shape,
+            Route::GpuNative,
+            None,
+            &[0, 1],
+            &SplitParams::default(),
+        )
+        .unwrap()
     }
 
     fn with_links(aggregate_factor: f64) -> Profile {
@@ -306,15 +322,7 @@ mod tests {
         let p = with_links(2.0);
         let shape = CallShape::gemm(32768, 32768, 32768);
         let single = predict(&p, &shape, Route::GpuNative, None, 0).seconds;
-        let s = price(
-            &p,
-            &shape,
-            Route::GpuNative,
-            None,
-            &[0, 1],
-            &SplitParams::default(),
-        )
-        .unwrap();
+        let s = native_on_two(&p, &shape);
         let speedup = single / s.seconds;
         assert!(!s.link_shared);
         assert!(speedup > 1.5 && speedup < 2.05, "speed-up {speedup}");
@@ -327,24 +335,8 @@ mod tests {
         let free = with_links(2.0);
         let mut shared = with_links(1.0);
         let shape = CallShape::gemm(16384, 16384, 2048);
-        let a = price(
-            &free,
-            &shape,
-            Route::GpuNative,
-            None,
-            &[0, 1],
-            &SplitParams::default(),
-        )
-        .unwrap();
-        let b = price(
-            &shared,
-            &shape,
-            Route::GpuNative,
-            None,
-            &[0, 1],
-            &SplitParams::default(),
-        )
-        .unwrap();
+        let a = native_on_two(&free, &shape);
+        let b = native_on_two(&shared, &shape);
         assert!(
             b.link_shared && b.seconds > a.seconds,
             "{} vs {}",
@@ -353,15 +345,7 @@ mod tests {
         );
         // The measured assembly cost is an explicit term and can outweigh the gain.
         shared.host_share.as_mut().unwrap().assemble_s_per_byte = 1.0 / 2e9;
-        let c = price(
-            &shared,
-            &shape,
-            Route::GpuNative,
-            None,
-            &[0, 1],
-            &SplitParams::default(),
-        )
-        .unwrap();
+        let c = native_on_two(&shared, &shape);
         let single = predict(&shared, &shape, Route::GpuNative, None, 0).seconds;
         assert!(
             c.seconds > single,
@@ -380,15 +364,7 @@ mod tests {
         let mut p = with_links(2.0);
         p.devices[1].fp64_flops = 5e12;
         let shape = CallShape::gemm(32768, 32768, 32768);
-        let s = price(
-            &p,
-            &shape,
-            Route::GpuNative,
-            None,
-            &[0, 1],
-            &SplitParams::default(),
-        )
-        .unwrap();
+        let s = native_on_two(&p, &shape);
         assert!(
             s.price.per_device_s[&1] > 1.2 * s.price.per_device_s[&0],
             "{:?} {:?}",

@@ -281,8 +281,8 @@ fn print_profile_summary(p: &Profile) {
     for d in &p.devices {
         println!(
             "device {} ({}): fp64 {:.1} TFLOP/s, int8 {:.0} TOPS, staged link alone {:.1}/{:.1} GB/s (h2d/d2h)",
-            d.ordinal,
-            d.name,
+            d.id.ordinal,
+            d.id.name,
             d.fp64_flops / 1e12,
             d.int8_ops / 1e12,
             d.h2d_staged / 1e9,
@@ -797,7 +797,7 @@ mod gpu {
         DeviceMeasurements, Direction, GpuMeasurements, HostMemory, LinkSample, ShareMeasurements,
         SplitSample, StreamSample,
     };
-    use ozaki_core::engine::profile::Reached;
+    use ozaki_core::engine::profile::{DeviceId, Reached};
 
     /// Whether a GPU can be measured (initialises it).
     pub fn available() -> bool {
@@ -910,20 +910,7 @@ mod gpu {
                 } else {
                     7
                 };
-                let t = measure::time_median(stream, reps, || {
-                    gpu_kernels::native::dgemm(
-                        &g,
-                        stream,
-                        Trans::No,
-                        Trans::No,
-                        (mu, nu, ku),
-                        1.0,
-                        (a.ptr(), mu),
-                        (b.ptr(), ku),
-                        0.0,
-                        (c.ptr(), mu),
-                    )
-                })?;
+                let t = time_dgemm(&g, (mu, nu, ku), [&a, &b, &c], reps)?;
                 m.fp64.push(Sample {
                     routine: Routine::Dgemm,
                     m: mm,
@@ -1100,6 +1087,31 @@ mod gpu {
         Ok(Some(m))
     }
 
+    /// Median seconds (CUDA events) of a device-resident C = A B on `g`'s stream, with A, B
+    /// and C column-major m x k, k x n and m x n in `bufs`.
+    fn time_dgemm(
+        g: &gpu_kernels::device::Gpu,
+        (m, n, k): (usize, usize, usize),
+        [a, b, c]: [&DeviceBuffer; 3],
+        reps: usize,
+    ) -> Result<f64, gpu_kernels::GpuError> {
+        let stream = g.stream();
+        measure::time_median(stream, reps, || {
+            gpu_kernels::native::dgemm(
+                g,
+                stream,
+                Trans::No,
+                Trans::No,
+                (m, n, k),
+                1.0,
+                (a.ptr(), m),
+                (b.ptr(), k),
+                0.0,
+                (c.ptr(), m),
+            )
+        })
+    }
+
     fn ae(e: gpu_kernels::GpuError) -> anyhow::Error {
         anyhow::anyhow!("{e}")
     }
@@ -1171,20 +1183,21 @@ mod gpu {
                 Err(e) => eprintln!("survey of GPU {o}: skipped ({e})"),
             }
         }
-        let ok: Vec<u32> = devices.iter().map(|d| d.ordinal).collect();
+        let ok: Vec<u32> = devices.iter().map(|d| d.id.ordinal).collect();
         let share = (ok.len() >= 2).then(|| together(&ok, plan));
         (devices, share)
     }
 
     fn survey_one(o: u32, plan: &Plan) -> Result<DeviceMeasurements, gpu_kernels::GpuError> {
         let mut g = gpu_kernels::device::gpu_slot(o, 0)?;
-        let stream = g.stream();
         let (free, total) = memory::mem_info()?;
         let mut d = DeviceMeasurements {
-            ordinal: o,
-            name: g.name.clone(),
-            memory_bytes: total as u64,
-            free_bytes: free as u64,
+            id: DeviceId {
+                ordinal: o,
+                name: g.name.clone(),
+                memory_bytes: total as u64,
+                free_bytes: free as u64,
+            },
             ..Default::default()
         };
         // The largest survey shape is the rate the engine scales by; quick plans stay small.
@@ -1198,20 +1211,7 @@ mod gpu {
             let a = measure::upload(&data(nu * nu, 1))?;
             let b = measure::upload(&data(nu * nu, 2))?;
             let c = DeviceBuffer::new(8 * nu * nu)?;
-            let t = measure::time_median(stream, 3, || {
-                gpu_kernels::native::dgemm(
-                    &g,
-                    stream,
-                    Trans::No,
-                    Trans::No,
-                    (nu, nu, nu),
-                    1.0,
-                    (a.ptr(), nu),
-                    (b.ptr(), nu),
-                    0.0,
-                    (c.ptr(), nu),
-                )
-            })?;
+            let t = time_dgemm(&g, (nu, nu, nu), [&a, &b, &c], 3)?;
             d.fp64.push(Sample {
                 routine: Routine::Dgemm,
                 m: n,
@@ -1248,7 +1248,7 @@ mod gpu {
         d.link.extend(link_samples(8 * (m * k + k * n + m * n), t));
         eprintln!(
             "survey GPU {o} ({}): fp64 {:.1} TFLOP/s, int8 {:.0} TOPS at {}^3; staged link alone {:.1} GB/s",
-            d.name,
+            d.id.name,
             2.0 * (sizes[sizes.len() - 1].pow(3)) as f64
                 / d.fp64.last().map_or(1.0, |s| s.seconds)
                 / 1e12,

@@ -155,6 +155,23 @@ fn fmt_s(s: f64) -> String {
     }
 }
 
+/// One indented line per priced term: name, seconds, how it was derived.
+fn write_terms(
+    out: &mut dyn Write,
+    terms: &[ozaki_core::engine::model::Term],
+) -> std::io::Result<()> {
+    for t in terms {
+        writeln!(
+            out,
+            "    {:<12} {:>12}  {}",
+            t.name,
+            fmt_s(t.seconds),
+            t.how
+        )?;
+    }
+    Ok(())
+}
+
 fn fmt_rate(flops: f64, s: f64) -> String {
     if !s.is_finite() || s <= 0.0 {
         return "-".into();
@@ -280,15 +297,7 @@ fn explain_measured(
                     e.recon_host,
                     e.moduli.map_or(String::new(), |r| format!(", r = {r}"))
                 )?;
-                for t in &e.terms {
-                    writeln!(
-                        out,
-                        "    {:<12} {:>12}  {}",
-                        t.name,
-                        fmt_s(t.seconds),
-                        t.how
-                    )?;
-                }
+                write_terms(&mut out, &e.terms)?;
             }
         }
     }
@@ -320,15 +329,7 @@ fn explain_measured(
                 "one per GPU (calibrated)"
             }
         )?;
-        for t in &s.terms {
-            writeln!(
-                out,
-                "    {:<12} {:>12}  {}",
-                t.name,
-                fmt_s(t.seconds),
-                t.how
-            )?;
-        }
+        write_terms(&mut out, &s.terms)?;
     }
     if d.splits.is_empty() && engine.slots().len() > 1 {
         writeln!(

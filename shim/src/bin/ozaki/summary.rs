@@ -484,6 +484,19 @@ mod tests {
         )
     }
 
+    /// The first `n` rows (after the header line) of the table titled `title`, as words.
+    fn table_rows<'a>(s: &'a str, title: &str, n: usize) -> Vec<Vec<&'a str>> {
+        let table = &s[s
+            .find(title)
+            .unwrap_or_else(|| panic!("no {title} table in {s}"))..];
+        table
+            .lines()
+            .skip(2)
+            .take(n)
+            .map(|l| l.split_whitespace().collect())
+            .collect()
+    }
+
     fn write_tmp(name: &str, text: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("ozaki-summary-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -578,13 +591,7 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("pid 101, MPI rank 1 /bin/prog"), "{s}");
-        let table = &s[s.find("Per MPI rank:").expect("per-rank table")..];
-        let rows: Vec<Vec<&str>> = table
-            .lines()
-            .skip(2)
-            .take(2)
-            .map(|l| l.split_whitespace().collect())
-            .collect();
+        let rows = table_rows(&s, "Per MPI rank:", 2);
         assert_eq!(rows[0][..3], ["0", "n1", "1"], "{s}");
         assert_eq!(rows[1][..3], ["1", "n1", "2"], "{s}");
         // A single process without a launcher gets no rank table.
@@ -609,13 +616,7 @@ mod tests {
             call(2, "dgemm_", "dgemm", 10, 10, 10, 10)
         );
         let s = summary_of(&text, "gpus.jsonl");
-        let table = &s[s.find("Per GPU:").expect("per-GPU table")..];
-        let rows: Vec<Vec<&str>> = table
-            .lines()
-            .skip(2)
-            .take(2)
-            .map(|l| l.split_whitespace().collect())
-            .collect();
+        let rows = table_rows(&s, "Per GPU:", 2);
         assert_eq!(rows[0], ["-", "0", "1", "1", "0.001"], "{s}");
         assert_eq!(rows[1], ["-", "1", "2", "1", "0.003"], "{s}");
         // A CPU-only trace has no per-GPU table.
