@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 
 /// Version of the trace schema written in [`Header::schema`].
 ///
-/// History: 1 = issue #2 fields (+ optional route/engine/GPU/A-B extensions);
-/// 2 = optional `devices` on a call split over several GPUs (issue #7). A version-1 reader
-/// refuses version-2 files, since it would count a split call's work on one GPU only.
+/// History: 1 = issue #2 fields (+ optional route/engine/GPU/A-B extensions, and `scaling`
+/// of the emulated routes, issue #4); 2 = optional `devices` on a call split over several
+/// GPUs (issue #7). A version-1 reader refuses version-2 files, since it would count a split
+/// call's work on one GPU only.
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Which BLAS routine a record describes.
@@ -222,6 +223,10 @@ pub struct CallRecord {
     /// Number of moduli used by an emulated route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moduli: Option<u32>,
+    /// Scaling bound of an emulated route: `fast`, `norm` or `accurate`
+    /// (`ozaki_core::scaling::ScalingMode`, `OZAKI_SCALING`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<String>,
     /// GPU ordinal used by a GPU route (a split call: its first tile's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<u32>,

@@ -283,6 +283,10 @@ fn format_body(out: &mut Vec<u8>, seq: u64, t_ns: u64, dur_ns: u64, tid: u64, e:
             field(out, "moduli");
             push_u64(out, m.into());
         }
+        if let Some(s) = o.scaling {
+            field(out, "scaling");
+            push_str(out, s);
+        }
         if let Some(d) = o.device {
             field(out, "device");
             push_u64(out, d.into());
@@ -674,6 +678,7 @@ mod tests {
         let s = shape(Routine::Dgemm);
         let outcome = RouteOutcome {
             moduli: Some(14),
+            scaling: Some("norm"),
             device: Some(0),
             devices: Some(vec![0, 1]),
             phases: Some(Default::default()),
@@ -714,6 +719,7 @@ mod tests {
         );
         assert_eq!((c.moduli, c.device), (Some(14), Some(0)));
         assert_eq!(c.devices, Some(vec![0, 1]));
+        assert_eq!(c.scaling.as_deref(), Some("norm"));
         // The same record through serde gives the same object.
         let reparsed: serde_json::Value = serde_json::from_str(&text).unwrap();
         let via_serde = serde_json::to_value(&*c).unwrap();

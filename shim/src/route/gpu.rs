@@ -46,9 +46,18 @@ fn error(route: Route, e: GpuError) -> RouteError {
     }
 }
 
-fn outcome(o: HostOutcome) -> RouteOutcome {
+/// The scaling an engine runs (trace field `scaling`; none for gpu-native).
+fn scaling(engine: Engine) -> Option<&'static str> {
+    match engine {
+        Engine::Ozaki(opts) => Some(gpu_kernels::ozaki::effective_scaling(opts.scaling).name()),
+        Engine::Native => None,
+    }
+}
+
+fn outcome(o: HostOutcome, engine: Engine) -> RouteOutcome {
     RouteOutcome {
         moduli: o.moduli,
+        scaling: scaling(engine),
         device: Some(o.device),
         devices: None,
         phases: Some(o.phases),
@@ -82,13 +91,14 @@ pub fn gemm(
         tracing::info!(devices = ?o.devices, grid = ?(plan.grid_rows, plan.grid_cols), "dgemm split across device slots");
         return Ok(RouteOutcome {
             moduli: o.moduli,
+            scaling: scaling(engine),
             device: o.devices.first().copied(),
             devices: Some(o.devices),
             phases: Some(o.phases),
         });
     }
     host::gemm(args, c, engine)
-        .map(outcome)
+        .map(|o| outcome(o, engine))
         .map_err(|e| error(route, e))
 }
 
@@ -107,7 +117,8 @@ pub fn syrk(
             "alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into(),
         ));
     }
-    host::syrk(args, c, engine(route, config))
-        .map(outcome)
+    let engine = engine(route, config);
+    host::syrk(args, c, engine)
+        .map(|o| outcome(o, engine))
         .map_err(|e| error(route, e))
 }

@@ -47,6 +47,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 pub struct RouteOutcome {
     /// Number of moduli an emulated route used.
     pub moduli: Option<u32>,
+    /// Scaling bound an emulated route used (`ScalingMode::name`).
+    pub scaling: Option<&'static str>,
     /// GPU ordinal a GPU route used (a split call: its first tile's).
     pub device: Option<u32>,
     /// GPU ordinal of each tile of a call split over several GPUs (issue #7).
