@@ -436,14 +436,15 @@ __device__ __forceinline__ int exponent_of_bits(u64 bits) {
     return biased == 0 ? (63 - __clzll((long long)bits)) - 1074 : biased - 1023;
 }
 
-// abar^2 for one entry of a line with exponent e. scalbn is exact whenever its result is a
-// normal number; a result below 2^-1022 may round (even to 0), but the ceiling of any value in
-// (0, 1) is 1, which the max() restores.
-__device__ __forceinline__ u64 coarse_sq(double v, int e) {
-    if (v == 0.0) return 0;
+// abar^2 for one entry of a line with exponent e, as a double (an integer <= 4096, exact).
+// scalbn is exact whenever its result is a normal number; a result below 2^-1022 may round
+// (even to 0), but the ceiling of any value in (0, 1) is 1, which the max() restores. A
+// thread's sum stays an integer <= 4096 k <= 2^29 (k <= 2^17, the host's limit), so summing
+// in fp64 is exact in any order; it is converted to u64 once per thread.
+__device__ __forceinline__ double coarse_sq(double v, int e) {
+    if (v == 0.0) return 0.0;
     double c = fmax(ceil(scalbn(fabs(v), 5 - e)), 1.0);
-    u64 ci = (u64)c;
-    return ci * ci;
+    return c * c;
 }
 
 // One warp per row; row elements contiguous (x[l + row*ld]). Zero and non-finite rows
@@ -458,8 +459,9 @@ extern "C" __global__ void coarse_norms_contig(const double* __restrict__ x, lon
     if (mb == 0 || mb >= 0x7ff0000000000000ull) return;
     int e = exponent_of_bits(mb);
     const double* p = x + (long long)row * ld;
-    u64 s = 0;
-    for (int l = lane; l < kdim; l += 32) s += coarse_sq(p[l], e);
+    double part = 0.0;
+    for (int l = lane; l < kdim; l += 32) part += coarse_sq(p[l], e);
+    u64 s = (u64)part;
     for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
     if (lane == 0) atomicAdd(&sq[row], s);
 }
@@ -474,8 +476,8 @@ extern "C" __global__ void coarse_norms_strided(const double* __restrict__ x, lo
     int e = exponent_of_bits(mb);
     int l0 = blockIdx.y * lchunk;
     int l1 = min(kdim, l0 + lchunk);
-    u64 s = 0;
+    double part = 0.0;
 #pragma unroll 4
-    for (int l = l0; l < l1; ++l) s += coarse_sq(x[row + (long long)l * ld], e);
-    atomicAdd(&sq[row], s);
+    for (int l = l0; l < l1; ++l) part += coarse_sq(x[row + (long long)l * ld], e);
+    atomicAdd(&sq[row], (u64)part);
 }

@@ -71,6 +71,15 @@ pub use ozaki_core::scaling::ScalingMode;
 /// one modulus fewer than fast on normal data and two on phi = 2; ACCURACY.md).
 pub const DEFAULT_SCALING: ScalingMode = ScalingMode::Norm;
 
+/// The scaling a call asking for `requested` runs ([`Options::scaling`]): the default when
+/// none, and norm for accurate (which needs the coarse product, not implemented here).
+pub fn effective_scaling(requested: Option<ScalingMode>) -> ScalingMode {
+    match requested.unwrap_or(DEFAULT_SCALING) {
+        ScalingMode::Accurate => ScalingMode::Norm,
+        s => s,
+    }
+}
+
 /// From this many rows and columns of C on, the products and reconstruction run in column
 /// blocks of [`LARGE_BLOCK`]: the int8 products run under the board's power cap (SM clock
 /// down to 1.4 GHz at 16384^3), and the memory-bound reconstruction of one block between the
@@ -462,10 +471,7 @@ pub fn gemm(
         Op::Gemm { .. } => 0,
     };
     let nb_rows = if syrk { m } else { m + n };
-    let scaling = match opts.scaling.unwrap_or(DEFAULT_SCALING) {
-        ScalingMode::Accurate => ScalingMode::Norm, // no coarse product on the GPU (see `plan`)
-        s => s,
-    };
+    let scaling = effective_scaling(opts.scaling);
     // per line: u64 max bit pattern, f64 sum |x|, u64 S_i (norm scaling)
     const STATS: usize = 24;
 
@@ -997,5 +1003,53 @@ mod tests {
             assert_eq!(typical_moduli(ScalingMode::Norm, 4.0, k), 14, "k = {k}");
         }
         assert_eq!(typical_moduli(ScalingMode::Fast, 4.0, 16384), 16);
+    }
+
+    /// `coarse_sq` in kernels/ozaki.cu computes `ā^2` as `max(ceil(scalbn(|x|, 5 - e)), 1)^2`
+    /// in fp64; this mirror of that formula (ozaki-core's `ldexp` rounds once like `scalbn`)
+    /// equals ozaki-core's integer definition, also where the scaled value is subnormal or
+    /// rounds to zero.
+    #[test]
+    fn the_kernels_float_formula_for_coarse_magnitudes_is_exact() {
+        use ozaki_core::exact::ldexp;
+        use ozaki_core::scaling::coarse;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for e in [-1074, -1073, -1022, -1000, -3, 0, 1, 700, 1023] {
+            for _ in 0..2000 {
+                // any finite |x| < 2^(e+1): a random significand, down to 1100 binades lower
+                let bits = next();
+                let drop = (bits % 1100) as i32;
+                let mant = 1.0 + (bits >> 11) as f64 / (1u64 << 53) as f64;
+                let x = ldexp(mant, i64::from(e - drop));
+                if x == 0.0 || x >= 2f64.powi(e + 1) || !x.is_finite() {
+                    continue;
+                }
+                let f = ldexp(x, i64::from(5 - e)).ceil().max(1.0);
+                assert_eq!(f as u64, u64::from(coarse(x, e)), "x = {x:e}, e = {e}");
+            }
+            // exact multiples of 2^(e-5) and their neighbours
+            for c in 1..=64u32 {
+                let x = ldexp(f64::from(c), i64::from(e - 5));
+                if x == 0.0 || !x.is_finite() || x >= 2f64.powi(e + 1) {
+                    continue;
+                }
+                for y in [
+                    x,
+                    f64::from_bits(x.to_bits() + 1),
+                    f64::from_bits(x.to_bits() - 1),
+                ] {
+                    if y > 0.0 && y < 2f64.powi(e + 1) {
+                        let f = ldexp(y, i64::from(5 - e)).ceil().max(1.0);
+                        assert_eq!(f as u64, u64::from(coarse(y, e)), "x = {y:e}, e = {e}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -653,3 +653,92 @@ fn norm_scaling_equals_the_cpu_reference_route_bit_for_bit() {
         }
     }
 }
+
+/// Lines whose coarse square sum is exactly a power of two (1.0 once, ā = 32; then twelve
+/// entries just below 0.5, ā = 16: S = 1024 + 12 · 256 = 2^12): one unit more in the GPU's
+/// S would raise clog2 S and, with 8 moduli (even budget), lower the shift by one, which the
+/// inexact entries would show in C. So the GPU's `coarse_norms_*` sums are exactly
+/// ozaki-core's, in both storage orders.
+#[test]
+fn norm_scaling_sees_exact_coarse_square_sums() {
+    use ozaki_core::scaling::{CoarseBounds, Exponents, Scaling};
+    let k = 13;
+    let line: Vec<f64> = std::iter::once(1.0)
+        .chain((0..12).map(|l| 0.47 + 0.0025 * l as f64))
+        .collect();
+    // the premise: S = 2^12, and S + 1 would change the shift at r = 8
+    let e = Some(0);
+    let exps = Exponents {
+        rows: vec![e],
+        cols: vec![e],
+    };
+    let budget = ScalingMode::Norm.budget_bits(ozaki_core::moduli::CrtPlan::get(8));
+    let s = CoarseBounds::norm(&exps, &line, &line, k);
+    assert_eq!(s.rows, [4096]);
+    let off = CoarseBounds {
+        rows: vec![4097],
+        cols: vec![4097],
+    };
+    assert_ne!(
+        Scaling::new(budget, &exps, &s).sigma,
+        Scaling::new(budget, &exps, &off).sigma
+    );
+    if !have_gpu() {
+        return;
+    }
+    let mut rng = Rng(31);
+    for (transa, transb) in [(Trans::No, Trans::No), (Trans::Yes, Trans::Yes)] {
+        let (m, n) = (3, 2);
+        // every row of op(A) and column of op(B) is `line` times a sign pattern and a power of 2
+        let sign = |i: usize, l: usize| if (i + l) % 3 == 0 { -1.0 } else { 1.0 };
+        let (ra, ca) = dims(transa, m, k);
+        let mut a = vec![0.0; ra * ca];
+        for i in 0..m {
+            for l in 0..k {
+                let v = sign(i, l) * line[l] * 2f64.powi(i as i32 * 7 - 3);
+                a[if transa == Trans::No {
+                    i + l * ra
+                } else {
+                    l + i * ra
+                }] = v;
+            }
+        }
+        let (rb, cb) = dims(transb, k, n);
+        let mut b = vec![0.0; rb * cb];
+        for j in 0..n {
+            for l in 0..k {
+                let v = sign(j + 1, l) * line[(l + j) % k] * 2f64.powi(j as i32 * 11);
+                b[if transb == Trans::No {
+                    l + j * rb
+                } else {
+                    j + l * rb
+                }] = v;
+            }
+        }
+        let c0 = rng.vec(m * n);
+        let g = GemmArgs {
+            transa,
+            transb,
+            m,
+            n,
+            k,
+            alpha: 1.0,
+            a: &a,
+            lda: ra,
+            b: &b,
+            ldb: rb,
+            beta: 0.0,
+            ldc: m,
+        };
+        let (engine, cfg) = same_numerics(ScalingMode::Norm, 8);
+        let mut cpu = c0.clone();
+        emulate::gemm(&g, &mut cpu, &cfg).expect("cpu-ozaki");
+        let mut dev = c0;
+        host::gemm(&g, &mut dev, engine).unwrap();
+        assert_eq!(
+            bits_differ(&cpu, &dev),
+            0,
+            "{transa:?}{transb:?}: {cpu:?} vs {dev:?}"
+        );
+    }
+}

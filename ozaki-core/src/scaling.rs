@@ -54,11 +54,10 @@
 //! - norm: `G_ij = sum_l ā_il b̄_lj <= sqrt(sum_l ā_il^2) sqrt(sum_l b̄_lj^2) = sqrt(S_i T_j)`
 //!   (Cauchy-Schwarz on the k-vectors `ā_i·` and `b̄_·j`).
 //!
-//!
 //! **Norm mode's extra bit.** For `p_i >= 0` the rounding slack above is not needed:
 //! `|a_il 2^σ_i| <= ā_il 2^p_i`, an integer, and `Q` (RN or truncation) is monotone, odd and
 //! fixes integers, so `|a'_il| <= ā_il 2^p_i` exactly; hence `|c'_ij| <= 2^(p_i + q_j) G_ij
-//! <= 2^L`. Norm mode takes `L = floor(log2 M_r) - 1`: `2^L <= M_r / 2`, and strictly less as
+//! <= 2^(p_i + q_j) sqrt(2^clog2(R_i) 2^clog2(K_j)) <= 2^L`. Norm mode takes `L = floor(log2 M_r) - 1`: `2^L <= M_r / 2`, and strictly less as
 //! `M_r` (a multiple of 255) is no power of two, so `|c'_ij| < M_r / 2` on covered lines
 //! (`p_i, q_j >= 4`). This buys half a bit per operand on average (the shift gains one bit
 //! where `L - clog2 S_i` was odd), which on normal data is what separates 14 moduli from

@@ -283,9 +283,17 @@ fn format_body(out: &mut Vec<u8>, seq: u64, t_ns: u64, dur_ns: u64, tid: u64, e:
             field(out, "moduli");
             push_u64(out, m.into());
         }
+        if let Some(s) = o.scaling {
+            field(out, "scaling");
+            push_str(out, s);
+        }
         if let Some(d) = o.device {
             field(out, "device");
             push_u64(out, d.into());
+        }
+        if let Some(list) = &o.devices {
+            field(out, "devices");
+            let _ = serde_json::to_writer(&mut *out, list);
         }
         if let Some(p) = &o.phases {
             field(out, "phases");
@@ -670,7 +678,9 @@ mod tests {
         let s = shape(Routine::Dgemm);
         let outcome = RouteOutcome {
             moduli: Some(14),
+            scaling: Some("norm"),
             device: Some(0),
+            devices: Some(vec![0, 1]),
             phases: Some(Default::default()),
         };
         let e = Entry {
@@ -708,6 +718,8 @@ mod tests {
             Some("gpu-ozaki: route \"x\" not available\n")
         );
         assert_eq!((c.moduli, c.device), (Some(14), Some(0)));
+        assert_eq!(c.devices, Some(vec![0, 1]));
+        assert_eq!(c.scaling.as_deref(), Some("norm"));
         // The same record through serde gives the same object.
         let reparsed: serde_json::Value = serde_json::from_str(&text).unwrap();
         let via_serde = serde_json::to_value(&*c).unwrap();

@@ -32,7 +32,7 @@ fn emulation_config(config: &Config) -> EmulationConfig {
     }
 }
 
-fn outcome(info: &EmulationInfo) -> RouteOutcome {
+fn outcome(info: &EmulationInfo, cfg: &EmulationConfig) -> RouteOutcome {
     let ns = |names: &[&str]| -> u64 {
         let s: f64 = info
             .phases
@@ -44,7 +44,9 @@ fn outcome(info: &EmulationInfo) -> RouteOutcome {
     };
     RouteOutcome {
         moduli: (info.moduli > 0).then_some(info.moduli as u32),
+        scaling: (info.moduli > 0).then_some(cfg.scaling.name()),
         device: None,
+        devices: None,
         phases: (!info.phases.is_empty()).then(|| Phases {
             transfer_ns: 0,
             convert_ns: ns(&["scan", "coarse", "select", "quantize"]),
@@ -73,8 +75,9 @@ pub fn gemm(
     c: &mut [f64],
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
-    emulate::gemm(args, c, &emulation_config(config))
-        .map(|i| outcome(&i))
+    let cfg = emulation_config(config);
+    emulate::gemm(args, c, &cfg)
+        .map(|i| outcome(&i, &cfg))
         .map_err(route_error)
 }
 
@@ -87,8 +90,9 @@ pub fn syrk(
     c: &mut [f64],
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
-    emulate::syrk(args, c, &emulation_config(config))
-        .map(|i| outcome(&i))
+    let cfg = emulation_config(config);
+    emulate::syrk(args, c, &cfg)
+        .map(|i| outcome(&i, &cfg))
         .map_err(route_error)
 }
 
@@ -136,6 +140,15 @@ mod tests {
         let forced = gemm(&args(&a, &b), &mut c, &config(Some("17"))).unwrap();
         assert_eq!(forced.moduli, Some(17));
         assert_eq!(c, [-2.5, -3.0, 2.75, 5.0]);
+        // the trace's `scaling`: accurate by default, OZAKI_SCALING otherwise
+        assert_eq!(auto.scaling, Some("accurate"));
+        let raw = RawConfig {
+            route: Some("cpu-ozaki".into()),
+            scaling: Some("norm".into()),
+            ..RawConfig::default()
+        };
+        let norm = gemm(&args(&a, &b), &mut c, &Config::from_raw(&raw).0).unwrap();
+        assert_eq!((norm.scaling, c), (Some("norm"), [-2.5, -3.0, 2.75, 5.0]));
     }
 
     #[test]

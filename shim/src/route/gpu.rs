@@ -46,10 +46,20 @@ fn error(route: Route, e: GpuError) -> RouteError {
     }
 }
 
-fn outcome(o: HostOutcome) -> RouteOutcome {
+/// The scaling an engine runs (trace field `scaling`; none for gpu-native).
+fn scaling(engine: Engine) -> Option<&'static str> {
+    match engine {
+        Engine::Ozaki(opts) => Some(gpu_kernels::ozaki::effective_scaling(opts.scaling).name()),
+        Engine::Native => None,
+    }
+}
+
+fn outcome(o: HostOutcome, engine: Engine) -> RouteOutcome {
     RouteOutcome {
         moduli: o.moduli,
+        scaling: scaling(engine),
         device: Some(o.device),
+        devices: None,
         phases: Some(o.phases),
     }
 }
@@ -73,21 +83,22 @@ pub fn gemm(
         ));
     }
     let engine = engine(route, config);
-    // Issue #7: with OZAKI_SPLIT=1 (opt-in: measured slower than one GPU so far, see
-    // BENCHMARKS.md), a large call in a process that owns several device slots is split into
-    // C tiles, one per slot (gpu_kernels::multi; threshold multi::SPLIT_MIN_VOLUME). The
-    // trace records the first tile's device; the split itself is logged (OZAKI_LOG=info).
-    if let Some(plan) = gpu_kernels::multi::split_for(args.m, args.n, args.k) {
+    // Issue #7: in a process owning several GPU slots, a call the engine prices faster split
+    // (or any large call with OZAKI_SPLIT=1) runs as C tiles, one per slot
+    // (gpu_kernels::multi); the trace records every tile's device.
+    if let Some(plan) = super::split::plan(route, args, config) {
         let o = gpu_kernels::multi::gemm(args, c, engine, &plan).map_err(|e| error(route, e))?;
         tracing::info!(devices = ?o.devices, grid = ?(plan.grid_rows, plan.grid_cols), "dgemm split across device slots");
         return Ok(RouteOutcome {
             moduli: o.moduli,
+            scaling: scaling(engine),
             device: o.devices.first().copied(),
+            devices: Some(o.devices),
             phases: Some(o.phases),
         });
     }
     host::gemm(args, c, engine)
-        .map(outcome)
+        .map(|o| outcome(o, engine))
         .map_err(|e| error(route, e))
 }
 
@@ -106,7 +117,8 @@ pub fn syrk(
             "alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into(),
         ));
     }
-    host::syrk(args, c, engine(route, config))
-        .map(outcome)
+    let engine = engine(route, config);
+    host::syrk(args, c, engine)
+        .map(|o| outcome(o, engine))
         .map_err(|e| error(route, e))
 }
