@@ -262,8 +262,9 @@ impl Kernels {
             uplo,
         );
         let (mut row_off, mut col_off) = offsets;
-        // rows % 4 == 0: four rows per thread with 16-byte loads (`reconstruct_quad`)
-        let quad = rows % 4 == 0;
+        // rows % 4 == 0 (and 16-byte aligned planes): four rows per thread with 16-byte loads
+        // (`reconstruct_quad`)
+        let quad = rows % 4 == 0 && prod % 16 == 0;
         let total = rows as u64 * cols as u64 / if quad { 4 } else { 1 };
         let grid = (total.div_ceil(256) as u32, 1, 1);
         let mut args = kernel_args![
