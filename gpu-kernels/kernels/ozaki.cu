@@ -6,8 +6,11 @@
 //                   (NaN/Inf show up as bit patterns >= 0x7ff0...; the host then routes native)
 //   residues      : z = rint(x * 2^shift) once per element, then the centred residue of z for
 //                   every modulus, written as r int8 planes with the inner dimension contiguous
-//                   ("TN" layout, what cuBLASLt's IMMA kernels want)
+//                   ("TN" layout, what cuBLASLt's IMMA kernels want); two full-rate fp64
+//                   fmas and two integer multiply-adds per residue, no conversions
 //   (cuBLASLt)    : r int8 x int8 -> int32 products, one strided batch
+//   reconstruct_quad[_w4]: as reconstruct[_w4], four consecutive rows of one column per
+//                   thread with 16-byte loads of every product plane in flight (rows % 4 == 0)
 //   reconstruct[_w4]: CRT of the r int32 products into an exact multi-limb integer, signed lift,
 //                   one correctly rounded conversion to fp64, unscaling by 2^-(sigma_i+tau_j),
 //                   then C = alpha*P + beta*C (beta == 0: C is not read), optionally one triangle.
@@ -20,13 +23,34 @@ typedef unsigned int u32;
 #define MAX_MODULI 20
 #define LIMBS 6
 
-// Residue formation table: moduli as doubles and their rounded reciprocals.
+// Residue formation table (see `residues`): per modulus RN(1/m_p) and c_p = 2^32 mod m_p.
 struct ResidueTable {
     int r;
-    int two_step;  // |z| may reach 2^53 or more: reduce twice (else one step is exact)
-    double m[MAX_MODULI];
+    int pad_;
+    double magic;                 // MAGIC (a parameter, so the compiler keeps it in a register)
     double inv_m[MAX_MODULI];
+    double c32[MAX_MODULI];       // c_p as a double
+    u32 neg_m[MAX_MODULI];        // 2^32 - m_p (one multiply-add forms y - m q)
+    u32 c32i[MAX_MODULI];         // c_p
 };
+
+// 1.5 * 2^52: for |v| < 2^51, v + MAGIC (or fma(a, b, MAGIC) for v = a b) rounds v to the
+// nearest integer (ties to even) and leaves that integer, in two's complement, in the low
+// mantissa bits (read with __double2loint): an exact rint and double -> int32 in one add.
+#define MAGIC 6755399441055744.0
+
+// 2^e as a double, for -1022 <= e <= 1023.
+__device__ __forceinline__ double pow2(int e) {
+    return __longlong_as_double((long long)(e + 1023) << 52);
+}
+
+// scalbn(x, e) (exact scaling, one rounding) with one or two multiplications where 2^e is a
+// normal double or the scaling goes up (then no step rounds); scalbn itself elsewhere.
+__device__ __forceinline__ double scale2(double x, int e) {
+    if (e >= -1022 && e <= 1023) return x * pow2(e);
+    if (e > 1023 && e <= 2046) return (x * pow2(1023)) * pow2(e - 1023);
+    return scalbn(x, e);
+}
 
 // CRT table: x = sum_p u_p * W_p mod M, W_p = (M/m_p) * ((M/m_p)^-1 mod m_p), 32-bit limbs.
 struct CrtTable {
@@ -35,6 +59,7 @@ struct CrtTable {
     double m[MAX_MODULI];
     double inv_m[MAX_MODULI];
     double big_m_approx;          // M as a double (rounded), for the quotient estimate
+    double inv_big_m;             // RN(1 / big_m_approx)
     u32 w[MAX_MODULI][LIMBS];
     u32 big_m[LIMBS];
     u32 half_m[LIMBS];            // ceil(M/2): x >= half_m lifts to x - M
@@ -70,6 +95,7 @@ extern "C" __global__ void scan_rows_contig(const double* __restrict__ x, long l
     const double* p = x + (long long)row * ld;
     u64 mx = 0;
     double sum = 0.0;
+#pragma unroll 4
     for (int l = lane; l < kdim; l += 32) {
         u64 b = abs_bits(p[l]);
         mx = b > mx ? b : mx;
@@ -108,6 +134,17 @@ extern "C" __global__ void scan_rows_strided(const double* __restrict__ x, long 
 // Tile of 32 rows x 128 inner indices through shared memory, so both storage orders read
 // coalesced; each thread then forms 4 consecutive residues per plane and stores them as one
 // 32-bit word (a warp writes 128 contiguous bytes per plane). Block (32, 8).
+//
+// The centred residue of the integer z = rint(x 2^shift), |z| <= 2^62 (`bits_for` caps the
+// scaled maxima at 2^62), is formed without conversions or fix-ups:
+//   z = hi 2^32 + lo with hi = floor(z 2^-32), lo in [0, 2^32)   (both exact, once per element)
+//   m_0 = 256 divides 2^32: the residue is the low byte of lo, read as a signed byte
+//   odd m_p: y = hi c_p + lo, c_p = 2^32 mod m_p, so y = z (mod m_p), |y| < 2^39, exact in fp64;
+//            q = rint(y RN(1/m_p)) by one fma with MAGIC; t = y - m_p q, computed modulo 2^32
+//            from the int32 images of hi, lo and q.
+// y RN(1/m) lies within |y/m| 2^-53 < 2^-21 of y/m, while y/m is at least 1/(2m) >= 2^-9 away
+// from every half-integer (m odd), so q = floor(y/m + 1/2) exactly (no ties), and t = y - m q
+// is the unique residue in [-m/2, m/2): ozaki-core's `centred`, bit for bit.
 extern "C" __global__ void residues(const double* __restrict__ x, long long ld, int contig, int rows, int kdim,
                                     int kpad, const int* __restrict__ shift, ResidueTable tab,
                                     signed char* __restrict__ out, long long plane_stride) {
@@ -133,29 +170,36 @@ extern "C" __global__ void residues(const double* __restrict__ x, long long ld, 
         }
     }
     __syncthreads();
-#pragma unroll
+#pragma unroll 1
     for (int i = 0; i < 4; ++i) {
         int a = ty + 8 * i;
         int row = r0 + a, l = l0 + 4 * tx;
         if (row >= rows || l >= kpad) continue;
         int sh = shift[row];
-        double z[4];
+        double hi[4], lo[4];
+        u32 hi_i[4], lo_i[4];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) z[q] = rint(scalbn(tile[a][4 * tx + q], sh));
+        for (int q = 0; q < 4; ++q) {
+            double z = rint(scale2(tile[a][4 * tx + q], sh));
+            hi[q] = floor(z * 2.3283064365386962890625e-10);  // z 2^-32, exact
+            lo[q] = fma(-hi[q], 4294967296.0, z);             // exact, in [0, 2^32)
+            hi_i[q] = (u32)__double2loint(hi[q] + MAGIC);
+            lo_i[q] = (u32)__double2loint(lo[q] + MAGIC);
+        }
         unsigned int* o = (unsigned int*)(out + (long long)row * kpad + l);
-        for (int p = 0; p < tab.r; ++p) {
-            double m = tab.m[p], inv = tab.inv_m[p];
+        // m_0 = 256: the low bytes of lo (lo = z mod 2^32), little-endian in one word
+        o[0] = (lo_i[0] & 0xffu) | (lo_i[1] & 0xffu) << 8 | (lo_i[2] & 0xffu) << 16 | lo_i[3] << 24;
+        double magic = tab.magic;
+        for (int p = 1; p < tab.r; ++p) {
+            double c = tab.c32[p], inv = tab.inv_m[p];
+            u32 ci = tab.c32i[p], neg_m = tab.neg_m[p];
             unsigned int word = 0;
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                // For |z| < 2^52 the rounded quotient is off by at most one and the fix-ups
-                // below finish the job; larger |z| (an integer-valued double) needs a second
-                // exact step, as the first leaves |t| <= |z| 2^-52 + m.
-                double t = fma(-m, rint(z[q] * inv), z[q]);
-                if (tab.two_step) t = fma(-m, rint(t * inv), t);
-                if (t >= 0.5 * m) t -= m;
-                if (t < -0.5 * m) t += m;
-                word |= ((unsigned int)(int)t & 0xffu) << (8 * q);
+                double y = fma(hi[q], c, lo[q]);
+                u32 qi = (u32)__double2loint(fma(y, inv, magic));
+                u32 t = hi_i[q] * ci + lo_i[q] + neg_m * qi;
+                word |= (t & 0xffu) << (8 * q);
             }
             o[(p * plane_stride) >> 2] = word;
         }
@@ -163,7 +207,7 @@ extern "C" __global__ void residues(const double* __restrict__ x, long long ld, 
 }
 
 // Correctly rounded (to nearest, ties to even) conversion of a LIMBS x 32-bit magnitude times
-// 2^e to double. Exact except where the result is subnormal (second rounding in scalbn).
+// 2^e to double. Exact except where the result is subnormal (second rounding in scale2).
 __device__ double limbs_to_double(const u32* x, int e) {
     // All indices below are compile-time constants after unrolling, so x stays in registers.
     int h = 0;
@@ -171,7 +215,7 @@ __device__ double limbs_to_double(const u32* x, int e) {
     for (int i = 1; i < LIMBS; ++i) if (x[i] != 0) h = i;
     if (h <= 1) {
         u64 v = ((u64)x[1] << 32) | x[0];
-        return scalbn(__ull2double_rn(v), e);
+        return scale2(__ull2double_rn(v), e);
     }
     u64 hi = 0, lo = 0;
     bool sticky = false;
@@ -191,7 +235,7 @@ __device__ double limbs_to_double(const u32* x, int e) {
     // Bit 0 of top lies 10 bits below the rounding bit of a 53-bit significand, so OR-ing the
     // sticky bit there makes the hardware u64 -> double rounding see the whole tail.
     double d = __ull2double_rn(top | (sticky ? 1ull : 0ull));
-    return scalbn(d, e + 32 * (h - 1) - s);
+    return scale2(d, e + 32 * (h - 1) - s);
 }
 
 // x >= y for LIMBS-limb numbers (branch-free, unrolled).
@@ -216,33 +260,21 @@ __device__ __forceinline__ void sub_limbs(u32* x, const u32* y) {
     }
 }
 
-// One thread per output element of a column block. prod: r planes of rows x cols int32
-// (column-major, leading dimension rows, planes prod_stride apart). sigma indexes rows,
-// tau the block's columns; (row_off, col_off) place the block in C (for the triangle test).
-// uplo: 0 whole block, 1 upper (i <= j), 2 lower (i >= j).
-// WL: 32-bit limbs of the weights W_p < M that can be nonzero (4 while M < 2^128, i.e. up to
-// 16 moduli; 5 for up to 20): the multiply-adds of the always-zero top limbs are skipped (the
-// per-modulus limb products are what bounds this kernel), the sum is the same integer.
+// u += (t mod m_p) W_p over the WL limbs W_p can occupy (the sum of up to 20 terms
+// u_p W_p,l < 2^40 fits the 64-bit limb accumulators).
 template <int WL>
-__device__ __forceinline__ void reconstruct_impl(const int* __restrict__ prod, long long prod_stride, int rows, int cols,
-                                                 const int* __restrict__ sigma, const int* __restrict__ tau, const CrtTable& tab,
-                                                 double alpha, double beta, double* __restrict__ c, long long ldc,
-                                                 int uplo, int row_off, int col_off) {
-    long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (idx >= (long long)rows * cols) return;
-    int i = (int)(idx % rows);
-    int j = (int)(idx / rows);
-    int gi = i + row_off, gj = j + col_off;
-    if ((uplo == 1 && gi > gj) || (uplo == 2 && gi < gj)) return;
+__device__ __forceinline__ void crt_add(u64 (&acc)[WL], int t, int p, const CrtTable& tab) {
+    u32 uu = mod_i32(t, tab.mi[p], tab.magic[p], tab.wrap[p]);
+#pragma unroll
+    for (int l = 0; l < WL; ++l) acc[l] += (u64)uu * tab.w[p][l];
+}
 
-    u64 acc[WL];
-#pragma unroll
-    for (int l = 0; l < WL; ++l) acc[l] = 0;
-    for (int p = 0; p < tab.r; ++p) {
-        u32 uu = mod_i32(prod[p * prod_stride + idx], tab.mi[p], tab.magic[p], tab.wrap[p]);
-#pragma unroll
-        for (int l = 0; l < WL; ++l) acc[l] += (u64)uu * tab.w[p][l];
-    }
+// From the accumulated sum_p u_p W_p to the output entry: reduce modulo M, lift to the
+// symmetric range, one correctly rounded conversion times 2^e, then alpha v + beta c_old
+// (c_old read only when beta != 0).
+template <int WL>
+__device__ __forceinline__ double crt_finish(const u64 (&acc)[WL], const CrtTable& tab, int e, double alpha,
+                                             double beta, const double* cp) {
     u32 x[LIMBS];
     u64 carry = 0;
 #pragma unroll
@@ -251,11 +283,12 @@ __device__ __forceinline__ void reconstruct_impl(const int* __restrict__ prod, l
         x[l] = (u32)s;
         carry = s >> 32;
     }
-    // x < r * 256 * M: estimate the quotient low, subtract q*M, then finish by subtraction.
+    // x < r * 256 * M: estimate the quotient low (relative error of xd * inv_big_m far below
+    // 2^-30 and x / M < 2^13, so q <= floor(x / M)), subtract q*M, then finish by subtraction.
     double xd = 0.0;
 #pragma unroll
     for (int l = LIMBS - 1; l >= 0; --l) xd = xd * 4294967296.0 + (double)x[l];
-    double qd = floor(xd / tab.big_m_approx) - 1.0;
+    double qd = floor(xd * tab.inv_big_m) - 1.0;
     if (qd > 0.0) {
         u32 q = (u32)qd;
         u32 qm[LIMBS];
@@ -278,29 +311,117 @@ __device__ __forceinline__ void reconstruct_impl(const int* __restrict__ prod, l
 #pragma unroll
         for (int l = 0; l < LIMBS; ++l) x[l] = mag[l];
     }
-    double v = limbs_to_double(x, -(sigma[i] + tau[j]));
+    double v = limbs_to_double(x, e);
     if (neg) v = -v;
-    double* cp = c + i + (long long)j * ldc;
     // Separate rounded multiply and add (never contracted to an fma), as the CPU route does.
     double out = __dmul_rn(alpha, v);
     if (beta != 0.0) out = __dadd_rn(out, __dmul_rn(beta, *cp));
-    *cp = out;
+    return out;
 }
+
+// One thread per output element of a column block. prod: r planes of rows x cols int32
+// (column-major, leading dimension rows, planes prod_stride apart). sigma indexes rows,
+// tau the block's columns; (row_off, col_off) place the block in C (for the triangle test).
+// uplo: 0 whole block, 1 upper (i <= j), 2 lower (i >= j).
+// WL: 32-bit limbs of the weights W_p < M that can be nonzero (4 while M < 2^128, i.e. up to
+// 16 moduli; 5 for up to 20): the multiply-adds of the always-zero top limbs are skipped (the
+// per-modulus limb products are what bounds this kernel), the sum is the same integer.
+template <int WL>
+__device__ __forceinline__ void reconstruct_impl(const int* __restrict__ prod, long long prod_stride, int rows, int cols,
+                                                 const int* __restrict__ sigma, const int* __restrict__ tau, const CrtTable& tab,
+                                                 double alpha, double beta, double* __restrict__ c, long long ldc,
+                                                 int uplo, int row_off, int col_off) {
+    long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (idx >= (long long)rows * cols) return;
+    int i = (int)(idx % rows);
+    int j = (int)(idx / rows);
+    int gi = i + row_off, gj = j + col_off;
+    if ((uplo == 1 && gi > gj) || (uplo == 2 && gi < gj)) return;
+
+    u64 acc[WL];
+#pragma unroll
+    for (int l = 0; l < WL; ++l) acc[l] = 0;
+    for (int p = 0; p < tab.r; ++p) crt_add<WL>(acc, prod[p * prod_stride + idx], p, tab);
+    double* cp = c + i + (long long)j * ldc;
+    *cp = crt_finish<WL>(acc, tab, -(sigma[i] + tau[j]), alpha, beta, cp);
+}
+
+// Four consecutive rows i..i+3 of one column per thread (rows % 4 == 0, so a quad never
+// straddles columns and every plane offset is 16-byte aligned): one 16-byte streaming load per
+// plane, issued four planes at a time, keeps enough bytes in flight to run near the memory
+// rate (the one-element kernel waits on one 4-byte load per modulus). Same arithmetic per entry.
+template <int WL>
+__device__ __forceinline__ void reconstruct_quad_impl(const int* __restrict__ prod, long long prod_stride, int rows,
+                                                      int cols, const int* __restrict__ sigma,
+                                                      const int* __restrict__ tau, const CrtTable& tab, double alpha,
+                                                      double beta, double* __restrict__ c, long long ldc, int uplo,
+                                                      int row_off, int col_off) {
+    long long idx = 4 * (blockIdx.x * (long long)blockDim.x + threadIdx.x);
+    if (idx >= (long long)rows * cols) return;
+    int i = (int)(idx % rows);
+    int j = (int)(idx / rows);
+    int gi = i + row_off, gj = j + col_off;
+    // whole quad outside the triangle: nothing to do
+    if ((uplo == 1 && gi > gj) || (uplo == 2 && gi + 3 < gj)) return;
+
+    u64 acc[4][WL];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+        for (int l = 0; l < WL; ++l) acc[e][l] = 0;
+    const int4* src = (const int4*)(prod + idx);
+    long long vs = prod_stride >> 2;
+    int p = 0;
+    for (; p + 4 <= tab.r; p += 4) {
+        int4 v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) v[q] = __ldcs(src + (p + q) * vs);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            crt_add<WL>(acc[0], v[q].x, p + q, tab);
+            crt_add<WL>(acc[1], v[q].y, p + q, tab);
+            crt_add<WL>(acc[2], v[q].z, p + q, tab);
+            crt_add<WL>(acc[3], v[q].w, p + q, tab);
+        }
+    }
+    for (; p < tab.r; ++p) {
+        int4 v = __ldcs(src + p * vs);
+        crt_add<WL>(acc[0], v.x, p, tab);
+        crt_add<WL>(acc[1], v.y, p, tab);
+        crt_add<WL>(acc[2], v.z, p, tab);
+        crt_add<WL>(acc[3], v.w, p, tab);
+    }
+    int tj = tau[j];
+    double* cp = c + i + (long long)j * ldc;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        if ((uplo == 1 && gi + e > gj) || (uplo == 2 && gi + e < gj)) continue;
+        cp[e] = crt_finish<WL>(acc[e], tab, -(sigma[i + e] + tj), alpha, beta, cp + e);
+    }
+}
+
+#define RECONSTRUCT_ARGS                                                                                      \
+    const int *__restrict__ prod, long long prod_stride, int rows, int cols, const int *__restrict__ sigma, \
+        const int *__restrict__ tau, CrtTable tab, double alpha, double beta, double *__restrict__ c,       \
+        long long ldc, int uplo, int row_off, int col_off
+#define RECONSTRUCT_PASS prod, prod_stride, rows, cols, sigma, tau, tab, alpha, beta, c, ldc, uplo, row_off, col_off
 
 // Up to 20 moduli (M < 2^160: weights have 5 limbs).
-extern "C" __global__ void reconstruct(const int* __restrict__ prod, long long prod_stride, int rows, int cols,
-                                       const int* __restrict__ sigma, const int* __restrict__ tau, CrtTable tab,
-                                       double alpha, double beta, double* __restrict__ c, long long ldc,
-                                       int uplo, int row_off, int col_off) {
-    reconstruct_impl<5>(prod, prod_stride, rows, cols, sigma, tau, tab, alpha, beta, c, ldc, uplo, row_off, col_off);
-}
+extern "C" __global__ void reconstruct(RECONSTRUCT_ARGS) { reconstruct_impl<5>(RECONSTRUCT_PASS); }
 
 // Up to 16 moduli (M < 2^128: weights have 4 limbs).
-extern "C" __global__ void reconstruct_w4(const int* __restrict__ prod, long long prod_stride, int rows, int cols,
-                                          const int* __restrict__ sigma, const int* __restrict__ tau, CrtTable tab,
-                                          double alpha, double beta, double* __restrict__ c, long long ldc,
-                                          int uplo, int row_off, int col_off) {
-    reconstruct_impl<4>(prod, prod_stride, rows, cols, sigma, tau, tab, alpha, beta, c, ldc, uplo, row_off, col_off);
+extern "C" __global__ void reconstruct_w4(RECONSTRUCT_ARGS) { reconstruct_impl<4>(RECONSTRUCT_PASS); }
+
+// Quads of rows (rows % 4 == 0), up to 20 moduli. The launch bounds (256-thread blocks, 3 or 4
+// per SM) also make ptxas issue each batch of four 16-byte loads together, where unbounded it
+// interleaves every load with the arithmetic of the previous one (seen in the SASS).
+extern "C" __global__ void __launch_bounds__(256, 3) reconstruct_quad(RECONSTRUCT_ARGS) {
+    reconstruct_quad_impl<5>(RECONSTRUCT_PASS);
+}
+
+// Quads of rows (rows % 4 == 0), up to 16 moduli.
+extern "C" __global__ void __launch_bounds__(256, 4) reconstruct_quad_w4(RECONSTRUCT_ARGS) {
+    reconstruct_quad_impl<4>(RECONSTRUCT_PASS);
 }
 
 // ---- Norm scaling (issue #4): S_i = sum_l abar_il^2 per row of op(A) / column of op(B) ----

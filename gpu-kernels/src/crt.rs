@@ -20,10 +20,17 @@ pub const LIMBS: usize = 6;
 #[derive(Debug, Clone, Copy)]
 pub struct ResidueTable {
     r: i32,
-    two_step: i32,
-    m: [f64; MAX_MODULI],
+    pad: i32,
+    magic: f64,
     inv_m: [f64; MAX_MODULI],
+    c32: [f64; MAX_MODULI],
+    neg_m: [u32; MAX_MODULI],
+    c32i: [u32; MAX_MODULI],
 }
+
+/// 1.5 * 2^52: `v + MAGIC` rounds |v| < 2^51 to an integer held in the low mantissa bits
+/// (the `MAGIC` of ozaki.cu).
+const MAGIC: f64 = 6_755_399_441_055_744.0;
 
 /// Mirror of `struct CrtTable` in ozaki.cu.
 #[repr(C)]
@@ -34,6 +41,7 @@ pub struct CrtTable {
     m: [f64; MAX_MODULI],
     inv_m: [f64; MAX_MODULI],
     big_m_approx: f64,
+    inv_big_m: f64,
     w: [[u32; LIMBS]; MAX_MODULI],
     big_m: [u32; LIMBS],
     half_m: [u32; LIMBS],
@@ -79,27 +87,51 @@ fn check(moduli: &[u32]) {
 }
 
 impl ResidueTable {
-    /// The same table for scaled entries below 2^bits: one reduction step is exact when
-    /// bits <= 52 (see `residues` in ozaki.cu), two otherwise.
-    pub fn for_bits(mut self, bits: i32) -> ResidueTable {
-        self.two_step = (bits > 52) as i32;
-        self
-    }
-
-    /// Table for the first `moduli.len()` moduli.
+    /// Table for the first `moduli.len()` moduli: m_0 = 256, the others odd (the INT8 set;
+    /// the kernel's residue formula relies on both, see `residues` in ozaki.cu).
     pub fn new(moduli: &[u32]) -> ResidueTable {
         check(moduli);
+        assert!(
+            moduli[0] == 256 && moduli[1..].iter().all(|m| m % 2 == 1),
+            "residue formula: m_0 = 256 and odd m_p otherwise"
+        );
         let mut t = ResidueTable {
             r: moduli.len() as i32,
-            two_step: 1,
-            m: [0.0; MAX_MODULI],
+            pad: 0,
+            magic: MAGIC,
             inv_m: [0.0; MAX_MODULI],
+            c32: [0.0; MAX_MODULI],
+            neg_m: [0; MAX_MODULI],
+            c32i: [0; MAX_MODULI],
         };
         for (p, &m) in moduli.iter().enumerate() {
-            t.m[p] = m as f64;
+            let c = ((1u64 << 32) % m as u64) as u32;
             t.inv_m[p] = 1.0 / m as f64;
+            t.c32[p] = c as f64;
+            t.neg_m[p] = m.wrapping_neg();
+            t.c32i[p] = c;
         }
         t
+    }
+
+    /// The centred residue of the integer-valued `z` (|z| <= 2^62) modulo m_p, computed with
+    /// exactly the operations of the `residues` kernel (split at 2^32, fma, MAGIC rounding,
+    /// wrapping 32-bit arithmetic); for tests against `ozaki_core::moduli::centred`.
+    pub fn centred(&self, p: usize, z: f64) -> i8 {
+        let lo32 = |v: f64| v.to_bits() as u32;
+        let hi = (z * 2f64.powi(-32)).floor();
+        let lo = (-hi).mul_add(4_294_967_296.0, z);
+        let (hi_i, lo_i) = (lo32(hi + MAGIC), lo32(lo + MAGIC));
+        if p == 0 {
+            return lo_i as u8 as i8; // m_0 = 256
+        }
+        let y = hi.mul_add(self.c32[p], lo);
+        let q = lo32(y.mul_add(self.inv_m[p], self.magic));
+        let t = hi_i
+            .wrapping_mul(self.c32i[p])
+            .wrapping_add(lo_i)
+            .wrapping_add(self.neg_m[p].wrapping_mul(q));
+        t as u8 as i8
     }
 }
 
@@ -114,6 +146,7 @@ impl CrtTable {
             m: [0.0; MAX_MODULI],
             inv_m: [0.0; MAX_MODULI],
             big_m_approx: big_m.to_f64().unwrap_or(f64::MAX),
+            inv_big_m: 1.0 / big_m.to_f64().unwrap_or(f64::MAX),
             w: [[0; LIMBS]; MAX_MODULI],
             big_m: limbs(&big_m),
             half_m: limbs(&((&big_m + 1u32) >> 1)),
@@ -265,13 +298,12 @@ mod tests {
             s ^= s << 17;
             probes.push(s as i32);
         }
-        for p in 0..SET.len() {
+        for (p, &m) in SET.iter().enumerate() {
             for &x in &probes {
                 assert_eq!(
                     t.mod_i32(p, x) as i64,
-                    (x as i64).rem_euclid(SET[p] as i64),
-                    "{x} mod {}",
-                    SET[p]
+                    (x as i64).rem_euclid(m as i64),
+                    "{x} mod {m}"
                 );
             }
         }
@@ -301,7 +333,52 @@ mod tests {
     fn residue_table_matches_moduli() {
         let t = ResidueTable::new(&SET[..3]);
         assert_eq!(t.r, 3);
-        assert_eq!(t.m[2], 253.0);
+        assert_eq!(t.neg_m[2], 253u32.wrapping_neg());
+        assert_eq!(t.c32i[1], ((1u64 << 32) % 255) as u32);
         assert_eq!(t.inv_m[0], 1.0 / 256.0);
+    }
+
+    /// The kernel's conversion-free residue formula gives ozaki-core's centred residue for
+    /// every modulus: at the ends of the |z| <= 2^62 range, next to multiples of m and of
+    /// m/2 (the ties of the centring), and on random integers of every magnitude.
+    #[test]
+    fn kernel_residue_formula_is_the_centred_residue() {
+        use ozaki_core::moduli::centred;
+        let t = ResidueTable::new(&SET);
+        let mut zs: Vec<i64> = vec![0, 1, -1, 1 << 62, -(1 << 62), (1 << 62) - 1, 1 - (1 << 62)];
+        for e in [31, 32, 33, 40, 51, 52, 53, 61, 62] {
+            zs.extend([(1i64 << e) - 1, 1 << e, -(1i64 << e), 1 - (1i64 << e)]);
+        }
+        for &m in &SET {
+            let m = m as i64;
+            for base in [
+                0i64,
+                1 << 20,
+                1 << 40,
+                (1 << 62) / m * m,
+                -(1 << 52) / m * m,
+            ] {
+                for d in -(m + 2)..=(m + 2) {
+                    zs.extend([base + d, base + d + m / 2, -(base + d)]);
+                }
+            }
+        }
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..100_000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let shift = (s >> 58) as u32; // 0..63
+            zs.push(((s as i64) >> shift.max(1)).clamp(-(1 << 62), 1 << 62));
+        }
+        for &z in &zs {
+            let zf = z as f64;
+            if z.unsigned_abs() > 1 << 62 || zf as i64 != z {
+                continue; // outside the kernel's range, or not an fp64 value (its z always is)
+            }
+            for (p, &m) in SET.iter().enumerate() {
+                assert_eq!(t.centred(p, zf) as i32, centred(z, m), "z = {z}, m = {m}");
+            }
+        }
     }
 }

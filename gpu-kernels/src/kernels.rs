@@ -34,6 +34,8 @@ pub struct Kernels {
     residues: sys::CUfunction,
     reconstruct: sys::CUfunction,
     reconstruct_w4: sys::CUfunction,
+    reconstruct_quad: sys::CUfunction,
+    reconstruct_quad_w4: sys::CUfunction,
     norms_contig: sys::CUfunction,
     norms_strided: sys::CUfunction,
     /// Architecture the CUBIN was built for (e.g. `sm_90a`).
@@ -84,6 +86,8 @@ impl Kernels {
             residues: function(module, "residues")?,
             reconstruct: function(module, "reconstruct")?,
             reconstruct_w4: function(module, "reconstruct_w4")?,
+            reconstruct_quad: function(module, "reconstruct_quad")?,
+            reconstruct_quad_w4: function(module, "reconstruct_quad_w4")?,
             norms_contig: function(module, "coarse_norms_contig")?,
             norms_strided: function(module, "coarse_norms_strided")?,
             _module: module,
@@ -221,17 +225,21 @@ impl Kernels {
             uplo,
         );
         let (mut row_off, mut col_off) = offsets;
-        let total = rows as u64 * cols as u64;
+        // rows % 4 == 0 (and 16-byte aligned planes): four rows per thread with 16-byte loads
+        // (`reconstruct_quad`)
+        let quad = rows % 4 == 0 && prod % 16 == 0;
+        let total = rows as u64 * cols as u64 / if quad { 4 } else { 1 };
         let grid = (total.div_ceil(256) as u32, 1, 1);
         let mut args = kernel_args![
             prod, ps, rows, cols, sigma, tau, table, alpha, beta, c, ldc, uplo, row_off, col_off
         ];
         // SAFETY: as above.
-        // the 4-limb variant skips weight limbs that are zero for this table (same integer)
-        let f = if table.weight_limbs() <= 4 {
-            self.reconstruct_w4
-        } else {
-            self.reconstruct
+        // the 4-limb variants skip weight limbs that are zero for this table (same integer)
+        let f = match (quad, table.weight_limbs() <= 4) {
+            (true, true) => self.reconstruct_quad_w4,
+            (true, false) => self.reconstruct_quad,
+            (false, true) => self.reconstruct_w4,
+            (false, false) => self.reconstruct,
         };
         // SAFETY: as above; both entry points take the same arguments.
         unsafe { launch(f, grid, (256, 1, 1), stream, &mut args) }
@@ -247,12 +255,14 @@ fn line_geometry(contig: bool, rows: i32, kdim: i32) -> ((u32, u32, u32), (u32, 
         let grid = (rows as u32).div_ceil(warps_per_block);
         ((grid, 1, 1), (32 * warps_per_block, 1, 1), 0)
     } else {
-        let lchunk: i32 = 16;
-        let grid = (
-            (rows as u32).div_ceil(256),
-            (kdim as u32).div_ceil(lchunk as u32).max(1),
-            1,
-        );
+        // Chunks of l long enough that the per-chunk atomics stay few (two per thread and
+        // chunk), short enough for about 2048 blocks: 8 x 256 threads on each of ~132 SMs.
+        let row_blocks = (rows as u32).div_ceil(256);
+        let chunks = 2048u32
+            .div_ceil(row_blocks)
+            .clamp(1, (kdim as u32).div_ceil(16));
+        let lchunk = (kdim as u32).div_ceil(chunks).next_multiple_of(4) as i32;
+        let grid = (row_blocks, (kdim as u32).div_ceil(lchunk as u32).max(1), 1);
         (grid, (256, 1, 1), lchunk)
     }
 }

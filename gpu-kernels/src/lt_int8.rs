@@ -83,17 +83,102 @@ fn layout(
     Ok(l)
 }
 
-/// Heuristic candidates timed on first sight of a shape.
-const CANDIDATES: usize = 4;
+/// Descriptors of one batched product shape (one plane per call).
+struct Problem {
+    desc: Desc,
+    la: Layout,
+    lb: Layout,
+    ld: Layout,
+    strides: (i64, i64, i64),
+}
+
+impl Problem {
+    fn new(shape: Shape) -> Result<Problem, GpuError> {
+        let desc = Desc(
+            result::create_matmul_desc(
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32I,
+                sys::cudaDataType::CUDA_R_32I,
+            )
+            .ctx("cublasLtMatmulDescCreate")?,
+        );
+        let trans: i32 = 1; // CUBLAS_OP_T
+        // SAFETY: desc is live; TRANSA takes an int32 cublasOperation_t.
+        unsafe {
+            result::set_matmul_desc_attribute(
+                desc.0,
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                &trans as *const i32 as *const c_void,
+                4,
+            )
+            .ctx("TRANSA")?;
+        }
+        let i8 = sys::cudaDataType::CUDA_R_8I;
+        Ok(Problem {
+            desc,
+            la: layout(i8, shape.k, shape.m, shape.k as i64, 1, 0)?,
+            lb: layout(i8, shape.k, shape.n, shape.k as i64, 1, 0)?,
+            ld: layout(
+                sys::cudaDataType::CUDA_R_32I,
+                shape.m,
+                shape.n,
+                shape.m as i64,
+                1,
+                0,
+            )?,
+            strides: shape.strides,
+        })
+    }
+
+    /// Product p of the batch with `algo`.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        gpu: &Gpu,
+        stream: cudarc::driver::sys::CUstream,
+        algo: &sys::cublasLtMatmulAlgo_t,
+        (a, b, d): (u64, u64, u64),
+        p: usize,
+    ) -> Result<(), GpuError> {
+        let (sa, sb, sd) = self.strides;
+        let (alpha, beta) = (1i32, 0i32);
+        let dp = d + 4 * (p as i64 * sd) as u64;
+        // SAFETY: all descriptors are live; pointers are device buffers of the sizes in the
+        // shape; the workspace is LT_WORKSPACE bytes as promised to the heuristic.
+        unsafe {
+            result::matmul(
+                gpu.lt,
+                self.desc.0,
+                &alpha as *const i32 as *const c_void,
+                &beta as *const i32 as *const c_void,
+                (a + (p as i64 * sa) as u64) as *const c_void,
+                self.la.0,
+                (b + (p as i64 * sb) as u64) as *const c_void,
+                self.lb.0,
+                dp as *const c_void,
+                self.ld.0,
+                dp as *mut c_void,
+                self.ld.0,
+                algo,
+                gpu.lt_workspace.ptr() as *mut c_void,
+                LT_WORKSPACE,
+                stream as sys::cudaStream_t,
+            )
+            .ctx("cublasLtMatmul (int8)")
+        }
+    }
+}
 
 /// D_p = A_p^T B_p for p < batch, on `stream`. Pointers are device addresses of int8 planes
 /// (A, B) and int32 planes (D) with the strides in `shape`.
 ///
 /// Measured on the H200 (BENCHMARKS.md): one cuBLASLt call per modulus reaches 1277-1456
 /// TOPS where a single strided-batched call reaches 1149-1241, so the moduli are issued as
-/// back-to-back single products sharing one descriptor set and one cached algorithm. On the
-/// first call of a shape the heuristic's top candidates are each timed on the first modulus
-/// and the fastest is kept.
+/// back-to-back single products sharing one descriptor set and one cached algorithm: the
+/// heuristic's first choice. Timing the top candidates on first use (one product each, as
+/// before) picked algorithms that ran the 15 back-to-back products up to 11 % slower than
+/// the first choice, which was within noise of the fastest at 4096, 8192 and 16384 x 4096 x
+/// 16384 (`ozaki bench --int8-sweep`, BENCHMARKS.md, session 2 kernel tuning): the int8
+/// products run under the board's power cap, so one cold product does not rank them.
 pub fn batched(
     gpu: &mut Gpu,
     stream: cudarc::driver::sys::CUstream,
@@ -105,76 +190,7 @@ pub fn batched(
     if gpu.lt.is_null() {
         return Err(GpuError::Unavailable("no cuBLASLt handle".into()));
     }
-    let desc = Desc(
-        result::create_matmul_desc(
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32I,
-            sys::cudaDataType::CUDA_R_32I,
-        )
-        .ctx("cublasLtMatmulDescCreate")?,
-    );
-    let trans: i32 = 1; // CUBLAS_OP_T
-    // SAFETY: desc is live; TRANSA takes an int32 cublasOperation_t.
-    unsafe {
-        result::set_matmul_desc_attribute(
-            desc.0,
-            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-            &trans as *const i32 as *const c_void,
-            4,
-        )
-        .ctx("TRANSA")?;
-    }
-    let la = layout(
-        sys::cudaDataType::CUDA_R_8I,
-        shape.k,
-        shape.m,
-        shape.k as i64,
-        1,
-        0,
-    )?;
-    let lb = layout(
-        sys::cudaDataType::CUDA_R_8I,
-        shape.k,
-        shape.n,
-        shape.k as i64,
-        1,
-        0,
-    )?;
-    let ld = layout(
-        sys::cudaDataType::CUDA_R_32I,
-        shape.m,
-        shape.n,
-        shape.m as i64,
-        1,
-        0,
-    )?;
-    let (sa, sb, sd) = shape.strides;
-    let run = |algo: &sys::cublasLtMatmulAlgo_t, p: usize| -> Result<(), GpuError> {
-        let (alpha, beta) = (1i32, 0i32);
-        let dp = d + 4 * (p as i64 * sd) as u64;
-        // SAFETY: all descriptors are live; pointers are device buffers of the sizes in shape;
-        // the workspace is LT_WORKSPACE bytes as promised to the heuristic.
-        unsafe {
-            result::matmul(
-                gpu.lt,
-                desc.0,
-                &alpha as *const i32 as *const c_void,
-                &beta as *const i32 as *const c_void,
-                (a + (p as i64 * sa) as u64) as *const c_void,
-                la.0,
-                (b + (p as i64 * sb) as u64) as *const c_void,
-                lb.0,
-                dp as *const c_void,
-                ld.0,
-                dp as *mut c_void,
-                ld.0,
-                algo,
-                gpu.lt_workspace.ptr() as *mut c_void,
-                LT_WORKSPACE,
-                stream as sys::cudaStream_t,
-            )
-            .ctx("cublasLtMatmul (int8)")
-        }
-    };
+    let prob = Problem::new(shape)?;
     let key = Shape {
         batch: 1,
         strides: (0, 0, 0),
@@ -183,43 +199,125 @@ pub fn batched(
     let algo = match gpu.algo_cache.get(&key) {
         Some(a) => *a,
         None => {
-            let found = candidates(gpu.lt, &desc, &la, &lb, &ld)?;
-            let mut best = (f64::INFINITY, found[0].algo);
-            if found.len() > 1 {
-                for cand in &found {
-                    let t = crate::measure::time_once(stream, || run(&cand.algo, 0));
-                    if let Ok(t) = t
-                        && t < best.0
-                    {
-                        best = (t, cand.algo);
-                    }
-                }
-            }
-            gpu.algo_cache.insert(key, best.1);
-            best.1
+            let algo = candidates(gpu.lt, &prob, 1)?[0].algo;
+            gpu.algo_cache.insert(key, algo);
+            algo
         }
     };
     for p in 0..shape.batch as usize {
-        run(&algo, p)?;
+        prob.run(gpu, stream, &algo, (a, b, d), p)?;
     }
     Ok(())
 }
 
-/// Up to [`CANDIDATES`] algorithms the heuristic proposes for this problem.
+/// One algorithm of [`sweep`]: its configuration and the rate of `batch` back-to-back
+/// products with it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AlgoRate {
+    /// Rank in the heuristic's list (0 = its first choice).
+    pub rank: usize,
+    /// CUBLASLT_ALGO_CONFIG_ID.
+    pub algo_id: u32,
+    /// Tile, stages, split-k, CTA swizzling, custom option, cluster shape ids.
+    pub config: [u32; 6],
+    /// int8 TOPS (2 m n k batch / s), median of the timed repetitions.
+    pub tops: f64,
+}
+
+fn config_u32(
+    algo: &sys::cublasLtMatmulAlgo_t,
+    attr: sys::cublasLtMatmulAlgoConfigAttributes_t,
+) -> u32 {
+    let mut v = [0u8; 8];
+    let mut size = 0usize;
+    // SAFETY: algo is an initialised algorithm; a zero size asks for the attribute's size
+    // (the call accepts only the exact size), which must fit the 8-byte buffer.
+    let st = unsafe {
+        sys::cublasLtMatmulAlgoConfigGetAttribute(
+            algo,
+            attr,
+            v.as_mut_ptr() as *mut c_void,
+            0,
+            &mut size,
+        )
+    };
+    if st != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS || size == 0 || size > 8 {
+        return u32::MAX;
+    }
+    let mut written = 0usize;
+    // SAFETY: as above, with the exact size.
+    let st = unsafe {
+        sys::cublasLtMatmulAlgoConfigGetAttribute(
+            algo,
+            attr,
+            v.as_mut_ptr() as *mut c_void,
+            size,
+            &mut written,
+        )
+    };
+    if st != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return u32::MAX;
+    }
+    match written {
+        1 => v[0] as u32,
+        2 => u16::from_le_bytes([v[0], v[1]]) as u32,
+        _ => u32::from_le_bytes([v[0], v[1], v[2], v[3]]),
+    }
+}
+
+/// Times up to `max_algos` of the heuristic's algorithms for one product shape (rank 0 is the
+/// one [`batched`] uses), `batch` back-to-back products per repetition as the route issues
+/// them, on random int8 planes; for `ozaki bench --int8-sweep` (issue #4: why the int8 rate
+/// drops at n = 16384).
+pub fn sweep(
+    gpu: &Gpu,
+    shape: Shape,
+    max_algos: usize,
+    reps: usize,
+    (a, b, d): (u64, u64, u64),
+) -> Result<Vec<AlgoRate>, GpuError> {
+    use sys::cublasLtMatmulAlgoConfigAttributes_t as C;
+    let stream = gpu.stream;
+    let prob = Problem::new(shape)?;
+    let found = candidates(gpu.lt, &prob, max_algos)?;
+    let ops = 2.0 * (shape.m * shape.n * shape.k) as f64 * shape.batch as f64;
+    let mut out = Vec::new();
+    for (rank, cand) in found.iter().enumerate() {
+        let algo = cand.algo;
+        let t = crate::measure::time_median(stream, reps, || {
+            (0..shape.batch as usize).try_for_each(|p| prob.run(gpu, stream, &algo, (a, b, d), p))
+        });
+        let Ok(t) = t else { continue };
+        out.push(AlgoRate {
+            rank,
+            algo_id: config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_ID),
+            config: [
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_TILE_ID),
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+                config_u32(&algo, C::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+            ],
+            tops: ops / t / 1e12,
+        });
+    }
+    Ok(out)
+}
+
+/// Up to `count` algorithms the heuristic proposes for this problem, best first.
 fn candidates(
     handle: sys::cublasLtHandle_t,
-    desc: &Desc,
-    la: &Layout,
-    lb: &Layout,
-    ld: &Layout,
+    prob: &Problem,
+    count: usize,
 ) -> Result<Vec<sys::cublasLtMatmulHeuristicResult_t>, GpuError> {
     let pref = result::create_matmul_pref().ctx("cublasLtMatmulPreferenceCreate")?;
     let ws = LT_WORKSPACE as u64;
     // SAFETY: zeroed plain-data structs are valid out-parameter storage.
     let mut out: Vec<sys::cublasLtMatmulHeuristicResult_t> =
-        vec![unsafe { std::mem::zeroed() }; CANDIDATES];
-    let mut count = 0i32;
-    // SAFETY: pref and descriptors are live; out has room for CANDIDATES results.
+        vec![unsafe { std::mem::zeroed() }; count];
+    let mut returned = 0i32;
+    // SAFETY: pref and descriptors are live; out has room for `count` results.
     let status = unsafe {
         result::set_matmul_pref_attribute(
             pref,
@@ -231,15 +329,15 @@ fn candidates(
         .and_then(|_| {
             sys::cublasLtMatmulAlgoGetHeuristic(
                 handle,
-                desc.0,
-                la.0,
-                lb.0,
-                ld.0,
-                ld.0,
+                prob.desc.0,
+                prob.la.0,
+                prob.lb.0,
+                prob.ld.0,
+                prob.ld.0,
                 pref,
-                CANDIDATES as i32,
+                count as i32,
                 out.as_mut_ptr(),
-                &mut count,
+                &mut returned,
             )
             .result()
             .ctx("cublasLtMatmulAlgoGetHeuristic (int8)")
@@ -248,7 +346,7 @@ fn candidates(
     // SAFETY: pref is live and not used afterwards.
     let _ = unsafe { result::destroy_matmul_pref(pref) };
     status?;
-    out.truncate(count.max(0) as usize);
+    out.truncate(returned.max(0) as usize);
     out.retain(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
     if out.is_empty() {
         return Err(GpuError::Unsupported(

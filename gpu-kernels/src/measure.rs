@@ -104,14 +104,7 @@ pub fn int8_rates(
     reps: usize,
 ) -> Result<(f64, f64), GpuError> {
     let stream = gpu.stream;
-    let a = DeviceBuffer::new(batch * n * n)?;
-    let b = DeviceBuffer::new(batch * n * n)?;
-    let d = DeviceBuffer::new(batch * n * n * 4)?;
-    // SAFETY: buffers of the stated sizes; pseudo-random bytes, not zeros (zeros run faster).
-    unsafe {
-        fill_bytes(a.ptr(), batch * n * n, stream)?;
-        fill_bytes(b.ptr(), batch * n * n, stream)?;
-    }
+    let (a, b, d) = int8_operands(stream, (n, n, n), batch)?;
     let nn = (n * n) as i64;
     let shape = crate::lt_int8::Shape {
         m: n as u64,
@@ -158,6 +151,44 @@ pub fn int8_rates(
     })?;
     let ops = 2.0 * (n as f64).powi(3);
     Ok((ops * batch as f64 / t_lt / 1e12, ops / t_ex / 1e12))
+}
+
+/// `batch` pseudo-random int8 planes of m x k (A) and k x n (B), and room for the int32 m x n
+/// products (not zeros: zeros run faster).
+fn int8_operands(
+    stream: sys::CUstream,
+    (m, n, k): (usize, usize, usize),
+    batch: usize,
+) -> Result<(DeviceBuffer, DeviceBuffer, DeviceBuffer), GpuError> {
+    let a = DeviceBuffer::new(batch * m * k)?;
+    let b = DeviceBuffer::new(batch * k * n)?;
+    let d = DeviceBuffer::new(batch * m * n * 4)?;
+    // SAFETY: buffers of the stated sizes.
+    unsafe {
+        fill_bytes(a.ptr(), batch * m * k, stream)?;
+        fill_bytes(b.ptr(), batch * k * n, stream)?;
+    }
+    Ok((a, b, d))
+}
+
+/// The rates of cuBLASLt's int8 algorithms for one m x n x k product shape, `batch` products
+/// back to back per timing as the emulated route issues them (`lt_int8::sweep`).
+pub fn int8_sweep(
+    gpu: &mut Gpu,
+    (m, n, k): (usize, usize, usize),
+    batch: usize,
+    max_algos: usize,
+    reps: usize,
+) -> Result<Vec<crate::lt_int8::AlgoRate>, GpuError> {
+    let (a, b, d) = int8_operands(gpu.stream, (m, n, k), batch)?;
+    let shape = crate::lt_int8::Shape {
+        m: m as u64,
+        n: n as u64,
+        k: k as u64,
+        batch: batch as u32,
+        strides: ((m * k) as i64, (k * n) as i64, (m * n) as i64),
+    };
+    crate::lt_int8::sweep(gpu, shape, max_algos, reps, (a.ptr(), b.ptr(), d.ptr()))
 }
 
 /// Fills device bytes with a fixed pseudo-random pattern (through a pinned host buffer).

@@ -81,6 +81,16 @@ pub fn effective_scaling(requested: Option<ScalingMode>) -> ScalingMode {
     }
 }
 
+/// From this many rows and columns of C on, the products and reconstruction run in column
+/// blocks of [`LARGE_BLOCK`]: the int8 products run under the board's power cap (SM clock
+/// down to 1.4 GHz at 16384^3), and the memory-bound reconstruction of one block between the
+/// products of the next lets them run faster: 105.1 ms instead of 112-113 ms at 16384^3,
+/// r = 15 (1.50x native instead of 1.38-1.40x; BENCHMARKS.md, session 2 kernel tuning).
+pub const LARGE: usize = 16384;
+
+/// Column block of C for calls with m, n >= [`LARGE`].
+pub const LARGE_BLOCK: usize = 4096;
+
 /// What the device pipeline computes.
 #[derive(Debug, Clone, Copy)]
 pub enum Op {
@@ -135,7 +145,7 @@ pub struct Plan {
     /// Number of moduli (the first `moduli` of [`MODULI`]).
     pub moduli: usize,
     /// Most bits a scaled row / column maximum keeps (all of them in fast mode): `|a'| <=
-    /// 2^bits`, which decides the residue kernel's reduction.
+    /// 2^bits`; at most 62 (shifts cap p at 56), the range the residue kernel's formula covers.
     pub bits: i32,
     /// Row shifts of op(A): a'_il = rint(a_il 2^sigma_i).
     pub sigma: Vec<i32>,
@@ -403,7 +413,7 @@ pub fn plan(
     }
     Ok(Plan {
         moduli,
-        // |a'| <= 2^(p + 6) on each line; the residue kernel's reduction depends on the largest
+        // |a'| <= 2^(p + 6) on each line (p <= 56: within the residue kernel's |z| <= 2^62)
         bits: s.p.iter().chain(&s.q).flatten().max().map_or(0, |p| p + 6),
         sigma: s.sigma,
         tau: s.tau,
@@ -594,7 +604,7 @@ pub fn gemm(
     };
 
     // 3. residues
-    let rtab = &tables()[r].0.for_bits(plan.bits);
+    let rtab = &tables()[r].0;
     let plane_a = m * kpad;
     let plane_b = n * kpad;
     let planes_a = gpu.workspace.get("planes_a", r * plane_a)?;
@@ -644,6 +654,9 @@ pub fn gemm(
     let mut nb = n;
     if syrk && n >= 2048 {
         nb = nb.div_ceil(4); // triangle blocks skip the other triangle's products
+    }
+    if !syrk && m >= LARGE && n >= LARGE {
+        nb = nb.min(LARGE_BLOCK);
     }
     if opts.max_block > 0 {
         nb = nb.min(opts.max_block);

@@ -435,6 +435,32 @@ fn equals_the_cpu_reference_route_bit_for_bit() {
     }
 }
 
+/// m % 4 == 0 takes the reconstruction's four-rows-per-thread kernels (`reconstruct_quad`,
+/// `reconstruct_quad_w4`); small k makes the scaled entries reach 2^58..2^62 for r >= 16 (the
+/// widest inputs of the residue formula), r = 17 and 20 the 5-limb weights.
+#[test]
+fn row_quads_equal_the_cpu_reference_route_bit_for_bit() {
+    if !have_gpu() {
+        return;
+    }
+    let mut rng = Rng(31);
+    for r in [8, 13, 15, 16, 17, 20] {
+        for call in [
+            (Trans::No, Trans::No, 1.0, 0.0),
+            (Trans::Yes, Trans::No, -0.5, 1.0),
+            (Trans::No, Trans::Yes, 3.0, 0.25),
+        ] {
+            for (scaling, wide) in [(ScalingMode::Fast, false), (ScalingMode::Norm, true)] {
+                let diff = gemm_bits_differ(&mut rng, scaling, (64, 29, 150), r, call, wide);
+                assert_eq!(
+                    diff, 0,
+                    "r = {r}, {scaling:?} {call:?}: {diff} entries differ from cpu-ozaki"
+                );
+            }
+        }
+    }
+}
+
 use ozaki_core::emulate::{self, EmulationConfig, Moduli, Reconstruction, ScalingMode};
 
 /// The GPU route's and ozaki-core's settings for the same moduli count and scaling.

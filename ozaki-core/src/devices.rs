@@ -29,9 +29,10 @@
 //!
 //! Status: `gpu-kernels` opens the first slot of [`DeviceAssignment::resolve`] (unless
 //! `OZAKI_GPU` pins a device); `gpu_kernels::multi` executes a multi-slot [`SplitPlan`] for
-//! host-resident dgemm (bit-identical to one device), used by the shim only with
-//! `OZAKI_SPLIT=1` because it measured slower than one GPU (BENCHMARKS.md); the engine does
-//! not call [`price_split`] yet.
+//! host-resident dgemm (bit-identical to one device). The engine prices splits through
+//! [`price_split`] (`engine::split`, with each device's calibrated rates and the shared host
+//! link) and the shim splits a call only when that price beats one device, or when
+//! `OZAKI_SPLIT=1` forces it (`OZAKI_SPLIT=0` never splits).
 
 use std::collections::BTreeMap;
 use std::fmt;

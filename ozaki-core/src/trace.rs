@@ -16,8 +16,10 @@ use std::collections::BTreeMap;
 /// Version of the trace schema written in [`Header::schema`].
 ///
 /// History: 1 = issue #2 fields (+ optional route/engine/GPU/A-B extensions, and `scaling`
-/// of the emulated routes, issue #4).
-pub const SCHEMA_VERSION: u32 = 1;
+/// of the emulated routes, issue #4); 2 = optional `devices` on a call split over several
+/// GPUs (issue #7). A version-1 reader refuses version-2 files, since it would count a split
+/// call's work on one GPU only.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Which BLAS routine a record describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -225,9 +227,13 @@ pub struct CallRecord {
     /// (`ozaki_core::scaling::ScalingMode`, `OZAKI_SCALING`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<String>,
-    /// GPU ordinal used by a GPU route.
+    /// GPU ordinal used by a GPU route (a split call: its first tile's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<u32>,
+    /// GPU ordinal of each tile when the call was split over several GPUs (schema 2,
+    /// issue #7); absent for a call that ran on one device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<Vec<u32>>,
     /// Measured GPU phases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phases: Option<Phases>,

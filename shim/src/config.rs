@@ -12,6 +12,7 @@
 //! | `OZAKI_SCALING=fast\|norm\|accurate` | scaling bound of the emulated routes (`ozaki_core::scaling`; gpu-ozaki runs `accurate` as `norm`) | `norm` on the GPU, `accurate` on the CPU |
 //! | `OZAKI_VENDOR_BLAS=/path/lib.so` | the BLAS to forward to, before any other lookup | found automatically |
 //! | `OZAKI_LOG=FILTER` | `tracing` filter for diagnostics on stderr (e.g. `info`, `ozaki_shim=debug`) | silent |
+//! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles (issue #7) | the engine decides |
 
 use ozaki_core::route::{Route, RouteRequest};
 use std::ffi::OsString;
@@ -35,6 +36,8 @@ pub struct RawConfig {
     pub vendor_blas: Option<OsString>,
     /// `OZAKI_LOG`.
     pub log: Option<OsString>,
+    /// `OZAKI_SPLIT`.
+    pub split: Option<OsString>,
 }
 
 impl RawConfig {
@@ -49,6 +52,7 @@ impl RawConfig {
             scaling: var("OZAKI_SCALING"),
             vendor_blas: var("OZAKI_VENDOR_BLAS"),
             log: var("OZAKI_LOG"),
+            split: var("OZAKI_SPLIT"),
         }
     }
 }
@@ -70,6 +74,22 @@ pub struct Config {
     pub vendor_blas: Option<PathBuf>,
     /// Diagnostics filter (`OZAKI_LOG`).
     pub log: Option<String>,
+    /// Whether GPU calls are split over several GPU slots (`OZAKI_SPLIT`, issue #7).
+    pub split: SplitMode,
+}
+
+/// `OZAKI_SPLIT`: who decides whether a host-resident dgemm is split over the process's GPU
+/// slots (issue #7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitMode {
+    /// Unset: the engine splits when the priced split beats one GPU
+    /// (`ozaki_core::engine::split`).
+    Engine,
+    /// `OZAKI_SPLIT=0`: never split.
+    Off,
+    /// `OZAKI_SPLIT=1`: always split when the process owns two or more slots and C holds
+    /// two tiles of the minimum size, whatever the price.
+    On,
 }
 
 impl Config {
@@ -100,6 +120,17 @@ impl Config {
                 .ok()
         });
         let trace_argv = text(&raw.trace_argv).is_none_or(|s| s.trim() != "0");
+        let split = match text(&raw.split).as_deref().map(str::trim) {
+            None => SplitMode::Engine,
+            Some("0") => SplitMode::Off,
+            Some("1") => SplitMode::On,
+            Some(other) => {
+                problems.push(format!(
+                    "OZAKI_SPLIT={other:?} is neither 0 nor 1; the engine decides"
+                ));
+                SplitMode::Engine
+            }
+        };
         let config = Config {
             trace: text(&raw.trace),
             trace_argv,
@@ -108,6 +139,7 @@ impl Config {
             scaling,
             vendor_blas: raw.vendor_blas.as_ref().map(PathBuf::from),
             log: text(&raw.log),
+            split,
         };
         (config, problems)
     }
@@ -189,6 +221,22 @@ mod tests {
             "{}",
             p[0]
         );
+    }
+
+    #[test]
+    fn ozaki_split_forces_off_or_on_and_defaults_to_the_engine() {
+        let with = |v: Option<&str>| {
+            Config::from_raw(&RawConfig {
+                split: v.map(Into::into),
+                ..RawConfig::default()
+            })
+        };
+        assert_eq!(with(None).0.split, SplitMode::Engine);
+        assert_eq!(with(Some("0")).0.split, SplitMode::Off);
+        assert_eq!(with(Some(" 1 ")).0.split, SplitMode::On);
+        let (c, p) = with(Some("yes"));
+        assert_eq!(c.split, SplitMode::Engine);
+        assert!(p.len() == 1 && p[0].contains("OZAKI_SPLIT"), "{p:?}");
     }
 
     #[test]

@@ -291,6 +291,10 @@ fn format_body(out: &mut Vec<u8>, seq: u64, t_ns: u64, dur_ns: u64, tid: u64, e:
             field(out, "device");
             push_u64(out, d.into());
         }
+        if let Some(list) = &o.devices {
+            field(out, "devices");
+            let _ = serde_json::to_writer(&mut *out, list);
+        }
         if let Some(p) = &o.phases {
             field(out, "phases");
             let _ = serde_json::to_writer(&mut *out, p);
@@ -676,6 +680,7 @@ mod tests {
             moduli: Some(14),
             scaling: Some("norm"),
             device: Some(0),
+            devices: Some(vec![0, 1]),
             phases: Some(Default::default()),
         };
         let e = Entry {
@@ -713,6 +718,7 @@ mod tests {
             Some("gpu-ozaki: route \"x\" not available\n")
         );
         assert_eq!((c.moduli, c.device), (Some(14), Some(0)));
+        assert_eq!(c.devices, Some(vec![0, 1]));
         assert_eq!(c.scaling.as_deref(), Some("norm"));
         // The same record through serde gives the same object.
         let reparsed: serde_json::Value = serde_json::from_str(&text).unwrap();

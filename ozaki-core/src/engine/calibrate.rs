@@ -10,8 +10,8 @@
 use super::choose::Engine;
 use super::model::{Correction, CorrectionPoint, Sample, WorkModel, predict};
 use super::profile::{
-    ChoiceRules, CpuProfile, CpuRate, GpuProfile, HostLink, Machine, PROFILE_VERSION, PerElement,
-    Profile, Reached,
+    ChoiceRules, CpuProfile, CpuRate, DeviceId, DeviceProfile, GpuProfile, HostLink, HostShare,
+    Machine, PROFILE_VERSION, PerElement, Profile, Reached,
 };
 use super::{CallShape, Residency};
 use crate::route::Route;
@@ -287,6 +287,63 @@ pub struct Measurements {
     /// End-to-end route timings at the calibration route shapes.
     #[serde(default)]
     pub routes: Vec<RouteSample>,
+    /// The per-device survey, `devices[0]` being the device `gpu` was measured on
+    /// (issue #7; absent in measurements written before it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceMeasurements>,
+    /// All surveyed devices copying at once, and measured splits (issue #7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<ShareMeasurements>,
+}
+
+/// One GPU of the host, surveyed (issue #7: calibration runs per device). Short on purpose:
+/// the full model is measured once, on `devices[0]`; every device gets the rates that scale
+/// it (one large DGEMM and one INT8 GEMM, device-resident) and its staged host link alone.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceMeasurements {
+    /// Which device (flattened into this object in JSON).
+    #[serde(flatten)]
+    pub id: DeviceId,
+    /// cuBLAS DGEMM, device-resident.
+    pub fp64: Vec<Sample>,
+    /// One INT8 GEMM, device-resident.
+    pub int8: Vec<Sample>,
+    /// Staged host-link timings of this device alone (wall clock of a transfer-bound
+    /// host-resident call, as `ShareMeasurements::link` times all devices together).
+    pub link: Vec<LinkSample>,
+}
+
+/// What the host does when all surveyed devices work at once (issue #7).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShareMeasurements {
+    /// The ordinals that ran together.
+    pub devices: Vec<u32>,
+    /// Staged host-link timings with every device copying at once: `bytes` is the total
+    /// over all devices, `seconds` the wall time until the last finished.
+    pub link: Vec<LinkSample>,
+    /// Host-resident calls split over `devices` by the real executor, end to end.
+    #[serde(default)]
+    pub splits: Vec<SplitSample>,
+}
+
+/// One measured split call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SplitSample {
+    /// Route of every tile.
+    pub route: String,
+    /// Rows of C.
+    pub m: u64,
+    /// Columns of C.
+    pub n: u64,
+    /// Inner dimension.
+    pub k: u64,
+    /// Moduli count (gpu-ozaki).
+    #[serde(default)]
+    pub moduli: Option<u32>,
+    /// Slots the call was split over.
+    pub devices: Vec<u32>,
+    /// Seconds (median, wall clock around the whole call).
+    pub seconds: f64,
 }
 
 /// Fits t = latency + bytes/bandwidth; returns (bandwidth B/s, latency s).
@@ -466,9 +523,83 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
         gpu,
         choice: ChoiceRules::default(),
         corrections: BTreeMap::new(),
+        devices: Vec::new(),
+        host_share: None,
     };
     fit_overlap_and_corrections(&mut profile, &meas.routes);
+    merge_devices(&mut profile, &meas.devices, meas.share.as_ref());
     Ok(profile)
+}
+
+/// The largest-volume sample's rate (2mnk / s), or 0.
+fn survey_rate(samples: &[Sample]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.seconds > 0.0)
+        .max_by_key(|s| s.m * s.n * s.k)
+        .map_or(0.0, |s| 2.0 * (s.m * s.n * s.k) as f64 / s.seconds)
+}
+
+/// The profile entries of a device survey (issue #7).
+pub fn fit_devices(devices: &[DeviceMeasurements]) -> Vec<DeviceProfile> {
+    devices
+        .iter()
+        .map(|d| DeviceProfile {
+            id: d.id.clone(),
+            fp64_flops: survey_rate(&d.fp64),
+            int8_ops: survey_rate(&d.int8),
+            h2d_staged: fit_link(&d.link, Direction::H2d, HostMemory::Staged).map_or(0.0, |x| x.0),
+            d2h_staged: fit_link(&d.link, Direction::D2h, HostMemory::Staged).map_or(0.0, |x| x.0),
+        })
+        .collect()
+}
+
+/// Puts a device survey and the shared-link measurement into `profile` (replacing what it
+/// had; a refit or a later survey of the same machine), then fits the split's host terms:
+/// the executor's fixed cost and per-byte assembly cost are what the measured splits took
+/// beyond the engine's price of their tiles (median per-byte residual; the fixed part is
+/// left at 0 unless the residual of the smallest split exceeds the per-byte share).
+pub fn merge_devices(
+    profile: &mut Profile,
+    devices: &[DeviceMeasurements],
+    share: Option<&ShareMeasurements>,
+) {
+    if devices.is_empty() {
+        return;
+    }
+    profile.devices = fit_devices(devices);
+    profile.host_share = share.and_then(|sh| {
+        let (h2d, _) = fit_link(&sh.link, Direction::H2d, HostMemory::Staged)?;
+        let d2h = fit_link(&sh.link, Direction::D2h, HostMemory::Staged).map_or(h2d, |x| x.0);
+        Some(HostShare {
+            devices: sh.devices.clone(),
+            h2d_staged_all: h2d,
+            d2h_staged_all: d2h,
+            split_overhead_s: 0.0,
+            assemble_s_per_byte: 0.0,
+        })
+    });
+    let Some(sh) = share else { return };
+    let params = crate::devices::SplitParams::default();
+    let mut per_byte: Vec<(f64, f64)> = sh
+        .splits
+        .iter()
+        .filter_map(|s| {
+            let route: Route = s.route.parse().ok()?;
+            let shape = CallShape::gemm(s.m, s.n, s.k);
+            let e = super::split::price(profile, &shape, route, s.moduli, &s.devices, &params)?;
+            let bytes = 8.0 * (s.m * s.n) as f64;
+            Some((bytes, s.seconds - e.seconds))
+        })
+        .collect();
+    let mut ratios: Vec<f64> = per_byte.iter().map(|(b, r)| r / b).collect();
+    if let (Some(m), Some(h)) = (median(&mut ratios), profile.host_share.as_mut()) {
+        h.assemble_s_per_byte = m.max(0.0);
+        per_byte.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some(&(bytes, residual)) = per_byte.first() {
+            h.split_overhead_s = (residual - bytes * h.assemble_s_per_byte).max(0.0);
+        }
+    }
 }
 
 fn sample_shape(s: &RouteSample) -> CallShape {

@@ -3,10 +3,18 @@
 //! profile's switch margin (take-away 2), and a per-shape decision cache so that a repeated
 //! shape costs one hash lookup (tiny calls must cost no more than the vendor call plus the
 //! interposer overhead).
+//!
+//! Split over GPUs (issue #7): an engine built [`Engine::with_slots`] for a process that owns
+//! two or more device slots also prices each GPU route split over them
+//! ([`super::split::price`]). A split replaces the one-device price of its route only when
+//! it is faster by the same switch margin, so a split is taken only when the priced split
+//! beats one device; [`Decision::split`] then holds the plan the GPU route executes.
 
 use super::CallShape;
 use super::model::{self, RouteEstimate};
 use super::profile::{ChoiceRules, Profile};
+use super::split::{self, SplitEstimate};
+use crate::devices::SplitParams;
 use crate::route::Route;
 use crate::trace::Prediction;
 use std::collections::HashMap;
@@ -21,6 +29,17 @@ pub struct Decision {
     pub moduli: Option<u32>,
     /// What goes into the trace record's `engine` field.
     pub prediction: Prediction,
+    /// Splits priced for this call (issue #7), one per GPU route that could be split;
+    /// empty for a process with one device slot.
+    pub splits: Vec<SplitEstimate>,
+}
+
+impl Decision {
+    /// The split to run for `route`, when the priced split beats one device by the switch
+    /// margin (the GPU routes consult this for forced routes too).
+    pub fn split(&self, route: Route) -> Option<&SplitEstimate> {
+        self.splits.iter().find(|s| s.route == route && s.pays)
+    }
 }
 
 /// Picks a route from priced estimates (see the module docs for the rule) and says why.
@@ -186,6 +205,9 @@ const CACHE_CAPACITY: usize = 1 << 16;
 pub struct Engine {
     profile: Profile,
     threads: u32,
+    /// This process's device slots (issue #7); splits are priced when there are two or more.
+    slots: Vec<u32>,
+    split_params: SplitParams,
     cache: Mutex<Cache>,
 }
 
@@ -195,8 +217,44 @@ impl Engine {
         Engine {
             profile,
             threads: threads.max(1),
+            slots: Vec::new(),
+            split_params: SplitParams::default(),
             cache: Mutex::new(Cache::default()),
         }
+    }
+
+    /// The same engine for a process owning these device slots (CUDA ordinal per slot,
+    /// `devices::DeviceAssignment::slots`): with two or more, host-resident dgemm calls
+    /// are also priced split over them (issue #7).
+    pub fn with_slots(mut self, slots: Vec<u32>) -> Engine {
+        self.slots = slots;
+        self
+    }
+
+    /// The device slots priced for splits.
+    pub fn slots(&self) -> &[u32] {
+        &self.slots
+    }
+
+    /// Each GPU route priced split over this process's slots (empty with fewer than two
+    /// slots or for a call that is not split; uncached, for `ozaki explain`).
+    pub fn splits(&self, shape: &CallShape, moduli: Option<u32>) -> Vec<SplitEstimate> {
+        if self.slots.len() < 2 || !split::splittable(shape) {
+            return Vec::new();
+        }
+        [Route::GpuNative, Route::GpuOzaki]
+            .into_iter()
+            .filter_map(|r| {
+                split::price(
+                    &self.profile,
+                    shape,
+                    r,
+                    moduli,
+                    &self.slots,
+                    &self.split_params,
+                )
+            })
+            .collect()
     }
 
     /// The profile in use.
@@ -259,6 +317,7 @@ impl Engine {
                     predicted_s: Default::default(),
                     reason: "vendor: no product to compute".into(),
                 },
+                splits: Vec::new(),
             };
         }
         let est = self.estimates(shape, moduli);
@@ -268,9 +327,41 @@ impl Engine {
                 route: Route::Vendor,
                 moduli: None,
                 prediction: prediction(&est, "vendor: no GPU in the profile".into()),
+                splits: Vec::new(),
             };
         }
-        let (route, reason) = choose(&est, &self.profile.choice);
+        let splits = self.splits(shape, moduli);
+        // A split that pays stands in for its route's one-device price.
+        let mut priced = est.clone();
+        for s in splits.iter().filter(|s| s.pays) {
+            if let Some(e) = priced.iter_mut().find(|e| e.route == s.route) {
+                e.seconds = s.seconds;
+            }
+        }
+        let (route, mut reason) = choose(&priced, &self.profile.choice);
+        if let Some(s) = splits.iter().find(|s| s.route == route && s.pays) {
+            reason.push_str(&format!(
+                "; split over GPUs {:?}: {:.2}x faster than one GPU",
+                s.devices(),
+                s.single_s / s.seconds
+            ));
+        } else if let Some(s) = splits.iter().find(|s| s.route == route) {
+            reason.push_str(&format!(
+                "; not split: {} GPUs priced {:.2}x of one GPU{}",
+                s.plan.tiles.len(),
+                s.single_s / s.seconds,
+                if s.link_shared {
+                    " (shared host link)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let mut pred = prediction(&est, reason);
+        for s in &splits {
+            pred.predicted_s
+                .insert(split_key(s.route, &s.devices()), s.seconds);
+        }
         Decision {
             route,
             moduli: if route == Route::GpuOzaki {
@@ -278,9 +369,16 @@ impl Engine {
             } else {
                 None
             },
-            prediction: prediction(&est, reason),
+            prediction: pred,
+            splits,
         }
     }
+}
+
+/// The `predicted_s` key of a split in the trace's `engine` field: `gpu-ozaki split 0,1`.
+pub fn split_key(route: Route, devices: &[u32]) -> String {
+    let list: Vec<String> = devices.iter().map(u32::to_string).collect();
+    format!("{route} split {}", list.join(","))
 }
 
 /// The CPU BLAS thread count the vendor library will use: `OPENBLAS_NUM_THREADS`,

@@ -15,6 +15,7 @@
 //! | [`choose`] | per-call choice under the accuracy contract, with a per-shape decision cache |
 //! | [`replay`] | per-record rows and the composites of a trace replayed through either model |
 //! | [`calibrate`] | the measurement plan, the raw-measurement format and the fits that turn it into a profile |
+//! | [`split`] | a host-resident dgemm split over several GPUs, priced per device with the shared host link (issue #7) |
 
 pub mod calibrate;
 pub mod choose;
@@ -23,6 +24,7 @@ pub mod platforms;
 pub mod profile;
 pub mod reduced;
 pub mod replay;
+pub mod split;
 
 use crate::trace::{CallRecord, Routine};
 

@@ -10,6 +10,12 @@
 //!
 //! A profile is keyed by realisation, not just device (take-away from paper 003): it records
 //! the GPU name, driver, CUDA and the vendor BLAS it was measured with.
+//!
+//! Version history (additive only; every older version still loads):
+//! - 1: one GPU (`gpu`), the CPU BLAS, choice rules, end-to-end corrections (issue #5);
+//! - 2: `devices`, one entry per GPU of the host as calibration surveyed it, and
+//!   `host_share`, the host side of a split over them (issue #7). Both are optional: a
+//!   version-1 profile is a machine with one priced GPU and no split pricing.
 
 use super::model::{Correction, WorkModel};
 use serde::{Deserialize, Serialize};
@@ -17,7 +23,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Version of the profile format; a newer file is refused, older ones load.
-pub const PROFILE_VERSION: u32 = 1;
+pub const PROFILE_VERSION: u32 = 2;
 
 /// A machine profile (see the module docs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,6 +48,84 @@ pub struct Profile {
     /// End-to-end corrections per route name, fitted from whole-route timings.
     #[serde(default)]
     pub corrections: BTreeMap<String, Correction>,
+    /// Every GPU calibration surveyed (version 2, issue #7); `devices[0]` is the device the
+    /// full `gpu` model was measured on. Empty in version-1 profiles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceProfile>,
+    /// What the host pays when several GPUs copy at once (version 2, issue #7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_share: Option<HostShare>,
+}
+
+/// One GPU of the host, as `ozaki calibrate` surveyed it (issue #7: "the machine profile
+/// records each GPU; calibration runs per device"). The rates are what the engine scales
+/// the full `gpu` model by when it prices a tile of a split on this device.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceProfile {
+    /// Which device (flattened into this object in JSON).
+    #[serde(flatten)]
+    pub id: DeviceId,
+    /// Sustained cuBLAS DGEMM rate at the survey shape, FLOP/s.
+    pub fp64_flops: f64,
+    /// Sustained INT8 GEMM rate at the survey shape, OP/s.
+    pub int8_ops: f64,
+    /// Host → device through the routes' staging, this device alone, bytes/s.
+    pub h2d_staged: f64,
+    /// Device → host, likewise.
+    pub d2h_staged: f64,
+}
+
+/// Which GPU a survey entry describes (shared by the profile entry and the raw survey).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceId {
+    /// CUDA ordinal.
+    pub ordinal: u32,
+    /// Name as the driver reports it.
+    pub name: String,
+    /// Total device memory, bytes.
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// Free device memory when surveyed, bytes.
+    #[serde(default)]
+    pub free_bytes: u64,
+}
+
+/// The host side of a split (issue #7). Whether splitting one call over GPUs pays is
+/// decided here rather than by the GPUs: every tile's operands and result cross the same
+/// host memory, so a split is priced with the bandwidth all devices reach *together*, plus
+/// the executor's own host work.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostShare {
+    /// Ordinals that copied at once in the measurement.
+    pub devices: Vec<u32>,
+    /// Aggregate staged host → device bandwidth with all of them copying, bytes/s.
+    pub h2d_staged_all: f64,
+    /// Aggregate staged device → host bandwidth, likewise.
+    pub d2h_staged_all: f64,
+    /// Fixed host seconds per split call (tile threads, per-slot set-up), fitted from a
+    /// measured split; 0 when not measured.
+    #[serde(default)]
+    pub split_overhead_s: f64,
+    /// Host seconds per byte of C the executor assembles from the tiles after they finish
+    /// (copies not overlapped with device work), fitted from a measured split; 0 when not
+    /// measured.
+    #[serde(default)]
+    pub assemble_s_per_byte: f64,
+}
+
+impl HostShare {
+    /// Whether the devices share one host link: together they reach less than 1.5 times
+    /// what the fastest one reaches alone.
+    pub fn shared(&self, single_h2d: f64) -> bool {
+        self.h2d_staged_all < 1.5 * single_h2d
+    }
+}
+
+impl Profile {
+    /// The surveyed entry of one ordinal.
+    pub fn device(&self, ordinal: u32) -> Option<&DeviceProfile> {
+        self.devices.iter().find(|d| d.id.ordinal == ordinal)
+    }
 }
 
 /// Identity of the measured machine.

@@ -3,7 +3,8 @@
 //! The engine ([`ozaki_core::engine::choose::Engine`]) is built once, at the first `auto`
 //! call, from the profile that `OZAKI_PROFILE`, the per-GPU profile in the cache directory
 //! or the built-in profile of the detected GPU gives (one stderr line when it is not one
-//! measured on this machine). Decisions are cached per shape and moduli count, so a
+//! measured on this machine), for the GPU slots this process owns (issue #7: with two or
+//! more it also prices splits over them). Decisions are cached per shape and moduli count, so a
 //! repeated shape costs one hash lookup; the prediction is copied into the trace record
 //! only when tracing is on.
 //!
@@ -72,7 +73,17 @@ fn build() -> Engine {
         );
     }
     let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    Engine::new(prof, blas_threads(|v| std::env::var(v).ok(), avail))
+    let engine = Engine::new(prof, blas_threads(|v| std::env::var(v).ok(), avail));
+    // Issue #7: with two or more GPU slots the engine also prices splits over them.
+    let slots = if gpu.is_some() {
+        gpu_kernels::multi::slots().to_vec()
+    } else {
+        Vec::new()
+    };
+    if slots.len() > 1 {
+        tracing::info!(?slots, "auto: pricing splits over these GPU slots");
+    }
+    engine.with_slots(slots)
 }
 
 /// The engine of this process.

@@ -46,6 +46,7 @@ fn outcome(info: &EmulationInfo, cfg: &EmulationConfig) -> RouteOutcome {
         moduli: (info.moduli > 0).then_some(info.moduli as u32),
         scaling: (info.moduli > 0).then_some(cfg.scaling.name()),
         device: None,
+        devices: None,
         phases: (!info.phases.is_empty()).then(|| Phases {
             transfer_ns: 0,
             convert_ns: ns(&["scan", "coarse", "select", "quantize"]),

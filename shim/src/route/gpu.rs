@@ -59,6 +59,7 @@ fn outcome(o: HostOutcome, engine: Engine) -> RouteOutcome {
         moduli: o.moduli,
         scaling: scaling(engine),
         device: Some(o.device),
+        devices: None,
         phases: Some(o.phases),
     }
 }
@@ -82,17 +83,17 @@ pub fn gemm(
         ));
     }
     let engine = engine(route, config);
-    // Issue #7: with OZAKI_SPLIT=1 (opt-in: measured slower than one GPU so far, see
-    // BENCHMARKS.md), a large call in a process that owns several device slots is split into
-    // C tiles, one per slot (gpu_kernels::multi; threshold multi::SPLIT_MIN_VOLUME). The
-    // trace records the first tile's device; the split itself is logged (OZAKI_LOG=info).
-    if let Some(plan) = gpu_kernels::multi::split_for(args.m, args.n, args.k) {
+    // Issue #7: in a process owning several GPU slots, a call the engine prices faster split
+    // (or any large call with OZAKI_SPLIT=1) runs as C tiles, one per slot
+    // (gpu_kernels::multi); the trace records every tile's device.
+    if let Some(plan) = super::split::plan(route, args, config) {
         let o = gpu_kernels::multi::gemm(args, c, engine, &plan).map_err(|e| error(route, e))?;
         tracing::info!(devices = ?o.devices, grid = ?(plan.grid_rows, plan.grid_cols), "dgemm split across device slots");
         return Ok(RouteOutcome {
             moduli: o.moduli,
             scaling: scaling(engine),
             device: o.devices.first().copied(),
+            devices: Some(o.devices),
             phases: Some(o.phases),
         });
     }

@@ -31,6 +31,7 @@ pub mod builtin;
 pub mod choose;
 pub mod cpu_ozaki;
 pub mod gpu;
+pub mod split;
 pub mod vendor;
 
 use crate::abi::{Canon, Operands, RawCall};
@@ -48,8 +49,10 @@ pub struct RouteOutcome {
     pub moduli: Option<u32>,
     /// Scaling bound an emulated route used (`ScalingMode::name`).
     pub scaling: Option<&'static str>,
-    /// GPU ordinal a GPU route used.
+    /// GPU ordinal a GPU route used (a split call: its first tile's).
     pub device: Option<u32>,
+    /// GPU ordinal of each tile of a call split over several GPUs (issue #7).
+    pub devices: Option<Vec<u32>>,
     /// Measured GPU phase times.
     pub phases: Option<Phases>,
 }

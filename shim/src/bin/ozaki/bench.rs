@@ -47,6 +47,20 @@ struct Args {
     /// Square sizes for the int8 GEMM rate (empty: skip).
     #[arg(long, default_value = "4096,8192,16384")]
     int8: String,
+    /// Shapes (N or MxNxK) whose cuBLASLt int8 algorithms are each timed, `--sweep-batch`
+    /// products back to back per timing (empty: skip).
+    #[arg(long, default_value = "")]
+    int8_sweep: String,
+    /// Heuristic algorithms timed per sweep shape.
+    #[arg(long, default_value_t = 16)]
+    sweep_algos: usize,
+    /// Products back to back per sweep timing (the route's moduli count).
+    #[arg(long, default_value_t = 15)]
+    sweep_batch: usize,
+    /// Largest column block of C per product batch in our device-resident columns (0: as
+    /// memory allows; `gpu_kernels::ozaki::Options::max_block`).
+    #[arg(long, default_value_t = 0)]
+    max_block: usize,
     /// Skip host-resident measurements.
     #[arg(long)]
     no_host: bool,
@@ -272,6 +286,44 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
                 serde_json::json!({"kind": "int8", "n": n, "lt_tops": lt1, "lt_batched_tops": lt16, "gemmex_tops": ex}),
             )?;
         }
+        for shape in args.int8_sweep.split(',').filter(|s| !s.trim().is_empty()) {
+            let dims = parse_shape(shape)?;
+            let rates = measure::int8_sweep(
+                &mut g,
+                dims,
+                args.sweep_batch,
+                args.sweep_algos,
+                args.reps.min(3),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!(
+                "int8 sweep {}x{}x{}, {} products back to back:",
+                dims.0, dims.1, dims.2, args.sweep_batch
+            );
+            println!(
+                "| rank | algo | tile | stages | splitk | swizzle | custom | cluster | TOPS |"
+            );
+            for r in &rates {
+                let c = r.config;
+                println!(
+                    "| {}{} | {} | {} | {} | {} | {} | {} | {} | {:.0} |",
+                    r.rank,
+                    if r.rank == 0 { " (route)" } else { "" },
+                    r.algo_id,
+                    c[0],
+                    c[1],
+                    c[2],
+                    c[3],
+                    c[4],
+                    c[5],
+                    r.tops
+                );
+                emit(
+                    serde_json::json!({"kind": "int8-sweep", "m": dims.0, "n": dims.1, "k": dims.2,
+                    "batch": args.sweep_batch, "algo": r}),
+                )?;
+            }
+        }
         let (h2d, d2h) =
             measure::link_bandwidth(&mut g, 1 << 30).map_err(|e| anyhow::anyhow!("{e}"))?;
         println!("pinned host link: H2D {h2d:.1} GB/s, D2H {d2h:.1} GB/s");
@@ -336,7 +388,12 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
     println!("{header}");
     println!("|{}", "---|".repeat(header.matches('|').count() - 1));
 
-    for (si, shape) in args.shapes.split(',').enumerate() {
+    for (si, shape) in args
+        .shapes
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .enumerate()
+    {
         let (m, n, k) = parse_shape(shape)?;
         let flops = 2.0 * m as f64 * n as f64 * k as f64;
         let a = random_matrix(m * k, args.phi, 2 * si as u64 + 1);
@@ -425,7 +482,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
             let opts = Options {
                 moduli: *r,
                 scaling: *scaling,
-                ..Default::default()
+                max_block: args.max_block,
             };
             let mut last = None;
             let res = median_wall(args.reps, || {

@@ -9,6 +9,11 @@
 //! largest allocation, and whether the INT8 kernels reached the tensor cores); without a
 //! usable GPU the profile is CPU-only and says so.
 //!
+//! Every GPU of the host (or of `OZAKI_DEVICES`) is surveyed after the full measurement of
+//! the first one (issue #7): one large DGEMM and INT8 GEMM and its staged host link alone,
+//! then all of them copying at once and a few calls split over them by the real executor;
+//! the profile's `devices` and `host_share` come from these (`--no-survey` skips it).
+//!
 //! `--fit MEAS.json` refits a profile from saved measurements without timing anything;
 //! `--validate` times the held-out shapes on every available route and prints the
 //! predicted-vs-measured table and auto-vs-oracle totals.
@@ -56,6 +61,18 @@ struct Args {
     /// Skip the GPU even when one is present.
     #[arg(long)]
     cpu_only: bool,
+    /// Skip the per-device survey (issue #7) even with several GPUs.
+    #[arg(long)]
+    no_survey: bool,
+    /// Only survey the GPUs (issue #7: each device's rates and staged link, all of them
+    /// copying at once, measured splits) and merge that into an existing profile (`--base`,
+    /// else the one this machine resolves: OZAKI_PROFILE, the cache, or the built-in one);
+    /// seconds instead of minutes.
+    #[arg(long, conflicts_with_all = ["fit", "no_survey", "cpu_only"])]
+    survey_only: bool,
+    /// With --survey-only: the profile to merge the survey into.
+    #[arg(long, requires = "survey_only")]
+    base: Option<PathBuf>,
     /// After fitting, time the held-out validation shapes and print predicted vs measured.
     #[arg(long)]
     validate: bool,
@@ -95,6 +112,9 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         write_validation(&rep, a.validation_out.as_deref())?;
         return Ok(ExitCode::SUCCESS);
     }
+    if a.survey_only {
+        return survey_only(&a);
+    }
     let (meas, plan, blas) = match &a.fit {
         Some(path) => {
             let text =
@@ -109,7 +129,11 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         None => {
             let plan = Plan::standard(a.quick);
             let blas = cpu::VendorBlas::open(a.blas.as_deref())?;
-            (measure(&plan, &blas, a.cpu_only)?, plan, Some(blas))
+            (
+                measure(&plan, &blas, a.cpu_only, !a.no_survey)?,
+                plan,
+                Some(blas),
+            )
         }
     };
     let gpu_name = meas.gpu.as_ref().map(|g| g.name.clone());
@@ -160,6 +184,63 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--survey-only`: the per-device part of a calibration, merged into an existing profile.
+fn survey_only(a: &Args) -> anyhow::Result<ExitCode> {
+    let t = Instant::now();
+    let gpu_name =
+        ozaki_shim::route::choose::gpu_name().context("--survey-only needs a usable GPU")?;
+    let mut prof = match &a.base {
+        Some(p) => Profile::load(p).map_err(anyhow::Error::msg)?,
+        None => {
+            let env = std::env::var("OZAKI_PROFILE").ok();
+            let (p, src, warn) =
+                profile::resolve(env.as_deref(), Some(&gpu_name)).map_err(anyhow::Error::msg)?;
+            if let Some(w) = warn {
+                eprintln!("ozaki calibrate: {w}");
+            }
+            eprintln!("ozaki calibrate: merging the survey into {src:?}");
+            p
+        }
+    };
+    let plan = Plan::standard(a.quick);
+    let (devices, share) = gpu::survey(&gpu::pool(), &plan);
+    if devices.is_empty() {
+        anyhow::bail!("no GPU could be surveyed");
+    }
+    cal::merge_devices(&mut prof, &devices, share.as_ref());
+    prof.version = PROFILE_VERSION;
+    if let Some(n) = &a.name {
+        prof.name = n.clone();
+    }
+    prof.source = a.source.clone().unwrap_or_else(|| {
+        format!(
+            "{}; GPUs surveyed by ozaki calibrate --survey-only on {} at {}",
+            prof.source,
+            machine().host.as_deref().unwrap_or("?"),
+            now_utc()
+        )
+    });
+    let out = match &a.out {
+        Some(p) => p.clone(),
+        None => profile::default_path(Some(&gpu_name))
+            .context("no cache directory (set HOME or XDG_CACHE_HOME) and no --out")?,
+    };
+    prof.save(&out)
+        .with_context(|| format!("{}", out.display()))?;
+    println!("profile written: {}", out.display());
+    let mpath = a
+        .measurements
+        .clone()
+        .unwrap_or_else(|| out.with_extension("survey.json"));
+    let raw = serde_json::json!({"version": PROFILE_VERSION, "devices": devices, "share": share});
+    std::fs::write(&mpath, serde_json::to_string_pretty(&raw)? + "\n")
+        .with_context(|| format!("{}", mpath.display()))?;
+    println!("survey measurements written: {}", mpath.display());
+    print_profile_summary(&prof);
+    println!("survey took {:.1} s", t.elapsed().as_secs_f64());
+    Ok(ExitCode::SUCCESS)
+}
+
 fn print_profile_summary(p: &Profile) {
     for c in &p.cpu.blas {
         println!(
@@ -196,6 +277,33 @@ fn print_profile_summary(p: &Profile) {
                 );
             }
         }
+    }
+    for d in &p.devices {
+        println!(
+            "device {} ({}): fp64 {:.1} TFLOP/s, int8 {:.0} TOPS, staged link alone {:.1}/{:.1} GB/s (h2d/d2h)",
+            d.id.ordinal,
+            d.id.name,
+            d.fp64_flops / 1e12,
+            d.int8_ops / 1e12,
+            d.h2d_staged / 1e9,
+            d.d2h_staged / 1e9
+        );
+    }
+    if let Some(h) = &p.host_share {
+        let single = p.devices.iter().map(|d| d.h2d_staged).fold(0.0, f64::max);
+        println!(
+            "host link with GPUs {:?} copying at once: {:.1}/{:.1} GB/s (h2d/d2h) in all: {}; split host terms: {:.2} ms fixed + {:.3} ns per byte of C",
+            h.devices,
+            h.h2d_staged_all / 1e9,
+            h.d2h_staged_all / 1e9,
+            if h.shared(single) {
+                "shared"
+            } else {
+                "not shared"
+            },
+            h.split_overhead_s * 1e3,
+            h.assemble_s_per_byte * 1e9
+        );
     }
 }
 
@@ -234,7 +342,12 @@ pub fn time_median(mut f: impl FnMut()) -> f64 {
     v[v.len() / 2]
 }
 
-fn measure(plan: &Plan, blas: &cpu::VendorBlas, cpu_only: bool) -> anyhow::Result<Measurements> {
+fn measure(
+    plan: &Plan,
+    blas: &cpu::VendorBlas,
+    cpu_only: bool,
+    survey: bool,
+) -> anyhow::Result<Measurements> {
     let mut cpu_samples = Vec::new();
     for &t in &plan.cpu_threads {
         let threads = blas.set_threads(t);
@@ -295,6 +408,11 @@ fn measure(plan: &Plan, blas: &cpu::VendorBlas, cpu_only: bool) -> anyhow::Resul
     for &(mm, nn, kk) in &plan.route_shapes {
         routes.extend(time_routes((mm, nn, kk), blas, gpu.is_some())?);
     }
+    let (devices, share) = if survey && gpu.is_some() {
+        gpu::survey(&gpu::pool(), plan)
+    } else {
+        (Vec::new(), None)
+    };
     Ok(Measurements {
         version: PROFILE_VERSION,
         machine: m,
@@ -303,6 +421,8 @@ fn measure(plan: &Plan, blas: &cpu::VendorBlas, cpu_only: bool) -> anyhow::Resul
         cpu: cpu_samples,
         gpu,
         routes,
+        devices,
+        share,
     })
 }
 
@@ -651,9 +771,10 @@ mod gpu {
     use gpu_kernels::ozaki::{self, DeviceCall, Op, Options};
     use ozaki_core::blas::{GemmArgs, Trans};
     use ozaki_core::engine::calibrate::{
-        Direction, GpuMeasurements, HostMemory, LinkSample, StreamSample,
+        DeviceMeasurements, Direction, GpuMeasurements, HostMemory, LinkSample, ShareMeasurements,
+        SplitSample, StreamSample,
     };
-    use ozaki_core::engine::profile::Reached;
+    use ozaki_core::engine::profile::{DeviceId, Reached};
 
     /// Whether a GPU can be measured (initialises it).
     pub fn available() -> bool {
@@ -766,20 +887,7 @@ mod gpu {
                 } else {
                     7
                 };
-                let t = measure::time_median(stream, reps, || {
-                    gpu_kernels::native::dgemm(
-                        &g,
-                        stream,
-                        Trans::No,
-                        Trans::No,
-                        (mu, nu, ku),
-                        1.0,
-                        (a.ptr(), mu),
-                        (b.ptr(), ku),
-                        0.0,
-                        (c.ptr(), mu),
-                    )
-                })?;
+                let t = time_dgemm(&g, (mu, nu, ku), [&a, &b, &c], reps)?;
                 m.fp64.push(Sample {
                     routine: Routine::Dgemm,
                     m: mm,
@@ -956,6 +1064,31 @@ mod gpu {
         Ok(Some(m))
     }
 
+    /// Median seconds (CUDA events) of a device-resident C = A B on `g`'s stream, with A, B
+    /// and C column-major m x k, k x n and m x n in `bufs`.
+    fn time_dgemm(
+        g: &gpu_kernels::device::Gpu,
+        (m, n, k): (usize, usize, usize),
+        [a, b, c]: [&DeviceBuffer; 3],
+        reps: usize,
+    ) -> Result<f64, gpu_kernels::GpuError> {
+        let stream = g.stream();
+        measure::time_median(stream, reps, || {
+            gpu_kernels::native::dgemm(
+                g,
+                stream,
+                Trans::No,
+                Trans::No,
+                (m, n, k),
+                1.0,
+                (a.ptr(), m),
+                (b.ptr(), k),
+                0.0,
+                (c.ptr(), m),
+            )
+        })
+    }
+
     fn ae(e: gpu_kernels::GpuError) -> anyhow::Error {
         anyhow::anyhow!("{e}")
     }
@@ -975,6 +1108,230 @@ mod gpu {
             beta: 0.0,
             ldc: m.max(1) as usize,
         }
+    }
+
+    /// The GPUs to survey: `OZAKI_DEVICES` or every visible one (distinct ordinals), the
+    /// device the full model was measured on first.
+    pub fn pool() -> Vec<u32> {
+        use ozaki_core::devices::{DEVICES_VAR, DeviceAssignment, LauncherEnv};
+        let Ok(count) = gpu_kernels::device::device_count() else {
+            return Vec::new();
+        };
+        let var = std::env::var(DEVICES_VAR).ok();
+        let mut pool =
+            match DeviceAssignment::resolve(var.as_deref(), count, &LauncherEnv::default()) {
+                Ok(a) => a.ordinals(),
+                Err(e) => {
+                    eprintln!("ozaki calibrate: {e}; surveying every visible GPU");
+                    (0..count).collect()
+                }
+            };
+        if let Ok(g) = gpu_kernels::gpu() {
+            let first = g.ordinal;
+            pool.retain(|&d| d != first);
+            pool.insert(0, first);
+        }
+        pool
+    }
+
+    /// Shape of the transfer-bound host-resident call that measures a staged link: 545 MB
+    /// in and out for 8.6 GFLOP.
+    const LINK_SHAPE: Mnk = (8192, 8192, 64);
+
+    fn link_samples(bytes: u64, seconds: f64) -> [LinkSample; 2] {
+        [Direction::H2d, Direction::D2h].map(|direction| LinkSample {
+            direction,
+            memory: HostMemory::Staged,
+            bytes,
+            seconds,
+        })
+    }
+
+    /// Surveys each device, then (with two or more) all of them at once; a device that
+    /// fails is left out with one line.
+    pub fn survey(
+        ordinals: &[u32],
+        plan: &Plan,
+    ) -> (Vec<DeviceMeasurements>, Option<ShareMeasurements>) {
+        let mut devices = Vec::new();
+        for &o in ordinals {
+            match survey_one(o, plan) {
+                Ok(d) => devices.push(d),
+                Err(e) => eprintln!("survey of GPU {o}: skipped ({e})"),
+            }
+        }
+        let ok: Vec<u32> = devices.iter().map(|d| d.id.ordinal).collect();
+        let share = (ok.len() >= 2).then(|| together(&ok, plan));
+        (devices, share)
+    }
+
+    fn survey_one(o: u32, plan: &Plan) -> Result<DeviceMeasurements, gpu_kernels::GpuError> {
+        let mut g = gpu_kernels::device::gpu_slot(o, 0)?;
+        let (free, total) = memory::mem_info()?;
+        let mut d = DeviceMeasurements {
+            id: DeviceId {
+                ordinal: o,
+                name: g.name.clone(),
+                memory_bytes: total as u64,
+                free_bytes: free as u64,
+            },
+            ..Default::default()
+        };
+        // The largest survey shape is the rate the engine scales by; quick plans stay small.
+        let sizes: &[u64] = if plan.gpu_shapes.iter().any(|s| s.0 >= 8192) {
+            &[4096, 8192]
+        } else {
+            &[1024]
+        };
+        for &n in sizes {
+            let nu = n as usize;
+            let a = measure::upload(&data(nu * nu, 1))?;
+            let b = measure::upload(&data(nu * nu, 2))?;
+            let c = DeviceBuffer::new(8 * nu * nu)?;
+            let t = time_dgemm(&g, (nu, nu, nu), [&a, &b, &c], 3)?;
+            d.fp64.push(Sample {
+                routine: Routine::Dgemm,
+                m: n,
+                n,
+                k: n,
+                seconds: t,
+            });
+            let (tops, _) = measure::int8_rates(&mut g, nu, 1, 3)?;
+            d.int8.push(Sample {
+                routine: Routine::Dgemm,
+                m: n,
+                n,
+                k: n,
+                seconds: 2.0 * (n * n * n) as f64 / (tops * 1e12),
+            });
+        }
+        let (m, n, k) = LINK_SHAPE;
+        let (a, b) = (data((m * k) as usize, 3), data((k * n) as usize, 4));
+        let mut c = vec![0.0; (m * n) as usize];
+        let mut err = None;
+        let t = time_median(|| {
+            if let Err(e) = host::gemm_on(
+                &mut g,
+                &gemm_args(&a, &b, m, n, k),
+                &mut c,
+                HostEngine::Native,
+            ) {
+                err = Some(e);
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        d.link.extend(link_samples(8 * (m * k + k * n + m * n), t));
+        eprintln!(
+            "survey GPU {o} ({}): fp64 {:.1} TFLOP/s, int8 {:.0} TOPS at {}^3; staged link alone {:.1} GB/s",
+            d.id.name,
+            2.0 * (sizes[sizes.len() - 1].pow(3)) as f64
+                / d.fp64.last().map_or(1.0, |s| s.seconds)
+                / 1e12,
+            2.0 * (sizes[sizes.len() - 1].pow(3)) as f64
+                / d.int8.last().map_or(1.0, |s| s.seconds)
+                / 1e12,
+            sizes[sizes.len() - 1],
+            8.0 * (m * k + k * n + m * n) as f64 / t / 1e9
+        );
+        Ok(d)
+    }
+
+    /// All `ordinals` running the link call at once (wall clock until the last finishes),
+    /// then dgemms split over them by `gpu_kernels::multi`, end to end.
+    fn together(ordinals: &[u32], plan: &Plan) -> ShareMeasurements {
+        let (m, n, k) = LINK_SHAPE;
+        let reps = 3u32;
+        let barrier = std::sync::Barrier::new(ordinals.len() + 1);
+        let per_call = 8 * (m * k + k * n + m * n);
+        let wall = std::thread::scope(|s| {
+            let handles: Vec<_> = ordinals
+                .iter()
+                .map(|&o| {
+                    let barrier = &barrier;
+                    s.spawn(move || -> Result<(), gpu_kernels::GpuError> {
+                        let (a, b) = (data((m * k) as usize, 3), data((k * n) as usize, 4));
+                        let mut c = vec![0.0; (m * n) as usize];
+                        let args = gemm_args(&a, &b, m, n, k);
+                        let mut g = gpu_kernels::device::gpu_slot(o, 0);
+                        if let Ok(g) = g.as_mut() {
+                            let _ = host::gemm_on(g, &args, &mut c, HostEngine::Native);
+                        }
+                        barrier.wait();
+                        barrier.wait();
+                        let g = g?;
+                        let mut g = g;
+                        for _ in 0..reps {
+                            host::gemm_on(&mut g, &args, &mut c, HostEngine::Native)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            barrier.wait();
+            let t0 = Instant::now();
+            barrier.wait();
+            let ok = handles.into_iter().all(|h| matches!(h.join(), Ok(Ok(()))));
+            ok.then(|| t0.elapsed().as_secs_f64())
+        });
+        let mut share = ShareMeasurements {
+            devices: ordinals.to_vec(),
+            ..Default::default()
+        };
+        match wall {
+            Some(t) => {
+                let bytes = per_call * reps as u64 * ordinals.len() as u64;
+                share.link.extend(link_samples(bytes, t));
+                eprintln!(
+                    "GPUs {ordinals:?} copying at once: {:.1} GB/s in all",
+                    bytes as f64 / t / 1e9
+                );
+            }
+            None => {
+                eprintln!("GPUs {ordinals:?} at once: a device failed; no shared-link measurement")
+            }
+        }
+        let shapes: &[Mnk] = if plan.gpu_shapes.iter().any(|s| s.0 >= 8192) {
+            &[(8192, 8192, 8192), (16384, 16384, 8192)]
+        } else {
+            &[(4096, 4096, 1024)]
+        };
+        for &(m, n, k) in shapes {
+            eprintln!("split {m}x{n}x{k} over {ordinals:?}: timing");
+            let (a, b) = (data((m * k) as usize, 5), data((k * n) as usize, 6));
+            let mut c = vec![0.0; (m * n) as usize];
+            let split = ozaki_core::devices::split_c(m, n, ordinals, &Default::default());
+            if !split.is_split() {
+                continue;
+            }
+            let mut err = None;
+            let t = time_median(|| {
+                let args = gemm_args(&a, &b, m, n, k);
+                if let Err(e) = gpu_kernels::multi::gemm(&args, &mut c, HostEngine::Native, &split)
+                {
+                    err = Some(e);
+                }
+            });
+            if let Some(e) = err {
+                eprintln!("split {m}x{n}x{k} over {ordinals:?}: not timed ({e})");
+                continue;
+            }
+            eprintln!(
+                "split {m}x{n}x{k} over {ordinals:?} (gpu-native): {:.3} s",
+                t
+            );
+            share.splits.push(SplitSample {
+                route: "gpu-native".into(),
+                m,
+                n,
+                k,
+                moduli: None,
+                devices: ordinals.to_vec(),
+                seconds: t,
+            });
+        }
+        share
     }
 
     /// Host-resident end-to-end timings of the GPU routes at one shape (wall clock, median).

@@ -1,7 +1,9 @@
 //! `ozaki explain m n k [...]`: the engine's predicted time of every route for one call
 //! shape, each term with how it was derived from the profile, and the choice with its reason
 //! (issue #5). With `--platform NAME` it shows the paper's reduced model on that platform
-//! instead (rates per route and storage mode).
+//! instead (rates per route and storage mode). With two or more GPU slots (`--devices`,
+//! `OZAKI_DEVICES`, or this machine's GPUs) it also shows each GPU route priced split over
+//! them, per device and with the host terms, and whether the split is taken (issue #7).
 
 use anyhow::Context;
 use clap::Parser;
@@ -124,8 +126,21 @@ struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// GPU slots to price a split over, e.g. `0,1` (default: OZAKI_DEVICES, else this
+    /// machine's GPUs; one slot prices no split).
+    #[arg(long)]
+    devices: Option<String>,
     #[command(flatten)]
     model: ModelArgs,
+}
+
+/// The slots to price splits over (see `--devices`).
+fn slots(arg: Option<&str>) -> anyhow::Result<Vec<u32>> {
+    let var = std::env::var(ozaki_core::devices::DEVICES_VAR).ok();
+    match arg.or(var.as_deref().filter(|v| !v.trim().is_empty())) {
+        Some(list) => ozaki_core::devices::parse_devices(list).map_err(anyhow::Error::msg),
+        None => Ok(gpu_kernels::multi::slots().to_vec()),
+    }
 }
 
 fn fmt_s(s: f64) -> String {
@@ -138,6 +153,23 @@ fn fmt_s(s: f64) -> String {
     } else {
         format!("{s:.3} s")
     }
+}
+
+/// One indented line per priced term: name, seconds, how it was derived.
+fn write_terms(
+    out: &mut dyn Write,
+    terms: &[ozaki_core::engine::model::Term],
+) -> std::io::Result<()> {
+    for t in terms {
+        writeln!(
+            out,
+            "    {:<12} {:>12}  {}",
+            t.name,
+            fmt_s(t.seconds),
+            t.how
+        )?;
+    }
+    Ok(())
 }
 
 fn fmt_rate(flops: f64, s: f64) -> String {
@@ -176,7 +208,10 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         None => Some(MODULI_WITHOUT_DATA),
     };
     match a.model.load()? {
-        Model::Measured(engine, src) => explain_measured(&engine, &src, &shape, moduli, a.json),
+        Model::Measured(engine, src) => {
+            let engine = (*engine).with_slots(slots(a.devices.as_deref())?);
+            explain_measured(&engine, &src, &shape, moduli, a.json)
+        }
         Model::Reduced(pl, opt) => explain_reduced(&pl, opt, &shape, a.json),
     }
 }
@@ -191,12 +226,24 @@ fn explain_measured(
     let mut out = std::io::stdout().lock();
     let est = engine.estimates(shape, moduli);
     let d = engine.decide_uncached(shape, moduli);
+    let splits: Vec<serde_json::Value> = d
+        .splits
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "route": s.route.name(), "devices": s.devices(), "seconds": s.seconds,
+                "one_gpu_seconds": s.single_s, "taken": s.pays, "link_shared": s.link_shared,
+                "per_device_s": s.price.per_device_s, "terms": s.terms,
+            })
+        })
+        .collect();
     if json {
         let v = serde_json::json!({
             "shape": {"routine": format!("{:?}", shape.routine).to_lowercase(), "m": shape.m, "n": shape.n, "k": shape.k,
                        "transa": shape.transa, "transb": shape.transb, "beta_zero": shape.beta_zero, "residency": shape.residency.name()},
             "profile": src, "threads": engine.threads(), "moduli": moduli,
             "routes": est, "choice": d.route.name(), "reason": d.prediction.reason,
+            "slots": engine.slots(), "splits": splits,
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(ExitCode::SUCCESS);
@@ -250,17 +297,46 @@ fn explain_measured(
                     e.recon_host,
                     e.moduli.map_or(String::new(), |r| format!(", r = {r}"))
                 )?;
-                for t in &e.terms {
-                    writeln!(
-                        out,
-                        "    {:<12} {:>12}  {}",
-                        t.name,
-                        fmt_s(t.seconds),
-                        t.how
-                    )?;
-                }
+                write_terms(&mut out, &e.terms)?;
             }
         }
+    }
+    for s in &d.splits {
+        writeln!(
+            out,
+            "{:<12} {:>12} {:>16}  split over GPUs {:?} ({}x{} grid), {:.2}x one GPU's {}: {}",
+            s.route.name(),
+            fmt_s(s.seconds),
+            fmt_rate(shape.flops(), s.seconds),
+            s.devices(),
+            s.plan.grid_rows,
+            s.plan.grid_cols,
+            s.single_s / s.seconds,
+            fmt_s(s.single_s),
+            if s.pays {
+                "taken"
+            } else {
+                "not taken (below the switch margin)"
+            }
+        )?;
+        writeln!(
+            out,
+            "    host link    {:>12}  {}",
+            "",
+            if s.link_shared {
+                "shared by the GPUs (calibrated, or not measured)"
+            } else {
+                "one per GPU (calibrated)"
+            }
+        )?;
+        write_terms(&mut out, &s.terms)?;
+    }
+    if d.splits.is_empty() && engine.slots().len() > 1 {
+        writeln!(
+            out,
+            "(no split priced over GPU slots {:?}: not a host dgemm, or C too small for two tiles)",
+            engine.slots()
+        )?;
     }
     writeln!(out)?;
     writeln!(out, "choice: {}  ({})", d.route.name(), d.prediction.reason)?;

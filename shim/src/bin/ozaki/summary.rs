@@ -4,6 +4,8 @@
 //! calls and GFLOP per routine, per exported symbol and per route, the time spent inside
 //! BLAS, the FLOP-weighted quartiles of nbar = 2mn/(m+n) with the share of work at
 //! nbar <= 256 (the paper's call-size statistic), and the shapes that carry most work.
+//! Traces from MPI ranks get a per-rank table, and GPU calls a per-GPU table in which a call
+//! split over several GPUs (trace field `devices`, issue #7) counts once on each.
 //! `ozaki run` prints the same summary after the program exits.
 //!
 //! Errors (unreadable file, malformed line) name the file and 1-based line and exit 2.
@@ -329,6 +331,7 @@ pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Res
     t.write(out)?;
 
     write_per_rank(out, files)?;
+    write_per_device(out, files)?;
 
     writeln!(out, "\nCall size nbar = 2mn/(m+n), weighted by FLOPs:")?;
     match NbarStats::of(calls.iter().copied()) {
@@ -414,6 +417,56 @@ fn write_per_rank(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> 
     t.write(out)
 }
 
+/// Per-GPU counts (issue #7): every call a GPU route ran, by host and device ordinal; a
+/// split call counts on each of its devices (`split calls`), with its work shared equally
+/// among its tiles (`split_c` balances them). Absent when no call ran on a GPU.
+fn write_per_device(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> {
+    #[derive(Default)]
+    struct Dev {
+        calls: u64,
+        split: u64,
+        flops: f64,
+    }
+    let mut by_dev: BTreeMap<(&str, u32), Dev> = BTreeMap::new();
+    for f in files {
+        let host = f
+            .trace
+            .headers
+            .first()
+            .and_then(|h| h.host.as_deref())
+            .unwrap_or("-");
+        for c in &f.trace.calls {
+            let list = match (&c.devices, c.device) {
+                (Some(list), _) if !list.is_empty() => list.clone(),
+                (_, Some(d)) => vec![d],
+                _ => continue,
+            };
+            let share = c.flops() / list.len() as f64;
+            for d in list.iter().copied() {
+                let e = by_dev.entry((host, d)).or_default();
+                e.calls += 1;
+                e.split += u64::from(list.len() > 1);
+                e.flops += share;
+            }
+        }
+    }
+    if by_dev.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\nPer GPU:")?;
+    let mut t = Table::new(&["host", "gpu", "calls", "split calls", "GFLOP"]);
+    for ((host, d), e) in &by_dev {
+        t.row(vec![
+            host.to_string(),
+            d.to_string(),
+            e.calls.to_string(),
+            e.split.to_string(),
+            gflop(e.flops),
+        ]);
+    }
+    t.write(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,6 +482,19 @@ mod tests {
         format!(
             r#"{{"type":"call","seq":{seq},"t_ns":{seq},"dur_ns":{dur},"tid":7,"sym":"{sym}","routine":"{routine}","layout":"col",{ops},"m":{m},"n":{n},"k":{k},"lda":{m},"ldb":{n},"ldc":{m},"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}}"#
         )
+    }
+
+    /// The first `n` rows (after the header line) of the table titled `title`, as words.
+    fn table_rows<'a>(s: &'a str, title: &str, n: usize) -> Vec<Vec<&'a str>> {
+        let table = &s[s
+            .find(title)
+            .unwrap_or_else(|| panic!("no {title} table in {s}"))..];
+        table
+            .lines()
+            .skip(2)
+            .take(n)
+            .map(|l| l.split_whitespace().collect())
+            .collect()
     }
 
     fn write_tmp(name: &str, text: &str) -> PathBuf {
@@ -525,18 +591,41 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("pid 101, MPI rank 1 /bin/prog"), "{s}");
-        let table = &s[s.find("Per MPI rank:").expect("per-rank table")..];
-        let rows: Vec<Vec<&str>> = table
-            .lines()
-            .skip(2)
-            .take(2)
-            .map(|l| l.split_whitespace().collect())
-            .collect();
+        let rows = table_rows(&s, "Per MPI rank:", 2);
         assert_eq!(rows[0][..3], ["0", "n1", "1"], "{s}");
         assert_eq!(rows[1][..3], ["1", "n1", "2"], "{s}");
         // A single process without a launcher gets no rank table.
         assert!(
             !summary_of(&r0.replace(r#","rank":0"#, ""), "norank.jsonl").contains("Per MPI rank")
+        );
+    }
+
+    #[test]
+    fn gpu_calls_are_counted_per_device_and_split_calls_on_each() {
+        // See: #7. One call on GPU 1, one split over GPUs 0 and 1, one on the CPU.
+        let gpu = |seq: u64, extra: &str| {
+            call(seq, "dgemm_", "dgemm", 100, 100, 100, 10).replace(
+                r#""route":"vendor""#,
+                &format!(r#""route":"gpu-native",{extra}"#),
+            )
+        };
+        let text = format!(
+            "{HEADER}\n{}\n{}\n{}\n",
+            gpu(0, r#""device":1"#),
+            gpu(1, r#""device":0,"devices":[0,1]"#),
+            call(2, "dgemm_", "dgemm", 10, 10, 10, 10)
+        );
+        let s = summary_of(&text, "gpus.jsonl");
+        let rows = table_rows(&s, "Per GPU:", 2);
+        assert_eq!(rows[0], ["-", "0", "1", "1", "0.001"], "{s}");
+        assert_eq!(rows[1], ["-", "1", "2", "1", "0.003"], "{s}");
+        // A CPU-only trace has no per-GPU table.
+        assert!(
+            !summary_of(
+                &format!("{HEADER}\n{}\n", call(0, "dgemm_", "dgemm", 4, 4, 4, 1)),
+                "cpu.jsonl"
+            )
+            .contains("Per GPU")
         );
     }
 
