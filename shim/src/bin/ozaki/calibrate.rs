@@ -217,7 +217,7 @@ fn survey_only(a: &Args) -> anyhow::Result<ExitCode> {
             "{}; GPUs surveyed by ozaki calibrate --survey-only on {} at {}",
             prof.source,
             machine().host.as_deref().unwrap_or("?"),
-            now_utc()
+            profile::utc_now()
         )
     });
     let out = match &a.out {
