@@ -281,8 +281,9 @@ pub fn norm_bits(moduli: usize, maxbits: u64, coarse_sq: u64) -> f64 {
     let plan = ozaki_core::moduli::CrtPlan::get(moduli.clamp(2, MAX_MODULI));
     let budget = ScalingMode::Norm.budget_bits(plan);
     let p = ozaki_core::scaling::shift_for_bound(budget, coarse_sq);
-    // max / 2^e from the significand bits (subnormals: normalise first)
-    let mant = f64::from_bits(maxbits) / 2f64.powi(exponent_of_bits(maxbits).unwrap_or(0));
+    // max / 2^e in [1, 2), exactly (also for subnormal maxima, whose 2^e is no double)
+    let e = exponent_of_bits(maxbits).unwrap_or(0);
+    let mant = ozaki_core::exact::ldexp(f64::from_bits(maxbits), -i64::from(e));
     f64::from(p + 6) + mant.log2()
 }
 
@@ -1023,22 +1024,26 @@ mod tests {
             state
         };
         for e in [-1074, -1073, -1022, -1000, -3, 0, 1, 700, 1023] {
+            let top = ldexp(1.0, i64::from(e) + 1); // 2^(e+1) (inf for e = 1023)
+            let mut tested = 0;
             for _ in 0..2000 {
                 // any finite |x| < 2^(e+1): a random significand, down to 1100 binades lower
                 let bits = next();
                 let drop = (bits % 1100) as i32;
                 let mant = 1.0 + (bits >> 11) as f64 / (1u64 << 53) as f64;
                 let x = ldexp(mant, i64::from(e - drop));
-                if x == 0.0 || x >= 2f64.powi(e + 1) || !x.is_finite() {
+                if x == 0.0 || x >= top || !x.is_finite() {
                     continue;
                 }
                 let f = ldexp(x, i64::from(5 - e)).ceil().max(1.0);
                 assert_eq!(f as u64, u64::from(coarse(x, e)), "x = {x:e}, e = {e}");
+                tested += 1;
             }
+            assert!(tested > 0, "e = {e}: no value tested");
             // exact multiples of 2^(e-5) and their neighbours
             for c in 1..=64u32 {
                 let x = ldexp(f64::from(c), i64::from(e - 5));
-                if x == 0.0 || !x.is_finite() || x >= 2f64.powi(e + 1) {
+                if x == 0.0 || !x.is_finite() || x >= top {
                     continue;
                 }
                 for y in [
@@ -1046,11 +1051,28 @@ mod tests {
                     f64::from_bits(x.to_bits() + 1),
                     f64::from_bits(x.to_bits() - 1),
                 ] {
-                    if y > 0.0 && y < 2f64.powi(e + 1) {
+                    if y > 0.0 && y < top {
                         let f = ldexp(y, i64::from(5 - e)).ceil().max(1.0);
                         assert_eq!(f as u64, u64::from(coarse(y, e)), "x = {y:e}, e = {e}");
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn norm_bits_of_subnormal_maxima_are_finite_and_match_normal_ones() {
+        // a maximum keeps the bits of its significand, at any binade (subnormals included)
+        for mant in [1.0f64, 1.5, 1.999] {
+            for e in [-1074i64, -1060, -1023, -1022, -5, 1000] {
+                let x = ozaki_core::exact::ldexp(mant, e); // may round below 2^-1022
+                let e = exponent_of_bits(x.to_bits()).unwrap();
+                let normal = ozaki_core::exact::ldexp(x, -i64::from(e)); // its significand
+                let (b, want) = (
+                    norm_bits(14, x.to_bits(), 4096),
+                    norm_bits(14, normal.to_bits(), 4096),
+                );
+                assert!(b.is_finite() && b == want, "{x:e}: {b} vs {want}");
             }
         }
     }
