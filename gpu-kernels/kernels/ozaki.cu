@@ -302,3 +302,59 @@ extern "C" __global__ void reconstruct_w4(const int* __restrict__ prod, long lon
                                           int uplo, int row_off, int col_off) {
     reconstruct_impl<4>(prod, prod_stride, rows, cols, sigma, tau, tab, alpha, beta, c, ldc, uplo, row_off, col_off);
 }
+
+// ---- Norm scaling (issue #4): S_i = sum_l abar_il^2 per row of op(A) / column of op(B) ----
+// abar = ceil(|x| 2^(5 - e)) in [0, 64] with e = floor(log2 max|x|) of the line, exactly as
+// ozaki-core's scaling.rs (step 2, `coarse`); the host turns the exact integer sums into the
+// shifts (step 3, norm mode). Runs after scan_rows_* on the same stream: it reads their maxima.
+// Integer sums, so the atomics make the result independent of the order.
+
+// floor(log2 |x|) from a nonzero, finite |x| bit pattern (subnormals: their true exponent).
+__device__ __forceinline__ int exponent_of_bits(u64 bits) {
+    int biased = (int)(bits >> 52);
+    return biased == 0 ? (63 - __clzll((long long)bits)) - 1074 : biased - 1023;
+}
+
+// abar^2 for one entry of a line with exponent e. scalbn is exact whenever its result is a
+// normal number; a result below 2^-1022 may round (even to 0), but the ceiling of any value in
+// (0, 1) is 1, which the max() restores.
+__device__ __forceinline__ u64 coarse_sq(double v, int e) {
+    if (v == 0.0) return 0;
+    double c = fmax(ceil(scalbn(fabs(v), 5 - e)), 1.0);
+    u64 ci = (u64)c;
+    return ci * ci;
+}
+
+// One warp per row; row elements contiguous (x[l + row*ld]). Zero and non-finite rows
+// (max bit pattern 0 or >= 0x7ff0...) are skipped: their sums stay 0 (the host routes
+// non-finite calls to native before using them).
+extern "C" __global__ void coarse_norms_contig(const double* __restrict__ x, long long ld, int rows, int kdim,
+                                               const u64* __restrict__ maxbits, u64* __restrict__ sq) {
+    int row = (int)((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    u64 mb = maxbits[row];
+    if (mb == 0 || mb >= 0x7ff0000000000000ull) return;
+    int e = exponent_of_bits(mb);
+    const double* p = x + (long long)row * ld;
+    u64 s = 0;
+    for (int l = lane; l < kdim; l += 32) s += coarse_sq(p[l], e);
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) atomicAdd(&sq[row], s);
+}
+
+// One thread per row, rows contiguous (x[row + l*ld]); blockIdx.y takes a chunk of l.
+extern "C" __global__ void coarse_norms_strided(const double* __restrict__ x, long long ld, int rows, int kdim,
+                                                int lchunk, const u64* __restrict__ maxbits, u64* __restrict__ sq) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    u64 mb = maxbits[row];
+    if (mb == 0 || mb >= 0x7ff0000000000000ull) return;
+    int e = exponent_of_bits(mb);
+    int l0 = blockIdx.y * lchunk;
+    int l1 = min(kdim, l0 + lchunk);
+    u64 s = 0;
+#pragma unroll 4
+    for (int l = l0; l < l1; ++l) s += coarse_sq(x[row + (long long)l * ld], e);
+    atomicAdd(&sq[row], s);
+}

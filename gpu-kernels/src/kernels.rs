@@ -25,6 +25,8 @@ pub struct Kernels {
     residues: sys::CUfunction,
     reconstruct: sys::CUfunction,
     reconstruct_w4: sys::CUfunction,
+    norms_contig: sys::CUfunction,
+    norms_strided: sys::CUfunction,
     /// Architecture the CUBIN was built for (e.g. `sm_90a`).
     pub arch: String,
     /// Whether the CUBIN came from the disk cache.
@@ -73,6 +75,8 @@ impl Kernels {
             residues: function(module, "residues")?,
             reconstruct: function(module, "reconstruct")?,
             reconstruct_w4: function(module, "reconstruct_w4")?,
+            norms_contig: function(module, "coarse_norms_contig")?,
+            norms_strided: function(module, "coarse_norms_strided")?,
             _module: module,
             arch,
             from_cache,
@@ -94,33 +98,70 @@ impl Kernels {
         maxbits: sys::CUdeviceptr,
         abssum: sys::CUdeviceptr,
     ) -> Result<(), GpuError> {
-        let (mut x, mut ld, mut rows, mut kdim, mut maxbits, mut abssum) =
-            (x, ld, rows, kdim, maxbits, abssum);
+        // SAFETY: forwarded from the caller; both kernels take (x, ld, rows, kdim[, lchunk],
+        // maxbits, abssum).
+        unsafe {
+            self.per_line(
+                (self.scan_contig, self.scan_strided),
+                stream,
+                (x, ld, contig, rows, kdim),
+                maxbits,
+                abssum,
+            )
+        }
+    }
+
+    /// Norm scaling's `S_i = sum_l ā_il^2` per row of an operand (`ozaki_core::scaling`,
+    /// step 3), from the maxima of [`Kernels::scan`] (launched before it on `stream`); `sq`
+    /// must be zeroed first. Same row geometry as the scan.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn coarse_norms(
+        &self,
+        stream: sys::CUstream,
+        x: sys::CUdeviceptr,
+        ld: i64,
+        contig: bool,
+        rows: i32,
+        kdim: i32,
+        maxbits: sys::CUdeviceptr,
+        sq: sys::CUdeviceptr,
+    ) -> Result<(), GpuError> {
+        // SAFETY: forwarded from the caller; both kernels take (x, ld, rows, kdim[, lchunk],
+        // maxbits, sq).
+        unsafe {
+            self.per_line(
+                (self.norms_contig, self.norms_strided),
+                stream,
+                (x, ld, contig, rows, kdim),
+                maxbits,
+                sq,
+            )
+        }
+    }
+
+    /// Launches one of the per-line kernels (scan, coarse norms) over an operand's rows with
+    /// [`line_geometry`]: `fns` = (contiguous-row kernel, strided-row kernel), both taking
+    /// `(x, ld, rows, kdim, [lchunk,] p, q)` with two device pointers `p`, `q`.
+    unsafe fn per_line(
+        &self,
+        fns: (sys::CUfunction, sys::CUfunction),
+        stream: sys::CUstream,
+        operand: (sys::CUdeviceptr, i64, bool, i32, i32),
+        p: sys::CUdeviceptr,
+        q: sys::CUdeviceptr,
+    ) -> Result<(), GpuError> {
+        let (mut x, mut ld, contig, mut rows, mut kdim) = operand;
+        let (mut p, mut q) = (p, q);
+        let (grid, block, mut lchunk) = line_geometry(contig, rows, kdim);
         if contig {
-            let warps_per_block = 8u32;
-            let grid = (rows as u32).div_ceil(warps_per_block);
-            let mut args = kernel_args![x, ld, rows, kdim, maxbits, abssum];
+            let mut args = kernel_args![x, ld, rows, kdim, p, q];
             // SAFETY: argument types match the kernel signature; pointers are device memory
             // of the sizes the caller checked.
-            unsafe {
-                launch(
-                    self.scan_contig,
-                    (grid, 1, 1),
-                    (32 * warps_per_block, 1, 1),
-                    stream,
-                    &mut args,
-                )
-            }
+            unsafe { launch(fns.0, grid, block, stream, &mut args) }
         } else {
-            let mut lchunk: i32 = 16;
-            let grid = (
-                (rows as u32).div_ceil(256),
-                (kdim as u32).div_ceil(lchunk as u32).max(1),
-                1,
-            );
-            let mut args = kernel_args![x, ld, rows, kdim, lchunk, maxbits, abssum];
+            let mut args = kernel_args![x, ld, rows, kdim, lchunk, p, q];
             // SAFETY: as above.
-            unsafe { launch(self.scan_strided, grid, (256, 1, 1), stream, &mut args) }
+            unsafe { launch(fns.1, grid, block, stream, &mut args) }
         }
     }
 
@@ -231,6 +272,25 @@ impl Kernels {
         };
         // SAFETY: as above; both entry points take the same arguments.
         unsafe { launch(f, grid, (256, 1, 1), stream, &mut args) }
+    }
+}
+
+/// Grid, block and inner-dimension chunk of the per-line kernels (scan, coarse norms): one
+/// warp per row, 8 per block, when a row's elements are contiguous; else one thread per row,
+/// 256 per block, and `blockIdx.y` takes 16 inner indices.
+fn line_geometry(contig: bool, rows: i32, kdim: i32) -> ((u32, u32, u32), (u32, u32, u32), i32) {
+    if contig {
+        let warps_per_block = 8u32;
+        let grid = (rows as u32).div_ceil(warps_per_block);
+        ((grid, 1, 1), (32 * warps_per_block, 1, 1), 0)
+    } else {
+        let lchunk: i32 = 16;
+        let grid = (
+            (rows as u32).div_ceil(256),
+            (kdim as u32).div_ceil(lchunk as u32).max(1),
+            1,
+        );
+        (grid, (256, 1, 1), lchunk)
     }
 }
 

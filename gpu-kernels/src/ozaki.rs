@@ -2,8 +2,9 @@
 //! INT8 tensor cores (issue #4; paper brief §1 and §9.3-9.5).
 //!
 //! Stages, all on the caller's stream:
-//! 1. exponent scan of op(A) rows and op(B) columns (one pass each, NaN/Inf detected);
-//! 2. the host reads the m + n row/column maxima (one small copy and one synchronisation)
+//! 1. exponent scan of op(A) rows and op(B) columns (one pass each, NaN/Inf detected), then,
+//!    with norm scaling (the default), a second pass for each line's coarse square sum `S_i`;
+//! 2. the host reads the m + n row/column statistics (one small copy and one synchronisation)
 //!    and makes the [`Plan`]: moduli count and power-of-two shifts;
 //! 3. one pass over each fp64 operand forms the residues of all moduli (convert once);
 //! 4. one cuBLASLt strided-batched int8 GEMM per column block of C covers all moduli;
@@ -13,20 +14,24 @@
 //! leaves C untouched, so the caller can still run the native route on the same memory.
 //!
 //! # Same numerics as `ozaki-core` (issue #3), and where they differ
-//! Moduli ([`MODULI`] = `ozaki_core::moduli::INT8_MODULI`), shifts (ozaki-core's *fast*
-//! scaling, [`bits_for`]), quantiser (round to nearest even, `rint`) and reconstruction (exact
-//! CRT, one correctly rounded conversion, then `alpha c + beta C` with separately rounded
-//! operations) are those of `ozaki_core::emulate`; for the same moduli count its output with
-//! `ScalingMode::Fast` and `Reconstruction::Exact` equals ours bit for bit
-//! (`tests/device.rs`, `equals_the_cpu_reference_route_bit_for_bit`). Three differences
-//! remain, on purpose:
+//! Moduli ([`MODULI`] = `ozaki_core::moduli::INT8_MODULI`), shifts (ozaki-core's *norm*
+//! scaling by default, or its *fast* scaling, [`Options::scaling`] / `OZAKI_SCALING`),
+//! quantiser (round to nearest even, `rint`) and reconstruction (exact CRT, one correctly
+//! rounded conversion, then `alpha c + beta C` with separately rounded operations) are those
+//! of `ozaki_core::emulate`; for the same moduli count and scaling mode its output with
+//! `Reconstruction::Exact` equals ours bit for bit (`tests/device.rs`,
+//! `equals_the_cpu_reference_route_bit_for_bit` for fast, `norm_scaling_equals_...` for
+//! norm). Three differences remain, on purpose:
 //! - **moduli count**: the CPU route's default chooses r from a statistical error estimate
 //!   that needs the exact quantisation errors and an exponent product over all (i, j)
 //!   (`ozaki_core::select`); on the GPU that is another full product, so the GPU chooses r
-//!   from the in-row spread measured by the scan ([`needed_bits`], calibrated on the H200).
+//!   from the in-row spread measured by the scan ([`needed_bits`]; fast mode calibrated on the
+//!   H200, norm mode on ozaki-core's CPU measurements, ACCURACY.md).
 //!   With `OZAKI_MODULI=r` both routes use r.
-//! - **scaling mode**: the CPU default is the accurate mode (one extra coarse product, about
-//!   one modulus fewer on spread data); the GPU uses the fast mode.
+//! - **scaling mode**: the CPU default is the accurate mode (one extra coarse product); the GPU
+//!   uses the norm mode (no extra product, one more pass over the operands; about one modulus
+//!   fewer than fast on normal data, 1-2 on exponent-spread data, nearly what accurate gains).
+//!   `Accurate` asked of the GPU runs as norm.
 //! - **subnormal results**: the GPU rounds C' 2^-(sigma+tau) to 53 bits and then scales, which
 //!   rounds a second time when the result is subnormal (below 2^-1022); normal results are
 //!   correctly rounded.
@@ -48,9 +53,23 @@ pub const MODULI: [u32; MAX_MODULI] = ozaki_core::moduli::INT8_MODULI;
 /// native DGEMM's error on the same inputs (BENCHMARKS.md, GPU section).
 pub const BASE_BITS: f64 = 48.4;
 
+/// [`BASE_BITS`] for norm scaling (see [`needed_bits`]). Fitted on ozaki-core's CPU
+/// measurements (same bits as the GPU for the same moduli; ACCURACY.md, "Norm scaling"):
+/// every measured case whose error at r - 1 moduli was above native DGEMM's (standard-order
+/// dot products on the same inputs) needs more than r - 1 under this base (the tightest, phi = 2
+/// at k = 4096 with 15 moduli, asked 45.7), and normal data at k = 4096-16384 takes 14 moduli
+/// (at the full 16384² x 16384 size its lines keep 0.5-1.5 bits more than this asks).
+pub const NORM_BASE_BITS: f64 = 46.2;
+
 /// Weight of the spread term of [`needed_bits`] (calibrated with [`BASE_BITS`]: normal
 /// inputs take 15 moduli up to k = 16384, exponent-spread inputs (phi = 2) 17).
 pub const SPREAD_WEIGHT: f64 = 0.6;
+
+pub use ozaki_core::scaling::ScalingMode;
+
+/// The GPU route's scaling when none is asked for: the norm bound (no extra product, about
+/// one modulus fewer than fast on normal data and two on phi = 2; ACCURACY.md).
+pub const DEFAULT_SCALING: ScalingMode = ScalingMode::Norm;
 
 /// What the device pipeline computes.
 #[derive(Debug, Clone, Copy)]
@@ -105,12 +124,15 @@ pub struct DeviceCall {
 pub struct Plan {
     /// Number of moduli (the first `moduli` of [`MODULI`]).
     pub moduli: usize,
-    /// Bits the scaled row / column maxima keep.
+    /// Most bits a scaled row / column maximum keeps (all of them in fast mode): `|a'| <=
+    /// 2^bits`, which decides the residue kernel's reduction.
     pub bits: i32,
     /// Row shifts of op(A): a'_il = rint(a_il 2^sigma_i).
     pub sigma: Vec<i32>,
     /// Column shifts of op(B).
     pub tau: Vec<i32>,
+    /// How the shifts were bounded (`Fast` or `Norm`).
+    pub scaling: ScalingMode,
 }
 
 /// floor(log2 |x|) from an |x| bit pattern; None for zero.
@@ -143,6 +165,9 @@ pub struct RowStats<'a> {
     pub maxbits: &'a [u64],
     /// sum |x| per row.
     pub abssum: &'a [f64],
+    /// Norm scaling's `S_i = sum_l ā_il^2` per row (`ozaki_core::scaling`, step 3; kernel
+    /// `coarse_norms_*`); empty in fast mode.
+    pub coarse_sq: &'a [u64],
 }
 
 impl RowStats<'_> {
@@ -168,9 +193,21 @@ impl RowStats<'_> {
 /// k while the quantisation error's shrinks like 1/sqrt(k) (random signs), so below
 /// k = 4096 half a bit is added per halving of k (measured: k = 64 with 14 moduli erred 4x
 /// above native).
-pub fn needed_bits(a: &RowStats, b: &RowStats, k: usize) -> f64 {
-    let short_k = 0.5 * (4096.0 / k.max(1) as f64).log2().max(0.0);
-    BASE_BITS + SPREAD_WEIGHT * 0.5 * (a.spread(k) * b.spread(k)).log2() + short_k
+///
+/// Norm scaling ([`choose_moduli_norm`]) compares the bits each line's maximum really keeps
+/// ([`norm_bits`]) with `NORM_BASE_BITS + log2 max(spread_a, spread_b) + log2(4096 / k)`
+/// (the last term only below k = 4096): the theoretical weight 1 of the spread (the
+/// quantisation step relative to the row's typical entry is `2^-bits` times its spread), the
+/// larger side's spread, and a full bit per halving of short k. Fitted to ozaki-core's CPU
+/// measurements, which give the GPU's bits for the same moduli (ACCURACY.md, "Norm scaling").
+pub fn needed_bits(a: &RowStats, b: &RowStats, k: usize, scaling: ScalingMode) -> f64 {
+    let short = (4096.0 / k.max(1) as f64).log2().max(0.0);
+    match scaling {
+        ScalingMode::Fast => {
+            BASE_BITS + SPREAD_WEIGHT * 0.5 * (a.spread(k) * b.spread(k)).log2() + 0.5 * short
+        }
+        _ => NORM_BASE_BITS + a.spread(k).max(b.spread(k)).log2() + short,
+    }
 }
 
 /// The smallest moduli count whose bits reach `needed` at inner dimension k (all 20 when
@@ -181,9 +218,85 @@ pub fn choose_moduli(needed: f64, k: usize) -> usize {
         .unwrap_or(MAX_MODULI)
 }
 
+/// Bits the norm-scaled maximum of a line keeps, `log2(max|x| 2^σ) + 1`, with r moduli: the
+/// line's shift is ozaki-core's norm scaling (`p = shift_for_bound(L, S)` with norm's budget
+/// `L = floor(log2 M_r) - 1`,
+/// `σ = p + 5 - e`), so this is `p + 6 + log2(max|x| / 2^e)`, in `[p + 6, p + 7)`.
+/// `maxbits` is the line's nonzero max |x| bit pattern, `coarse_sq` its `S`.
+pub fn norm_bits(moduli: usize, maxbits: u64, coarse_sq: u64) -> f64 {
+    let plan = ozaki_core::moduli::CrtPlan::get(moduli.clamp(2, MAX_MODULI));
+    let budget = ScalingMode::Norm.budget_bits(plan);
+    let p = ozaki_core::scaling::shift_for_bound(budget, coarse_sq);
+    // max / 2^e from the significand bits (subnormals: normalise first)
+    let mant = f64::from_bits(maxbits) / 2f64.powi(exponent_of_bits(maxbits).unwrap_or(0));
+    f64::from(p + 6) + mant.log2()
+}
+
+/// Norm scaling's moduli count: the smallest r at which every nonzero line of both operands
+/// keeps [`norm_bits`] `>= needed` (all 20 when none does); `needed` is
+/// `needed_bits(.., ScalingMode::Norm)`. Lines that get more bits than needed cost nothing.
+pub fn choose_moduli_norm(a: &RowStats, b: &RowStats, needed: f64) -> usize {
+    let lines = || {
+        let side = |s: &RowStats<'_>| {
+            s.maxbits
+                .iter()
+                .zip(s.coarse_sq)
+                .filter(|(m, _)| **m != 0)
+                .map(|(m, q)| (*m, *q))
+                .collect::<Vec<_>>()
+        };
+        let mut v = side(a);
+        v.extend(side(b));
+        v
+    };
+    let lines = lines();
+    (2..=MAX_MODULI)
+        .find(|&r| lines.iter().all(|&(m, q)| norm_bits(r, m, q) >= needed))
+        .unwrap_or(MAX_MODULI)
+}
+
+/// The moduli count the default rule of `scaling` takes at inner dimension k for rows of
+/// normally distributed entries whose in-row spread max|x| / mean|x| is `spread`: what the
+/// engine prices a call at before it sees the data (`shim::route::choose`). Fast mode asks
+/// `BASE_BITS + log2 spread` bits of [`bits_for`]; norm mode applies [`choose_moduli_norm`]
+/// to such a row (mean 1, maximum `spread`), whose coarse square sum is about
+/// `k (E y^2 + E y + 1/3)` for `y = |x| 2^(5 - e)` (the ceiling adds a uniform fraction).
+pub fn typical_moduli(scaling: ScalingMode, spread: f64, k: usize) -> usize {
+    let k = k.max(1);
+    if scaling == ScalingMode::Fast {
+        return choose_moduli(BASE_BITS + spread.log2(), k);
+    }
+    let max = spread.max(1.0);
+    let e = max.log2().floor() as i32;
+    let y = 2f64.powi(5 - e);
+    let per_entry = y * y * std::f64::consts::FRAC_PI_2 + y + 1.0 / 3.0;
+    let (maxbits, abssum, sq) = (
+        [max.to_bits()],
+        [k as f64],
+        [(per_entry * k as f64).ceil() as u64],
+    );
+    let row = RowStats {
+        maxbits: &maxbits,
+        abssum: &abssum,
+        coarse_sq: &sq,
+    };
+    choose_moduli_norm(&row, &row, needed_bits(&row, &row, k, scaling))
+}
+
 /// Makes the plan from the scan statistics of op(A) rows and op(B) columns. Errors with
 /// [`GpuError::NonFinite`] when any maximum is NaN or Inf.
-pub fn plan(a: RowStats, b: RowStats, k: usize, forced: Option<usize>) -> Result<Plan, GpuError> {
+///
+/// `scaling` is [`ScalingMode::Fast`] (every line keeps [`bits_for`] bits) or
+/// [`ScalingMode::Norm`] (per-line shifts from `coarse_sq`, the default); the shifts are
+/// `ozaki_core::scaling::Scaling::new`'s for the same bounds, so CPU and GPU agree bit for bit.
+/// `Accurate` (which needs the coarse product) is not implemented here and runs as `Norm`.
+pub fn plan(
+    a: RowStats,
+    b: RowStats,
+    k: usize,
+    forced: Option<usize>,
+    scaling: ScalingMode,
+) -> Result<Plan, GpuError> {
     const INF_BITS: u64 = 0x7ff0_0000_0000_0000;
     if a.maxbits.iter().chain(b.maxbits).any(|&x| x >= INF_BITS) {
         return Err(GpuError::NonFinite);
@@ -197,22 +310,62 @@ pub fn plan(a: RowStats, b: RowStats, k: usize, forced: Option<usize>) -> Result
             "exponents could overflow fp64".into(),
         ));
     }
+    if scaling == ScalingMode::Fast {
+        let moduli = forced
+            .unwrap_or_else(|| choose_moduli(needed_bits(&a, &b, k, scaling), k))
+            .clamp(2, MAX_MODULI);
+        let bits = bits_for(moduli, k);
+        if bits < 1 {
+            return Err(GpuError::Unsupported(format!(
+                "{moduli} moduli leave no bits at k = {k}"
+            )));
+        }
+        // |x| < 2^(e+1), so |x 2^(bits-1-e)| < 2^bits and |rint(.)| <= 2^bits.
+        let shift = |x: &u64| exponent_of_bits(*x).map_or(0, |e| bits - 1 - e);
+        return Ok(Plan {
+            moduli,
+            bits,
+            sigma: a.maxbits.iter().map(shift).collect(),
+            tau: b.maxbits.iter().map(shift).collect(),
+            scaling,
+        });
+    }
+    use ozaki_core::scaling::{CoarseBounds, Exponents, Scaling};
+    if a.coarse_sq.len() != a.maxbits.len() || b.coarse_sq.len() != b.maxbits.len() {
+        return Err(GpuError::Unsupported(
+            "norm scaling without the coarse norms".into(),
+        ));
+    }
     let moduli = forced
-        .unwrap_or_else(|| choose_moduli(needed_bits(&a, &b, k), k))
+        .unwrap_or_else(|| choose_moduli_norm(&a, &b, needed_bits(&a, &b, k, scaling)))
         .clamp(2, MAX_MODULI);
-    let bits = bits_for(moduli, k);
-    if bits < 1 {
+    let exps = |s: &RowStats| s.maxbits.iter().map(|&x| exponent_of_bits(x)).collect();
+    let exps = Exponents {
+        rows: exps(&a),
+        cols: exps(&b),
+    };
+    let bounds = CoarseBounds {
+        rows: a.coarse_sq.to_vec(),
+        cols: b.coarse_sq.to_vec(),
+    };
+    let s = Scaling::new(
+        scaling.budget_bits(ozaki_core::moduli::CrtPlan::get(moduli)),
+        &exps,
+        &bounds,
+    );
+    // The fit proof (ozaki-core scaling.rs) needs p >= MIN_SHIFT on every nonzero line.
+    if !s.covers(&bounds) {
         return Err(GpuError::Unsupported(format!(
-            "{moduli} moduli leave no bits at k = {k}"
+            "{moduli} moduli cannot cover the exponent spread at k = {k}"
         )));
     }
-    // |x| < 2^(e+1), so |x 2^(bits-1-e)| < 2^bits and |rint(.)| <= 2^bits.
-    let shift = |x: &u64| exponent_of_bits(*x).map_or(0, |e| bits - 1 - e);
     Ok(Plan {
         moduli,
-        bits,
-        sigma: a.maxbits.iter().map(shift).collect(),
-        tau: b.maxbits.iter().map(shift).collect(),
+        // |a'| <= 2^(p + 6) on each line; the residue kernel's reduction depends on the largest
+        bits: s.p.iter().chain(&s.q).flatten().max().map_or(0, |p| p + 6),
+        sigma: s.sigma,
+        tau: s.tau,
+        scaling,
     })
 }
 
@@ -225,6 +378,8 @@ pub struct Outcome {
     pub phases: Phases,
     /// Bits the default rule asked for ([`needed_bits`]), for calibration.
     pub needed_bits: f64,
+    /// The scaling the call used (`None` only in `Outcome::default()`).
+    pub scaling: Option<ScalingMode>,
 }
 
 /// Options of one emulated call.
@@ -232,6 +387,8 @@ pub struct Outcome {
 pub struct Options {
     /// Force this many moduli (`OZAKI_MODULI`).
     pub moduli: Option<usize>,
+    /// Scaling bound (`OZAKI_SCALING`); `None` is [`DEFAULT_SCALING`].
+    pub scaling: Option<ScalingMode>,
     /// Largest column block (for tests of the blocked path; 0 = as memory allows).
     pub max_block: usize,
 }
@@ -297,63 +454,83 @@ pub fn gemm(
         Op::Gemm { .. } => 0,
     };
     let nb_rows = if syrk { m } else { m + n };
+    let scaling = match opts.scaling.unwrap_or(DEFAULT_SCALING) {
+        ScalingMode::Accurate => ScalingMode::Norm, // no coarse product on the GPU (see `plan`)
+        s => s,
+    };
+    // per line: u64 max bit pattern, f64 sum |x|, u64 S_i (norm scaling)
+    const STATS: usize = 24;
 
     let mut marks = Marks::start(stream)?;
     // 1. exponent scan
-    let stats = gpu.workspace.get("scan", 16 * nb_rows)?;
+    let stats = gpu.workspace.get("scan", STATS * nb_rows)?;
     let (maxbits, abssum) = (stats, stats + 8 * nb_rows as u64);
-    // SAFETY: stats holds nb_rows u64 maxima then nb_rows f64 sums on this device.
-    unsafe { sys::cuMemsetD8Async(stats, 0, 16 * nb_rows, stream) }
+    let coarse_sq = stats + 16 * nb_rows as u64;
+    // SAFETY: stats holds nb_rows u64 maxima, nb_rows f64 sums, nb_rows u64 S_i on this device.
+    unsafe { sys::cuMemsetD8Async(stats, 0, STATS * nb_rows, stream) }
         .result()
         .ctx("cuMemsetD8Async")?;
     {
         let kern = gpu.kernels()?;
-        // SAFETY: A covers the BLAS-checked extent for lda; the stats have m (+ n) slots.
+        // (address, leading dimension, row contiguous, rows, first stats slot) per operand
+        let mut operands = vec![(call.a, call.lda as i64, a_contig, m as i32, 0u64)];
+        if let Some((b, ldb, contig)) = b_operand {
+            operands.push((b, ldb as i64, contig, n as i32, m as u64));
+        }
+        // SAFETY: A (and B) cover the BLAS-checked extents for their leading dimensions; the
+        // stats have m (+ n) slots of each kind.
         unsafe {
-            kern.scan(
-                stream,
-                call.a,
-                call.lda as i64,
-                a_contig,
-                m as i32,
-                k as i32,
-                maxbits,
-                abssum,
-            )?;
-            if let Some((b, ldb, contig)) = b_operand {
+            for &(x, ld, contig, rows, slot) in &operands {
                 kern.scan(
                     stream,
-                    b,
-                    ldb as i64,
+                    x,
+                    ld,
                     contig,
-                    n as i32,
+                    rows,
                     k as i32,
-                    maxbits + 8 * m as u64,
-                    abssum + 8 * m as u64,
+                    maxbits + 8 * slot,
+                    abssum + 8 * slot,
                 )?;
+            }
+            if scaling == ScalingMode::Norm {
+                // second pass: S_i from the row exponents just found
+                for &(x, ld, contig, rows, slot) in &operands {
+                    kern.coarse_norms(
+                        stream,
+                        x,
+                        ld,
+                        contig,
+                        rows,
+                        k as i32,
+                        maxbits + 8 * slot,
+                        coarse_sq + 8 * slot,
+                    )?;
+                }
             }
         }
     }
     // 2. plan on the host
-    if gpu.small.len() < 20 * nb_rows {
-        gpu.small = crate::memory::PinnedBuffer::new(20 * nb_rows)?;
+    if gpu.small.len() < (STATS + 4) * nb_rows {
+        gpu.small = crate::memory::PinnedBuffer::new((STATS + 4) * nb_rows)?;
     }
     let host = gpu.small.as_mut_ptr();
-    // SAFETY: host is pinned memory of >= 20 nb_rows bytes; copy completes at the sync.
-    unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, stats, 16 * nb_rows, stream) }
+    // SAFETY: host is pinned memory of >= (STATS + 4) nb_rows bytes; copy completes at the sync.
+    unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, stats, STATS * nb_rows, stream) }
         .result()
         .ctx("cuMemcpyDtoH")?;
     sync(stream)?;
     // SAFETY: the copy has completed; the buffer is page-aligned.
-    let (bits, sums) = unsafe {
+    let (bits, sums, sq) = unsafe {
         (
             std::slice::from_raw_parts(host as *const u64, nb_rows),
             std::slice::from_raw_parts(host.add(8 * nb_rows) as *const f64, nb_rows),
+            std::slice::from_raw_parts(host.add(16 * nb_rows) as *const u64, nb_rows),
         )
     };
     let a_stats = RowStats {
         maxbits: &bits[..m],
         abssum: &sums[..m],
+        coarse_sq: &sq[..m],
     };
     let b_stats = if syrk {
         a_stats
@@ -361,14 +538,15 @@ pub fn gemm(
         RowStats {
             maxbits: &bits[m..],
             abssum: &sums[m..],
+            coarse_sq: &sq[m..],
         }
     };
-    let needed = needed_bits(&a_stats, &b_stats, k);
-    let plan = plan(a_stats, b_stats, k, opts.moduli)?;
+    let needed = needed_bits(&a_stats, &b_stats, k, scaling);
+    let plan = plan(a_stats, b_stats, k, opts.moduli, scaling)?;
     let r = plan.moduli;
     // shifts go to the pinned buffer after the statistics (already consumed above)
-    // SAFETY: 4 nb_rows bytes remain in the buffer after the 16 nb_rows of statistics.
-    let shifts_host = unsafe { host.add(16 * nb_rows) } as *mut i32;
+    // SAFETY: 4 nb_rows bytes remain in the buffer after the STATS nb_rows of statistics.
+    let shifts_host = unsafe { host.add(STATS * nb_rows) } as *mut i32;
     // SAFETY: as above; no copy is reading this region.
     let shifts = unsafe { std::slice::from_raw_parts_mut(shifts_host, nb_rows) };
     shifts[..m].copy_from_slice(&plan.sigma);
@@ -516,6 +694,7 @@ pub fn gemm(
         moduli: r as u32,
         phases: marks.phases()?,
         needed_bits: needed,
+        scaling: Some(plan.scaling),
     })
 }
 
@@ -573,13 +752,16 @@ mod tests {
             RowStats {
                 maxbits: &rb,
                 abssum: &rs,
+                coarse_sq: &[],
             },
             RowStats {
                 maxbits: &cb,
                 abssum: &cs,
+                coarse_sq: &[],
             },
             k,
             Some(r),
+            ScalingMode::Fast,
         )
         .unwrap();
         let exps = Exponents {
@@ -604,7 +786,11 @@ mod tests {
     #[test]
     fn plan_rejects_nan_and_inf_and_shifts_rows_to_the_bit_budget() {
         fn st<'a>(maxbits: &'a [u64], abssum: &'a [f64]) -> RowStats<'a> {
-            RowStats { maxbits, abssum }
+            RowStats {
+                maxbits,
+                abssum,
+                coarse_sq: &[],
+            }
         }
         let (nan, inf, one) = (
             [f64::NAN.to_bits()],
@@ -612,15 +798,34 @@ mod tests {
             [1f64.to_bits()],
         );
         assert_eq!(
-            plan(st(&nan, &[1.0]), st(&[0], &[0.0]), 4, None),
+            plan(
+                st(&nan, &[1.0]),
+                st(&[0], &[0.0]),
+                4,
+                None,
+                ScalingMode::Fast
+            ),
             Err(GpuError::NonFinite)
         );
         assert_eq!(
-            plan(st(&one, &[1.0]), st(&inf, &[1.0]), 4, None),
+            plan(
+                st(&one, &[1.0]),
+                st(&inf, &[1.0]),
+                4,
+                None,
+                ScalingMode::Norm
+            ),
             Err(GpuError::NonFinite)
         );
         let (a, b) = ([3.0f64.to_bits(), 0], [0.1f64.to_bits()]);
-        let p = plan(st(&a, &[100.0, 0.0]), st(&b, &[3.0]), 64, Some(16)).unwrap();
+        let p = plan(
+            st(&a, &[100.0, 0.0]),
+            st(&b, &[3.0]),
+            64,
+            Some(16),
+            ScalingMode::Fast,
+        )
+        .unwrap();
         assert_eq!(p.moduli, 16);
         // 3 * 2^sigma < 2^bits <= 2 * 3 * 2^sigma
         let scaled = 3.0 * 2f64.powi(p.sigma[0]);
@@ -635,16 +840,18 @@ mod tests {
         let flat = RowStats {
             maxbits: &flat_max,
             abssum: &flat_sum,
+            coarse_sq: &[],
         };
         let spiky_sum = [1.5; 4]; // one entry 1, the rest tiny: spread ~ 43
         let spiky = RowStats {
             maxbits: &flat_max,
             abssum: &spiky_sum,
+            coarse_sq: &[],
         };
         assert_eq!(flat.spread(64), 1.0);
         assert!(spiky.spread(64) > 40.0);
-        let r_flat = choose_moduli(needed_bits(&flat, &flat, 64), 64);
-        let r_spiky = choose_moduli(needed_bits(&spiky, &spiky, 64), 64);
+        let r_flat = choose_moduli(needed_bits(&flat, &flat, 64, ScalingMode::Fast), 64);
+        let r_spiky = choose_moduli(needed_bits(&spiky, &spiky, 64, ScalingMode::Fast), 64);
         assert!(r_flat < r_spiky, "{r_flat} vs {r_spiky}");
         assert!(choose_moduli(50.0, 64) <= choose_moduli(50.0, 16384));
         assert!(bits_for(choose_moduli(50.0, 16384), 16384) >= 50);
@@ -653,5 +860,131 @@ mod tests {
             MAX_MODULI,
             "unreachable accuracy takes every modulus"
         );
+    }
+    /// Line statistics as the scan and `coarse_norms_*` kernels compute them, from
+    /// ozaki-core's definitions (lines packed one after another, `k` entries each).
+    fn line_stats(x: &[f64], k: usize) -> (Vec<u64>, Vec<f64>, Vec<u64>) {
+        x.chunks(k)
+            .map(|line| {
+                let mx = line.iter().map(|v| v.abs().to_bits()).max().unwrap_or(0);
+                let sum = line.iter().map(|v| v.abs()).sum();
+                let sq = exponent_of_bits(mx)
+                    .map_or(0, |e| ozaki_core::scaling::coarse_square_sum(line, e));
+                (mx, sum, sq)
+            })
+            .fold((vec![], vec![], vec![]), |mut acc, (m, s, q)| {
+                acc.0.push(m);
+                acc.1.push(s);
+                acc.2.push(q);
+                acc
+            })
+    }
+
+    #[test]
+    fn norm_plan_is_ozaki_cores_norm_scaling_and_takes_fewer_moduli_than_fast() {
+        use ozaki_core::scaling::{CoarseBounds, Exponents, Scaling};
+        use ozaki_core::testutil::{Family, Rng, matrix};
+        let mut rng = Rng::new(3);
+        let k = 4096;
+        // rows: normal, a zero row, tiny (subnormal) entries, exponent-spread; columns normal
+        let mut a = matrix(Family::Normal, k, 2, &mut rng);
+        a.extend(vec![0.0; k]);
+        a.extend(
+            matrix(Family::Normal, k, 1, &mut rng)
+                .iter()
+                .map(|x| x * 1e-310),
+        );
+        a.extend(matrix(Family::Spread(2.0), k, 1, &mut rng));
+        let b = matrix(Family::Normal, k, 3, &mut rng);
+        let (am, asum, asq) = line_stats(&a, k);
+        let (bm, bsum, bsq) = line_stats(&b, k);
+        let ra = RowStats {
+            maxbits: &am,
+            abssum: &asum,
+            coarse_sq: &asq,
+        };
+        let rb = RowStats {
+            maxbits: &bm,
+            abssum: &bsum,
+            coarse_sq: &bsq,
+        };
+        let exps = Exponents {
+            rows: am.iter().map(|&x| exponent_of_bits(x)).collect(),
+            cols: bm.iter().map(|&x| exponent_of_bits(x)).collect(),
+        };
+        let bounds = CoarseBounds::norm(&exps, &a, &b, k);
+        assert_eq!(
+            bounds.rows, ra.coarse_sq,
+            "the kernels' S_i are ozaki-core's"
+        );
+        for r in [8usize, 14, 16, 20] {
+            let ours = plan(ra, rb, k, Some(r), ScalingMode::Norm).unwrap();
+            let plan_r = ozaki_core::moduli::CrtPlan::get(r);
+            let core = Scaling::new(ScalingMode::Norm.budget_bits(plan_r), &exps, &bounds);
+            assert_eq!(
+                (&ours.sigma, &ours.tau),
+                (&core.sigma, &core.tau),
+                "r = {r}"
+            );
+            assert_eq!(ours.sigma[2], 0, "zero row keeps shift 0");
+            assert!(ours.bits <= 62, "scaled entries fit i64");
+        }
+        // too few moduli cannot cover the lines: refused, not overflowed
+        assert!(matches!(
+            plan(ra, rb, k, Some(3), ScalingMode::Norm),
+            Err(GpuError::Unsupported(_))
+        ));
+        // auto on the normal lines alone: norm takes 14 where fast takes 15
+        fn first<'a>(s: &RowStats<'a>, n: usize) -> RowStats<'a> {
+            RowStats {
+                maxbits: &s.maxbits[..n],
+                abssum: &s.abssum[..n],
+                coarse_sq: &s.coarse_sq[..n],
+            }
+        }
+        let (na, nb) = (first(&ra, 2), first(&rb, 3));
+        let norm = plan(na, nb, k, None, ScalingMode::Norm).unwrap();
+        let fast = plan(na, nb, k, None, ScalingMode::Fast).unwrap();
+        assert_eq!((norm.moduli, fast.moduli), (14, 15));
+        // with the spread row the rule asks for more
+        let spread = plan(ra, rb, k, None, ScalingMode::Norm).unwrap();
+        assert!(spread.moduli > 14, "{}", spread.moduli);
+    }
+
+    #[test]
+    fn norm_bits_never_fall_below_fast_bits() {
+        // S <= 4096 k and norm's budget is one bit larger: every line keeps at least as many
+        // bits as in fast mode, whatever the maximum's place in its binade.
+        for r in 2..=MAX_MODULI {
+            for k in [1usize, 100, 4096, 16384] {
+                for (mx, sq) in [
+                    (1.0f64, 4096 * k as u64),
+                    (1.99, 4096 * k as u64),
+                    (3.0, 70 * k as u64),
+                    (1e-300, 1),
+                ] {
+                    assert!(
+                        norm_bits(r, mx.to_bits(), sq) >= f64::from(bits_for(r, k)),
+                        "r = {r} k = {k} max {mx}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn typical_counts_price_norm_at_most_fast_and_fourteen_on_normal_rows() {
+        // (below k = 256 norm's rule asks a full bit per halving of k, fast's pricing none)
+        for k in [256usize, 1024, 4096, 8192, 16384, 65536] {
+            let (norm, fast) = (
+                typical_moduli(ScalingMode::Norm, 4.0, k),
+                typical_moduli(ScalingMode::Fast, 4.0, k),
+            );
+            assert!(norm <= fast, "k = {k}: norm {norm}, fast {fast}");
+        }
+        for k in [4096usize, 8192, 16384] {
+            assert_eq!(typical_moduli(ScalingMode::Norm, 4.0, k), 14, "k = {k}");
+        }
+        assert_eq!(typical_moduli(ScalingMode::Fast, 4.0, 16384), 16);
     }
 }

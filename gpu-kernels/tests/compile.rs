@@ -37,6 +37,8 @@ fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
             "residues",
             "reconstruct",
             "reconstruct_w4",
+            "coarse_norms_contig",
+            "coarse_norms_strided",
         ] {
             assert!(
                 cubin.windows(name.len()).any(|w| w == name.as_bytes()),

@@ -419,75 +419,111 @@ fn equals_the_cpu_reference_route_bit_for_bit() {
     if !have_gpu() {
         return;
     }
-    use ozaki_core::emulate::{self, EmulationConfig, Moduli, Reconstruction, ScalingMode};
     let mut rng = Rng(17);
-    let (m, n, k) = (41, 23, 77);
     for r in [8, 14, 16, 20] {
-        for (transa, transb, alpha, beta) in [
+        for call in [
             (Trans::No, Trans::No, 1.0, 0.0),
             (Trans::Yes, Trans::No, -0.5, 1.0),
             (Trans::No, Trans::Yes, 3.0, 0.25),
         ] {
-            let (ra, ca) = dims(transa, m, k);
-            let (rb, cb) = dims(transb, k, n);
-            // spread exponents so the shifts differ per row and column
-            let a: Vec<f64> = rng
-                .vec(ra * ca)
-                .iter()
-                .enumerate()
-                .map(|(i, x)| x * 2f64.powi((i % 7) as i32 * 3 - 9))
-                .collect();
-            let b: Vec<f64> = rng
-                .vec(rb * cb)
-                .iter()
-                .enumerate()
-                .map(|(i, x)| x * 2f64.powi((i % 5) as i32 * 4 - 8))
-                .collect();
-            let c0 = rng.vec(m * n);
-            let g = GemmArgs {
-                transa,
-                transb,
-                m,
-                n,
-                k,
-                alpha,
-                a: &a,
-                lda: ra,
-                b: &b,
-                ldb: rb,
-                beta,
-                ldc: m,
-            };
-            let cfg = EmulationConfig {
-                moduli: Moduli::Fixed(r),
-                scaling: ScalingMode::Fast,
-                reconstruction: Reconstruction::Exact,
-                ..Default::default()
-            };
-            let mut cpu = c0.clone();
-            emulate::gemm(&g, &mut cpu, &cfg).expect("cpu-ozaki");
-            let mut dev = c0.clone();
-            let out = host::gemm(
-                &g,
-                &mut dev,
-                Engine::Ozaki(Options {
-                    moduli: Some(r),
-                    ..Default::default()
-                }),
-            )
-            .unwrap();
-            assert_eq!(out.moduli, Some(r as u32));
-            let diff = cpu
-                .iter()
-                .zip(&dev)
-                .filter(|(x, y)| x.to_bits() != y.to_bits())
-                .count();
+            let diff = gemm_bits_differ(&mut rng, ScalingMode::Fast, (41, 23, 77), r, call, false);
             assert_eq!(
                 diff, 0,
-                "r = {r}, {transa:?}{transb:?}: {diff} entries differ from cpu-ozaki"
+                "r = {r}, {call:?}: {diff} entries differ from cpu-ozaki"
             );
         }
     }
+}
+
+use ozaki_core::emulate::{self, EmulationConfig, Moduli, Reconstruction, ScalingMode};
+
+/// The GPU route's and ozaki-core's settings for the same moduli count and scaling.
+fn same_numerics(scaling: ScalingMode, r: usize) -> (Engine, EmulationConfig) {
+    (
+        Engine::Ozaki(Options {
+            moduli: Some(r),
+            scaling: Some(scaling),
+            ..Default::default()
+        }),
+        EmulationConfig {
+            moduli: Moduli::Fixed(r),
+            scaling,
+            reconstruction: Reconstruction::Exact,
+            ..Default::default()
+        },
+    )
+}
+
+fn bits_differ(cpu: &[f64], dev: &[f64]) -> usize {
+    cpu.iter()
+        .zip(dev)
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count()
+}
+
+/// C = alpha op(A) op(B) + beta C0 through the GPU route and ozaki-core with the same moduli
+/// and scaling, on operands whose exponents are spread so the shifts differ per row and
+/// column; `wide`: also 2^200-wide spreads within op(B)'s columns, and row 1 of op(A) and
+/// column 2 of op(B) zero. Returns how many entries of C differ in any bit.
+fn gemm_bits_differ(
+    rng: &mut Rng,
+    scaling: ScalingMode,
+    (m, n, k): (usize, usize, usize),
+    r: usize,
+    (transa, transb, alpha, beta): (Trans, Trans, f64, f64),
+    wide: bool,
+) -> usize {
+    let (ra, ca) = dims(transa, m, k);
+    let (rb, cb) = dims(transb, k, n);
+    let mut a: Vec<f64> = rng
+        .vec(ra * ca)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * 2f64.powi((i % 7) as i32 * 3 - 9))
+        .collect();
+    let wide_exp = |i: usize| if wide { (i % 3) as i32 * 200 } else { 0 };
+    let mut b: Vec<f64> = rng
+        .vec(rb * cb)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * 2f64.powi((i % 5) as i32 * 4 - 8 + wide_exp(i)))
+        .collect();
+    if wide {
+        for l in 0..k {
+            a[if transa == Trans::No {
+                1 + l * ra
+            } else {
+                l + ra
+            }] = 0.0;
+            b[if transb == Trans::No {
+                l + 2 * rb
+            } else {
+                2 + l * rb
+            }] = 0.0;
+        }
+    }
+    let c0 = rng.vec(m * n);
+    let g = GemmArgs {
+        transa,
+        transb,
+        m,
+        n,
+        k,
+        alpha,
+        a: &a,
+        lda: ra,
+        b: &b,
+        ldb: rb,
+        beta,
+        ldc: m,
+    };
+    let (engine, cfg) = same_numerics(scaling, r);
+    let mut cpu = c0.clone();
+    emulate::gemm(&g, &mut cpu, &cfg).expect("cpu-ozaki");
+    let mut dev = c0;
+    let out = host::gemm(&g, &mut dev, engine).unwrap();
+    assert_eq!(out.moduli, Some(r as u32));
+    bits_differ(&cpu, &dev)
 }
 
 /// A wide C (more columns than one reconstruction grid row of blocks, a ragged width) with
@@ -499,7 +535,6 @@ fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
     if !have_gpu() {
         return;
     }
-    use ozaki_core::emulate::{self, EmulationConfig, Moduli, Reconstruction, ScalingMode};
     let mut rng = Rng(23);
     let (m, n, k, r) = (72, 4100, 96, 15);
     let a = rng.vec(m * k);
@@ -524,28 +559,71 @@ fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
         beta: 0.5,
         ldc: m,
     };
-    let cfg = EmulationConfig {
-        moduli: Moduli::Fixed(r),
-        scaling: ScalingMode::Fast,
-        reconstruction: Reconstruction::Exact,
-        ..Default::default()
-    };
+    let (engine, cfg) = same_numerics(ScalingMode::Fast, r);
     let mut cpu = c0.clone();
     emulate::gemm(&g, &mut cpu, &cfg).expect("cpu-ozaki");
     let mut dev = c0.clone();
-    host::gemm(
-        &g,
-        &mut dev,
-        Engine::Ozaki(Options {
-            moduli: Some(r),
-            ..Default::default()
-        }),
-    )
-    .unwrap();
-    let diff = cpu
-        .iter()
-        .zip(&dev)
-        .filter(|(x, y)| x.to_bits() != y.to_bits())
-        .count();
+    host::gemm(&g, &mut dev, engine).unwrap();
+    let diff = bits_differ(&cpu, &dev);
     assert_eq!(diff, 0, "{diff} of {} entries differ from cpu-ozaki", m * n);
+}
+
+/// Norm scaling (the GPU default, issue #4): the coarse square sums of the `coarse_norms_*`
+/// kernels and the per-line shifts give ozaki-core's bits for the same moduli, over both
+/// storage orders of each operand (transposes), exponents spread within and across lines,
+/// zero rows and columns, beta != 0, and dsyrk's triangles.
+#[test]
+fn norm_scaling_equals_the_cpu_reference_route_bit_for_bit() {
+    if !have_gpu() {
+        return;
+    }
+    let mut rng = Rng(29);
+    for shape in [(41, 23, 77), (7, 300, 1030)] {
+        for r in [8, 14, 16, 20] {
+            for call in [
+                (Trans::No, Trans::No, 1.0, 0.0),
+                (Trans::Yes, Trans::No, -0.5, 1.0),
+                (Trans::No, Trans::Yes, 3.0, 0.25),
+                (Trans::Yes, Trans::Yes, 1.0, -2.0),
+            ] {
+                let diff = gemm_bits_differ(&mut rng, ScalingMode::Norm, shape, r, call, true);
+                assert_eq!(
+                    diff, 0,
+                    "{shape:?} r = {r}, {call:?}: {diff} entries differ"
+                );
+            }
+            let (n, k) = (shape.1, shape.2);
+            for (uplo, trans) in [(Uplo::Lower, Trans::No), (Uplo::Upper, Trans::Yes)] {
+                let (ra, ca) = dims(trans, n, k);
+                let a: Vec<f64> = rng
+                    .vec(ra * ca)
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| x * 2f64.powi((i % 11) as i32 * 2 - 10))
+                    .collect();
+                let c0 = rng.vec(n * n);
+                let s = SyrkArgs {
+                    uplo,
+                    trans,
+                    n,
+                    k,
+                    alpha: 0.75,
+                    a: &a,
+                    lda: ra,
+                    beta: 0.5,
+                    ldc: n,
+                };
+                let (engine, cfg) = same_numerics(ScalingMode::Norm, r);
+                let mut cpu = c0.clone();
+                emulate::syrk(&s, &mut cpu, &cfg).expect("cpu-ozaki syrk");
+                let mut dev = c0;
+                host::syrk(&s, &mut dev, engine).unwrap();
+                let diff = bits_differ(&cpu, &dev);
+                assert_eq!(
+                    diff, 0,
+                    "dsyrk {n}x{k} r = {r} {uplo:?}{trans:?}: {diff} entries differ"
+                );
+            }
+        }
+    }
 }

@@ -95,6 +95,7 @@ fn engines() -> [(&'static str, Engine); 2] {
             Engine::Ozaki(Options {
                 moduli: Some(14),
                 max_block: 0,
+                scaling: None,
             }),
         ),
     ]

@@ -8,7 +8,8 @@
 //!    [`Fallback::NonFinite`] (IEEE semantics are the native route's job). If
 //!    `max e_i + max f_j + clog2(k) + 8 > 1023` the product could overflow fp64 →
 //!    [`Fallback::ExponentRange`].
-//! 3. **Coarse product** `G` (accurate mode) and the scaled line norms; **choice of r**
+//! 3. **Coarse bounds** (the product `G` in accurate mode, the coarse line norms in norm
+//!    mode) and the scaled line norms; **choice of r**
 //!    ([`crate::select`]) and the **shifts** ([`crate::scaling`] step 3).
 //! 4. **Quantise** to `i64` ([`crate::scaling`] step 4), then per modulus `m_t`, in the order
 //!    of [`crate::moduli::INT8_MODULI`]: **centred residue planes** and their **exact product**
@@ -267,6 +268,7 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
     // 3. Coarse product and choice.
     let bounds = match cfg.scaling {
         ScalingMode::Fast => CoarseBounds::fast(m, n, k),
+        ScalingMode::Norm => CoarseBounds::norm(&exps, &p.a, p.b(), k),
         ScalingMode::Accurate => {
             let g = kernel::coarse_product(&sa.coarse, &sb_ref.coarse, m, n, k, p.tri, th);
             let mut bounds = CoarseBounds::from_product(&g, m, n);
@@ -302,6 +304,7 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
         row_norms: &sa.norms,
         col_norms: &sb_ref.norms,
         tri: p.tri,
+        scaling: cfg.scaling,
     };
     let forced = match cfg.moduli {
         Moduli::Auto => None,

@@ -3,20 +3,30 @@
 //! # Definition (the GPU route must reproduce this bit for bit)
 //!
 //! Notation: `op(A)` is m x k with rows `i`, `op(B)` is k x n with columns `j`; `r` moduli
-//! with budget `L = L_r = floor(log2 M_r) - 2` ([`crate::moduli::CrtPlan::budget_bits`]).
+//! with budget `L = L_r = floor(log2 M_r) - 2` ([`crate::moduli::CrtPlan::budget_bits`]) in
+//! fast and accurate mode, `L = floor(log2 M_r) - 1` in norm mode
+//! ([`ScalingMode::budget_bits`]; why it may be one bit larger: "Why the product fits").
 //!
 //! 1. **Exponent scan.** `E(x) = floor(log2 |x|)` for finite nonzero `x` (exact, from the
 //!    bits; subnormals have their true exponent, down to -1074). Row exponent
 //!    `e_i = max_l E(a_il)` over the nonzero entries of row `i` of op(A); column exponent
 //!    `f_j = max_l E(b_lj)`. A row/column with no nonzero entry is a *zero line*. Any NaN or
 //!    infinity sends the call to native fp64 ([`crate::emulate::Fallback::NonFinite`]).
-//! 2. **Coarse magnitudes** (accurate mode only): `ā_il = ceil(|a_il| · 2^(5 - e_i))` and
+//! 2. **Coarse magnitudes** (accurate and norm modes): `ā_il = ceil(|a_il| · 2^(5 - e_i))` and
 //!    `b̄_lj = ceil(|b_lj| · 2^(5 - f_j))`, integers in `[0, 64]` (`ā = 0` iff `a = 0`), so
 //!    `|a_il| <= ā_il · 2^(e_i - 5)`. Their exact integer product `G = Ā B̄`
 //!    (`G_ij = sum_l ā_il b̄_lj`) bounds `(|A||B|)_ij <= 2^(e_i + f_j - 10) G_ij`.
-//!    In **fast mode** `G` is not computed: every `G_ij` is replaced by its a-priori bound
-//!    `4096 k`.
-//! 3. **Shifts.** `R_i = max_j G_ij` (row maxima), `K_j = max_i G_ij` (column maxima);
+//! 3. **Shifts.** Each line gets a bound: a row bound `R_i` with `G_ij <= sqrt(R_i K_j)` for
+//!    every `j`, and a column bound `K_j`, taken by the [`ScalingMode`]:
+//!    - **accurate**: `G` is computed; `R_i = max_j G_ij` (row maxima), `K_j = max_i G_ij`
+//!      (column maxima);
+//!    - **fast**: `G` is not computed; `R_i = K_j = 4096 k`, the a-priori bound of every
+//!      `G_ij`;
+//!    - **norm**: `G` is not computed; `R_i = S_i = sum_l ā_il^2` and
+//!      `K_j = T_j = sum_l b̄_lj^2`, the squared 2-norms of the coarse lines (exact integers
+//!      `<= 4096 k`), so `G_ij <= sqrt(S_i T_j)` is the Cauchy-Schwarz inequality. No extra
+//!      product, one more pass over the operands (issue #4).
+//!
 //!    `clog2(x) = ceil(log2 x)` for integers `x >= 1`;
 //!    `p_i = min(56, floor((L - clog2 R_i) / 2))` and `q_j = min(56, floor((L - clog2 K_j) / 2))`
 //!    (floor division of possibly negative integers); `p_i = 56` when `R_i = 0`, `q_j = 56`
@@ -36,15 +46,43 @@
 //! For `a != 0`, `|a'| <= ā 2^p + 1/2 <= ā (2^p + 1/2)` (as `ā >= 1`), so
 //! `|c'_ij| <= sum_l |a'_il||b'_lj| <= (2^p_i + 1/2)(2^q_j + 1/2) G_ij`. Since
 //! `G_ij <= sqrt(R_i K_j)` and `2^(p_i + q_j) <= 2^L / sqrt(2^clog2(R_i) 2^clog2(K_j))`, this is
-//! `<= 2^L (1 + 2^-5)^2 < 1.0635 · 2^L < M_r / 2`: the centred residues determine `c'_ij`.
-//! (Fast mode: `G_ij <= 64 · 64 · k` holds by construction.)
+//! `<= 2^L (1 + 2^-5)^2 < 1.0635 · 2^L < M_r / 2` for covered lines (`p_i, q_j >= 4`): the
+//! centred residues determine `c'_ij`. The only property of the bounds used is
+//! `G_ij <= sqrt(R_i K_j)` for every pair `(i, j)`:
+//! - accurate: `G_ij <= R_i` and `G_ij <= K_j` by the definition of the maxima;
+//! - fast: `G_ij <= sum_l 64 · 64 = 4096 k` as every `ā, b̄ <= 64`;
+//! - norm: `G_ij = sum_l ā_il b̄_lj <= sqrt(sum_l ā_il^2) sqrt(sum_l b̄_lj^2) = sqrt(S_i T_j)`
+//!   (Cauchy-Schwarz on the k-vectors `ā_i·` and `b̄_·j`).
+//!
+//!
+//! **Norm mode's extra bit.** For `p_i >= 0` the rounding slack above is not needed:
+//! `|a_il 2^σ_i| <= ā_il 2^p_i`, an integer, and `Q` (RN or truncation) is monotone, odd and
+//! fixes integers, so `|a'_il| <= ā_il 2^p_i` exactly; hence `|c'_ij| <= 2^(p_i + q_j) G_ij
+//! <= 2^L`. Norm mode takes `L = floor(log2 M_r) - 1`: `2^L <= M_r / 2`, and strictly less as
+//! `M_r` (a multiple of 255) is no power of two, so `|c'_ij| < M_r / 2` on covered lines
+//! (`p_i, q_j >= 4`). This buys half a bit per operand on average (the shift gains one bit
+//! where `L - clog2 S_i` was odd), which on normal data is what separates 14 moduli from
+//! native accuracy (ACCURACY.md). The argument holds for the other modes too; they keep
+//! `floor(log2 M_r) - 2` so that their documented and calibrated behaviour is unchanged.
+//!
+//! So step 3 and this proof hold in all three modes. The norm bound is never looser than the
+//! fast one (`ā^2 <= 64 · 64`, so `S_i <= 4096 k`: for the same budget its shifts are never
+//! smaller, and equal when every coarse magnitude is 64; with its extra budget bit they are
+//! never smaller than fast mode's at all), and it costs no product: `S_i` needs only row `i`.
+//! On normal data `ā ≈ 2^(5-e_i) |a|`, so `S_i ≈ 70 k` to `280 k` (depending on where the row
+//! maximum lies in its binade), 2^4 to 2^6 below `4096 k`: 2-3 bits more per operand, plus the
+//! extra budget bit, about one modulus.
+//! Against accurate mode it is looser by `sqrt(S_i T_j) / G_ij`, the ratio of a mean square to
+//! a mean product of the coarse magnitudes (about 1.5 on normal data), and can be tighter on
+//! lines whose coarse magnitudes are small next to the other side's.
 //!
 //! # What it costs in accuracy
 //! Per entry `|a_il - a'_il 2^-σ_i| <= 2^(-σ_i - 1)` (RN; `2^-σ_i` for truncation), so the
 //! emulated `ĉ_ij = c'_ij 2^-(σ_i + τ_j)` differs from the exact product by at most
 //! `2^(-σ_i-1) ||b_j||_1 + 2^(-τ_j-1) ||a_i||_1 + k 2^(-σ_i-τ_j-2)` before the one final
 //! rounding to fp64. Accurate mode raises `p_i` by about `log2(k·64²/G)/2` bits per side
-//! over fast mode: on spread data (`φ > 0`) this is several bits, i.e. one or two moduli.
+//! over fast mode: on spread data (`φ > 0`) this is several bits, i.e. one or two moduli;
+//! norm mode by `log2(k·64²/S_i)/2`, nearly as much.
 //! [`crate::select`] turns this into the per-call moduli count.
 
 use crate::exact::{exponent, f64_to_dyadic};
@@ -74,6 +112,44 @@ pub enum ScalingMode {
     /// Bound from the exact coarse product `G = Ā B̄` (one extra integer GEMM; default).
     #[default]
     Accurate,
+    /// Cauchy-Schwarz bound `G_ij <= sqrt(S_i T_j)` from the coarse lines' squared norms
+    /// `S_i = sum_l ā_il^2`, `T_j = sum_l b̄_lj^2`: no extra product (module doc, step 3).
+    Norm,
+}
+
+impl ScalingMode {
+    /// The budget `L` the shifts of this mode are made for (module doc, step 3 and "Why the
+    /// product fits"): `L_r = floor(log2 M_r) - 2` for fast and accurate, one bit more,
+    /// `floor(log2 M_r) - 1`, for norm.
+    pub fn budget_bits(self, plan: &crate::moduli::CrtPlan) -> i32 {
+        match self {
+            ScalingMode::Fast | ScalingMode::Accurate => plan.budget_bits,
+            ScalingMode::Norm => plan.budget_bits + 1,
+        }
+    }
+
+    /// The name used by `OZAKI_SCALING` and in tables: `fast`, `accurate` or `norm`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalingMode::Fast => "fast",
+            ScalingMode::Accurate => "accurate",
+            ScalingMode::Norm => "norm",
+        }
+    }
+}
+
+impl std::str::FromStr for ScalingMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "fast" => Ok(ScalingMode::Fast),
+            "accurate" => Ok(ScalingMode::Accurate),
+            "norm" => Ok(ScalingMode::Norm),
+            other => Err(format!(
+                "unknown scaling {other:?} (expected fast, norm or accurate)"
+            )),
+        }
+    }
 }
 
 /// `ceil(log2 x)` for `x >= 1`.
@@ -139,6 +215,17 @@ pub fn coarse(x: f64, e: i32) -> u8 {
     };
     debug_assert!(v <= 64);
     v as u8
+}
+
+/// `sum_l ā_l^2` over a line with exponent `e` (`ā_l = coarse(x_l, e)`): the norm-mode bound
+/// `S_i` / `T_j` (module doc, step 3). At most `4096 · line.len()`.
+pub fn coarse_square_sum(line: &[f64], e: i32) -> u64 {
+    line.iter()
+        .map(|&x| {
+            let c = u64::from(coarse(x, e));
+            c * c
+        })
+        .sum()
 }
 
 /// `Q(x · 2^sigma)` exactly (module doc, step 4). The caller guarantees `|x| 2^sigma < 2^62`.
@@ -244,6 +331,21 @@ impl CoarseBounds {
         CoarseBounds {
             rows: vec![b; m],
             cols: vec![b; n],
+        }
+    }
+
+    /// The norm-mode bounds `S_i`, `T_j` ([`coarse_square_sum`]; 0 for zero lines) of op(A)
+    /// packed by rows (`a[i * k + l]`) and op(B) packed by columns (`b[j * k + l]`).
+    pub fn norm(exps: &Exponents, a: &[f64], b: &[f64], k: usize) -> Self {
+        let side = |x: &[f64], es: &[Option<i32>]| -> Vec<u64> {
+            es.iter()
+                .enumerate()
+                .map(|(i, e)| e.map_or(0, |e| coarse_square_sum(&x[i * k..(i + 1) * k], e)))
+                .collect()
+        };
+        CoarseBounds {
+            rows: side(a, &exps.rows),
+            cols: side(b, &exps.cols),
         }
     }
 
@@ -384,5 +486,176 @@ mod tests {
         // k · (2^(p+6))^2 <= 1.0635 · 2^L
         assert!(((k as f64).log2() + 2.0 * f64::from(p + 6)) <= f64::from(plan.budget_bits) + 0.1);
         assert!(s.covers(&CoarseBounds::fast(3, 1, k)));
+    }
+    /// Lines whose coarse magnitudes follow `pattern` (values in 1..=64), with entries just
+    /// below `ā 2^(e-5)` so that every scaled entry rounds up to `ā 2^p` (the worst case of
+    /// the fit proof), and signs all positive (no cancellation in `c'`).
+    fn adversarial_line(pattern: &[u8], e: i32) -> Vec<f64> {
+        pattern
+            .iter()
+            .map(|&c| crate::exact::ldexp(f64::from(c) * (1.0 - 1e-15), i64::from(e - 5)))
+            .collect()
+    }
+
+    fn patterns(k: usize, seed: u64) -> Vec<Vec<u8>> {
+        let mut rng = crate::testutil::Rng::new(seed);
+        vec![
+            vec![64; k],                                               // all maximal: fast's case
+            (0..k).map(|l| 1 + (l % 64) as u8).collect(),              // ramp
+            (0..k).map(|l| if l == 0 { 64 } else { 1 }).collect(),     // one big, rest minimal
+            (0..k).map(|_| 1 + (rng.next_u64() % 64) as u8).collect(), // random
+            (0..k).map(|l| if l % 2 == 0 { 64 } else { 2 }).collect(), // alternating
+        ]
+    }
+
+    #[test]
+    fn every_mode_keeps_the_product_inside_the_residue_range_on_adversarial_lines() {
+        use num_bigint::BigInt;
+        for r in [6usize, 9, 12, 14] {
+            let plan = crate::moduli::CrtPlan::get(r);
+            for k in [1usize, 7, 64, 1000, 4097] {
+                let pats = patterns(k, k as u64 + 31 * r as u64);
+                // Row i of op(A) and column j of op(B) take every pattern, so the pairs with
+                // i == j are Cauchy-Schwarz's equality case (b̄_·j proportional to ā_i·).
+                let (e_a, e_b) = (3, -700);
+                let rows: Vec<Vec<f64>> = pats.iter().map(|p| adversarial_line(p, e_a)).collect();
+                let cols: Vec<Vec<f64>> = pats.iter().map(|p| adversarial_line(p, e_b)).collect();
+                let exps = Exponents {
+                    rows: vec![Some(e_a); rows.len()],
+                    cols: vec![Some(e_b); cols.len()],
+                };
+                let a: Vec<f64> = rows.concat();
+                let b: Vec<f64> = cols.concat();
+                let coarse_of = |x: &[f64], e| {
+                    x.iter()
+                        .map(|&v| u64::from(coarse(v, e)))
+                        .collect::<Vec<_>>()
+                };
+                let g: Vec<u64> = (0..cols.len())
+                    .flat_map(|j| {
+                        let cb = coarse_of(&cols[j], e_b);
+                        rows.iter()
+                            .map(|row| {
+                                coarse_of(row, e_a)
+                                    .iter()
+                                    .zip(&cb)
+                                    .map(|(x, y)| x * y)
+                                    .sum::<u64>()
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                for (mode, bounds) in [
+                    (
+                        ScalingMode::Fast,
+                        CoarseBounds::fast(rows.len(), cols.len(), k),
+                    ),
+                    (
+                        ScalingMode::Accurate,
+                        CoarseBounds::from_product(&g, rows.len(), cols.len()),
+                    ),
+                    (ScalingMode::Norm, CoarseBounds::norm(&exps, &a, &b, k)),
+                ] {
+                    let budget = mode.budget_bits(plan);
+                    // norm: |c'| <= 2^L exactly (its extra bit); else the 1.0635 slack
+                    let limit = f64::from(budget).exp2()
+                        * if mode == ScalingMode::Norm {
+                            1.0
+                        } else {
+                            1.0635
+                        };
+                    let s = Scaling::new(budget, &exps, &bounds);
+                    if !s.covers(&bounds) {
+                        continue; // the caller takes more moduli or falls back
+                    }
+                    for (i, row) in rows.iter().enumerate() {
+                        for (j, col) in cols.iter().enumerate() {
+                            let mut c: i128 = 0;
+                            for (&x, &y) in row.iter().zip(col) {
+                                let p = i128::from(quantize(x, s.sigma[i], Quantizer::Nearest))
+                                    * i128::from(quantize(y, s.tau[j], Quantizer::Nearest));
+                                c = c.checked_add(p).expect("no i128 overflow");
+                            }
+                            assert!(
+                                (c.unsigned_abs() as f64) <= limit
+                                    && BigInt::from(c) < plan.half_product,
+                                "{mode:?} r = {r} k = {k} ({i}, {j}): c' = {c} beyond {limit:e}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn norm_shifts_are_never_smaller_than_fast_and_equal_them_on_maximal_magnitudes() {
+        use crate::testutil::{Family, Rng, matrix};
+        let mut rng = Rng::new(5);
+        for (fam, k) in [
+            (Family::Normal, 1000usize),
+            (Family::Spread(2.0), 333),
+            (Family::Integer(7), 64),
+            (Family::Uniform, 1),
+        ] {
+            let (m, n) = (9, 5);
+            // packed by lines: row i of A is a[i * k..], column j of B is b[j * k..]
+            let mut a = matrix(fam, k, m, &mut rng);
+            let b = matrix(fam, k, n, &mut rng);
+            a[2 * k..3 * k].fill(0.0); // a zero row
+            let line_exps = |x: &[f64], lines: usize| -> Vec<Option<i32>> {
+                (0..lines)
+                    .map(|i| line_exponent(x[i * k..(i + 1) * k].iter().copied()).unwrap())
+                    .collect()
+            };
+            let exps = Exponents {
+                rows: line_exps(&a, m),
+                cols: line_exps(&b, n),
+            };
+            let norm = CoarseBounds::norm(&exps, &a, &b, k);
+            assert_eq!(norm.rows[2], 0, "zero row");
+            for r in [8usize, 14, 16, 20] {
+                let plan = crate::moduli::CrtPlan::get(r);
+                let fast = Scaling::new(
+                    ScalingMode::Fast.budget_bits(plan),
+                    &exps,
+                    &CoarseBounds::fast(m, n, k),
+                );
+                let ns = Scaling::new(ScalingMode::Norm.budget_bits(plan), &exps, &norm);
+                for (x, y) in ns.p.iter().chain(&ns.q).zip(fast.p.iter().chain(&fast.q)) {
+                    assert_eq!(x.is_some(), y.is_some());
+                    assert!(x >= y, "{fam:?} r = {r}: norm {x:?} < fast {y:?}");
+                }
+                // Never looser, so never less covered.
+                assert!(ns.covers(&norm) || !fast.covers(&CoarseBounds::fast(m, n, k)));
+            }
+        }
+        // Every coarse magnitude 64 (|x| just below 2^(e+1)): S_i = 4096 k exactly, the same
+        // shifts as fast mode for the same budget.
+        let k = 77;
+        let line = adversarial_line(&[64; 77], 9);
+        let exps = Exponents {
+            rows: vec![Some(9); 3],
+            cols: vec![Some(9); 2],
+        };
+        let a = line.repeat(3);
+        let b = line.repeat(2);
+        let norm = CoarseBounds::norm(&exps, &a, &b, k);
+        assert_eq!(norm, CoarseBounds::fast(3, 2, k));
+        for r in 2..=20 {
+            let budget = crate::moduli::CrtPlan::get(r).budget_bits;
+            assert_eq!(
+                Scaling::new(budget, &exps, &norm),
+                Scaling::new(budget, &exps, &CoarseBounds::fast(3, 2, k))
+            );
+        }
+    }
+
+    #[test]
+    fn scaling_mode_names_round_trip() {
+        for m in [ScalingMode::Fast, ScalingMode::Accurate, ScalingMode::Norm] {
+            assert_eq!(m.name().parse::<ScalingMode>(), Ok(m));
+        }
+        assert!("exact".parse::<ScalingMode>().is_err());
     }
 }

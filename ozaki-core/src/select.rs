@@ -66,7 +66,7 @@
 
 use crate::emulate::Fallback;
 use crate::moduli::{CrtPlan, MAX_MODULI, MIN_MODULI};
-use crate::scaling::{CoarseBounds, Exponents, Quantizer, Scaling};
+use crate::scaling::{CoarseBounds, Exponents, Quantizer, Scaling, ScalingMode};
 
 /// Default accuracy floor `T`: `ρ_ij <= max(T, ν_ij)` with `T = 4 u` (module doc).
 pub const DEFAULT_TARGET_ULPS: f64 = 4.0;
@@ -88,7 +88,8 @@ pub struct CallStats<'a> {
     pub n: usize,
     /// Line exponents.
     pub exps: &'a Exponents,
-    /// `R_i`, `K_j` (accurate) or the fast bounds.
+    /// `R_i`, `K_j` of the scaling mode (coarse product maxima, coarse line norms or the
+    /// fast bounds; [`crate::scaling`] step 3).
     pub bounds: &'a CoarseBounds,
     /// The exponent product `H` (column-major m x n; module doc).
     pub scale: &'a [f64],
@@ -100,6 +101,8 @@ pub struct CallStats<'a> {
     pub col_norms: &'a [f64],
     /// Only this triangle of C matters (dsyrk).
     pub tri: Option<crate::blas::Uplo>,
+    /// The mode `bounds` come from (it sets the budget, [`ScalingMode::budget_bits`]).
+    pub scaling: ScalingMode,
 }
 
 /// The moduli count and scaling chosen for a call.
@@ -178,7 +181,8 @@ pub fn choose(
     target_ulps: f64,
 ) -> Result<Selection, Fallback> {
     let at = |r: usize| {
-        let scaling = Scaling::new(CrtPlan::get(r).budget_bits, stats.exps, stats.bounds);
+        let budget = stats.scaling.budget_bits(CrtPlan::get(r));
+        let scaling = Scaling::new(budget, stats.exps, stats.bounds);
         let ok = scaling.covers(stats.bounds);
         (scaling, ok)
     };
@@ -256,6 +260,7 @@ mod tests {
             row_norms: norms,
             col_norms: norms,
             tri: None,
+            scaling: ScalingMode::Fast,
         }
     }
 

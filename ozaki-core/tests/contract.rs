@@ -3,11 +3,12 @@
 //! never exceeds the standard fp64 bound `γ_k |A||B|` and is at most
 //! [`NATIVE_FACTOR`] times native DGEMM's largest error (floored at `u`, the final
 //! rounding both carry); when that cannot be promised the call falls back to native.
-//! Both reconstructions (exact Garner and the GPU's fp64 CRT) are held to it.
+//! Both reconstructions (exact Garner and the fp64 CRT) are held to it, and so is the norm
+//! scaling (the GPU route's default, issue #4).
 
 use ozaki_core::accuracy::Reference;
 use ozaki_core::blas::{SyrkArgs, Trans, Uplo};
-use ozaki_core::emulate::{self, EmulationConfig, Reconstruction};
+use ozaki_core::emulate::{self, EmulationConfig, Reconstruction, ScalingMode};
 use ozaki_core::testutil::{Family, Rng, cancellation_pair, matrix};
 
 /// Documented factor (ACCURACY.md): emulated max error <= 2 · max(native max error, u).
@@ -20,9 +21,16 @@ fn check(name: &str, a: &[f64], b: &[f64], m: usize, n: usize, k: usize, syrk: b
     let keep = |i: usize, j: usize| !syrk || i >= j;
     let native = reference.native_errors(k, keep);
     let mut used = 0;
-    for reconstruction in [Reconstruction::Exact, Reconstruction::Fp64] {
+    // The default (accurate scaling) with both reconstructions, and the norm scaling the GPU
+    // route uses (issue #4) with the exact CRT the GPU computes.
+    for (reconstruction, scaling) in [
+        (Reconstruction::Exact, ScalingMode::Accurate),
+        (Reconstruction::Fp64, ScalingMode::Accurate),
+        (Reconstruction::Exact, ScalingMode::Norm),
+    ] {
         let cfg = EmulationConfig {
             reconstruction,
+            scaling,
             threads: 2,
             ..Default::default()
         };
@@ -48,12 +56,12 @@ fn check(name: &str, a: &[f64], b: &[f64], m: usize, n: usize, k: usize, syrk: b
                 let e = reference.errors(&c, k, keep);
                 assert!(
                     e.max_over_gamma <= 1.0,
-                    "{name} {reconstruction:?}: error {:.2e} exceeds gamma_k|A||B|",
+                    "{name} {reconstruction:?} {scaling:?}: error {:.2e} exceeds gamma_k|A||B|",
                     e.max
                 );
                 assert!(
                     e.max <= NATIVE_FACTOR * native.max.max(U),
-                    "{name} {reconstruction:?} ({} moduli, estimate {:.2} u): max error {:.2e} vs native {:.2e}",
+                    "{name} {reconstruction:?} {scaling:?} ({} moduli, estimate {:.2} u): max error {:.2e} vs native {:.2e}",
                     info.moduli,
                     info.estimate_ulps,
                     e.max,

@@ -31,7 +31,7 @@ fn integer_matrices_multiply_exactly_in_every_mode() {
         let a = matrix(Family::Integer(bound), m, k, &mut rng);
         let b = matrix(Family::Integer(bound), k, n, &mut rng);
         let want = exact_product(&a, &b, m, n, k);
-        for scaling in [ScalingMode::Accurate, ScalingMode::Fast] {
+        for scaling in [ScalingMode::Accurate, ScalingMode::Fast, ScalingMode::Norm] {
             for quantizer in [Quantizer::Nearest, Quantizer::Truncate] {
                 for reconstruction in [Reconstruction::Exact, Reconstruction::Fp64] {
                     for moduli in [Moduli::Auto, Moduli::Fixed(16), Moduli::Fixed(20)] {

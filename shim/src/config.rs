@@ -9,6 +9,7 @@
 //! | `OZAKI_TRACE_ARGV=0` | leave the command line out of the trace header (it can hold secrets) | argv recorded |
 //! | `OZAKI_ROUTE=ROUTE` | `auto` or a route name (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`) | `vendor` |
 //! | `OZAKI_MODULI=N` | forced number of moduli for the emulated routes | the route's choice |
+//! | `OZAKI_SCALING=fast\|norm\|accurate` | scaling bound of the emulated routes (`ozaki_core::scaling`; gpu-ozaki runs `accurate` as `norm`) | `norm` on the GPU, `accurate` on the CPU |
 //! | `OZAKI_VENDOR_BLAS=/path/lib.so` | the BLAS to forward to, before any other lookup | found automatically |
 //! | `OZAKI_LOG=FILTER` | `tracing` filter for diagnostics on stderr (e.g. `info`, `ozaki_shim=debug`) | silent |
 
@@ -28,6 +29,8 @@ pub struct RawConfig {
     pub route: Option<OsString>,
     /// `OZAKI_MODULI`.
     pub moduli: Option<OsString>,
+    /// `OZAKI_SCALING`.
+    pub scaling: Option<OsString>,
     /// `OZAKI_VENDOR_BLAS`.
     pub vendor_blas: Option<OsString>,
     /// `OZAKI_LOG`.
@@ -43,6 +46,7 @@ impl RawConfig {
             trace_argv: var("OZAKI_TRACE_ARGV"),
             route: var("OZAKI_ROUTE"),
             moduli: var("OZAKI_MODULI"),
+            scaling: var("OZAKI_SCALING"),
             vendor_blas: var("OZAKI_VENDOR_BLAS"),
             log: var("OZAKI_LOG"),
         }
@@ -60,6 +64,8 @@ pub struct Config {
     pub route: RouteRequest,
     /// Forced moduli count for the emulated routes (`OZAKI_MODULI`).
     pub moduli: Option<u32>,
+    /// Scaling bound of the emulated routes (`OZAKI_SCALING`; `None`: each route's default).
+    pub scaling: Option<ozaki_core::scaling::ScalingMode>,
     /// Vendor library to forward to (`OZAKI_VENDOR_BLAS`).
     pub vendor_blas: Option<PathBuf>,
     /// Diagnostics filter (`OZAKI_LOG`).
@@ -88,12 +94,18 @@ impl Config {
                 None
             }
         });
+        let scaling = text(&raw.scaling).and_then(|s| {
+            s.parse()
+                .map_err(|e| problems.push(format!("OZAKI_SCALING: {e}; ignored")))
+                .ok()
+        });
         let trace_argv = text(&raw.trace_argv).is_none_or(|s| s.trim() != "0");
         let config = Config {
             trace: text(&raw.trace),
             trace_argv,
             route,
             moduli,
+            scaling,
             vendor_blas: raw.vendor_blas.as_ref().map(PathBuf::from),
             log: text(&raw.log),
         };
@@ -192,5 +204,23 @@ mod tests {
                 .route,
             RouteRequest::Auto
         );
+    }
+
+    #[test]
+    fn scaling_is_parsed_and_a_bad_value_is_reported_and_ignored() {
+        use ozaki_core::scaling::ScalingMode;
+        let with = |v: &str| {
+            Config::from_raw(&RawConfig {
+                scaling: Some(v.into()),
+                ..RawConfig::default()
+            })
+        };
+        assert_eq!(with("fast").0.scaling, Some(ScalingMode::Fast));
+        assert_eq!(with(" norm ").0.scaling, Some(ScalingMode::Norm));
+        assert_eq!(with("accurate").0.scaling, Some(ScalingMode::Accurate));
+        let (c, p) = with("exact");
+        assert_eq!(c.scaling, None);
+        assert!(p.len() == 1 && p[0].contains("OZAKI_SCALING"), "{p:?}");
+        assert_eq!(Config::from_raw(&RawConfig::default()).0.scaling, None);
     }
 }

@@ -25,6 +25,7 @@ fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
     let native_only = cfg.route == RouteRequest::Forced(Route::GpuNative);
     let opts = Options {
         moduli: cfg.moduli.map(|r| r as usize),
+        scaling: cfg.scaling,
         ..Default::default()
     };
     let stream = stream as gpu_kernels::device::Stream;

@@ -10,7 +10,8 @@
 //! The moduli count priced for GPU Ozaki ([`priced_moduli`]) is `OZAKI_MODULI` when set;
 //! otherwise the GPU route picks it per call from the operands' in-row spread, which the
 //! engine does not see before the call, so it prices the count the route would pick for an
-//! in-row spread of [`ASSUMED_SPREAD`] (normally distributed entries) at this k. The trace's
+//! in-row spread of [`ASSUMED_SPREAD`] (normally distributed entries) at this k, with the
+//! GPU route's default scaling (`gpu_kernels::ozaki::typical_moduli`). The trace's
 //! `moduli` field shows the count really used. Inputs the emulation cannot represent
 //! (NaN/Inf, too wide a spread) are caught by the route itself, which then falls back.
 
@@ -105,8 +106,8 @@ pub const ASSUMED_SPREAD: f64 = 4.0;
 /// The moduli count GPU Ozaki is priced at for inner dimension `k` (`forced`: OZAKI_MODULI).
 pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
     forced.unwrap_or_else(|| {
-        let needed = gpu_kernels::ozaki::BASE_BITS + ASSUMED_SPREAD.log2();
-        gpu_kernels::ozaki::choose_moduli(needed, k.max(1) as usize) as u32
+        use gpu_kernels::ozaki::{DEFAULT_SCALING, typical_moduli};
+        typical_moduli(DEFAULT_SCALING, ASSUMED_SPREAD, k.max(1) as usize) as u32
     })
 }
 
@@ -165,7 +166,10 @@ mod tests {
     #[test]
     fn priced_moduli_honours_the_forced_count_and_grows_with_k() {
         assert_eq!(priced_moduli(1 << 20, Some(9)), 9);
-        let counts: Vec<u32> = [16u64, 256, 4096, 65536]
+        // (from k = 256 up: below it the norm rule asks one more bit per halving of k, as
+        // short dot products of spread data need, so tiny k may cost a modulus more)
+        assert!((2..=20).contains(&priced_moduli(16, None)));
+        let counts: Vec<u32> = [256u64, 4096, 65536]
             .iter()
             .map(|&k| priced_moduli(k, None))
             .collect();

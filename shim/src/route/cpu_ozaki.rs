@@ -4,6 +4,8 @@
 //! - `OZAKI_MODULI=N` forces the moduli count (`2..=20`; other values fall back with the
 //!   reason "invalid moduli count"); otherwise it is chosen per call
 //!   ([`ozaki_core::select`]: no worse than native fp64).
+//! - `OZAKI_SCALING=fast|norm|accurate` picks the scaling bound (`ozaki_core::scaling`;
+//!   default accurate).
 //! - Every [`Fallback`] (NaN/Inf, exponent range, accuracy target unreachable, spread not
 //!   coverable) becomes a [`RouteError`], so the vendor BLAS computes the call from the
 //!   untouched C and the trace's `fallback` field carries the reason;
@@ -25,6 +27,7 @@ fn emulation_config(config: &Config) -> EmulationConfig {
     };
     EmulationConfig {
         moduli,
+        scaling: config.scaling.unwrap_or_default(),
         ..EmulationConfig::default()
     }
 }

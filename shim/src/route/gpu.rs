@@ -21,6 +21,7 @@ fn engine(route: Route, config: &Config) -> Engine {
         Route::GpuNative => Engine::Native,
         _ => Engine::Ozaki(Options {
             moduli: config.moduli.map(|r| r as usize),
+            scaling: config.scaling,
             ..Default::default()
         }),
     }

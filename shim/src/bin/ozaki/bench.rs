@@ -30,7 +30,9 @@ struct Args {
         default_value = "1024,2048,4096,8192,16384,110592x64x64,110592x128x128,4096x64x4096,1024x1024x16384"
     )]
     shapes: String,
-    /// Moduli counts for our device-resident column: `auto` and/or numbers, comma separated.
+    /// Moduli counts for our device-resident column: `auto` and/or numbers, comma separated,
+    /// each optionally prefixed by a scaling (`fast:15`, `norm:auto`; default: the GPU
+    /// route's own, norm), so scaling modes run side by side.
     #[arg(long, default_value = "auto,14,15,16")]
     moduli: String,
     /// Timed repetitions per measurement (median reported).
@@ -297,23 +299,31 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
             }
         }
     };
-    let moduli: Vec<Option<usize>> = args
+    let moduli: Vec<(Option<ozaki::ScalingMode>, Option<usize>)> = args
         .moduli
         .split(',')
-        .map(|s| {
-            if s.trim() == "auto" {
-                Ok(None)
-            } else {
-                s.trim().parse().map(Some)
-            }
+        .map(|s| -> Result<_> {
+            let (scaling, count) = match s.trim().split_once(':') {
+                Some((sc, c)) => (Some(sc.parse().map_err(anyhow::Error::msg)?), c),
+                None => (None, s.trim()),
+            };
+            Ok((
+                scaling,
+                if count == "auto" {
+                    None
+                } else {
+                    Some(count.parse()?)
+                },
+            ))
         })
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_>>()?;
 
     println!();
     let mut header = "| m x n x k | cuBLAS native TF/s (err) | cuBLAS emu (err) |".to_string();
-    for r in &moduli {
+    for (sc, r) in &moduli {
         header += &format!(
-            " ours dev {} (err) |",
+            " ours dev {}{} (err) |",
+            sc.map_or(String::new(), |s| format!("{}:", s.name())),
             r.map_or("auto".into(), |r| format!("r={r}"))
         );
     }
@@ -394,7 +404,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         }
 
         // ours, device-resident
-        for r in &moduli {
+        for (scaling, r) in &moduli {
             let call = DeviceCall {
                 op: Op::Gemm {
                     transa: Trans::No,
@@ -414,6 +424,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
             };
             let opts = Options {
                 moduli: *r,
+                scaling: *scaling,
                 ..Default::default()
             };
             let mut last = None;
@@ -430,7 +441,8 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
                     emit(
                         serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "ours-device", "moduli": o.moduli,
                         "s": t, "tflops": flops / t / 1e12, "speedup_vs_native": t_native / t, "err_comp": e.0, "err_ab": e.1,
-                        "needed_bits": o.needed_bits, "bits": ozaki::bits_for(o.moduli as usize, k),
+                        "needed_bits": o.needed_bits, "scaling": o.scaling.map(|s| s.name()),
+                        "bits": (o.scaling == Some(ozaki::ScalingMode::Fast)).then(|| ozaki::bits_for(o.moduli as usize, k)),
                         "phases_ns": [o.phases.convert_ns, o.phases.products_ns, o.phases.reconstruct_ns]}),
                     )?;
                 }

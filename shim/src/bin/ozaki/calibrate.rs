@@ -842,6 +842,7 @@ mod gpu {
                     let opts = Options {
                         moduli: Some(r as usize),
                         max_block: 0,
+                        scaling: None,
                     };
                     let mut runs = Vec::new();
                     for i in 0..reps.min(5) + 1 {

@@ -49,6 +49,7 @@ pub fn run(
                 Engine::Ozaki(Options {
                     moduli,
                     max_block: 0,
+                    scaling: None,
                 }),
             ),
         ] {
