@@ -232,26 +232,24 @@ pub fn norm_bits(moduli: usize, maxbits: u64, coarse_sq: u64) -> f64 {
     f64::from(p + 6) + mant.log2()
 }
 
-/// Norm scaling's moduli count: the smallest r at which every nonzero line of both operands
-/// keeps [`norm_bits`] `>= needed` (all 20 when none does); `needed` is
-/// `needed_bits(.., ScalingMode::Norm)`. Lines that get more bits than needed cost nothing.
-pub fn choose_moduli_norm(a: &RowStats, b: &RowStats, needed: f64) -> usize {
-    let lines = || {
-        let side = |s: &RowStats<'_>| {
-            s.maxbits
-                .iter()
-                .zip(s.coarse_sq)
-                .filter(|(m, _)| **m != 0)
-                .map(|(m, q)| (*m, *q))
-                .collect::<Vec<_>>()
-        };
-        let mut v = side(a);
-        v.extend(side(b));
-        v
-    };
-    let lines = lines();
+/// The fewest [`norm_bits`] any nonzero line of either operand keeps with r moduli
+/// (infinite when both operands are all zero).
+pub fn fewest_norm_bits(a: &RowStats, b: &RowStats, moduli: usize) -> f64 {
+    [a, b]
+        .iter()
+        .flat_map(|s| s.maxbits.iter().zip(s.coarse_sq))
+        .filter(|(m, _)| **m != 0)
+        .map(|(&m, &q)| norm_bits(moduli, m, q))
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Norm scaling's moduli count at inner dimension k: the smallest r at which every nonzero
+/// line of both operands keeps [`norm_bits`] `>= needed_bits(.., ScalingMode::Norm)` (all 20
+/// when none does). Lines that get more bits than needed cost nothing.
+pub fn choose_moduli_norm(a: &RowStats, b: &RowStats, k: usize) -> usize {
+    let needed = needed_bits(a, b, k, ScalingMode::Norm);
     (2..=MAX_MODULI)
-        .find(|&r| lines.iter().all(|&(m, q)| norm_bits(r, m, q) >= needed))
+        .find(|&r| fewest_norm_bits(a, b, r) >= needed)
         .unwrap_or(MAX_MODULI)
 }
 
@@ -280,7 +278,7 @@ pub fn typical_moduli(scaling: ScalingMode, spread: f64, k: usize) -> usize {
         abssum: &abssum,
         coarse_sq: &sq,
     };
-    choose_moduli_norm(&row, &row, needed_bits(&row, &row, k, scaling))
+    choose_moduli_norm(&row, &row, k)
 }
 
 /// Makes the plan from the scan statistics of op(A) rows and op(B) columns. Errors with
@@ -337,7 +335,7 @@ pub fn plan(
         ));
     }
     let moduli = forced
-        .unwrap_or_else(|| choose_moduli_norm(&a, &b, needed_bits(&a, &b, k, scaling)))
+        .unwrap_or_else(|| choose_moduli_norm(&a, &b, k))
         .clamp(2, MAX_MODULI);
     let exps = |s: &RowStats| s.maxbits.iter().map(|&x| exponent_of_bits(x)).collect();
     let exps = Exponents {
