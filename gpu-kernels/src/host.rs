@@ -414,11 +414,6 @@ pub(crate) fn copy_threads() -> usize {
         .clamp(1, 16)
 }
 
-/// The upload thread: copies each group of pieces through the pinned ring (`copy_threads()`
-/// workers fill a ring slot while the copy engine drains the previous ones) onto
-/// `stream`, and after each group records an event and sends it, so the compute loop can
-/// start block j as soon as its operands are on the device. Stops early when `cancel` is
-/// set. Runs with `ctx` current.
 /// The pinned ring of `gpu`'s upload thread.
 fn ring(gpu: &mut Gpu) -> Result<[SendPtr<u8>; 3], GpuError> {
     Ok([
@@ -453,6 +448,11 @@ pub(crate) fn upload_pieces(gpu: &mut Gpu, pieces: Vec<Piece>) -> Result<(), Gpu
     sync(gpu.copy_stream)
 }
 
+/// The upload thread: copies each group of pieces through the pinned ring (`copy_threads()`
+/// workers fill a ring slot while the copy engine drains the previous ones) onto
+/// `stream`, and after each group records an event and sends it, so the compute loop can
+/// start block j as soon as its operands are on the device. Stops early when `cancel` is
+/// set. Runs with `ctx` current.
 fn feed(
     (ctx, stream): (Handle<sys::CUcontext>, Handle<sys::CUstream>),
     ring: [SendPtr<u8>; 3],
