@@ -137,6 +137,9 @@ fn shares_a(plan: &SplitPlan) -> bool {
 /// Lets `ctx` (current on this thread) reach the other contexts' memory directly, so peer
 /// copies go over NVLink instead of through host memory. Refusals (already enabled, or no
 /// peer path) are harmless: `cuMemcpyPeerAsync` still works, staged by the driver.
+/// Side effect: peer access stays enabled in the devices' primary contexts, which a CUDA
+/// program under the shim shares; its own `cudaDeviceEnablePeerAccess` then returns
+/// `cudaErrorPeerAccessAlreadyEnabled` (harmless, but visible).
 fn enable_peers(ctx: sys::CUcontext, others: &[(u64, Handle<sys::CUcontext>)]) {
     for &(_, peer) in others {
         if peer.0 != ctx {
