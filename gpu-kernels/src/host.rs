@@ -51,6 +51,15 @@ fn threads() -> usize {
     copy_threads()
 }
 
+/// Threads that write a result from pinned staging into the caller's C: every core (the
+/// write-back is the call's tail, nothing else runs beside it; 61 GB/s with 32 threads against
+/// 39 GB/s with 16 on the H200 host, BENCHMARKS.md).
+pub(crate) fn write_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 32)
+}
+
 /// dst[..] = src[..] on several threads (large copies between pageable and pinned memory
 /// are limited by one core's bandwidth otherwise).
 fn par_copy(dst: &mut [u8], src: &[u8]) {
@@ -148,7 +157,11 @@ fn copy_out(
 
 /// Writes the m x n result (or one triangle of it) from staging into the caller's C.
 fn write_back(c: &mut [f64], staged: &[f64], m: usize, n: usize, ldc: usize, uplo: Option<Uplo>) {
-    let t = if m * n < (1 << 19) { 1 } else { threads() };
+    let t = if m * n < (1 << 19) {
+        1
+    } else {
+        write_threads()
+    };
     let cols_per = n.div_ceil(t).max(1);
     std::thread::scope(|s| {
         let mut rest = c;
@@ -228,7 +241,7 @@ pub fn gemm_blocks(
     blocks: usize,
 ) -> Result<HostOutcome, GpuError> {
     let c_span = span(args.m, args.n, args.ldc);
-    let (mut out, staged) = staged_gemm(gpu, args, &c[..c_span], engine, blocks)?;
+    let (mut out, staged) = staged_gemm(gpu, args, &c[..c_span], engine, blocks, None)?;
     let t = std::time::Instant::now();
     // SAFETY: staged points at c_span doubles of pinned staging owned by `gpu`, which this
     // function still borrows mutably, filled by the successful call above.
@@ -277,11 +290,18 @@ pub(crate) struct StagedC(pub(crate) *const f64);
 const C_SLOT: usize = 2;
 /// Staging buffers of the upload ring (slot 2 holds C).
 const RING: [usize; 3] = [0, 1, 3];
+/// Bytes per ring slot: small enough that a small copy of the emulated route's plan (same
+/// copy engine) waits at most about 2 ms behind the queued chunks, large enough that the
+/// copy threads' hand-over costs little.
+const RING_CHUNK: usize = 32 << 20;
+/// Bytes per download chunk of C: the download thread keeps at most two queued (see
+/// [`drain`]).
+const D2H_CHUNK: usize = 16 << 20;
 
 /// A raw pointer handed to the upload thread; the ranges it covers outlive the thread
 /// (scoped) and are not written by anyone else meanwhile.
 #[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
 // SAFETY: see the type's doc.
 unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
@@ -290,25 +310,45 @@ unsafe impl<T> Sync for SendPtr<T> {}
 /// A CUDA handle (context, stream or event) handed to or from the upload thread: handles are
 /// plain values the driver accepts from any thread.
 #[derive(Clone, Copy)]
-struct Handle<T>(T);
+pub(crate) struct Handle<T>(pub(crate) T);
 // SAFETY: see the type's doc.
 unsafe impl<T> Send for Handle<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Handle<T> {}
 
-/// One contiguous host span to copy to a device address.
-#[derive(Clone, Copy)]
-struct Piece {
+/// One contiguous host span to copy to a device address, and from there on to the same
+/// offset of other devices' buffers (a split's shared A, `crate::multi`).
+#[derive(Clone)]
+pub(crate) struct Piece {
     dst: u64,
     src: SendPtr<u8>,
     bytes: usize,
+    /// (device address, context) of each peer copy, and the uploading device's context.
+    peers: Vec<(u64, Handle<sys::CUcontext>)>,
+    ctx: Handle<sys::CUcontext>,
 }
 
 impl Piece {
-    fn new(dst: u64, src: &[f64]) -> Piece {
+    pub(crate) fn new(dst: u64, src: &[f64]) -> Piece {
         Piece {
             dst,
             src: SendPtr(src.as_ptr() as *mut u8),
             bytes: std::mem::size_of_val(src),
+            peers: Vec::new(),
+            ctx: Handle(std::ptr::null_mut()),
         }
+    }
+
+    /// After upload, copy the piece device to device into `peers` (address in its
+    /// context) at the same offsets; `ctx` is the uploading device's context.
+    pub(crate) fn with_peers(
+        mut self,
+        ctx: sys::CUcontext,
+        peers: impl IntoIterator<Item = (u64, sys::CUcontext)>,
+    ) -> Piece {
+        self.ctx = Handle(ctx);
+        self.peers = peers.into_iter().map(|(d, c)| (d, Handle(c))).collect();
+        self
     }
 }
 
@@ -374,6 +414,40 @@ pub(crate) fn copy_threads() -> usize {
         .clamp(1, 16)
 }
 
+/// The pinned ring of `gpu`'s upload thread.
+fn ring(gpu: &mut Gpu) -> Result<[SendPtr<u8>; 3], GpuError> {
+    Ok([
+        SendPtr(gpu.staging(RING[0], RING_CHUNK)?),
+        SendPtr(gpu.staging(RING[1], RING_CHUNK)?),
+        SendPtr(gpu.staging(RING[2], RING_CHUNK)?),
+    ])
+}
+
+/// Uploads `pieces` (and their peer copies) on `gpu`'s copy stream through its pinned ring
+/// and waits for all of it: the shared-A phase of a split (`crate::multi`).
+pub(crate) fn upload_pieces(gpu: &mut Gpu, pieces: Vec<Piece>) -> Result<(), GpuError> {
+    let ring = ring(gpu)?;
+    let handles = (Handle(gpu.ctx), Handle(gpu.copy_stream));
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let cancel = &cancel;
+        s.spawn(move || feed(handles, ring, vec![pieces], cancel, tx));
+    });
+    let mut result = Ok(());
+    for r in rx.iter() {
+        match r {
+            // SAFETY: the group event, ours to destroy; the feed drained the stream.
+            Ok(e) => unsafe {
+                let _ = sys::cuEventDestroy_v2(e.0);
+            },
+            Err(e) => result = Err(e),
+        }
+    }
+    result?;
+    sync(gpu.copy_stream)
+}
+
 /// The upload thread: copies each group of pieces through the pinned ring (`copy_threads()`
 /// workers fill a ring slot while the copy engine drains the previous ones) onto
 /// `stream`, and after each group records an event and sends it, so the compute loop can
@@ -436,7 +510,7 @@ fn feed(
                                     .result()
                                     .ctx("cuEventSynchronize")?;
                             }
-                            let len = CHUNK.min(p.bytes - off);
+                            let len = RING_CHUNK.min(p.bytes - off);
                             // SAFETY: off + len <= p.bytes of the live source.
                             let src = SendPtr(unsafe { p.src.0.add(off) });
                             *job.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -455,6 +529,22 @@ fn feed(
                             }
                             .result()
                             .ctx("cuMemcpyHtoDAsync")?;
+                            for &(dst, peer) in &p.peers {
+                                // SAFETY: both device ranges hold len bytes at this offset;
+                                // stream-ordered after the upload above.
+                                unsafe {
+                                    sys::cuMemcpyPeerAsync(
+                                        dst + off as u64,
+                                        peer.0,
+                                        p.dst + off as u64,
+                                        p.ctx.0,
+                                        len,
+                                        stream,
+                                    )
+                                }
+                                .result()
+                                .ctx("cuMemcpyPeerAsync")?;
+                            }
                             let e = match slot_events[slot] {
                                 Some(e) => e,
                                 None => {
@@ -502,6 +592,77 @@ fn feed(
     });
 }
 
+/// One block's download: once `done` (recorded on the compute stream) has fired, `bytes`
+/// from device address `src` to pinned `dst`.
+struct Download {
+    done: Handle<sys::CUevent>,
+    src: u64,
+    dst: SendPtr<u8>,
+    bytes: usize,
+}
+
+/// The download thread: copies each block of C to pinned staging on `stream` in
+/// [`D2H_CHUNK`] pieces with at most two queued, so a small copy of the emulated route's next
+/// plan (same copy engine) waits behind at most two pieces instead of a whole block.
+fn drain(
+    (ctx, stream): (Handle<sys::CUcontext>, Handle<sys::CUstream>),
+    jobs: std::sync::mpsc::Receiver<Download>,
+) -> Result<(), GpuError> {
+    let stream = stream.0;
+    // SAFETY: the caller's context, retained for the process.
+    unsafe { sys::cuCtxSetCurrent(ctx.0) }
+        .result()
+        .ctx("cuCtxSetCurrent")?;
+    let mut evs: Vec<sys::CUevent> = Vec::with_capacity(2);
+    let r = (|| -> Result<(), GpuError> {
+        for _ in 0..2 {
+            evs.push(
+                cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                    .ctx("cuEventCreate")?,
+            );
+        }
+        let mut issued = 0usize;
+        for job in jobs {
+            wait(stream, job.done.0)?;
+            let mut off = 0;
+            while off < job.bytes {
+                let slot = issued % 2;
+                if issued >= 2 {
+                    // SAFETY: recorded after the piece issued two before this one.
+                    unsafe { sys::cuEventSynchronize(evs[slot]) }
+                        .result()
+                        .ctx("cuEventSynchronize")?;
+                }
+                let len = D2H_CHUNK.min(job.bytes - off);
+                // SAFETY: [off, off + len) lies inside the block on the device and in the
+                // pinned staging; stream-ordered after the block's compute.
+                unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(
+                        job.dst.0.add(off) as *mut _,
+                        job.src + off as u64,
+                        len,
+                        stream,
+                    )
+                }
+                .result()
+                .ctx("cuMemcpyDtoHAsync")?;
+                record(evs[slot], stream)?;
+                issued += 1;
+                off += len;
+            }
+        }
+        Ok(())
+    })();
+    // SAFETY: the stream is drained before its events are destroyed.
+    unsafe {
+        let _ = sys::cuStreamSynchronize(stream);
+        for e in evs {
+            let _ = sys::cuEventDestroy_v2(e);
+        }
+    }
+    r
+}
+
 /// Runs C = alpha op(A) op(B) + beta C on `gpu` with the result left in pinned staging (the
 /// caller writes it into its C only once it knows the whole call, or every tile of a split,
 /// succeeded: issue #4's contract). `c_in` is the call's span of the caller's C (read only
@@ -523,6 +684,7 @@ pub(crate) fn staged_gemm(
     c_in: &[f64],
     engine: Engine,
     blocks: usize,
+    a_dev: Option<u64>,
 ) -> Result<(HostOutcome, StagedC), GpuError> {
     let t0 = std::time::Instant::now();
     let (m, n, k) = (args.m, args.n, args.k);
@@ -540,14 +702,13 @@ pub(crate) fn staged_gemm(
     let b = &args.b[..span(rb, cb, args.ldb)];
     let c_span = span(m, n, args.ldc);
     let read_c = args.beta != 0.0;
-    let da = gpu.workspace.get("host_a", a.len() * 8)?;
+    let da = match a_dev {
+        Some(d) => d,
+        None => gpu.workspace.get("host_a", a.len() * 8)?,
+    };
     let db = gpu.workspace.get("host_b", b.len() * 8)?;
     let dc = gpu.workspace.get("host_c", c_span * 8)?;
-    let ring = [
-        SendPtr(gpu.staging(RING[0], CHUNK)?),
-        SendPtr(gpu.staging(RING[1], CHUNK)?),
-        SendPtr(gpu.staging(RING[2], CHUNK)?),
-    ];
+    let ring = ring(gpu)?;
     let c_stage = gpu.staging(C_SLOT, c_span * 8)? as *mut f64;
 
     // column blocks of C, multiples of 64 columns
@@ -563,7 +724,7 @@ pub(crate) fn staged_gemm(
         .enumerate()
         .map(|(j, &(c0, w))| {
             let mut g = Vec::new();
-            if j == 0 {
+            if j == 0 && a_dev.is_none() {
                 g.push(Piece::new(da, a));
             }
             if args.transb == Trans::No {
@@ -598,6 +759,9 @@ pub(crate) fn staged_gemm(
         let cancel_ref = &cancel;
         let handles = (Handle(ctx), Handle(copy_stream));
         s.spawn(move || feed(handles, ring, groups, cancel_ref, tx));
+        let (down_tx, down_rx) = std::sync::mpsc::channel();
+        let d2h = (Handle(ctx), Handle(res.d2h));
+        let down = s.spawn(move || drain(d2h, down_rx));
         let r = (|| -> Result<(), GpuError> {
             let mut marks = Vec::new();
             for &(c0, w) in &cols {
@@ -658,22 +822,21 @@ pub(crate) fn staged_gemm(
                 }
                 let done = res.event()?;
                 record(done, stream)?;
-                wait(res.d2h, done)?;
-                let bytes = 8 * span(m, w, args.ldc);
-                // SAFETY: the block's span lies inside C's span on the device and in the
-                // pinned staging of c_span doubles; ordered after the block's compute.
-                unsafe {
-                    sys::cuMemcpyDtoHAsync_v2(
-                        c_stage.add(c0 * args.ldc) as *mut _,
-                        dc + c_off,
-                        bytes,
-                        res.d2h,
-                    )
-                }
-                .result()
-                .ctx("cuMemcpyDtoHAsync")?;
+                let job = Download {
+                    done: Handle(done),
+                    src: dc + c_off,
+                    // SAFETY: the block's span lies inside the pinned staging of c_span.
+                    dst: SendPtr(unsafe { c_stage.add(c0 * args.ldc) } as *mut u8),
+                    bytes: 8 * span(m, w, args.ldc),
+                };
+                down_tx
+                    .send(job)
+                    .map_err(|_| GpuError::Cuda("download thread ended early".into()))?;
             }
+            drop(down_tx);
             sync(stream)?;
+            down.join()
+                .unwrap_or_else(|_| Err(GpuError::Cuda("download thread panicked".into())))?;
             sync(res.d2h)?;
             for mk in &marks {
                 let p = mk.phases()?;

@@ -27,7 +27,8 @@
 
 use crate::device::gpu_slot;
 use crate::error::GpuError;
-use crate::host::{self, Engine, HostOutcome};
+use crate::host::{self, Engine, Handle, HostOutcome, Piece};
+use cudarc::driver::sys;
 use ozaki_core::blas::{GemmArgs, Trans};
 use ozaki_core::devices::{SplitPlan, Tile};
 
@@ -120,9 +121,50 @@ unsafe fn commit_tile(c: SharedC, ldc: usize, t: &Tile, staged: &[f64], threads:
     });
 }
 
+/// Bytes of A each slot of a shared-A split uploads before handing it on (see [`gemm`]).
+const SHARE_CHUNK: usize = 64 << 20;
+
+/// Whether the tiles of `plan` share all of A across distinct devices: one grid row (every
+/// tile needs all rows of op(A)) and no device twice (two slots of one device share its
+/// context and would gain nothing).
+fn shares_a(plan: &SplitPlan) -> bool {
+    let devs: Vec<u32> = plan.tiles.iter().map(|t| t.device).collect();
+    plan.grid_rows == 1
+        && devs.len() >= 2
+        && devs.iter().enumerate().all(|(i, d)| !devs[..i].contains(d))
+}
+
+/// Lets `ctx` (current on this thread) reach the other contexts' memory directly, so peer
+/// copies go over NVLink instead of through host memory. Refusals (already enabled, or no
+/// peer path) are harmless: `cuMemcpyPeerAsync` still works, staged by the driver.
+/// Side effect: peer access stays enabled in the devices' primary contexts, which a CUDA
+/// program under the shim shares; its own `cudaDeviceEnablePeerAccess` then returns
+/// `cudaErrorPeerAccessAlreadyEnabled` (harmless, but visible).
+fn enable_peers(ctx: sys::CUcontext, others: &[(u64, Handle<sys::CUcontext>)]) {
+    for &(_, peer) in others {
+        if peer.0 != ctx {
+            // SAFETY: both contexts are retained primary contexts.
+            let r = unsafe { sys::cuCtxEnablePeerAccess(peer.0, 0) };
+            tracing::debug!(?r, "cuCtxEnablePeerAccess");
+        }
+    }
+}
+
+/// A tile thread's panic, as the error the caller sees (a panic never crosses the C boundary).
+fn panicked<T>(_: Box<dyn std::any::Any + Send>) -> Result<T, GpuError> {
+    Err(GpuError::Cuda("a split tile's thread panicked".into()))
+}
+
 /// C = alpha op(A) op(B) + beta C with C's tiles computed concurrently on the slots of
 /// `plan` (from `split_c` over this process's device slots). C is written only after every
 /// tile succeeded.
+///
+/// When the tiles are column blocks of C on distinct devices ([`shares_a`]), each needs all
+/// of A: instead of every slot staging all of A through host memory (the host's memory
+/// bandwidth, not the link, bounds staging: BENCHMARKS.md, host-link table), slot i stages
+/// every T-th 64 MiB chunk of A, uploads it to its device and copies it on to the other
+/// devices (NVLink peer copies), so A crosses host memory once. The slots meet at barriers
+/// around this phase, then run their own pipelines (`host::staged_gemm`) with A in place.
 ///
 /// # Errors
 /// - the first tile's error (in tile order) when any tile fails; C is then untouched.
@@ -132,6 +174,7 @@ pub fn gemm(
     engine: Engine,
     plan: &SplitPlan,
 ) -> Result<MultiOutcome, GpuError> {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::sync::atomic::{AtomicBool, Ordering};
     let _flags = crate::fpenv::KeepFpFlags::new();
     let tiles = &plan.tiles;
@@ -145,51 +188,139 @@ pub fn gemm(
         ptr: c.as_mut_ptr(),
         len: c.len(),
     };
+    let share_a = shares_a(plan);
+    let a_span = {
+        let (ra, ca) = if args.transa == Trans::No {
+            (args.m, args.k)
+        } else {
+            (args.k, args.m)
+        };
+        host::span(ra, ca, args.lda)
+    };
+    // (device address of A, context) of each slot, for the shared-A phase
+    type Addr = Option<(u64, Handle<sys::CUcontext>)>;
+    let a_addrs: std::sync::Mutex<Vec<Addr>> = std::sync::Mutex::new(vec![None; tiles.len()]);
     let failed = AtomicBool::new(false);
     let barrier = std::sync::Barrier::new(tiles.len());
-    let commit_threads = (crate::host::copy_threads() / tiles.len().max(1)).max(1);
-    let results: Vec<Result<(HostOutcome, u64), GpuError>> = std::thread::scope(|s| {
+    let commit_threads = (host::write_threads() / tiles.len().max(1)).max(1);
+    type TileResult = Result<Option<(HostOutcome, u64)>, GpuError>;
+    let results: Vec<TileResult> = std::thread::scope(|s| {
         let handles: Vec<_> = tiles
             .iter()
             .zip(&replicas)
-            .map(|(t, &rep)| {
-                let (failed, barrier) = (&failed, &barrier);
-                s.spawn(move || {
+            .enumerate()
+            .map(|(i, (t, &rep))| {
+                let (failed, barrier, a_addrs) = (&failed, &barrier, &a_addrs);
+                s.spawn(move || -> TileResult {
                     let shared = shared;
-                    let mut guard = None;
-                    // Phase 1: compute into this slot's staging (reads C when beta != 0).
-                    let staged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        let g = guard.insert(gpu_slot(t.device, rep)?);
-                        let sub = tile_args(args, t);
-                        let off = tile_c_offset(args.ldc, t);
-                        let c_span = host::span(sub.m, sub.n, args.ldc);
-                        if off + c_span > shared.len {
-                            return Err(GpuError::Unsupported("C shorter than its extent".into()));
-                        }
-                        // SAFETY: no thread writes C before the barrier below.
-                        let c_in = unsafe {
-                            std::slice::from_raw_parts(shared.ptr.add(off) as *const f64, c_span)
-                        };
-                        let (o, st) = host::staged_gemm(
-                            g,
-                            &sub,
-                            c_in,
-                            engine,
-                            host::pipeline_blocks(&sub, engine),
-                        )?;
-                        Ok((o, st, c_span))
-                    }))
-                    .unwrap_or_else(|_| {
-                        Err(GpuError::Cuda("a split tile's thread panicked".into()))
-                    });
-                    if staged.is_err() {
+                    let fail = |e: &GpuError| {
+                        tracing::debug!(tile = i, error = %e, "split tile failed");
                         failed.store(true, Ordering::SeqCst);
+                    };
+                    // Every phase runs only while nothing failed; every thread reaches
+                    // every barrier whatever happened.
+                    let mut guard = None;
+                    let mut state: Result<Option<u64>, GpuError> =
+                        catch_unwind(AssertUnwindSafe(|| {
+                            let g = guard.insert(gpu_slot(t.device, rep)?);
+                            if share_a {
+                                Ok(Some(g.workspace.get("host_a", a_span * 8)?))
+                            } else {
+                                Ok(None)
+                            }
+                        }))
+                        .unwrap_or_else(panicked);
+                    if let Err(e) = &state {
+                        fail(e);
                     }
+                    if share_a {
+                        // Phase 0: A to every device, each slot staging 1/T of it.
+                        if let (Ok(Some(da)), Some(g)) = (&state, &guard) {
+                            a_addrs.lock().unwrap_or_else(|p| p.into_inner())[i] =
+                                Some((*da, Handle(g.ctx)));
+                        }
+                        barrier.wait();
+                        if !failed.load(Ordering::SeqCst) {
+                            let r = catch_unwind(AssertUnwindSafe(|| -> Result<(), GpuError> {
+                                let g = guard.as_mut().expect("locked above");
+                                let da = state.as_ref().ok().copied().flatten().expect("set above");
+                                let addrs = a_addrs.lock().unwrap_or_else(|p| p.into_inner());
+                                let others: Vec<(u64, Handle<sys::CUcontext>)> = addrs
+                                    .iter()
+                                    .enumerate()
+                                    .filter(|&(u, _)| u != i)
+                                    .filter_map(|(_, a)| *a)
+                                    .collect();
+                                drop(addrs);
+                                enable_peers(g.ctx, &others);
+                                let a = &args.a[..a_span];
+                                // at least two chunks per slot (so small calls, and the
+                                // tests, interleave too), at most SHARE_CHUNK bytes
+                                let per = a_span
+                                    .div_ceil(2 * tiles.len())
+                                    .clamp(1 << 17, SHARE_CHUNK / 8);
+                                let pieces: Vec<Piece> = (0..a_span.div_ceil(per))
+                                    .filter(|q| q % tiles.len() == i)
+                                    .map(|q| {
+                                        let lo = q * per;
+                                        let hi = (lo + per).min(a_span);
+                                        let off = 8 * lo as u64;
+                                        Piece::new(da + off, &a[lo..hi]).with_peers(
+                                            g.ctx,
+                                            others.iter().map(|&(d, c)| (d + off, c.0)),
+                                        )
+                                    })
+                                    .collect();
+                                host::upload_pieces(g, pieces)
+                            }))
+                            .unwrap_or_else(panicked);
+                            if let Err(e) = r {
+                                fail(&e);
+                                state = Err(e);
+                            }
+                        }
+                        barrier.wait();
+                    }
+                    // Phase 1: this tile's pipeline into its slot's staging (reads C when
+                    // beta != 0).
+                    let staged = if failed.load(Ordering::SeqCst) {
+                        state.map(|_| None)
+                    } else {
+                        let r = catch_unwind(AssertUnwindSafe(|| {
+                            let g = guard.as_mut().expect("locked above");
+                            let a_dev = state.as_ref().ok().copied().flatten();
+                            let sub = tile_args(args, t);
+                            let off = tile_c_offset(args.ldc, t);
+                            let c_span = host::span(sub.m, sub.n, args.ldc);
+                            if off + c_span > shared.len {
+                                return Err(GpuError::Unsupported(
+                                    "C shorter than its extent".into(),
+                                ));
+                            }
+                            // SAFETY: no thread writes C before the barrier below.
+                            let c_in = unsafe {
+                                std::slice::from_raw_parts(
+                                    shared.ptr.add(off) as *const f64,
+                                    c_span,
+                                )
+                            };
+                            let blocks = host::pipeline_blocks(&sub, engine);
+                            let (o, st) = host::staged_gemm(g, &sub, c_in, engine, blocks, a_dev)?;
+                            Ok(Some((o, st, c_span)))
+                        }))
+                        .unwrap_or_else(panicked);
+                        if let Err(e) = &r {
+                            fail(e);
+                        }
+                        r
+                    };
                     barrier.wait();
                     // Phase 2: every tile succeeded -> write this tile of C from staging.
-                    let (o, st, c_span) = staged?;
+                    let Some((o, st, c_span)) = staged? else {
+                        return Ok(None);
+                    };
                     if failed.load(Ordering::SeqCst) {
-                        return Ok((o, 0));
+                        return Ok(None);
                     }
                     let t0 = std::time::Instant::now();
                     // SAFETY: the staging (held by `guard`) holds the tile's span; tiles are
@@ -199,23 +330,25 @@ pub fn gemm(
                         commit_tile(shared, args.ldc, t, staged, commit_threads);
                     }
                     drop(guard);
-                    Ok((o, t0.elapsed().as_nanos() as u64))
+                    Ok(Some((o, t0.elapsed().as_nanos() as u64)))
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(GpuError::Cuda("a split tile's thread panicked".into()))
-                })
-            })
+            .map(|h| h.join().unwrap_or_else(panicked))
             .collect()
     });
     let mut out = MultiOutcome::default();
     let mut commit_ns = 0;
+    let mut done = Vec::with_capacity(results.len());
     for r in results {
-        let (o, ns) = r?;
+        done.push(r?);
+    }
+    for r in done {
+        let Some((o, ns)) = r else {
+            return Err(GpuError::Cuda("a split tile was skipped".into()));
+        };
         out.tiles.push(o);
         commit_ns = commit_ns.max(ns);
     }
@@ -293,6 +426,24 @@ mod tests {
     fn fill(len: usize, seed: u64) -> Vec<f64> {
         let mut r = ozaki_core::testutil::Rng::new(seed);
         (0..len).map(|_| r.uniform() - 0.5).collect()
+    }
+
+    /// A is shared across devices only for column splits over distinct devices.
+    #[test]
+    fn a_is_shared_only_by_column_tiles_on_distinct_devices() {
+        let p = SplitParams {
+            min_rows: 4,
+            min_cols: 4,
+            align: 4,
+        };
+        let plan = split_c(64, 64, &[0, 1], &p);
+        assert_eq!(plan.grid_rows, 1, "{plan:?}");
+        assert!(shares_a(&plan));
+        assert!(!shares_a(&split_c(64, 64, &[0, 0], &p)));
+        let grid = split_c(64, 64, &[0, 1, 2, 3], &p);
+        assert!(grid.grid_rows > 1, "{grid:?}");
+        assert!(!shares_a(&grid));
+        assert!(!shares_a(&split_c(64, 64, &[0], &p)));
     }
 
     /// The shim never splits unless asked (`OZAKI_SPLIT=1`).

@@ -295,3 +295,56 @@ fn a_nan_in_the_last_block_leaves_c_untouched() {
         host::gemm_blocks(&mut g, &ok, &mut c2, Engine::Native, 2).expect("after a failure");
     }
 }
+
+/// On two GPUs, where A is staged once and shared between the devices before the tiles
+/// run, a NaN that only the second GPU's tile sees still leaves all of C untouched, and the
+/// next split call works.
+#[test]
+fn a_failing_tile_on_two_gpus_leaves_c_untouched() {
+    if !have_gpu() {
+        return;
+    }
+    let count = gpu_kernels::device::device_count().unwrap_or(0);
+    if count < 2 {
+        eprintln!("skipped: {count} CUDA device(s), need 2");
+        return;
+    }
+    let (m, n, k) = (512usize, 1024usize, 96usize);
+    let a = vec(13, m * k);
+    let mut b = vec(14, k * n);
+    b[k * n - 1] = f64::NAN; // last column of B: only the second column tile sees it
+    let c0 = vec(15, m * n);
+    let params = SplitParams {
+        min_rows: 128,
+        min_cols: 128,
+        align: 128,
+    };
+    let plan = split_c(m as u64, n as u64, &[0, 1], &params);
+    assert_eq!(plan.grid_rows, 1, "{plan:?}");
+    let args = GemmArgs {
+        beta: 0.5,
+        ..GemmArgs::product(m, n, k, &a, &b)
+    };
+    let mut c = c0.clone();
+    let r = multi::gemm(&args, &mut c, Engine::Ozaki(Options::default()), &plan);
+    assert!(r.is_err(), "NaN in B must fail the emulated route");
+    assert!(
+        c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()),
+        "C was written although a tile failed"
+    );
+    b[k * n - 1] = 0.25;
+    let args = GemmArgs {
+        beta: 0.5,
+        ..GemmArgs::product(m, n, k, &a, &b)
+    };
+    let mut split = c0.clone();
+    multi::gemm(&args, &mut split, Engine::Native, &plan).expect("split after a failure");
+    let mut one = c0.clone();
+    host::gemm(&args, &mut one, Engine::Native).expect("one device");
+    let worst = one
+        .iter()
+        .zip(&split)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    assert!(worst <= 1e-12, "split after a failure differs by {worst:e}");
+}

@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 mod host_link;
+mod pipeline;
 mod split;
 
 #[derive(Parser, Debug)]
@@ -80,6 +81,10 @@ struct Args {
     /// Only run the host-memory and host-link microbenchmarks on these devices (e.g. `0,1`).
     #[arg(long)]
     host_link: Option<String>,
+    /// Only time the host-resident pipeline with these column-block counts (`auto` = its
+    /// own choice), for --shapes (default here: 8192,16384), both routes.
+    #[arg(long)]
+    pipeline: Option<String>,
     /// Buffer size of the host-link microbenchmarks, MiB.
     #[arg(long, default_value_t = 1024)]
     link_mib: usize,
@@ -235,6 +240,16 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
     };
     if let Some(devices) = &args.host_link {
         host_link::run(devices, args.link_mib, &mut emit)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(blocks) = &args.pipeline {
+        let default_shapes = Args::parse_from(["bench"]).shapes;
+        let shapes = if args.shapes == default_shapes {
+            "8192,16384"
+        } else {
+            args.shapes.as_str()
+        };
+        pipeline::run(blocks, shapes, args.reps, &mut emit)?;
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(devices) = &args.split {

@@ -1,0 +1,75 @@
+//! `ozaki bench --pipeline 1,2,4,8`: the host-resident pipeline of `gpu_kernels::host` with
+//! each given number of column blocks (and the automatic choice) against the host-link bound,
+//! both routes, side by side in one run (issue #4). Each timing is the whole host-resident
+//! call, median of `--reps` after a warm-up; operands standard normal, beta = 0, automatic
+//! moduli for gpu-ozaki.
+
+use super::{median_wall, parse_shape, random_matrix};
+use anyhow::{Result, anyhow};
+use gpu_kernels::host::{self, Engine};
+use gpu_kernels::ozaki::Options;
+use ozaki_core::blas::GemmArgs;
+
+/// Runs the sweep for each shape; `emit` receives one JSON object per shape, route and count.
+pub fn run(
+    blocks: &str,
+    shapes: &str,
+    reps: usize,
+    emit: &mut dyn FnMut(serde_json::Value) -> Result<()>,
+) -> Result<()> {
+    let ge = |e: gpu_kernels::GpuError| anyhow!("{e}");
+    let counts: Vec<Option<usize>> = blocks
+        .split(',')
+        .map(|s| match s.trim() {
+            "auto" => Ok(None),
+            s => s.parse().map(Some),
+        })
+        .collect::<Result<_, _>>()?;
+    let (h2d, describe) = {
+        let mut g = gpu_kernels::gpu().map_err(ge)?;
+        let (h2d, _) = gpu_kernels::measure::link_bandwidth(&mut g, 256 << 20).map_err(ge)?;
+        (h2d, g.describe())
+    };
+    println!("# ozaki bench --pipeline {blocks}: {describe}; pinned H2D {h2d:.1} GB/s");
+    println!("| shape | route | blocks | ms | link bound ms | bound / time | moduli |");
+    println!("|---|---|---:|---:|---:|---:|---|");
+    for shape in shapes.split(',').filter(|s| !s.trim().is_empty()) {
+        let (m, n, k) = parse_shape(shape.trim())?;
+        let a = random_matrix(m * k, 0.0, 21);
+        let b = random_matrix(k * n, 0.0, 22);
+        let args = GemmArgs::product(m, n, k, &a, &b);
+        let bound = 8.0 * (m * k + k * n + m * n) as f64 / (h2d * 1e9);
+        let mut c = vec![0.0; m * n];
+        for (name, engine) in [
+            ("gpu-native", Engine::Native),
+            ("gpu-ozaki", Engine::Ozaki(Options::default())),
+        ] {
+            for &count in &counts {
+                let blocks = count.unwrap_or_else(|| host::pipeline_blocks(&args, engine));
+                let mut moduli = None;
+                let t = median_wall(reps, || {
+                    let mut g = gpu_kernels::gpu().map_err(ge)?;
+                    let o = host::gemm_blocks(&mut g, &args, &mut c, engine, blocks).map_err(ge)?;
+                    moduli = o.moduli;
+                    Ok(())
+                })?;
+                let label = match count {
+                    None => format!("auto ({blocks})"),
+                    Some(b) => b.to_string(),
+                };
+                println!(
+                    "| {m}x{n}x{k} | {name} | {label} | {:.1} | {:.1} | {:.2} | {} |",
+                    t * 1e3,
+                    bound * 1e3,
+                    bound / t,
+                    moduli.map_or("-".into(), |r| r.to_string())
+                );
+                emit(
+                    serde_json::json!({"kind": "pipeline", "m": m, "n": n, "k": k, "route": name,
+                    "blocks": blocks, "auto": count.is_none(), "s": t, "link_bound_s": bound, "moduli": moduli}),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
