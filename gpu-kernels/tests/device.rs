@@ -411,7 +411,14 @@ fn more_moduli_never_hurt_and_default_is_at_least_fp64_grade() {
     let mut c = vec![0.0; m * n];
     host::gemm(&g, &mut c, Engine::Ozaki(Options::default())).unwrap();
     let e = worst_error(&g, &c, &c);
-    assert!(e <= e_native, "default moduli: {e:e}, native {e_native:e}");
+    // ACCURACY.md's contract for the default choice: at most 2 max(native's error, u). cuBLAS
+    // sums this short, wide product (64 x 64 x 2048) in blocks, so its error (5.3e-17 on the
+    // H200) is well below u; norm scaling's 14 moduli gave 1.5e-16 there (session 2).
+    let u = f64::EPSILON / 2.0;
+    assert!(
+        e <= 2.0 * e_native.max(u),
+        "default moduli: {e:e}, native {e_native:e}"
+    );
 }
 
 #[test]
