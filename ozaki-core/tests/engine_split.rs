@@ -237,3 +237,85 @@ fn split_decisions_are_cached_like_any_other() {
     let one_tile = predict(&p, &tile, Route::GpuNative, None, 16).seconds;
     assert!(sp.seconds >= one_tile, "{} vs {one_tile}", sp.seconds);
 }
+
+/// What `ozaki calibrate --survey-only` recorded on 2x H200 (session 2): one staged transfer
+/// size per device and one for both at once. A single size must still fit a bandwidth
+/// (it fitted none before, so the profile said 0 GB/s and no shared-link entry).
+#[test]
+fn a_survey_with_one_transfer_size_fits_every_link() {
+    let one = |bytes: u64, seconds: f64| {
+        [Direction::H2d, Direction::D2h]
+            .map(|direction| LinkSample {
+                direction,
+                memory: HostMemory::Staged,
+                bytes,
+                seconds,
+            })
+            .to_vec()
+    };
+    let (mut devices, mut share) = survey([57.7e12, 61.4e12], 25e9, 40e9);
+    devices[0].link = one(545_259_520, 0.021_502_439);
+    devices[1].link = one(545_259_520, 0.021_641_581);
+    share.link = one(3_271_557_120, 0.144_929_283);
+    let mut p = h200();
+    merge_devices(&mut p, &devices, Some(&share));
+    for d in &p.devices {
+        assert!(
+            (d.h2d_staged / 25.2e9 - 1.0).abs() < 0.01,
+            "{}",
+            d.h2d_staged
+        );
+        assert!(d.d2h_staged > 0.0);
+    }
+    let h = p.host_share.as_ref().expect("shared-link entry");
+    assert!(
+        (h.h2d_staged_all / 22.57e9 - 1.0).abs() < 0.01,
+        "{}",
+        h.h2d_staged_all
+    );
+}
+
+/// Splits measured faster than the two-link measurement prices them (2x H200, session 2:
+/// the links said "shared", 22.6 GB/s together vs 25.4 alone, yet 16384^3 and 32768^3 split
+/// ran in 0.168 s and 0.967 s, 1.48x and 1.73x one GPU): the fitted share believes the
+/// splits, and the engine then takes the large split.
+#[test]
+fn splits_faster_than_the_link_measurement_fit_the_share() {
+    let (devices, mut share) = survey([57.7e12, 61.4e12], 25.4e9, 22.6e9);
+    let mut linked = h200();
+    merge_devices(&mut linked, &devices, Some(&share));
+    assert!(linked.host_share.as_ref().unwrap().fitted_share.is_none());
+    let params = ozaki_core::devices::SplitParams::default();
+    let big = CallShape::gemm(32768, 32768, 32768);
+    let before =
+        ozaki_core::engine::split::price(&linked, &big, Route::GpuNative, None, &[0, 1], &params)
+            .unwrap();
+    assert!(
+        !before.pays,
+        "the link measurement alone prices the split as a loss"
+    );
+    for (n, seconds) in [(16384u64, 0.168), (32768, 0.967)] {
+        share.splits.push(SplitSample {
+            route: "gpu-native".into(),
+            m: n,
+            n,
+            k: n,
+            moduli: None,
+            devices: vec![0, 1],
+            seconds,
+        });
+    }
+    let mut fitted = h200();
+    merge_devices(&mut fitted, &devices, Some(&share));
+    let f = fitted
+        .host_share
+        .as_ref()
+        .unwrap()
+        .fitted_share
+        .expect("fitted");
+    assert!(f > ozaki_core::engine::split::link_share(&linked, 2), "{f}");
+    let after =
+        ozaki_core::engine::split::price(&fitted, &big, Route::GpuNative, None, &[0, 1], &params)
+            .unwrap();
+    assert!(after.pays && after.seconds < before.seconds);
+}

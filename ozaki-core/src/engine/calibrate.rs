@@ -370,7 +370,9 @@ fn fit_link(samples: &[LinkSample], dir: Direction, mem: HostMemory) -> Option<(
         let (s, l) = match (use_bw, use_lat) {
             (true, true) => {
                 let det = a11 * a22 - a12 * a12;
-                if det.abs() < 1e-300 {
+                // One transfer size (a device survey times one) makes the system singular;
+                // relative to its terms, since rounding leaves det far above 1e-300 then.
+                if det.abs() <= 1e-9 * a11 * a22 {
                     return None;
                 }
                 ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det)
@@ -388,7 +390,8 @@ fn fit_link(samples: &[LinkSample], dir: Direction, mem: HostMemory) -> Option<(
             .sum();
         Some((s, l, res))
     };
-    let best = [fit2(true, true), fit2(true, false)]
+    // both terms, or bandwidth alone (`fit2(use_lat, use_bw)`)
+    let best = [fit2(true, true), fit2(false, true)]
         .into_iter()
         .flatten()
         .min_by(|a, b| a.2.total_cmp(&b.2))?;
@@ -577,10 +580,12 @@ pub fn merge_devices(
             d2h_staged_all: d2h,
             split_overhead_s: 0.0,
             assemble_s_per_byte: 0.0,
+            fitted_share: None,
         })
     });
     let Some(sh) = share else { return };
     let params = crate::devices::SplitParams::default();
+    fit_share_to_splits(profile, sh, &params);
     let mut per_byte: Vec<(f64, f64)> = sh
         .splits
         .iter()
@@ -599,6 +604,69 @@ pub fn merge_devices(
         if let Some(&(bytes, residual)) = per_byte.first() {
             h.split_overhead_s = (residual - bytes * h.assemble_s_per_byte).max(0.0);
         }
+    }
+}
+
+/// Fits [`HostShare::fitted_share`] when the measured splits ran *faster* than the two-link
+/// measurement prices them: the link share (between that measurement's and 1) whose split
+/// prices best match the measured splits (least squares in log time). Splits slower than
+/// priced are left to the host terms fitted after this. The two-link measurement alone
+/// misjudged this on 2x H200 (session 2): it put the share at 0.45 and priced a 32768^3
+/// split at 0.67x one GPU, where the executor measured 1.73x.
+fn fit_share_to_splits(
+    profile: &mut Profile,
+    sh: &ShareMeasurements,
+    params: &crate::devices::SplitParams,
+) {
+    let active = sh.devices.len().max(2);
+    let Some(h) = profile.host_share.as_mut() else {
+        return;
+    };
+    h.fitted_share = None;
+    let lo = super::split::link_share(profile, active);
+    let mut ratios: Vec<f64> = sh
+        .splits
+        .iter()
+        .filter(|s| s.seconds > 0.0)
+        .filter_map(|s| {
+            let route: Route = s.route.parse().ok()?;
+            let shape = CallShape::gemm(s.m, s.n, s.k);
+            let e = super::split::price(profile, &shape, route, s.moduli, &s.devices, params)?;
+            Some(e.seconds / s.seconds)
+        })
+        .collect();
+    if median(&mut ratios).is_none_or(|r| r <= 1.0) {
+        return;
+    }
+    let steps = 64;
+    let mut best: Option<(f64, f64)> = None;
+    for i in 0..=steps {
+        let f = lo + (1.0 - lo) * f64::from(i) / f64::from(steps);
+        let mut trial = profile.clone();
+        if let Some(h) = trial.host_share.as_mut() {
+            h.fitted_share = Some(f);
+        }
+        let errs: Option<Vec<f64>> = sh
+            .splits
+            .iter()
+            .filter(|s| s.seconds > 0.0)
+            .map(|s| {
+                let route: Route = s.route.parse().ok()?;
+                let shape = CallShape::gemm(s.m, s.n, s.k);
+                let e = super::split::price(&trial, &shape, route, s.moduli, &s.devices, params)?;
+                Some((e.seconds / s.seconds).ln().powi(2))
+            })
+            .collect();
+        let Some(errs) = errs.filter(|e| !e.is_empty()) else {
+            return;
+        };
+        let err: f64 = errs.iter().sum();
+        if best.is_none_or(|(_, b)| err < b) {
+            best = Some((f, err));
+        }
+    }
+    if let (Some((f, _)), Some(h)) = (best, profile.host_share.as_mut()) {
+        h.fitted_share = Some(f);
     }
 }
 

@@ -111,6 +111,12 @@ pub struct HostShare {
     /// measured.
     #[serde(default)]
     pub assemble_s_per_byte: f64,
+    /// Fraction of its own staged bandwidth each device gets while all copy, fitted so that
+    /// the engine's prices of the measured splits match their measured times (what the
+    /// executor really reaches, overlap included); takes precedence over the ratio of the
+    /// two link measurements above. Absent when no split was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitted_share: Option<f64>,
 }
 
 impl HostShare {

@@ -114,6 +114,10 @@ pub fn link_share(profile: &Profile, active: usize) -> f64 {
     }
     let single = single_h2d(profile);
     match &profile.host_share {
+        Some(HostShare {
+            fitted_share: Some(f),
+            ..
+        }) => f.clamp(1.0 / active, 1.0),
         Some(h) if h.h2d_staged_all > 0.0 && single > 0.0 => {
             (h.h2d_staged_all / (active * single)).min(1.0)
         }
@@ -141,7 +145,10 @@ pub fn shared_link(profile: &Profile) -> bool {
     profile
         .host_share
         .as_ref()
-        .is_none_or(|h: &HostShare| h.shared(single_h2d(profile)))
+        .is_none_or(|h: &HostShare| match h.fitted_share {
+            Some(f) => f < 0.75,
+            None => h.shared(single_h2d(profile)),
+        })
 }
 
 /// The executor's host work for a split of an `m x n` C: (fixed s, per-byte s).
