@@ -69,12 +69,14 @@ fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
             .unwrap_err()
             .contains("OZAKI_PROFILE")
     );
-    let text = std::fs::read_to_string(&explicit).unwrap().replacen(
-        "\"version\": 1",
-        "\"version\": 99",
-        1,
+    let mut newer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&explicit).unwrap()).unwrap();
+    newer["version"] = 99.into();
+    assert!(
+        Profile::from_json(&newer.to_string())
+            .unwrap_err()
+            .contains("newer")
     );
-    assert!(Profile::from_json(&text).unwrap_err().contains("newer"));
 }
 
 #[test]

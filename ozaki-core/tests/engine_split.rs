@@ -76,20 +76,27 @@ fn survey(
 
 #[test]
 fn a_version_1_profile_still_loads_without_devices() {
-    let text = include_str!("../../profiles/h200.json");
-    assert!(
-        text.contains("\"version\": 1"),
-        "the shipped profile is the old format"
-    );
-    let p = Profile::from_json(text).unwrap();
+    // the shipped profile as session 1 wrote it: format 1, no survey keys
+    let mut v1: serde_json::Value =
+        serde_json::from_str(include_str!("../../profiles/h200.json")).unwrap();
+    v1["version"] = 1.into();
+    let obj = v1.as_object_mut().unwrap();
+    obj.remove("devices");
+    obj.remove("host_share");
+    let text = serde_json::to_string_pretty(&v1).unwrap();
+    let p = Profile::from_json(&text).unwrap();
     assert!(p.devices.is_empty() && p.host_share.is_none());
     assert!(p.version < profile::PROFILE_VERSION);
     // Saving it writes no empty version-2 fields (readers of version 1 see the same keys).
     let back = serde_json::to_string(&p).unwrap();
     assert!(!back.contains("\"devices\"") && !back.contains("host_share"));
     // A version newer than this build's is refused, as before.
-    let newer = text.replacen("\"version\": 1", "\"version\": 3", 1);
-    assert!(Profile::from_json(&newer).unwrap_err().contains("newer"));
+    v1["version"] = 3.into();
+    assert!(
+        Profile::from_json(&v1.to_string())
+            .unwrap_err()
+            .contains("newer")
+    );
 }
 
 #[test]

@@ -28,12 +28,18 @@ fn explain(args: &[&str], profile: &Path) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// The shipped H200 profile (format 1: no survey), and the same with a survey of two GPUs
-/// whose host links do not slow each other, written to `dir`.
+/// The shipped H200 profile without its survey (as on a machine where no survey ran), and
+/// the same with a survey of two GPUs whose host links do not slow each other, both
+/// written to `dir`.
 fn profiles(dir: &Path) -> (PathBuf, PathBuf) {
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles/h200.json");
     let mut p: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&shipped).unwrap()).unwrap();
+    let obj = p.as_object_mut().unwrap();
+    obj.remove("devices");
+    obj.remove("host_share");
+    let unsurveyed = dir.join("unsurveyed.json");
+    std::fs::write(&unsurveyed, serde_json::to_string_pretty(&p).unwrap()).unwrap();
     let link = p["gpu"]["link"]["h2d_staged"].as_f64().unwrap();
     let device = |o: u32| {
         serde_json::json!({"ordinal": o, "name": "NVIDIA H200", "fp64_flops": 60e12,
@@ -45,16 +51,16 @@ fn profiles(dir: &Path) -> (PathBuf, PathBuf) {
         "d2h_staged_all": 2.0 * link});
     let surveyed = dir.join("surveyed.json");
     std::fs::write(&surveyed, serde_json::to_string_pretty(&p).unwrap()).unwrap();
-    (shipped, surveyed)
+    (unsurveyed, surveyed)
 }
 
 #[test]
 fn explain_prices_the_split_and_takes_it_only_when_the_survey_says_it_pays() {
     let dir = work_dir("split-cli");
-    let (shipped, surveyed) = profiles(&dir);
+    let (unsurveyed, surveyed) = profiles(&dir);
     let big = ["32768", "32768", "32768", "--devices", "0,1"];
     // No survey: both GPU routes priced split, per device, shared link, not taken.
-    let (ok, out) = explain(&big, &shipped);
+    let (ok, out) = explain(&big, &unsurveyed);
     assert!(ok, "{out}");
     assert_eq!(out.matches("split over GPUs [0, 1]").count(), 2, "{out}");
     assert!(

@@ -383,8 +383,8 @@ mod tests {
 
     #[test]
     fn without_a_survey_the_link_counts_as_shared() {
-        let p = h200();
-        assert!(p.devices.is_empty() && p.host_share.is_none());
+        let mut p = h200();
+        (p.devices, p.host_share) = (Vec::new(), None);
         assert!(shared_link(&p));
         assert_eq!(link_share(&p, 2), 0.5);
         assert_eq!(link_share(&p, 1), 1.0);
