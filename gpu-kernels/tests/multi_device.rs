@@ -155,6 +155,18 @@ fn compare(slots: &[u32]) {
     }
 }
 
+/// Whether two CUDA devices are present (saying why not when they are not).
+fn have_two_gpus() -> bool {
+    if !have_gpu() {
+        return false;
+    }
+    let count = gpu_kernels::device::device_count().unwrap_or(0);
+    if count < 2 {
+        eprintln!("skipped: {count} CUDA device(s), need 2");
+    }
+    count >= 2
+}
+
 #[test]
 fn split_on_one_gpu_twice_matches_one_device() {
     if !have_gpu() {
@@ -165,12 +177,7 @@ fn split_on_one_gpu_twice_matches_one_device() {
 
 #[test]
 fn split_on_two_gpus_matches_one_device() {
-    if !have_gpu() {
-        return;
-    }
-    let count = gpu_kernels::device::device_count().unwrap_or(0);
-    if count < 2 {
-        eprintln!("skipped: {count} CUDA device(s), need 2");
+    if !have_two_gpus() {
         return;
     }
     compare(&[0, 1]);
@@ -301,12 +308,7 @@ fn a_nan_in_the_last_block_leaves_c_untouched() {
 /// next split call works.
 #[test]
 fn a_failing_tile_on_two_gpus_leaves_c_untouched() {
-    if !have_gpu() {
-        return;
-    }
-    let count = gpu_kernels::device::device_count().unwrap_or(0);
-    if count < 2 {
-        eprintln!("skipped: {count} CUDA device(s), need 2");
+    if !have_two_gpus() {
         return;
     }
     let (m, n, k) = (512usize, 1024usize, 96usize);

@@ -74,6 +74,19 @@ fn survey(
     (devices, share)
 }
 
+/// A measured gpu-native split of an n^3 dgemm over GPUs 0 and 1.
+fn measured_split(n: u64, seconds: f64) -> SplitSample {
+    SplitSample {
+        route: "gpu-native".into(),
+        m: n,
+        n,
+        k: n,
+        moduli: None,
+        devices: vec![0, 1],
+        seconds,
+    }
+}
+
 #[test]
 fn a_version_1_profile_still_loads_without_devices() {
     // the shipped profile as session 1 wrote it: format 1, no survey keys
@@ -158,15 +171,9 @@ fn a_measured_split_fits_the_host_assembly_term() {
         let e =
             ozaki_core::engine::split::price(&p, &shape, Route::GpuNative, None, &[0, 1], &params)
                 .unwrap();
-        share.splits.push(SplitSample {
-            route: "gpu-native".into(),
-            m: n,
-            n,
-            k: n,
-            moduli: None,
-            devices: vec![0, 1],
-            seconds: e.seconds + 8.0 * (n * n) as f64 * 1e-9,
-        });
+        share
+            .splits
+            .push(measured_split(n, e.seconds + 8.0 * (n * n) as f64 * 1e-9));
     }
     merge_devices(&mut p, &devices, Some(&share));
     let h = p.host_share.unwrap();
@@ -302,15 +309,7 @@ fn splits_faster_than_the_link_measurement_fit_the_share() {
         "the link measurement alone prices the split as a loss"
     );
     for (n, seconds) in [(16384u64, 0.168), (32768, 0.967)] {
-        share.splits.push(SplitSample {
-            route: "gpu-native".into(),
-            m: n,
-            n,
-            k: n,
-            moduli: None,
-            devices: vec![0, 1],
-            seconds,
-        });
+        share.splits.push(measured_split(n, seconds));
     }
     let mut fitted = h200();
     merge_devices(&mut fitted, &devices, Some(&share));

@@ -586,16 +586,8 @@ pub fn merge_devices(
     let Some(sh) = share else { return };
     let params = crate::devices::SplitParams::default();
     fit_share_to_splits(profile, sh, &params);
-    let mut per_byte: Vec<(f64, f64)> = sh
-        .splits
-        .iter()
-        .filter_map(|s| {
-            let route: Route = s.route.parse().ok()?;
-            let shape = CallShape::gemm(s.m, s.n, s.k);
-            let e = super::split::price(profile, &shape, route, s.moduli, &s.devices, &params)?;
-            let bytes = 8.0 * (s.m * s.n) as f64;
-            Some((bytes, s.seconds - e.seconds))
-        })
+    let mut per_byte: Vec<(f64, f64)> = priced_splits(profile, sh, &params)
+        .map(|(s, priced)| (8.0 * (s.m * s.n) as f64, s.seconds - priced))
         .collect();
     let mut ratios: Vec<f64> = per_byte.iter().map(|(b, r)| r / b).collect();
     if let (Some(m), Some(h)) = (median(&mut ratios), profile.host_share.as_mut()) {
@@ -605,6 +597,21 @@ pub fn merge_devices(
             h.split_overhead_s = (residual - bytes * h.assemble_s_per_byte).max(0.0);
         }
     }
+}
+
+/// Each measured split with the engine's price of it under `profile` (splits the engine
+/// cannot price are left out).
+fn priced_splits<'a>(
+    profile: &'a Profile,
+    sh: &'a ShareMeasurements,
+    params: &'a crate::devices::SplitParams,
+) -> impl Iterator<Item = (&'a SplitSample, f64)> + 'a {
+    sh.splits.iter().filter_map(move |s| {
+        let route: Route = s.route.parse().ok()?;
+        let shape = CallShape::gemm(s.m, s.n, s.k);
+        let e = super::split::price(profile, &shape, route, s.moduli, &s.devices, params)?;
+        Some((s, e.seconds))
+    })
 }
 
 /// Fits [`HostShare::fitted_share`] when the measured splits ran *faster* than the two-link
@@ -624,16 +631,9 @@ fn fit_share_to_splits(
     };
     h.fitted_share = None;
     let lo = super::split::link_share(profile, active);
-    let mut ratios: Vec<f64> = sh
-        .splits
-        .iter()
-        .filter(|s| s.seconds > 0.0)
-        .filter_map(|s| {
-            let route: Route = s.route.parse().ok()?;
-            let shape = CallShape::gemm(s.m, s.n, s.k);
-            let e = super::split::price(profile, &shape, route, s.moduli, &s.devices, params)?;
-            Some(e.seconds / s.seconds)
-        })
+    let mut ratios: Vec<f64> = priced_splits(profile, sh, params)
+        .filter(|(s, _)| s.seconds > 0.0)
+        .map(|(s, priced)| priced / s.seconds)
         .collect();
     if median(&mut ratios).is_none_or(|r| r <= 1.0) {
         return;
@@ -646,21 +646,10 @@ fn fit_share_to_splits(
         if let Some(h) = trial.host_share.as_mut() {
             h.fitted_share = Some(f);
         }
-        let errs: Option<Vec<f64>> = sh
-            .splits
-            .iter()
-            .filter(|s| s.seconds > 0.0)
-            .map(|s| {
-                let route: Route = s.route.parse().ok()?;
-                let shape = CallShape::gemm(s.m, s.n, s.k);
-                let e = super::split::price(&trial, &shape, route, s.moduli, &s.devices, params)?;
-                Some((e.seconds / s.seconds).ln().powi(2))
-            })
-            .collect();
-        let Some(errs) = errs.filter(|e| !e.is_empty()) else {
-            return;
-        };
-        let err: f64 = errs.iter().sum();
+        let err: f64 = priced_splits(&trial, sh, params)
+            .filter(|(s, _)| s.seconds > 0.0)
+            .map(|(s, priced)| (priced / s.seconds).ln().powi(2))
+            .sum();
         if best.is_none_or(|(_, b)| err < b) {
             best = Some((f, err));
         }
