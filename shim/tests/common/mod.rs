@@ -348,3 +348,39 @@ pub fn run_both(what: &str, dir: &Path, prog: &Path, args: &[&str]) -> (String, 
     assert_eq!(trace.headers.len(), 1, "{what}: one header per trace file");
     (String::from_utf8(with.stdout).unwrap(), trace)
 }
+
+/// The lines a reference Level 3 tester's summary prints for `routines` (as the tester pads
+/// them, e.g. `"DGEMM "`) when they pass: the error-exit tests (when `error_exits`) and the
+/// computational tests, once per layout for the CBLAS tester (`cblas`).
+pub fn tester_pass_lines(routines: &[&str], cblas: bool, error_exits: bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    for routine in routines {
+        if error_exits {
+            lines.push(format!(" {routine} PASSED THE TESTS OF ERROR-EXITS"));
+        }
+        if cblas {
+            for layout in ["COLUMN-MAJOR", "ROW-MAJOR   "] {
+                lines.push(format!(
+                    " {routine} PASSED THE {layout} COMPUTATIONAL TESTS"
+                ));
+            }
+        } else {
+            lines.push(format!(" {routine} PASSED THE COMPUTATIONAL TESTS"));
+        }
+    }
+    lines
+}
+
+/// The tester's summary shows every line of `expected` and no failed or suspect result.
+pub fn assert_tester_passed(summary: &str, expected: &[String]) {
+    for line in expected {
+        assert!(
+            summary.contains(line.as_str()),
+            "{line:?} missing:\n{summary}"
+        );
+    }
+    assert!(
+        !summary.contains("FAIL") && !summary.contains("SUSPECT"),
+        "{summary}"
+    );
+}
