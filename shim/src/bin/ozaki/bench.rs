@@ -8,6 +8,7 @@
 //! Timings are medians of wall-clock repetitions of launch + synchronise after a warm-up,
 //! so every column pays its own synchronisation the same way.
 
+use crate::fortran_dgemm::{Dgemm, plain_nn};
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
 use gpu_kernels::host::{self, Engine};
@@ -172,23 +173,7 @@ fn fmt_err(e: (f64, f64)) -> String {
     format!("{:.1e}", e.1)
 }
 
-type NvblasDgemm = unsafe extern "C" fn(
-    *const u8,
-    *const u8,
-    *const i32,
-    *const i32,
-    *const i32,
-    *const f64,
-    *const f64,
-    *const i32,
-    *const f64,
-    *const i32,
-    *const f64,
-    *mut f64,
-    *const i32,
-    usize,
-    usize,
-);
+type NvblasDgemm = Dgemm<i32>;
 
 struct Nvblas {
     _lib: libloading::Library,
@@ -568,28 +553,9 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
 
         if let Some(nv) = &nvblas {
             let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-            let (alpha, beta) = (1.0f64, 0.0f64);
             let t = median_wall(args.reps.min(3), || {
-                // SAFETY: Fortran dgemm_ on host arrays of the stated shapes.
-                unsafe {
-                    (nv.dgemm)(
-                        b"N".as_ptr(),
-                        b"N".as_ptr(),
-                        &mi,
-                        &ni,
-                        &ki,
-                        &alpha,
-                        a.as_ptr(),
-                        &mi,
-                        b.as_ptr(),
-                        &ki,
-                        &beta,
-                        c.as_mut_ptr(),
-                        &mi,
-                        1,
-                        1,
-                    )
-                };
+                // SAFETY: NVBLAS's LP64 dgemm_ on host arrays of the stated shapes.
+                unsafe { plain_nn(nv.dgemm, mi, ni, ki, &a, &b, &mut c) };
                 Ok(())
             })?;
             let e = sampled_errors(&a, &b, &c, (m, n, k), &samples);

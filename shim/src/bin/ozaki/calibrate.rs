@@ -522,42 +522,10 @@ fn write_validation(rep: &ValidationReport, out: Option<&std::path::Path>) -> an
 /// The vendor CPU BLAS, opened with dlopen.
 mod cpu {
     use anyhow::Context;
-    use std::ffi::c_char;
 
-    type Dgemm32 = unsafe extern "C" fn(
-        *const c_char,
-        *const c_char,
-        *const i32,
-        *const i32,
-        *const i32,
-        *const f64,
-        *const f64,
-        *const i32,
-        *const f64,
-        *const i32,
-        *const f64,
-        *mut f64,
-        *const i32,
-        usize,
-        usize,
-    );
-    type Dgemm64 = unsafe extern "C" fn(
-        *const c_char,
-        *const c_char,
-        *const i64,
-        *const i64,
-        *const i64,
-        *const f64,
-        *const f64,
-        *const i64,
-        *const f64,
-        *const i64,
-        *const f64,
-        *mut f64,
-        *const i64,
-        usize,
-        usize,
-    );
+    use crate::fortran_dgemm::{Dgemm, plain_nn};
+    type Dgemm32 = Dgemm<i32>;
+    type Dgemm64 = Dgemm<i64>;
     type SetThreads = unsafe extern "C" fn(i32);
     type GetThreads = unsafe extern "C" fn() -> i32;
 
@@ -709,51 +677,15 @@ mod cpu {
                 .map(|i| ((i * 5 + 1) % 13) as f64 / 13.0 - 0.5)
                 .collect();
             let mut c = vec![0.0f64; (m * n) as usize];
-            let (alpha, beta) = (1.0f64, 0.0f64);
-            let nt = b"N".as_ptr().cast::<c_char>();
             super::time_median(|| match self.gemm {
-                // SAFETY: buffers are m×k, k×n and m×n with leading dimensions m, k, m, as
-                // dgemm requires; the character arguments are 1-byte strings of length 1.
+                // SAFETY: buffers are m×k, k×n and m×n as allocated above; f is the
+                // library's dgemm_ of the width it was resolved as.
                 Gemm::Lp64(f) => unsafe {
-                    let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-                    f(
-                        nt,
-                        nt,
-                        &mi,
-                        &ni,
-                        &ki,
-                        &alpha,
-                        a.as_ptr(),
-                        &mi,
-                        b.as_ptr(),
-                        &ki,
-                        &beta,
-                        c.as_mut_ptr(),
-                        &mi,
-                        1,
-                        1,
-                    )
+                    plain_nn(f, m as i32, n as i32, k as i32, &a, &b, &mut c)
                 },
                 // SAFETY: as above with 64-bit integers.
                 Gemm::Ilp64(f) => unsafe {
-                    let (mi, ni, ki) = (m as i64, n as i64, k as i64);
-                    f(
-                        nt,
-                        nt,
-                        &mi,
-                        &ni,
-                        &ki,
-                        &alpha,
-                        a.as_ptr(),
-                        &mi,
-                        b.as_ptr(),
-                        &ki,
-                        &beta,
-                        c.as_mut_ptr(),
-                        &mi,
-                        1,
-                        1,
-                    )
+                    plain_nn(f, m as i64, n as i64, k as i64, &a, &b, &mut c)
                 },
             })
         }

@@ -10,6 +10,7 @@ mod ab_report;
 mod bench;
 mod calibrate;
 mod explain;
+mod fortran_dgemm;
 mod launcher;
 mod progress;
 mod replay;
