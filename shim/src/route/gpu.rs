@@ -64,6 +64,17 @@ fn outcome(o: HostOutcome, engine: Engine) -> RouteOutcome {
     }
 }
 
+/// A call with nothing to multiply (alpha = 0 or k = 0) is C = beta C: left to the vendor
+/// BLAS, which scales C without reading A and B (the reference semantics).
+fn needs_product(alpha: f64, k: usize) -> Result<(), RouteError> {
+    if alpha == 0.0 || k == 0 {
+        return Err(RouteError::Failed(
+            "alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// C = alpha op(A) op(B) + beta C on the GPU; `route` is `GpuNative` or `GpuOzaki`.
 ///
 /// # Errors
@@ -77,11 +88,7 @@ pub fn gemm(
     c: &mut [f64],
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
-    if args.alpha == 0.0 || args.k == 0 {
-        return Err(RouteError::Failed(
-            "alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into(),
-        ));
-    }
+    needs_product(args.alpha, args.k)?;
     let engine = engine(route, config);
     // Issue #7: in a process owning several GPU slots, a call the engine prices faster split
     // (or any large call with OZAKI_SPLIT=1) runs as C tiles, one per slot
@@ -112,11 +119,7 @@ pub fn syrk(
     c: &mut [f64],
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
-    if args.alpha == 0.0 || args.k == 0 {
-        return Err(RouteError::Failed(
-            "alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into(),
-        ));
-    }
+    needs_product(args.alpha, args.k)?;
     let engine = engine(route, config);
     host::syrk(args, c, engine)
         .map(|o| outcome(o, engine))
