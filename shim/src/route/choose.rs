@@ -15,17 +15,33 @@
 //! GPU route's default scaling (`gpu_kernels::ozaki::typical_moduli`). The trace's
 //! `moduli` field shows the count really used. Inputs the emulation cannot represent
 //! (NaN/Inf, too wide a spread) are caught by the route itself, which then falls back.
+//!
+//! Building the engine initialises the GPU (its name selects the profile), which costs
+//! 0.5-0.9 s of CUDA context creation (measured on the H200s: NumPy's first call, and each
+//! ScaLAPACK rank whose local calls all stayed on the CPU). Until a call may need the GPU,
+//! a *pre-engine* ([`pre_engine`]) prices it with the profile the process would use without
+//! a GPU name (`OZAKI_PROFILE`, else the built-in GPU profile) and sends it to the vendor
+//! BLAS without touching CUDA when the vendor is clearly faster ([`CLEARLY`]); a process
+//! whose calls are all small never creates a context.
 
 use super::Choice;
 use crate::abi::Shape;
 use crate::config::{Config, notice};
-use ozaki_core::engine::choose::{Engine, blas_threads};
+use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
+use ozaki_core::route::Route;
 use ozaki_core::trace::Routine;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();
+static PRE_ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
+
+/// How much faster than every GPU route the pre-engine must price the vendor BLAS to send a
+/// call there without initialising the GPU: margin for a calibrated profile of this machine
+/// (which the pre-engine cannot find before it knows the GPU's name) differing from the
+/// one it prices with.
+pub const CLEARLY: f64 = 2.0;
 
 /// The name of this process's GPU, when a GPU route can run here (initialises the GPU: the
 /// first `auto` call pays for it once, as the first GPU call would anyway).
@@ -91,6 +107,61 @@ pub fn engine() -> &'static Engine {
     ENGINE.get_or_init(build)
 }
 
+/// The engine used before the GPU is initialised (module doc): `None` when no GPU library is
+/// present (then [`build`] is cheap anyway) or the profile it would use describes no GPU.
+fn pre_engine() -> Option<&'static Engine> {
+    PRE_ENGINE
+        .get_or_init(|| {
+            if gpu_kernels::probe::Libraries::detect()
+                .native_missing()
+                .is_some()
+            {
+                return None;
+            }
+            let env = std::env::var("OZAKI_PROFILE").ok();
+            let prof = match env.as_deref().filter(|p| !p.is_empty()) {
+                Some(p) => Profile::load(std::path::Path::new(p)).ok()?,
+                None => Profile::built_in_for_gpu("H200")?.1,
+            };
+            prof.gpu.as_ref()?;
+            let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+            Some(Engine::new(
+                prof,
+                blas_threads(|v| std::env::var(v).ok(), avail),
+            ))
+        })
+        .as_ref()
+}
+
+/// The pre-engine's decision for `cs` when it is clearly the vendor BLAS; `None` when the
+/// call may need the GPU, or the engine is already built.
+fn clearly_vendor(cs: &CallShape, moduli: Option<u32>) -> Option<Arc<Decision>> {
+    if ENGINE.get().is_some() {
+        return None;
+    }
+    clearly_vendor_by(pre_engine()?, cs, moduli)
+}
+
+/// `engine`'s decision for `cs` when it is "vendor, by at least [`CLEARLY`] over every GPU
+/// route it priced".
+fn clearly_vendor_by(
+    engine: &Engine,
+    cs: &CallShape,
+    moduli: Option<u32>,
+) -> Option<Arc<Decision>> {
+    let d = engine.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
+    if d.route != Route::Vendor {
+        return None;
+    }
+    let p = &d.prediction.predicted_s;
+    let vendor = *p.get(Route::Vendor.name())?;
+    let clearly = p
+        .iter()
+        .filter(|(r, _)| r.as_str() != Route::Vendor.name())
+        .all(|(_, &s)| s >= CLEARLY * vendor);
+    clearly.then_some(d)
+}
+
 /// The engine's view of a decoded call.
 fn call_shape(s: &Shape) -> CallShape {
     let dim = |x: i64| x.max(0) as u64;
@@ -125,6 +196,17 @@ pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
 /// The route `auto` takes for this call, with the prediction for the trace.
 pub fn auto(shape: &Shape, config: &Config) -> Choice {
     let cs = call_shape(shape);
+    if let Some(d) = clearly_vendor(&cs, config.moduli) {
+        return Choice {
+            route: d.route,
+            engine: config.tracing().then(|| {
+                let mut p = d.prediction.clone();
+                p.reason
+                    .push_str(" (priced before the GPU was initialised)");
+                p
+            }),
+        };
+    }
     // The moduli count depends on k and OZAKI_MODULI only; it is computed on a cache miss.
     let d = engine().decide_with(&cs, config.moduli, || {
         Some(priced_moduli(cs.k, config.moduli))
@@ -138,6 +220,24 @@ pub fn auto(shape: &Shape, config: &Config) -> Choice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Small calls go to the vendor BLAS without initialising the GPU; calls where a GPU route
+    /// could win (or the vendor wins narrowly) wait for the real engine.
+    #[test]
+    fn only_clearly_vendor_calls_skip_the_gpu_initialisation() {
+        let e = Engine::new(Profile::built_in("h200").unwrap(), 16);
+        let small = clearly_vendor_by(&e, &CallShape::gemm(8, 8, 8), None).expect("vendor");
+        assert_eq!(small.route, Route::Vendor);
+        let p = &small.prediction.predicted_s;
+        assert!(p["gpu-native"] >= CLEARLY * p["vendor"], "{p:?}");
+        assert!(clearly_vendor_by(&e, &CallShape::gemm(8192, 8192, 8192), None).is_none());
+        // whatever is decided without the GPU is what the full engine decides too
+        for n in [16u64, 64, 128, 256, 512, 1024, 2048] {
+            if let Some(d) = clearly_vendor_by(&e, &CallShape::gemm(n, n, n), None) {
+                assert_eq!(e.decide(&CallShape::gemm(n, n, n), Some(14)).route, d.route);
+            }
+        }
+    }
     use ozaki_core::trace::Layout;
 
     fn shape(routine: Routine, f1: u8, f2: u8, m: i64, n: i64, k: i64, beta: f64) -> Shape {
