@@ -367,11 +367,6 @@ pub fn gemm(
     Ok(out)
 }
 
-/// Smallest `m * n * k` split across slots by [`split_for`]: 2^33 (2048^3), where one H200
-/// dgemm already takes ~0.3 ms and staging dominates less than at smaller sizes
-/// (`h200-baselines.md`); below it a split only adds thread and transfer overhead.
-pub const SPLIT_MIN_VOLUME: u64 = 1 << 33;
-
 /// This process's device slots (`ozaki_core::devices::DeviceAssignment::resolve` over
 /// `OZAKI_DEVICES` or all visible devices, by MPI local rank), resolved once; a single slot
 /// when `OZAKI_GPU` pins one device or anything fails.
@@ -390,31 +385,6 @@ pub fn slots() -> &'static [u32] {
             .map(|a| a.slots)
             .unwrap_or_default()
     })
-}
-
-/// Opt-in switch for the shim's automatic split: `OZAKI_SPLIT=1`. Off by default because
-/// the first measurement (BENCHMARKS.md, issue #7, 2x H200) found the split *slower* than one
-/// GPU (its tiles ran one after the other, each re-staging all of B through host scratch).
-/// Split run 2, with tiles concurrent and the pipelined host path, measured it 1.14-1.26x
-/// faster at 16384^3 and 1.30-1.46x at 32768^3; turning it on by default is the engine's
-/// call (`price_split`).
-pub const SPLIT_VAR: &str = "OZAKI_SPLIT";
-
-/// The split plan for a host-resident dgemm, or `None` when it runs on one device:
-/// [`SPLIT_VAR`] not `1`, fewer than two slots, `m * n * k` below [`SPLIT_MIN_VOLUME`], or C
-/// too small for two tiles of `SplitParams::default()`'s minimum size.
-pub fn split_for(m: usize, n: usize, k: usize) -> Option<SplitPlan> {
-    if std::env::var(SPLIT_VAR).map_or(true, |v| v.trim() != "1") {
-        return None;
-    }
-    let slots = slots();
-    if slots.len() < 2
-        || (m as u64).saturating_mul(n as u64).saturating_mul(k as u64) < SPLIT_MIN_VOLUME
-    {
-        return None;
-    }
-    let plan = ozaki_core::devices::split_c(m as u64, n as u64, slots, &Default::default());
-    plan.is_split().then_some(plan)
 }
 
 #[cfg(test)]
@@ -444,14 +414,6 @@ mod tests {
         assert!(grid.grid_rows > 1, "{grid:?}");
         assert!(!shares_a(&grid));
         assert!(!shares_a(&split_c(64, 64, &[0], &p)));
-    }
-
-    /// The shim never splits unless asked (`OZAKI_SPLIT=1`).
-    #[test]
-    fn no_automatic_split_without_opt_in() {
-        if std::env::var_os(SPLIT_VAR).is_none() {
-            assert_eq!(split_for(32768, 32768, 32768), None);
-        }
     }
 
     /// Each tile's sub-GEMM (operands from `tile_args`, C at `tile_c_offset`) computes

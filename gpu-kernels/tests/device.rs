@@ -697,7 +697,7 @@ fn norm_scaling_sees_exact_coarse_square_sums() {
     for (transa, transb) in [(Trans::No, Trans::No), (Trans::Yes, Trans::Yes)] {
         let (m, n) = (3, 2);
         // every row of op(A) and column of op(B) is `line` times a sign pattern and a power of 2
-        let sign = |i: usize, l: usize| if (i + l) % 3 == 0 { -1.0 } else { 1.0 };
+        let sign = |i: usize, l: usize| if (i + l).is_multiple_of(3) { -1.0 } else { 1.0 };
         let (ra, ca) = dims(transa, m, k);
         let mut a = vec![0.0; ra * ca];
         for i in 0..m {
