@@ -573,8 +573,8 @@ pub(crate) fn syrk_info(
 }
 
 /// Reference quick return of dgemm/dsyrk: `rows`/`cols` of C empty, or nothing to add to an
-/// unscaled C.
-fn quick(rows: i64, cols: i64, k: i64, alpha: f64, beta: f64) -> bool {
+/// unscaled C. Shared with the device-resident entry points (`device_api`).
+pub(crate) fn quick(rows: i64, cols: i64, k: i64, alpha: f64, beta: f64) -> bool {
     rows == 0 || cols == 0 || ((alpha == 0.0 || k == 0) && beta == 1.0)
 }
 

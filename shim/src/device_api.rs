@@ -11,7 +11,7 @@
 //! the final kernel, which the message on stderr says). The call returns when C is ready
 //! (the stream is synchronised), so the caller may read C right after it. Never panics.
 
-use crate::abi::{gemm_info, syrk_info, trans_letter, uplo_letter};
+use crate::abi::{gemm_info, quick, syrk_info, trans_letter, uplo_letter};
 use crate::config;
 use core::ffi::{c_char, c_int, c_void};
 use gpu_kernels::ozaki::{self, DeviceCall, Op, Options};
@@ -64,7 +64,7 @@ fn checked_call(
     ldc: i64,
     stream: *mut c_void,
 ) -> c_int {
-    if m == 0 || n == 0 || ((alpha == 0.0 || k == 0) && beta == 1.0) {
+    if quick(m, n, k, alpha, beta) {
         return 1;
     }
     run(
