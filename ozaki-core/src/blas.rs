@@ -388,18 +388,11 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64]) {
 mod tests {
     use super::*;
 
-    /// Small deterministic generator (xorshift), values in [-1, 1).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> f64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-        }
-        fn fill(&mut self, len: usize) -> Vec<f64> {
-            (0..len).map(|_| self.next()).collect()
-        }
+    use crate::testutil::Rng;
+
+    /// `len` deterministic values in [-1, 1).
+    fn fill(rng: &mut Rng, len: usize) -> Vec<f64> {
+        (0..len).map(|_| 2.0 * rng.uniform() - 1.0).collect()
     }
 
     const SIZES: [usize; 8] = [0, 1, 2, 3, 63, 64, 65, 257];
@@ -479,9 +472,9 @@ mod tests {
         let (ar, ac) = if ta == Trans::No { (m, k) } else { (k, m) };
         let (br, bc) = if tb == Trans::No { (k, n) } else { (n, k) };
         let (lda, ldb, ldc) = (ar.max(1) + 3, br.max(1) + 1, m.max(1) + 2);
-        let a = rng.fill(lda * ac.max(1));
-        let b = rng.fill(ldb * bc.max(1));
-        let mut c0 = rng.fill(ldc * n.max(1));
+        let a = fill(rng, lda * ac.max(1));
+        let b = fill(rng, ldb * bc.max(1));
+        let mut c0 = fill(rng, ldc * n.max(1));
         for j in 0..n.max(1) {
             for i in m..ldc {
                 c0[i + j * ldc] = NAN_PAD; // padding rows must stay untouched
@@ -525,7 +518,7 @@ mod tests {
 
     #[test]
     fn gemm_matches_reference_loops_at_tile_edges() {
-        let mut rng = Rng(0x9E3779B97F4A7C15);
+        let mut rng = Rng::new(0x9E3779B97F4A7C15);
         let trans = [Trans::No, Trans::Yes];
         for ta in trans {
             for tb in trans {
@@ -546,7 +539,7 @@ mod tests {
 
     #[test]
     fn gemm_alpha_beta_special_cases() {
-        let mut rng = Rng(7);
+        let mut rng = Rng::new(7);
         for (alpha, beta) in [(0.0, 0.0), (0.0, 2.0), (0.0, 1.0), (1.0, 1.0), (2.5, 0.0)] {
             for k in [0, 5] {
                 gemm_case(&mut rng, Trans::No, Trans::Yes, 5, 6, k, alpha, beta);
@@ -599,7 +592,7 @@ mod tests {
 
     #[test]
     fn syrk_matches_naive_and_leaves_the_other_triangle_alone() {
-        let mut rng = Rng(42);
+        let mut rng = Rng::new(42);
         for uplo in [Uplo::Upper, Uplo::Lower] {
             for trans in [Trans::No, Trans::Yes] {
                 for &n in &SIZES {
@@ -609,8 +602,8 @@ mod tests {
                         }
                         let (ar, ac) = if trans == Trans::No { (n, k) } else { (k, n) };
                         let (lda, ldc) = (ar.max(1) + 1, n.max(1) + 3);
-                        let a = rng.fill(lda * ac.max(1));
-                        let mut c0 = rng.fill(ldc * n.max(1));
+                        let a = fill(&mut rng, lda * ac.max(1));
+                        let mut c0 = fill(&mut rng, ldc * n.max(1));
                         for j in 0..n {
                             for i in 0..ldc {
                                 let outside = i >= n

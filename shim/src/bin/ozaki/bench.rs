@@ -15,6 +15,7 @@ use gpu_kernels::host::{self, Engine};
 use gpu_kernels::measure::{self, EmulatedBlas, entry_errors};
 use gpu_kernels::ozaki::{self, DeviceCall, Op, Options};
 use ozaki_core::blas::{GemmArgs, Trans};
+use ozaki_core::testutil::Rng;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -94,25 +95,6 @@ struct Args {
     json: Option<String>,
 }
 
-/// xorshift64* stream, one per thread chunk, so generation is parallel and reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform(), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-}
-
 fn random_matrix(len: usize, phi: f64, seed: u64) -> Vec<f64> {
     let mut x = vec![0.0; len];
     let threads = std::thread::available_parallelism()
@@ -122,8 +104,11 @@ fn random_matrix(len: usize, phi: f64, seed: u64) -> Vec<f64> {
     std::thread::scope(|s| {
         for (t, chunk) in x.chunks_mut(per).enumerate() {
             s.spawn(move || {
-                let mut r = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                    ^ (t as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9));
+                // one stream per thread chunk: generation is parallel and reproducible
+                let mut r = Rng::new(
+                    seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                        ^ (t as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9),
+                );
                 for v in chunk {
                     *v = if phi == 0.0 {
                         r.normal()
@@ -398,7 +383,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         let flops = 2.0 * m as f64 * n as f64 * k as f64;
         let a = random_matrix(m * k, args.phi, 2 * si as u64 + 1);
         let b = random_matrix(k * n, args.phi, 2 * si as u64 + 2);
-        let mut rng = Rng(0x5eed + si as u64);
+        let mut rng = Rng::new(0x5eed + si as u64);
         let samples: Vec<(usize, usize)> = (0..args.samples)
             .map(|_| {
                 (
