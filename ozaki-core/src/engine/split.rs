@@ -293,7 +293,6 @@ mod tests {
                 int8_ops: 1.4e15,
                 h2d_staged: g.link.h2d_staged,
                 d2h_staged: g.link.d2h_staged,
-                ..Default::default()
             })
             .collect();
     }
