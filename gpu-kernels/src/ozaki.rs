@@ -518,6 +518,17 @@ fn tables() -> &'static [(ResidueTable, CrtTable)] {
     })
 }
 
+/// An error from a column block after an earlier block's reconstruction wrote C: the kinds
+/// that mean "declined, C untouched" become `Cuda`, so no caller runs another route on C.
+fn written_c(e: GpuError) -> GpuError {
+    match e {
+        GpuError::NonFinite | GpuError::Unsupported(_) => {
+            GpuError::Cuda(format!("{e} (after part of C was written)"))
+        }
+        e => e,
+    }
+}
+
 fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
 }
@@ -742,9 +753,11 @@ pub fn gemm(
         Err(e) => return Err(e),
     };
     let ctab = &tables()[r].1;
-    let mut j0 = 0;
-    while j0 < n {
-        let cols = nb.min(n - j0);
+    // One column block: its products, then its reconstruction into C. Blocks after the
+    // first run once C is partly written, so their errors must not read as "declined"
+    // (NonFinite / Unsupported send the device entry points to cuBLAS on the same C):
+    // [`written_c`] reports them as `Cuda`, as this function's contract says.
+    let mut block = |j0: usize, cols: usize| -> Result<(), GpuError> {
         // rows of C this block needs: all, or for a triangle only those at or above/below it
         let (row0, rows) = match uplo {
             1 => (0, (j0 + cols).min(m)),
@@ -788,6 +801,12 @@ pub fn gemm(
             )?;
         }
         marks.mark(Phase::Reconstruct)?;
+        Ok(())
+    };
+    let mut j0 = 0;
+    while j0 < n {
+        let cols = nb.min(n - j0);
+        block(j0, cols).map_err(|e| if j0 > 0 { written_c(e) } else { e })?;
         j0 += cols;
     }
     sync(stream)?;
@@ -932,6 +951,17 @@ mod tests {
         let scaled = 3.0 * 2f64.powi(p.sigma[0]);
         assert!(scaled < 2f64.powi(p.bits) && 2.0 * scaled >= 2f64.powi(p.bits));
         assert_eq!(p.sigma[1], 0, "zero row keeps shift 0");
+    }
+
+    /// A block that fails after C was partly written never reads as "declined" (which would
+    /// let the device entry points run cuBLAS on that C); other kinds keep their meaning.
+    #[test]
+    fn errors_after_c_was_written_are_not_declines() {
+        for e in [GpuError::NonFinite, GpuError::Unsupported("no algorithm".into())] {
+            assert!(matches!(written_c(e), GpuError::Cuda(_)));
+        }
+        let oom = GpuError::OutOfMemory { needed: 1, free: 0 };
+        assert!(matches!(written_c(oom), GpuError::OutOfMemory { .. }));
     }
 
     #[test]
