@@ -957,7 +957,10 @@ mod tests {
     /// let the device entry points run cuBLAS on that C); other kinds keep their meaning.
     #[test]
     fn errors_after_c_was_written_are_not_declines() {
-        for e in [GpuError::NonFinite, GpuError::Unsupported("no algorithm".into())] {
+        for e in [
+            GpuError::NonFinite,
+            GpuError::Unsupported("no algorithm".into()),
+        ] {
             assert!(matches!(written_c(e), GpuError::Cuda(_)));
         }
         let oom = GpuError::OutOfMemory { needed: 1, free: 0 };

@@ -18,6 +18,13 @@ use gpu_kernels::ozaki::{self, DeviceCall, Op, Options};
 use gpu_kernels::{GpuError, gpu};
 use ozaki_core::route::{Route, RouteRequest};
 
+/// Runs an entry point's body; a panic anywhere in it (configuration, logging, the FP-flag
+/// guard, the stderr notice) returns 2, "no GPU route ran", as [`run`]'s error path does,
+/// instead of unwinding into C (the GPU work itself is contained inside [`run`]).
+fn never_panics(body: impl FnOnce() -> c_int) -> c_int {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(2)
+}
+
 /// Runs the call on the GPU: emulation unless forced native or declined, then cuBLAS.
 fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
     let _flags = gpu_kernels::fpenv::KeepFpFlags::new();
@@ -109,22 +116,24 @@ pub unsafe extern "C" fn ozaki_dgemm_device(
     ldc: i64,
     stream: *mut c_void,
 ) -> c_int {
-    // The reference dgemm checks, shared with the BLAS entry points (see `abi::gemm_info`).
-    let (ta, tb) = (trans_letter(transa as u8), trans_letter(transb as u8));
-    let info = gemm_info(ta, tb, m, n, k, lda, ldb, ldc);
-    let (Some(ta), Some(tb)) = (ta, tb) else {
-        return -(info as c_int);
-    };
-    if info != 0 {
-        return -(info as c_int);
-    }
-    let op = Op::Gemm {
-        transa: ta,
-        transb: tb,
-        b: b as u64,
-        ldb: ldb as usize,
-    };
-    checked_call(op, m, n, k, alpha, a, lda, beta, c, ldc, stream)
+    never_panics(|| {
+        // The reference dgemm checks, shared with the BLAS entry points (see `abi::gemm_info`).
+        let (ta, tb) = (trans_letter(transa as u8), trans_letter(transb as u8));
+        let info = gemm_info(ta, tb, m, n, k, lda, ldb, ldc);
+        let (Some(ta), Some(tb)) = (ta, tb) else {
+            return -(info as c_int);
+        };
+        if info != 0 {
+            return -(info as c_int);
+        }
+        let op = Op::Gemm {
+            transa: ta,
+            transb: tb,
+            b: b as u64,
+            ldb: ldb as usize,
+        };
+        checked_call(op, m, n, k, alpha, a, lda, beta, c, ldc, stream)
+    })
 }
 
 /// C = alpha A A^T + beta C (`trans` 'N', A n x k) or alpha A^T A + beta C (`trans` 'T'/'C',
@@ -147,28 +156,30 @@ pub unsafe extern "C" fn ozaki_dsyrk_device(
     ldc: i64,
     stream: *mut c_void,
 ) -> c_int {
-    // The reference dsyrk checks, shared with the BLAS entry points (see `abi::syrk_info`).
-    let (ul, t) = (uplo_letter(uplo as u8), trans_letter(trans as u8));
-    let info = syrk_info(ul, t, n, k, lda, ldc);
-    let (Some(ul), Some(t)) = (ul, t) else {
-        return -(info as c_int);
-    };
-    if info != 0 {
-        return -(info as c_int);
-    }
-    checked_call(
-        Op::Syrk { uplo: ul, trans: t },
-        n,
-        n,
-        k,
-        alpha,
-        a,
-        lda,
-        beta,
-        c,
-        ldc,
-        stream,
-    )
+    never_panics(|| {
+        // The reference dsyrk checks, shared with the BLAS entry points (see `abi::syrk_info`).
+        let (ul, t) = (uplo_letter(uplo as u8), trans_letter(trans as u8));
+        let info = syrk_info(ul, t, n, k, lda, ldc);
+        let (Some(ul), Some(t)) = (ul, t) else {
+            return -(info as c_int);
+        };
+        if info != 0 {
+            return -(info as c_int);
+        }
+        checked_call(
+            Op::Syrk { uplo: ul, trans: t },
+            n,
+            n,
+            k,
+            alpha,
+            a,
+            lda,
+            beta,
+            c,
+            ldc,
+            stream,
+        )
+    })
 }
 
 #[cfg(test)]
