@@ -389,22 +389,32 @@ pub unsafe fn execute<R: RawCall>(
     let t = Instant::now();
     let done = plain();
     let route_ns = t.elapsed().as_nanos() as u64;
-    // 5. Compare, and hand the program the result it asked for.
+    // 5. Compare, and hand the program the result it asked for. C already holds a final
+    // result here, so a panic must not reach `entry::call`, whose recovery would run the
+    // vendor on this C again (beta applied twice): it ends the comparison instead.
     // SAFETY: as in 1; the route has returned and no longer holds a view of C.
-    let (max_rel_comp, rel_norm, diff) = with_c(canon, |c| {
-        let d = region.compare(c, &buffer);
-        let diff = frobenius(
-            region
-                .indices()
-                .map(|i| c[i])
-                .zip(buffer.iter())
-                .map(|(r, v)| r - v),
+    let compared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        with_c(canon, |c| {
+            let d = region.compare(c, &buffer);
+            let diff = frobenius(
+                region
+                    .indices()
+                    .map(|i| c[i])
+                    .zip(buffer.iter())
+                    .map(|(r, v)| r - v),
+            );
+            if ab.keep_vendor {
+                region.unpack(&buffer, c);
+            }
+            (d.0, d.1, diff)
+        })
+    }));
+    let Ok((max_rel_comp, rel_norm, diff)) = compared else {
+        return (
+            done,
+            Some(skipped("comparison failed (internal error)".into())),
         );
-        if ab.keep_vendor {
-            region.unpack(&buffer, c);
-        }
-        (d.0, d.1, diff)
-    });
+    };
     let rel_scaled = match diff / scale {
         x if x.is_nan() && diff == 0.0 => 0.0,
         x if x.is_finite() => x,
