@@ -642,11 +642,10 @@ fn fit_share_to_splits(
     let mut best: Option<(f64, f64)> = None;
     for i in 0..=steps {
         let f = lo + (1.0 - lo) * f64::from(i) / f64::from(steps);
-        let mut trial = profile.clone();
-        if let Some(h) = trial.host_share.as_mut() {
+        if let Some(h) = profile.host_share.as_mut() {
             h.fitted_share = Some(f);
         }
-        let err: f64 = priced_splits(&trial, sh, params)
+        let err: f64 = priced_splits(profile, sh, params)
             .filter(|(s, _)| s.seconds > 0.0)
             .map(|(s, priced)| (priced / s.seconds).ln().powi(2))
             .sum();
