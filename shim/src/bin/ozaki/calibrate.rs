@@ -290,17 +290,19 @@ fn print_profile_summary(p: &Profile) {
         );
     }
     if let Some(h) = &p.host_share {
-        let single = p.devices.iter().map(|d| d.h2d_staged).fold(0.0, f64::max);
+        // what the engine prices with (a share fitted to measured splits wins over the links)
+        let share = ozaki_core::engine::split::link_share(p, h.devices.len());
         println!(
-            "host link with GPUs {:?} copying at once: {:.1}/{:.1} GB/s (h2d/d2h) in all: {}; split host terms: {:.2} ms fixed + {:.3} ns per byte of C",
+            "host link with GPUs {:?} copying at once: {:.1}/{:.1} GB/s (h2d/d2h) in all: {} (each GPU priced at {:.0}% of its own); split host terms: {:.2} ms fixed + {:.3} ns per byte of C",
             h.devices,
             h.h2d_staged_all / 1e9,
             h.d2h_staged_all / 1e9,
-            if h.shared(single) {
+            if ozaki_core::engine::split::shared_link(p) {
                 "shared"
             } else {
                 "not shared"
             },
+            share * 100.0,
             h.split_overhead_s * 1e3,
             h.assemble_s_per_byte * 1e9
         );
