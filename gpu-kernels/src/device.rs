@@ -335,11 +335,6 @@ impl Gpu {
     pub fn stream(&self) -> sys::CUstream {
         self.stream
     }
-
-    /// The raw cuBLAS handle (for the bench's baselines).
-    pub fn cublas_handle(&self) -> cublas::cublasHandle_t {
-        self.blas
-    }
 }
 
 fn new_stream() -> Result<sys::CUstream, GpuError> {

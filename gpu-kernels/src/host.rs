@@ -47,10 +47,6 @@ pub(crate) fn span(rows: usize, cols: usize, ld: usize) -> usize {
     }
 }
 
-fn threads() -> usize {
-    copy_threads()
-}
-
 /// Threads that write a result from pinned staging into the caller's C: every core (the
 /// write-back is the call's tail, nothing else runs beside it; 61 GB/s with 32 threads against
 /// 39 GB/s with 16 on the H200 host, BENCHMARKS.md).
@@ -63,7 +59,11 @@ pub(crate) fn write_threads() -> usize {
 /// dst[..] = src[..] on several threads (large copies between pageable and pinned memory
 /// are limited by one core's bandwidth otherwise).
 fn par_copy(dst: &mut [u8], src: &[u8]) {
-    let t = if src.len() < (4 << 20) { 1 } else { threads() };
+    let t = if src.len() < (4 << 20) {
+        1
+    } else {
+        copy_threads()
+    };
     let per = src.len().div_ceil(t);
     std::thread::scope(|s| {
         for (d, c) in dst.chunks_mut(per).zip(src.chunks(per)) {

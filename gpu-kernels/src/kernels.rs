@@ -38,10 +38,6 @@ pub struct Kernels {
     reconstruct_quad_w4: sys::CUfunction,
     norms_contig: sys::CUfunction,
     norms_strided: sys::CUfunction,
-    /// Architecture the CUBIN was built for (e.g. `sm_90a`).
-    pub arch: String,
-    /// Whether the CUBIN came from the disk cache.
-    pub from_cache: bool,
 }
 
 fn function(module: sys::CUmodule, name: &str) -> Result<sys::CUfunction, GpuError> {
@@ -69,15 +65,12 @@ impl Kernels {
         let arch = crate::nvrtc_cache::arch_for(cc.0, cc.1);
         let (cubin, from_cache) =
             crate::nvrtc_cache::cubin_cached(SOURCE, "ozaki.cu", &arch, driver)?;
-        let (module, from_cache) = match load_module(&cubin) {
-            Ok(m) => (m, from_cache),
+        let module = match load_module(&cubin) {
+            Ok(m) => m,
             // A cached image the driver refuses: compile afresh rather than fail.
-            Err(_) if from_cache => (
-                load_module(&crate::nvrtc_cache::compile_cubin(
-                    SOURCE, "ozaki.cu", &arch,
-                )?)?,
-                false,
-            ),
+            Err(_) if from_cache => load_module(&crate::nvrtc_cache::compile_cubin(
+                SOURCE, "ozaki.cu", &arch,
+            )?)?,
             Err(e) => return Err(e),
         };
         Ok(Kernels {
@@ -91,8 +84,6 @@ impl Kernels {
             norms_contig: function(module, "coarse_norms_contig")?,
             norms_strided: function(module, "coarse_norms_strided")?,
             _module: module,
-            arch,
-            from_cache,
         })
     }
 

@@ -93,16 +93,6 @@ impl Workspace {
         self.slots.push((name, buf));
         Ok(ptr)
     }
-
-    /// Bytes currently held.
-    pub fn held(&self) -> usize {
-        self.slots.iter().map(|(_, b)| b.len()).sum()
-    }
-
-    /// Frees everything (after a failed call, or to make room for cuBLAS).
-    pub fn release(&mut self) {
-        self.slots.clear();
-    }
 }
 
 /// Page-locked host memory (cuMemHostAlloc), freed on drop; the only kind of host memory

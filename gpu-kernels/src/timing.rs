@@ -15,8 +15,6 @@ pub struct Marks {
 pub enum Phase {
     /// The first mark (no span ends here).
     Start,
-    /// Host-device transfers.
-    Transfer,
     /// Exponent scan, scaling, residues.
     Convert,
     /// Int8 (or fp64) products.
@@ -56,7 +54,6 @@ impl Marks {
             let ns = (ms as f64 * 1e6).max(0.0) as u64;
             match w[1].1 {
                 Phase::Start => {}
-                Phase::Transfer => p.transfer_ns += ns,
                 Phase::Convert => p.convert_ns += ns,
                 Phase::Products => p.products_ns += ns,
                 Phase::Reconstruct => p.reconstruct_ns += ns,

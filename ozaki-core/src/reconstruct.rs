@@ -253,15 +253,6 @@ pub fn fp64_f64(res: &[i32], plan: &CrtPlan, s: i64) -> f64 {
     ldexp(w + x, -s)
 }
 
-/// Reconstructs one entry with the chosen variant.
-#[inline]
-pub fn to_f64(kind: Reconstruction, res: &[i32], plan: &CrtPlan, s: i64) -> f64 {
-    match kind {
-        Reconstruction::Exact => exact_f64(res, plan, s),
-        Reconstruction::Fp64 => fp64_f64(res, plan, s),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
