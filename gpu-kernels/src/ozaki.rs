@@ -153,6 +153,8 @@ pub struct Plan {
     pub tau: Vec<i32>,
     /// How the shifts were bounded (`Fast` or `Norm`).
     pub scaling: ScalingMode,
+    /// Bits the default rule asked for ([`needed_bits`]; also reported when `moduli` was forced).
+    pub needed_bits: f64,
 }
 
 /// floor(log2 |x|) from an |x| bit pattern; None for zero.
@@ -360,7 +362,11 @@ fn line_mantissa(maxbits: u64) -> f64 {
 /// line of both operands keeps [`norm_bits`] `>= needed_bits(.., ScalingMode::Norm)` (all 20
 /// when none does). Lines that get more bits than needed cost nothing.
 pub fn choose_moduli_norm(a: &RowStats, b: &RowStats, k: usize) -> usize {
-    let needed = needed_bits(a, b, k, ScalingMode::Norm);
+    norm_moduli_for(a, b, needed_bits(a, b, k, ScalingMode::Norm))
+}
+
+/// [`choose_moduli_norm`] with the rule's `needed` bits already computed.
+fn norm_moduli_for(a: &RowStats, b: &RowStats, needed: f64) -> usize {
     let lines = NormLines::of(a, b);
     (2..=MAX_MODULI)
         .find(|&r| lines.fewest_bits(r) >= needed)
@@ -422,9 +428,10 @@ pub fn plan(
             "exponents could overflow fp64".into(),
         ));
     }
+    let needed = needed_bits(&a, &b, k, scaling);
     if scaling == ScalingMode::Fast {
         let moduli = forced
-            .unwrap_or_else(|| choose_moduli(needed_bits(&a, &b, k, scaling), k))
+            .unwrap_or_else(|| choose_moduli(needed, k))
             .clamp(2, MAX_MODULI);
         let bits = bits_for(moduli, k);
         if bits < 1 {
@@ -440,6 +447,7 @@ pub fn plan(
             sigma: a.maxbits.iter().map(shift).collect(),
             tau: b.maxbits.iter().map(shift).collect(),
             scaling,
+            needed_bits: needed,
         });
     }
     use ozaki_core::scaling::{CoarseBounds, Exponents, Scaling};
@@ -449,7 +457,7 @@ pub fn plan(
         ));
     }
     let moduli = forced
-        .unwrap_or_else(|| choose_moduli_norm(&a, &b, k))
+        .unwrap_or_else(|| norm_moduli_for(&a, &b, needed))
         .clamp(2, MAX_MODULI);
     let exps = |s: &RowStats| s.maxbits.iter().map(|&x| exponent_of_bits(x)).collect();
     let exps = Exponents {
@@ -478,6 +486,7 @@ pub fn plan(
         sigma: s.sigma,
         tau: s.tau,
         scaling,
+        needed_bits: needed,
     })
 }
 
@@ -650,7 +659,6 @@ pub fn gemm(
             coarse_sq: &sq[m..],
         }
     };
-    let needed = needed_bits(&a_stats, &b_stats, k, scaling);
     let plan = plan(a_stats, b_stats, k, opts.moduli, scaling)?;
     let r = plan.moduli;
     // shifts go to the pinned buffer after the statistics (already consumed above)
@@ -813,7 +821,7 @@ pub fn gemm(
     Ok(Outcome {
         moduli: r as u32,
         phases: marks.phases()?,
-        needed_bits: needed,
+        needed_bits: plan.needed_bits,
         scaling: Some(plan.scaling),
     })
 }
