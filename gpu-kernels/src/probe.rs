@@ -7,6 +7,7 @@
 
 use crate::error::GpuError;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
 
 /// Which CUDA libraries this process can load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,17 +23,20 @@ pub struct Libraries {
 }
 
 impl Libraries {
-    /// Looks for each library without initialising anything.
+    /// Looks for each library without initialising anything; once per process (several
+    /// callers ask on the way to the first GPU call, and which libraries the process can
+    /// load does not change while it runs).
     pub fn detect() -> Libraries {
+        static FOUND: OnceLock<Libraries> = OnceLock::new();
         // SAFETY: is_culib_present only dlopens candidate names and drops the handle.
-        unsafe {
+        *FOUND.get_or_init(|| unsafe {
             Libraries {
                 driver: cudarc::driver::sys::is_culib_present(),
                 cublas: cudarc::cublas::sys::is_culib_present(),
                 cublaslt: cudarc::cublaslt::sys::is_culib_present(),
                 nvrtc: cudarc::nvrtc::sys::is_culib_present(),
             }
-        }
+        })
     }
 
     /// The first missing library needed by the native route, if any.
