@@ -88,8 +88,7 @@ fn build() -> Engine {
             "auto: the profile describes a GPU but none is usable here; pricing the vendor route only"
         );
     }
-    let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let engine = Engine::new(prof, blas_threads(|v| std::env::var(v).ok(), avail));
+    let engine = engine_for(prof);
     // Issue #7: with two or more GPU slots the engine also prices splits over them.
     let slots = if gpu.is_some() {
         gpu_kernels::multi::slots().to_vec()
@@ -100,6 +99,12 @@ fn build() -> Engine {
         tracing::info!(?slots, "auto: pricing splits over these GPU slots");
     }
     engine.with_slots(slots)
+}
+
+/// An engine pricing `prof` for the vendor BLAS's thread count in this process.
+fn engine_for(prof: Profile) -> Engine {
+    let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    Engine::new(prof, blas_threads(|v| std::env::var(v).ok(), avail))
 }
 
 /// The engine of this process.
@@ -124,11 +129,7 @@ fn pre_engine() -> Option<&'static Engine> {
                 None => Profile::built_in_for_gpu("H200")?.1,
             };
             prof.gpu.as_ref()?;
-            let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-            Some(Engine::new(
-                prof,
-                blas_threads(|v| std::env::var(v).ok(), avail),
-            ))
+            Some(engine_for(prof))
         })
         .as_ref()
 }
