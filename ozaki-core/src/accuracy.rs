@@ -39,10 +39,14 @@ pub struct ErrorStats {
     pub max_over_gamma: f64,
 }
 
-/// `γ_k = k u / (1 - k u)`, `u = 2^-53`.
+/// `γ_k = k u / (1 - k u)`, `u = 2^-53`; infinite once `k u >= 1`, where no bound holds.
 pub fn gamma(k: usize) -> f64 {
     let ku = k.max(1) as f64 * f64::EPSILON / 2.0;
-    ku / (1.0 - ku)
+    if ku >= 1.0 {
+        f64::INFINITY
+    } else {
+        ku / (1.0 - ku)
+    }
 }
 
 impl Reference {

@@ -152,13 +152,7 @@ pub struct AbResult {
 /// dimension `k` can differ by: twice the classic dot-product bound gamma_{k+2} (k products
 /// and sums, one rounding of alpha, one of the beta update), with u = 2^-53.
 pub fn ab_scaled_bound(k: u64) -> f64 {
-    let u = f64::EPSILON / 2.0;
-    let ku = (k as f64 + 2.0) * u;
-    if ku >= 1.0 {
-        f64::INFINITY
-    } else {
-        2.0 * ku / (1.0 - ku)
-    }
+    2.0 * crate::accuracy::gamma(usize::try_from(k).unwrap_or(usize::MAX).saturating_add(2))
 }
 
 /// One intercepted BLAS call.
