@@ -12,7 +12,7 @@ use crate::error::{Context, GpuError};
 use crate::ozaki::{self, DeviceCall, Op, Options};
 use crate::timing::{Marks, Phase};
 use cudarc::driver::sys;
-use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo};
+use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo, span};
 use ozaki_core::trace::Phases;
 
 /// Which device computation a host-resident call runs.
@@ -36,16 +36,6 @@ pub struct HostOutcome {
 }
 
 const CHUNK: usize = 64 << 20;
-
-/// Elements of a column-major rows x cols matrix with leading dimension ld that a BLAS
-/// call may touch (the caller's slice may be longer).
-pub(crate) fn span(rows: usize, cols: usize, ld: usize) -> usize {
-    if rows == 0 || cols == 0 {
-        0
-    } else {
-        ld * (cols - 1) + rows
-    }
-}
 
 /// Threads that write a result from pinned staging into the caller's C: every core (the
 /// write-back is the call's tail, nothing else runs beside it; 61 GB/s with 32 threads against

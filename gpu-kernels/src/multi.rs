@@ -195,7 +195,7 @@ pub fn gemm(
         } else {
             (args.k, args.m)
         };
-        host::span(ra, ca, args.lda)
+        ozaki_core::blas::span(ra, ca, args.lda)
     };
     // (device address of A, context) of each slot, for the shared-A phase
     type Addr = Option<(u64, Handle<sys::CUcontext>)>;
@@ -291,7 +291,7 @@ pub fn gemm(
                             let a_dev = state.as_ref().ok().copied().flatten();
                             let sub = tile_args(args, t);
                             let off = tile_c_offset(args.ldc, t);
-                            let c_span = host::span(sub.m, sub.n, args.ldc);
+                            let c_span = ozaki_core::blas::span(sub.m, sub.n, args.ldc);
                             if off + c_span > shared.len {
                                 return Err(GpuError::Unsupported(
                                     "C shorter than its extent".into(),

@@ -79,6 +79,17 @@ pub struct SyrkArgs<'a> {
     pub ldc: usize,
 }
 
+/// Elements of a column-major `rows x cols` matrix with leading dimension `ld` that a BLAS
+/// call may touch: `ld (cols - 1) + rows`, 0 for an empty matrix (the caller's array may be
+/// longer; reading past this span is what the reference forbids).
+pub fn span(rows: usize, cols: usize, ld: usize) -> usize {
+    if rows == 0 || cols == 0 {
+        0
+    } else {
+        ld * (cols - 1) + rows
+    }
+}
+
 impl<'a> GemmArgs<'a> {
     /// C = A B: both operands untransposed and tightly packed (lda = m, ldb = k, ldc = m),
     /// alpha = 1, beta = 0, the plain product that benchmarks and tests time and check.

@@ -39,7 +39,7 @@
 use crate::forward;
 use crate::symbols::SymId;
 use libc::{c_char, c_int, c_void};
-use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo};
+use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo, span};
 use ozaki_core::trace::{Layout, Routine};
 use std::ffi::CStr;
 
@@ -263,15 +263,6 @@ pub enum Operands<'a> {
     Gemm(GemmArgs<'a>, &'a mut [f64]),
     /// dsyrk.
     Syrk(SyrkArgs<'a>, &'a mut [f64]),
-}
-
-/// Number of elements spanned by a `rows x cols` column-major matrix stored `ld` apart.
-fn span(rows: usize, cols: usize, ld: usize) -> usize {
-    if rows == 0 || cols == 0 {
-        0
-    } else {
-        ld * (cols - 1) + rows
-    }
 }
 
 /// A slice over a caller matrix; empty (never dereferencing `p`) when `len == 0`.
