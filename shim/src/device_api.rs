@@ -14,7 +14,7 @@
 use crate::abi::{gemm_info, quick, syrk_info, trans_letter, uplo_letter};
 use crate::config;
 use core::ffi::{c_char, c_int, c_void};
-use gpu_kernels::ozaki::{self, DeviceCall, Op, Options};
+use gpu_kernels::ozaki::{self, DeviceCall, Op};
 use gpu_kernels::{GpuError, gpu};
 use ozaki_core::route::{Route, RouteRequest};
 
@@ -30,11 +30,7 @@ fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
     let _flags = gpu_kernels::fpenv::KeepFpFlags::new();
     let cfg = config::get();
     let native_only = cfg.route == RouteRequest::Forced(Route::GpuNative);
-    let opts = Options {
-        moduli: cfg.moduli.map(|r| r as usize),
-        scaling: cfg.scaling,
-        ..Default::default()
-    };
+    let opts = crate::route::gpu::ozaki_options(cfg);
     let stream = stream as gpu_kernels::device::Stream;
     let attempt = gpu_kernels::probe::contain("device entry point", || {
         let mut g = gpu()?;

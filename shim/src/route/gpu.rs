@@ -16,14 +16,20 @@ use ozaki_core::blas::{GemmArgs, SyrkArgs};
 use ozaki_core::route::Route;
 use std::sync::Once;
 
+/// The emulation options the configuration asks for (`OZAKI_MODULI`, `OZAKI_SCALING`), for
+/// the host-resident routes here and the device-resident entry points (`device_api`).
+pub(crate) fn ozaki_options(config: &Config) -> Options {
+    Options {
+        moduli: config.moduli.map(|r| r as usize),
+        scaling: config.scaling,
+        ..Default::default()
+    }
+}
+
 fn engine(route: Route, config: &Config) -> Engine {
     match route {
         Route::GpuNative => Engine::Native,
-        _ => Engine::Ozaki(Options {
-            moduli: config.moduli.map(|r| r as usize),
-            scaling: config.scaling,
-            ..Default::default()
-        }),
+        _ => Engine::Ozaki(ozaki_options(config)),
     }
 }
 

@@ -52,7 +52,7 @@ pub fn plan_for(
     moduli: Option<u32>,
     slots: &[u32],
 ) -> Option<SplitPlan> {
-    if slots.len() < 2 || mode == SplitMode::Off {
+    if slots.len() < 2 {
         return None;
     }
     match mode {
