@@ -60,8 +60,14 @@ const CHUNK: usize = 64 << 20;
 /// split"); `--tuning` runs those benchmarks under other values side by side.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tuning {
-    /// How copies between the caller's memory and pinned staging write (`crate::host_copy`).
-    pub copy: CopyKind,
+    /// How the upload ring's copies from the caller's memory write pinned staging
+    /// (`crate::host_copy`). `memcpy`: its lines stay in the host's cache (the H200 host has
+    /// 300 MiB of L3, the ring 96 MiB) for the DMA to read; streaming them to memory made the
+    /// uploads slower (BENCHMARKS.md, "Session 3 host path and split").
+    pub upload: CopyKind,
+    /// How C is written from pinned staging into the caller's memory. Streaming: nothing reads
+    /// it soon, and skipping the read for ownership made the write-back 1.1-1.45x faster.
+    pub write_back: CopyKind,
     /// Copy threads of the upload ring (0: one per core, at most 16).
     pub copy_threads: usize,
     /// Threads writing C from staging into the caller's memory, per call; a split divides
@@ -80,20 +86,22 @@ pub struct Tuning {
 impl Default for Tuning {
     fn default() -> Tuning {
         Tuning {
-            copy: CopyKind::Memcpy,
+            upload: CopyKind::Memcpy,
+            write_back: CopyKind::Stream,
             copy_threads: 0,
             write_threads: 0,
             ring_chunk: 32 << 20,
-            block_bytes: 128 << 20,
-            max_blocks: (8, 4),
+            block_bytes: 64 << 20,
+            max_blocks: (16, 4),
         }
     }
 }
 
 impl std::str::FromStr for Tuning {
     type Err = String;
-    /// `key=value` pairs, comma separated, over the defaults: `copy=memcpy|stream`,
-    /// `threads=N`, `write=N`, `ring=MiB`, `block=MiB`, `native=N`, `ozaki=N`
+    /// `key=value` pairs, comma separated, over the defaults: `up=memcpy|stream` (upload
+    /// copies), `back=memcpy|stream` (write-back), `copy=...` (both), `threads=N`, `write=N`,
+    /// `ring=MiB`, `block=MiB`, `native=N`, `ozaki=N`
     /// (`default` alone: the defaults).
     fn from_str(spec: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
@@ -110,7 +118,9 @@ impl std::str::FromStr for Tuning {
                     .map_err(|e| format!("tuning {kv:?}: {e}"))
             };
             match k {
-                "copy" => t.copy = v.parse()?,
+                "up" => t.upload = v.parse()?,
+                "back" => t.write_back = v.parse()?,
+                "copy" => (t.upload, t.write_back) = (v.parse()?, v.parse()?),
                 "threads" => t.copy_threads = num()?,
                 "write" => t.write_threads = num()?,
                 "ring" => t.ring_chunk = num()?.max(1) << 20,
@@ -170,7 +180,7 @@ fn par_copy(dst: &mut [u8], src: &[u8]) {
     };
     let len = src.len().min(dst.len());
     // SAFETY: both slices hold len bytes and, being & and &mut, do not overlap.
-    unsafe { host_copy::par_copy(dst.as_mut_ptr(), src.as_ptr(), len, t, tuning().copy) }
+    unsafe { host_copy::par_copy(dst.as_mut_ptr(), src.as_ptr(), len, t, tuning().upload) }
 }
 
 fn as_bytes(x: &[f64]) -> &[u8] {
@@ -288,7 +298,7 @@ pub(crate) unsafe fn write_columns(
     uplo: Option<Uplo>,
     threads: usize,
 ) {
-    let kind = tuning().copy;
+    let kind = tuning().write_back;
     if n == 0 || m == 0 {
         return;
     }
@@ -599,7 +609,7 @@ fn feed(
     use std::sync::atomic::Ordering::Relaxed;
     use std::sync::{Barrier, Mutex};
     let workers = copy_threads();
-    let kind = tuning().copy;
+    let kind = tuning().upload;
     // (destination, source, bytes) of the chunk being copied; None ends the workers.
     type Job = Option<(SendPtr<u8>, SendPtr<u8>, usize)>;
     let job: Mutex<Job> = Mutex::new(None);
@@ -1105,10 +1115,19 @@ mod tests {
     #[test]
     fn tunings_parse_over_the_defaults() {
         assert_eq!("default".parse(), Ok(Tuning::default()));
-        let t: Tuning = "copy=stream,threads=24,write=8,ring=16,block=64,native=16,ozaki=2"
-            .parse()
-            .unwrap();
-        assert_eq!(t.copy, CopyKind::Stream);
+        let t: Tuning =
+            "up=stream,back=memcpy,threads=24,write=8,ring=16,block=64,native=16,ozaki=2"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            (t.upload, t.write_back),
+            (CopyKind::Stream, CopyKind::Memcpy)
+        );
+        let both: Tuning = "copy=memcpy".parse().unwrap();
+        assert_eq!(
+            (both.upload, both.write_back),
+            (CopyKind::Memcpy, CopyKind::Memcpy)
+        );
         assert_eq!((t.copy_threads, t.write_threads), (24, 8));
         assert_eq!((t.ring_chunk, t.block_bytes), (16 << 20, 64 << 20));
         assert_eq!(t.max_blocks, (16, 2));
@@ -1151,16 +1170,16 @@ mod tests {
         }
     }
 
-    /// Small calls are not pipelined; large ones get blocks of about 128 MiB of B, capped
+    /// Small calls are not pipelined; large ones get blocks of about 64 MiB of B, capped
     /// lower for the emulated route (each block converts all of A again).
     #[test]
     fn pipeline_blocks_follow_the_size() {
         let oz = Engine::Ozaki(Options::default());
         assert_eq!(blocks(1024, 1024, 1024, Engine::Native), 1);
         assert_eq!(blocks(110592, 64, 64, Engine::Native), 1);
-        assert_eq!(blocks(8192, 8192, 8192, Engine::Native), 4);
+        assert_eq!(blocks(8192, 8192, 8192, Engine::Native), 8);
         assert_eq!(blocks(8192, 8192, 8192, oz), 4);
-        assert_eq!(blocks(16384, 16384, 16384, Engine::Native), 8);
+        assert_eq!(blocks(16384, 16384, 16384, Engine::Native), 16);
         assert_eq!(blocks(16384, 16384, 16384, oz), 4);
         assert_eq!(blocks(4096, 600, 65536, Engine::Native), 2);
     }

@@ -88,7 +88,7 @@ struct Args {
     #[arg(long)]
     pipeline: Option<String>,
     /// Host-path tunings that --pipeline and --split compare side by side, `;` separated,
-    /// each `key=value,...` over the defaults (`gpu_kernels::host::Tuning`: copy=memcpy|stream,
+    /// each `key=value,...` over the defaults (`gpu_kernels::host::Tuning`: up=, back= or copy=memcpy|stream,
     /// threads, write, ring and block in MiB, native, ozaki) or `default`.
     #[arg(long, default_value = "default")]
     tuning: String,
