@@ -11,11 +11,13 @@
 //   (cuBLASLt)    : r int8 x int8 -> int32 products, one strided batch
 //   reconstruct_quad[_w4]: as reconstruct[_w4], four consecutive rows of one column per
 //                   thread with 16-byte loads of every product plane in flight (rows % 4 == 0)
-//   reconstruct[_w4]: CRT of the r int32 products into an exact multi-limb integer, signed lift,
-//                   one correctly rounded conversion to fp64, unscaling by 2^-(sigma_i+tau_j),
+//   reconstruct[_w4]: CRT of the r int32 products into an exact multi-limb integer (per-modulus
+//                   work on the FP64 pipe in exactly representable integers, see crt_add), signed
+//                   lift, one correctly rounded conversion to fp64, unscaling by 2^-(sigma_i+tau_j),
 //                   then C = alpha*P + beta*C (beta == 0: C is not read), optionally one triangle.
-// Everything before the final conversion is exact integer arithmetic, so the result equals the
-// CPU reference route's bit for bit when both use the same moduli, shifts and rounding.
+// Everything before the final conversion is exact integer arithmetic (some of it on integers held
+// exactly in doubles), so the result equals the CPU reference route's bit for bit when both use
+// the same moduli, shifts and rounding.
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -56,6 +58,7 @@ __device__ __forceinline__ double scale2(double x, int e) {
 struct CrtTable {
     int r;
     int pad_;
+    double magic;                 // MAGIC (a parameter, so the compiler keeps it in a register)
     double m[MAX_MODULI];
     double inv_m[MAX_MODULI];
     double big_m_approx;          // M as a double (rounded), for the quotient estimate
@@ -63,23 +66,9 @@ struct CrtTable {
     u32 w[MAX_MODULI][LIMBS];
     u32 big_m[LIMBS];
     u32 half_m[LIMBS];            // ceil(M/2): x >= half_m lifts to x - M
-    u32 mi[MAX_MODULI];           // m_p as an integer
-    u32 magic[MAX_MODULI];        // floor(2^32 / m_p): Barrett quotient of a 32-bit word
-    u32 wrap[MAX_MODULI];         // 2^32 mod m_p: undoes the two's-complement wrap of t < 0
+    u32 off[LIMBS];               // 4096 M: makes the signed sum of centred terms positive
+    double wd[MAX_MODULI][LIMBS - 1]; // the limbs of W_p as doubles (multiplied on the FP64 pipe)
 };
-
-// t mod m in [0, m) for any int32 t, in integer arithmetic (full-rate IMADs instead of the
-// quarter-rate int <-> double conversions): x = t as u32 (= t + 2^32 when t < 0); the Barrett
-// quotient q = floor(x magic / 2^32) is floor(x / m) or one less, so one subtraction finishes
-// x mod m; a negative t then subtracts 2^32 mod m. The same value as an exact floor-mod.
-__device__ __forceinline__ u32 mod_i32(int t, u32 m, u32 magic, u32 wrap) {
-    u32 x = (u32)t;
-    u32 q = __umulhi(x, magic);
-    u32 u = x - q * m;
-    if (u >= m) u -= m;
-    if (t < 0) u = u >= wrap ? u - wrap : u + m - wrap;
-    return u;
-}
 
 __device__ __forceinline__ u64 abs_bits(double v) {
     return (u64)__double_as_longlong(v) & 0x7fffffffffffffffull;
@@ -260,30 +249,42 @@ __device__ __forceinline__ void sub_limbs(u32* x, const u32* y) {
     }
 }
 
-// u += (t mod m_p) W_p over the WL limbs W_p can occupy (the sum of up to 20 terms
-// u_p W_p,l < 2^40 fits the 64-bit limb accumulators).
+// acc += v W_p over the WL limbs W_p can occupy, where v = t - m_p rint(t / m_p) is the
+// centred residue of the int32 product t, all on the FP64 pipe (the integer pipe bounded the
+// earlier all-integer version at about twice the memory floor, BENCHMARKS.md):
+//   t as a double without a conversion instruction: the bits (0x43300000, t ^ 2^31) are the
+//     double 2^52 + 2^31 + t (exact), minus 2^52 + 2^31;
+//   q = rint(t RN(1/m_p)) by one fma with MAGIC: t/m_p is within |t/m_p| 2^-53 < 2^-22 of the
+//     computed product and, for odd m_p, at least 1/(2 m_p) > 2^-9 from a half-integer, so
+//     q = rint(t/m_p) exactly (m_0 = 256: 1/256 is exact, a tie rounds either way, |v| <= 128);
+//   v = t - m_p q by one fma, exact, |v| <= 128.
+// Every partial sum of v W_p,l is an integer below 20 * 128 * 2^32 < 2^44 in magnitude, so the
+// fp64 accumulation is exact in any order; crt_finish turns it back into integer limbs.
 template <int WL>
-__device__ __forceinline__ void crt_add(u64 (&acc)[WL], int t, int p, const CrtTable& tab) {
-    u32 uu = mod_i32(t, tab.mi[p], tab.magic[p], tab.wrap[p]);
+__device__ __forceinline__ void crt_add(double (&acc)[WL], int t, int p, const CrtTable& tab) {
+    double td = __hiloint2double(0x43300000, t ^ 0x80000000) - 4503601774854144.0;
+    double q = fma(td, tab.inv_m[p], tab.magic) - tab.magic;
+    double v = fma(-q, tab.m[p], td);
 #pragma unroll
-    for (int l = 0; l < WL; ++l) acc[l] += (u64)uu * tab.w[p][l];
+    for (int l = 0; l < WL; ++l) acc[l] = fma(v, tab.wd[p][l], acc[l]);
 }
 
-// From the accumulated sum_p u_p W_p to the output entry: reduce modulo M, lift to the
-// symmetric range, one correctly rounded conversion times 2^e, then alpha v + beta c_old
-// (c_old read only when beta != 0).
+// From the accumulated limb sums of sum_p v_p W_p to the output entry: x = that sum plus
+// 4096 M in 32-bit limbs (signed carries; |sum| < 20 * 128 M, so 0 < x < 2^13 M and x = C'
+// mod M), reduce modulo M, lift to the symmetric range, one correctly rounded conversion times
+// 2^e, then alpha v + beta c_old (c_old read only when beta != 0).
 template <int WL>
-__device__ __forceinline__ double crt_finish(const u64 (&acc)[WL], const CrtTable& tab, int e, double alpha,
+__device__ __forceinline__ double crt_finish(const double (&acc)[WL], const CrtTable& tab, int e, double alpha,
                                              double beta, const double* cp) {
     u32 x[LIMBS];
-    u64 carry = 0;
+    long long carry = 0;
 #pragma unroll
     for (int l = 0; l < LIMBS; ++l) {
-        u64 s = (l < WL ? acc[l < WL ? l : 0] : 0ull) + carry;
+        long long s = (l < WL ? __double2ll_rn(acc[l < WL ? l : 0]) : 0ll) + (long long)tab.off[l] + carry;
         x[l] = (u32)s;
-        carry = s >> 32;
+        carry = s >> 32;  // arithmetic shift: floor(s / 2^32)
     }
-    // x < r * 256 * M: estimate the quotient low (relative error of xd * inv_big_m far below
+    // x < 2^13 M: estimate the quotient low (relative error of xd * inv_big_m far below
     // 2^-30 and x / M < 2^13, so q <= floor(x / M)), subtract q*M, then finish by subtraction.
     double xd = 0.0;
 #pragma unroll
@@ -338,9 +339,9 @@ __device__ __forceinline__ void reconstruct_impl(const int* __restrict__ prod, l
     int gi = i + row_off, gj = j + col_off;
     if ((uplo == 1 && gi > gj) || (uplo == 2 && gi < gj)) return;
 
-    u64 acc[WL];
+    double acc[WL];
 #pragma unroll
-    for (int l = 0; l < WL; ++l) acc[l] = 0;
+    for (int l = 0; l < WL; ++l) acc[l] = 0.0;
     for (int p = 0; p < tab.r; ++p) crt_add<WL>(acc, prod[p * prod_stride + idx], p, tab);
     double* cp = c + i + (long long)j * ldc;
     *cp = crt_finish<WL>(acc, tab, -(sigma[i] + tau[j]), alpha, beta, cp);
@@ -364,11 +365,11 @@ __device__ __forceinline__ void reconstruct_quad_impl(const int* __restrict__ pr
     // whole quad outside the triangle: nothing to do
     if ((uplo == 1 && gi > gj) || (uplo == 2 && gi + 3 < gj)) return;
 
-    u64 acc[4][WL];
+    double acc[4][WL];
 #pragma unroll
     for (int e = 0; e < 4; ++e)
 #pragma unroll
-        for (int l = 0; l < WL; ++l) acc[e][l] = 0;
+        for (int l = 0; l < WL; ++l) acc[e][l] = 0.0;
     const int4* src = (const int4*)(prod + idx);
     long long vs = prod_stride >> 2;
     int p = 0;

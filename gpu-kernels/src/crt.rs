@@ -38,6 +38,7 @@ const MAGIC: f64 = 6_755_399_441_055_744.0;
 pub struct CrtTable {
     r: i32,
     pad: i32,
+    magic: f64,
     m: [f64; MAX_MODULI],
     inv_m: [f64; MAX_MODULI],
     big_m_approx: f64,
@@ -45,10 +46,14 @@ pub struct CrtTable {
     w: [[u32; LIMBS]; MAX_MODULI],
     big_m: [u32; LIMBS],
     half_m: [u32; LIMBS],
-    mi: [u32; MAX_MODULI],
-    magic: [u32; MAX_MODULI],
-    wrap: [u32; MAX_MODULI],
+    off: [u32; LIMBS],
+    wd: [[f64; LIMBS - 1]; MAX_MODULI],
 }
+
+/// `OFFSET_MULTIPLE` M is added to the signed CRT sum sum_p v_p W_p (|v_p| <= 128, so
+/// |sum| < 20 * 128 M) to make it positive while keeping it below 2^13 M, the range of the
+/// kernel's quotient estimate (`crt_finish` in ozaki.cu).
+const OFFSET_MULTIPLE: u32 = 4096;
 
 fn limbs(x: &BigUint) -> [u32; LIMBS] {
     let digits = x.to_u32_digits();
@@ -143,6 +148,7 @@ impl CrtTable {
         let mut t = CrtTable {
             r: moduli.len() as i32,
             pad: 0,
+            magic: MAGIC,
             m: [0.0; MAX_MODULI],
             inv_m: [0.0; MAX_MODULI],
             big_m_approx: big_m.to_f64().unwrap_or(f64::MAX),
@@ -150,41 +156,64 @@ impl CrtTable {
             w: [[0; LIMBS]; MAX_MODULI],
             big_m: limbs(&big_m),
             half_m: limbs(&((&big_m + 1u32) >> 1)),
-            mi: [0; MAX_MODULI],
-            magic: [0; MAX_MODULI],
-            wrap: [0; MAX_MODULI],
+            off: limbs(&(&big_m * OFFSET_MULTIPLE)),
+            wd: [[0.0; LIMBS - 1]; MAX_MODULI],
         };
         for (p, &m) in moduli.iter().enumerate() {
             t.m[p] = m as f64;
             t.inv_m[p] = 1.0 / m as f64;
-            t.mi[p] = m;
-            t.magic[p] = ((1u64 << 32) / m as u64) as u32;
-            t.wrap[p] = ((1u64 << 32) % m as u64) as u32;
             let mp = &big_m / m;
             let mp_mod = (&mp % m).to_u64().unwrap_or(0);
             let w = mp * inverse_mod(mp_mod, m as u64);
             t.w[p] = limbs(&(w % &big_m));
+            for (d, &l) in t.wd[p].iter_mut().zip(&t.w[p]) {
+                *d = f64::from(l);
+            }
         }
         t
     }
 
-    /// t mod m_p in [0, m_p) exactly as `mod_i32` in ozaki.cu computes it (Barrett quotient
-    /// from `magic`, then the two's-complement correction `wrap`); for tests.
-    pub fn mod_i32(&self, p: usize, t: i32) -> u32 {
-        let (m, x) = (self.mi[p], t as u32);
-        let q = ((x as u64 * self.magic[p] as u64) >> 32) as u32;
-        let mut u = x.wrapping_sub(q.wrapping_mul(m));
-        if u >= m {
-            u -= m;
+    /// The kernel's per-modulus step `crt_add` (ozaki.cu), with the same fp64 operations:
+    /// t as a double through the bits of 2^52 + 2^31 + t, the centred residue v = t - m_p
+    /// rint(t RN(1/m_p)) by two fmas with `MAGIC`, then acc_l += v W_p,l for l < `wl`.
+    pub fn fp64_add(&self, acc: &mut [f64], t: i32, p: usize) {
+        let td = f64::from_bits((0x4330_0000u64 << 32) | u64::from((t as u32) ^ 0x8000_0000))
+            - 4_503_601_774_854_144.0;
+        let q = td.mul_add(self.inv_m[p], self.magic) - self.magic;
+        let v = (-q).mul_add(self.m[p], td);
+        for (a, &w) in acc.iter_mut().zip(&self.wd[p]) {
+            *a = v.mul_add(w, *a);
         }
-        if t < 0 {
-            u = if u >= self.wrap[p] {
-                u - self.wrap[p]
-            } else {
-                u + m - self.wrap[p]
-            };
+    }
+
+    /// The kernel's limb step of `crt_finish`: the fp64 limb sums converted to integers, plus
+    /// the offset 4096 M, with signed carries, as the non-negative integer x = C' (mod M).
+    pub fn fp64_limbs(&self, acc: &[f64]) -> BigUint {
+        let mut x = [0u32; LIMBS];
+        let mut carry = 0i64;
+        for (l, xl) in x.iter_mut().enumerate() {
+            let s = acc.get(l).map_or(0, |&a| a as i64) + i64::from(self.off[l]) + carry;
+            *xl = s as u32;
+            carry = s >> 32;
         }
-        u
+        assert_eq!(carry, 0, "x fits {LIMBS} limbs and is not negative");
+        BigUint::from_slice(&x)
+    }
+
+    /// [`CrtTable::reconstruct`] through the kernel's fp64 steps ([`CrtTable::fp64_add`] and
+    /// [`CrtTable::fp64_limbs`] over `weight_limbs()` limbs): what the device computes, for
+    /// the tests that it is the same signed integer.
+    pub fn reconstruct_fp64(&self, products: &[i32]) -> (bool, BigUint) {
+        let mut acc = vec![0.0; self.weight_limbs()];
+        for (p, &t) in products.iter().enumerate().take(self.r as usize) {
+            self.fp64_add(&mut acc, t, p);
+        }
+        let x = self.fp64_limbs(&acc);
+        assert!(
+            x < self.modulus() << 13,
+            "x below 2^13 M (the quotient estimate's range)"
+        );
+        self.lift(x)
     }
 
     /// 32-bit limbs the weights W_p < M can occupy (the kernels' `WL`): 4 up to 16 INT8
@@ -210,13 +239,18 @@ impl CrtTable {
     /// modulus in, the signed integer C' (as sign, magnitude) out. Used by tests to check the
     /// table and the lift without a GPU.
     pub fn reconstruct(&self, products: &[i32]) -> (bool, BigUint) {
-        let big_m = self.modulus();
         let mut x = BigUint::zero();
         for (p, &c) in products.iter().enumerate().take(self.r as usize) {
             let u = (c as i64).rem_euclid(self.m[p] as i64) as u64;
             x += self.weight(p) * u;
         }
-        x %= &big_m;
+        self.lift(x)
+    }
+
+    /// x mod M lifted to the symmetric range [-M/2, M/2), as (negative, magnitude).
+    fn lift(&self, x: BigUint) -> (bool, BigUint) {
+        let big_m = self.modulus();
+        let x = x % &big_m;
         let half = BigUint::from_slice(&self.half_m);
         if x >= half {
             (true, big_m - x)
@@ -278,32 +312,47 @@ mod tests {
         }
     }
 
+    /// The kernel's fp64 CRT steps give the exact signed integer for int32 products at the
+    /// ends of their range, next to multiples and half-multiples of every modulus (the ties
+    /// of the centring), and at random, for every moduli count.
     #[test]
-    fn integer_reduction_is_the_floor_mod_for_every_int32_range_end() {
-        let t = CrtTable::new(&SET);
-        let mut probes: Vec<i32> = (-70_000..70_000).collect();
-        for base in [
-            i32::MIN,
-            i32::MAX - 70_000,
-            -(1 << 24),
-            1 << 24,
-            i32::MIN / 3,
-        ] {
-            probes.extend((0..70_000).map(|d| base.saturating_add(d)));
+    fn fp64_reconstruction_is_the_exact_crt_for_every_int32_range_end() {
+        let mut probes: Vec<i32> = vec![0, 1, -1, i32::MIN, i32::MIN + 1, i32::MAX, i32::MAX - 1];
+        for &m in &SET {
+            let m = m as i32;
+            for base in [0, 1 << 24, -(1 << 24), i32::MAX / m * m, i32::MIN / m * m] {
+                for d in -(m + 2)..=(m + 2) {
+                    probes.extend([base.saturating_add(d), base.saturating_add(d + m / 2)]);
+                }
+            }
         }
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..200_000 {
+        let mut next = move || {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
-            probes.push(s as i32);
+            s
+        };
+        for _ in 0..20_000 {
+            let v = next();
+            probes.push((v as i32) >> (v >> 59)); // every magnitude
         }
-        for (p, &m) in SET.iter().enumerate() {
-            for &x in &probes {
+        for r in 1..=SET.len() {
+            let t = CrtTable::new(&SET[..r]);
+            // products: each probe in every slot, plus random mixes
+            let mut calls: Vec<Vec<i32>> = probes.iter().map(|&x| vec![x; r]).collect();
+            for _ in 0..3_000 {
+                calls.push(
+                    (0..r)
+                        .map(|_| probes[next() as usize % probes.len()])
+                        .collect(),
+                );
+            }
+            for prods in &calls {
                 assert_eq!(
-                    t.mod_i32(p, x) as i64,
-                    (x as i64).rem_euclid(m as i64),
-                    "{x} mod {m}"
+                    t.reconstruct_fp64(prods),
+                    t.reconstruct(prods),
+                    "r = {r}, {prods:?}"
                 );
             }
         }

@@ -232,9 +232,17 @@ impl RowStats<'_> {
         self.maxbits
             .iter()
             .zip(self.abssum)
-            .filter(|(b, s)| **b != 0 && **s > 0.0)
-            .map(|(b, s)| f64::from_bits(*b) * k as f64 / s)
-            .fold(1.0, f64::max)
+            .fold(1.0, |acc, (&b, &s)| acc.max(line_spread(b, s, k)))
+    }
+}
+
+/// One line's max|x| / mean|x| (0 for a zero line, which [`RowStats::spread`]'s maximum
+/// starting at 1 then ignores).
+fn line_spread(maxbits: u64, abssum: f64, k: usize) -> f64 {
+    if maxbits != 0 && abssum > 0.0 {
+        f64::from_bits(maxbits) * k as f64 / abssum
+    } else {
+        0.0
     }
 }
 
@@ -257,12 +265,17 @@ impl RowStats<'_> {
 /// larger side's spread, and a full bit per halving of short k. Fitted to ozaki-core's CPU
 /// measurements, which give the GPU's bits for the same moduli (ACCURACY.md, "Norm scaling").
 pub fn needed_bits(a: &RowStats, b: &RowStats, k: usize, scaling: ScalingMode) -> f64 {
+    needed_bits_for_spreads(a.spread(k), b.spread(k), k, scaling)
+}
+
+/// [`needed_bits`] from the two operands' [`RowStats::spread`]s.
+fn needed_bits_for_spreads(spread_a: f64, spread_b: f64, k: usize, scaling: ScalingMode) -> f64 {
     let short = (4096.0 / k.max(1) as f64).log2().max(0.0);
     match scaling {
         ScalingMode::Fast => {
-            BASE_BITS + SPREAD_WEIGHT * 0.5 * (a.spread(k) * b.spread(k)).log2() + 0.5 * short
+            BASE_BITS + SPREAD_WEIGHT * 0.5 * (spread_a * spread_b).log2() + 0.5 * short
         }
-        _ => NORM_BASE_BITS + a.spread(k).max(b.spread(k)).log2() + short,
+        _ => NORM_BASE_BITS + spread_a.max(spread_b).log2() + short,
     }
 }
 
@@ -313,28 +326,48 @@ struct NormLines {
     classes: Vec<(u64, f64)>,
 }
 
+/// [`NormLines`] being gathered, one line at a time.
+struct NormSlots([Option<(u64, f64)>; 66]);
+
+impl Default for NormSlots {
+    fn default() -> Self {
+        NormSlots([None; 66])
+    }
+}
+
+impl NormSlots {
+    /// Adds a line with maximum `maxbits` and coarse square sum `q` (zero lines: nothing).
+    fn add(&mut self, maxbits: u64, q: u64) {
+        if maxbits == 0 {
+            return;
+        }
+        let slot = if q == 0 {
+            0
+        } else {
+            ozaki_core::scaling::clog2(q) as usize + 1
+        };
+        let mant = line_mantissa(maxbits);
+        let entry = self.0[slot].get_or_insert((q, mant));
+        entry.1 = entry.1.min(mant);
+    }
+
+    fn lines(self) -> NormLines {
+        NormLines {
+            classes: self.0.into_iter().flatten().collect(),
+        }
+    }
+}
+
 impl NormLines {
     fn of(a: &RowStats, b: &RowStats) -> NormLines {
-        let mut slots: [Option<(u64, f64)>; 66] = [None; 66];
-        for (&maxbits, &q) in [a, b]
-            .iter()
-            .flat_map(|s| s.maxbits.iter().zip(s.coarse_sq))
-        {
-            if maxbits == 0 {
-                continue;
-            }
-            let slot = if q == 0 {
-                0
-            } else {
-                ozaki_core::scaling::clog2(q) as usize + 1
-            };
-            let mant = line_mantissa(maxbits);
-            let entry = slots[slot].get_or_insert((q, mant));
-            entry.1 = entry.1.min(mant);
+        let mut slots = NormSlots::default();
+        for s in [a, b] {
+            s.maxbits
+                .iter()
+                .zip(s.coarse_sq)
+                .for_each(|(&m, &q)| slots.add(m, q));
         }
-        NormLines {
-            classes: slots.into_iter().flatten().collect(),
-        }
+        slots.lines()
     }
 
     fn fewest_bits(&self, moduli: usize) -> f64 {
@@ -362,12 +395,14 @@ fn line_mantissa(maxbits: u64) -> f64 {
 /// line of both operands keeps [`norm_bits`] `>= needed_bits(.., ScalingMode::Norm)` (all 20
 /// when none does). Lines that get more bits than needed cost nothing.
 pub fn choose_moduli_norm(a: &RowStats, b: &RowStats, k: usize) -> usize {
-    norm_moduli_for(a, b, needed_bits(a, b, k, ScalingMode::Norm))
+    norm_moduli_for(
+        &NormLines::of(a, b),
+        needed_bits(a, b, k, ScalingMode::Norm),
+    )
 }
 
-/// [`choose_moduli_norm`] with the rule's `needed` bits already computed.
-fn norm_moduli_for(a: &RowStats, b: &RowStats, needed: f64) -> usize {
-    let lines = NormLines::of(a, b);
+/// [`choose_moduli_norm`] with the lines grouped and the rule's `needed` bits computed.
+fn norm_moduli_for(lines: &NormLines, needed: f64) -> usize {
     (2..=MAX_MODULI)
         .find(|&r| lines.fewest_bits(r) >= needed)
         .unwrap_or(MAX_MODULI)
@@ -415,76 +450,118 @@ pub fn plan(
     forced: Option<usize>,
     scaling: ScalingMode,
 ) -> Result<Plan, GpuError> {
+    let (mut sigma, mut tau) = (vec![0; a.maxbits.len()], vec![0; b.maxbits.len()]);
+    let head = plan_into(a, b, k, forced, scaling, (&mut sigma, &mut tau))?;
+    Ok(Plan { sigma, tau, ..head })
+}
+
+/// [`plan`] writing the shifts into `shifts` (sigma for op(A)'s rows, tau for op(B)'s
+/// columns; an empty slice skips a side) instead of new vectors: the route writes them
+/// straight into the pinned buffer it uploads. The returned plan's `sigma` and `tau` are
+/// empty.
+///
+/// The call waits on this host step between the scan and the residues (the GPU idles), so
+/// it makes two passes over the lines and allocates nothing per line: the survey (non-finite
+/// maxima, top exponents, spreads, norm classes), then the shifts. Measured on 2 cores,
+/// n = 4096: 87-117 us per call through `ozaki_core::scaling::Scaling::new` and separate
+/// passes, most of it allocation and page faults (BENCHMARKS.md, session 3 kernel work).
+/// Each line's shift is `Scaling::new`'s formula `p + COARSE_BITS - 1 - e` with `p =
+/// shift_for_bound(L, bound)`, bound `S_i` (norm) or `4096 k` (fast, `CoarseBounds::fast`);
+/// the unit tests compare it with `Scaling::new` for both modes.
+pub fn plan_into(
+    a: RowStats,
+    b: RowStats,
+    k: usize,
+    forced: Option<usize>,
+    scaling: ScalingMode,
+    shifts: (&mut [i32], &mut [i32]),
+) -> Result<Plan, GpuError> {
+    use ozaki_core::scaling::{COARSE_BITS, MIN_SHIFT, clog2, shift_for_bound};
     const INF_BITS: u64 = 0x7ff0_0000_0000_0000;
-    if a.maxbits.iter().chain(b.maxbits).any(|&x| x >= INF_BITS) {
+    let norm = scaling != ScalingMode::Fast;
+    let have_norms = a.coarse_sq.len() == a.maxbits.len() && b.coarse_sq.len() == b.maxbits.len();
+    // survey: largest maximum (non-finite check, top exponent), spread, norm classes
+    let mut slots = NormSlots::default();
+    let mut survey = |s: &RowStats| {
+        let (mut top, mut spread) = (0u64, 1.0f64);
+        for (l, (&m, &sum)) in s.maxbits.iter().zip(s.abssum).enumerate() {
+            top = top.max(m);
+            spread = spread.max(line_spread(m, sum, k));
+            if norm && have_norms {
+                slots.add(m, s.coarse_sq[l]);
+            }
+        }
+        (top, spread)
+    };
+    let ((top_a, spread_a), (top_b, spread_b)) = (survey(&a), survey(&b));
+    if top_a >= INF_BITS || top_b >= INF_BITS {
         return Err(GpuError::NonFinite);
     }
     // the product must stay inside fp64's range (ozaki-core's ExponentRange rule)
-    let top = |s: &RowStats| s.maxbits.iter().filter_map(|&x| exponent_of_bits(x)).max();
-    if let (Some(ea), Some(eb)) = (top(&a), top(&b))
-        && ea + eb + ozaki_core::scaling::clog2(k.max(1) as u64) + 8 > 1023
+    if let (Some(ea), Some(eb)) = (exponent_of_bits(top_a), exponent_of_bits(top_b))
+        && ea + eb + clog2(k.max(1) as u64) + 8 > 1023
     {
         return Err(GpuError::Unsupported(
             "exponents could overflow fp64".into(),
         ));
     }
-    let needed = needed_bits(&a, &b, k, scaling);
-    if scaling == ScalingMode::Fast {
-        let moduli = forced
-            .unwrap_or_else(|| choose_moduli(needed, k))
-            .clamp(2, MAX_MODULI);
+    if norm && !have_norms {
+        return Err(GpuError::Unsupported(
+            "norm scaling without the coarse norms".into(),
+        ));
+    }
+    let needed = needed_bits_for_spreads(spread_a, spread_b, k, scaling);
+    let lines = slots.lines();
+    let moduli = forced
+        .unwrap_or_else(|| {
+            if norm {
+                norm_moduli_for(&lines, needed)
+            } else {
+                choose_moduli(needed, k)
+            }
+        })
+        .clamp(2, MAX_MODULI);
+    let plan_r = ozaki_core::moduli::CrtPlan::get(moduli);
+    let budget = scaling.budget_bits(plan_r);
+    let bits = if norm {
+        // The fit proof (ozaki-core scaling.rs) needs p >= MIN_SHIFT on every nonzero line;
+        // a line's p depends on its S only through its class.
+        let ps = lines
+            .classes
+            .iter()
+            .map(|&(q, _)| shift_for_bound(budget, q));
+        if ps.clone().any(|p| p < MIN_SHIFT) {
+            return Err(GpuError::Unsupported(format!(
+                "{moduli} moduli cannot cover the exponent spread at k = {k}"
+            )));
+        }
+        // |a'| <= 2^(p + 6) on each line (p <= 56: within the residue kernel's |z| <= 2^62)
+        ps.max().map_or(0, |p| p + COARSE_BITS)
+    } else {
         let bits = bits_for(moduli, k);
         if bits < 1 {
             return Err(GpuError::Unsupported(format!(
                 "{moduli} moduli leave no bits at k = {k}"
             )));
         }
-        // |x| < 2^(e+1), so |x 2^(bits-1-e)| < 2^bits and |rint(.)| <= 2^bits.
-        let shift = |x: &u64| exponent_of_bits(*x).map_or(0, |e| bits - 1 - e);
-        return Ok(Plan {
-            moduli,
-            bits,
-            sigma: a.maxbits.iter().map(shift).collect(),
-            tau: b.maxbits.iter().map(shift).collect(),
-            scaling,
-            needed_bits: needed,
-        });
-    }
-    use ozaki_core::scaling::{CoarseBounds, Exponents, Scaling};
-    if a.coarse_sq.len() != a.maxbits.len() || b.coarse_sq.len() != b.maxbits.len() {
-        return Err(GpuError::Unsupported(
-            "norm scaling without the coarse norms".into(),
-        ));
-    }
-    let moduli = forced
-        .unwrap_or_else(|| norm_moduli_for(&a, &b, needed))
-        .clamp(2, MAX_MODULI);
-    let exps = |s: &RowStats| s.maxbits.iter().map(|&x| exponent_of_bits(x)).collect();
-    let exps = Exponents {
-        rows: exps(&a),
-        cols: exps(&b),
+        bits
     };
-    let bounds = CoarseBounds {
-        rows: a.coarse_sq.to_vec(),
-        cols: b.coarse_sq.to_vec(),
+    // shifts: sigma_i = p_i + COARSE_BITS - 1 - e_i (0 for zero lines)
+    let fast_bound = 4096 * k.max(1) as u64;
+    let write = |s: &RowStats, out: &mut [i32]| {
+        for (l, (o, &m)) in out.iter_mut().zip(s.maxbits).enumerate() {
+            let bound = if norm { s.coarse_sq[l] } else { fast_bound };
+            *o = exponent_of_bits(m)
+                .map_or(0, |e| shift_for_bound(budget, bound) + COARSE_BITS - 1 - e);
+        }
     };
-    let s = Scaling::new(
-        scaling.budget_bits(ozaki_core::moduli::CrtPlan::get(moduli)),
-        &exps,
-        &bounds,
-    );
-    // The fit proof (ozaki-core scaling.rs) needs p >= MIN_SHIFT on every nonzero line.
-    if !s.covers(&bounds) {
-        return Err(GpuError::Unsupported(format!(
-            "{moduli} moduli cannot cover the exponent spread at k = {k}"
-        )));
-    }
+    write(&a, shifts.0);
+    write(&b, shifts.1);
     Ok(Plan {
         moduli,
-        // |a'| <= 2^(p + 6) on each line (p <= 56: within the residue kernel's |z| <= 2^62)
-        bits: s.p.iter().chain(&s.q).flatten().max().map_or(0, |p| p + 6),
-        sigma: s.sigma,
-        tau: s.tau,
+        bits,
+        sigma: Vec::new(),
+        tau: Vec::new(),
         scaling,
         needed_bits: needed,
     })
@@ -659,17 +736,21 @@ pub fn gemm(
             coarse_sq: &sq[m..],
         }
     };
-    let plan = plan(a_stats, b_stats, k, opts.moduli, scaling)?;
-    let r = plan.moduli;
-    // shifts go to the pinned buffer after the statistics (already consumed above)
+    // shifts go to the pinned buffer after the statistics (read above, not written)
     // SAFETY: 4 nb_rows bytes remain in the buffer after the STATS nb_rows of statistics.
     let shifts_host = unsafe { host.add(STATS * nb_rows) } as *mut i32;
-    // SAFETY: as above; no copy is reading this region.
+    // SAFETY: as above; no copy is reading this region, and it does not overlap the stats.
     let shifts = unsafe { std::slice::from_raw_parts_mut(shifts_host, nb_rows) };
-    shifts[..m].copy_from_slice(&plan.sigma);
-    if !syrk {
-        shifts[m..].copy_from_slice(&plan.tau);
-    }
+    let (sigma_host, tau_host) = shifts.split_at_mut(m);
+    let plan = plan_into(
+        a_stats,
+        b_stats,
+        k,
+        opts.moduli,
+        scaling,
+        (sigma_host, tau_host),
+    )?;
+    let r = plan.moduli;
     let shifts_dev = gpu.workspace.get("shifts", 4 * nb_rows)?;
     // SAFETY: pinned source, device destination of equal size; ordered before its users.
     unsafe { sys::cuMemcpyHtoDAsync_v2(shifts_dev, shifts_host as *const _, 4 * nb_rows, stream) }

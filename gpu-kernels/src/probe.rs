@@ -31,7 +31,7 @@ impl Libraries {
         // SAFETY: is_culib_present only dlopens candidate names and drops the handle.
         *FOUND.get_or_init(|| unsafe {
             Libraries {
-                driver: cudarc::driver::sys::is_culib_present(),
+                driver: driver_present(),
                 cublas: cudarc::cublas::sys::is_culib_present(),
                 cublaslt: cudarc::cublaslt::sys::is_culib_present(),
                 nvrtc: cudarc::nvrtc::sys::is_culib_present(),
@@ -60,6 +60,16 @@ impl Libraries {
             None
         })
     }
+}
+
+/// Whether the CUDA driver library can be loaded, once per process. Cheaper than
+/// [`Libraries::detect`], whose dlopen of cuBLAS and cuBLASLt cost about 160 ms on the H200
+/// machine: the shim's pre-engine asks only this before deciding that a small call goes to the
+/// vendor BLAS, so a process whose calls are all small never pays for loading cuBLAS.
+pub fn driver_present() -> bool {
+    static FOUND: OnceLock<bool> = OnceLock::new();
+    // SAFETY: is_culib_present only dlopens candidate names and drops the handle.
+    *FOUND.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() })
 }
 
 /// Runs `f`, turning a panic inside it (cudarc's missing-library or missing-symbol panics)

@@ -85,22 +85,22 @@ fn par_columns<T: Send>(
     });
 }
 
-/// The blocked loop both packed products share: over column blocks (in parallel, see
+/// The blocked loop the packed products share: over column blocks (in parallel, see
 /// [`par_columns`], `col_len` output elements per column), row blocks of `ROW_BLOCK`, then the
 /// entries `(i, j)` that `tri` wants, calling `entry(cols, e, a_i, b_j)` with `e = (j - j0) m + i`
 /// the entry's index within the column block `cols`.
 #[allow(clippy::too_many_arguments)]
-fn for_each_entry<T: Send>(
+fn for_each_entry<T: Send, E: Sync>(
     out: &mut [T],
     col_len: usize,
-    a: &[i16],
-    b: &[i16],
+    a: &[E],
+    b: &[E],
     m: usize,
     n: usize,
     k: usize,
     tri: Option<Uplo>,
     threads: usize,
-    entry: impl Fn(&mut [T], usize, &[i16], &[i16]) + Sync,
+    entry: impl Fn(&mut [T], usize, &[E], &[E]) + Sync,
 ) {
     par_columns(out, col_len, n, threads, |j0, j1, cols| {
         for i0 in (0..m).step_by(ROW_BLOCK) {
@@ -226,18 +226,8 @@ pub fn f64_product2(
     threads: usize,
 ) -> (Vec<f64>, Vec<f64>) {
     let mut h = vec![(0.0f64, 0.0f64); m * n];
-    par_columns(&mut h, m, n, threads, |j0, j1, cols| {
-        for i0 in (0..m).step_by(ROW_BLOCK) {
-            let i1 = (i0 + ROW_BLOCK).min(m);
-            for j in j0..j1 {
-                let qj = &q[j * k..(j + 1) * k];
-                for i in i0..i1 {
-                    if wanted(tri, i, j) {
-                        cols[(j - j0) * m + i] = dot2_f64(&p[i * k..(i + 1) * k], qj);
-                    }
-                }
-            }
-        }
+    for_each_entry(&mut h, m, p, q, m, n, k, tri, threads, |cols, e, pi, qj| {
+        cols[e] = dot2_f64(pi, qj);
     });
     h.into_iter().unzip()
 }

@@ -112,15 +112,14 @@ pub fn engine() -> &'static Engine {
     ENGINE.get_or_init(build)
 }
 
-/// The engine used before the GPU is initialised (module doc): `None` when no GPU library is
+/// The engine used before the GPU is initialised (module doc): `None` when no CUDA driver is
 /// present (then [`build`] is cheap anyway) or the profile it would use describes no GPU.
 fn pre_engine() -> Option<&'static Engine> {
     PRE_ENGINE
         .get_or_init(|| {
-            if gpu_kernels::probe::Libraries::detect()
-                .native_missing()
-                .is_some()
-            {
+            // Only the driver: loading cuBLAS to look for it would cost the small calls the
+            // pre-engine exists to keep cheap (probe::driver_present).
+            if !gpu_kernels::probe::driver_present() {
                 return None;
             }
             let env = std::env::var("OZAKI_PROFILE").ok();
