@@ -81,6 +81,9 @@ pub struct Tuning {
     /// Most column blocks for `gpu-native` and for `gpu-ozaki` (whose every block converts
     /// all of op(A) again).
     pub max_blocks: (usize, usize),
+    /// Row panels of op(A) for `gpu-native` and for `gpu-ozaki` (whose every unit of work
+    /// scans, plans and converts its operands again), see [`pipeline_panels`].
+    pub panels: (usize, usize),
 }
 
 impl Default for Tuning {
@@ -93,6 +96,7 @@ impl Default for Tuning {
             ring_chunk: 32 << 20,
             block_bytes: 64 << 20,
             max_blocks: (16, 4),
+            panels: (4, 1),
         }
     }
 }
@@ -101,7 +105,8 @@ impl std::str::FromStr for Tuning {
     type Err = String;
     /// `key=value` pairs, comma separated, over the defaults: `up=memcpy|stream` (upload
     /// copies), `back=memcpy|stream` (write-back), `copy=...` (both), `threads=N`, `write=N`,
-    /// `ring=MiB`, `block=MiB`, `native=N`, `ozaki=N`
+    /// `ring=MiB`, `block=MiB`, `native=N`, `ozaki=N` (most blocks), `panels=N`,
+    /// `ozaki_panels=N`
     /// (`default` alone: the defaults).
     fn from_str(spec: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
@@ -127,6 +132,8 @@ impl std::str::FromStr for Tuning {
                 "block" => t.block_bytes = num()?.max(1) << 20,
                 "native" => t.max_blocks.0 = num()?.max(1),
                 "ozaki" => t.max_blocks.1 = num()?.max(1),
+                "panels" => t.panels.0 = num()?.max(1),
+                "ozaki_panels" => t.panels.1 = num()?.max(1),
                 _ => return Err(format!("unknown tuning key {k:?}")),
             }
         }
@@ -359,31 +366,51 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
     gemm_on(&mut *gpu()?, args, c, engine)
 }
 
-/// [`gemm`] on a given GPU, with [`pipeline_blocks`] column blocks.
+/// [`gemm`] on a given GPU, cut as the pipeline chooses ([`Grid::of`]).
 pub fn gemm_on(
     gpu: &mut Gpu,
     args: &GemmArgs,
     c: &mut [f64],
     engine: Engine,
 ) -> Result<HostOutcome, GpuError> {
-    gemm_blocks(gpu, args, c, engine, pipeline_blocks(args, engine))
+    gemm_grid(gpu, args, c, engine, Grid::of(args, engine))
 }
 
-/// [`gemm_on`] with C cut into `blocks` column blocks (1: no pipeline); for tests and
-/// benchmarks of the pipeline itself. The result does not depend on `blocks` for
-/// `gpu-native` up to cuBLAS's choice of kernel per block shape, and not at all for
-/// `gpu-ozaki` with a fixed moduli count (each entry depends only on its row of op(A) and
-/// column of op(B)); with the automatic count each block chooses its own (see
-/// [`staged_gemm`]).
-pub fn gemm_blocks(
+/// How a pipelined gemm is cut: C into `blocks` column blocks, op(A) into `panels` row
+/// panels. One panel times one block is a unit of device work, started as soon as both are
+/// on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grid {
+    /// Column blocks of C (1: no pipeline).
+    pub blocks: usize,
+    /// Row panels of op(A).
+    pub panels: usize,
+}
+
+impl Grid {
+    /// The pipeline's own choice: [`pipeline_blocks`] and [`pipeline_panels`].
+    pub fn of(args: &GemmArgs, engine: Engine) -> Grid {
+        Grid {
+            blocks: pipeline_blocks(args, engine),
+            panels: pipeline_panels(args, engine),
+        }
+    }
+}
+
+/// [`gemm_on`] cut into a given [`Grid`]; for tests and benchmarks of the pipeline itself.
+/// The result does not depend on the grid for `gpu-native` up to cuBLAS's choice of kernel
+/// per unit shape, and not at all for `gpu-ozaki` with a fixed moduli count (each entry
+/// depends only on its row of op(A) and column of op(B)); with the automatic count each
+/// unit chooses its own (see [`staged_gemm`]).
+pub fn gemm_grid(
     gpu: &mut Gpu,
     args: &GemmArgs,
     c: &mut [f64],
     engine: Engine,
-    blocks: usize,
+    grid: Grid,
 ) -> Result<HostOutcome, GpuError> {
     let c_span = span(args.m, args.n, args.ldc);
-    let (mut out, staged) = staged_gemm(gpu, args, &c[..c_span], engine, blocks, None)?;
+    let (mut out, staged) = staged_gemm(gpu, args, &c[..c_span], engine, grid, None)?;
     let t = std::time::Instant::now();
     // SAFETY: staged points at c_span doubles of pinned staging owned by `gpu`, which this
     // function still borrows mutably, filled by the successful call above.
@@ -423,6 +450,123 @@ pub fn pipeline_blocks(args: &GemmArgs, engine: Engine) -> usize {
         .min(n / 256)
 }
 
+/// Fewest rows of a row panel of op(A) that [`pipeline_panels`] cuts.
+pub const PANEL_MIN_ROWS: usize = 256;
+
+/// Row panels of op(A) a pipelined gemm uploads one after the other, so that the first
+/// products start once the first panel and the first block of op(B) are on the device
+/// instead of all of A (issue #4: at 8192 the GPU waited about 15 ms for A): 1 for calls
+/// that are not pipelined, else [`Tuning::panels`] for the route, each panel at least
+/// [`PANEL_MIN_ROWS`] rows.
+pub fn pipeline_panels(args: &GemmArgs, engine: Engine) -> usize {
+    if pipeline_blocks(args, engine) == 1 {
+        return 1;
+    }
+    let t = tuning();
+    let want = match engine {
+        Engine::Native => t.panels.0,
+        Engine::Ozaki(_) => t.panels.1,
+    };
+    fit_panels(args.m, want.min(args.m / PANEL_MIN_ROWS), 1)
+}
+
+/// Panels of a split's shared A over `slots` devices (`crate::multi`): the route's
+/// [`pipeline_panels`] rounded up to a multiple of `slots` (slot i uploads panels i, i +
+/// slots, ...), at most one per row.
+pub(crate) fn shared_panels(args: &GemmArgs, engine: Engine, slots: usize) -> usize {
+    let slots = slots.max(1);
+    let want = pipeline_panels(args, engine).div_ceil(slots) * slots;
+    fit_panels(args.m, want.min(args.m), slots)
+}
+
+/// `want` panels (at least 1); when a panel of a transpose-free A, which is copied as `k`
+/// strided columns of its rows, would have columns longer than a ring slot, as many more as
+/// needed (a multiple of `multiple`).
+fn fit_panels(m: usize, want: usize, multiple: usize) -> usize {
+    let want = want.max(1);
+    if want == 1 {
+        return 1;
+    }
+    let need = (8 * m).div_ceil(tuning().ring_chunk) + 1;
+    want.max(need.div_ceil(multiple) * multiple).min(m.max(1))
+}
+
+/// Row panels (first row, rows) of op(A) with `count` panels: equal heights, the remainder
+/// spread over the first ones. Every slot of a split computes the same list.
+fn row_panels(m: usize, count: usize) -> Vec<(usize, usize)> {
+    let count = count.clamp(1, m.max(1));
+    let (h, extra) = (m / count, m % count);
+    let mut r0 = 0;
+    (0..count)
+        .map(|p| {
+            let rows = h + usize::from(p < extra);
+            let panel = (r0, rows);
+            r0 += rows;
+            panel
+        })
+        .collect()
+}
+
+/// Where a row panel of op(A) lives in the device buffer of A: `off` bytes in, with leading
+/// dimension `ld`. One panel is A as the caller laid it out; several panels of a transposed
+/// A are its column ranges in place; several panels of A (rows of a column-major matrix, not
+/// contiguous) are packed one after the other, each `rows` x `k` with `ld = rows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PanelPlace {
+    r0: usize,
+    rows: usize,
+    off: u64,
+    ld: usize,
+}
+
+fn panel_places(args: &GemmArgs, panels: &[(usize, usize)]) -> Vec<PanelPlace> {
+    panels
+        .iter()
+        .map(|&(r0, rows)| {
+            if panels.len() == 1 {
+                PanelPlace {
+                    r0,
+                    rows,
+                    off: 0,
+                    ld: args.lda,
+                }
+            } else if args.transa == Trans::Yes {
+                PanelPlace {
+                    r0,
+                    rows,
+                    off: 8 * (r0 * args.lda) as u64,
+                    ld: args.lda,
+                }
+            } else {
+                PanelPlace {
+                    r0,
+                    rows,
+                    off: 8 * (r0 * args.k) as u64,
+                    ld: rows,
+                }
+            }
+        })
+        .collect()
+}
+
+/// The upload of one panel of `a` (the call's span of A) to device buffer `da`.
+fn panel_piece(args: &GemmArgs, a: &[f64], da: u64, place: &PanelPlace, single: bool) -> Piece {
+    let (r0, rows, k, lda) = (place.r0, place.rows, args.k, args.lda);
+    if single {
+        Piece::new(da, a)
+    } else if args.transa == Trans::Yes {
+        Piece::new(da + place.off, &a[r0 * lda..r0 * lda + span(k, rows, lda)])
+    } else {
+        Piece::strided(
+            da + place.off,
+            &a[r0..r0 + span(rows, k, lda)],
+            8 * rows,
+            8 * lda,
+            k,
+        )
+    }
+}
+
 /// Pinned result of [`staged_gemm`]: the call's span of C, laid out with its `ldc`, in the
 /// GPU's staging buffer [`C_SLOT`]; valid until the next call on that GPU.
 #[derive(Debug, Clone, Copy)]
@@ -454,16 +598,22 @@ unsafe impl<T> Send for Handle<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for Handle<T> {}
 
-/// One contiguous host span to copy to a device address, and from there on to the same
-/// offset of other devices' buffers (a split's shared A, `crate::multi`).
+/// One host span to copy to a contiguous device range, and from there on to the same offset
+/// of other devices' buffers (a split's shared A, `crate::multi`). The span is contiguous,
+/// or `count` runs of `width` bytes `pitch` bytes apart (rows of a column-major matrix).
 #[derive(Clone)]
 pub(crate) struct Piece {
     dst: u64,
     src: SendPtr<u8>,
     bytes: usize,
+    /// (run width, source pitch) of a strided span, both in bytes.
+    runs: Option<(usize, usize)>,
     /// (device address, context) of each peer copy, and the uploading device's context.
     peers: Vec<(u64, Handle<sys::CUcontext>)>,
     ctx: Handle<sys::CUcontext>,
+    /// Row panel of a shared A this piece completes: its arrival on every device is
+    /// published on the split's [`PanelBoard`].
+    publish: Option<usize>,
 }
 
 impl Piece {
@@ -472,22 +622,132 @@ impl Piece {
             dst,
             src: SendPtr(src.as_ptr() as *mut u8),
             bytes: std::mem::size_of_val(src),
+            runs: None,
             peers: Vec::new(),
             ctx: Handle(std::ptr::null_mut()),
+            publish: None,
         }
     }
 
-    /// After upload, copy the piece device to device into `peers` (address in its
-    /// context) at the same offsets; `ctx` is the uploading device's context.
-    pub(crate) fn with_peers(
+    /// `count` runs of `width` bytes, `pitch` bytes apart from the start of `src` (which
+    /// covers them all), packed one after the other at `dst`.
+    fn strided(dst: u64, src: &[f64], width: usize, pitch: usize, count: usize) -> Piece {
+        debug_assert!(count == 0 || (count - 1) * pitch + width <= std::mem::size_of_val(src));
+        Piece {
+            bytes: width * count,
+            runs: (width != pitch).then_some((width, pitch)),
+            ..Piece::new(dst, src)
+        }
+    }
+
+    /// Source address of destination byte `off` (a run boundary for strided spans).
+    fn src_at(&self, off: usize) -> SendPtr<u8> {
+        let at = match self.runs {
+            None => off,
+            Some((w, pitch)) => off / w * pitch + off % w,
+        };
+        // SAFETY: off < bytes, so the address lies inside the piece's source span.
+        SendPtr(unsafe { self.src.0.add(at) })
+    }
+
+    /// Bytes per ring chunk: the ring slot, in whole runs for a strided span.
+    fn step(&self, chunk: usize) -> usize {
+        match self.runs {
+            None => chunk,
+            Some((w, _)) => (chunk / w).max(1) * w,
+        }
+    }
+
+    /// After upload, copy the piece device to device to `off` bytes into each of `peers`
+    /// (buffer address, its context) and publish `panel`; `ctx` is the uploading device's
+    /// context.
+    fn shared(
         mut self,
         ctx: sys::CUcontext,
-        peers: impl IntoIterator<Item = (u64, sys::CUcontext)>,
+        peers: &[(u64, Handle<sys::CUcontext>)],
+        off: u64,
+        panel: usize,
     ) -> Piece {
         self.ctx = Handle(ctx);
-        self.peers = peers.into_iter().map(|(d, c)| (d, Handle(c))).collect();
+        self.peers = peers.iter().map(|&(d, c)| (d + off, c)).collect();
+        self.publish = Some(panel);
         self
     }
+}
+
+/// The arrival of each row panel of a split's shared A on every device (`crate::multi`):
+/// the slot that uploads a panel copies it on to the others over NVLink and publishes an
+/// event recorded after those copies; the other slots' compute streams wait for it, so
+/// products start while later panels are still on their way (no barrier before compute).
+pub(crate) struct PanelBoard {
+    events: std::sync::Mutex<Vec<Option<Handle<sys::CUevent>>>>,
+    ready: std::sync::Condvar,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl PanelBoard {
+    pub(crate) fn new(panels: usize) -> PanelBoard {
+        PanelBoard {
+            events: std::sync::Mutex::new(vec![None; panels]),
+            ready: std::sync::Condvar::new(),
+            failed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn publish(&self, panel: usize, e: sys::CUevent) {
+        self.events.lock().unwrap_or_else(|p| p.into_inner())[panel] = Some(Handle(e));
+        self.ready.notify_all();
+    }
+
+    /// Some slot failed: every wait returns an error from now on.
+    pub(crate) fn fail(&self) {
+        self.failed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _g = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        self.ready.notify_all();
+    }
+
+    /// The event of `panel`, once its slot has published it.
+    fn wait(&self, panel: usize) -> Result<sys::CUevent, GpuError> {
+        let mut ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(e) = ev[panel] {
+                return Ok(e.0);
+            }
+            if self.failed.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(GpuError::Cuda(
+                    "another slot of the split failed before sharing its panel of A".into(),
+                ));
+            }
+            ev = self
+                .ready
+                .wait_timeout(ev, std::time::Duration::from_millis(50))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Destroys the published events of the panels `owned` says are this slot's; call on
+    /// that slot's thread (its context current) once no slot waits any more.
+    pub(crate) fn release(&self, owned: impl Fn(usize) -> bool) {
+        let mut ev = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = ev.iter_mut().enumerate().filter(|(p, _)| owned(*p));
+        for e in mine.filter_map(|(_, e)| e.take()) {
+            // SAFETY: created by this slot's upload thread, destroyed once; every stream
+            // that waited on it has been synchronised.
+            let _ = unsafe { sys::cuEventDestroy_v2(e.0) };
+        }
+    }
+}
+
+/// One slot's part in a split's shared A: it uploads the row panels `owner` gives it into
+/// its buffer `a_dev` and on to `peers` (the other slots' buffers of A), and waits on
+/// `board` for the others' panels.
+pub(crate) struct Share<'a> {
+    pub(crate) slot: usize,
+    pub(crate) owner: &'a [usize],
+    pub(crate) a_dev: u64,
+    pub(crate) peers: Vec<(u64, Handle<sys::CUcontext>)>,
+    pub(crate) board: &'a PanelBoard,
 }
 
 /// Events and the download stream of one pipelined call, destroyed on drop (after the
@@ -568,40 +828,17 @@ fn ring(gpu: &mut Gpu) -> Result<Ring, GpuError> {
     })
 }
 
-/// Uploads `pieces` (and their peer copies) on `gpu`'s copy stream through its pinned ring
-/// and waits for all of it: the shared-A phase of a split (`crate::multi`).
-pub(crate) fn upload_pieces(gpu: &mut Gpu, pieces: Vec<Piece>) -> Result<(), GpuError> {
-    let ring = ring(gpu)?;
-    let handles = (Handle(gpu.ctx), Handle(gpu.copy_stream));
-    let cancel = std::sync::atomic::AtomicBool::new(false);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|s| {
-        let cancel = &cancel;
-        s.spawn(move || feed(handles, ring, vec![pieces], cancel, tx));
-    });
-    let mut result = Ok(());
-    for r in rx.iter() {
-        match r {
-            // SAFETY: the group event, ours to destroy; the feed drained the stream.
-            Ok(e) => unsafe {
-                let _ = sys::cuEventDestroy_v2(e.0);
-            },
-            Err(e) => result = Err(e),
-        }
-    }
-    result?;
-    sync(gpu.copy_stream)
-}
-
 /// The upload thread: copies each group of pieces through the pinned ring (`copy_threads()`
 /// workers fill a ring slot while the copy engine drains the previous ones) onto
 /// `stream`, and after each group records an event and sends it, so the compute loop can
-/// start block j as soon as its operands are on the device. Stops early when `cancel` is
-/// set. Runs with `ctx` current.
+/// start block j as soon as its operands are on the device; a piece that completes a panel
+/// of a split's shared A is published on `board` after its peer copies. Stops early when
+/// `cancel` is set. Runs with `ctx` current.
 fn feed(
     (ctx, stream): (Handle<sys::CUcontext>, Handle<sys::CUstream>),
     ring: Ring,
     groups: Vec<Vec<Piece>>,
+    board: Option<&PanelBoard>,
     cancel: &std::sync::atomic::AtomicBool,
     tx: std::sync::mpsc::Sender<Result<Handle<sys::CUevent>, GpuError>>,
 ) {
@@ -610,8 +847,9 @@ fn feed(
     use std::sync::{Barrier, Mutex};
     let workers = copy_threads();
     let kind = tuning().upload;
-    // (destination, source, bytes) of the chunk being copied; None ends the workers.
-    type Job = Option<(SendPtr<u8>, SendPtr<u8>, usize)>;
+    // (destination, source, bytes, runs of a strided source) of the chunk being copied;
+    // None ends the workers.
+    type Job = Option<(SendPtr<u8>, SendPtr<u8>, usize, Option<(usize, usize)>)>;
     let job: Mutex<Job> = Mutex::new(None);
     let (start, done) = (Barrier::new(workers + 1), Barrier::new(workers + 1));
     std::thread::scope(|s| {
@@ -620,10 +858,30 @@ fn feed(
             s.spawn(move || {
                 loop {
                     start.wait();
-                    let Some((d, src, bytes)) = *job.lock().unwrap_or_else(|p| p.into_inner())
+                    let Some((d, src, bytes, runs)) =
+                        *job.lock().unwrap_or_else(|p| p.into_inner())
                     else {
                         break;
                     };
+                    if let Some((width, pitch)) = runs {
+                        // whole runs per worker: run r goes from src + r pitch to d + r width
+                        let n = bytes / width;
+                        let per = n.div_ceil(workers);
+                        for r in (w * per).min(n)..((w + 1) * per).min(n) {
+                            // SAFETY: run r lies inside the live strided source and the ring
+                            // slot no DMA is reading; streaming copies are fenced.
+                            unsafe {
+                                host_copy::copy(
+                                    d.0.add(r * width),
+                                    src.0.add(r * pitch),
+                                    width,
+                                    kind,
+                                )
+                            };
+                        }
+                        done.wait();
+                        continue;
+                    }
                     let per = bytes.div_ceil(workers);
                     let (lo, hi) = ((w * per).min(bytes), ((w + 1) * per).min(bytes));
                     // SAFETY: [lo, hi) of a live source and a ring slot no DMA is reading; a
@@ -657,11 +915,9 @@ fn feed(
                                     .result()
                                     .ctx("cuEventSynchronize")?;
                             }
-                            let len = ring.chunk.min(p.bytes - off);
-                            // SAFETY: off + len <= p.bytes of the live source.
-                            let src = SendPtr(unsafe { p.src.0.add(off) });
+                            let len = p.step(ring.chunk).min(p.bytes - off);
                             *job.lock().unwrap_or_else(|p| p.into_inner()) =
-                                Some((ring.slots[slot], src, len));
+                                Some((ring.slots[slot], p.src_at(off), len, p.runs));
                             start.wait();
                             done.wait();
                             // SAFETY: pinned ring slot of >= len bytes; destination inside
@@ -706,6 +962,19 @@ fn feed(
                             slot_events[slot] = Some(e);
                             record(e, stream)?;
                             off += len;
+                        }
+                        if let (Some(panel), Some(board)) = (p.publish, board) {
+                            // the board owns the event; the slot releases it at the end
+                            let e = cudarc::driver::result::event::create(
+                                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                            )
+                            .ctx("cuEventCreate")?;
+                            if let Err(err) = record(e, stream) {
+                                // SAFETY: nobody else has the event.
+                                let _ = unsafe { sys::cuEventDestroy_v2(e) };
+                                return Err(err);
+                            }
+                            board.publish(panel, e);
                         }
                     }
                     // a timing event: the receiver's [`Timeline`] reads it
@@ -816,22 +1085,25 @@ fn drain(
 /// when beta != 0).
 ///
 /// The pipeline (issue #4, "transfers tiled and overlapped with conversion and compute"):
-/// C is cut into `blocks` column blocks. An upload thread stages A, then per block the
-/// columns of op(B) (all of B at once when B is transposed: its rows are not contiguous)
-/// and of C, through a ring of pinned buffers onto the copy stream, with an event per
-/// block. The compute stream waits for block j's event, computes C_j on the device (cuBLAS,
-/// or the emulated route on the sub-problem: each block chooses its own moduli count when
-/// it is automatic, and the outcome reports the largest), and a download stream copies C_j
-/// into pinned staging while block j + 1 is computed. So host copies, both link directions
-/// and the GPU all run at once; what is left serial is A's upload before the first block
-/// and the last block's download.
+/// C is cut into `grid.blocks` column blocks and op(A) into `grid.panels` row panels. An
+/// upload thread stages, through a ring of pinned buffers onto the copy stream, the first
+/// panel of A with the first block's columns of op(B) (all of B at once when B is
+/// transposed: its rows are not contiguous) and of C, then the other panels, then per block
+/// the columns of op(B) and C, with an event after each group. The compute stream computes
+/// each panel x block unit as soon as its group's event has fired (cuBLAS, or the emulated
+/// route on the sub-problem: each unit chooses its own moduli count when it is automatic,
+/// and the outcome reports the largest), and a download stream copies C_j into pinned
+/// staging while block j + 1 is computed. So host copies, both link directions and the GPU
+/// all run at once; what is left serial is the first panel's upload and the last block's
+/// download. In a split (`share`), this slot uploads only its own panels of A and copies
+/// them on to the other devices, and waits for the others' panels on the split's board.
 pub(crate) fn staged_gemm(
     gpu: &mut Gpu,
     args: &GemmArgs,
     c_in: &[f64],
     engine: Engine,
-    blocks: usize,
-    a_dev: Option<u64>,
+    grid: Grid,
+    share: Option<&Share>,
 ) -> Result<(HostOutcome, StagedC), GpuError> {
     let t0 = std::time::Instant::now();
     let (m, n, k) = (args.m, args.n, args.k);
@@ -849,8 +1121,8 @@ pub(crate) fn staged_gemm(
     let b = &args.b[..span(rb, cb, args.ldb)];
     let c_span = span(m, n, args.ldc);
     let read_c = args.beta != 0.0;
-    let da = match a_dev {
-        Some(d) => d,
+    let da = match share {
+        Some(sh) => sh.a_dev,
         None => gpu.workspace.get("host_a", a.len() * 8)?,
     };
     let db = gpu.workspace.get("host_b", b.len() * 8)?;
@@ -858,41 +1130,63 @@ pub(crate) fn staged_gemm(
     let ring = ring(gpu)?;
     let c_stage = gpu.staging(C_SLOT, c_span * 8)? as *mut f64;
 
-    // column blocks of C, multiples of 64 columns
-    let blocks = blocks.clamp(1, n.max(1));
+    // column blocks of C, multiples of 64 columns; row panels of op(A)
+    let blocks = grid.blocks.clamp(1, n.max(1));
     let width = n.div_ceil(blocks).div_ceil(64) * 64;
     let cols: Vec<(usize, usize)> = (0..n)
         .step_by(width.max(1))
         .map(|c0| (c0, width.min(n - c0)))
         .collect();
-    // upload groups: group j holds what block j needs beyond the earlier groups
-    let groups: Vec<Vec<Piece>> = cols
-        .iter()
-        .enumerate()
-        .map(|(j, &(c0, w))| {
-            let mut g = Vec::new();
-            if j == 0 && a_dev.is_none() {
-                g.push(Piece::new(da, a));
-            }
-            if args.transb == Trans::No {
-                let s = c0 * args.ldb;
-                g.push(Piece::new(
-                    db + 8 * s as u64,
-                    &b[s..s + span(k, w, args.ldb)],
-                ));
-            } else if j == 0 {
-                g.push(Piece::new(db, b));
-            }
-            if read_c {
-                let s = c0 * args.ldc;
-                g.push(Piece::new(
-                    dc + 8 * s as u64,
-                    &c_in[s..s + span(m, w, args.ldc)],
-                ));
-            }
-            g
-        })
-        .collect();
+    let places = panel_places(args, &row_panels(m, grid.panels));
+    let own = |p: usize| share.is_none_or(|sh| sh.owner[p] == sh.slot);
+    let piece_of = |p: usize| {
+        let piece = panel_piece(args, a, da, &places[p], places.len() == 1);
+        match share {
+            Some(sh) => piece.shared(gpu.ctx, &sh.peers, places[p].off, p),
+            None => piece,
+        }
+    };
+    let b_and_c = |j: usize, (c0, w): (usize, usize)| {
+        let mut g = Vec::new();
+        if args.transb == Trans::No {
+            let s = c0 * args.ldb;
+            g.push(Piece::new(
+                db + 8 * s as u64,
+                &b[s..s + span(k, w, args.ldb)],
+            ));
+        } else if j == 0 {
+            g.push(Piece::new(db, b));
+        }
+        if read_c {
+            let s = c0 * args.ldc;
+            g.push(Piece::new(
+                dc + 8 * s as u64,
+                &c_in[s..s + span(m, w, args.ldc)],
+            ));
+        }
+        g
+    };
+    // upload groups: [first own panel, B_0, C_0], [each further own panel], [B_j, C_j] for
+    // j >= 1; the group after which each own panel and each block's columns are on the device
+    let own_panels: Vec<usize> = (0..places.len()).filter(|&p| own(p)).collect();
+    let mut groups: Vec<Vec<Piece>> = vec![
+        own_panels
+            .first()
+            .map(|&p| piece_of(p))
+            .into_iter()
+            .collect(),
+    ];
+    groups[0].extend(b_and_c(0, cols[0]));
+    let mut panel_group = vec![0usize; places.len()];
+    for &p in own_panels.iter().skip(1) {
+        panel_group[p] = groups.len();
+        groups.push(vec![piece_of(p)]);
+    }
+    let mut block_group = vec![0usize; cols.len()];
+    for (j, &cw) in cols.iter().enumerate().skip(1) {
+        block_group[j] = groups.len();
+        groups.push(b_and_c(j, cw));
+    }
 
     let mut res = CallResources::new()?;
     let (ctx, copy_stream, stream) = (gpu.ctx, gpu.copy_stream, gpu.stream);
@@ -905,75 +1199,95 @@ pub(crate) fn staged_gemm(
         device: gpu.ordinal,
         ..Default::default()
     };
+    let board = share.map(|sh| sh.board);
     let result = std::thread::scope(|s| {
         let cancel_ref = &cancel;
         let handles = (Handle(ctx), Handle(copy_stream));
-        s.spawn(move || feed(handles, ring, groups, cancel_ref, tx));
+        s.spawn(move || feed(handles, ring, groups, board, cancel_ref, tx));
         let (down_tx, down_rx) = std::sync::mpsc::channel();
         let d2h = (Handle(ctx), Handle(res.d2h));
         let down = s.spawn(move || drain(d2h, down_rx));
         let r = (|| -> Result<(), GpuError> {
             let mut marks = Vec::new();
-            for &(c0, w) in &cols {
-                let up = rx
-                    .recv()
-                    .map_err(|_| GpuError::Cuda("upload thread ended early".into()))??
-                    .0;
-                res.events.push(up);
-                ups.push(up);
-                wait(stream, up)?;
-                let b_off = 8 * if args.transb == Trans::No {
-                    c0 * args.ldb
-                } else {
-                    c0
-                } as u64;
-                let c_off = 8 * (c0 * args.ldc) as u64;
-                match engine {
-                    Engine::Native => {
-                        let mut mk = Marks::start(stream)?;
-                        crate::native::dgemm(
-                            gpu,
-                            stream,
-                            args.transa,
-                            args.transb,
-                            (m, w, k),
-                            args.alpha,
-                            (da, args.lda),
-                            (db + b_off, args.ldb),
-                            args.beta,
-                            (dc + c_off, args.ldc),
-                        )?;
-                        mk.mark(Phase::Products)?;
-                        marks.push(mk);
+            // the compute stream has waited for groups ..= waited, and for these panels of
+            // other slots
+            let mut waited: Option<usize> = None;
+            let mut peer_waited = vec![false; places.len()];
+            for (j, &(c0, w)) in cols.iter().enumerate() {
+                for (p, place) in places.iter().enumerate() {
+                    let g = block_group[j].max(if own(p) { panel_group[p] } else { 0 });
+                    if waited.is_none_or(|w| w < g) {
+                        while ups.len() <= g {
+                            let up = rx
+                                .recv()
+                                .map_err(|_| GpuError::Cuda("upload thread ended early".into()))??
+                                .0;
+                            res.events.push(up);
+                            ups.push(up);
+                        }
+                        // groups are recorded in order on one copy stream
+                        wait(stream, ups[g])?;
+                        waited = Some(g);
                     }
-                    Engine::Ozaki(opts) => {
-                        let call = DeviceCall {
-                            op: Op::Gemm {
-                                transa: args.transa,
-                                transb: args.transb,
-                                b: db + b_off,
-                                ldb: args.ldb,
-                            },
-                            m,
-                            n: w,
-                            k,
-                            alpha: args.alpha,
-                            a: da,
-                            lda: args.lda,
-                            beta: args.beta,
-                            c: dc + c_off,
-                            ldc: args.ldc,
-                        };
-                        let o = ozaki::gemm(gpu, stream, &call, opts)?;
-                        out.moduli = Some(out.moduli.map_or(o.moduli, |r| r.max(o.moduli)));
-                        out.phases.convert_ns += o.phases.convert_ns;
-                        out.phases.products_ns += o.phases.products_ns;
-                        out.phases.reconstruct_ns += o.phases.reconstruct_ns;
+                    if let (false, false, Some(sh)) = (own(p), peer_waited[p], share) {
+                        wait(stream, sh.board.wait(p)?)?;
+                        peer_waited[p] = true;
+                    }
+                    let a_p = da + place.off;
+                    let b_off = 8 * if args.transb == Trans::No {
+                        c0 * args.ldb
+                    } else {
+                        c0
+                    } as u64;
+                    let c_off = 8 * (c0 * args.ldc + place.r0) as u64;
+                    match engine {
+                        Engine::Native => {
+                            let mut mk = Marks::start(stream)?;
+                            crate::native::dgemm(
+                                gpu,
+                                stream,
+                                args.transa,
+                                args.transb,
+                                (place.rows, w, k),
+                                args.alpha,
+                                (a_p, place.ld),
+                                (db + b_off, args.ldb),
+                                args.beta,
+                                (dc + c_off, args.ldc),
+                            )?;
+                            mk.mark(Phase::Products)?;
+                            marks.push(mk);
+                        }
+                        Engine::Ozaki(opts) => {
+                            let call = DeviceCall {
+                                op: Op::Gemm {
+                                    transa: args.transa,
+                                    transb: args.transb,
+                                    b: db + b_off,
+                                    ldb: args.ldb,
+                                },
+                                m: place.rows,
+                                n: w,
+                                k,
+                                alpha: args.alpha,
+                                a: a_p,
+                                lda: place.ld,
+                                beta: args.beta,
+                                c: dc + c_off,
+                                ldc: args.ldc,
+                            };
+                            let o = ozaki::gemm(gpu, stream, &call, opts)?;
+                            out.moduli = Some(out.moduli.map_or(o.moduli, |r| r.max(o.moduli)));
+                            out.phases.convert_ns += o.phases.convert_ns;
+                            out.phases.products_ns += o.phases.products_ns;
+                            out.phases.reconstruct_ns += o.phases.reconstruct_ns;
+                        }
                     }
                 }
                 let done = res.event()?;
                 record(done, stream)?;
                 dones.push(done);
+                let c_off = 8 * (c0 * args.ldc) as u64;
                 let job = Download {
                     done: Handle(done),
                     src: dc + c_off,
@@ -1168,6 +1482,110 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Emulates a piece's upload into `dev` (a device buffer starting at address `base`).
+    fn land(piece: &Piece, base: u64, dev: &mut [f64]) {
+        let at = ((piece.dst - base) / 8) as usize;
+        let (w, pitch) = piece.runs.unwrap_or((piece.bytes, piece.bytes));
+        for r in 0..piece.bytes / w.max(1) {
+            // SAFETY: run r lies inside the piece's source span (see Piece::strided).
+            let run = unsafe {
+                std::slice::from_raw_parts(piece.src.0.add(r * pitch) as *const f64, w / 8)
+            };
+            dev[at + r * w / 8..at + (r + 1) * w / 8].copy_from_slice(run);
+        }
+    }
+
+    /// Every panel layout puts op(A)'s rows where the unit's call reads them: panel p's
+    /// element (i, l) at `off + 8 (i + l ld)` (or `l + i ld` transposed) holds op(A)(r0 + i,
+    /// l), for one and several (ragged) panels, both transposes, padded lda; the panels'
+    /// uploads never overlap.
+    #[test]
+    fn row_panels_land_where_the_units_read_them() {
+        let (m, k) = (37usize, 11usize);
+        for transa in [Trans::No, Trans::Yes] {
+            let (ra, ca) = if transa == Trans::No { (m, k) } else { (k, m) };
+            let lda = ra + 3;
+            let a: Vec<f64> = (0..lda * ca).map(|i| i as f64 + 0.5).collect();
+            let b = vec![0.0; 1];
+            let args = GemmArgs {
+                transa,
+                lda,
+                ..GemmArgs::product(m, 1, k, &a, &b)
+            };
+            let op_a = |i: usize, l: usize| {
+                if transa == Trans::No {
+                    a[i + l * lda]
+                } else {
+                    a[l + i * lda]
+                }
+            };
+            for count in [1usize, 2, 5, 37] {
+                let panels = row_panels(m, count);
+                assert_eq!(panels.len(), count);
+                assert_eq!(panels.iter().map(|p| p.1).sum::<usize>(), m);
+                let places = panel_places(&args, &panels);
+                let base = 1u64 << 20;
+                let mut dev = vec![f64::NAN; a.len()];
+                let mut written = vec![0u8; a.len()];
+                for place in &places {
+                    let piece = panel_piece(&args, &a, base, place, places.len() == 1);
+                    let before = dev.clone();
+                    land(&piece, base, &mut dev);
+                    for (i, (x, y)) in before.iter().zip(&dev).enumerate() {
+                        if x.to_bits() != y.to_bits() {
+                            written[i] += 1;
+                        }
+                    }
+                }
+                assert!(
+                    written.iter().all(|&w| w <= 1),
+                    "panels overlap ({transa:?}, {count})"
+                );
+                for place in &places {
+                    let at = (place.off / 8) as usize;
+                    for i in 0..place.rows {
+                        for l in 0..k {
+                            let e = if transa == Trans::No {
+                                at + i + l * place.ld
+                            } else {
+                                at + l + i * place.ld
+                            };
+                            assert_eq!(
+                                dev[e],
+                                op_a(place.r0 + i, l),
+                                "{transa:?} {count} ({i}, {l})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Panel counts: none for unpipelined calls, the tuning's count for large ones, at least
+    /// PANEL_MIN_ROWS rows each; a split's count is a multiple of its slots.
+    #[test]
+    fn panel_counts_follow_the_size_and_the_slots() {
+        let oz = Engine::Ozaki(Options::default());
+        let (a, b) = (vec![0.0; 1], vec![0.0; 1]);
+        let args = |m, n, k| GemmArgs::product(m, n, k, &a, &b);
+        assert_eq!(pipeline_panels(&args(1024, 1024, 1024), Engine::Native), 1);
+        assert_eq!(pipeline_panels(&args(8192, 8192, 8192), Engine::Native), 4);
+        assert_eq!(pipeline_panels(&args(8192, 8192, 8192), oz), 1);
+        assert_eq!(pipeline_panels(&args(600, 65536, 8192), Engine::Native), 2);
+        assert_eq!(
+            shared_panels(&args(32768, 16384, 32768), Engine::Native, 2),
+            4
+        );
+        assert_eq!(shared_panels(&args(32768, 16384, 32768), oz, 2), 2);
+        assert_eq!(
+            shared_panels(&args(32768, 16384, 32768), Engine::Native, 3),
+            6
+        );
+        assert_eq!(shared_panels(&args(512, 512, 64), oz, 2), 2);
+        assert_eq!(shared_panels(&args(1, 512, 64), oz, 2), 1);
     }
 
     /// Small calls are not pipelined; large ones get blocks of about 64 MiB of B, capped

@@ -16,7 +16,8 @@
 pub enum CopyKind {
     /// `memcpy` (`ptr::copy_nonoverlapping`): the C library decides.
     Memcpy,
-    /// Non-temporal stores of the widest vector this CPU has (AVX-512, AVX2, else SSE2),
+    /// Non-temporal stores of the widest vector used here (AVX2, else SSE2; 64-byte AVX-512
+    /// stores measured no faster on the H200 host and need a newer Rust than our 1.88),
     /// unaligned head and tail by `memcpy`, then `sfence`.
     Stream,
 }
@@ -59,8 +60,6 @@ pub enum Width {
     Sse2,
     /// 32-byte `vmovntdq`.
     Avx2,
-    /// 64-byte `vmovntdq` (zmm).
-    Avx512,
 }
 
 impl Width {
@@ -77,8 +76,8 @@ impl Width {
     }
 
     /// Every width, narrowest first.
-    pub fn all() -> [Width; 3] {
-        [Width::Sse2, Width::Avx2, Width::Avx512]
+    pub fn all() -> [Width; 2] {
+        [Width::Sse2, Width::Avx2]
     }
 
     /// Whether this CPU runs it.
@@ -88,7 +87,6 @@ impl Width {
             match self {
                 Width::Sse2 => true,
                 Width::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
-                Width::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -102,7 +100,6 @@ impl Width {
         match self {
             Width::Sse2 => "sse2",
             Width::Avx2 => "avx2",
-            Width::Avx512 => "avx512",
         }
     }
 }
@@ -119,7 +116,6 @@ pub unsafe fn stream(dst: *mut u8, src: *const u8, len: usize, width: Width) {
             match width {
                 Width::Sse2 => x86::stream_sse2(dst, src, len),
                 Width::Avx2 => x86::stream_avx2(dst, src, len),
-                Width::Avx512 => x86::stream_avx512(dst, src, len),
             }
         }
         return;
@@ -133,13 +129,13 @@ mod x86 {
     use std::arch::x86_64::*;
 
     /// One streaming loop per width: unaligned head by `memcpy` up to the destination's
-    /// alignment, `$n` vectors of `$w` bytes per iteration, then single vectors, the tail by
+    /// alignment, four vectors of `$w` bytes per iteration, then single vectors, the tail by
     /// `memcpy`, and an `sfence`.
     macro_rules! stream_fn {
         ($name:ident, $feat:literal, $ty:ty, $w:expr, $load:ident, $store:ident) => {
             #[target_feature(enable = $feat)]
             pub(super) unsafe fn $name(dst: *mut u8, src: *const u8, len: usize) {
-                // SAFETY (whole body): every access stays inside [0, len) of the caller's
+                // SAFETY: every access of the body stays inside [0, len) of the caller's
                 // non-overlapping ranges; stores are to $w-aligned destinations.
                 unsafe {
                     let head = dst.align_offset($w).min(len);
@@ -171,11 +167,6 @@ mod x86 {
         };
     }
 
-    unsafe fn store512(p: *mut __m512i, x: __m512i) {
-        // SAFETY: callers pass a 64-byte aligned, writable address (avx512f enabled there).
-        unsafe { _mm512_stream_si512(p, x) }
-    }
-
     stream_fn!(
         stream_sse2,
         "sse2",
@@ -191,14 +182,6 @@ mod x86 {
         32,
         _mm256_loadu_si256,
         _mm256_stream_si256
-    );
-    stream_fn!(
-        stream_avx512,
-        "avx512f",
-        __m512i,
-        64,
-        _mm512_loadu_si512,
-        store512
     );
 }
 

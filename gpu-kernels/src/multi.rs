@@ -27,7 +27,7 @@
 
 use crate::device::gpu_slot;
 use crate::error::GpuError;
-use crate::host::{self, Engine, Handle, HostOutcome, Piece};
+use crate::host::{self, Engine, Handle, HostOutcome};
 use cudarc::driver::sys;
 use ozaki_core::blas::{GemmArgs, Trans};
 use ozaki_core::devices::{SplitPlan, Tile};
@@ -43,9 +43,6 @@ pub struct MultiOutcome {
     pub phases: ozaki_core::trace::Phases,
     /// Per-tile outcomes, in tile order (each with its pipeline's timeline).
     pub tiles: Vec<HostOutcome>,
-    /// Wall time of the shared-A phase before the tiles' pipelines (0 when A is not
-    /// shared), ms.
-    pub share_ms: f32,
     /// Longest tile's write of C from staging into the caller's memory, ms.
     pub commit_ms: f32,
 }
@@ -121,9 +118,6 @@ unsafe fn commit_tile(c: SharedC, ldc: usize, t: &Tile, staged: &[f64], threads:
     }
 }
 
-/// Bytes of A each slot of a shared-A split uploads before handing it on (see [`gemm`]).
-const SHARE_CHUNK: usize = 64 << 20;
-
 /// Whether the tiles of `plan` share all of A across distinct devices: one grid row (every
 /// tile needs all rows of op(A)) and no device twice (two slots of one device share its
 /// context and would gain nothing).
@@ -161,10 +155,12 @@ fn panicked<T>(_: Box<dyn std::any::Any + Send>) -> Result<T, GpuError> {
 ///
 /// When the tiles are column blocks of C on distinct devices ([`shares_a`]), each needs all
 /// of A: instead of every slot staging all of A through host memory (the host's memory
-/// bandwidth, not the link, bounds staging: BENCHMARKS.md, host-link table), slot i stages
-/// every T-th 64 MiB chunk of A, uploads it to its device and copies it on to the other
-/// devices (NVLink peer copies), so A crosses host memory once. The slots meet at barriers
-/// around this phase, then run their own pipelines (`host::staged_gemm`) with A in place.
+/// bandwidth, not the link, bounds staging: BENCHMARKS.md, host-link table), A is cut into
+/// row panels (`host::shared_panels`), slot i stages panels i, i + T, ... as part of its own
+/// pipeline and copies each on to the other devices over NVLink, so A crosses host memory
+/// once; each slot's products start as soon as a panel and its first block of B are on its
+/// device, whoever uploaded the panel (`host::PanelBoard`). The slots meet at a barrier only
+/// once their buffers for A exist (peer copies need the addresses).
 ///
 /// # Errors
 /// - the first tile's error (in tile order) when any tile fails; C is then untouched.
@@ -197,31 +193,40 @@ pub fn gemm(
         };
         ozaki_core::blas::span(ra, ca, args.lda)
     };
-    // (device address of A, context) of each slot, for the shared-A phase
+    // Row panels of a shared A (every tile has all rows of op(A)) and who uploads each.
+    let panels = match (share_a, tiles.first()) {
+        (true, Some(t)) => host::shared_panels(&tile_args(args, t), engine, tiles.len()),
+        _ => 0,
+    };
+    let owner: Vec<usize> = (0..panels).map(|p| p % tiles.len()).collect();
+    let board = host::PanelBoard::new(panels);
+    // (device address of A, context) of each slot, for the peer copies of the shared A
     type Addr = Option<(u64, Handle<sys::CUcontext>)>;
     let a_addrs: std::sync::Mutex<Vec<Addr>> = std::sync::Mutex::new(vec![None; tiles.len()]);
     let failed = AtomicBool::new(false);
     let barrier = std::sync::Barrier::new(tiles.len());
     let commit_threads = (host::write_threads() / tiles.len().max(1)).max(1);
-    /// A tile's outcome, its commit time and its shared-A phase time, ns.
-    type TileResult = Result<Option<(HostOutcome, u64, u64)>, GpuError>;
+    /// A tile's outcome and its commit time, ns.
+    type TileResult = Result<Option<(HostOutcome, u64)>, GpuError>;
     let results: Vec<TileResult> = std::thread::scope(|s| {
         let handles: Vec<_> = tiles
             .iter()
             .zip(&replicas)
             .enumerate()
             .map(|(i, (t, &rep))| {
-                let (failed, barrier, a_addrs) = (&failed, &barrier, &a_addrs);
+                let (failed, barrier, a_addrs, board, owner) =
+                    (&failed, &barrier, &a_addrs, &board, &owner);
                 s.spawn(move || -> TileResult {
                     let shared = shared;
                     let fail = |e: &GpuError| {
                         tracing::debug!(tile = i, error = %e, "split tile failed");
                         failed.store(true, Ordering::SeqCst);
+                        board.fail();
                     };
                     // Every phase runs only while nothing failed; every thread reaches
                     // every barrier whatever happened.
                     let mut guard = None;
-                    let mut state: Result<Option<u64>, GpuError> =
+                    let state: Result<Option<u64>, GpuError> =
                         catch_unwind(AssertUnwindSafe(|| {
                             let g = guard.insert(gpu_slot(t.device, rep)?);
                             if share_a {
@@ -234,65 +239,21 @@ pub fn gemm(
                     if let Err(e) = &state {
                         fail(e);
                     }
-                    let mut share_ns = 0;
                     if share_a {
-                        // Phase 0: A to every device, each slot staging 1/T of it.
+                        // every slot's buffer for A exists before any peer copy into it
                         if let (Ok(Some(da)), Some(g)) = (&state, &guard) {
                             a_addrs.lock().unwrap_or_else(|p| p.into_inner())[i] =
                                 Some((*da, Handle(g.ctx)));
                         }
                         barrier.wait();
-                        let t_share = std::time::Instant::now();
-                        if !failed.load(Ordering::SeqCst) {
-                            let r = catch_unwind(AssertUnwindSafe(|| -> Result<(), GpuError> {
-                                let g = guard.as_mut().expect("locked above");
-                                let da = state.as_ref().ok().copied().flatten().expect("set above");
-                                let addrs = a_addrs.lock().unwrap_or_else(|p| p.into_inner());
-                                let others: Vec<(u64, Handle<sys::CUcontext>)> = addrs
-                                    .iter()
-                                    .enumerate()
-                                    .filter(|&(u, _)| u != i)
-                                    .filter_map(|(_, a)| *a)
-                                    .collect();
-                                drop(addrs);
-                                enable_peers(g.ctx, &others);
-                                let a = &args.a[..a_span];
-                                // at least two chunks per slot (so small calls, and the
-                                // tests, interleave too), at most SHARE_CHUNK bytes
-                                let per = a_span
-                                    .div_ceil(2 * tiles.len())
-                                    .clamp(1 << 17, SHARE_CHUNK / 8);
-                                let pieces: Vec<Piece> = (0..a_span.div_ceil(per))
-                                    .filter(|q| q % tiles.len() == i)
-                                    .map(|q| {
-                                        let lo = q * per;
-                                        let hi = (lo + per).min(a_span);
-                                        let off = 8 * lo as u64;
-                                        Piece::new(da + off, &a[lo..hi]).with_peers(
-                                            g.ctx,
-                                            others.iter().map(|&(d, c)| (d + off, c.0)),
-                                        )
-                                    })
-                                    .collect();
-                                host::upload_pieces(g, pieces)
-                            }))
-                            .unwrap_or_else(panicked);
-                            if let Err(e) = r {
-                                fail(&e);
-                                state = Err(e);
-                            }
-                        }
-                        barrier.wait();
-                        share_ns = t_share.elapsed().as_nanos() as u64;
                     }
-                    // Phase 1: this tile's pipeline into its slot's staging (reads C when
-                    // beta != 0).
+                    // This tile's pipeline into its slot's staging (reads C when beta != 0;
+                    // uploads and shares its panels of A).
                     let staged = if failed.load(Ordering::SeqCst) {
                         state.map(|_| None)
                     } else {
                         let r = catch_unwind(AssertUnwindSafe(|| {
                             let g = guard.as_mut().expect("locked above");
-                            let a_dev = state.as_ref().ok().copied().flatten();
                             let sub = tile_args(args, t);
                             let off = tile_c_offset(args.ldc, t);
                             let c_span = ozaki_core::blas::span(sub.m, sub.n, args.ldc);
@@ -308,8 +269,35 @@ pub fn gemm(
                                     c_span,
                                 )
                             };
-                            let blocks = host::pipeline_blocks(&sub, engine);
-                            let (o, st) = host::staged_gemm(g, &sub, c_in, engine, blocks, a_dev)?;
+                            let mut grid = host::Grid::of(&sub, engine);
+                            let share = match state.as_ref().ok().copied().flatten() {
+                                Some(a_dev) => {
+                                    let addrs = a_addrs.lock().unwrap_or_else(|p| p.into_inner());
+                                    let peers: Vec<(u64, Handle<sys::CUcontext>)> = addrs
+                                        .iter()
+                                        .enumerate()
+                                        .filter(|&(u, _)| u != i)
+                                        .map(|(_, a)| {
+                                            a.ok_or_else(|| {
+                                                GpuError::Cuda("a slot has no buffer for A".into())
+                                            })
+                                        })
+                                        .collect::<Result<_, _>>()?;
+                                    drop(addrs);
+                                    enable_peers(g.ctx, &peers);
+                                    grid.panels = panels;
+                                    Some(host::Share {
+                                        slot: i,
+                                        owner,
+                                        a_dev,
+                                        peers,
+                                        board,
+                                    })
+                                }
+                                None => None,
+                            };
+                            let (o, st) =
+                                host::staged_gemm(g, &sub, c_in, engine, grid, share.as_ref())?;
                             Ok(Some((o, st, c_span)))
                         }))
                         .unwrap_or_else(panicked);
@@ -319,7 +307,9 @@ pub fn gemm(
                         r
                     };
                     barrier.wait();
-                    // Phase 2: every tile succeeded -> write this tile of C from staging.
+                    // No slot waits on the board any more: release this slot's panel events.
+                    board.release(|p| owner[p] == i);
+                    // Every tile succeeded -> write this tile of C from staging.
                     let Some((o, st, c_span)) = staged? else {
                         return Ok(None);
                     };
@@ -334,7 +324,7 @@ pub fn gemm(
                         commit_tile(shared, args.ldc, t, staged, commit_threads);
                     }
                     drop(guard);
-                    Ok(Some((o, t0.elapsed().as_nanos() as u64, share_ns)))
+                    Ok(Some((o, t0.elapsed().as_nanos() as u64)))
                 })
             })
             .collect();
@@ -350,12 +340,11 @@ pub fn gemm(
         done.push(r?);
     }
     for r in done {
-        let Some((o, ns, share_ns)) = r else {
+        let Some((o, ns)) = r else {
             return Err(GpuError::Cuda("a split tile was skipped".into()));
         };
         out.tiles.push(o);
         commit_ns = commit_ns.max(ns);
-        out.share_ms = out.share_ms.max(share_ns as f32 / 1e6);
     }
     out.devices = tiles.iter().map(|t| t.device).collect();
     out.moduli = out.tiles.iter().filter_map(|o| o.moduli).max();

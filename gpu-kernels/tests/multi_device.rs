@@ -217,10 +217,11 @@ fn a_failing_tile_leaves_c_untouched() {
     );
 }
 
-/// The host-resident pipeline (`host::gemm_blocks`: C in column blocks, uploads, products
-/// and downloads overlapped) gives the same C as one block: bit for bit for `gpu-ozaki`
-/// with a fixed moduli count, within fp64 rounding for `gpu-native`; the ldc padding of C
-/// is never written. All transposes, beta != 0, ragged last block.
+/// The host-resident pipeline (`host::gemm_grid`: C in column blocks, op(A) in row panels,
+/// uploads, products and downloads overlapped) gives the same C as one block and one panel:
+/// bit for bit for `gpu-ozaki` with a fixed moduli count, within fp64 rounding for
+/// `gpu-native`; the ldc padding of C is never written. All transposes, padded leading
+/// dimensions, beta != 0, ragged last block and panel.
 #[test]
 fn pipelined_host_gemm_matches_one_block() {
     if !have_gpu() {
@@ -240,10 +241,12 @@ fn pipelined_host_gemm_matches_one_block() {
         for (name, engine) in engines() {
             let mut one = c0.clone();
             let mut g = gpu_kernels::gpu().expect("gpu");
-            host::gemm_blocks(&mut g, &args, &mut one, engine, 1).expect("one block");
-            for blocks in [3, 5] {
+            let grid = |blocks, panels| host::Grid { blocks, panels };
+            host::gemm_grid(&mut g, &args, &mut one, engine, grid(1, 1)).expect("one block");
+            for (blocks, panels) in [(3, 1), (5, 1), (1, 3), (3, 2), (5, 4)] {
                 let mut piped = c0.clone();
-                host::gemm_blocks(&mut g, &args, &mut piped, engine, blocks).expect("pipelined");
+                host::gemm_grid(&mut g, &args, &mut piped, engine, grid(blocks, panels))
+                    .expect("pipelined");
                 let worst = one
                     .iter()
                     .zip(&piped)
@@ -254,11 +257,11 @@ fn pipelined_host_gemm_matches_one_block() {
                         one.iter()
                             .zip(&piped)
                             .all(|(x, y)| x.to_bits() == y.to_bits()),
-                        "{name} {transa:?}{transb:?} {blocks} blocks changed bits ({worst:e})"
+                        "{name} {transa:?}{transb:?} {blocks} x {panels} changed bits ({worst:e})"
                     ),
                     Engine::Native => assert!(
                         worst <= 1e-12,
-                        "{name} {transa:?}{transb:?} {blocks} blocks differ by {worst:e}"
+                        "{name} {transa:?}{transb:?} {blocks} x {panels} differ by {worst:e}"
                     ),
                 }
                 ops.padding_untouched(&piped, m, n);
@@ -286,7 +289,17 @@ fn a_nan_in_the_last_block_leaves_c_untouched() {
         };
         let mut c = c0.clone();
         let mut g = gpu_kernels::gpu().expect("gpu");
-        let r = host::gemm_blocks(&mut g, &args, &mut c, Engine::Ozaki(Options::default()), 4);
+        let grid = host::Grid {
+            blocks: 4,
+            panels: 1,
+        };
+        let r = host::gemm_grid(
+            &mut g,
+            &args,
+            &mut c,
+            Engine::Ozaki(Options::default()),
+            grid,
+        );
         assert!(r.is_err(), "NaN in B must fail the emulated route");
         assert!(
             c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()),
@@ -299,7 +312,11 @@ fn a_nan_in_the_last_block_leaves_c_untouched() {
             ..args
         };
         let mut c2 = c0[..m * 64].to_vec();
-        host::gemm_blocks(&mut g, &ok, &mut c2, Engine::Native, 2).expect("after a failure");
+        let grid = host::Grid {
+            blocks: 2,
+            panels: 2,
+        };
+        host::gemm_grid(&mut g, &ok, &mut c2, Engine::Native, grid).expect("after a failure");
     }
 }
 

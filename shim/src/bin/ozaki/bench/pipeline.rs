@@ -50,20 +50,23 @@ pub fn run(
                 ("gpu-ozaki", Engine::Ozaki(Options::default())),
             ] {
                 for &count in &counts {
-                    let blocks = count.unwrap_or_else(|| host::pipeline_blocks(&args, engine));
+                    let grid = host::Grid {
+                        blocks: count.unwrap_or_else(|| host::pipeline_blocks(&args, engine)),
+                        panels: host::pipeline_panels(&args, engine),
+                    };
+                    let blocks = grid.blocks;
                     let mut last = None;
                     let t = median_wall(reps, || {
                         let mut g = gpu_kernels::gpu().map_err(ge)?;
-                        last = Some(
-                            host::gemm_blocks(&mut g, &args, &mut c, engine, blocks).map_err(ge)?,
-                        );
+                        last =
+                            Some(host::gemm_grid(&mut g, &args, &mut c, engine, grid).map_err(ge)?);
                         Ok(())
                     })?;
                     let last = last.unwrap_or_default();
                     let moduli = last.moduli;
                     let blocks_label = match count {
-                        None => format!("auto ({blocks})"),
-                        Some(b) => b.to_string(),
+                        None => format!("auto ({blocks}) x {}", grid.panels),
+                        Some(b) => format!("{b} x {}", grid.panels),
                     };
                     println!(
                         "| {m}x{n}x{k} | {label} | {name} | {blocks_label} | {:.1} | {:.1} | {:.2} | {} | {} |",
@@ -76,7 +79,7 @@ pub fn run(
                     let tl = last.timeline.as_ref();
                     emit(
                         serde_json::json!({"kind": "pipeline", "m": m, "n": n, "k": k, "route": name, "tuning": label,
-                    "blocks": blocks, "auto": count.is_none(), "s": t, "link_bound_s": bound, "moduli": moduli,
+                    "blocks": blocks, "panels": grid.panels, "auto": count.is_none(), "s": t, "link_bound_s": bound, "moduli": moduli,
                     "uploaded_ms": tl.map(|t| t.uploaded_ms.clone()), "computed_ms": tl.map(|t| t.computed_ms.clone()),
                     "downloaded_ms": tl.map(|t| t.downloaded_ms), "write_ms": tl.map(|t| t.write_ms)}),
                     )?;

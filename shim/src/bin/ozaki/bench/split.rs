@@ -90,9 +90,8 @@ pub fn run(
                 }
                 let (o1, os) = (o1.unwrap_or_default(), os.unwrap_or_default());
                 timelines.push(format!(
-                    "{m}x{n}x{k} {label} {name}: 1 GPU: {}; split: shared A {:.1}, commit {:.1}{}",
+                    "{m}x{n}x{k} {label} {name}: 1 GPU: {}; split: commit {:.1}{}",
                     super::timeline_text(o1.timeline.as_ref()),
-                    os.share_ms,
                     os.commit_ms,
                     os.tiles
                         .iter()
@@ -122,7 +121,7 @@ pub fn run(
                 );
                 emit(
                     serde_json::json!({"kind": "split", "m": m, "n": n, "k": k, "route": name, "tuning": label, "devices": slots,
-                "share_ms": os.share_ms, "commit_ms": os.commit_ms,
+                "commit_ms": os.commit_ms,
                 "grid": [plan.grid_rows, plan.grid_cols], "one_gpu_s": s1, "split_s": ss, "speedup": s1 / ss,
                 "one_gpu_all_s": t1, "split_all_s": ts, "bit_identical": identical, "max_abs_diff": diff,
                 "moduli": if name == "gpu-ozaki" { moduli } else { None }}),
@@ -132,9 +131,7 @@ pub fn run(
         host::set_tuning(None);
     }
     println!();
-    println!(
-        "Timelines of the last repetition (ms after staging began; the split's tiles after the shared-A phase):"
-    );
+    println!("Timelines of the last repetition (ms after staging began):");
     for t in timelines {
         println!("- {t}");
     }
