@@ -1166,27 +1166,45 @@ pub(crate) fn staged_gemm(
         }
         g
     };
-    // upload groups: [first own panel, B_0, C_0], [each further own panel], [B_j, C_j] for
-    // j >= 1; the group after which each own panel and each block's columns are on the device
-    let own_panels: Vec<usize> = (0..places.len()).filter(|&p| own(p)).collect();
-    let mut groups: Vec<Vec<Piece>> = vec![
-        own_panels
-            .first()
-            .map(|&p| piece_of(p))
-            .into_iter()
-            .collect(),
-    ];
-    groups[0].extend(b_and_c(0, cols[0]));
+    // Upload order: panels and blocks alternate (this slot's q-th own panel, then block q,
+    // ...), so the work that can start (a unit needs its panel and its block) grows with
+    // both from the first panel and block on. Panel p is its owner's q(p)-th; the other
+    // slots upload in the same order, so their q-th panels arrive about with this slot's.
+    let nq = |p: usize| {
+        share.map_or(p, |sh| {
+            (0..p).filter(|&u| sh.owner[u] == sh.owner[p]).count()
+        })
+    };
+    let q_of: Vec<usize> = (0..places.len()).map(nq).collect();
+    let panels_per_slot = q_of.iter().map(|&q| q + 1).max().unwrap_or(0);
+    let (mut rank_panel, mut rank_block) =
+        (vec![0usize; panels_per_slot], vec![0usize; cols.len()]);
+    let mut groups: Vec<Vec<Piece>> = Vec::new();
     let mut panel_group = vec![0usize; places.len()];
-    for &p in own_panels.iter().skip(1) {
-        panel_group[p] = groups.len();
-        groups.push(vec![piece_of(p)]);
-    }
     let mut block_group = vec![0usize; cols.len()];
-    for (j, &cw) in cols.iter().enumerate().skip(1) {
-        block_group[j] = groups.len();
-        groups.push(b_and_c(j, cw));
+    let mut rank = 0;
+    for q in 0..panels_per_slot.max(cols.len()) {
+        if q < panels_per_slot {
+            rank_panel[q] = rank;
+            rank += 1;
+            if let Some(p) = (0..places.len()).find(|&p| q_of[p] == q && own(p)) {
+                panel_group[p] = groups.len();
+                groups.push(vec![piece_of(p)]);
+            }
+        }
+        if let Some(&cw) = cols.get(q) {
+            rank_block[q] = rank;
+            rank += 1;
+            block_group[q] = groups.len();
+            groups.push(b_and_c(q, cw));
+        }
     }
+    // units (panel, block) in the order their operands arrive
+    let mut units: Vec<(usize, usize)> = (0..cols.len())
+        .flat_map(|j| (0..places.len()).map(move |p| (p, j)))
+        .collect();
+    units.sort_by_key(|&(p, j)| (rank_panel[q_of[p]].max(rank_block[j]), j, p));
+    let mut left_in_block = vec![places.len(); cols.len()];
 
     let mut res = CallResources::new()?;
     let (ctx, copy_stream, stream) = (gpu.ctx, gpu.copy_stream, gpu.stream);
@@ -1213,77 +1231,81 @@ pub(crate) fn staged_gemm(
             // other slots
             let mut waited: Option<usize> = None;
             let mut peer_waited = vec![false; places.len()];
-            for (j, &(c0, w)) in cols.iter().enumerate() {
-                for (p, place) in places.iter().enumerate() {
-                    let g = block_group[j].max(if own(p) { panel_group[p] } else { 0 });
-                    if waited.is_none_or(|w| w < g) {
-                        while ups.len() <= g {
-                            let up = rx
-                                .recv()
-                                .map_err(|_| GpuError::Cuda("upload thread ended early".into()))??
-                                .0;
-                            res.events.push(up);
-                            ups.push(up);
-                        }
-                        // groups are recorded in order on one copy stream
-                        wait(stream, ups[g])?;
-                        waited = Some(g);
+            for &(p, j) in &units {
+                let ((c0, w), place) = (cols[j], &places[p]);
+                let g = block_group[j].max(if own(p) { panel_group[p] } else { 0 });
+                if waited.is_none_or(|w| w < g) {
+                    while ups.len() <= g {
+                        let up = rx
+                            .recv()
+                            .map_err(|_| GpuError::Cuda("upload thread ended early".into()))??
+                            .0;
+                        res.events.push(up);
+                        ups.push(up);
                     }
-                    if let (false, false, Some(sh)) = (own(p), peer_waited[p], share) {
-                        wait(stream, sh.board.wait(p)?)?;
-                        peer_waited[p] = true;
+                    // groups are recorded in order on one copy stream
+                    wait(stream, ups[g])?;
+                    waited = Some(g);
+                }
+                if let (false, false, Some(sh)) = (own(p), peer_waited[p], share) {
+                    wait(stream, sh.board.wait(p)?)?;
+                    peer_waited[p] = true;
+                }
+                let a_p = da + place.off;
+                let b_off = 8 * if args.transb == Trans::No {
+                    c0 * args.ldb
+                } else {
+                    c0
+                } as u64;
+                let c_off = 8 * (c0 * args.ldc + place.r0) as u64;
+                match engine {
+                    Engine::Native => {
+                        let mut mk = Marks::start(stream)?;
+                        crate::native::dgemm(
+                            gpu,
+                            stream,
+                            args.transa,
+                            args.transb,
+                            (place.rows, w, k),
+                            args.alpha,
+                            (a_p, place.ld),
+                            (db + b_off, args.ldb),
+                            args.beta,
+                            (dc + c_off, args.ldc),
+                        )?;
+                        mk.mark(Phase::Products)?;
+                        marks.push(mk);
                     }
-                    let a_p = da + place.off;
-                    let b_off = 8 * if args.transb == Trans::No {
-                        c0 * args.ldb
-                    } else {
-                        c0
-                    } as u64;
-                    let c_off = 8 * (c0 * args.ldc + place.r0) as u64;
-                    match engine {
-                        Engine::Native => {
-                            let mut mk = Marks::start(stream)?;
-                            crate::native::dgemm(
-                                gpu,
-                                stream,
-                                args.transa,
-                                args.transb,
-                                (place.rows, w, k),
-                                args.alpha,
-                                (a_p, place.ld),
-                                (db + b_off, args.ldb),
-                                args.beta,
-                                (dc + c_off, args.ldc),
-                            )?;
-                            mk.mark(Phase::Products)?;
-                            marks.push(mk);
-                        }
-                        Engine::Ozaki(opts) => {
-                            let call = DeviceCall {
-                                op: Op::Gemm {
-                                    transa: args.transa,
-                                    transb: args.transb,
-                                    b: db + b_off,
-                                    ldb: args.ldb,
-                                },
-                                m: place.rows,
-                                n: w,
-                                k,
-                                alpha: args.alpha,
-                                a: a_p,
-                                lda: place.ld,
-                                beta: args.beta,
-                                c: dc + c_off,
-                                ldc: args.ldc,
-                            };
-                            let o = ozaki::gemm(gpu, stream, &call, opts)?;
-                            out.moduli = Some(out.moduli.map_or(o.moduli, |r| r.max(o.moduli)));
-                            out.phases.convert_ns += o.phases.convert_ns;
-                            out.phases.products_ns += o.phases.products_ns;
-                            out.phases.reconstruct_ns += o.phases.reconstruct_ns;
-                        }
+                    Engine::Ozaki(opts) => {
+                        let call = DeviceCall {
+                            op: Op::Gemm {
+                                transa: args.transa,
+                                transb: args.transb,
+                                b: db + b_off,
+                                ldb: args.ldb,
+                            },
+                            m: place.rows,
+                            n: w,
+                            k,
+                            alpha: args.alpha,
+                            a: a_p,
+                            lda: place.ld,
+                            beta: args.beta,
+                            c: dc + c_off,
+                            ldc: args.ldc,
+                        };
+                        let o = ozaki::gemm(gpu, stream, &call, opts)?;
+                        out.moduli = Some(out.moduli.map_or(o.moduli, |r| r.max(o.moduli)));
+                        out.phases.convert_ns += o.phases.convert_ns;
+                        out.phases.products_ns += o.phases.products_ns;
+                        out.phases.reconstruct_ns += o.phases.reconstruct_ns;
                     }
                 }
+                left_in_block[j] -= 1;
+                if left_in_block[j] > 0 {
+                    continue;
+                }
+                // block j complete: download it while the next units compute
                 let done = res.event()?;
                 record(done, stream)?;
                 dones.push(done);
