@@ -1137,7 +1137,13 @@ pub(crate) fn staged_gemm(
         .step_by(width.max(1))
         .map(|c0| (c0, width.min(n - c0)))
         .collect();
-    let places = panel_places(args, &row_panels(m, grid.panels));
+    // a strided panel's rows (transa = N) must fit one ring slot: more panels if not (a
+    // split's count already does, `shared_panels`, so every slot keeps the same panels)
+    let count = match (args.transa, grid.panels) {
+        (Trans::No, p) if p > 1 => p.max((8 * m).div_ceil(ring.chunk) + 1),
+        (_, p) => p,
+    };
+    let places = panel_places(args, &row_panels(m, count));
     let own = |p: usize| share.is_none_or(|sh| sh.owner[p] == sh.slot);
     let piece_of = |p: usize| {
         let piece = panel_piece(args, a, da, &places[p], places.len() == 1);
