@@ -471,11 +471,13 @@ pub fn pipeline_panels(args: &GemmArgs, engine: Engine) -> usize {
 }
 
 /// Panels of a split's shared A over `slots` devices (`crate::multi`): the route's
-/// [`pipeline_panels`] rounded up to a multiple of `slots` (slot i uploads panels i, i +
-/// slots, ...), at most one per row.
+/// [`pipeline_panels`] per slot (slot i uploads panels i, i + slots, ...), at most one per
+/// row. Each slot thus uploads as many panels as one GPU alone would: with 2 GPUs at
+/// 32768, 8 panels for `gpu-native` took the split from 0.886 to 0.847 s (BENCHMARKS.md,
+/// "Session 3 host path and split").
 pub(crate) fn shared_panels(args: &GemmArgs, engine: Engine, slots: usize) -> usize {
     let slots = slots.max(1);
-    let want = pipeline_panels(args, engine).div_ceil(slots) * slots;
+    let want = pipeline_panels(args, engine) * slots;
     fit_panels(args.m, want.min(args.m), slots)
 }
 
@@ -1593,7 +1595,7 @@ mod tests {
     }
 
     /// Panel counts: none for unpipelined calls, the tuning's count for large ones, at least
-    /// PANEL_MIN_ROWS rows each; a split's count is a multiple of its slots.
+    /// PANEL_MIN_ROWS rows each; a split's count is that per slot, at most one per row.
     #[test]
     fn panel_counts_follow_the_size_and_the_slots() {
         let oz = Engine::Ozaki(Options::default());
@@ -1605,12 +1607,12 @@ mod tests {
         assert_eq!(pipeline_panels(&args(600, 65536, 8192), Engine::Native), 2);
         assert_eq!(
             shared_panels(&args(32768, 16384, 32768), Engine::Native, 2),
-            4
+            8
         );
         assert_eq!(shared_panels(&args(32768, 16384, 32768), oz, 2), 2);
         assert_eq!(
             shared_panels(&args(32768, 16384, 32768), Engine::Native, 3),
-            6
+            12
         );
         assert_eq!(shared_panels(&args(512, 512, 64), oz, 2), 2);
         assert_eq!(shared_panels(&args(1, 512, 64), oz, 2), 1);
