@@ -226,7 +226,7 @@ impl Kernels {
         ];
         // SAFETY: as above.
         // the 4-limb variants skip weight limbs that are zero for this table (same integer)
-        let f = match (quad, table.weight_limbs() <= 4) {
+        let f = match (quad, table.kernel_limbs() == 4) {
             (true, true) => self.reconstruct_quad_w4,
             (true, false) => self.reconstruct_quad,
             (false, true) => self.reconstruct_w4,
