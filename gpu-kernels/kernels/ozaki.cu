@@ -491,3 +491,23 @@ extern "C" __global__ void coarse_norms_strided(const double* __restrict__ x, lo
     for (int l = l0; l < l1; ++l) part += coarse_sq(x[row + (long long)l * ld], e);
     atomicAdd(&sq[row], (u64)part);
 }
+
+// ---- Shifts on the device (issue #4): sigma_i = table[class(S_i)] - e_i per line ----
+// The shift of a line depends on its coarse square sum S only through its class (0 for S = 0,
+// clog2(S) + 1 otherwise; `norm_class` in src/ozaki.rs), so the host sends a 66-entry table,
+// p(class) + COARSE_BITS - 1 for the call's moduli count (fast scaling: one value for every
+// class; its S are zero), and the lines never travel to the host and back before the residues.
+// Zero lines keep shift 0; non-finite maxima get 0 too (the host then refuses the call).
+extern "C" __global__ void line_shifts(const u64* __restrict__ maxbits, const u64* __restrict__ sq, int lines,
+                                       const int* __restrict__ table, int* __restrict__ shift) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= lines) return;
+    u64 mb = maxbits[i];
+    if (mb == 0 || mb >= 0x7ff0000000000000ull) {
+        shift[i] = 0;
+        return;
+    }
+    u64 s = sq[i];
+    int cls = s == 0 ? 0 : (s == 1 ? 1 : 65 - __clzll((long long)(s - 1)));
+    shift[i] = table[cls] - exponent_of_bits(mb);
+}
