@@ -366,7 +366,11 @@ mod tests {
                         .iter()
                         .map(|&m| {
                             let res = (&mag % m).to_i64().unwrap();
-                            let res = if neg { (m as i64 - res) % m as i64 } else { res };
+                            let res = if neg {
+                                (m as i64 - res) % m as i64
+                            } else {
+                                res
+                            };
                             let span = (i32::MAX as i64 / m as i64) - 1;
                             let j = (next() % (2 * span as u64 + 1)) as i64 - span;
                             (res + j * m as i64) as i32
