@@ -9,6 +9,7 @@
 
 use crate::device::{Gpu, gpu, sync};
 use crate::error::{Context, GpuError};
+use crate::host_copy::{self, CopyKind};
 use crate::ozaki::{self, DeviceCall, Op, Options};
 use crate::timing::{Marks, Phase};
 use cudarc::driver::sys;
@@ -33,17 +34,140 @@ pub struct HostOutcome {
     pub moduli: Option<u32>,
     /// Measured phases; `transfer_ns` is host-to-device plus device-to-host time.
     pub phases: Phases,
+    /// Where a pipelined gemm's time went (`None` for syrk).
+    pub timeline: Option<Timeline>,
+}
+
+/// When each stage of a pipelined host-resident gemm was done, in ms after it began staging
+/// (CUDA events on its streams; the write-back is host-timed): `ozaki bench --pipeline`
+/// prints it to show which stage bounds the call (issue #4).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timeline {
+    /// Per column block: its operands were on the device.
+    pub uploaded_ms: Vec<f32>,
+    /// Per column block: its part of C was computed on the device.
+    pub computed_ms: Vec<f32>,
+    /// All of C was in pinned staging.
+    pub downloaded_ms: f32,
+    /// Host time spent writing C from staging into the caller's memory.
+    pub write_ms: f32,
 }
 
 const CHUNK: usize = 64 << 20;
 
-/// Threads that write a result from pinned staging into the caller's C: every core (the
-/// write-back is the call's tail, nothing else runs beside it; 61 GB/s with 32 threads against
-/// 39 GB/s with 16 on the H200 host, BENCHMARKS.md).
+/// Knobs of the host-resident path. The defaults are what `ozaki bench --pipeline` and
+/// `--split` measured best on the H200 host (BENCHMARKS.md, "Session 3 host path and
+/// split"); `--tuning` runs those benchmarks under other values side by side.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuning {
+    /// How the upload ring's copies from the caller's memory write pinned staging
+    /// (`crate::host_copy`). `memcpy`: its lines stay in the host's cache (the H200 host has
+    /// 300 MiB of L3, the ring 96 MiB) for the DMA to read; streaming them to memory made the
+    /// uploads slower (BENCHMARKS.md, "Session 3 host path and split").
+    pub upload: CopyKind,
+    /// How C is written from pinned staging into the caller's memory. Streaming: nothing reads
+    /// it soon, and skipping the read for ownership made the write-back 1.1-1.45x faster.
+    pub write_back: CopyKind,
+    /// Copy threads of the upload ring (0: one per core, at most 16).
+    pub copy_threads: usize,
+    /// Threads writing C from staging into the caller's memory, per call; a split divides
+    /// them among its tiles (0: one per core, at most 32: 61 GB/s with 32 threads against
+    /// 39 GB/s with 16 on the H200 host, BENCHMARKS.md).
+    pub write_threads: usize,
+    /// Bytes per slot of the upload ring.
+    pub ring_chunk: usize,
+    /// Target bytes of op(B) per column block of the pipeline.
+    pub block_bytes: usize,
+    /// Most column blocks for `gpu-native` and for `gpu-ozaki` (whose every block converts
+    /// all of op(A) again).
+    pub max_blocks: (usize, usize),
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            upload: CopyKind::Memcpy,
+            write_back: CopyKind::Stream,
+            copy_threads: 0,
+            write_threads: 0,
+            ring_chunk: 32 << 20,
+            block_bytes: 64 << 20,
+            max_blocks: (16, 4),
+        }
+    }
+}
+
+impl std::str::FromStr for Tuning {
+    type Err = String;
+    /// `key=value` pairs, comma separated, over the defaults: `up=memcpy|stream` (upload
+    /// copies), `back=memcpy|stream` (write-back), `copy=...` (both), `threads=N`, `write=N`,
+    /// `ring=MiB`, `block=MiB`, `native=N`, `ozaki=N`
+    /// (`default` alone: the defaults).
+    fn from_str(spec: &str) -> Result<Tuning, String> {
+        let mut t = Tuning::default();
+        for kv in spec
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && *s != "default")
+        {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("tuning {kv:?} is not key=value"))?;
+            let num = || {
+                v.parse::<usize>()
+                    .map_err(|e| format!("tuning {kv:?}: {e}"))
+            };
+            match k {
+                "up" => t.upload = v.parse()?,
+                "back" => t.write_back = v.parse()?,
+                "copy" => (t.upload, t.write_back) = (v.parse()?, v.parse()?),
+                "threads" => t.copy_threads = num()?,
+                "write" => t.write_threads = num()?,
+                "ring" => t.ring_chunk = num()?.max(1) << 20,
+                "block" => t.block_bytes = num()?.max(1) << 20,
+                "native" => t.max_blocks.0 = num()?.max(1),
+                "ozaki" => t.max_blocks.1 = num()?.max(1),
+                _ => return Err(format!("unknown tuning key {k:?}")),
+            }
+        }
+        Ok(t)
+    }
+}
+
+static TUNING: std::sync::RwLock<Option<Tuning>> = std::sync::RwLock::new(None);
+
+/// Replaces the process's host-path tuning (benchmarks; `None`: the defaults).
+pub fn set_tuning(t: Option<Tuning>) {
+    *TUNING.write().unwrap_or_else(|p| p.into_inner()) = t;
+}
+
+/// The host-path tuning in force.
+pub fn tuning() -> Tuning {
+    TUNING
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_default()
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Threads that write a result from pinned staging into the caller's C (the write-back is
+/// the call's tail, nothing else runs beside it).
 pub(crate) fn write_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 32)
+    match tuning().write_threads {
+        0 => cores().clamp(1, 32),
+        t => t,
+    }
+}
+
+/// Copy threads of the upload ring and of [`upload`].
+pub(crate) fn copy_threads() -> usize {
+    match tuning().copy_threads {
+        0 => cores().clamp(1, 16),
+        t => t,
+    }
 }
 
 /// dst[..] = src[..] on several threads (large copies between pageable and pinned memory
@@ -54,12 +178,9 @@ fn par_copy(dst: &mut [u8], src: &[u8]) {
     } else {
         copy_threads()
     };
-    let per = src.len().div_ceil(t);
-    std::thread::scope(|s| {
-        for (d, c) in dst.chunks_mut(per).zip(src.chunks(per)) {
-            s.spawn(move || d.copy_from_slice(c));
-        }
-    });
+    let len = src.len().min(dst.len());
+    // SAFETY: both slices hold len bytes and, being & and &mut, do not overlap.
+    unsafe { host_copy::par_copy(dst.as_mut_ptr(), src.as_ptr(), len, t, tuning().upload) }
 }
 
 fn as_bytes(x: &[f64]) -> &[u8] {
@@ -152,34 +273,65 @@ fn write_back(c: &mut [f64], staged: &[f64], m: usize, n: usize, ldc: usize, upl
     } else {
         write_threads()
     };
-    let cols_per = n.div_ceil(t).max(1);
-    std::thread::scope(|s| {
-        let mut rest = c;
-        let mut j0 = 0;
-        while j0 < n {
-            let cols = cols_per.min(n - j0);
-            let all = std::mem::take(&mut rest);
-            let take = if j0 + cols == n {
-                all.len()
-            } else {
-                (cols * ldc).min(all.len())
-            };
-            let (mine, tail) = all.split_at_mut(take);
-            rest = tail;
-            let base = j0;
-            s.spawn(move || {
-                for jj in 0..cols {
-                    let j = base + jj;
+    let len = span(m, n, ldc);
+    assert!(
+        c.len() >= len && staged.len() >= len,
+        "C shorter than its span"
+    );
+    // SAFETY: both hold the m x n span with leading dimension ldc (checked above); c is
+    // borrowed mutably, so nobody else touches it.
+    unsafe { write_columns(c.as_mut_ptr(), staged.as_ptr(), (m, n, ldc), uplo, t) }
+}
+
+/// Copies rows `0..m` (or the `uplo` triangle) of columns `0..n` of a column-major block with
+/// leading dimension `ld` from `src` (pinned staging) to `dst` (the caller's C), never touching
+/// the padding rows `m..ld`, on `threads` threads with the tuning's copy kind. When the
+/// columns are the whole block (no triangle, `m == ld`) the span is one contiguous copy.
+///
+/// # Safety
+/// `src` and `dst` must each cover the span `(n - 1) ld + m` and not overlap; no other thread
+/// may access those elements of `dst` meanwhile.
+pub(crate) unsafe fn write_columns(
+    dst: *mut f64,
+    src: *const f64,
+    (m, n, ld): (usize, usize, usize),
+    uplo: Option<Uplo>,
+    threads: usize,
+) {
+    let kind = tuning().write_back;
+    if n == 0 || m == 0 {
+        return;
+    }
+    if uplo.is_none() && m == ld {
+        // SAFETY: the caller's contract; the span is (n - 1) ld + m = n m doubles.
+        unsafe { host_copy::par_copy(dst as *mut u8, src as *const u8, 8 * m * n, threads, kind) };
+        return;
+    }
+    let per = n.div_ceil(threads.max(1)).max(1);
+    let (d, s) = (SendPtr(dst), SendPtr(src as *mut f64));
+    std::thread::scope(|sc| {
+        for j0 in (0..n).step_by(per) {
+            sc.spawn(move || {
+                let (d, s) = (d, s);
+                for j in j0..(j0 + per).min(n) {
                     let (lo, hi) = match uplo {
                         None => (0, m),
                         Some(Uplo::Upper) => (0, (j + 1).min(m)),
                         Some(Uplo::Lower) => (j.min(m), m),
                     };
-                    let off = jj * ldc;
-                    mine[off + lo..off + hi].copy_from_slice(&staged[j * ldc + lo..j * ldc + hi]);
+                    let at = j * ld + lo;
+                    // SAFETY: rows lo..hi of column j lie inside both spans; columns are
+                    // split among threads, so this range is this thread's alone.
+                    unsafe {
+                        host_copy::copy(
+                            d.0.add(at) as *mut u8,
+                            s.0.add(at) as *const u8,
+                            8 * (hi - lo),
+                            kind,
+                        )
+                    };
                 }
             });
-            j0 += cols;
         }
     });
 }
@@ -238,6 +390,9 @@ pub fn gemm_blocks(
     let staged = unsafe { std::slice::from_raw_parts(staged.0, c_span) };
     write_back(&mut c[..c_span], staged, args.m, args.n, args.ldc, None);
     out.phases.transfer_ns += t.elapsed().as_nanos() as u64;
+    if let Some(tl) = out.timeline.as_mut() {
+        tl.write_ms = t.elapsed().as_secs_f32() * 1e3;
+    }
     Ok(out)
 }
 
@@ -246,27 +401,24 @@ pub fn gemm_blocks(
 /// threads cost more than the overlap gains.
 pub const PIPELINE_MIN_BYTES: usize = 96 << 20;
 
-/// Target bytes of op(B) per column block: small enough that the first product starts soon
-/// after A is on the device and the last block's download is a short tail, large enough
-/// that each block's product keeps the GPU busy.
-const BLOCK_B_BYTES: usize = 128 << 20;
-
 /// Column blocks a host-resident gemm is pipelined over: 1 below [`PIPELINE_MIN_BYTES`],
-/// else enough for blocks of op(B) of about [`BLOCK_B_BYTES`], at least 2, at most 8 for
-/// `gpu-native` and 4 for `gpu-ozaki` (whose every block converts all of op(A) again), and
-/// never narrower than 256 columns.
+/// else enough for blocks of op(B) of about [`Tuning::block_bytes`] (small enough that the
+/// first product starts soon after A is on the device and the last block's download is a
+/// short tail, large enough that each block's product keeps the GPU busy), at least 2, at
+/// most [`Tuning::max_blocks`], and never narrower than 256 columns.
 pub fn pipeline_blocks(args: &GemmArgs, engine: Engine) -> usize {
     let (m, n, k) = (args.m, args.n, args.k);
     let bytes = 8 * (m * k + k * n + m * n);
     if bytes < PIPELINE_MIN_BYTES || n < 512 {
         return 1;
     }
+    let t = tuning();
     let cap = match engine {
-        Engine::Native => 8,
-        Engine::Ozaki(_) => 4,
+        Engine::Native => t.max_blocks.0,
+        Engine::Ozaki(_) => t.max_blocks.1,
     };
     (8 * k * n)
-        .div_ceil(BLOCK_B_BYTES)
+        .div_ceil(t.block_bytes)
         .clamp(2, cap)
         .min(n / 256)
 }
@@ -280,10 +432,6 @@ pub(crate) struct StagedC(pub(crate) *const f64);
 const C_SLOT: usize = 2;
 /// Staging buffers of the upload ring (slot 2 holds C).
 const RING: [usize; 3] = [0, 1, 3];
-/// Bytes per ring slot: small enough that a small copy of the emulated route's plan (same
-/// copy engine) waits at most about 2 ms behind the queued chunks, large enough that the
-/// copy threads' hand-over costs little.
-const RING_CHUNK: usize = 32 << 20;
 /// Bytes per download chunk of C: the download thread keeps at most two queued (see
 /// [`drain`]).
 const D2H_CHUNK: usize = 16 << 20;
@@ -362,8 +510,9 @@ impl CallResources {
         })
     }
 
+    /// A timing event (for [`Timeline`]), destroyed with the call.
     fn event(&mut self) -> Result<sys::CUevent, GpuError> {
-        let e = cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        let e = cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
             .ctx("cuEventCreate")?;
         self.events.push(e);
         Ok(e)
@@ -397,20 +546,26 @@ fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
         .ctx("cuStreamWaitEvent")
 }
 
-/// Copy threads of the upload ring.
-pub(crate) fn copy_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 16)
+/// The pinned ring of `gpu`'s upload thread: three slots of [`Tuning::ring_chunk`] bytes
+/// (small enough that a small copy of the emulated route's plan, same copy engine, waits at
+/// most about 2 ms behind the queued chunks, large enough that the copy threads' hand-over
+/// costs little).
+#[derive(Clone, Copy)]
+struct Ring {
+    slots: [SendPtr<u8>; 3],
+    chunk: usize,
 }
 
-/// The pinned ring of `gpu`'s upload thread.
-fn ring(gpu: &mut Gpu) -> Result<[SendPtr<u8>; 3], GpuError> {
-    Ok([
-        SendPtr(gpu.staging(RING[0], RING_CHUNK)?),
-        SendPtr(gpu.staging(RING[1], RING_CHUNK)?),
-        SendPtr(gpu.staging(RING[2], RING_CHUNK)?),
-    ])
+fn ring(gpu: &mut Gpu) -> Result<Ring, GpuError> {
+    let chunk = tuning().ring_chunk;
+    Ok(Ring {
+        slots: [
+            SendPtr(gpu.staging(RING[0], chunk)?),
+            SendPtr(gpu.staging(RING[1], chunk)?),
+            SendPtr(gpu.staging(RING[2], chunk)?),
+        ],
+        chunk,
+    })
 }
 
 /// Uploads `pieces` (and their peer copies) on `gpu`'s copy stream through its pinned ring
@@ -445,7 +600,7 @@ pub(crate) fn upload_pieces(gpu: &mut Gpu, pieces: Vec<Piece>) -> Result<(), Gpu
 /// set. Runs with `ctx` current.
 fn feed(
     (ctx, stream): (Handle<sys::CUcontext>, Handle<sys::CUstream>),
-    ring: [SendPtr<u8>; 3],
+    ring: Ring,
     groups: Vec<Vec<Piece>>,
     cancel: &std::sync::atomic::AtomicBool,
     tx: std::sync::mpsc::Sender<Result<Handle<sys::CUevent>, GpuError>>,
@@ -454,6 +609,7 @@ fn feed(
     use std::sync::atomic::Ordering::Relaxed;
     use std::sync::{Barrier, Mutex};
     let workers = copy_threads();
+    let kind = tuning().upload;
     // (destination, source, bytes) of the chunk being copied; None ends the workers.
     type Job = Option<(SendPtr<u8>, SendPtr<u8>, usize)>;
     let job: Mutex<Job> = Mutex::new(None);
@@ -470,8 +626,9 @@ fn feed(
                     };
                     let per = bytes.div_ceil(workers);
                     let (lo, hi) = ((w * per).min(bytes), ((w + 1) * per).min(bytes));
-                    // SAFETY: [lo, hi) of a live source and a ring slot no DMA is reading.
-                    unsafe { std::ptr::copy_nonoverlapping(src.0.add(lo), d.0.add(lo), hi - lo) };
+                    // SAFETY: [lo, hi) of a live source and a ring slot no DMA is reading; a
+                    // streaming copy is fenced before `done` hands the slot to the DMA.
+                    unsafe { host_copy::copy(d.0.add(lo), src.0.add(lo), hi - lo, kind) };
                     done.wait();
                 }
             });
@@ -500,11 +657,11 @@ fn feed(
                                     .result()
                                     .ctx("cuEventSynchronize")?;
                             }
-                            let len = RING_CHUNK.min(p.bytes - off);
+                            let len = ring.chunk.min(p.bytes - off);
                             // SAFETY: off + len <= p.bytes of the live source.
                             let src = SendPtr(unsafe { p.src.0.add(off) });
                             *job.lock().unwrap_or_else(|p| p.into_inner()) =
-                                Some((ring[slot], src, len));
+                                Some((ring.slots[slot], src, len));
                             start.wait();
                             done.wait();
                             // SAFETY: pinned ring slot of >= len bytes; destination inside
@@ -512,7 +669,7 @@ fn feed(
                             unsafe {
                                 sys::cuMemcpyHtoDAsync_v2(
                                     p.dst + off as u64,
-                                    ring[slot].0 as *const _,
+                                    ring.slots[slot].0 as *const _,
                                     len,
                                     stream,
                                 )
@@ -551,10 +708,10 @@ fn feed(
                             off += len;
                         }
                     }
-                    let e = cudarc::driver::result::event::create(
-                        sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
-                    )
-                    .ctx("cuEventCreate")?;
+                    // a timing event: the receiver's [`Timeline`] reads it
+                    let e =
+                        cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+                            .ctx("cuEventCreate")?;
                     record(e, stream)?;
                     // the receiver owns (and destroys) the group event
                     if tx.send(Ok(Handle(e))).is_err() {
@@ -739,6 +896,9 @@ pub(crate) fn staged_gemm(
 
     let mut res = CallResources::new()?;
     let (ctx, copy_stream, stream) = (gpu.ctx, gpu.copy_stream, gpu.stream);
+    let begin = res.event()?;
+    record(begin, copy_stream)?;
+    let (mut ups, mut dones) = (Vec::new(), Vec::new());
     let cancel = std::sync::atomic::AtomicBool::new(false);
     let (tx, rx) = std::sync::mpsc::channel();
     let mut out = HostOutcome {
@@ -760,6 +920,7 @@ pub(crate) fn staged_gemm(
                     .map_err(|_| GpuError::Cuda("upload thread ended early".into()))??
                     .0;
                 res.events.push(up);
+                ups.push(up);
                 wait(stream, up)?;
                 let b_off = 8 * if args.transb == Trans::No {
                     c0 * args.ldb
@@ -812,6 +973,7 @@ pub(crate) fn staged_gemm(
                 }
                 let done = res.event()?;
                 record(done, stream)?;
+                dones.push(done);
                 let job = Download {
                     done: Handle(done),
                     src: dc + c_off,
@@ -827,7 +989,20 @@ pub(crate) fn staged_gemm(
             sync(stream)?;
             down.join()
                 .unwrap_or_else(|_| Err(GpuError::Cuda("download thread panicked".into())))?;
+            let downloaded = res.event()?;
+            record(downloaded, res.d2h)?;
             sync(res.d2h)?;
+            let at = |e: sys::CUevent| {
+                // SAFETY: both events were recorded and have completed (streams synchronised).
+                unsafe { cudarc::driver::result::event::elapsed(begin, e) }
+                    .ctx("cuEventElapsedTime")
+            };
+            out.timeline = Some(Timeline {
+                uploaded_ms: ups.iter().map(|&e| at(e)).collect::<Result<_, _>>()?,
+                computed_ms: dones.iter().map(|&e| at(e)).collect::<Result<_, _>>()?,
+                downloaded_ms: at(downloaded)?,
+                write_ms: 0.0,
+            });
             for mk in &marks {
                 let p = mk.phases()?;
                 out.phases.products_ns += p.products_ns;
@@ -936,16 +1111,75 @@ mod tests {
         pipeline_blocks(&GemmArgs::product(m, n, k, &a, &b), engine)
     }
 
-    /// Small calls are not pipelined; large ones get blocks of about 128 MiB of B, capped
+    /// Tunings parse as key=value pairs over the defaults; bad keys and values are refused.
+    #[test]
+    fn tunings_parse_over_the_defaults() {
+        assert_eq!("default".parse(), Ok(Tuning::default()));
+        let t: Tuning =
+            "up=stream,back=memcpy,threads=24,write=8,ring=16,block=64,native=16,ozaki=2"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            (t.upload, t.write_back),
+            (CopyKind::Stream, CopyKind::Memcpy)
+        );
+        let both: Tuning = "copy=memcpy".parse().unwrap();
+        assert_eq!(
+            (both.upload, both.write_back),
+            (CopyKind::Memcpy, CopyKind::Memcpy)
+        );
+        assert_eq!((t.copy_threads, t.write_threads), (24, 8));
+        assert_eq!((t.ring_chunk, t.block_bytes), (16 << 20, 64 << 20));
+        assert_eq!(t.max_blocks, (16, 2));
+        assert!("copy=fast".parse::<Tuning>().is_err());
+        assert!("threads".parse::<Tuning>().is_err());
+        assert!("color=red".parse::<Tuning>().is_err());
+    }
+
+    /// The write-back copies exactly the m rows (or the triangle) of each column and never
+    /// the padding rows of a padded C, on one or several threads, contiguous or not.
+    #[test]
+    fn write_back_touches_only_the_result() {
+        let (m, n) = (37usize, 23usize);
+        for (ldc, uplo) in [
+            (m, None),
+            (m + 3, None),
+            (m + 1, Some(Uplo::Upper)),
+            (m, Some(Uplo::Lower)),
+        ] {
+            let staged: Vec<f64> = (0..ldc * n).map(|i| i as f64).collect();
+            for threads in [1, 4] {
+                let mut c = vec![-1.0; ldc * n];
+                // SAFETY: both hold ldc n doubles.
+                unsafe {
+                    write_columns(c.as_mut_ptr(), staged.as_ptr(), (m, n, ldc), uplo, threads)
+                };
+                for j in 0..n {
+                    for i in 0..ldc {
+                        let inside = i < m
+                            && match uplo {
+                                None => true,
+                                Some(Uplo::Upper) => i <= j,
+                                Some(Uplo::Lower) => i >= j,
+                            };
+                        let want = if inside { staged[i + j * ldc] } else { -1.0 };
+                        assert_eq!(c[i + j * ldc], want, "{ldc} {uplo:?} {threads} ({i}, {j})");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Small calls are not pipelined; large ones get blocks of about 64 MiB of B, capped
     /// lower for the emulated route (each block converts all of A again).
     #[test]
     fn pipeline_blocks_follow_the_size() {
         let oz = Engine::Ozaki(Options::default());
         assert_eq!(blocks(1024, 1024, 1024, Engine::Native), 1);
         assert_eq!(blocks(110592, 64, 64, Engine::Native), 1);
-        assert_eq!(blocks(8192, 8192, 8192, Engine::Native), 4);
+        assert_eq!(blocks(8192, 8192, 8192, Engine::Native), 8);
         assert_eq!(blocks(8192, 8192, 8192, oz), 4);
-        assert_eq!(blocks(16384, 16384, 16384, Engine::Native), 8);
+        assert_eq!(blocks(16384, 16384, 16384, Engine::Native), 16);
         assert_eq!(blocks(16384, 16384, 16384, oz), 4);
         assert_eq!(blocks(4096, 600, 65536, Engine::Native), 2);
     }

@@ -13,6 +13,7 @@
 
 use crate::device::{gpu_slot, sync};
 use crate::error::{Context, GpuError};
+use crate::host_copy::{self, CopyKind, Width};
 use crate::memory::{DeviceBuffer, PinnedBuffer, Registered};
 use cudarc::driver::sys;
 use std::ffi::c_void;
@@ -37,21 +38,39 @@ unsafe impl Send for SendPtr {}
 // SAFETY: as above.
 unsafe impl Sync for SendPtr {}
 
-/// Copies `bytes` from `src` to `dst` on `threads` threads (disjoint contiguous ranges).
+/// Copies `bytes` from `src` to `dst` on `threads` threads with `memcpy`.
 ///
 /// # Safety
 /// Both ranges must be live, `bytes` long, and not overlap.
 unsafe fn copy_threads(dst: *mut u8, src: *const u8, bytes: usize, threads: usize) {
-    let per = bytes.div_ceil(threads.max(1)).max(1);
+    // SAFETY: the caller's contract.
+    unsafe { host_copy::par_copy(dst, src, bytes, threads, CopyKind::Memcpy) }
+}
+
+/// Copies `bytes` as columns of `col` bytes (the column-by-column write-back of C) on
+/// `threads` threads, each a contiguous run of columns, with `kind`.
+///
+/// # Safety
+/// As [`copy_threads`].
+unsafe fn copy_columns(
+    dst: *mut u8,
+    src: *const u8,
+    bytes: usize,
+    col: usize,
+    threads: usize,
+    kind: CopyKind,
+) {
+    let cols = bytes / col;
+    let per = cols.div_ceil(threads.max(1)).max(1);
     let (d, s) = (SendPtr(dst), SendPtr(src as *mut u8));
     std::thread::scope(|sc| {
-        for i in 0..threads.max(1) {
-            let lo = (i * per).min(bytes);
-            let hi = ((i + 1) * per).min(bytes);
+        for j0 in (0..cols).step_by(per) {
             sc.spawn(move || {
                 let (d, s) = (d, s);
-                // SAFETY: [lo, hi) lies inside both live, disjoint buffers.
-                unsafe { std::ptr::copy_nonoverlapping(s.0.add(lo), d.0.add(lo), hi - lo) }
+                for j in j0..(j0 + per).min(cols) {
+                    // SAFETY: column j lies inside both ranges.
+                    unsafe { host_copy::copy(d.0.add(j * col), s.0.add(j * col), col, kind) }
+                }
             });
         }
     });
@@ -163,6 +182,53 @@ fn host_memory(rows: &mut dyn FnMut(Row), bytes: usize) -> Result<(), GpuError> 
             bytes,
             s,
         ));
+    }
+    for t in [16usize, 32] {
+        for w in Width::all().into_iter().filter(|w| w.available()) {
+            let s = median3(true, || {
+                // SAFETY: the buffers hold `bytes` bytes and are distinct.
+                unsafe { host_copy::par_stream(pp, src.as_ptr(), bytes, t, w) };
+                Ok(())
+            })?;
+            rows(rate(
+                format!(
+                    "streaming ({}) copy pageable -> pinned, {t} threads",
+                    w.name()
+                ),
+                bytes,
+                s,
+            ));
+            let s = median3(true, || {
+                // SAFETY: the buffers hold `bytes` bytes and are distinct.
+                unsafe { host_copy::par_stream(dst.as_mut_ptr(), pp, bytes, t, w) };
+                Ok(())
+            })?;
+            rows(rate(
+                format!(
+                    "streaming ({}) copy pinned -> pageable, {t} threads",
+                    w.name()
+                ),
+                bytes,
+                s,
+            ));
+        }
+        for kind in [CopyKind::Memcpy, CopyKind::Stream] {
+            for col in [64usize << 10, 256 << 10] {
+                let s = median3(true, || {
+                    // SAFETY: the buffers hold `bytes` bytes and are distinct.
+                    unsafe { copy_columns(dst.as_mut_ptr(), pp, bytes, col, t, kind) };
+                    Ok(())
+                })?;
+                rows(rate(
+                    format!(
+                        "{kind:?} pinned -> pageable in {} KiB columns (C's write-back), {t} threads",
+                        col >> 10
+                    ),
+                    bytes,
+                    s,
+                ));
+            }
+        }
     }
     for t in [8usize, 16, 32] {
         let s = median3(true, || {
@@ -345,8 +411,8 @@ fn one_gpu(rows: &mut dyn FnMut(Row), dev: u32, bytes: usize) -> Result<(), GpuE
             s,
         ));
     }
-    {
-        // memcpy into pinned while the copy engine streams from another pinned buffer
+    for kind in [CopyKind::Memcpy, CopyKind::Stream] {
+        // a copy into pinned while the copy engine streams from another pinned buffer
         let stop = std::sync::atomic::AtomicBool::new(false);
         let mut dma_bytes = 0usize;
         let mut dma_s = 0.0;
@@ -359,7 +425,7 @@ fn one_gpu(rows: &mut dyn FnMut(Row), dev: u32, bytes: usize) -> Result<(), GpuE
                 let t0 = Instant::now();
                 for _ in 0..3 {
                     // SAFETY: p1 and src hold `bytes` bytes.
-                    unsafe { copy_threads(dst1.0, src0.0, bytes, 16) };
+                    unsafe { host_copy::par_copy(dst1.0, src0.0, bytes, 16, kind) };
                 }
                 let el = t0.elapsed().as_secs_f64();
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -375,12 +441,12 @@ fn one_gpu(rows: &mut dyn FnMut(Row), dev: u32, bytes: usize) -> Result<(), GpuE
             Ok(())
         })?;
         rows(rate(
-            format!("GPU {dev}: memcpy pageable -> pinned (16 threads) while H2D runs"),
+            format!("GPU {dev}: {kind:?} pageable -> pinned (16 threads) while H2D runs"),
             3 * bytes,
             cpy_s,
         ));
         rows(rate(
-            format!("GPU {dev}: H2D while that memcpy runs"),
+            format!("GPU {dev}: H2D while that {kind:?} copy runs"),
             dma_bytes,
             dma_s,
         ));

@@ -16,6 +16,7 @@
 //! | [`native`] | cuBLAS DGEMM / DSYRK |
 //! | [`ozaki`] | the emulated pipeline on device memory |
 //! | [`host`] | host-resident calls: staging, transfers, write-back after success |
+//! | [`host_copy`] | streaming (non-temporal) copies between pageable and pinned memory |
 //! | [`host_link`] | host-memory and host-link microbenchmarks (`ozaki bench --host-link`) |
 //! | [`multi`] | one host-resident dgemm split across several device slots (issue #7) |
 //! | [`timing`] | phase times from CUDA events |
@@ -31,6 +32,7 @@ pub mod device;
 pub mod error;
 pub mod fpenv;
 pub mod host;
+pub mod host_copy;
 pub mod host_link;
 pub mod kernels;
 pub mod lt_int8;

@@ -41,8 +41,13 @@ pub struct MultiOutcome {
     pub moduli: Option<u32>,
     /// Phases of the slowest tile (by total time), plus the host copy into C as transfer.
     pub phases: ozaki_core::trace::Phases,
-    /// Per-tile outcomes, in tile order.
+    /// Per-tile outcomes, in tile order (each with its pipeline's timeline).
     pub tiles: Vec<HostOutcome>,
+    /// Wall time of the shared-A phase before the tiles' pipelines (0 when A is not
+    /// shared), ms.
+    pub share_ms: f32,
+    /// Longest tile's write of C from staging into the caller's memory, ms.
+    pub commit_ms: f32,
 }
 
 /// The sub-problem of `tile`: its operands are sub-slices of `args`' A and B (same leading
@@ -91,34 +96,29 @@ unsafe impl Send for SharedC {}
 unsafe impl Sync for SharedC {}
 
 /// Writes tile `t` of C (leading dimension `ldc`) from `staged` (the tile's span with the
-/// same `ldc`), columns spread over a few threads.
+/// same `ldc`) on `threads` threads.
 ///
 /// # Safety
 /// `c` must cover the tile; no other thread may access the tile's elements meanwhile.
 unsafe fn commit_tile(c: SharedC, ldc: usize, t: &Tile, staged: &[f64], threads: usize) {
     let (rows, cols) = (t.rows as usize, t.cols as usize);
     let base = tile_c_offset(ldc, t);
-    let per = cols.div_ceil(threads.max(1)).max(1);
-    std::thread::scope(|s| {
-        for j0 in (0..cols).step_by(per) {
-            s.spawn(move || {
-                let c = c;
-                for j in j0..(j0 + per).min(cols) {
-                    let d = base + j * ldc;
-                    debug_assert!(d + rows <= c.len);
-                    // SAFETY: column j of the tile lies inside C (BLAS-checked extent) and
-                    // belongs to this tile alone; staged holds the tile's span.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            staged.as_ptr().add(j * ldc),
-                            c.ptr.add(d),
-                            rows,
-                        )
-                    };
-                }
-            });
-        }
-    });
+    assert!(
+        staged.len() >= ozaki_core::blas::span(rows, cols, ldc)
+            && base + ozaki_core::blas::span(rows, cols, ldc) <= c.len,
+        "tile outside C"
+    );
+    // SAFETY: the tile's span lies inside C (checked above) and belongs to this tile alone;
+    // staged holds the tile's span.
+    unsafe {
+        host::write_columns(
+            c.ptr.add(base),
+            staged.as_ptr(),
+            (rows, cols, ldc),
+            None,
+            threads,
+        )
+    }
 }
 
 /// Bytes of A each slot of a shared-A split uploads before handing it on (see [`gemm`]).
@@ -203,7 +203,8 @@ pub fn gemm(
     let failed = AtomicBool::new(false);
     let barrier = std::sync::Barrier::new(tiles.len());
     let commit_threads = (host::write_threads() / tiles.len().max(1)).max(1);
-    type TileResult = Result<Option<(HostOutcome, u64)>, GpuError>;
+    /// A tile's outcome, its commit time and its shared-A phase time, ns.
+    type TileResult = Result<Option<(HostOutcome, u64, u64)>, GpuError>;
     let results: Vec<TileResult> = std::thread::scope(|s| {
         let handles: Vec<_> = tiles
             .iter()
@@ -233,6 +234,7 @@ pub fn gemm(
                     if let Err(e) = &state {
                         fail(e);
                     }
+                    let mut share_ns = 0;
                     if share_a {
                         // Phase 0: A to every device, each slot staging 1/T of it.
                         if let (Ok(Some(da)), Some(g)) = (&state, &guard) {
@@ -240,6 +242,7 @@ pub fn gemm(
                                 Some((*da, Handle(g.ctx)));
                         }
                         barrier.wait();
+                        let t_share = std::time::Instant::now();
                         if !failed.load(Ordering::SeqCst) {
                             let r = catch_unwind(AssertUnwindSafe(|| -> Result<(), GpuError> {
                                 let g = guard.as_mut().expect("locked above");
@@ -280,6 +283,7 @@ pub fn gemm(
                             }
                         }
                         barrier.wait();
+                        share_ns = t_share.elapsed().as_nanos() as u64;
                     }
                     // Phase 1: this tile's pipeline into its slot's staging (reads C when
                     // beta != 0).
@@ -330,7 +334,7 @@ pub fn gemm(
                         commit_tile(shared, args.ldc, t, staged, commit_threads);
                     }
                     drop(guard);
-                    Ok(Some((o, t0.elapsed().as_nanos() as u64)))
+                    Ok(Some((o, t0.elapsed().as_nanos() as u64, share_ns)))
                 })
             })
             .collect();
@@ -346,11 +350,12 @@ pub fn gemm(
         done.push(r?);
     }
     for r in done {
-        let Some((o, ns)) = r else {
+        let Some((o, ns, share_ns)) = r else {
             return Err(GpuError::Cuda("a split tile was skipped".into()));
         };
         out.tiles.push(o);
         commit_ns = commit_ns.max(ns);
+        out.share_ms = out.share_ms.max(share_ns as f32 / 1e6);
     }
     out.devices = tiles.iter().map(|t| t.device).collect();
     out.moduli = out.tiles.iter().filter_map(|o| o.moduli).max();
@@ -364,6 +369,7 @@ pub fn gemm(
         .max_by_key(total)
         .unwrap_or_default();
     out.phases.transfer_ns += commit_ns;
+    out.commit_ms = commit_ns as f32 / 1e6;
     Ok(out)
 }
 

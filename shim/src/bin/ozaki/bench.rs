@@ -87,6 +87,11 @@ struct Args {
     /// own choice), for --shapes (default here: 8192,16384), both routes.
     #[arg(long)]
     pipeline: Option<String>,
+    /// Host-path tunings that --pipeline and --split compare side by side, `;` separated,
+    /// each `key=value,...` over the defaults (`gpu_kernels::host::Tuning`: up=, back= or copy=memcpy|stream,
+    /// threads, write, ring and block in MiB, native, ozaki) or `default`.
+    #[arg(long, default_value = "default")]
+    tuning: String,
     /// Buffer size of the host-link microbenchmarks, MiB.
     #[arg(long, default_value_t = 1024)]
     link_mib: usize,
@@ -120,6 +125,33 @@ fn random_matrix(len: usize, phi: f64, seed: u64) -> Vec<f64> {
         }
     });
     x
+}
+
+/// The `--tuning` list: (label, tuning) pairs.
+fn tunings(spec: &str) -> Result<Vec<(String, host::Tuning)>> {
+    spec.split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| Ok((s.to_string(), s.parse().map_err(anyhow::Error::msg)?)))
+        .collect()
+}
+
+/// One line of a pipelined call's timeline (ms after it began staging).
+fn timeline_text(t: Option<&host::Timeline>) -> String {
+    let Some(t) = t else {
+        return "-".into();
+    };
+    let first_last = |v: &[f32]| match (v.first(), v.last()) {
+        (Some(a), Some(b)) => format!("{a:.1}..{b:.1}"),
+        _ => "-".into(),
+    };
+    format!(
+        "uploaded {} / computed {} / downloaded {:.1} / write {:.1}",
+        first_last(&t.uploaded_ms),
+        first_last(&t.computed_ms),
+        t.downloaded_ms,
+        t.write_ms
+    )
 }
 
 fn parse_shape(s: &str) -> Result<(usize, usize, usize)> {
@@ -219,7 +251,13 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         } else {
             args.shapes.as_str()
         };
-        pipeline::run(blocks, shapes, args.reps, &mut emit)?;
+        pipeline::run(
+            blocks,
+            shapes,
+            args.reps,
+            &tunings(&args.tuning)?,
+            &mut emit,
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(devices) = &args.split {
@@ -230,7 +268,14 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
             args.shapes.as_str()
         };
         let moduli = args.moduli.split(',').find_map(|s| s.trim().parse().ok());
-        split::run(devices, shapes, args.reps, moduli, &mut emit)?;
+        split::run(
+            devices,
+            shapes,
+            args.reps,
+            moduli,
+            &tunings(&args.tuning)?,
+            &mut emit,
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     let describe = {

@@ -15,6 +15,7 @@ pub fn run(
     blocks: &str,
     shapes: &str,
     reps: usize,
+    tunings: &[(String, host::Tuning)],
     emit: &mut dyn FnMut(serde_json::Value) -> Result<()>,
 ) -> Result<()> {
     let ge = |e: gpu_kernels::GpuError| anyhow!("{e}");
@@ -31,8 +32,10 @@ pub fn run(
         (h2d, g.describe())
     };
     println!("# ozaki bench --pipeline {blocks}: {describe}; pinned H2D {h2d:.1} GB/s");
-    println!("| shape | route | blocks | ms | link bound ms | bound / time | moduli |");
-    println!("|---|---|---:|---:|---:|---:|---|");
+    println!(
+        "| shape | tuning | route | blocks | ms | link bound ms | bound / time | moduli | timeline of the last call (ms) |"
+    );
+    println!("|---|---|---|---:|---:|---:|---:|---|---|");
     for shape in shapes.split(',').filter(|s| !s.trim().is_empty()) {
         let (m, n, k) = parse_shape(shape.trim())?;
         let a = random_matrix(m * k, 0.0, 21);
@@ -40,36 +43,47 @@ pub fn run(
         let args = GemmArgs::product(m, n, k, &a, &b);
         let bound = 8.0 * (m * k + k * n + m * n) as f64 / (h2d * 1e9);
         let mut c = vec![0.0; m * n];
-        for (name, engine) in [
-            ("gpu-native", Engine::Native),
-            ("gpu-ozaki", Engine::Ozaki(Options::default())),
-        ] {
-            for &count in &counts {
-                let blocks = count.unwrap_or_else(|| host::pipeline_blocks(&args, engine));
-                let mut moduli = None;
-                let t = median_wall(reps, || {
-                    let mut g = gpu_kernels::gpu().map_err(ge)?;
-                    let o = host::gemm_blocks(&mut g, &args, &mut c, engine, blocks).map_err(ge)?;
-                    moduli = o.moduli;
-                    Ok(())
-                })?;
-                let label = match count {
-                    None => format!("auto ({blocks})"),
-                    Some(b) => b.to_string(),
-                };
-                println!(
-                    "| {m}x{n}x{k} | {name} | {label} | {:.1} | {:.1} | {:.2} | {} |",
-                    t * 1e3,
-                    bound * 1e3,
-                    bound / t,
-                    moduli.map_or("-".into(), |r| r.to_string())
-                );
-                emit(
-                    serde_json::json!({"kind": "pipeline", "m": m, "n": n, "k": k, "route": name,
-                    "blocks": blocks, "auto": count.is_none(), "s": t, "link_bound_s": bound, "moduli": moduli}),
-                )?;
+        for (label, tuning) in tunings {
+            host::set_tuning(Some(*tuning));
+            for (name, engine) in [
+                ("gpu-native", Engine::Native),
+                ("gpu-ozaki", Engine::Ozaki(Options::default())),
+            ] {
+                for &count in &counts {
+                    let blocks = count.unwrap_or_else(|| host::pipeline_blocks(&args, engine));
+                    let mut last = None;
+                    let t = median_wall(reps, || {
+                        let mut g = gpu_kernels::gpu().map_err(ge)?;
+                        last = Some(
+                            host::gemm_blocks(&mut g, &args, &mut c, engine, blocks).map_err(ge)?,
+                        );
+                        Ok(())
+                    })?;
+                    let last = last.unwrap_or_default();
+                    let moduli = last.moduli;
+                    let blocks_label = match count {
+                        None => format!("auto ({blocks})"),
+                        Some(b) => b.to_string(),
+                    };
+                    println!(
+                        "| {m}x{n}x{k} | {label} | {name} | {blocks_label} | {:.1} | {:.1} | {:.2} | {} | {} |",
+                        t * 1e3,
+                        bound * 1e3,
+                        bound / t,
+                        moduli.map_or("-".into(), |r| r.to_string()),
+                        super::timeline_text(last.timeline.as_ref())
+                    );
+                    let tl = last.timeline.as_ref();
+                    emit(
+                        serde_json::json!({"kind": "pipeline", "m": m, "n": n, "k": k, "route": name, "tuning": label,
+                    "blocks": blocks, "auto": count.is_none(), "s": t, "link_bound_s": bound, "moduli": moduli,
+                    "uploaded_ms": tl.map(|t| t.uploaded_ms.clone()), "computed_ms": tl.map(|t| t.computed_ms.clone()),
+                    "downloaded_ms": tl.map(|t| t.downloaded_ms), "write_ms": tl.map(|t| t.write_ms)}),
+                    )?;
+                }
             }
         }
+        host::set_tuning(None);
     }
     Ok(())
 }

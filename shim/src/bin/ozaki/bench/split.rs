@@ -23,6 +23,7 @@ pub fn run(
     shapes: &str,
     reps: usize,
     moduli: Option<usize>,
+    tunings: &[(String, host::Tuning)],
     emit: &mut dyn FnMut(serde_json::Value) -> Result<()>,
 ) -> Result<()> {
     let slots = parse_devices(devices).map_err(|e| anyhow!("--split: {e}"))?;
@@ -33,8 +34,11 @@ pub fn run(
             gpu_kernels::device::gpu_slot(d, 0).map_err(|e| anyhow!("slot on device {d}: {e}"))?;
         println!("# slot device: {}", g.describe());
     }
-    println!("| shape | route | 1 GPU (s) | split (s) | speedup | grid | split C vs 1 GPU |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| shape | tuning | route | 1 GPU (s) | split (s) | speedup | grid | split C vs 1 GPU |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut timelines = Vec::new();
     for shape in shapes.split(',').filter(|s| !s.trim().is_empty()) {
         let (m, n, k) = parse_shape(shape.trim())?;
         let a = random_matrix(m * k, 0.0, 11);
@@ -53,52 +57,86 @@ pub fn run(
                 }),
             ),
         ] {
-            let mut c1 = vec![0.0; m * n];
-            let mut cs = vec![0.0; m * n];
-            // warm-up both (allocations, kernel compilation per slot)
-            host::gemm(&args, &mut c1, engine).map_err(|e| anyhow!("{name} one device: {e}"))?;
-            multi::gemm(&args, &mut cs, engine, &plan).map_err(|e| anyhow!("{name} split: {e}"))?;
-            let identical = c1.iter().zip(&cs).all(|(x, y)| x.to_bits() == y.to_bits());
-            let diff = c1
-                .iter()
-                .zip(&cs)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0, f64::max);
-            let (mut t1, mut ts) = (Vec::new(), Vec::new());
-            for _ in 0..reps.max(1) {
-                let t = Instant::now();
+            for (label, tuning) in tunings {
+                host::set_tuning(Some(*tuning));
+                let mut c1 = vec![0.0; m * n];
+                let mut cs = vec![0.0; m * n];
+                // warm-up both (allocations, kernel compilation per slot)
                 host::gemm(&args, &mut c1, engine)
                     .map_err(|e| anyhow!("{name} one device: {e}"))?;
-                t1.push(t.elapsed().as_secs_f64());
-                let t = Instant::now();
                 multi::gemm(&args, &mut cs, engine, &plan)
                     .map_err(|e| anyhow!("{name} split: {e}"))?;
-                ts.push(t.elapsed().as_secs_f64());
-            }
-            let med = |v: &mut Vec<f64>| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            };
-            let (s1, ss) = (med(&mut t1), med(&mut ts));
-            let verdict = if identical {
-                "bit-identical".to_string()
-            } else {
-                format!("max |diff| {diff:.1e}")
-            };
-            println!(
-                "| {m}x{n}x{k} | {name} | {s1:.3} | {ss:.3} | {:.2}x | {}x{} on {:?} | {verdict} |",
-                s1 / ss,
-                plan.grid_rows,
-                plan.grid_cols,
-                plan.tiles.iter().map(|t| t.device).collect::<Vec<_>>()
-            );
-            emit(
-                serde_json::json!({"kind": "split", "m": m, "n": n, "k": k, "route": name, "devices": slots,
+                let identical = c1.iter().zip(&cs).all(|(x, y)| x.to_bits() == y.to_bits());
+                let diff = c1
+                    .iter()
+                    .zip(&cs)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0, f64::max);
+                let (mut t1, mut ts) = (Vec::new(), Vec::new());
+                let (mut o1, mut os) = (None, None);
+                for _ in 0..reps.max(1) {
+                    let t = Instant::now();
+                    o1 = Some(
+                        host::gemm(&args, &mut c1, engine)
+                            .map_err(|e| anyhow!("{name} one device: {e}"))?,
+                    );
+                    t1.push(t.elapsed().as_secs_f64());
+                    let t = Instant::now();
+                    os = Some(
+                        multi::gemm(&args, &mut cs, engine, &plan)
+                            .map_err(|e| anyhow!("{name} split: {e}"))?,
+                    );
+                    ts.push(t.elapsed().as_secs_f64());
+                }
+                let (o1, os) = (o1.unwrap_or_default(), os.unwrap_or_default());
+                timelines.push(format!(
+                    "{m}x{n}x{k} {label} {name}: 1 GPU: {}; split: shared A {:.1}, commit {:.1}{}",
+                    super::timeline_text(o1.timeline.as_ref()),
+                    os.share_ms,
+                    os.commit_ms,
+                    os.tiles
+                        .iter()
+                        .zip(&os.devices)
+                        .map(|(o, d)| format!(
+                            "; GPU {d}: {}",
+                            super::timeline_text(o.timeline.as_ref())
+                        ))
+                        .collect::<String>()
+                ));
+                let med = |v: &mut Vec<f64>| {
+                    v.sort_by(f64::total_cmp);
+                    v[v.len() / 2]
+                };
+                let (s1, ss) = (med(&mut t1), med(&mut ts));
+                let verdict = if identical {
+                    "bit-identical".to_string()
+                } else {
+                    format!("max |diff| {diff:.1e}")
+                };
+                println!(
+                    "| {m}x{n}x{k} | {label} | {name} | {s1:.3} | {ss:.3} | {:.2}x | {}x{} on {:?} | {verdict} |",
+                    s1 / ss,
+                    plan.grid_rows,
+                    plan.grid_cols,
+                    plan.tiles.iter().map(|t| t.device).collect::<Vec<_>>()
+                );
+                emit(
+                    serde_json::json!({"kind": "split", "m": m, "n": n, "k": k, "route": name, "tuning": label, "devices": slots,
+                "share_ms": os.share_ms, "commit_ms": os.commit_ms,
                 "grid": [plan.grid_rows, plan.grid_cols], "one_gpu_s": s1, "split_s": ss, "speedup": s1 / ss,
                 "one_gpu_all_s": t1, "split_all_s": ts, "bit_identical": identical, "max_abs_diff": diff,
                 "moduli": if name == "gpu-ozaki" { moduli } else { None }}),
-            )?;
+                )?;
+            }
         }
+        host::set_tuning(None);
+    }
+    println!();
+    println!(
+        "Timelines of the last repetition (ms after staging began; the split's tiles after the shared-A phase):"
+    );
+    for t in timelines {
+        println!("- {t}");
     }
     Ok(())
 }
