@@ -61,13 +61,12 @@ struct CrtTable {
     double magic;                 // MAGIC (a parameter, so the compiler keeps it in a register)
     double m[MAX_MODULI];
     double inv_m[MAX_MODULI];
-    double big_m_approx;          // M as a double (rounded), for the quotient estimate
-    double inv_big_m;             // RN(1 / big_m_approx)
-    u32 w[MAX_MODULI][LIMBS];
+    double inv_big_m;             // RN(1 / RN(M)), for the quotient estimate
+    double wd[MAX_MODULI][LIMBS - 1]; // the 32-bit limbs of W_p, as doubles
+    double md[LIMBS - 1];         // the 32-bit limbs of M, as doubles
     u32 big_m[LIMBS];
-    u32 half_m[LIMBS];            // ceil(M/2): x >= half_m lifts to x - M
-    u32 off[LIMBS];               // 4096 M: makes the signed sum of centred terms positive
-    double wd[MAX_MODULI][LIMBS - 1]; // the limbs of W_p as doubles (multiplied on the FP64 pipe)
+    u32 half_m[LIMBS];            // ceil(M/2): R >= half_m lifts to R - M
+    u32 neg_lift[LIMBS];          // M - ceil(M/2) + 1: R < 0 with |R| >= neg_lift lifts to R + M
 };
 
 __device__ __forceinline__ u64 abs_bits(double v) {
@@ -227,22 +226,24 @@ __device__ double limbs_to_double(const u32* x, int e) {
     return scale2(d, e + 32 * (h - 1) - s);
 }
 
-// x >= y for LIMBS-limb numbers (branch-free, unrolled).
+// x >= y for N-limb numbers (branch-free, unrolled).
+template <int N>
 __device__ __forceinline__ bool ge_limbs(const u32* x, const u32* y) {
     u64 borrow = 0;
 #pragma unroll
-    for (int i = 0; i < LIMBS; ++i) {
+    for (int i = 0; i < N; ++i) {
         u64 d = (u64)x[i] - y[i] - borrow;
         borrow = (d >> 63) & 1;
     }
     return borrow == 0;
 }
 
-// x -= y (x >= y).
+// x -= y over N limbs (x >= y).
+template <int N>
 __device__ __forceinline__ void sub_limbs(u32* x, const u32* y) {
     u64 borrow = 0;
 #pragma unroll
-    for (int i = 0; i < LIMBS; ++i) {
+    for (int i = 0; i < N; ++i) {
         u64 d = (u64)x[i] - y[i] - borrow;
         x[i] = (u32)d;
         borrow = (d >> 63) & 1;
@@ -269,48 +270,56 @@ __device__ __forceinline__ void crt_add(double (&acc)[WL], int t, int p, const C
     for (int l = 0; l < WL; ++l) acc[l] = fma(v, tab.wd[p][l], acc[l]);
 }
 
-// From the accumulated limb sums of sum_p v_p W_p to the output entry: x = that sum plus
-// 4096 M in 32-bit limbs (signed carries; |sum| < 20 * 128 M, so 0 < x < 2^13 M and x = C'
-// mod M), reduce modulo M, lift to the symmetric range, one correctly rounded conversion times
-// 2^e, then alpha v + beta c_old (c_old read only when beta != 0).
+// From the limb sums acc_l (X = sum_l acc_l 2^(32 l) = sum_p v_p W_p, |X| < 20 * 128 M) to the
+// output entry, with the quotient taken in the FP64 domain (the earlier integer version spent
+// about as many instructions per entry as the 14 planes' accumulation):
+//   q = rint(X~ / M), X~ the fp64 Horner value of X: relative errors below 2^-49 and |X / M| <
+//   2^12 put X / M within 2^-37 of X~ / M, so q is rint(X / M) or, next to a half-integer, one
+//   off; R = X - q M is then in (-1.5 M, 1.5 M) and R = C' (mod M);
+//   R limb by limb, exactly: acc_l - q M_l by one fma (|q M_l| < 2^44), then to 32-bit limbs
+//   with signed carries (M < 2^(32 WL - 1), so |R| < 2^(32 WL) and the last carry is 0 or -1);
+//   the lift to [ceil(M/2) - M, ceil(M/2)) (ozaki-core's symmetric range) by one comparison of
+//   |R| with half_m (R >= 0) or neg_lift (R < 0) and at most one M - |R|;
+// then one correctly rounded conversion times 2^e, and alpha v + beta c_old (c_old read only
+// when beta != 0). The host twin is CrtTable::reconstruct_fp64 in src/crt.rs.
 template <int WL>
 __device__ __forceinline__ double crt_finish(const double (&acc)[WL], const CrtTable& tab, int e, double alpha,
                                              double beta, const double* cp) {
+    double xd = acc[WL - 1];
+#pragma unroll
+    for (int l = WL - 2; l >= 0; --l) xd = fma(xd, 4294967296.0, acc[l]);
+    double q = fma(xd, tab.inv_big_m, tab.magic) - tab.magic;
     u32 x[LIMBS];
     long long carry = 0;
 #pragma unroll
-    for (int l = 0; l < LIMBS; ++l) {
-        long long s = (l < WL ? __double2ll_rn(acc[l < WL ? l : 0]) : 0ll) + (long long)tab.off[l] + carry;
+    for (int l = 0; l < WL; ++l) {
+        long long s = __double2ll_rn(fma(-q, tab.md[l], acc[l])) + carry;
         x[l] = (u32)s;
         carry = s >> 32;  // arithmetic shift: floor(s / 2^32)
     }
-    // x < 2^13 M: estimate the quotient low (relative error of xd * inv_big_m far below
-    // 2^-30 and x / M < 2^13, so q <= floor(x / M)), subtract q*M, then finish by subtraction.
-    double xd = 0.0;
 #pragma unroll
-    for (int l = LIMBS - 1; l >= 0; --l) xd = xd * 4294967296.0 + (double)x[l];
-    double qd = floor(xd * tab.inv_big_m) - 1.0;
-    if (qd > 0.0) {
-        u32 q = (u32)qd;
-        u32 qm[LIMBS];
-        u64 cy = 0;
+    for (int l = WL; l < LIMBS; ++l) x[l] = 0;
+    bool neg = carry < 0;
+    if (neg) {  // |R| = 2^(32 WL) - x
+        u64 c = 1;
 #pragma unroll
-        for (int l = 0; l < LIMBS; ++l) {
-            u64 s = (u64)q * tab.big_m[l] + cy;
-            qm[l] = (u32)s;
-            cy = s >> 32;
+        for (int l = 0; l < WL; ++l) {
+            u64 s = (u64)(~x[l]) + c;
+            x[l] = (u32)s;
+            c = s >> 32;
         }
-        sub_limbs(x, qm);
     }
-    while (ge_limbs(x, tab.big_m)) sub_limbs(x, tab.big_m);
-    bool neg = ge_limbs(x, tab.half_m);
-    if (neg) {
-        u32 mag[LIMBS];
+    u32 lift[WL];
 #pragma unroll
-        for (int l = 0; l < LIMBS; ++l) mag[l] = tab.big_m[l];
-        sub_limbs(mag, x);
+    for (int l = 0; l < WL; ++l) lift[l] = neg ? tab.neg_lift[l] : tab.half_m[l];
+    if (ge_limbs<WL>(x, lift)) {  // outside the symmetric range: |C'| = M - |R|, other sign
+        u32 mag[WL];
 #pragma unroll
-        for (int l = 0; l < LIMBS; ++l) x[l] = mag[l];
+        for (int l = 0; l < WL; ++l) mag[l] = tab.big_m[l];
+        sub_limbs<WL>(mag, x);
+#pragma unroll
+        for (int l = 0; l < WL; ++l) x[l] = mag[l];
+        neg = !neg;
     }
     double v = limbs_to_double(x, e);
     if (neg) v = -v;
@@ -481,4 +490,24 @@ extern "C" __global__ void coarse_norms_strided(const double* __restrict__ x, lo
 #pragma unroll 4
     for (int l = l0; l < l1; ++l) part += coarse_sq(x[row + (long long)l * ld], e);
     atomicAdd(&sq[row], (u64)part);
+}
+
+// ---- Shifts on the device (issue #4): sigma_i = table[class(S_i)] - e_i per line ----
+// The shift of a line depends on its coarse square sum S only through its class (0 for S = 0,
+// clog2(S) + 1 otherwise; `norm_class` in src/ozaki.rs), so the host sends a 66-entry table,
+// p(class) + COARSE_BITS - 1 for the call's moduli count (fast scaling: one value for every
+// class; its S are zero), and the lines never travel to the host and back before the residues.
+// Zero lines keep shift 0; non-finite maxima get 0 too (the host then refuses the call).
+extern "C" __global__ void line_shifts(const u64* __restrict__ maxbits, const u64* __restrict__ sq, int lines,
+                                       const int* __restrict__ table, int* __restrict__ shift) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= lines) return;
+    u64 mb = maxbits[i];
+    if (mb == 0 || mb >= 0x7ff0000000000000ull) {
+        shift[i] = 0;
+        return;
+    }
+    u64 s = sq[i];
+    int cls = s == 0 ? 0 : (s == 1 ? 1 : 65 - __clzll((long long)(s - 1)));
+    shift[i] = table[cls] - exponent_of_bits(mb);
 }

@@ -41,19 +41,13 @@ pub struct CrtTable {
     magic: f64,
     m: [f64; MAX_MODULI],
     inv_m: [f64; MAX_MODULI],
-    big_m_approx: f64,
     inv_big_m: f64,
-    w: [[u32; LIMBS]; MAX_MODULI],
+    wd: [[f64; LIMBS - 1]; MAX_MODULI],
+    md: [f64; LIMBS - 1],
     big_m: [u32; LIMBS],
     half_m: [u32; LIMBS],
-    off: [u32; LIMBS],
-    wd: [[f64; LIMBS - 1]; MAX_MODULI],
+    neg_lift: [u32; LIMBS],
 }
-
-/// `OFFSET_MULTIPLE` M is added to the signed CRT sum sum_p v_p W_p (|v_p| <= 128, so
-/// |sum| < 20 * 128 M) to make it positive while keeping it below 2^13 M, the range of the
-/// kernel's quotient estimate (`crt_finish` in ozaki.cu).
-const OFFSET_MULTIPLE: u32 = 4096;
 
 fn limbs(x: &BigUint) -> [u32; LIMBS] {
     let digits = x.to_u32_digits();
@@ -145,19 +139,23 @@ impl CrtTable {
     pub fn new(moduli: &[u32]) -> CrtTable {
         check(moduli);
         let big_m = product(moduli);
+        let half = (&big_m + 1u32) >> 1;
+        let as_doubles = |l: [u32; LIMBS]| -> [f64; LIMBS - 1] {
+            assert_eq!(l[LIMBS - 1], 0, "M < 2^160: five limbs");
+            std::array::from_fn(|i| f64::from(l[i]))
+        };
         let mut t = CrtTable {
             r: moduli.len() as i32,
             pad: 0,
             magic: MAGIC,
             m: [0.0; MAX_MODULI],
             inv_m: [0.0; MAX_MODULI],
-            big_m_approx: big_m.to_f64().unwrap_or(f64::MAX),
             inv_big_m: 1.0 / big_m.to_f64().unwrap_or(f64::MAX),
-            w: [[0; LIMBS]; MAX_MODULI],
-            big_m: limbs(&big_m),
-            half_m: limbs(&((&big_m + 1u32) >> 1)),
-            off: limbs(&(&big_m * OFFSET_MULTIPLE)),
             wd: [[0.0; LIMBS - 1]; MAX_MODULI],
+            md: as_doubles(limbs(&big_m)),
+            big_m: limbs(&big_m),
+            half_m: limbs(&half),
+            neg_lift: limbs(&(&big_m - &half + 1u32)),
         };
         for (p, &m) in moduli.iter().enumerate() {
             t.m[p] = m as f64;
@@ -165,10 +163,7 @@ impl CrtTable {
             let mp = &big_m / m;
             let mp_mod = (&mp % m).to_u64().unwrap_or(0);
             let w = mp * inverse_mod(mp_mod, m as u64);
-            t.w[p] = limbs(&(w % &big_m));
-            for (d, &l) in t.wd[p].iter_mut().zip(&t.w[p]) {
-                *d = f64::from(l);
-            }
+            t.wd[p] = as_doubles(limbs(&(w % &big_m)));
         }
         t
     }
@@ -186,34 +181,54 @@ impl CrtTable {
         }
     }
 
-    /// The kernel's limb step of `crt_finish`: the fp64 limb sums converted to integers, plus
-    /// the offset 4096 M, with signed carries, as the non-negative integer x = C' (mod M).
-    pub fn fp64_limbs(&self, acc: &[f64]) -> BigUint {
-        let mut x = [0u32; LIMBS];
+    /// The kernel's `crt_finish` up to the signed integer, with the same operations: the
+    /// quotient q = rint(X~ / M) from the fp64 Horner value X~ of X = sum_l acc_l 2^(32 l),
+    /// R = X - q M limb by limb (one fma each, then signed carries into `wl` 32-bit limbs), and
+    /// the lift to the symmetric range by one comparison and at most one M - |R|. Returns
+    /// C' as (negative, magnitude).
+    pub fn fp64_finish(&self, acc: &[f64]) -> (bool, BigUint) {
+        let wl = acc.len();
+        let xd = acc[..wl - 1]
+            .iter()
+            .rev()
+            .fold(acc[wl - 1], |x, &a| x.mul_add(4_294_967_296.0, a));
+        let q = xd.mul_add(self.inv_big_m, self.magic) - self.magic;
+        let mut x = vec![0u32; wl];
         let mut carry = 0i64;
         for (l, xl) in x.iter_mut().enumerate() {
-            let s = acc.get(l).map_or(0, |&a| a as i64) + i64::from(self.off[l]) + carry;
+            let s = ((-q).mul_add(self.md[l], acc[l]) as i64) + carry;
             *xl = s as u32;
             carry = s >> 32;
         }
-        assert_eq!(carry, 0, "x fits {LIMBS} limbs and is not negative");
-        BigUint::from_slice(&x)
+        assert!(carry == 0 || carry == -1, "|R| < 2^(32 wl)");
+        let mut neg = carry < 0;
+        let mut mag = BigUint::from_slice(&x);
+        if neg {
+            mag = (BigUint::one() << (32 * wl)) - mag;
+        }
+        let lift = if neg { &self.neg_lift } else { &self.half_m };
+        if mag >= BigUint::from_slice(lift) {
+            mag = self.modulus() - mag;
+            neg = !neg;
+        }
+        (neg && !mag.is_zero(), mag)
+    }
+
+    /// Limbs the reconstruction kernel accumulates for this table: its `WL`, 4 (`_w4`
+    /// kernels) while M < 2^128, else 5.
+    pub fn kernel_limbs(&self) -> usize {
+        if self.weight_limbs() <= 4 { 4 } else { 5 }
     }
 
     /// [`CrtTable::reconstruct`] through the kernel's fp64 steps ([`CrtTable::fp64_add`] and
-    /// [`CrtTable::fp64_limbs`] over `weight_limbs()` limbs): what the device computes, for
-    /// the tests that it is the same signed integer.
+    /// [`CrtTable::fp64_finish`] over [`CrtTable::kernel_limbs`] limbs): what the device
+    /// computes, for the tests that it is the same signed integer.
     pub fn reconstruct_fp64(&self, products: &[i32]) -> (bool, BigUint) {
-        let mut acc = vec![0.0; self.weight_limbs()];
+        let mut acc = vec![0.0; self.kernel_limbs()];
         for (p, &t) in products.iter().enumerate().take(self.r as usize) {
             self.fp64_add(&mut acc, t, p);
         }
-        let x = self.fp64_limbs(&acc);
-        assert!(
-            x < self.modulus() << 13,
-            "x below 2^13 M (the quotient estimate's range)"
-        );
-        self.lift(x)
+        self.fp64_finish(&acc)
     }
 
     /// 32-bit limbs the weights W_p < M can occupy (the kernels' `WL`): 4 up to 16 INT8
@@ -227,7 +242,8 @@ impl CrtTable {
 
     /// The CRT weight W_p as an integer (for tests).
     pub fn weight(&self, p: usize) -> BigUint {
-        BigUint::from_slice(&self.w[p])
+        let limbs: Vec<u32> = self.wd[p].iter().map(|&d| d as u32).collect();
+        BigUint::from_slice(&limbs)
     }
 
     /// M as an integer (for tests).
@@ -312,6 +328,62 @@ mod tests {
         }
     }
 
+    /// The kernel's fp64 steps recover C' at the ends of the symmetric range [-M/2, M/2) and
+    /// around zero, for every moduli count, from residue representatives far from canonical
+    /// (sum_p v_p W_p then lies anywhere in +-20 * 128 M, also next to half-integer multiples
+    /// of M, where the quotient estimate may be one off).
+    #[test]
+    fn fp64_reconstruction_recovers_values_at_the_range_ends() {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for r in 1..=SET.len() {
+            let t = CrtTable::new(&SET[..r]);
+            let big_m = t.modulus();
+            let half: BigUint = (&big_m + 1u32) >> 1;
+            let low = &big_m - &half; // C' >= -low
+            let mut targets = vec![
+                (false, BigUint::zero()),
+                (false, BigUint::one()),
+                (true, BigUint::one()),
+                (false, &half - 1u32),
+                (false, &half - 2u32),
+                (true, low.clone()),
+                (true, &low - 1u32),
+            ];
+            for _ in 0..20 {
+                let v = BigUint::from(next()) * BigUint::from(next()) * BigUint::from(next());
+                targets.push((next() % 2 == 0, (v % &low) + 1u32));
+            }
+            for (neg, mag) in targets {
+                for _ in 0..40 {
+                    // t_p = C' mod m_p + j_p m_p with |t_p| < 2^31
+                    let prods: Vec<i32> = SET[..r]
+                        .iter()
+                        .map(|&m| {
+                            let res = (&mag % m).to_i64().unwrap();
+                            let res = if neg {
+                                (m as i64 - res) % m as i64
+                            } else {
+                                res
+                            };
+                            let span = (i32::MAX as i64 / m as i64) - 1;
+                            let j = (next() % (2 * span as u64 + 1)) as i64 - span;
+                            (res + j * m as i64) as i32
+                        })
+                        .collect();
+                    let zero = mag.is_zero();
+                    let (n2, m2) = t.reconstruct_fp64(&prods);
+                    assert_eq!((n2, &m2), (neg && !zero, &mag), "r = {r}, {prods:?}");
+                }
+            }
+        }
+    }
+
     /// The kernel's fp64 CRT steps give the exact signed integer for int32 products at the
     /// ends of their range, next to multiples and half-multiples of every modulus (the ties
     /// of the centring), and at random, for every moduli count.
@@ -375,6 +447,11 @@ mod tests {
                     "W_{p} beyond {wl} limbs, r = {r}"
                 );
             }
+            // crt_finish: |R| < 1.5 M must fit the kernel's limbs as a signed number
+            assert!(
+                t.modulus().bits() < 32 * t.kernel_limbs() as u64,
+                "M < 2^(32 WL - 1), r = {r}"
+            );
         }
     }
 

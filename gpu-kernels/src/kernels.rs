@@ -38,6 +38,7 @@ pub struct Kernels {
     reconstruct_quad_w4: sys::CUfunction,
     norms_contig: sys::CUfunction,
     norms_strided: sys::CUfunction,
+    line_shifts: sys::CUfunction,
 }
 
 fn function(module: sys::CUmodule, name: &str) -> Result<sys::CUfunction, GpuError> {
@@ -83,6 +84,7 @@ impl Kernels {
             reconstruct_quad_w4: function(module, "reconstruct_quad_w4")?,
             norms_contig: function(module, "coarse_norms_contig")?,
             norms_strided: function(module, "coarse_norms_strided")?,
+            line_shifts: function(module, "line_shifts")?,
             _module: module,
         })
     }
@@ -121,6 +123,24 @@ impl Kernels {
             // SAFETY: as above.
             unsafe { launch(fns.1, grid, block, stream, &mut args) }
         }
+    }
+
+    /// Per-line shifts `shift[i] = table[class(S_i)] - e_i` from the scan's maxima and coarse
+    /// square sums (`lines` of each) and a [`crate::ozaki::SHIFT_CLASSES`]-entry table.
+    pub(crate) unsafe fn line_shifts(
+        &self,
+        stream: sys::CUstream,
+        (maxbits, sq): (sys::CUdeviceptr, sys::CUdeviceptr),
+        lines: i32,
+        table: sys::CUdeviceptr,
+        shift: sys::CUdeviceptr,
+    ) -> Result<(), GpuError> {
+        let (mut maxbits, mut sq, mut lines, mut table, mut shift) =
+            (maxbits, sq, lines, table, shift);
+        let grid = ((lines as u32).div_ceil(256), 1, 1);
+        let mut args = kernel_args![maxbits, sq, lines, table, shift];
+        // SAFETY: as above; the caller sized the buffers.
+        unsafe { launch(self.line_shifts, grid, (256, 1, 1), stream, &mut args) }
     }
 
     /// r int8 residue planes of one operand, inner dimension padded to `kpad` (a multiple of
@@ -226,7 +246,7 @@ impl Kernels {
         ];
         // SAFETY: as above.
         // the 4-limb variants skip weight limbs that are zero for this table (same integer)
-        let f = match (quad, table.weight_limbs() <= 4) {
+        let f = match (quad, table.kernel_limbs() == 4) {
             (true, true) => self.reconstruct_quad_w4,
             (true, false) => self.reconstruct_quad,
             (false, true) => self.reconstruct_w4,

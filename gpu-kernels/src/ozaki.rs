@@ -4,9 +4,12 @@
 //! Stages, all on the caller's stream:
 //! 1. exponent scan of op(A) rows and op(B) columns (one pass each, NaN/Inf detected), then,
 //!    with norm scaling (the default), a second pass for each line's coarse square sum `S_i`;
-//! 2. the host reads the m + n row/column statistics (one small copy and one synchronisation)
-//!    and makes the [`Plan`]: moduli count and power-of-two shifts;
-//! 3. one pass over each fp64 operand forms the residues of all moduli (convert once);
+//! 2. the host reads the m + n row/column statistics (one small copy) and makes the [`Plan`]:
+//!    moduli count and checks; the power-of-two shifts are formed on the device from the
+//!    same statistics (`line_shifts`, from a per-class table of the plan's shift rule);
+//! 3. one pass over each fp64 operand forms the residues of all moduli (convert once). The
+//!    GPU runs 2 and 3 for the expected moduli count while the host plans, and again when the
+//!    plan chooses another count;
 //! 4. one cuBLASLt strided-batched int8 GEMM per column block of C covers all moduli;
 //! 5. CRT reconstruction, single rounding, unscaling and the alpha/beta epilogue write C.
 //!
@@ -327,11 +330,11 @@ struct NormLines {
 }
 
 /// [`NormLines`] being gathered, one line at a time.
-struct NormSlots([Option<(u64, f64)>; 66]);
+struct NormSlots([Option<(u64, f64)>; SHIFT_CLASSES]);
 
 impl Default for NormSlots {
     fn default() -> Self {
-        NormSlots([None; 66])
+        NormSlots([None; SHIFT_CLASSES])
     }
 }
 
@@ -341,13 +344,8 @@ impl NormSlots {
         if maxbits == 0 {
             return;
         }
-        let slot = if q == 0 {
-            0
-        } else {
-            ozaki_core::scaling::clog2(q) as usize + 1
-        };
         let mant = line_mantissa(maxbits);
-        let entry = self.0[slot].get_or_insert((q, mant));
+        let entry = self.0[norm_class(q)].get_or_insert((q, mant));
         entry.1 = entry.1.min(mant);
     }
 
@@ -460,11 +458,12 @@ pub fn plan(
 /// straight into the pinned buffer it uploads. The returned plan's `sigma` and `tau` are
 /// empty.
 ///
-/// The call waits on this host step between the scan and the residues (the GPU idles), so
-/// it makes two passes over the lines and allocates nothing per line: the survey (non-finite
-/// maxima, top exponents, spreads, norm classes), then the shifts. Measured on 2 cores,
-/// n = 4096: 87-117 us per call through `ozaki_core::scaling::Scaling::new` and separate
-/// passes, most of it allocation and page faults (BENCHMARKS.md, session 3 kernel work).
+/// Every call runs this host step (the route passes empty shift slices: its shifts come from
+/// `line_shifts` on the device), so it makes one pass over the lines for the survey
+/// (non-finite maxima, top exponents, spreads, norm classes) and one for the shifts, and
+/// allocates nothing per line. Measured on 2 cores, n = 4096: 87-117 us per call through
+/// `ozaki_core::scaling::Scaling::new` and separate passes, most of it allocation and page
+/// faults, 50-60 us now (BENCHMARKS.md, session 3 kernel work).
 /// Each line's shift is `Scaling::new`'s formula `p + COARSE_BITS - 1 - e` with `p =
 /// shift_for_bound(L, bound)`, bound `S_i` (norm) or `4096 k` (fast, `CoarseBounds::fast`);
 /// the unit tests compare it with `Scaling::new` for both modes.
@@ -565,6 +564,61 @@ pub fn plan_into(
         scaling,
         needed_bits: needed,
     })
+}
+
+/// Classes of lines with the same norm-scaling shift: coarse square sum 0, then `clog2(S)`
+/// = 0..=64 (`norm_class`).
+pub const SHIFT_CLASSES: usize = 66;
+
+/// The class of a line with coarse square sum `q`: its shift depends on `q` only through it
+/// (`shift_for_bound` reads `clog2(q)` and whether `q` is zero). Kernel `line_shifts` computes
+/// the same.
+fn norm_class(q: u64) -> usize {
+    if q == 0 {
+        0
+    } else {
+        ozaki_core::scaling::clog2(q) as usize + 1
+    }
+}
+
+/// The table kernel `line_shifts` turns into per-line shifts, `sigma = table[class] - e`:
+/// `p + COARSE_BITS - 1` per [`norm_class`] with p = `shift_for_bound(L, S)` for r moduli, so
+/// each line gets [`plan_into`]'s shift (fast scaling: the bound `4096 k` for every line).
+fn shift_table(scaling: ScalingMode, moduli: usize, k: usize) -> [i32; SHIFT_CLASSES] {
+    use ozaki_core::scaling::{COARSE_BITS, shift_for_bound};
+    let budget = scaling.budget_bits(ozaki_core::moduli::CrtPlan::get(moduli));
+    std::array::from_fn(|class| {
+        // a coarse square sum of this class (clog2(2^j) = j; 2^64 - 1 has clog2 64)
+        let bound = match (scaling, class) {
+            (ScalingMode::Fast, _) => 4096 * k.max(1) as u64,
+            (_, 0) => 0,
+            (_, c) => 1u64.checked_shl(c as u32 - 1).unwrap_or(u64::MAX),
+        };
+        shift_for_bound(budget, bound) + COARSE_BITS - 1
+    })
+}
+
+/// The last automatic moduli count per scaling mode (0: none yet), the route's guess for the
+/// next call: repeated calls on data of one kind take the same count.
+static LAST_MODULI: [std::sync::atomic::AtomicUsize; 2] = [
+    std::sync::atomic::AtomicUsize::new(0),
+    std::sync::atomic::AtomicUsize::new(0),
+];
+
+/// The moduli count a call with the default rule is expected to take before its data are
+/// seen: the previous automatic choice, else [`typical_moduli`] of normal rows.
+fn expected_moduli(scaling: ScalingMode, k: usize) -> usize {
+    match LAST_MODULI[(scaling == ScalingMode::Fast) as usize]
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        0 => typical_moduli(scaling, 4.0, k),
+        r => r,
+    }
+}
+
+fn remember_moduli(scaling: ScalingMode, r: usize) {
+    LAST_MODULI[(scaling == ScalingMode::Fast) as usize]
+        .store(r, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// What one emulated call did.
@@ -704,79 +758,64 @@ pub fn gemm(
             }
         }
     }
-    // 2. plan on the host
-    if gpu.small.len() < (STATS + 4) * nb_rows {
-        gpu.small = crate::memory::PinnedBuffer::new((STATS + 4) * nb_rows)?;
+    // 2. The statistics go to the host for the plan; meanwhile the GPU already forms the shifts
+    //    and residues for the moduli count the plan is expected to choose (forced, or this
+    //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
+    //    between the scan and the residues (BENCHMARKS.md, session 3 kernel work). When the plan
+    //    chooses another count, both are formed again; C is written only after the plan.
+    let table_at = STATS * nb_rows;
+    let table_bytes = 4 * SHIFT_CLASSES;
+    if gpu.small.len() < table_at + table_bytes {
+        gpu.small = crate::memory::PinnedBuffer::new(table_at + table_bytes)?;
     }
     let host = gpu.small.as_mut_ptr();
-    // SAFETY: host is pinned memory of >= (STATS + 4) nb_rows bytes; copy completes at the sync.
+    // SAFETY: host is pinned memory of >= STATS nb_rows bytes; the copy completes at the fence.
     unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, stats, STATS * nb_rows, stream) }
         .result()
         .ctx("cuMemcpyDtoH")?;
-    sync(stream)?;
-    // SAFETY: the copy has completed; the buffer is page-aligned.
-    let (bits, sums, sq) = unsafe {
-        (
-            std::slice::from_raw_parts(host as *const u64, nb_rows),
-            std::slice::from_raw_parts(host.add(8 * nb_rows) as *const f64, nb_rows),
-            std::slice::from_raw_parts(host.add(16 * nb_rows) as *const u64, nb_rows),
-        )
-    };
-    let a_stats = RowStats {
-        maxbits: &bits[..m],
-        abssum: &sums[..m],
-        coarse_sq: &sq[..m],
-    };
-    let b_stats = if syrk {
-        a_stats
-    } else {
-        RowStats {
-            maxbits: &bits[m..],
-            abssum: &sums[m..],
-            coarse_sq: &sq[m..],
-        }
-    };
-    // shifts go to the pinned buffer after the statistics (read above, not written)
-    // SAFETY: 4 nb_rows bytes remain in the buffer after the STATS nb_rows of statistics.
-    let shifts_host = unsafe { host.add(STATS * nb_rows) } as *mut i32;
-    // SAFETY: as above; no copy is reading this region, and it does not overlap the stats.
-    let shifts = unsafe { std::slice::from_raw_parts_mut(shifts_host, nb_rows) };
-    let (sigma_host, tau_host) = shifts.split_at_mut(m);
-    let plan = plan_into(
-        a_stats,
-        b_stats,
-        k,
-        opts.moduli,
-        scaling,
-        (sigma_host, tau_host),
-    )?;
-    let r = plan.moduli;
-    let shifts_dev = gpu.workspace.get("shifts", 4 * nb_rows)?;
-    // SAFETY: pinned source, device destination of equal size; ordered before its users.
-    unsafe { sys::cuMemcpyHtoDAsync_v2(shifts_dev, shifts_host as *const _, 4 * nb_rows, stream) }
-        .result()
-        .ctx("cuMemcpyHtoD")?;
+    let fence = crate::timing::Fence::record(stream)?;
+    let shifts_dev = gpu.workspace.get("shifts", 4 * nb_rows + table_bytes)?;
+    let table_dev = shifts_dev + 4 * nb_rows as u64;
     let sigma_dev = shifts_dev;
     let tau_dev = if syrk {
         shifts_dev
     } else {
         shifts_dev + 4 * m as u64
     };
-
-    // 3. residues
-    let rtab = &tables()[r].0;
     let plane_a = m * kpad;
     let plane_b = n * kpad;
-    let planes_a = gpu.workspace.get("planes_a", r * plane_a)?;
-    let planes_b = if syrk {
-        planes_a
-    } else {
-        gpu.workspace.get("planes_b", r * plane_b)?
-    };
-    {
-        let kern = gpu.kernels()?;
-        // SAFETY: plane buffers hold r planes of rows x kpad bytes.
+    // 3. shifts and residues of all moduli for r moduli; returns the plane buffers
+    let convert = |gpu: &mut Gpu, r: usize| -> Result<(u64, u64), GpuError> {
+        // SAFETY: the table area follows the statistics in the pinned buffer; an earlier
+        // upload from it has completed (it precedes the fence the host waited on).
+        let table = unsafe {
+            std::slice::from_raw_parts_mut(host.add(table_at) as *mut i32, SHIFT_CLASSES)
+        };
+        table.copy_from_slice(&shift_table(scaling, r, k));
+        // SAFETY: pinned source, device destination of table_bytes; ordered before its user.
         unsafe {
+            sys::cuMemcpyHtoDAsync_v2(table_dev, table.as_ptr() as *const _, table_bytes, stream)
+        }
+        .result()
+        .ctx("cuMemcpyHtoD")?;
+        let planes_a = gpu.workspace.get("planes_a", r * plane_a)?;
+        let planes_b = if syrk {
+            planes_a
+        } else {
+            gpu.workspace.get("planes_b", r * plane_b)?
+        };
+        let rtab = &tables()[r].0;
+        let kern = gpu.kernels()?;
+        // SAFETY: the statistics hold nb_rows lines, the shifts slot nb_rows shifts and the
+        // table; plane buffers hold r planes of rows x kpad bytes.
+        unsafe {
+            kern.line_shifts(
+                stream,
+                (maxbits, coarse_sq),
+                nb_rows as i32,
+                table_dev,
+                shifts_dev,
+            )?;
             kern.residues(
                 stream,
                 call.a,
@@ -806,7 +845,60 @@ pub fn gemm(
                 )?;
             }
         }
+        Ok((planes_a, planes_b))
+    };
+    let guess = opts
+        .moduli
+        .unwrap_or_else(|| expected_moduli(scaling, k))
+        .clamp(2, MAX_MODULI);
+    let mut planes = convert(gpu, guess)?;
+    fence.wait()?;
+    // SAFETY: the copy has completed; the buffer is page-aligned.
+    let (bits, sums, sq) = unsafe {
+        (
+            std::slice::from_raw_parts(host as *const u64, nb_rows),
+            std::slice::from_raw_parts(host.add(8 * nb_rows) as *const f64, nb_rows),
+            std::slice::from_raw_parts(host.add(16 * nb_rows) as *const u64, nb_rows),
+        )
+    };
+    let a_stats = RowStats {
+        maxbits: &bits[..m],
+        abssum: &sums[..m],
+        coarse_sq: &sq[..m],
+    };
+    let b_stats = if syrk {
+        a_stats
+    } else {
+        RowStats {
+            maxbits: &bits[m..],
+            abssum: &sums[m..],
+            coarse_sq: &sq[m..],
+        }
+    };
+    // the shifts themselves come from the device (`line_shifts`, the same function of the lines)
+    let plan = match plan_into(
+        a_stats,
+        b_stats,
+        k,
+        opts.moduli,
+        scaling,
+        (&mut [], &mut []),
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            // the speculative residues still read A and B: the caller may free them next
+            sync(stream)?;
+            return Err(e);
+        }
+    };
+    let r = plan.moduli;
+    if opts.moduli.is_none() {
+        remember_moduli(scaling, r);
     }
+    if r != guess {
+        planes = convert(gpu, r)?;
+    }
+    let (planes_a, planes_b) = planes;
     marks.mark(Phase::Convert)?;
 
     // 4 + 5. products and reconstruction per column block, as large as free memory allows
@@ -1191,6 +1283,81 @@ mod tests {
         // with the spread row the rule asks for more
         let spread = plan(ra, rb, k, None, ScalingMode::Norm).unwrap();
         assert!(spread.moduli > 14, "{}", spread.moduli);
+    }
+
+    /// The device's shifts (`line_shifts`: `table[class(S)] - e` from [`shift_table`]) are the
+    /// plan's, which are ozaki-core's (`norm_plan_is_ozaki_cores_norm_scaling...`), for both
+    /// scalings and every moduli count the lines allow; the kernel's class is `norm_class`.
+    #[test]
+    fn device_shift_table_gives_the_plans_shifts() {
+        use ozaki_core::testutil::{Family, Rng, matrix};
+        let mut rng = Rng::new(11);
+        let k = 1000;
+        let mut a = matrix(Family::Spread(2.0), k, 6, &mut rng);
+        a.extend(vec![0.0; k]);
+        a.extend(
+            matrix(Family::Normal, k, 2, &mut rng)
+                .iter()
+                .map(|x| x * 1e-310),
+        );
+        a[5 * k + 3] = 1e6; // one line with a single large entry
+        let b = matrix(Family::Normal, k, 3, &mut rng);
+        let (sa, sb) = (line_stats(&a, k), line_stats(&b, k));
+        // the kernel, on the host: zero (or non-finite) maxima keep 0
+        let kernel = |table: &[i32; SHIFT_CLASSES], st: &HostRowStats| -> Vec<i32> {
+            st.maxbits
+                .iter()
+                .zip(&st.coarse_sq)
+                .map(|(&mb, &q)| match exponent_of_bits(mb) {
+                    Some(e) if mb < 0x7ff0_0000_0000_0000 => table[norm_class(q)] - e,
+                    _ => 0,
+                })
+                .collect()
+        };
+        let mut planned = 0;
+        for scaling in [ScalingMode::Fast, ScalingMode::Norm] {
+            for r in 2..=MAX_MODULI {
+                let Ok(p) = plan(sa.view(), sb.view(), k, Some(r), scaling) else {
+                    continue;
+                };
+                let table = shift_table(scaling, r, k);
+                // fast scaling's kernel sees S = 0 everywhere (the statistics are zeroed)
+                let strip = |s: &HostRowStats| HostRowStats {
+                    coarse_sq: vec![0; s.maxbits.len()],
+                    ..s.clone()
+                };
+                let (da, db) = if scaling == ScalingMode::Fast {
+                    (strip(&sa), strip(&sb))
+                } else {
+                    (sa.clone(), sb.clone())
+                };
+                assert_eq!(kernel(&table, &da), p.sigma, "{scaling:?} r = {r}");
+                assert_eq!(kernel(&table, &db), p.tau, "{scaling:?} r = {r}");
+                planned += 1;
+            }
+        }
+        assert!(planned > 20, "only {planned} plans");
+        // a class's representative bound gives the shift of every member
+        for budget in [20, 57, 120] {
+            for q in [
+                1u64,
+                2,
+                3,
+                4,
+                5,
+                4095,
+                4096,
+                4097,
+                1 << 40,
+                (1 << 40) + 1,
+                u64::MAX,
+            ] {
+                let shift = ozaki_core::scaling::shift_for_bound;
+                let class = norm_class(q);
+                let rep = 1u64.checked_shl(class as u32 - 1).unwrap_or(u64::MAX);
+                assert_eq!(shift(budget, q), shift(budget, rep), "q = {q}");
+            }
+        }
     }
 
     #[test]

@@ -71,3 +71,33 @@ impl Drop for Marks {
         }
     }
 }
+
+/// One event to wait for a point of the stream from the host without waiting for the work
+/// enqueued after it (the route's host plan runs while the residues are computed).
+pub struct Fence(sys::CUevent);
+
+impl Fence {
+    /// Records the fence at the current end of `stream`.
+    pub fn record(stream: sys::CUstream) -> Result<Fence, GpuError> {
+        let ev = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+        let f = Fence(cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?);
+        // SAFETY: f.0 is a fresh event, the stream is live.
+        unsafe { cudarc::driver::result::event::record(f.0, stream) }.ctx("cuEventRecord")?;
+        Ok(f)
+    }
+
+    /// Blocks until the stream has passed the fence.
+    pub fn wait(&self) -> Result<(), GpuError> {
+        // SAFETY: the event is live and recorded.
+        unsafe { sys::cuEventSynchronize(self.0) }
+            .result()
+            .ctx("cuEventSynchronize")
+    }
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        // SAFETY: destroyed once; destroying a pending event is allowed.
+        let _ = unsafe { cudarc::driver::result::event::destroy(self.0) };
+    }
+}

@@ -41,6 +41,7 @@ fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
             "reconstruct_quad_w4",
             "coarse_norms_contig",
             "coarse_norms_strided",
+            "line_shifts",
         ] {
             assert!(
                 cubin.windows(name.len()).any(|w| w == name.as_bytes()),

@@ -749,3 +749,85 @@ fn norm_scaling_sees_exact_coarse_square_sums() {
         );
     }
 }
+
+/// The route forms shifts and residues for the moduli count it expects (the last automatic
+/// choice) while the host plans, and forms them again when the plan picks another count.
+/// Alternating data that need different counts (normal entries, then exponent-spread rows),
+/// each automatic call must equal, bit for bit, a call forced to the count it chose, in both
+/// scalings; and a NaN call refused after the speculative residues leaves C untouched.
+#[test]
+fn automatic_moduli_equal_forced_ones_whatever_the_previous_call_chose() {
+    if !have_gpu() {
+        return;
+    }
+    let mut rng = Rng(41);
+    let (m, n, k) = (96, 72, 400);
+    let normal = (rng.vec(m * k), rng.vec(k * n));
+    let spread_a: Vec<f64> = rng
+        .vec(m * k)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * 2f64.powi(((i * 7919) % 23) as i32 - 11))
+        .collect();
+    let spread = (spread_a, rng.vec(k * n));
+    let c0 = rng.vec(m * n);
+    // C = op(A) op(B) + 0.5 C0 on device-resident copies: the outcome and C afterwards
+    let run = |(a, b): &(Vec<f64>, Vec<f64>), opts: Options| {
+        let (da, db, dc) = (upload(a).unwrap(), upload(b).unwrap(), upload(&c0).unwrap());
+        let call = DeviceCall {
+            op: Op::Gemm {
+                transa: Trans::No,
+                transb: Trans::No,
+                b: db.ptr(),
+                ldb: k,
+            },
+            m,
+            n,
+            k,
+            alpha: 1.0,
+            a: da.ptr(),
+            lda: m,
+            beta: 0.5,
+            c: dc.ptr(),
+            ldc: m,
+        };
+        let out = {
+            let mut g = gpu().unwrap();
+            let s = g.stream();
+            ozaki::gemm(&mut g, s, &call, opts)
+        };
+        let mut c = vec![0.0f64; m * n];
+        download(&dc, &mut c).unwrap();
+        (out, c)
+    };
+    let mut counts = Vec::new();
+    for scaling in [ScalingMode::Norm, ScalingMode::Fast] {
+        for data in [&normal, &spread, &spread, &normal, &spread] {
+            let auto = Options {
+                scaling: Some(scaling),
+                ..Default::default()
+            };
+            let (out, c_auto) = run(data, auto);
+            let r = out.unwrap().moduli;
+            let forced = Options {
+                moduli: Some(r as usize),
+                ..auto
+            };
+            let (out, c_forced) = run(data, forced);
+            assert_eq!(out.unwrap().moduli, r);
+            let diff = bits_differ(&c_forced, &c_auto);
+            assert_eq!(diff, 0, "{scaling:?}, r = {r}: {diff} entries differ");
+            counts.push(r);
+        }
+    }
+    assert!(
+        counts.windows(2).any(|w| w[0] != w[1]),
+        "the data never changed the moduli count ({counts:?}): the re-forming path went untested"
+    );
+    // NaN in B: refused after the speculative residues were launched; C untouched
+    let mut nan_b = normal.1.clone();
+    nan_b[k * 3 + 5] = f64::NAN;
+    let (res, c) = run(&(normal.0.clone(), nan_b), Options::default());
+    assert_eq!(res.unwrap_err(), GpuError::NonFinite);
+    assert_eq!(bits_differ(&c0, &c), 0, "a refused call wrote C");
+}
