@@ -8,6 +8,7 @@
 //! the previous chunk (two staging buffers alternate).
 
 use crate::device::{Gpu, gpu, sync};
+use crate::early_write::{self, EarlyC};
 use crate::error::{Context, GpuError};
 use crate::host_copy::{self, CopyKind};
 use crate::ozaki::{self, DeviceCall, Op, Options};
@@ -410,11 +411,23 @@ pub fn gemm_grid(
     grid: Grid,
 ) -> Result<HostOutcome, GpuError> {
     let c_span = span(args.m, args.n, args.ldc);
-    let (mut out, staged) = staged_gemm(gpu, args, &c[..c_span], engine, grid, None)?;
+    assert!(c.len() >= c_span, "C shorter than its span");
+    // beta == 0: blocks go into C as they arrive (early_write); C is not read, so no view
+    // of it is lent to the pipeline meanwhile
+    let early = (args.beta == 0.0).then(|| EarlyC {
+        c: SendPtr(c.as_mut_ptr()),
+        threads: early_write::threads(write_threads()),
+        gate: None,
+    });
+    let c_in: &[f64] = if early.is_some() { &[] } else { &c[..c_span] };
+    let (mut out, staged) = staged_gemm(gpu, args, c_in, engine, grid, None, early)?;
+    if staged.written {
+        return Ok(out);
+    }
     let t = std::time::Instant::now();
     // SAFETY: staged points at c_span doubles of pinned staging owned by `gpu`, which this
     // function still borrows mutably, filled by the successful call above.
-    let staged = unsafe { std::slice::from_raw_parts(staged.0, c_span) };
+    let staged = unsafe { std::slice::from_raw_parts(staged.ptr, c_span) };
     write_back(&mut c[..c_span], staged, args.m, args.n, args.ldc, None);
     out.phases.transfer_ns += t.elapsed().as_nanos() as u64;
     if let Some(tl) = out.timeline.as_mut() {
@@ -570,9 +583,13 @@ fn panel_piece(args: &GemmArgs, a: &[f64], da: u64, place: &PanelPlace, single: 
 }
 
 /// Pinned result of [`staged_gemm`]: the call's span of C, laid out with its `ldc`, in the
-/// GPU's staging buffer [`C_SLOT`]; valid until the next call on that GPU.
+/// GPU's staging buffer [`C_SLOT`]; valid until the next call on that GPU. `written`: every
+/// block is already in the caller's C too (early writes, [`early_write`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct StagedC(pub(crate) *const f64);
+pub(crate) struct StagedC {
+    pub(crate) ptr: *const f64,
+    pub(crate) written: bool,
+}
 
 /// Staging buffer that receives C.
 const C_SLOT: usize = 2;
@@ -1017,14 +1034,20 @@ struct Download {
     src: u64,
     dst: SendPtr<u8>,
     bytes: usize,
+    /// The block's place in C (element offset, rows, columns, leading dimension), for the
+    /// early writer.
+    place: (usize, usize, usize, usize),
 }
 
 /// The download thread: copies each block of C to pinned staging on `stream` in
 /// [`D2H_CHUNK`] pieces with at most two queued, so a small copy of the emulated route's next
 /// plan (same copy engine) waits behind at most two pieces instead of a whole block.
+/// With `early`, each block's completion is handed on to the early writer
+/// ([`early_write::writer`]) as an event recorded after its last piece.
 fn drain(
     (ctx, stream): (Handle<sys::CUcontext>, Handle<sys::CUstream>),
     jobs: std::sync::mpsc::Receiver<Download>,
+    early: Option<early_write::BlockSender>,
 ) -> Result<(), GpuError> {
     let stream = stream.0;
     // SAFETY: the caller's context, retained for the process.
@@ -1068,6 +1091,32 @@ fn drain(
                 issued += 1;
                 off += len;
             }
+            if let Some(tx) = &early {
+                let ready = cudarc::driver::result::event::create(
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                )
+                .ctx("cuEventCreate")?;
+                let (off, rows, cols, ld) = job.place;
+                let block = early_write::Block {
+                    ready: Handle(ready),
+                    off,
+                    rows,
+                    cols,
+                    ld,
+                };
+                // an event never recorded would read as fired: only a recorded one is sent
+                if let Err(e) = record(ready, stream) {
+                    // SAFETY: created above, used by nobody.
+                    let _ = unsafe { sys::cuEventDestroy_v2(ready) };
+                    return Err(e);
+                }
+                // the writer owns (and destroys) the event from here on
+                if let Err(std::sync::mpsc::SendError(b)) = tx.send(block) {
+                    // SAFETY: the writer is gone; nobody else holds the event.
+                    let _ = unsafe { sys::cuEventDestroy_v2(b.ready.0) };
+                    return Err(GpuError::Cuda("early writer ended early".into()));
+                }
+            }
         }
         Ok(())
     })();
@@ -1084,7 +1133,9 @@ fn drain(
 /// Runs C = alpha op(A) op(B) + beta C on `gpu` with the result left in pinned staging (the
 /// caller writes it into its C only once it knows the whole call, or every tile of a split,
 /// succeeded: issue #4's contract). `c_in` is the call's span of the caller's C (read only
-/// when beta != 0).
+/// when beta != 0). With `early` and beta == 0, the blocks are also written into the
+/// caller's C as they arrive once the call is accepted ([`early_write`]); the returned
+/// [`StagedC::written`] says whether all were.
 ///
 /// The pipeline (issue #4, "transfers tiled and overlapped with conversion and compute"):
 /// C is cut into `grid.blocks` column blocks and op(A) into `grid.panels` row panels. An
@@ -1106,6 +1157,7 @@ pub(crate) fn staged_gemm(
     engine: Engine,
     grid: Grid,
     share: Option<&Share>,
+    early: Option<EarlyC<'_>>,
 ) -> Result<(HostOutcome, StagedC), GpuError> {
     let t0 = std::time::Instant::now();
     let (m, n, k) = (args.m, args.n, args.k);
@@ -1123,6 +1175,8 @@ pub(crate) fn staged_gemm(
     let b = &args.b[..span(rb, cb, args.ldb)];
     let c_span = span(m, n, args.ldc);
     let read_c = args.beta != 0.0;
+    // early writes only when C is not an input (early_write's module doc)
+    let early = early.filter(|_| !read_c);
     let da = match share {
         Some(sh) => sh.a_dev,
         None => gpu.workspace.get("host_a", a.len() * 8)?,
@@ -1226,14 +1280,31 @@ pub(crate) fn staged_gemm(
         ..Default::default()
     };
     let board = share.map(|sh| sh.board);
+    let mut written = false;
     let result = std::thread::scope(|s| {
         let cancel_ref = &cancel;
         let handles = (Handle(ctx), Handle(copy_stream));
         s.spawn(move || feed(handles, ring, groups, board, cancel_ref, tx));
         let (down_tx, down_rx) = std::sync::mpsc::channel();
         let d2h = (Handle(ctx), Handle(res.d2h));
-        let down = s.spawn(move || drain(d2h, down_rx));
+        let (go_tx, go_rx) = std::sync::mpsc::channel();
+        let (blocks_tx, writer) = match early {
+            Some(e) => {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let (staged, context) = (SendPtr(c_stage), Handle(ctx));
+                let w = s.spawn(move || early_write::writer(context, e, staged, go_rx, rx));
+                (Some(tx), Some(w))
+            }
+            None => (None, None),
+        };
+        let down = s.spawn(move || drain(d2h, down_rx, blocks_tx));
         let r = (|| -> Result<(), GpuError> {
+            // dropped on every way out, so the writer never waits for a go that cannot come
+            let go = go_tx;
+            // gpu-native has no data-dependent failure: its blocks may be written at once
+            if let (Some(e), Engine::Native) = (&early, engine) {
+                let _ = go.send(e.accepted());
+            }
             let mut marks = Vec::new();
             // the compute stream has waited for groups ..= waited, and for these panels of
             // other slots
@@ -1324,18 +1395,30 @@ pub(crate) fn staged_gemm(
                     // SAFETY: the block's span lies inside the pinned staging of c_span.
                     dst: SendPtr(unsafe { c_stage.add(c0 * args.ldc) } as *mut u8),
                     bytes: 8 * span(m, w, args.ldc),
+                    place: (c0 * args.ldc, m, w, args.ldc),
                 };
                 down_tx
                     .send(job)
                     .map_err(|_| GpuError::Cuda("download thread ended early".into()))?;
             }
             drop(down_tx);
+            // gpu-ozaki: every unit's plan accepted its operands (early_write's module doc)
+            if let (Some(e), Engine::Ozaki(_)) = (&early, engine) {
+                let _ = go.send(e.accepted());
+            }
             sync(stream)?;
             down.join()
                 .unwrap_or_else(|_| Err(GpuError::Cuda("download thread panicked".into())))?;
             let downloaded = res.event()?;
             record(downloaded, res.d2h)?;
             sync(res.d2h)?;
+            let tail = std::time::Instant::now();
+            if let Some(w) = writer {
+                written = w
+                    .join()
+                    .unwrap_or_else(|_| Err(GpuError::Cuda("early writer panicked".into())))?;
+            }
+            let write_ms = tail.elapsed().as_secs_f32() * 1e3;
             let at = |e: sys::CUevent| {
                 // SAFETY: both events were recorded and have completed (streams synchronised).
                 unsafe { cudarc::driver::result::event::elapsed(begin, e) }
@@ -1345,7 +1428,7 @@ pub(crate) fn staged_gemm(
                 uploaded_ms: ups.iter().map(|&e| at(e)).collect::<Result<_, _>>()?,
                 computed_ms: dones.iter().map(|&e| at(e)).collect::<Result<_, _>>()?,
                 downloaded_ms: at(downloaded)?,
-                write_ms: 0.0,
+                write_ms,
             });
             for mk in &marks {
                 let p = mk.phases()?;
@@ -1370,7 +1453,13 @@ pub(crate) fn staged_gemm(
     result?;
     let device_ns = out.phases.convert_ns + out.phases.products_ns + out.phases.reconstruct_ns;
     out.phases.transfer_ns = (t0.elapsed().as_nanos() as u64).saturating_sub(device_ns);
-    Ok((out, StagedC(c_stage)))
+    Ok((
+        out,
+        StagedC {
+            ptr: c_stage,
+            written,
+        },
+    ))
 }
 
 /// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands.

@@ -29,6 +29,7 @@
 
 pub mod crt;
 pub mod device;
+mod early_write;
 pub mod error;
 pub mod fpenv;
 pub mod host;

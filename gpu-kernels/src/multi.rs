@@ -14,7 +14,9 @@
 //! result in its slot's pinned staging; the threads then meet at a barrier, and only when
 //! **every** tile succeeded does each write its own tile of the caller's C, straight from
 //! its staging (tiles are disjoint), so a failure anywhere leaves C untouched and the shim
-//! can still run the vendor BLAS (the route contract of issue #4).
+//! can still run the vendor BLAS (the route contract of issue #4). With beta == 0 each tile
+//! instead writes its blocks as they arrive, once every tile's data-dependent checks passed
+//! (`early_write`: the same guarantee for every failure the data can cause).
 //!
 //! Results: every entry of a tile depends only on its row of op(A) and its column of op(B)
 //! (the emulated route scales per row of op(A) and per column of op(B), and its INT8
@@ -205,6 +207,10 @@ pub fn gemm(
     let a_addrs: std::sync::Mutex<Vec<Addr>> = std::sync::Mutex::new(vec![None; tiles.len()]);
     let failed = AtomicBool::new(false);
     let barrier = std::sync::Barrier::new(tiles.len());
+    // beta == 0: each tile writes its blocks of C as they arrive, once every tile's checks
+    // passed (early_write's module doc); otherwise every tile commits after the barrier
+    let gate = crate::early_write::Gate::new(tiles.len());
+    let early_ok = args.beta == 0.0;
     let commit_threads = (host::write_threads() / tiles.len().max(1)).max(1);
     /// A tile's outcome and its commit time, ns.
     type TileResult = Result<Option<(HostOutcome, u64)>, GpuError>;
@@ -214,14 +220,15 @@ pub fn gemm(
             .zip(&replicas)
             .enumerate()
             .map(|(i, (t, &rep))| {
-                let (failed, barrier, a_addrs, board, owner) =
-                    (&failed, &barrier, &a_addrs, &board, &owner);
+                let (failed, barrier, a_addrs, board, owner, gate) =
+                    (&failed, &barrier, &a_addrs, &board, &owner, &gate);
                 s.spawn(move || -> TileResult {
                     let shared = shared;
                     let fail = |e: &GpuError| {
                         tracing::debug!(tile = i, error = %e, "split tile failed");
                         failed.store(true, Ordering::SeqCst);
                         board.fail();
+                        gate.fail();
                     };
                     // Every phase runs only while nothing failed; every thread reaches
                     // every barrier whatever happened.
@@ -262,12 +269,27 @@ pub fn gemm(
                                     "C shorter than its extent".into(),
                                 ));
                             }
-                            // SAFETY: no thread writes C before the barrier below.
-                            let c_in = unsafe {
-                                std::slice::from_raw_parts(
-                                    shared.ptr.add(off) as *const f64,
-                                    c_span,
-                                )
+                            // With beta == 0 no view of C is lent (C is not read) and tiles
+                            // write only their own elements; with beta != 0 no thread writes
+                            // C before the barrier below.
+                            let (c_in, early): (&[f64], _) = if early_ok {
+                                let early = crate::early_write::EarlyC {
+                                    // SAFETY: off + c_span <= shared.len (checked above).
+                                    c: host::SendPtr(unsafe { shared.ptr.add(off) }),
+                                    threads: crate::early_write::threads(commit_threads),
+                                    gate: Some(gate),
+                                };
+                                (&[], Some(early))
+                            } else {
+                                // SAFETY: inside C (checked above); not written before the
+                                // barrier.
+                                let c_in = unsafe {
+                                    std::slice::from_raw_parts(
+                                        shared.ptr.add(off) as *const f64,
+                                        c_span,
+                                    )
+                                };
+                                (c_in, None)
                             };
                             let mut grid = host::Grid::of(&sub, engine);
                             let share = match state.as_ref().ok().copied().flatten() {
@@ -296,8 +318,15 @@ pub fn gemm(
                                 }
                                 None => None,
                             };
-                            let (o, st) =
-                                host::staged_gemm(g, &sub, c_in, engine, grid, share.as_ref())?;
+                            let (o, st) = host::staged_gemm(
+                                g,
+                                &sub,
+                                c_in,
+                                engine,
+                                grid,
+                                share.as_ref(),
+                                early,
+                            )?;
                             Ok(Some((o, st, c_span)))
                         }))
                         .unwrap_or_else(panicked);
@@ -317,11 +346,13 @@ pub fn gemm(
                         return Ok(None);
                     }
                     let t0 = std::time::Instant::now();
-                    // SAFETY: the staging (held by `guard`) holds the tile's span; tiles are
-                    // disjoint and all reads of C happened before the barrier.
-                    unsafe {
-                        let staged = std::slice::from_raw_parts(st.0, c_span);
-                        commit_tile(shared, args.ldc, t, staged, commit_threads);
+                    if !st.written {
+                        // SAFETY: the staging (held by `guard`) holds the tile's span; tiles
+                        // are disjoint and all reads of C happened before the barrier.
+                        unsafe {
+                            let staged = std::slice::from_raw_parts(st.ptr, c_span);
+                            commit_tile(shared, args.ldc, t, staged, commit_threads);
+                        }
                     }
                     drop(guard);
                     Ok(Some((o, t0.elapsed().as_nanos() as u64)))

@@ -75,6 +75,21 @@ impl Operands {
         }
     }
 
+    /// `c` is the call's result: every entry within 1e-12 of the reference BLAS's (relative
+    /// to |alpha| |op(A)| |op(B)| + |beta C|; |a|, |b|, |c0| <= 1). Catches a C never written
+    /// or written at the wrong place.
+    fn is_the_product(&self, args: &GemmArgs<'_>, c: &[f64]) {
+        let mut want = self.c0.clone();
+        ozaki_core::blas::gemm(args, &mut want);
+        let scale = args.alpha.abs() * args.k as f64 + args.beta.abs();
+        for j in 0..args.n {
+            for i in 0..args.m {
+                let (x, y) = (c[i + j * args.ldc], want[i + j * args.ldc]);
+                assert!((x - y).abs() <= 1e-12 * scale, "C[{i},{j}] = {x}, want {y}");
+            }
+        }
+    }
+
     /// Nothing outside the m x n block of C (the ldc padding) differs from the input.
     fn padding_untouched(&self, c: &[f64], m: usize, n: usize) {
         let ldc = self.ld.2;
@@ -108,10 +123,15 @@ fn compare(slots: &[u32]) {
         min_cols: 256,
         align: 256,
     };
-    for t in [(Trans::No, Trans::No), (Trans::Yes, Trans::Yes)] {
+    // beta = 0 (NT): the tiles write their blocks early (early_write)
+    for (t, beta) in [
+        ((Trans::No, Trans::No), -1.25),
+        ((Trans::Yes, Trans::Yes), -1.25),
+        ((Trans::No, Trans::Yes), 0.0),
+    ] {
         let (transa, transb) = t;
         let ops = Operands::new(t, (m, n, k), 1);
-        let args = ops.args(t, (m, n, k), 0.5, -1.25);
+        let args = ops.args(t, (m, n, k), 0.5, beta);
         let c0 = &ops.c0;
         for plan in [
             split_c(m as u64, n as u64, slots, &params),
@@ -121,6 +141,7 @@ fn compare(slots: &[u32]) {
             for (name, engine) in engines() {
                 let mut one = c0.clone();
                 host::gemm(&args, &mut one, engine).expect("single-device gemm");
+                ops.is_the_product(&args, &one);
                 let mut split = c0.clone();
                 let o = multi::gemm(&args, &mut split, engine, &plan).expect("split gemm");
                 assert_eq!(
@@ -221,28 +242,32 @@ fn a_failing_tile_leaves_c_untouched() {
 /// uploads, products and downloads overlapped) gives the same C as one block and one panel:
 /// bit for bit for `gpu-ozaki` with a fixed moduli count, within fp64 rounding for
 /// `gpu-native`; the ldc padding of C is never written. All transposes, padded leading
-/// dimensions, beta != 0, ragged last block and panel.
+/// dimensions, beta != 0 and beta = 0 (blocks written into C as they arrive), ragged last
+/// block and panel.
 #[test]
 fn pipelined_host_gemm_matches_one_block() {
     if !have_gpu() {
         return;
     }
     let (m, n, k) = (600usize, 1100usize, 300usize);
-    for t in [
-        (Trans::No, Trans::No),
-        (Trans::Yes, Trans::No),
-        (Trans::No, Trans::Yes),
-        (Trans::Yes, Trans::Yes),
+    for (t, beta) in [
+        ((Trans::No, Trans::No), 1.5),
+        ((Trans::Yes, Trans::No), 1.5),
+        ((Trans::No, Trans::Yes), 1.5),
+        ((Trans::Yes, Trans::Yes), 1.5),
+        ((Trans::No, Trans::No), 0.0),
+        ((Trans::Yes, Trans::No), 0.0),
     ] {
         let (transa, transb) = t;
         let ops = Operands::new(t, (m, n, k), 7);
-        let args = ops.args(t, (m, n, k), 0.75, 1.5);
+        let args = ops.args(t, (m, n, k), 0.75, beta);
         let c0 = &ops.c0;
         for (name, engine) in engines() {
             let mut one = c0.clone();
             let mut g = gpu_kernels::gpu().expect("gpu");
             let grid = |blocks, panels| host::Grid { blocks, panels };
             host::gemm_grid(&mut g, &args, &mut one, engine, grid(1, 1)).expect("one block");
+            ops.is_the_product(&args, &one);
             for (blocks, panels) in [(3, 1), (5, 1), (1, 3), (3, 2), (5, 4)] {
                 let mut piped = c0.clone();
                 host::gemm_grid(&mut g, &args, &mut piped, engine, grid(blocks, panels))
@@ -340,17 +365,20 @@ fn a_failing_tile_on_two_gpus_leaves_c_untouched() {
     };
     let plan = split_c(m as u64, n as u64, &[0, 1], &params);
     assert_eq!(plan.grid_rows, 1, "{plan:?}");
-    let args = GemmArgs {
-        beta: 0.5,
-        ..GemmArgs::product(m, n, k, &a, &b)
-    };
-    let mut c = c0.clone();
-    let r = multi::gemm(&args, &mut c, Engine::Ozaki(Options::default()), &plan);
-    assert!(r.is_err(), "NaN in B must fail the emulated route");
-    assert!(
-        c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()),
-        "C was written although a tile failed"
-    );
+    // beta = 0: the first tile, whose data pass, must not write early either (early_write::Gate)
+    for beta in [0.5, 0.0] {
+        let args = GemmArgs {
+            beta,
+            ..GemmArgs::product(m, n, k, &a, &b)
+        };
+        let mut c = c0.clone();
+        let r = multi::gemm(&args, &mut c, Engine::Ozaki(Options::default()), &plan);
+        assert!(r.is_err(), "NaN in B must fail the emulated route");
+        assert!(
+            c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "C was written although a tile failed (beta {beta})"
+        );
+    }
     b[k * n - 1] = 0.25;
     let args = GemmArgs {
         beta: 0.5,

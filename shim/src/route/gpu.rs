@@ -3,7 +3,9 @@
 //!
 //! The work is `gpu_kernels::host`: operands staged through reused pinned buffers, computed
 //! on the device, C copied back into the caller's memory only after the device work succeeded
-//! (the route contract of [`crate::route`]). A missing driver, GPU, library or memory is said
+//! (the route contract of [`crate::route`]; with beta == 0, block by block once every
+//! data-dependent check passed, `gpu_kernels`' `early_write`: a later device fault then
+//! leaves a C that the vendor fallback overwrites whole, since it does not read it). A missing driver, GPU, library or memory is said
 //! once on stderr and the call (and every later one) goes to the vendor BLAS; `gpu_kernels`
 //! checks library presence before any cudarc call and contains cudarc's panics.
 
