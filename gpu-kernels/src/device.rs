@@ -50,6 +50,10 @@ pub struct Gpu {
     pub(crate) workspace: Workspace,
     pub(crate) staging: Vec<PinnedBuffer>,
     pub(crate) small: PinnedBuffer,
+    /// Passed by the stream once the last upload from `small` (the emulation's shift table)
+    /// is done: the host waits for it before writing `small` again, since a host-resident
+    /// pipeline returns from a call before its stream finished (`ozaki::enqueue`).
+    pub(crate) small_busy: Option<crate::timing::Fence>,
     pub(crate) algo_cache: crate::lt_int8::AlgoCache,
 }
 
@@ -283,6 +287,7 @@ impl Gpu {
             workspace: Workspace::default(),
             staging: Vec::new(),
             small: PinnedBuffer::new(1 << 20)?,
+            small_busy: None,
             algo_cache: Default::default(),
         })
     }

@@ -1306,6 +1306,7 @@ pub(crate) fn staged_gemm(
                 let _ = go.send(e.accepted());
             }
             let mut marks = Vec::new();
+            let mut pending = Vec::new();
             // the compute stream has waited for groups ..= waited, and for these panels of
             // other slots
             let mut waited: Option<usize> = None;
@@ -1373,11 +1374,8 @@ pub(crate) fn staged_gemm(
                             c: dc + c_off,
                             ldc: args.ldc,
                         };
-                        let o = ozaki::gemm(gpu, stream, &call, opts)?;
-                        out.moduli = Some(out.moduli.map_or(o.moduli, |r| r.max(o.moduli)));
-                        out.phases.convert_ns += o.phases.convert_ns;
-                        out.phases.products_ns += o.phases.products_ns;
-                        out.phases.reconstruct_ns += o.phases.reconstruct_ns;
+                        // not waited for: the next unit's plan overlaps this unit's work
+                        pending.push(ozaki::enqueue(gpu, stream, &call, opts)?);
                     }
                 }
                 left_in_block[j] -= 1;
@@ -1433,6 +1431,13 @@ pub(crate) fn staged_gemm(
             for mk in &marks {
                 let p = mk.phases()?;
                 out.phases.products_ns += p.products_ns;
+            }
+            for p in pending {
+                let o = p.finish()?;
+                out.moduli = Some(out.moduli.map_or(o.moduli, |r| r.max(o.moduli)));
+                out.phases.convert_ns += o.phases.convert_ns;
+                out.phases.products_ns += o.phases.products_ns;
+                out.phases.reconstruct_ns += o.phases.reconstruct_ns;
             }
             Ok(())
         })();

@@ -86,6 +86,12 @@ impl Workspace {
             if self.slots[pos].1.len() >= bytes {
                 return Ok(self.slots[pos].1.ptr());
             }
+            // Work enqueued but not waited for may still use the old buffer (a host pipeline's
+            // previous unit, `ozaki::enqueue`): let it finish before the buffer is freed.
+            // SAFETY: the caller made this workspace's context current.
+            unsafe { sys::cuCtxSynchronize() }
+                .result()
+                .ctx("cuCtxSynchronize")?;
             self.slots.swap_remove(pos); // free first, so the new one can reuse the memory
         }
         let buf = DeviceBuffer::new(bytes)?;

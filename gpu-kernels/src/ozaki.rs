@@ -681,6 +681,39 @@ pub fn gemm(
     call: &DeviceCall,
     opts: Options,
 ) -> Result<Outcome, GpuError> {
+    let pending = enqueue(gpu, stream, call, opts)?;
+    sync(stream)?;
+    pending.finish()
+}
+
+/// An emulated call whose plan accepted its operands and whose work is all enqueued on its
+/// stream, not yet waited for.
+pub struct Pending {
+    outcome: Outcome,
+    marks: Marks,
+}
+
+impl Pending {
+    /// The call's outcome with its phase times, once its stream has passed its work (the
+    /// caller synchronised it).
+    pub fn finish(self) -> Result<Outcome, GpuError> {
+        Ok(Outcome {
+            phases: self.marks.phases()?,
+            ..self.outcome
+        })
+    }
+}
+
+/// [`gemm`] without the final wait: returns once the plan accepted the operands and the
+/// products and reconstruction are enqueued, so a host pipeline (`host::staged_gemm`) plans
+/// its next unit while the GPU still computes this one. Errors as [`gemm`]; the operands and
+/// C must stay valid until the stream has passed the work.
+pub fn enqueue(
+    gpu: &mut Gpu,
+    stream: sys::CUstream,
+    call: &DeviceCall,
+    opts: Options,
+) -> Result<Pending, GpuError> {
     let (m, n, k) = (call.m, call.n, call.k);
     if m == 0 || n == 0 || k == 0 || call.alpha == 0.0 {
         return Err(GpuError::Unsupported(
@@ -766,6 +799,10 @@ pub fn gemm(
     let table_at = STATS * nb_rows;
     let table_bytes = 4 * SHIFT_CLASSES;
     if gpu.small.len() < table_at + table_bytes {
+        // an upload from the old buffer may still be pending
+        if let Some(f) = gpu.small_busy.take() {
+            f.wait()?;
+        }
         gpu.small = crate::memory::PinnedBuffer::new(table_at + table_bytes)?;
     }
     let host = gpu.small.as_mut_ptr();
@@ -786,8 +823,12 @@ pub fn gemm(
     let plane_b = n * kpad;
     // 3. shifts and residues of all moduli for r moduli; returns the plane buffers
     let convert = |gpu: &mut Gpu, r: usize| -> Result<(u64, u64), GpuError> {
-        // SAFETY: the table area follows the statistics in the pinned buffer; an earlier
-        // upload from it has completed (it precedes the fence the host waited on).
+        // the previous upload of the table (this call's guess, or an earlier call's) is done
+        if let Some(f) = gpu.small_busy.take() {
+            f.wait()?;
+        }
+        // SAFETY: the table area follows the statistics in the pinned buffer; no upload from
+        // it is pending (waited above).
         let table = unsafe {
             std::slice::from_raw_parts_mut(host.add(table_at) as *mut i32, SHIFT_CLASSES)
         };
@@ -798,6 +839,7 @@ pub fn gemm(
         }
         .result()
         .ctx("cuMemcpyHtoD")?;
+        gpu.small_busy = Some(crate::timing::Fence::record(stream)?);
         let planes_a = gpu.workspace.get("planes_a", r * plane_a)?;
         let planes_b = if syrk {
             planes_a
@@ -990,12 +1032,14 @@ pub fn gemm(
         block(j0, cols).map_err(|e| if j0 > 0 { written_c(e) } else { e })?;
         j0 += cols;
     }
-    sync(stream)?;
-    Ok(Outcome {
-        moduli: r as u32,
-        phases: marks.phases()?,
-        needed_bits: plan.needed_bits,
-        scaling: Some(plan.scaling),
+    Ok(Pending {
+        outcome: Outcome {
+            moduli: r as u32,
+            phases: Phases::default(),
+            needed_bits: plan.needed_bits,
+            scaling: Some(plan.scaling),
+        },
+        marks,
     })
 }
 
