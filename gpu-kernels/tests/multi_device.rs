@@ -395,3 +395,75 @@ fn a_failing_tile_on_two_gpus_leaves_c_untouched() {
         .fold(0.0, f64::max);
     assert!(worst <= 1e-12, "split after a failure differs by {worst:e}");
 }
+
+/// gpu-ozaki with the automatic moduli count in a pipeline whose blocks need different counts
+/// (the last block's columns of B spread over 2^-12..2^12, so its plan takes more moduli and
+/// the plane buffers grow while earlier units may still run, `ozaki::enqueue`): every block
+/// of C equals the same columns computed alone, bit for bit, with beta = 0 (early writes)
+/// and beta != 0.
+#[test]
+fn pipelined_automatic_moduli_per_block_equal_the_blocks_alone() {
+    if !have_gpu() {
+        return;
+    }
+    let (m, n, k) = (384usize, 1024usize, 256usize);
+    let a = vec(21, m * k);
+    let mut b = vec(22, k * n);
+    let wide = 3 * n / 4;
+    let mut r = ozaki_core::testutil::Rng::new(23);
+    for x in &mut b[wide * k..] {
+        *x *= 2f64.powi((r.uniform() * 24.0) as i32 - 12);
+    }
+    let c0 = vec(24, m * n);
+    for beta in [0.0, 0.5] {
+        let args = GemmArgs {
+            beta,
+            ..GemmArgs::product(m, n, k, &a, &b)
+        };
+        let mut g = gpu_kernels::gpu().expect("gpu");
+        let grid = host::Grid {
+            blocks: 4,
+            panels: 1,
+        };
+        let mut piped = c0.clone();
+        let o = host::gemm_grid(
+            &mut g,
+            &args,
+            &mut piped,
+            Engine::Ozaki(Options::default()),
+            grid,
+        )
+        .expect("pipelined");
+        for j0 in (0..n).step_by(n / 4) {
+            let cols = GemmArgs {
+                n: n / 4,
+                b: &b[j0 * k..],
+                ..args
+            };
+            let mut alone = c0[j0 * m..(j0 + n / 4) * m].to_vec();
+            let one = host::Grid {
+                blocks: 1,
+                panels: 1,
+            };
+            let oa = host::gemm_grid(
+                &mut g,
+                &cols,
+                &mut alone,
+                Engine::Ozaki(Options::default()),
+                one,
+            )
+            .expect("block alone");
+            assert!(
+                oa.moduli <= o.moduli,
+                "the outcome reports the largest count"
+            );
+            assert!(
+                alone
+                    .iter()
+                    .zip(&piped[j0 * m..(j0 + n / 4) * m])
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "block at column {j0} differs from the same columns alone (beta {beta})"
+            );
+        }
+    }
+}
