@@ -25,7 +25,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Condvar, Mutex};
 
 /// Where a call may write C early: the caller's span of C (the call's or the tile's, same
-/// leading dimension as staging) and the host threads to write with.
+/// leading dimension as staging) and the host threads a tail write-back of it would use.
 #[derive(Clone, Copy)]
 pub(crate) struct EarlyC<'g> {
     pub c: SendPtr<f64>,
@@ -81,29 +81,39 @@ impl Gate {
 }
 
 impl EarlyC<'_> {
-    /// Whether writing may start (see the module doc): this call's own units passed; in a
-    /// split, waits for every tile.
-    pub fn accepted(&self) -> bool {
-        self.gate.is_none_or(Gate::arrive)
+    /// The writer's go (see the module doc), sent once this call's own units passed (in a
+    /// split, after waiting for every tile): `None` when writing must not start, else the
+    /// threads to write with: half of [`EarlyC::threads`] while the upload's copy threads
+    /// still run beside the writer (both are host-memory bound), all once every upload is
+    /// done.
+    pub fn go(&self, uploads_done: bool) -> Option<usize> {
+        let threads = if uploads_done {
+            self.threads
+        } else {
+            (self.threads / 2).max(1)
+        };
+        self.gate.is_none_or(Gate::arrive).then_some(threads)
     }
 }
 
-/// The writer thread: waits for the go (`true` from [`EarlyC::accepted`]; a dropped sender
-/// means the call failed first), then writes each block from `staged` into the caller's C as
+/// The writer thread: waits for the go ([`EarlyC::go`]; a dropped sender means the call
+/// failed first), then writes each block from `staged` into the caller's C as
 /// soon as its download event fired. Returns whether every block was written. Every event
 /// received is destroyed, written or not.
 pub(crate) fn writer(
     ctx: Handle<sys::CUcontext>,
     early: EarlyC<'_>,
     staged: SendPtr<f64>,
-    go: Receiver<bool>,
+    go: Receiver<Option<usize>>,
     blocks: Receiver<Block>,
 ) -> Result<bool, GpuError> {
     // SAFETY: the caller's context, retained for the process.
     unsafe { sys::cuCtxSetCurrent(ctx.0) }
         .result()
         .ctx("cuCtxSetCurrent")?;
-    let mut write = go.recv().unwrap_or(false);
+    let threads = go.recv().ok().flatten();
+    let mut write = threads.is_some();
+    let threads = threads.unwrap_or(1);
     let mut result = Ok(write);
     for b in blocks {
         if write {
@@ -121,7 +131,7 @@ pub(crate) fn writer(
                         staged.0.add(b.off),
                         (b.rows, b.cols, b.ld),
                         None,
-                        early.threads,
+                        threads,
                     )
                 },
                 Err(e) => {
@@ -136,12 +146,6 @@ pub(crate) fn writer(
         }
     }
     result
-}
-
-/// Threads an early writer uses out of the `write_back` threads a tail write-back would: half,
-/// since the upload's copy threads still run beside it (both are host-memory bound).
-pub(crate) fn threads(write_back: usize) -> usize {
-    (write_back / 2).max(1)
 }
 
 /// Sender side of [`writer`]'s blocks, for the download thread.

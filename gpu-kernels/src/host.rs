@@ -416,7 +416,7 @@ pub fn gemm_grid(
     // of it is lent to the pipeline meanwhile
     let early = (args.beta == 0.0).then(|| EarlyC {
         c: SendPtr(c.as_mut_ptr()),
-        threads: early_write::threads(write_threads()),
+        threads: write_threads(),
         gate: None,
     });
     let c_in: &[f64] = if early.is_some() { &[] } else { &c[..c_span] };
@@ -1303,7 +1303,7 @@ pub(crate) fn staged_gemm(
             let go = go_tx;
             // gpu-native has no data-dependent failure: its blocks may be written at once
             if let (Some(e), Engine::Native) = (&early, engine) {
-                let _ = go.send(e.accepted());
+                let _ = go.send(e.go(false));
             }
             let mut marks = Vec::new();
             let mut pending = Vec::new();
@@ -1400,9 +1400,10 @@ pub(crate) fn staged_gemm(
                     .map_err(|_| GpuError::Cuda("download thread ended early".into()))?;
             }
             drop(down_tx);
-            // gpu-ozaki: every unit's plan accepted its operands (early_write's module doc)
+            // gpu-ozaki: every unit's plan accepted its operands (early_write's module doc);
+            // every group was uploaded before its units were enqueued
             if let (Some(e), Engine::Ozaki(_)) = (&early, engine) {
-                let _ = go.send(e.accepted());
+                let _ = go.send(e.go(true));
             }
             sync(stream)?;
             down.join()

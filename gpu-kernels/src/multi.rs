@@ -276,7 +276,7 @@ pub fn gemm(
                                 let early = crate::early_write::EarlyC {
                                     // SAFETY: off + c_span <= shared.len (checked above).
                                     c: host::SendPtr(unsafe { shared.ptr.add(off) }),
-                                    threads: crate::early_write::threads(commit_threads),
+                                    threads: commit_threads,
                                     gate: Some(gate),
                                 };
                                 (&[], Some(early))
