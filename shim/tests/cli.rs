@@ -177,10 +177,10 @@ fn summary_errors_name_file_and_line() {
 
 #[test]
 fn help_explains_the_commands() {
-    let o = run_ok(&mut ozaki().arg("--help"));
+    let o = run_ok(ozaki().arg("--help"));
     let out = text(&o.stdout);
     assert!(out.contains("run") && out.contains("summary"), "{out}");
-    let o = run_ok(&mut ozaki().args(["run", "--help"]));
+    let o = run_ok(ozaki().args(["run", "--help"]));
     let out = text(&o.stdout);
     for word in ["--trace", "--route", "%p", "exit code"] {
         assert!(

@@ -16,13 +16,17 @@
 //! `moduli` field shows the count really used. Inputs the emulation cannot represent
 //! (NaN/Inf, too wide a spread) are caught by the route itself, which then falls back.
 //!
-//! Building the engine initialises the GPU (its name selects the profile), which costs
-//! 0.5-0.9 s of CUDA context creation (measured on the H200s: NumPy's first call, and each
-//! ScaLAPACK rank whose local calls all stayed on the CPU). Until a call may need the GPU,
-//! a *pre-engine* ([`pre_engine`]) prices it with the profile the process would use without
-//! a GPU name (`OZAKI_PROFILE`, else the built-in GPU profile) and sends it to the vendor
-//! BLAS without touching CUDA when the vendor is clearly faster ([`CLEARLY`]); a process
-//! whose calls are all small never creates a context.
+//! Building the engine initialises the GPU (its name selects the profile), which costs a
+//! process about [`GPU_START_S`] once (CUDA context, cuBLAS handles, kernels, first pinned
+//! staging). Until then a *pre-engine* ([`pre_engine`]) prices each call with the profile the
+//! process would use without a GPU name (`OZAKI_PROFILE`, else the built-in GPU profile), and
+//! the start-up is bought like a ski rental ([`rent`]): calls go to the vendor BLAS while the
+//! time the GPU routes would have saved on them, summed, stays under the start-up cost; the
+//! call that would cross it starts the GPU. A process whose calls are small never creates a
+//! context, a short script with one mid-sized product (NumPy's 4096² took 986 ms under the
+//! shim against 134 ms on OpenBLAS, session 3) stays on the CPU, and a long run loses at
+//! most about one start-up to the rule (one large call, whose own gain exceeds it, starts the
+//! GPU at once).
 
 use super::Choice;
 use crate::abi::Shape;
@@ -32,16 +36,20 @@ use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
 use ozaki_core::trace::Routine;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();
 static PRE_ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
 
-/// How much faster than every GPU route the pre-engine must price the vendor BLAS to send a
-/// call there without initialising the GPU: margin for a calibrated profile of this machine
-/// (which the pre-engine cannot find before it knows the GPU's name) differing from the
-/// one it prices with.
-pub const CLEARLY: f64 = 2.0;
+/// What starting the GPU costs a process once, in seconds: NumPy's first 4096² product under
+/// the shim took 986 ms against 18 ms for the second (H200 machine, session 3, lead's run 2;
+/// session 2 measured 0.5-0.9 s of CUDA context creation alone).
+pub const GPU_START_S: f64 = 0.8;
+
+/// Time the GPU routes would have saved, as priced, on the calls the pre-engine kept on the
+/// vendor BLAS (ns): the rent paid so far.
+static FORGONE_NS: AtomicU64 = AtomicU64::new(0);
 
 /// The name of this process's GPU, when a GPU route can run here (initialises the GPU: the
 /// first `auto` call pays for it once, as the first GPU call would anyway).
@@ -133,33 +141,45 @@ fn pre_engine() -> Option<&'static Engine> {
         .as_ref()
 }
 
-/// The pre-engine's decision for `cs` when it is clearly the vendor BLAS; `None` when the
-/// call may need the GPU, or the engine is already built.
-fn clearly_vendor(cs: &CallShape, moduli: Option<u32>) -> Option<Arc<Decision>> {
+/// The pre-engine's decision for `cs` when the call stays on the vendor BLAS without starting
+/// the GPU ([`rent`]); `None` when it starts the GPU, or the engine is already built.
+fn before_start(cs: &CallShape, moduli: Option<u32>) -> Option<Arc<Decision>> {
     if ENGINE.get().is_some() {
         return None;
     }
-    clearly_vendor_by(pre_engine()?, cs, moduli)
+    let d = pre_engine()?.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
+    let gain = gpu_gain_s(&d.prediction.predicted_s)?;
+    rent(&FORGONE_NS, gain, GPU_START_S).then_some(d)
 }
 
-/// `engine`'s decision for `cs` when it is "vendor, by at least [`CLEARLY`] over every GPU
-/// route it priced".
-fn clearly_vendor_by(
-    engine: &Engine,
-    cs: &CallShape,
-    moduli: Option<u32>,
-) -> Option<Arc<Decision>> {
-    let d = engine.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
-    if d.route != Route::Vendor {
-        return None;
-    }
-    let p = &d.prediction.predicted_s;
-    let vendor = *p.get(Route::Vendor.name())?;
-    let clearly = p
+/// Seconds the fastest GPU route is priced to save over the vendor BLAS (0 or less: none);
+/// `None` without a vendor estimate.
+fn gpu_gain_s(predicted: &std::collections::BTreeMap<String, f64>) -> Option<f64> {
+    let vendor = *predicted.get(Route::Vendor.name())?;
+    let best = predicted
         .iter()
         .filter(|(r, _)| r.as_str() != Route::Vendor.name())
-        .all(|(_, &s)| s >= CLEARLY * vendor);
-    clearly.then_some(d)
+        .map(|(_, &s)| s)
+        .fold(f64::INFINITY, f64::min);
+    Some(vendor - best)
+}
+
+/// The ski-rental rule: whether a call whose GPU gain is `gain_s` stays on the vendor BLAS
+/// (rents) given the gains already forgone; adds its gain when it does. A call without gain
+/// always rents; the first call that would bring the forgone total to `start_s` buys (the
+/// caller starts the GPU). So the rule never pays the start-up for less than it saves, and
+/// never forgoes more than one start-up's worth.
+fn rent(forgone_ns: &AtomicU64, gain_s: f64, start_s: f64) -> bool {
+    if gain_s.is_nan() || gain_s <= 0.0 {
+        return true;
+    }
+    let gain_ns = (gain_s * 1e9).min(u64::MAX as f64 / 4.0) as u64;
+    let start_ns = (start_s * 1e9) as u64;
+    forgone_ns
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+            (f + gain_ns < start_ns).then_some(f + gain_ns)
+        })
+        .is_ok()
 }
 
 /// The engine's view of a decoded call.
@@ -196,13 +216,21 @@ pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
 /// The route `auto` takes for this call, with the prediction for the trace.
 pub fn auto(shape: &Shape, config: &Config) -> Choice {
     let cs = call_shape(shape);
-    if let Some(d) = clearly_vendor(&cs, config.moduli) {
+    if let Some(d) = before_start(&cs, config.moduli) {
         return Choice {
-            route: d.route,
+            route: Route::Vendor,
             engine: config.tracing().then(|| {
                 let mut p = d.prediction.clone();
-                p.reason
-                    .push_str(" (priced before the GPU was initialised)");
+                if d.route == Route::Vendor {
+                    p.reason
+                        .push_str(" (priced before the GPU was initialised)");
+                } else {
+                    p.reason = format!(
+                        "vendor: the GPU is not started yet ({} would win, priced before the start; \
+                         the GPU starts once such gains reach its {GPU_START_S} s start-up)",
+                        d.route.name()
+                    );
+                }
                 p
             }),
         };
@@ -221,23 +249,35 @@ pub fn auto(shape: &Shape, config: &Config) -> Choice {
 mod tests {
     use super::*;
 
-    /// Small calls go to the vendor BLAS without initialising the GPU; calls where a GPU route
-    /// could win (or the vendor wins narrowly) wait for the real engine.
+    /// Small calls have no GPU gain; one 8192³ product gains more than the start-up; a 4096²
+    /// product's gain is a fraction of it (built-in H200 profile, 16 vendor threads).
     #[test]
-    fn only_clearly_vendor_calls_skip_the_gpu_initialisation() {
+    fn gains_of_small_mid_and_large_calls_against_the_start_up() {
         let e = Engine::new(Profile::built_in("h200").unwrap(), 16);
-        let small = clearly_vendor_by(&e, &CallShape::gemm(8, 8, 8), None).expect("vendor");
-        assert_eq!(small.route, Route::Vendor);
-        let p = &small.prediction.predicted_s;
-        assert!(p["gpu-native"] >= CLEARLY * p["vendor"], "{p:?}");
-        assert!(clearly_vendor_by(&e, &CallShape::gemm(8192, 8192, 8192), None).is_none());
-        // whatever is decided without the GPU is what the full engine decides too
-        for n in [16u64, 64, 128, 256, 512, 1024, 2048] {
-            if let Some(d) = clearly_vendor_by(&e, &CallShape::gemm(n, n, n), None) {
-                assert_eq!(e.decide(&CallShape::gemm(n, n, n), Some(14)).route, d.route);
-            }
-        }
+        let gain = |n: u64| {
+            let d = e.decide(&CallShape::gemm(n, n, n), Some(14));
+            gpu_gain_s(&d.prediction.predicted_s).expect("vendor priced")
+        };
+        assert!(gain(8) <= 0.0 && gain(64) <= 0.0);
+        assert!(gain(8192) > GPU_START_S, "{}", gain(8192));
+        let mid = gain(4096);
+        assert!(mid > 0.0 && mid < GPU_START_S, "{mid}");
     }
+
+    #[test]
+    fn ski_rental_rents_until_the_forgone_gains_reach_the_start_up() {
+        let f = AtomicU64::new(0);
+        // no gain: always rent, nothing forgone
+        assert!(rent(&f, 0.0, 1.0) && rent(&f, -3.0, 1.0) && rent(&f, f64::NAN, 1.0));
+        assert_eq!(f.load(Ordering::Relaxed), 0);
+        // 0.3 s gains: rent three times (0.9 s forgone), buy at the fourth
+        assert!((0..3).all(|_| rent(&f, 0.3, 1.0)));
+        assert!(!rent(&f, 0.3, 1.0));
+        assert_eq!(f.load(Ordering::Relaxed), 900_000_000);
+        // one call worth more than the start-up buys at once
+        assert!(!rent(&AtomicU64::new(0), 2.0, 1.0));
+    }
+
     use ozaki_core::trace::Layout;
 
     fn shape(routine: Routine, f1: u8, f2: u8, m: i64, n: i64, k: i64, beta: f64) -> Shape {
