@@ -17,16 +17,19 @@
 //! (NaN/Inf, too wide a spread) are caught by the route itself, which then falls back.
 //!
 //! Building the engine initialises the GPU (its name selects the profile), which costs a
-//! process about [`GPU_START_S`] once (CUDA context, cuBLAS handles, kernels, first pinned
-//! staging). Until then a *pre-engine* ([`pre_engine`]) prices each call with the profile the
-//! process would use without a GPU name (`OZAKI_PROFILE`, else the built-in GPU profile), and
-//! the start-up is bought like a ski rental ([`rent`]): calls go to the vendor BLAS while the
-//! time the GPU routes would have saved on them, summed, stays under the start-up cost; the
-//! call that would cross it starts the GPU. A process whose calls are small never creates a
-//! context, a short script with one mid-sized product (NumPy's 4096² took 986 ms under the
-//! shim against 134 ms on OpenBLAS, session 3) stays on the CPU, and a long run loses at
-//! most about one start-up to the rule (one large call, whose own gain exceeds it, starts the
-//! GPU at once).
+//! process [`GPU_START_S`] or more once (CUDA context, cuBLAS handles, the kernels, first
+//! pinned staging; 2.7 s on a fresh H200 machine whose kernel cache was empty). Until then a
+//! *pre-engine* ([`pre_engine`]) prices each call with the profile the process would use
+//! without a GPU name (`OZAKI_PROFILE`, else the built-in GPU profile), and [`start_rule`]
+//! decides, from the time the fastest GPU route would save on the call:
+//! - no gain: the vendor BLAS, and the GPU is not started (a process whose calls are all
+//!   small never creates a context);
+//! - a gain under the start-up: the vendor BLAS for this call, and the GPU starts on a
+//!   background thread; calls keep going to the vendor BLAS until it is ready (NumPy's first
+//!   4096² product took 986 ms under the shim against 134 ms on OpenBLAS when the start
+//!   blocked the call, session 3);
+//! - a gain over the start-up: the GPU starts now and runs this call (waiting for a
+//!   background start already under way).
 
 use super::Choice;
 use crate::abi::Shape;
@@ -36,20 +39,19 @@ use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
 use ozaki_core::trace::Routine;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();
 static PRE_ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
 
-/// What starting the GPU costs a process once, in seconds: NumPy's first 4096² product under
-/// the shim took 986 ms against 18 ms for the second (H200 machine, session 3, lead's run 2;
-/// session 2 measured 0.5-0.9 s of CUDA context creation alone).
+/// What starting the GPU costs a process once, at least, in seconds: NumPy's first 4096²
+/// product under the shim took 986 ms against 18 ms for the second (H200 machine, session 3,
+/// lead's run 2, kernels already in the cache; session 2 measured 0.5-0.9 s of CUDA context
+/// creation alone).
 pub const GPU_START_S: f64 = 0.8;
 
-/// Time the GPU routes would have saved, as priced, on the calls the pre-engine kept on the
-/// vendor BLAS (ns): the rent paid so far.
-static FORGONE_NS: AtomicU64 = AtomicU64::new(0);
+/// The background start of the GPU ([`start_rule`]) was asked for.
+static STARTING: std::sync::Once = std::sync::Once::new();
 
 /// The name of this process's GPU, when a GPU route can run here (initialises the GPU: the
 /// first `auto` call pays for it once, as the first GPU call would anyway).
@@ -141,15 +143,33 @@ fn pre_engine() -> Option<&'static Engine> {
         .as_ref()
 }
 
-/// The pre-engine's decision for `cs` when the call stays on the vendor BLAS without starting
-/// the GPU ([`rent`]); `None` when it starts the GPU, or the engine is already built.
+/// The pre-engine's decision for `cs` when the call goes to the vendor BLAS because the GPU is
+/// not started ([`start_rule`]); `None` when the engine is built (or is to be built now, or
+/// no driver is present: then building it is cheap).
 fn before_start(cs: &CallShape, moduli: Option<u32>) -> Option<Arc<Decision>> {
     if ENGINE.get().is_some() {
         return None;
     }
     let d = pre_engine()?.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
-    let gain = gpu_gain_s(&d.prediction.predicted_s)?;
-    rent(&FORGONE_NS, gain, GPU_START_S).then_some(d)
+    match start_rule(gpu_gain_s(&d.prediction.predicted_s)?, GPU_START_S) {
+        Start::Not => Some(d),
+        Start::InBackground => {
+            STARTING.call_once(|| {
+                let spawned = std::thread::Builder::new()
+                    .name("ozaki-gpu-start".into())
+                    .spawn(|| {
+                        // A panic leaves the engine unbuilt: calls stay on the vendor BLAS.
+                        let _ = std::panic::catch_unwind(engine);
+                    });
+                if let Err(e) = spawned {
+                    tracing::info!("auto: no thread to start the GPU on ({e}); starting it later");
+                }
+            });
+            // it may have become ready meanwhile
+            ENGINE.get().is_none().then_some(d)
+        }
+        Start::Now => None,
+    }
 }
 
 /// Seconds the fastest GPU route is priced to save over the vendor BLAS (0 or less: none);
@@ -164,22 +184,27 @@ fn gpu_gain_s(predicted: &std::collections::BTreeMap<String, f64>) -> Option<f64
     Some(vendor - best)
 }
 
-/// The ski-rental rule: whether a call whose GPU gain is `gain_s` stays on the vendor BLAS
-/// (rents) given the gains already forgone; adds its gain when it does. A call without gain
-/// always rents; the first call that would bring the forgone total to `start_s` buys (the
-/// caller starts the GPU). So the rule never pays the start-up for less than it saves, and
-/// never forgoes more than one start-up's worth.
-fn rent(forgone_ns: &AtomicU64, gain_s: f64, start_s: f64) -> bool {
+/// When a call found the GPU not started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// No GPU gain: do not start it.
+    Not,
+    /// Start it on a background thread; this call runs on the vendor BLAS.
+    InBackground,
+    /// Start it now and run this call on it.
+    Now,
+}
+
+/// The start rule (module doc): a call whose own gain pays for the start-up waits for it; a
+/// smaller gain starts it without waiting, so no call pays a start-up it does not earn back.
+fn start_rule(gain_s: f64, start_s: f64) -> Start {
     if gain_s.is_nan() || gain_s <= 0.0 {
-        return true;
+        Start::Not
+    } else if gain_s < start_s {
+        Start::InBackground
+    } else {
+        Start::Now
     }
-    let gain_ns = (gain_s * 1e9).min(u64::MAX as f64 / 4.0) as u64;
-    let start_ns = (start_s * 1e9) as u64;
-    forgone_ns
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
-            (f + gain_ns < start_ns).then_some(f + gain_ns)
-        })
-        .is_ok()
 }
 
 /// The engine's view of a decoded call.
@@ -226,8 +251,8 @@ pub fn auto(shape: &Shape, config: &Config) -> Choice {
                         .push_str(" (priced before the GPU was initialised)");
                 } else {
                     p.reason = format!(
-                        "vendor: the GPU is not started yet ({} would win, priced before the start; \
-                         the GPU starts once such gains reach its {GPU_START_S} s start-up)",
+                        "vendor: the GPU is starting in the background ({} would win, priced \
+                         before the start)",
                         d.route.name()
                     );
                 }
@@ -265,17 +290,13 @@ mod tests {
     }
 
     #[test]
-    fn ski_rental_rents_until_the_forgone_gains_reach_the_start_up() {
-        let f = AtomicU64::new(0);
-        // no gain: always rent, nothing forgone
-        assert!(rent(&f, 0.0, 1.0) && rent(&f, -3.0, 1.0) && rent(&f, f64::NAN, 1.0));
-        assert_eq!(f.load(Ordering::Relaxed), 0);
-        // 0.3 s gains: rent three times (0.9 s forgone), buy at the fourth
-        assert!((0..3).all(|_| rent(&f, 0.3, 1.0)));
-        assert!(!rent(&f, 0.3, 1.0));
-        assert_eq!(f.load(Ordering::Relaxed), 900_000_000);
-        // one call worth more than the start-up buys at once
-        assert!(!rent(&AtomicU64::new(0), 2.0, 1.0));
+    fn the_gpu_starts_in_the_background_unless_the_call_pays_for_waiting() {
+        for g in [0.0, -3.0, f64::NAN] {
+            assert_eq!(start_rule(g, 0.8), Start::Not);
+        }
+        assert_eq!(start_rule(0.1, 0.8), Start::InBackground);
+        assert_eq!(start_rule(0.8, 0.8), Start::Now);
+        assert_eq!(start_rule(5.0, 0.8), Start::Now);
     }
 
     use ozaki_core::trace::Layout;
