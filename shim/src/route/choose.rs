@@ -16,20 +16,13 @@
 //! `moduli` field shows the count really used. Inputs the emulation cannot represent
 //! (NaN/Inf, too wide a spread) are caught by the route itself, which then falls back.
 //!
-//! Building the engine initialises the GPU (its name selects the profile), which costs a
-//! process [`GPU_START_S`] or more once (CUDA context, cuBLAS handles, the kernels, first
-//! pinned staging; 2.7 s on a fresh H200 machine whose kernel cache was empty). Until then a
-//! *pre-engine* ([`pre_engine`]) prices each call with the profile the process would use
-//! without a GPU name (`OZAKI_PROFILE`, else the built-in GPU profile), and [`start_rule`]
-//! decides, from the time the fastest GPU route would save on the call:
-//! - no gain: the vendor BLAS, and the GPU is not started (a process whose calls are all
-//!   small never creates a context);
-//! - a gain under the start-up: the vendor BLAS for this call, and the GPU starts on a
-//!   background thread; calls keep going to the vendor BLAS until it is ready (NumPy's first
-//!   4096² product took 986 ms under the shim against 134 ms on OpenBLAS when the start
-//!   blocked the call, session 3);
-//! - a gain over the start-up: the GPU starts now and runs this call (waiting for a
-//!   background start already under way).
+//! Building the engine initialises the GPU (its name selects the profile), which costs
+//! 0.5-0.9 s of CUDA context creation (measured on the H200s: NumPy's first call, and each
+//! ScaLAPACK rank whose local calls all stayed on the CPU). Until a call may need the GPU,
+//! a *pre-engine* ([`pre_engine`]) prices it with the profile the process would use without
+//! a GPU name (`OZAKI_PROFILE`, else the built-in GPU profile) and sends it to the vendor
+//! BLAS without touching CUDA when the vendor is clearly faster ([`CLEARLY`]); a process
+//! whose calls are all small never creates a context.
 
 use super::Choice;
 use crate::abi::Shape;
@@ -44,14 +37,11 @@ use std::sync::{Arc, OnceLock};
 static ENGINE: OnceLock<Engine> = OnceLock::new();
 static PRE_ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
 
-/// What starting the GPU costs a process once, at least, in seconds: NumPy's first 4096²
-/// product under the shim took 986 ms against 18 ms for the second (H200 machine, session 3,
-/// lead's run 2, kernels already in the cache; session 2 measured 0.5-0.9 s of CUDA context
-/// creation alone).
-pub const GPU_START_S: f64 = 0.8;
-
-/// The background start of the GPU ([`start_rule`]) was asked for.
-static STARTING: std::sync::Once = std::sync::Once::new();
+/// How much faster than every GPU route the pre-engine must price the vendor BLAS to send a
+/// call there without initialising the GPU: margin for a calibrated profile of this machine
+/// (which the pre-engine cannot find before it knows the GPU's name) differing from the
+/// one it prices with.
+pub const CLEARLY: f64 = 2.0;
 
 /// The name of this process's GPU, when a GPU route can run here (initialises the GPU: the
 /// first `auto` call pays for it once, as the first GPU call would anyway).
@@ -143,68 +133,33 @@ fn pre_engine() -> Option<&'static Engine> {
         .as_ref()
 }
 
-/// The pre-engine's decision for `cs` when the call goes to the vendor BLAS because the GPU is
-/// not started ([`start_rule`]); `None` when the engine is built (or is to be built now, or
-/// no driver is present: then building it is cheap).
-fn before_start(cs: &CallShape, moduli: Option<u32>) -> Option<Arc<Decision>> {
+/// The pre-engine's decision for `cs` when it is clearly the vendor BLAS; `None` when the
+/// call may need the GPU, or the engine is already built.
+fn clearly_vendor(cs: &CallShape, moduli: Option<u32>) -> Option<Arc<Decision>> {
     if ENGINE.get().is_some() {
         return None;
     }
-    let d = pre_engine()?.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
-    match start_rule(gpu_gain_s(&d.prediction.predicted_s)?, GPU_START_S) {
-        Start::Not => Some(d),
-        Start::InBackground => {
-            STARTING.call_once(|| {
-                let spawned = std::thread::Builder::new()
-                    .name("ozaki-gpu-start".into())
-                    .spawn(|| {
-                        // A panic leaves the engine unbuilt: calls stay on the vendor BLAS.
-                        let _ = std::panic::catch_unwind(engine);
-                    });
-                if let Err(e) = spawned {
-                    tracing::info!("auto: no thread to start the GPU on ({e}); starting it later");
-                }
-            });
-            // it may have become ready meanwhile
-            ENGINE.get().is_none().then_some(d)
-        }
-        Start::Now => None,
-    }
+    clearly_vendor_by(pre_engine()?, cs, moduli)
 }
 
-/// Seconds the fastest GPU route is priced to save over the vendor BLAS (0 or less: none);
-/// `None` without a vendor estimate.
-fn gpu_gain_s(predicted: &std::collections::BTreeMap<String, f64>) -> Option<f64> {
-    let vendor = *predicted.get(Route::Vendor.name())?;
-    let best = predicted
+/// `engine`'s decision for `cs` when it is "vendor, by at least [`CLEARLY`] over every GPU
+/// route it priced".
+fn clearly_vendor_by(
+    engine: &Engine,
+    cs: &CallShape,
+    moduli: Option<u32>,
+) -> Option<Arc<Decision>> {
+    let d = engine.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
+    if d.route != Route::Vendor {
+        return None;
+    }
+    let p = &d.prediction.predicted_s;
+    let vendor = *p.get(Route::Vendor.name())?;
+    let clearly = p
         .iter()
         .filter(|(r, _)| r.as_str() != Route::Vendor.name())
-        .map(|(_, &s)| s)
-        .fold(f64::INFINITY, f64::min);
-    Some(vendor - best)
-}
-
-/// When a call found the GPU not started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Start {
-    /// No GPU gain: do not start it.
-    Not,
-    /// Start it on a background thread; this call runs on the vendor BLAS.
-    InBackground,
-    /// Start it now and run this call on it.
-    Now,
-}
-
-/// The start rule (module doc): a call whose own gain pays for the start-up waits for it; a
-/// smaller gain starts it without waiting, so no call pays a start-up it does not earn back.
-fn start_rule(gain_s: f64, start_s: f64) -> Start {
-    if gain_s.is_nan() || gain_s <= 0.0 {
-        Start::Not
-    } else if gain_s < start_s {
-        Start::InBackground
-    } else {
-        Start::Now
-    }
+        .all(|(_, &s)| s >= CLEARLY * vendor);
+    clearly.then_some(d)
 }
 
 /// The engine's view of a decoded call.
@@ -241,21 +196,13 @@ pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
 /// The route `auto` takes for this call, with the prediction for the trace.
 pub fn auto(shape: &Shape, config: &Config) -> Choice {
     let cs = call_shape(shape);
-    if let Some(d) = before_start(&cs, config.moduli) {
+    if let Some(d) = clearly_vendor(&cs, config.moduli) {
         return Choice {
-            route: Route::Vendor,
+            route: d.route,
             engine: config.tracing().then(|| {
                 let mut p = d.prediction.clone();
-                if d.route == Route::Vendor {
-                    p.reason
-                        .push_str(" (priced before the GPU was initialised)");
-                } else {
-                    p.reason = format!(
-                        "vendor: the GPU is starting in the background ({} would win, priced \
-                         before the start)",
-                        d.route.name()
-                    );
-                }
+                p.reason
+                    .push_str(" (priced before the GPU was initialised)");
                 p
             }),
         };
@@ -274,31 +221,23 @@ pub fn auto(shape: &Shape, config: &Config) -> Choice {
 mod tests {
     use super::*;
 
-    /// Small calls have no GPU gain; one 8192³ product gains more than the start-up; a 4096²
-    /// product's gain is a fraction of it (built-in H200 profile, 16 vendor threads).
+    /// Small calls go to the vendor BLAS without initialising the GPU; calls where a GPU route
+    /// could win (or the vendor wins narrowly) wait for the real engine.
     #[test]
-    fn gains_of_small_mid_and_large_calls_against_the_start_up() {
+    fn only_clearly_vendor_calls_skip_the_gpu_initialisation() {
         let e = Engine::new(Profile::built_in("h200").unwrap(), 16);
-        let gain = |n: u64| {
-            let d = e.decide(&CallShape::gemm(n, n, n), Some(14));
-            gpu_gain_s(&d.prediction.predicted_s).expect("vendor priced")
-        };
-        assert!(gain(8) <= 0.0 && gain(64) <= 0.0);
-        assert!(gain(8192) > GPU_START_S, "{}", gain(8192));
-        let mid = gain(4096);
-        assert!(mid > 0.0 && mid < GPU_START_S, "{mid}");
-    }
-
-    #[test]
-    fn the_gpu_starts_in_the_background_unless_the_call_pays_for_waiting() {
-        for g in [0.0, -3.0, f64::NAN] {
-            assert_eq!(start_rule(g, 0.8), Start::Not);
+        let small = clearly_vendor_by(&e, &CallShape::gemm(8, 8, 8), None).expect("vendor");
+        assert_eq!(small.route, Route::Vendor);
+        let p = &small.prediction.predicted_s;
+        assert!(p["gpu-native"] >= CLEARLY * p["vendor"], "{p:?}");
+        assert!(clearly_vendor_by(&e, &CallShape::gemm(8192, 8192, 8192), None).is_none());
+        // whatever is decided without the GPU is what the full engine decides too
+        for n in [16u64, 64, 128, 256, 512, 1024, 2048] {
+            if let Some(d) = clearly_vendor_by(&e, &CallShape::gemm(n, n, n), None) {
+                assert_eq!(e.decide(&CallShape::gemm(n, n, n), Some(14)).route, d.route);
+            }
         }
-        assert_eq!(start_rule(0.1, 0.8), Start::InBackground);
-        assert_eq!(start_rule(0.8, 0.8), Start::Now);
-        assert_eq!(start_rule(5.0, 0.8), Start::Now);
     }
-
     use ozaki_core::trace::Layout;
 
     fn shape(routine: Routine, f1: u8, f2: u8, m: i64, n: i64, k: i64, beta: f64) -> Shape {
