@@ -1,0 +1,210 @@
+//! How a pipelined host-resident gemm is cut ([`Grid`]): column blocks of C and row panels
+//! of op(A), and where each panel lives on the device. Pure arithmetic on the call's shape
+//! and the tuning, kept apart from the CUDA work so it can be tested without a GPU.
+
+use super::Engine;
+use super::tuning::tuning;
+use ozaki_core::blas::{GemmArgs, Trans};
+
+/// How a pipelined gemm is cut: C into `blocks` column blocks, op(A) into `panels` row
+/// panels. One panel times one block is a unit of device work, started as soon as both are
+/// on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grid {
+    /// Column blocks of C (1: no pipeline).
+    pub blocks: usize,
+    /// Row panels of op(A).
+    pub panels: usize,
+}
+
+impl Grid {
+    /// The pipeline's own choice: [`pipeline_blocks`] and [`pipeline_panels`].
+    pub fn of(args: &GemmArgs, engine: Engine) -> Grid {
+        Grid {
+            blocks: pipeline_blocks(args, engine),
+            panels: pipeline_panels(args, engine),
+        }
+    }
+}
+
+/// Smallest host-resident gemm (bytes of A, B and C) that [`pipeline_blocks`] pipelines:
+/// below it a call is over in a few milliseconds and the extra stream, events and copy
+/// threads cost more than the overlap gains.
+pub const PIPELINE_MIN_BYTES: usize = 96 << 20;
+
+/// Column blocks a host-resident gemm is pipelined over: 1 below [`PIPELINE_MIN_BYTES`],
+/// else enough for blocks of op(B) of about [`Tuning::block_bytes`] (small enough that the
+/// first product starts soon after A is on the device and the last block's download is a
+/// short tail, large enough that each block's product keeps the GPU busy), at least 2, at
+/// most [`Tuning::max_blocks`], and never narrower than 256 columns.
+///
+/// [`Tuning::block_bytes`]: super::Tuning::block_bytes
+/// [`Tuning::max_blocks`]: super::Tuning::max_blocks
+pub fn pipeline_blocks(args: &GemmArgs, engine: Engine) -> usize {
+    let (m, n, k) = (args.m, args.n, args.k);
+    let bytes = 8 * (m * k + k * n + m * n);
+    if bytes < PIPELINE_MIN_BYTES || n < 512 {
+        return 1;
+    }
+    let t = tuning();
+    let cap = match engine {
+        Engine::Native => t.max_blocks.0,
+        Engine::Ozaki(_) => t.max_blocks.1,
+    };
+    (8 * k * n)
+        .div_ceil(t.block_bytes)
+        .clamp(2, cap)
+        .min(n / 256)
+}
+
+/// Fewest rows of a row panel of op(A) that [`pipeline_panels`] cuts.
+pub const PANEL_MIN_ROWS: usize = 256;
+
+/// Row panels of op(A) a pipelined gemm uploads one after the other, so that the first
+/// products start once the first panel and the first block of op(B) are on the device
+/// instead of all of A (issue #4: at 8192 the GPU waited about 15 ms for A): 1 for calls
+/// that are not pipelined, else [`Tuning::panels`] for the route, each panel at least
+/// [`PANEL_MIN_ROWS`] rows.
+///
+/// [`Tuning::panels`]: super::Tuning::panels
+pub fn pipeline_panels(args: &GemmArgs, engine: Engine) -> usize {
+    if pipeline_blocks(args, engine) == 1 {
+        return 1;
+    }
+    let t = tuning();
+    let want = match engine {
+        Engine::Native => t.panels.0,
+        Engine::Ozaki(_) => t.panels.1,
+    };
+    fit_panels(args.m, want.min(args.m / PANEL_MIN_ROWS), 1)
+}
+
+/// Panels of a split's shared A over `slots` devices (`crate::multi`): the route's
+/// [`pipeline_panels`] per slot (slot i uploads panels i, i + slots, ...), at most one per
+/// row. Each slot thus uploads as many panels as one GPU alone would: with 2 GPUs at
+/// 32768, 8 panels for `gpu-native` took the split from 0.886 to 0.847 s (BENCHMARKS.md,
+/// "Session 3 host path and split").
+pub(crate) fn shared_panels(args: &GemmArgs, engine: Engine, slots: usize) -> usize {
+    let slots = slots.max(1);
+    let want = pipeline_panels(args, engine) * slots;
+    fit_panels(args.m, want.min(args.m), slots)
+}
+
+/// `want` panels (at least 1); when a panel of a transpose-free A, which is copied as `k`
+/// strided columns of its rows, would have columns longer than a ring slot, as many more as
+/// needed (a multiple of `multiple`).
+fn fit_panels(m: usize, want: usize, multiple: usize) -> usize {
+    let want = want.max(1);
+    if want == 1 {
+        return 1;
+    }
+    let need = (8 * m).div_ceil(tuning().ring_chunk) + 1;
+    want.max(need.div_ceil(multiple) * multiple).min(m.max(1))
+}
+
+/// Row panels (first row, rows) of op(A) with `count` panels: equal heights, the remainder
+/// spread over the first ones. Every slot of a split computes the same list.
+pub(super) fn row_panels(m: usize, count: usize) -> Vec<(usize, usize)> {
+    let count = count.clamp(1, m.max(1));
+    let (h, extra) = (m / count, m % count);
+    let mut r0 = 0;
+    (0..count)
+        .map(|p| {
+            let rows = h + usize::from(p < extra);
+            let panel = (r0, rows);
+            r0 += rows;
+            panel
+        })
+        .collect()
+}
+
+/// Where a row panel of op(A) lives in the device buffer of A: `off` bytes in, with leading
+/// dimension `ld`. One panel is A as the caller laid it out; several panels of a transposed
+/// A are its column ranges in place; several panels of A (rows of a column-major matrix, not
+/// contiguous) are packed one after the other, each `rows` x `k` with `ld = rows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PanelPlace {
+    pub(super) r0: usize,
+    pub(super) rows: usize,
+    pub(super) off: u64,
+    pub(super) ld: usize,
+}
+
+pub(super) fn panel_places(args: &GemmArgs, panels: &[(usize, usize)]) -> Vec<PanelPlace> {
+    panels
+        .iter()
+        .map(|&(r0, rows)| {
+            if panels.len() == 1 {
+                PanelPlace {
+                    r0,
+                    rows,
+                    off: 0,
+                    ld: args.lda,
+                }
+            } else if args.transa == Trans::Yes {
+                PanelPlace {
+                    r0,
+                    rows,
+                    off: 8 * (r0 * args.lda) as u64,
+                    ld: args.lda,
+                }
+            } else {
+                PanelPlace {
+                    r0,
+                    rows,
+                    off: 8 * (r0 * args.k) as u64,
+                    ld: rows,
+                }
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ozaki::Options;
+
+    fn blocks(m: usize, n: usize, k: usize, engine: Engine) -> usize {
+        let (a, b) = (vec![0.0; 1], vec![0.0; 1]);
+        pipeline_blocks(&GemmArgs::product(m, n, k, &a, &b), engine)
+    }
+
+    /// Panel counts: none for unpipelined calls, the tuning's count for large ones, at least
+    /// PANEL_MIN_ROWS rows each; a split's count is that per slot, at most one per row.
+    #[test]
+    fn panel_counts_follow_the_size_and_the_slots() {
+        let oz = Engine::Ozaki(Options::default());
+        let (a, b) = (vec![0.0; 1], vec![0.0; 1]);
+        let args = |m, n, k| GemmArgs::product(m, n, k, &a, &b);
+        assert_eq!(pipeline_panels(&args(1024, 1024, 1024), Engine::Native), 1);
+        assert_eq!(pipeline_panels(&args(8192, 8192, 8192), Engine::Native), 4);
+        assert_eq!(pipeline_panels(&args(8192, 8192, 8192), oz), 1);
+        assert_eq!(pipeline_panels(&args(600, 65536, 8192), Engine::Native), 2);
+        assert_eq!(
+            shared_panels(&args(32768, 16384, 32768), Engine::Native, 2),
+            8
+        );
+        assert_eq!(shared_panels(&args(32768, 16384, 32768), oz, 2), 2);
+        assert_eq!(
+            shared_panels(&args(32768, 16384, 32768), Engine::Native, 3),
+            12
+        );
+        assert_eq!(shared_panels(&args(512, 512, 64), oz, 2), 2);
+        assert_eq!(shared_panels(&args(1, 512, 64), oz, 2), 1);
+    }
+
+    /// Small calls are not pipelined; large ones get blocks of about 64 MiB of B, capped
+    /// lower for the emulated route (each block converts all of A again).
+    #[test]
+    fn pipeline_blocks_follow_the_size() {
+        let oz = Engine::Ozaki(Options::default());
+        assert_eq!(blocks(1024, 1024, 1024, Engine::Native), 1);
+        assert_eq!(blocks(110592, 64, 64, Engine::Native), 1);
+        assert_eq!(blocks(8192, 8192, 8192, Engine::Native), 8);
+        assert_eq!(blocks(8192, 8192, 8192, oz), 4);
+        assert_eq!(blocks(16384, 16384, 16384, Engine::Native), 16);
+        assert_eq!(blocks(16384, 16384, 16384, oz), 4);
+        assert_eq!(blocks(4096, 600, 65536, Engine::Native), 2);
+    }
+}

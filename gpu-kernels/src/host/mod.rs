@@ -1,0 +1,645 @@
+//! Host-resident calls (everything LD_PRELOAD sees): operands are staged through pinned
+//! buffers reused across calls, moved to the device, computed by the native or emulated
+//! route, and C is copied back into the caller's memory only after the device work
+//! succeeded (issue #4). Any error leaves the caller's C untouched, so the shim can still run
+//! the vendor BLAS on the original data.
+//!
+//! Host copies into and out of pinned memory run on several threads and overlap the DMA of
+//! the previous chunk (two staging buffers alternate).
+//!
+//! What lives where: `tuning` (the knobs), `grid` (how a call is cut into column blocks
+//! and row panels), `upload` (the pinned ring and the upload thread), `download` (the
+//! download thread), `write_back` (staging into the caller's C), `share` (a split's
+//! shared A); this module holds the entry points and the pipeline that drives them.
+
+mod download;
+mod grid;
+mod share;
+mod tuning;
+mod upload;
+mod write_back;
+
+use crate::device::{Gpu, gpu, sync};
+use crate::early_write::{self, EarlyC};
+use crate::error::{Context, GpuError};
+use crate::ozaki::{self, DeviceCall, Op, Options};
+use crate::timing::{Marks, Phase};
+use cudarc::driver::sys;
+use download::{Download, drain};
+pub(crate) use grid::shared_panels;
+pub use grid::{Grid, PANEL_MIN_ROWS, PIPELINE_MIN_BYTES, pipeline_blocks, pipeline_panels};
+use grid::{panel_places, row_panels};
+use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, span};
+use ozaki_core::trace::Phases;
+pub(crate) use share::{PanelBoard, Share};
+pub(crate) use tuning::write_threads;
+pub use tuning::{Tuning, set_tuning, tuning};
+pub(crate) use upload::upload;
+use upload::{Piece, feed, panel_piece, ring};
+pub(crate) use write_back::write_columns;
+use write_back::{copy_out, write_back};
+
+/// Which device computation a host-resident call runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Engine {
+    /// cuBLAS DGEMM / DSYRK (`gpu-native`).
+    Native,
+    /// Ozaki scheme II on the INT8 tensor cores (`gpu-ozaki`).
+    Ozaki(Options),
+}
+
+/// What a host-resident call did (trace fields `device`, `moduli`, `phases`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostOutcome {
+    /// Device ordinal.
+    pub device: u32,
+    /// Moduli used, for the emulated route.
+    pub moduli: Option<u32>,
+    /// Measured phases; `transfer_ns` is host-to-device plus device-to-host time.
+    pub phases: Phases,
+    /// Where a pipelined gemm's time went (`None` for syrk).
+    pub timeline: Option<Timeline>,
+}
+
+/// When each stage of a pipelined host-resident gemm was done, in ms after it began staging
+/// (CUDA events on its streams; the write-back is host-timed): `ozaki bench --pipeline`
+/// prints it to show which stage bounds the call (issue #4).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timeline {
+    /// Per column block: its operands were on the device.
+    pub uploaded_ms: Vec<f32>,
+    /// Per column block: its part of C was computed on the device.
+    pub computed_ms: Vec<f32>,
+    /// All of C was in pinned staging.
+    pub downloaded_ms: f32,
+    /// Host time spent writing C from staging into the caller's memory.
+    pub write_ms: f32,
+}
+
+/// Uploads A (and C when `read_c`) for a syrk; returns their device addresses.
+fn stage_operands(
+    gpu: &mut Gpu,
+    a: &[f64],
+    c: &[f64],
+    c_span: usize,
+    read_c: bool,
+) -> Result<(u64, u64), GpuError> {
+    let da = gpu.workspace.get("host_a", a.len() * 8)?;
+    let dc = gpu.workspace.get("host_c", c_span * 8)?;
+    upload(gpu, da, a)?;
+    if read_c {
+        upload(gpu, dc, &c[..c_span])?;
+    }
+    Ok((da, dc))
+}
+
+/// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands.
+pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
+    let _flags = crate::fpenv::KeepFpFlags::new();
+    gemm_on(&mut *gpu()?, args, c, engine)
+}
+
+/// [`gemm`] on a given GPU, cut as the pipeline chooses ([`Grid::of`]).
+pub fn gemm_on(
+    gpu: &mut Gpu,
+    args: &GemmArgs,
+    c: &mut [f64],
+    engine: Engine,
+) -> Result<HostOutcome, GpuError> {
+    gemm_grid(gpu, args, c, engine, Grid::of(args, engine))
+}
+
+/// [`gemm_on`] cut into a given [`Grid`]; for tests and benchmarks of the pipeline itself.
+/// The result does not depend on the grid for `gpu-native` up to cuBLAS's choice of kernel
+/// per unit shape, and not at all for `gpu-ozaki` with a fixed moduli count (each entry
+/// depends only on its row of op(A) and column of op(B)); with the automatic count each
+/// unit chooses its own (see [`staged_gemm`]).
+pub fn gemm_grid(
+    gpu: &mut Gpu,
+    args: &GemmArgs,
+    c: &mut [f64],
+    engine: Engine,
+    grid: Grid,
+) -> Result<HostOutcome, GpuError> {
+    let c_span = span(args.m, args.n, args.ldc);
+    assert!(c.len() >= c_span, "C shorter than its span");
+    // beta == 0: blocks go into C as they arrive (early_write); C is not read, so no view
+    // of it is lent to the pipeline meanwhile
+    let early = (args.beta == 0.0).then(|| EarlyC {
+        c: SendPtr(c.as_mut_ptr()),
+        threads: write_threads(),
+        gate: None,
+    });
+    let c_in: &[f64] = if early.is_some() { &[] } else { &c[..c_span] };
+    let (mut out, staged) = staged_gemm(gpu, args, c_in, engine, grid, None, early)?;
+    if staged.written {
+        return Ok(out);
+    }
+    let t = std::time::Instant::now();
+    // SAFETY: staged points at c_span doubles of pinned staging owned by `gpu`, which this
+    // function still borrows mutably, filled by the successful call above.
+    let staged = unsafe { std::slice::from_raw_parts(staged.ptr, c_span) };
+    write_back(&mut c[..c_span], staged, args.m, args.n, args.ldc, None);
+    out.phases.transfer_ns += t.elapsed().as_nanos() as u64;
+    if let Some(tl) = out.timeline.as_mut() {
+        tl.write_ms = t.elapsed().as_secs_f32() * 1e3;
+    }
+    Ok(out)
+}
+
+/// Pinned result of [`staged_gemm`]: the call's span of C, laid out with its `ldc`, in the
+/// GPU's staging buffer [`C_SLOT`]; valid until the next call on that GPU. `written`: every
+/// block is already in the caller's C too (early writes, [`early_write`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StagedC {
+    pub(crate) ptr: *const f64,
+    pub(crate) written: bool,
+}
+
+/// Staging buffer that receives C.
+const C_SLOT: usize = 2;
+
+/// A raw pointer handed to the upload thread; the ranges it covers outlive the thread
+/// (scoped) and are not written by anyone else meanwhile.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
+// SAFETY: see the type's doc.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+/// A CUDA handle (context, stream or event) handed to or from the upload thread: handles are
+/// plain values the driver accepts from any thread.
+#[derive(Clone, Copy)]
+pub(crate) struct Handle<T>(pub(crate) T);
+// SAFETY: see the type's doc.
+unsafe impl<T> Send for Handle<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Handle<T> {}
+
+/// Events and the download stream of one pipelined call, destroyed on drop (after the
+/// streams were synchronised or the call failed: destroying a pending event is allowed).
+struct CallResources {
+    d2h: sys::CUstream,
+    events: Vec<sys::CUevent>,
+}
+
+impl CallResources {
+    fn new() -> Result<CallResources, GpuError> {
+        let mut s = std::ptr::null_mut();
+        // SAFETY: out-parameter; the GPU's context is current.
+        unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }
+            .result()
+            .ctx("cuStreamCreate")?;
+        Ok(CallResources {
+            d2h: s,
+            events: Vec::new(),
+        })
+    }
+
+    /// A timing event (for [`Timeline`]), destroyed with the call.
+    fn event(&mut self) -> Result<sys::CUevent, GpuError> {
+        let e = cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .ctx("cuEventCreate")?;
+        self.events.push(e);
+        Ok(e)
+    }
+}
+
+impl Drop for CallResources {
+    fn drop(&mut self) {
+        // SAFETY: the stream is drained first; each handle is destroyed once.
+        unsafe {
+            let _ = sys::cuStreamSynchronize(self.d2h);
+            let _ = sys::cuStreamDestroy_v2(self.d2h);
+            for &e in &self.events {
+                let _ = sys::cuEventDestroy_v2(e);
+            }
+        }
+    }
+}
+
+fn record(e: sys::CUevent, stream: sys::CUstream) -> Result<(), GpuError> {
+    // SAFETY: live event and stream of the current context.
+    unsafe { sys::cuEventRecord(e, stream) }
+        .result()
+        .ctx("cuEventRecord")
+}
+
+fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
+    // SAFETY: live stream and an event already recorded (callers record before waiting).
+    unsafe { sys::cuStreamWaitEvent(stream, e, 0) }
+        .result()
+        .ctx("cuStreamWaitEvent")
+}
+
+/// Runs C = alpha op(A) op(B) + beta C on `gpu` with the result left in pinned staging (the
+/// caller writes it into its C only once it knows the whole call, or every tile of a split,
+/// succeeded: issue #4's contract). `c_in` is the call's span of the caller's C (read only
+/// when beta != 0). With `early` and beta == 0, the blocks are also written into the
+/// caller's C as they arrive once the call is accepted ([`early_write`]); the returned
+/// [`StagedC::written`] says whether all were.
+///
+/// The pipeline (issue #4, "transfers tiled and overlapped with conversion and compute"):
+/// C is cut into `grid.blocks` column blocks and op(A) into `grid.panels` row panels. An
+/// upload thread stages, through a ring of pinned buffers onto the copy stream, the first
+/// panel of A with the first block's columns of op(B) (all of B at once when B is
+/// transposed: its rows are not contiguous) and of C, then the other panels, then per block
+/// the columns of op(B) and C, with an event after each group. The compute stream computes
+/// each panel x block unit as soon as its group's event has fired (cuBLAS, or the emulated
+/// route on the sub-problem: each unit chooses its own moduli count when it is automatic,
+/// and the outcome reports the largest), and a download stream copies C_j into pinned
+/// staging while block j + 1 is computed. So host copies, both link directions and the GPU
+/// all run at once; what is left serial is the first panel's upload and the last block's
+/// download. In a split (`share`), this slot uploads only its own panels of A and copies
+/// them on to the other devices, and waits for the others' panels on the split's board.
+pub(crate) fn staged_gemm(
+    gpu: &mut Gpu,
+    args: &GemmArgs,
+    c_in: &[f64],
+    engine: Engine,
+    grid: Grid,
+    share: Option<&Share>,
+    early: Option<EarlyC<'_>>,
+) -> Result<(HostOutcome, StagedC), GpuError> {
+    let t0 = std::time::Instant::now();
+    let (m, n, k) = (args.m, args.n, args.k);
+    let (ra, ca) = if args.transa == Trans::No {
+        (m, k)
+    } else {
+        (k, m)
+    };
+    let (rb, cb) = if args.transb == Trans::No {
+        (k, n)
+    } else {
+        (n, k)
+    };
+    let a = &args.a[..span(ra, ca, args.lda)];
+    let b = &args.b[..span(rb, cb, args.ldb)];
+    let c_span = span(m, n, args.ldc);
+    let read_c = args.beta != 0.0;
+    // early writes only when C is not an input (early_write's module doc)
+    let early = early.filter(|_| !read_c);
+    let da = match share {
+        Some(sh) => sh.a_dev,
+        None => gpu.workspace.get("host_a", a.len() * 8)?,
+    };
+    let db = gpu.workspace.get("host_b", b.len() * 8)?;
+    let dc = gpu.workspace.get("host_c", c_span * 8)?;
+    let ring = ring(gpu)?;
+    let c_stage = gpu.staging(C_SLOT, c_span * 8)? as *mut f64;
+
+    // column blocks of C, multiples of 64 columns; row panels of op(A)
+    let blocks = grid.blocks.clamp(1, n.max(1));
+    let width = n.div_ceil(blocks).div_ceil(64) * 64;
+    let cols: Vec<(usize, usize)> = (0..n)
+        .step_by(width.max(1))
+        .map(|c0| (c0, width.min(n - c0)))
+        .collect();
+    // a strided panel's rows (transa = N) must fit one ring slot: more panels if not (a
+    // split's count already does, `shared_panels`, so every slot keeps the same panels)
+    let count = match (args.transa, grid.panels) {
+        (Trans::No, p) if p > 1 => p.max((8 * m).div_ceil(ring.chunk) + 1),
+        (_, p) => p,
+    };
+    let places = panel_places(args, &row_panels(m, count));
+    let own = |p: usize| share.is_none_or(|sh| sh.owner[p] == sh.slot);
+    let piece_of = |p: usize| {
+        let piece = panel_piece(args, a, da, &places[p], places.len() == 1);
+        match share {
+            Some(sh) => piece.shared(gpu.ctx, &sh.peers, places[p].off, p),
+            None => piece,
+        }
+    };
+    let b_and_c = |j: usize, (c0, w): (usize, usize)| {
+        let mut g = Vec::new();
+        if args.transb == Trans::No {
+            let s = c0 * args.ldb;
+            g.push(Piece::new(
+                db + 8 * s as u64,
+                &b[s..s + span(k, w, args.ldb)],
+            ));
+        } else if j == 0 {
+            g.push(Piece::new(db, b));
+        }
+        if read_c {
+            let s = c0 * args.ldc;
+            g.push(Piece::new(
+                dc + 8 * s as u64,
+                &c_in[s..s + span(m, w, args.ldc)],
+            ));
+        }
+        g
+    };
+    // Upload order: panels and blocks alternate (this slot's q-th own panel, then block q,
+    // ...), so the work that can start (a unit needs its panel and its block) grows with
+    // both from the first panel and block on. Panel p is its owner's q(p)-th; the other
+    // slots upload in the same order, so their q-th panels arrive about with this slot's.
+    let nq = |p: usize| {
+        share.map_or(p, |sh| {
+            (0..p).filter(|&u| sh.owner[u] == sh.owner[p]).count()
+        })
+    };
+    let q_of: Vec<usize> = (0..places.len()).map(nq).collect();
+    let panels_per_slot = q_of.iter().map(|&q| q + 1).max().unwrap_or(0);
+    let (mut rank_panel, mut rank_block) =
+        (vec![0usize; panels_per_slot], vec![0usize; cols.len()]);
+    let mut groups: Vec<Vec<Piece>> = Vec::new();
+    let mut panel_group = vec![0usize; places.len()];
+    let mut block_group = vec![0usize; cols.len()];
+    let mut rank = 0;
+    for q in 0..panels_per_slot.max(cols.len()) {
+        if q < panels_per_slot {
+            rank_panel[q] = rank;
+            rank += 1;
+            if let Some(p) = (0..places.len()).find(|&p| q_of[p] == q && own(p)) {
+                panel_group[p] = groups.len();
+                groups.push(vec![piece_of(p)]);
+            }
+        }
+        if let Some(&cw) = cols.get(q) {
+            rank_block[q] = rank;
+            rank += 1;
+            block_group[q] = groups.len();
+            groups.push(b_and_c(q, cw));
+        }
+    }
+    // units (panel, block) in the order their operands arrive
+    let mut units: Vec<(usize, usize)> = (0..cols.len())
+        .flat_map(|j| (0..places.len()).map(move |p| (p, j)))
+        .collect();
+    units.sort_by_key(|&(p, j)| (rank_panel[q_of[p]].max(rank_block[j]), j, p));
+    let mut left_in_block = vec![places.len(); cols.len()];
+
+    let mut res = CallResources::new()?;
+    let (ctx, copy_stream, stream) = (gpu.ctx, gpu.copy_stream, gpu.stream);
+    let begin = res.event()?;
+    record(begin, copy_stream)?;
+    let (mut ups, mut dones) = (Vec::new(), Vec::new());
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut out = HostOutcome {
+        device: gpu.ordinal,
+        ..Default::default()
+    };
+    let board = share.map(|sh| sh.board);
+    let mut written = false;
+    let result = std::thread::scope(|s| {
+        let cancel_ref = &cancel;
+        let handles = (Handle(ctx), Handle(copy_stream));
+        s.spawn(move || feed(handles, ring, groups, board, cancel_ref, tx));
+        let (down_tx, down_rx) = std::sync::mpsc::channel();
+        let d2h = (Handle(ctx), Handle(res.d2h));
+        let (go_tx, go_rx) = std::sync::mpsc::channel();
+        let (blocks_tx, writer) = match early {
+            Some(e) => {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let (staged, context) = (SendPtr(c_stage), Handle(ctx));
+                let w = s.spawn(move || early_write::writer(context, e, staged, go_rx, rx));
+                (Some(tx), Some(w))
+            }
+            None => (None, None),
+        };
+        let down = s.spawn(move || drain(d2h, down_rx, blocks_tx));
+        let r = (|| -> Result<(), GpuError> {
+            // dropped on every way out, so the writer never waits for a go that cannot come
+            let go = go_tx;
+            // gpu-native has no data-dependent failure: its blocks may be written at once
+            if let (Some(e), Engine::Native) = (&early, engine) {
+                let _ = go.send(e.go(false));
+            }
+            let mut marks = Vec::new();
+            let mut pending = Vec::new();
+            // the compute stream has waited for groups ..= waited, and for these panels of
+            // other slots
+            let mut waited: Option<usize> = None;
+            let mut peer_waited = vec![false; places.len()];
+            for &(p, j) in &units {
+                let ((c0, w), place) = (cols[j], &places[p]);
+                let g = block_group[j].max(if own(p) { panel_group[p] } else { 0 });
+                if waited.is_none_or(|w| w < g) {
+                    while ups.len() <= g {
+                        let up = rx
+                            .recv()
+                            .map_err(|_| GpuError::Cuda("upload thread ended early".into()))??
+                            .0;
+                        res.events.push(up);
+                        ups.push(up);
+                    }
+                    // groups are recorded in order on one copy stream
+                    wait(stream, ups[g])?;
+                    waited = Some(g);
+                }
+                if let (false, false, Some(sh)) = (own(p), peer_waited[p], share) {
+                    wait(stream, sh.board.wait(p)?)?;
+                    peer_waited[p] = true;
+                }
+                let a_p = da + place.off;
+                let b_off = 8 * if args.transb == Trans::No {
+                    c0 * args.ldb
+                } else {
+                    c0
+                } as u64;
+                let c_off = 8 * (c0 * args.ldc + place.r0) as u64;
+                match engine {
+                    Engine::Native => {
+                        let mut mk = Marks::start(stream)?;
+                        crate::native::dgemm(
+                            gpu,
+                            stream,
+                            args.transa,
+                            args.transb,
+                            (place.rows, w, k),
+                            args.alpha,
+                            (a_p, place.ld),
+                            (db + b_off, args.ldb),
+                            args.beta,
+                            (dc + c_off, args.ldc),
+                        )?;
+                        mk.mark(Phase::Products)?;
+                        marks.push(mk);
+                    }
+                    Engine::Ozaki(opts) => {
+                        let call = DeviceCall {
+                            op: Op::Gemm {
+                                transa: args.transa,
+                                transb: args.transb,
+                                b: db + b_off,
+                                ldb: args.ldb,
+                            },
+                            m: place.rows,
+                            n: w,
+                            k,
+                            alpha: args.alpha,
+                            a: a_p,
+                            lda: place.ld,
+                            beta: args.beta,
+                            c: dc + c_off,
+                            ldc: args.ldc,
+                        };
+                        // not waited for: the next unit's plan overlaps this unit's work
+                        pending.push(ozaki::enqueue(gpu, stream, &call, opts)?);
+                    }
+                }
+                left_in_block[j] -= 1;
+                if left_in_block[j] > 0 {
+                    continue;
+                }
+                // block j complete: download it while the next units compute
+                let done = res.event()?;
+                record(done, stream)?;
+                dones.push(done);
+                let c_off = 8 * (c0 * args.ldc) as u64;
+                let job = Download {
+                    done: Handle(done),
+                    src: dc + c_off,
+                    // SAFETY: the block's span lies inside the pinned staging of c_span.
+                    dst: SendPtr(unsafe { c_stage.add(c0 * args.ldc) } as *mut u8),
+                    bytes: 8 * span(m, w, args.ldc),
+                    place: (c0 * args.ldc, m, w, args.ldc),
+                };
+                down_tx
+                    .send(job)
+                    .map_err(|_| GpuError::Cuda("download thread ended early".into()))?;
+            }
+            drop(down_tx);
+            // gpu-ozaki: every unit's plan accepted its operands (early_write's module doc);
+            // every group was uploaded before its units were enqueued
+            if let (Some(e), Engine::Ozaki(_)) = (&early, engine) {
+                let _ = go.send(e.go(true));
+            }
+            sync(stream)?;
+            down.join()
+                .unwrap_or_else(|_| Err(GpuError::Cuda("download thread panicked".into())))?;
+            let downloaded = res.event()?;
+            record(downloaded, res.d2h)?;
+            sync(res.d2h)?;
+            let tail = std::time::Instant::now();
+            if let Some(w) = writer {
+                written = w
+                    .join()
+                    .unwrap_or_else(|_| Err(GpuError::Cuda("early writer panicked".into())))?;
+            }
+            let write_ms = tail.elapsed().as_secs_f32() * 1e3;
+            let at = |e: sys::CUevent| {
+                // SAFETY: both events were recorded and have completed (streams synchronised).
+                unsafe { cudarc::driver::result::event::elapsed(begin, e) }
+                    .ctx("cuEventElapsedTime")
+            };
+            out.timeline = Some(Timeline {
+                uploaded_ms: ups.iter().map(|&e| at(e)).collect::<Result<_, _>>()?,
+                computed_ms: dones.iter().map(|&e| at(e)).collect::<Result<_, _>>()?,
+                downloaded_ms: at(downloaded)?,
+                write_ms,
+            });
+            for mk in &marks {
+                let p = mk.phases()?;
+                out.phases.products_ns += p.products_ns;
+            }
+            for p in pending {
+                let o = p.finish()?;
+                out.moduli = Some(out.moduli.map_or(o.moduli, |r| r.max(o.moduli)));
+                out.phases.convert_ns += o.phases.convert_ns;
+                out.phases.products_ns += o.phases.products_ns;
+                out.phases.reconstruct_ns += o.phases.reconstruct_ns;
+            }
+            Ok(())
+        })();
+        if r.is_err() {
+            cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        // drain the upload thread's remaining events (it ends on its own)
+        for e in rx.iter().flatten() {
+            res.events.push(e.0);
+        }
+        r
+    });
+    if result.is_err() {
+        // leave the streams idle before the staging buffers are reused
+        let _ = sync(stream);
+        let _ = sync(copy_stream);
+    }
+    result?;
+    let device_ns = out.phases.convert_ns + out.phases.products_ns + out.phases.reconstruct_ns;
+    out.phases.transfer_ns = (t0.elapsed().as_nanos() as u64).saturating_sub(device_ns);
+    Ok((
+        out,
+        StagedC {
+            ptr: c_stage,
+            written,
+        },
+    ))
+}
+
+/// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands.
+pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
+    let _flags = crate::fpenv::KeepFpFlags::new();
+    let mut g = gpu()?;
+    let gpu = &mut *g;
+    let (ra, ca) = if args.trans == Trans::No {
+        (args.n, args.k)
+    } else {
+        (args.k, args.n)
+    };
+    let a = &args.a[..span(ra, ca, args.lda)];
+    let c_span = span(args.n, args.n, args.ldc);
+    let t0 = std::time::Instant::now();
+    let (st_a, st_c) = stage_operands(gpu, a, c, c_span, args.beta != 0.0)?;
+    let up_ns = t0.elapsed().as_nanos() as u64;
+    let stream = gpu.stream;
+    let mut out = HostOutcome {
+        device: gpu.ordinal,
+        ..Default::default()
+    };
+    match engine {
+        Engine::Native => {
+            let mut mk = Marks::start(stream)?;
+            crate::native::dsyrk(
+                gpu,
+                stream,
+                args.uplo,
+                args.trans,
+                (args.n, args.k),
+                args.alpha,
+                (st_a, args.lda),
+                args.beta,
+                (st_c, args.ldc),
+            )?;
+            mk.mark(Phase::Products)?;
+            sync(stream)?;
+            out.phases = mk.phases()?;
+        }
+        Engine::Ozaki(opts) => {
+            let call = DeviceCall {
+                op: Op::Syrk {
+                    uplo: args.uplo,
+                    trans: args.trans,
+                },
+                m: args.n,
+                n: args.n,
+                k: args.k,
+                alpha: args.alpha,
+                a: st_a,
+                lda: args.lda,
+                beta: args.beta,
+                c: st_c,
+                ldc: args.ldc,
+            };
+            let o = ozaki::gemm(gpu, stream, &call, opts)?;
+            out.moduli = Some(o.moduli);
+            out.phases = o.phases;
+        }
+    }
+    let t1 = std::time::Instant::now();
+    copy_out(
+        gpu,
+        st_c,
+        &mut c[..c_span],
+        args.n,
+        args.n,
+        args.ldc,
+        Some(args.uplo),
+    )?;
+    out.phases.transfer_ns += up_ns + t1.elapsed().as_nanos() as u64;
+    Ok(out)
+}

@@ -1,0 +1,161 @@
+//! The host path's knobs ([`Tuning`]): copy kinds, thread counts and sizes measured best on
+//! the H200 host, replaceable per process by `ozaki bench --tuning`. Separate so that every
+//! stage reads one source of its settings and the benchmarks can swap it.
+
+use crate::host_copy::CopyKind;
+
+/// Knobs of the host-resident path. The defaults are what `ozaki bench --pipeline` and
+/// `--split` measured best on the H200 host (BENCHMARKS.md, "Session 3 host path and
+/// split"); `--tuning` runs those benchmarks under other values side by side.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuning {
+    /// How the upload ring's copies from the caller's memory write pinned staging
+    /// (`crate::host_copy`). `memcpy`: its lines stay in the host's cache (the H200 host has
+    /// 300 MiB of L3, the ring 96 MiB) for the DMA to read; streaming them to memory made the
+    /// uploads slower (BENCHMARKS.md, "Session 3 host path and split").
+    pub upload: CopyKind,
+    /// How C is written from pinned staging into the caller's memory. Streaming: nothing reads
+    /// it soon, and skipping the read for ownership made the write-back 1.1-1.45x faster.
+    pub write_back: CopyKind,
+    /// Copy threads of the upload ring (0: one per core, at most 16).
+    pub copy_threads: usize,
+    /// Threads writing C from staging into the caller's memory, per call; a split divides
+    /// them among its tiles (0: one per core, at most 32: 61 GB/s with 32 threads against
+    /// 39 GB/s with 16 on the H200 host, BENCHMARKS.md).
+    pub write_threads: usize,
+    /// Bytes per slot of the upload ring.
+    pub ring_chunk: usize,
+    /// Target bytes of op(B) per column block of the pipeline.
+    pub block_bytes: usize,
+    /// Most column blocks for `gpu-native` and for `gpu-ozaki` (whose every block converts
+    /// all of op(A) again).
+    pub max_blocks: (usize, usize),
+    /// Row panels of op(A) for `gpu-native` and for `gpu-ozaki` (whose every unit of work
+    /// scans, plans and converts its operands again), see [`pipeline_panels`].
+    ///
+    /// [`pipeline_panels`]: super::pipeline_panels
+    pub panels: (usize, usize),
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            upload: CopyKind::Memcpy,
+            write_back: CopyKind::Stream,
+            copy_threads: 0,
+            write_threads: 0,
+            ring_chunk: 32 << 20,
+            block_bytes: 64 << 20,
+            max_blocks: (16, 4),
+            panels: (4, 1),
+        }
+    }
+}
+
+impl std::str::FromStr for Tuning {
+    type Err = String;
+    /// `key=value` pairs, comma separated, over the defaults: `up=memcpy|stream` (upload
+    /// copies), `back=memcpy|stream` (write-back), `copy=...` (both), `threads=N`, `write=N`,
+    /// `ring=MiB`, `block=MiB`, `native=N`, `ozaki=N` (most blocks), `panels=N`,
+    /// `ozaki_panels=N`
+    /// (`default` alone: the defaults).
+    fn from_str(spec: &str) -> Result<Tuning, String> {
+        let mut t = Tuning::default();
+        for kv in spec
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && *s != "default")
+        {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("tuning {kv:?} is not key=value"))?;
+            let num = || {
+                v.parse::<usize>()
+                    .map_err(|e| format!("tuning {kv:?}: {e}"))
+            };
+            match k {
+                "up" => t.upload = v.parse()?,
+                "back" => t.write_back = v.parse()?,
+                "copy" => (t.upload, t.write_back) = (v.parse()?, v.parse()?),
+                "threads" => t.copy_threads = num()?,
+                "write" => t.write_threads = num()?,
+                "ring" => t.ring_chunk = num()?.max(1) << 20,
+                "block" => t.block_bytes = num()?.max(1) << 20,
+                "native" => t.max_blocks.0 = num()?.max(1),
+                "ozaki" => t.max_blocks.1 = num()?.max(1),
+                "panels" => t.panels.0 = num()?.max(1),
+                "ozaki_panels" => t.panels.1 = num()?.max(1),
+                _ => return Err(format!("unknown tuning key {k:?}")),
+            }
+        }
+        Ok(t)
+    }
+}
+
+static TUNING: std::sync::RwLock<Option<Tuning>> = std::sync::RwLock::new(None);
+
+/// Replaces the process's host-path tuning (benchmarks; `None`: the defaults).
+pub fn set_tuning(t: Option<Tuning>) {
+    *TUNING.write().unwrap_or_else(|p| p.into_inner()) = t;
+}
+
+/// The host-path tuning in force.
+pub fn tuning() -> Tuning {
+    TUNING
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_default()
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Threads that write a result from pinned staging into the caller's C (the write-back is
+/// the call's tail, nothing else runs beside it).
+pub(crate) fn write_threads() -> usize {
+    match tuning().write_threads {
+        0 => cores().clamp(1, 32),
+        t => t,
+    }
+}
+
+/// Copy threads of the upload ring and of [`upload`].
+///
+/// [`upload`]: super::upload::upload
+pub(crate) fn copy_threads() -> usize {
+    match tuning().copy_threads {
+        0 => cores().clamp(1, 16),
+        t => t,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tunings parse as key=value pairs over the defaults; bad keys and values are refused.
+    #[test]
+    fn tunings_parse_over_the_defaults() {
+        assert_eq!("default".parse(), Ok(Tuning::default()));
+        let t: Tuning =
+            "up=stream,back=memcpy,threads=24,write=8,ring=16,block=64,native=16,ozaki=2"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            (t.upload, t.write_back),
+            (CopyKind::Stream, CopyKind::Memcpy)
+        );
+        let both: Tuning = "copy=memcpy".parse().unwrap();
+        assert_eq!(
+            (both.upload, both.write_back),
+            (CopyKind::Memcpy, CopyKind::Memcpy)
+        );
+        assert_eq!((t.copy_threads, t.write_threads), (24, 8));
+        assert_eq!((t.ring_chunk, t.block_bytes), (16 << 20, 64 << 20));
+        assert_eq!(t.max_blocks, (16, 2));
+        assert!("copy=fast".parse::<Tuning>().is_err());
+        assert!("threads".parse::<Tuning>().is_err());
+        assert!("color=red".parse::<Tuning>().is_err());
+    }
+}
