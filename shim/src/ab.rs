@@ -382,7 +382,10 @@ pub unsafe fn execute<R: RawCall>(
         );
     }
     let vendor_ns = t.elapsed().as_nanos() as u64;
-    // 3. C back to the original, the vendor's result into the buffer.
+    // 3. C back to the original, the vendor's result into the buffer. C already holds the
+    // vendor's result here, so this step must not panic (`entry::call`'s recovery would apply
+    // beta a second time): it cannot, since step 1 read every index of the region from this
+    // same C into the buffer, and swapping two f64 values does not fail.
     // SAFETY: as in 1.
     with_c(canon, |c| region.swap(c, &mut buffer));
     // 4. The route, with its usual fallback.

@@ -1,0 +1,565 @@
+//! The `gpu-ozaki` route on device-resident operands: Ozaki scheme II with byte moduli on the
+//! INT8 tensor cores (issue #4; paper brief §1 and §9.3-9.5).
+//!
+//! Stages, all on the caller's stream:
+//! 1. exponent scan of op(A) rows and op(B) columns (one pass each, NaN/Inf detected), then,
+//!    with norm scaling (the default), a second pass for each line's coarse square sum `S_i`;
+//! 2. the host reads the m + n row/column statistics (one small copy) and makes the [`Plan`]:
+//!    moduli count and checks; the power-of-two shifts are formed on the device from the
+//!    same statistics (`line_shifts`, from a per-class table of the plan's shift rule);
+//! 3. one pass over each fp64 operand forms the residues of all moduli (convert once). The
+//!    GPU runs 2 and 3 for the expected moduli count while the host plans, and again when the
+//!    plan chooses another count;
+//! 4. one cuBLASLt strided-batched int8 GEMM per column block of C covers all moduli;
+//! 5. CRT reconstruction, single rounding, unscaling and the alpha/beta epilogue write C.
+//!
+//! C is written only in stage 5, after every earlier stage succeeded; a failure before it
+//! leaves C untouched, so the caller can still run the native route on the same memory.
+//!
+//! # Same numerics as `ozaki-core` (issue #3), and where they differ
+//! Moduli ([`MODULI`] = `ozaki_core::moduli::INT8_MODULI`), shifts (ozaki-core's *norm*
+//! scaling by default, or its *fast* scaling, [`Options::scaling`] / `OZAKI_SCALING`),
+//! quantiser (round to nearest even, `rint`) and reconstruction (exact CRT, one correctly
+//! rounded conversion, then `alpha c + beta C` with separately rounded operations) are those
+//! of `ozaki_core::emulate`; for the same moduli count and scaling mode its output with
+//! `Reconstruction::Exact` equals ours bit for bit (`tests/device.rs`,
+//! `equals_the_cpu_reference_route_bit_for_bit` for fast, `norm_scaling_equals_...` for
+//! norm). Three differences remain, on purpose:
+//! - **moduli count**: the CPU route's default chooses r from a statistical error estimate
+//!   that needs the exact quantisation errors and an exponent product over all (i, j)
+//!   (`ozaki_core::select`); on the GPU that is another full product, so the GPU chooses r
+//!   from the in-row spread measured by the scan ([`needed_bits`]; fast mode calibrated on the
+//!   H200, norm mode on ozaki-core's CPU measurements, ACCURACY.md).
+//!   With `OZAKI_MODULI=r` both routes use r.
+//! - **scaling mode**: the CPU default is the accurate mode (one extra coarse product); the GPU
+//!   uses the norm mode (no extra product, one more pass over the operands; about one modulus
+//!   fewer than fast on normal data, 1-2 on exponent-spread data, nearly what accurate gains).
+//!   `Accurate` asked of the GPU runs as norm.
+//! - **subnormal results**: the GPU rounds C' 2^-(sigma+tau) to 53 bits and then scales, which
+//!   rounds a second time when the result is subnormal (below 2^-1022); normal results are
+//!   correctly rounded.
+
+use crate::crt::{CrtTable, MAX_MODULI, ResidueTable};
+use crate::device::{Gpu, sync};
+use crate::error::{Context, GpuError};
+use crate::kernels::PerLine;
+use crate::lt_int8::{self, MAX_K, Shape};
+use crate::timing::{Marks, Phase};
+use cudarc::driver::sys;
+use ozaki_core::blas::{Trans, Uplo};
+use ozaki_core::trace::Phases;
+
+mod line_stats;
+mod moduli_rule;
+mod norm_lines;
+mod plan;
+
+pub use line_stats::{HostRowStats, RowStats, exponent_of_bits};
+pub use moduli_rule::{
+    BASE_BITS, MODULI, NORM_BASE_BITS, SPREAD_WEIGHT, bits_for, choose_moduli, choose_moduli_norm,
+    needed_bits, typical_moduli,
+};
+pub use norm_lines::{SHIFT_CLASSES, fewest_norm_bits, norm_bits};
+pub use plan::{DEFAULT_SCALING, Plan, ScalingMode, effective_scaling, plan, plan_into};
+
+use moduli_rule::{expected_moduli, remember_moduli};
+use plan::shift_table;
+
+/// From this many rows and columns of C on, the products and reconstruction run in column
+/// blocks of [`LARGE_BLOCK`]: the int8 products run under the board's power cap (SM clock
+/// down to 1.4 GHz at 16384^3), and the memory-bound reconstruction of one block between the
+/// products of the next lets them run faster: 105.1 ms instead of 112-113 ms at 16384^3,
+/// r = 15 (1.50x native instead of 1.38-1.40x; BENCHMARKS.md, session 2 kernel tuning).
+pub const LARGE: usize = 16384;
+
+/// Column block of C for calls with m, n >= [`LARGE`].
+pub const LARGE_BLOCK: usize = 4096;
+
+/// What the device pipeline computes.
+#[derive(Debug, Clone, Copy)]
+pub enum Op {
+    /// C = alpha op(A) op(B) + beta C.
+    Gemm {
+        /// op(A).
+        transa: Trans,
+        /// op(B).
+        transb: Trans,
+        /// Device address of B.
+        b: u64,
+        /// Leading dimension of B.
+        ldb: usize,
+    },
+    /// C = alpha op(A) op(A)^T + beta C, one triangle (op(A) = A for `No`, A^T for `Yes`).
+    Syrk {
+        /// Triangle of C.
+        uplo: Uplo,
+        /// Whether A is transposed.
+        trans: Trans,
+    },
+}
+
+/// One call on device memory (column-major; BLAS argument checks already passed).
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceCall {
+    /// The operation.
+    pub op: Op,
+    /// Rows of C (syrk: n).
+    pub m: usize,
+    /// Columns of C.
+    pub n: usize,
+    /// Inner dimension.
+    pub k: usize,
+    /// alpha (callers handle alpha == 0 and k == 0 themselves).
+    pub alpha: f64,
+    /// Device address of A.
+    pub a: u64,
+    /// Leading dimension of A.
+    pub lda: usize,
+    /// beta (0: C is not read).
+    pub beta: f64,
+    /// Device address of C.
+    pub c: u64,
+    /// Leading dimension of C.
+    pub ldc: usize,
+}
+
+/// What one emulated call did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    /// Moduli used (trace field `moduli`).
+    pub moduli: u32,
+    /// Measured phases (trace field `phases`).
+    pub phases: Phases,
+    /// Bits the default rule asked for ([`needed_bits`]), for calibration.
+    pub needed_bits: f64,
+    /// The scaling the call used (`None` only in `Outcome::default()`).
+    pub scaling: Option<ScalingMode>,
+}
+
+/// Options of one emulated call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Force this many moduli (`OZAKI_MODULI`).
+    pub moduli: Option<usize>,
+    /// Scaling bound (`OZAKI_SCALING`); `None` is [`DEFAULT_SCALING`].
+    pub scaling: Option<ScalingMode>,
+    /// Largest column block (for tests of the blocked path; 0 = as memory allows).
+    pub max_block: usize,
+}
+
+/// Residue and CRT tables for r = 0..=20 moduli (index r), built once per process.
+fn tables() -> &'static [(ResidueTable, CrtTable)] {
+    static T: std::sync::OnceLock<Vec<(ResidueTable, CrtTable)>> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        (0..=MAX_MODULI)
+            .map(|r| {
+                let r = r.max(1);
+                (ResidueTable::new(&MODULI[..r]), CrtTable::new(&MODULI[..r]))
+            })
+            .collect()
+    })
+}
+
+/// An error from a column block after an earlier block's reconstruction wrote C: the kinds
+/// that mean "declined, C untouched" become `Cuda`, so no caller runs another route on C.
+fn written_c(e: GpuError) -> GpuError {
+    match e {
+        GpuError::NonFinite | GpuError::Unsupported(_) => {
+            GpuError::Cuda(format!("{e} (after part of C was written)"))
+        }
+        e => e,
+    }
+}
+
+fn round_up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+/// Runs the emulated call on `stream` and waits for it. On error C is untouched unless the
+/// error came from the reconstruction launches themselves (reported as `Cuda`).
+pub fn gemm(
+    gpu: &mut Gpu,
+    stream: sys::CUstream,
+    call: &DeviceCall,
+    opts: Options,
+) -> Result<Outcome, GpuError> {
+    let pending = enqueue(gpu, stream, call, opts)?;
+    sync(stream)?;
+    pending.finish()
+}
+
+/// An emulated call whose plan accepted its operands and whose work is all enqueued on its
+/// stream, not yet waited for.
+pub struct Pending {
+    outcome: Outcome,
+    marks: Marks,
+}
+
+impl Pending {
+    /// The call's outcome with its phase times, once its stream has passed its work (the
+    /// caller synchronised it).
+    pub fn finish(self) -> Result<Outcome, GpuError> {
+        Ok(Outcome {
+            phases: self.marks.phases()?,
+            ..self.outcome
+        })
+    }
+}
+
+/// [`gemm`] without the final wait: returns once the plan accepted the operands and the
+/// products and reconstruction are enqueued, so a host pipeline (`host::staged_gemm`) plans
+/// its next unit while the GPU still computes this one. Errors as [`gemm`]; the operands and
+/// C must stay valid until the stream has passed the work.
+pub fn enqueue(
+    gpu: &mut Gpu,
+    stream: sys::CUstream,
+    call: &DeviceCall,
+    opts: Options,
+) -> Result<Pending, GpuError> {
+    let (m, n, k) = (call.m, call.n, call.k);
+    if m == 0 || n == 0 || k == 0 || call.alpha == 0.0 {
+        return Err(GpuError::Unsupported(
+            "empty product (handled by the caller)".into(),
+        ));
+    }
+    if k > MAX_K {
+        return Err(GpuError::Unsupported(format!(
+            "k = {k} > {MAX_K} would overflow the int32 sums"
+        )));
+    }
+    if m > i32::MAX as usize || n > i32::MAX as usize {
+        return Err(GpuError::Unsupported("dimension beyond int32".into()));
+    }
+    let kpad = round_up(k, 16);
+    let syrk = matches!(call.op, Op::Syrk { .. });
+    // Element (i, l) of op(A) is contiguous along l when A is transposed.
+    let (a_contig, b_operand) = match call.op {
+        Op::Gemm {
+            transa,
+            transb,
+            b,
+            ldb,
+        } => (transa == Trans::Yes, Some((b, ldb, transb == Trans::No))),
+        Op::Syrk { trans, .. } => (trans == Trans::Yes, None),
+    };
+    let uplo = match call.op {
+        Op::Syrk {
+            uplo: Uplo::Upper, ..
+        } => 1,
+        Op::Syrk {
+            uplo: Uplo::Lower, ..
+        } => 2,
+        Op::Gemm { .. } => 0,
+    };
+    let nb_rows = if syrk { m } else { m + n };
+    let scaling = effective_scaling(opts.scaling);
+    // per line: u64 max bit pattern, f64 sum |x|, u64 S_i (norm scaling)
+    const STATS: usize = 24;
+
+    let mut marks = Marks::start(stream)?;
+    // 1. exponent scan
+    let stats = gpu.workspace.get("scan", STATS * nb_rows)?;
+    let (maxbits, abssum) = (stats, stats + 8 * nb_rows as u64);
+    let coarse_sq = stats + 16 * nb_rows as u64;
+    // SAFETY: stats holds nb_rows u64 maxima, nb_rows f64 sums, nb_rows u64 S_i on this device.
+    unsafe { sys::cuMemsetD8Async(stats, 0, STATS * nb_rows, stream) }
+        .result()
+        .ctx("cuMemsetD8Async")?;
+    {
+        let kern = gpu.kernels()?;
+        // (address, leading dimension, row contiguous, rows, first stats slot) per operand
+        let mut operands = vec![(call.a, call.lda as i64, a_contig, m as i32, 0u64)];
+        if let Some((b, ldb, contig)) = b_operand {
+            operands.push((b, ldb as i64, contig, n as i32, m as u64));
+        }
+        // the scan, then with norm scaling a second pass for S_i from the row exponents
+        let mut passes = vec![(PerLine::Scan, abssum)];
+        if scaling == ScalingMode::Norm {
+            passes.push((PerLine::CoarseNorms, coarse_sq));
+        }
+        for (pass, out) in passes {
+            for &(x, ld, contig, rows, slot) in &operands {
+                // SAFETY: A (and B) cover the BLAS-checked extents for their leading
+                // dimensions; the stats have m (+ n) slots of each kind.
+                unsafe {
+                    kern.per_line(
+                        pass,
+                        stream,
+                        (x, ld, contig, rows, k as i32),
+                        maxbits + 8 * slot,
+                        out + 8 * slot,
+                    )?;
+                }
+            }
+        }
+    }
+    // 2. The statistics go to the host for the plan; meanwhile the GPU already forms the shifts
+    //    and residues for the moduli count the plan is expected to choose (forced, or this
+    //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
+    //    between the scan and the residues (BENCHMARKS.md, session 3 kernel work). When the plan
+    //    chooses another count, both are formed again; C is written only after the plan.
+    let table_at = STATS * nb_rows;
+    let table_bytes = 4 * SHIFT_CLASSES;
+    if gpu.small.len() < table_at + table_bytes {
+        // an upload from the old buffer may still be pending
+        if let Some(f) = gpu.small_busy.take() {
+            f.wait()?;
+        }
+        gpu.small = crate::memory::PinnedBuffer::new(table_at + table_bytes)?;
+    }
+    let host = gpu.small.as_mut_ptr();
+    // SAFETY: host is pinned memory of >= STATS nb_rows bytes; the copy completes at the fence.
+    unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, stats, STATS * nb_rows, stream) }
+        .result()
+        .ctx("cuMemcpyDtoH")?;
+    let fence = crate::timing::Fence::record(stream)?;
+    let shifts_dev = gpu.workspace.get("shifts", 4 * nb_rows + table_bytes)?;
+    let table_dev = shifts_dev + 4 * nb_rows as u64;
+    let sigma_dev = shifts_dev;
+    let tau_dev = if syrk {
+        shifts_dev
+    } else {
+        shifts_dev + 4 * m as u64
+    };
+    let plane_a = m * kpad;
+    let plane_b = n * kpad;
+    // 3. shifts and residues of all moduli for r moduli; returns the plane buffers
+    let convert = |gpu: &mut Gpu, r: usize| -> Result<(u64, u64), GpuError> {
+        // the previous upload of the table (this call's guess, or an earlier call's) is done
+        if let Some(f) = gpu.small_busy.take() {
+            f.wait()?;
+        }
+        // SAFETY: the table area follows the statistics in the pinned buffer; no upload from
+        // it is pending (waited above).
+        let table = unsafe {
+            std::slice::from_raw_parts_mut(host.add(table_at) as *mut i32, SHIFT_CLASSES)
+        };
+        table.copy_from_slice(&shift_table(scaling, r, k));
+        // SAFETY: pinned source, device destination of table_bytes; ordered before its user.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(table_dev, table.as_ptr() as *const _, table_bytes, stream)
+        }
+        .result()
+        .ctx("cuMemcpyHtoD")?;
+        gpu.small_busy = Some(crate::timing::Fence::record(stream)?);
+        let planes_a = gpu.workspace.get("planes_a", r * plane_a)?;
+        let planes_b = if syrk {
+            planes_a
+        } else {
+            gpu.workspace.get("planes_b", r * plane_b)?
+        };
+        let rtab = &tables()[r].0;
+        let kern = gpu.kernels()?;
+        // SAFETY: the statistics hold nb_rows lines, the shifts slot nb_rows shifts and the
+        // table; plane buffers hold r planes of rows x kpad bytes.
+        unsafe {
+            kern.line_shifts(
+                stream,
+                (maxbits, coarse_sq),
+                nb_rows as i32,
+                table_dev,
+                shifts_dev,
+            )?;
+            kern.residues(
+                stream,
+                call.a,
+                call.lda as i64,
+                a_contig,
+                m as i32,
+                k as i32,
+                kpad as i32,
+                sigma_dev,
+                rtab,
+                planes_a,
+                plane_a as i64,
+            )?;
+            if let Some((b, ldb, contig)) = b_operand {
+                kern.residues(
+                    stream,
+                    b,
+                    ldb as i64,
+                    contig,
+                    n as i32,
+                    k as i32,
+                    kpad as i32,
+                    tau_dev,
+                    rtab,
+                    planes_b,
+                    plane_b as i64,
+                )?;
+            }
+        }
+        Ok((planes_a, planes_b))
+    };
+    let guess = opts
+        .moduli
+        .unwrap_or_else(|| expected_moduli(scaling, k))
+        .clamp(2, MAX_MODULI);
+    let mut planes = convert(gpu, guess)?;
+    fence.wait()?;
+    // SAFETY: the copy has completed; the buffer is page-aligned.
+    let (bits, sums, sq) = unsafe {
+        (
+            std::slice::from_raw_parts(host as *const u64, nb_rows),
+            std::slice::from_raw_parts(host.add(8 * nb_rows) as *const f64, nb_rows),
+            std::slice::from_raw_parts(host.add(16 * nb_rows) as *const u64, nb_rows),
+        )
+    };
+    let a_stats = RowStats {
+        maxbits: &bits[..m],
+        abssum: &sums[..m],
+        coarse_sq: &sq[..m],
+    };
+    let b_stats = if syrk {
+        a_stats
+    } else {
+        RowStats {
+            maxbits: &bits[m..],
+            abssum: &sums[m..],
+            coarse_sq: &sq[m..],
+        }
+    };
+    // the shifts themselves come from the device (`line_shifts`, the same function of the lines)
+    let plan = match plan_into(
+        a_stats,
+        b_stats,
+        k,
+        opts.moduli,
+        scaling,
+        (&mut [], &mut []),
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            // the speculative residues still read A and B: the caller may free them next
+            sync(stream)?;
+            return Err(e);
+        }
+    };
+    let r = plan.moduli;
+    if opts.moduli.is_none() {
+        remember_moduli(scaling, r);
+    }
+    if r != guess {
+        planes = convert(gpu, r)?;
+    }
+    let (planes_a, planes_b) = planes;
+    marks.mark(Phase::Convert)?;
+
+    // 4 + 5. products and reconstruction per column block, as large as free memory allows
+    let per_col = r * m * 4;
+    let mut nb = n;
+    if syrk && n >= 2048 {
+        nb = nb.div_ceil(4); // triangle blocks skip the other triangle's products
+    }
+    if !syrk && m >= LARGE && n >= LARGE {
+        nb = nb.min(LARGE_BLOCK);
+    }
+    if opts.max_block > 0 {
+        nb = nb.min(opts.max_block);
+    }
+    let prod = match gpu.workspace.get("products", per_col * nb) {
+        Ok(p) => p,
+        Err(GpuError::OutOfMemory { .. }) => {
+            // measure what is really free now (the slot was released) and tile to fit
+            let (free, _) = crate::memory::mem_info()?;
+            let budget = free.saturating_sub(crate::memory::DEVICE_RESERVE + (64 << 20));
+            nb = nb.min(budget / per_col.max(1));
+            if nb > 256 {
+                nb = nb / 256 * 256;
+            }
+            if nb == 0 {
+                return Err(GpuError::OutOfMemory {
+                    needed: per_col + crate::memory::DEVICE_RESERVE,
+                    free,
+                });
+            }
+            gpu.workspace.get("products", per_col * nb)?
+        }
+        Err(e) => return Err(e),
+    };
+    let ctab = &tables()[r].1;
+    // One column block: its products, then its reconstruction into C. Blocks after the
+    // first run once C is partly written, so their errors must not read as "declined"
+    // (NonFinite / Unsupported send the device entry points to cuBLAS on the same C):
+    // [`written_c`] reports them as `Cuda`, as this function's contract says.
+    let mut block = |j0: usize, cols: usize| -> Result<(), GpuError> {
+        // rows of C this block needs: all, or for a triangle only those at or above/below it
+        let (row0, rows) = match uplo {
+            1 => (0, (j0 + cols).min(m)),
+            2 => (j0, m - j0),
+            _ => (0, m),
+        };
+        let shape = Shape {
+            m: rows as u64,
+            n: cols as u64,
+            k: kpad as u64,
+            batch: r as u32,
+            strides: (plane_a as i64, plane_b as i64, (rows * cols) as i64),
+        };
+        lt_int8::batched(
+            gpu,
+            stream,
+            shape,
+            planes_a + (row0 * kpad) as u64,
+            planes_b + (j0 * kpad) as u64,
+            prod,
+        )?;
+        marks.mark(Phase::Products)?;
+        let kern = gpu.kernels()?;
+        // SAFETY: prod holds r planes of rows x cols int32; C covers ldc x n doubles.
+        unsafe {
+            kern.reconstruct(
+                stream,
+                prod,
+                (rows * cols) as i64,
+                rows as i32,
+                cols as i32,
+                sigma_dev + 4 * row0 as u64,
+                tau_dev + 4 * j0 as u64,
+                ctab,
+                call.alpha,
+                call.beta,
+                call.c + 8 * (row0 + j0 * call.ldc) as u64,
+                call.ldc as i64,
+                uplo,
+                (row0 as i32, j0 as i32),
+            )?;
+        }
+        marks.mark(Phase::Reconstruct)?;
+        Ok(())
+    };
+    let mut j0 = 0;
+    while j0 < n {
+        let cols = nb.min(n - j0);
+        block(j0, cols).map_err(|e| if j0 > 0 { written_c(e) } else { e })?;
+        j0 += cols;
+    }
+    Ok(Pending {
+        outcome: Outcome {
+            moduli: r as u32,
+            phases: Phases::default(),
+            needed_bits: plan.needed_bits,
+            scaling: Some(plan.scaling),
+        },
+        marks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block that fails after C was partly written never reads as "declined" (which would
+    /// let the device entry points run cuBLAS on that C); other kinds keep their meaning.
+    #[test]
+    fn errors_after_c_was_written_are_not_declines() {
+        for e in [
+            GpuError::NonFinite,
+            GpuError::Unsupported("no algorithm".into()),
+        ] {
+            assert!(matches!(written_c(e), GpuError::Cuda(_)));
+        }
+        let oom = GpuError::OutOfMemory { needed: 1, free: 0 };
+        assert!(matches!(written_c(oom), GpuError::OutOfMemory { .. }));
+    }
+}
