@@ -406,7 +406,7 @@ fn one_gpu(rows: &mut dyn FnMut(Row), dev: u32, bytes: usize) -> Result<(), GpuE
         let src64: Vec<f64> = vec![1.5; bytes / 8];
         let s = median3(true, || crate::host::upload(&mut g, d0.ptr(), &src64))?;
         rows(rate(
-            format!("GPU {dev}: staged upload of host.rs (memcpy + DMA, 2 x 64 MiB)"),
+            format!("GPU {dev}: staged upload of host::upload (memcpy + DMA, 2 x 64 MiB)"),
             bytes,
             s,
         ));

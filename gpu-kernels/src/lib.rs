@@ -14,8 +14,9 @@
 //! | [`crt`] | residue and CRT tables passed to the kernels |
 //! | [`lt_int8`] | batched int8 products through cuBLASLt |
 //! | [`native`] | cuBLAS DGEMM / DSYRK |
-//! | [`ozaki`] | the emulated pipeline on device memory |
+//! | [`ozaki`] | the emulated pipeline on device memory; its host plan and moduli rule |
 //! | [`host`] | host-resident calls: staging, transfers, write-back after success |
+//! | `early_write` | with beta = 0, blocks of C written as they arrive once the call is accepted |
 //! | [`host_copy`] | streaming (non-temporal) copies between pageable and pinned memory |
 //! | [`host_link`] | host-memory and host-link microbenchmarks (`ozaki bench --host-link`) |
 //! | [`multi`] | one host-resident dgemm split across several device slots (issue #7) |
