@@ -1,7 +1,7 @@
 //! One host-resident dgemm split across several device slots (issue #7).
 //!
 //! `ozaki_core::devices::split_c` decides the tiles of C; this module runs them: one thread
-//! per tile, each on its own slot's [`Gpu`] ([`gpu_slot`]: own streams, workspace and
+//! per tile, each on its own slot's [`Gpu`](crate::device::Gpu) ([`gpu_slot`]: own streams, workspace and
 //! staging, so slots on different GPUs, or twice on one GPU with `OZAKI_DEVICES=0,0`, run
 //! concurrently), each calling the single-device host-resident route ([`host::gemm_on`],
 //! native or emulated) on its sub-problem
@@ -155,7 +155,7 @@ fn panicked<T>(_: Box<dyn std::any::Any + Send>) -> Result<T, GpuError> {
 /// `plan` (from `split_c` over this process's device slots). C is written only after every
 /// tile succeeded.
 ///
-/// When the tiles are column blocks of C on distinct devices ([`shares_a`]), each needs all
+/// When the tiles are column blocks of C on distinct devices (`shares_a`), each needs all
 /// of A: instead of every slot staging all of A through host memory (the host's memory
 /// bandwidth, not the link, bounds staging: BENCHMARKS.md, host-link table), A is cut into
 /// row panels (`host::shared_panels`), slot i stages panels i, i + T, ... as part of its own

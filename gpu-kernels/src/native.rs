@@ -95,7 +95,7 @@ pub fn dsyrk(
     }
 }
 
-/// The native computation of a [`DeviceCall`] (device-resident entry points: the fallback
+/// The native computation of a [`DeviceCall`](crate::ozaki::DeviceCall) (device-resident entry points: the fallback
 /// when emulation declines the call).
 pub fn device_call(
     gpu: &Gpu,

@@ -113,7 +113,7 @@ pub fn gemm_on(
 /// The result does not depend on the grid for `gpu-native` up to cuBLAS's choice of kernel
 /// per unit shape, and not at all for `gpu-ozaki` with a fixed moduli count (each entry
 /// depends only on its row of op(A) and column of op(B)); with the automatic count each
-/// unit chooses its own (see [`staged_gemm`]).
+/// unit chooses its own (see `staged_gemm`).
 pub fn gemm_grid(
     gpu: &mut Gpu,
     args: &GemmArgs,
