@@ -154,6 +154,15 @@ fn attribute(dev: sys::CUdevice, a: sys::CUdevice_attribute) -> Result<i32, GpuE
 }
 
 impl Gpu {
+    /// Waits until no upload from `small` is pending ([`Gpu::small_busy`]), before the host
+    /// writes or replaces it.
+    pub(crate) fn small_idle(&mut self) -> Result<(), GpuError> {
+        match self.small_busy.take() {
+            Some(f) => f.wait(),
+            None => Ok(()),
+        }
+    }
+
     fn init() -> Result<Gpu, GpuError> {
         Gpu::init_on(None)
     }

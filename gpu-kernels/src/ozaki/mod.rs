@@ -302,9 +302,7 @@ pub fn enqueue(
     let table_bytes = 4 * SHIFT_CLASSES;
     if gpu.small.len() < table_at + table_bytes {
         // an upload from the old buffer may still be pending
-        if let Some(f) = gpu.small_busy.take() {
-            f.wait()?;
-        }
+        gpu.small_idle()?;
         gpu.small = crate::memory::PinnedBuffer::new(table_at + table_bytes)?;
     }
     let host = gpu.small.as_mut_ptr();
@@ -326,9 +324,7 @@ pub fn enqueue(
     // 3. shifts and residues of all moduli for r moduli; returns the plane buffers
     let convert = |gpu: &mut Gpu, r: usize| -> Result<(u64, u64), GpuError> {
         // the previous upload of the table (this call's guess, or an earlier call's) is done
-        if let Some(f) = gpu.small_busy.take() {
-            f.wait()?;
-        }
+        gpu.small_idle()?;
         // SAFETY: the table area follows the statistics in the pinned buffer; no upload from
         // it is pending (waited above).
         let table = unsafe {
