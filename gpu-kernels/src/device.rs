@@ -181,89 +181,52 @@ impl Gpu {
             })?),
             (None, Err(_)) => None,
         };
-        // SAFETY: cuInit may be called any number of times.
-        unsafe { sys::cuInit(0) }
-            .result()
-            .map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))?;
-        let mut count = 0;
-        // SAFETY: out-parameter.
-        unsafe { sys::cuDeviceGetCount(&mut count) }
-            .result()
-            .ctx("cuDeviceGetCount")?;
-        // Issue #7: without OZAKI_GPU, an MPI rank takes the first GPU of its local-rank block
-        // of the host's pool (OZAKI_DEVICES, else all devices). Only that first slot is used
-        // until the route executes multi-slot split plans.
-        let ordinal = match explicit {
-            Some(o) => o,
-            None => {
-                use ozaki_core::devices::{DEVICES_VAR, DeviceAssignment, LauncherEnv};
-                let pool = std::env::var(DEVICES_VAR).ok();
-                DeviceAssignment::resolve(
-                    pool.as_deref(),
-                    count.max(0) as u32,
-                    &LauncherEnv::from_process_env(),
-                )
-                .map_err(|e| GpuError::Unavailable(e.to_string()))?
-                .slots[0]
-            }
-        };
-        if count <= ordinal as i32 {
-            return Err(GpuError::Unavailable(format!(
-                "no CUDA device {ordinal} ({count} found)"
-            )));
-        }
-        let mut dev = 0;
-        // SAFETY: out-parameter; ordinal < count.
-        unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) }
-            .result()
-            .ctx("cuDeviceGet")?;
-        let mut name_buf = [0 as std::ffi::c_char; 128];
-        // SAFETY: buffer of the stated length.
-        unsafe { sys::cuDeviceGetName(name_buf.as_mut_ptr(), 128, dev) }
-            .result()
-            .ctx("cuDeviceGetName")?;
-        let name = name_buf
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8 as char)
-            .collect();
-        use sys::CUdevice_attribute::*;
-        let cc = (
-            attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        );
-        let sms = attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let mut driver_version = 0;
-        // SAFETY: out-parameter.
-        unsafe { sys::cuDriverGetVersion(&mut driver_version) }
-            .result()
-            .ctx("cuDriverGetVersion")?;
-        let mut ctx = std::ptr::null_mut();
-        // SAFETY: retains the device's primary context (the one the CUDA runtime uses too, so
-        // device pointers from a runtime-API program are valid here).
-        unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) }
-            .result()
-            .ctx("cuDevicePrimaryCtxRetain")?;
-        // SAFETY: ctx was just retained.
-        unsafe { sys::cuCtxSetCurrent(ctx) }
-            .result()
-            .ctx("cuCtxSetCurrent")?;
-        let stream = new_stream()?;
-        let copy_stream = new_stream()?;
-        let mut blas = std::ptr::null_mut();
-        // SAFETY: out-parameter; a context is current.
-        unsafe { cublas::cublasCreate_v2(&mut blas) }
-            .result()
-            .ctx("cublasCreate")?;
-        let mut cublas_version = 0;
-        // SAFETY: live handle, out-parameter.
-        unsafe { cublas::cublasGetVersion_v2(blas, &mut cublas_version) }
-            .result()
-            .ctx("cublasGetVersion")?;
-        let lt_workspace = crate::memory::DeviceBuffer::new(LT_WORKSPACE)?;
+        // Each step runs inside the start gate, which a process exit closes and waits on
+        // (`start_gate`: the shim may run this on a background thread).
+        use crate::start_gate::step;
+        let Found {
+            ordinal,
+            dev,
+            name,
+            cc,
+            sms,
+            driver_version,
+        } = step("cuInit", || find_device(explicit))?;
+        let (ctx, stream, copy_stream) = step("context", || {
+            let mut ctx = std::ptr::null_mut();
+            // SAFETY: retains the device's primary context (the one the CUDA runtime uses
+            // too, so device pointers from a runtime-API program are valid here).
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) }
+                .result()
+                .ctx("cuDevicePrimaryCtxRetain")?;
+            // SAFETY: ctx was just retained.
+            unsafe { sys::cuCtxSetCurrent(ctx) }
+                .result()
+                .ctx("cuCtxSetCurrent")?;
+            Ok((ctx, new_stream()?, new_stream()?))
+        })?;
+        let (blas, cublas_version, lt_workspace) = step("cuBLAS", || {
+            let mut blas = std::ptr::null_mut();
+            // SAFETY: out-parameter; a context is current.
+            unsafe { cublas::cublasCreate_v2(&mut blas) }
+                .result()
+                .ctx("cublasCreate")?;
+            let mut cublas_version = 0;
+            // SAFETY: live handle, out-parameter.
+            unsafe { cublas::cublasGetVersion_v2(blas, &mut cublas_version) }
+                .result()
+                .ctx("cublasGetVersion")?;
+            Ok((
+                blas,
+                cublas_version,
+                crate::memory::DeviceBuffer::new(LT_WORKSPACE)?,
+            ))
+        })?;
         let lt = if libs.cublaslt {
-            contain("cuBLASLt", || {
-                cudarc::cublaslt::result::create_handle().ctx("cublasLtCreate")
+            step("cuBLASLt", || {
+                contain("cuBLASLt", || {
+                    cudarc::cublaslt::result::create_handle().ctx("cublasLtCreate")
+                })
             })
             .unwrap_or(std::ptr::null_mut())
         } else {
@@ -274,8 +237,14 @@ impl Gpu {
             None if lt.is_null() => Err(GpuError::Unavailable(
                 "cuBLASLt handle could not be created".into(),
             )),
-            None => contain("kernel compilation", || Kernels::load(cc, driver_version)),
+            None => step("kernels", || {
+                contain("kernel compilation", || Kernels::load(cc, driver_version))
+            }),
         };
+        // A start cut short by the process exit is not worth a warning.
+        if crate::start_gate::closed() {
+            return Err(GpuError::Unavailable(crate::start_gate::EXITING.into()));
+        }
         if let Err(e) = &kernels {
             tracing::warn!(error = %e, "gpu-ozaki unavailable; gpu-native still works");
         }
@@ -295,7 +264,7 @@ impl Gpu {
             kernels,
             workspace: Workspace::default(),
             staging: Vec::new(),
-            small: PinnedBuffer::new(1 << 20)?,
+            small: step("pinned table", || PinnedBuffer::new(1 << 20))?,
             small_busy: None,
             algo_cache: Default::default(),
         })
@@ -349,6 +318,86 @@ impl Gpu {
     pub fn stream(&self) -> sys::CUstream {
         self.stream
     }
+}
+
+/// The device [`Gpu::init_on`] takes, with what the driver says about it.
+struct Found {
+    ordinal: u32,
+    dev: sys::CUdevice,
+    name: String,
+    cc: (i32, i32),
+    sms: i32,
+    driver_version: i32,
+}
+
+/// Initialises the driver and finds the device: `explicit` (a slot's, or `OZAKI_GPU`), else
+/// the first of this process's local-rank block.
+fn find_device(explicit: Option<u32>) -> Result<Found, GpuError> {
+    // SAFETY: cuInit may be called any number of times.
+    unsafe { sys::cuInit(0) }
+        .result()
+        .map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))?;
+    let mut count = 0;
+    // SAFETY: out-parameter.
+    unsafe { sys::cuDeviceGetCount(&mut count) }
+        .result()
+        .ctx("cuDeviceGetCount")?;
+    // Issue #7: without OZAKI_GPU, an MPI rank takes the first GPU of its local-rank block
+    // of the host's pool (OZAKI_DEVICES, else all devices). Only that first slot is used
+    // until the route executes multi-slot split plans.
+    let ordinal = match explicit {
+        Some(o) => o,
+        None => {
+            use ozaki_core::devices::{DEVICES_VAR, DeviceAssignment, LauncherEnv};
+            let pool = std::env::var(DEVICES_VAR).ok();
+            DeviceAssignment::resolve(
+                pool.as_deref(),
+                count.max(0) as u32,
+                &LauncherEnv::from_process_env(),
+            )
+            .map_err(|e| GpuError::Unavailable(e.to_string()))?
+            .slots[0]
+        }
+    };
+    if count <= ordinal as i32 {
+        return Err(GpuError::Unavailable(format!(
+            "no CUDA device {ordinal} ({count} found)"
+        )));
+    }
+    let mut dev = 0;
+    // SAFETY: out-parameter; ordinal < count.
+    unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) }
+        .result()
+        .ctx("cuDeviceGet")?;
+    let mut name_buf = [0 as std::ffi::c_char; 128];
+    // SAFETY: buffer of the stated length.
+    unsafe { sys::cuDeviceGetName(name_buf.as_mut_ptr(), 128, dev) }
+        .result()
+        .ctx("cuDeviceGetName")?;
+    let name = name_buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect();
+    use sys::CUdevice_attribute::*;
+    let cc = (
+        attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    );
+    let sms = attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let mut driver_version = 0;
+    // SAFETY: out-parameter.
+    unsafe { sys::cuDriverGetVersion(&mut driver_version) }
+        .result()
+        .ctx("cuDriverGetVersion")?;
+    Ok(Found {
+        ordinal,
+        dev,
+        name,
+        cc,
+        sms,
+        driver_version,
+    })
 }
 
 fn new_stream() -> Result<sys::CUstream, GpuError> {

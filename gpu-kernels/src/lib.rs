@@ -21,6 +21,8 @@
 //! | [`host_link`] | host-memory and host-link microbenchmarks (`ozaki bench --host-link`) |
 //! | [`multi`] | one host-resident dgemm split across several device slots (issue #7) |
 //! | [`timing`] | phase times from CUDA events |
+//! | [`start_gate`] | steps of the GPU start that a process exit waits for |
+//! | [`warm_up`] | the first call's one-off costs, paid on the background start's thread |
 //! | [`fpenv`] | the caller's floating-point exception flags survive a call |
 //! | [`measure`] | rates and baselines for `ozaki bench` |
 
@@ -45,7 +47,9 @@ pub mod native;
 pub mod nvrtc_cache;
 pub mod ozaki;
 pub mod probe;
+pub mod start_gate;
 pub mod timing;
+pub mod warm_up;
 
 pub use device::{Gpu, gpu};
 pub use error::GpuError;

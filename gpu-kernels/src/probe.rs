@@ -72,6 +72,35 @@ pub fn driver_present() -> bool {
     *FOUND.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() })
 }
 
+/// Loads the CUDA libraries that [`Libraries::detect`] found, for good (cudarc's own lazy
+/// loaders, which keep them), and returns what was found. The shim's background start calls
+/// this first, so that the libraries' static constructors and exit handlers are all in place
+/// before it registers its own exit handler (`start_gate`): handlers run in the reverse order
+/// of registration, so the shim's then runs before those of the libraries it waits for.
+pub fn load_present() -> Libraries {
+    let libs = Libraries::detect();
+    // SAFETY (each): culib only dlopens the library detect() just found loadable; a panic
+    // (a library that vanished since) is contained.
+    let load = |present: bool, f: fn()| {
+        if present {
+            let _ = catch_unwind(f);
+        }
+    };
+    load(libs.driver, || unsafe {
+        cudarc::driver::sys::culib();
+    });
+    load(libs.cublas, || unsafe {
+        cudarc::cublas::sys::culib();
+    });
+    load(libs.cublaslt, || unsafe {
+        cudarc::cublaslt::sys::culib();
+    });
+    load(libs.nvrtc, || unsafe {
+        cudarc::nvrtc::sys::culib();
+    });
+    libs
+}
+
 /// Runs `f`, turning a panic inside it (cudarc's missing-library or missing-symbol panics)
 /// into [`GpuError::Unavailable`], so no unwind ever reaches the C boundary from here.
 pub fn contain<T>(what: &str, f: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {

@@ -510,6 +510,7 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
                 overlap: 0.0,
                 reached: g.reached.clone(),
                 route_overhead_s: BTreeMap::new(),
+                start_s: None,
             })
         }
     };

@@ -279,6 +279,11 @@ pub struct GpuProfile {
     /// events, staging setup), fitted from the smallest end-to-end timings.
     #[serde(default)]
     pub route_overhead_s: BTreeMap<String, f64>,
+    /// Seconds a process spends starting this GPU once (driver, context, cuBLAS handles,
+    /// kernels), when measured: the shim's `auto` route decides from it whether a call waits
+    /// for a background start (`route::start`); without it the shim uses its own constant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_s: Option<f64>,
 }
 
 fn default_launches() -> u32 {

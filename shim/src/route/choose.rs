@@ -17,14 +17,20 @@
 //! (NaN/Inf, too wide a spread) are caught by the route itself, which then falls back.
 //!
 //! Building the engine initialises the GPU (its name selects the profile), which costs
-//! 0.5-0.9 s of CUDA context creation (measured on the H200s: NumPy's first call, and each
-//! ScaLAPACK rank whose local calls all stayed on the CPU). Until a call may need the GPU,
-//! a *pre-engine* ([`pre_engine`]) prices it with the profile the process would use without
-//! a GPU name (`OZAKI_PROFILE`, else the built-in GPU profile) and sends it to the vendor
-//! BLAS without touching CUDA when the vendor is clearly faster ([`CLEARLY`]); a process
-//! whose calls are all small never creates a context.
+//! about 0.9 s (measured on the H200s: NumPy's first call, and each ScaLAPACK rank whose
+//! local calls all stayed on the CPU). Until the engine is built, a *pre-engine*
+//! ([`pre_engine`]) prices each call with the profile the process would use without a GPU
+//! name (`OZAKI_PROFILE`, else the built-in GPU profile):
+//! - the vendor clearly faster ([`CLEARLY`]): the vendor BLAS, without touching CUDA (a
+//!   process whose calls are all small never creates a context);
+//! - otherwise the GPU starts on a background thread ([`super::start`], once per process,
+//!   the engine built and the GPU warmed up there), and the call runs on the vendor BLAS
+//!   unless it is big enough to be better off waiting for the start
+//!   ([`super::start::while_starting`]). Once the GPU is up, the engine decides every call;
+//!   if it could not start, every call goes to the vendor BLAS.
 
 use super::Choice;
+use super::start::{self, Starter, Status, WhileStarting};
 use crate::abi::Shape;
 use crate::config::{Config, notice};
 use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
@@ -36,6 +42,8 @@ use std::sync::{Arc, OnceLock};
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();
 static PRE_ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
+/// The background start of the GPU ([`super::start`]).
+static STARTER: Starter = Starter::new();
 
 /// How much faster than every GPU route the pre-engine must price the vendor BLAS to send a
 /// call there without initialising the GPU: margin for a calibrated profile of this machine
@@ -133,33 +141,147 @@ fn pre_engine() -> Option<&'static Engine> {
         .as_ref()
 }
 
-/// The pre-engine's decision for `cs` when it is clearly the vendor BLAS; `None` when the
-/// call may need the GPU, or the engine is already built.
-fn clearly_vendor(cs: &CallShape, moduli: Option<u32>) -> Option<Arc<Decision>> {
-    if ENGINE.get().is_some() {
-        return None;
+/// What the pre-engine decided for a call, before the engine is built.
+enum Early {
+    /// The vendor BLAS, with the pre-engine's decision and why (for the trace).
+    Vendor(Arc<Decision>, String),
+    /// The engine decides (it is up, or being built here); `Some(s)`: the call waited `s`
+    /// seconds for the background start.
+    Engine(Option<f64>),
+}
+
+/// Marks a decision priced by the pre-engine.
+const PRICED_BEFORE: &str = " (priced before the GPU was initialised)";
+
+/// The module doc's rule for a call arriving before the engine is built.
+fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>) -> Early {
+    let d = pre.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
+    if is_clearly_vendor(&d) {
+        let why = format!("{}{PRICED_BEFORE}", d.prediction.reason);
+        return Early::Vendor(d, why);
     }
-    clearly_vendor_by(pre_engine()?, cs, moduli)
+    let status = match STARTER.status() {
+        Status::Idle => {
+            start::register_exit_handler();
+            let shape = (cs.m as usize, cs.n as usize, cs.k as usize);
+            STARTER.begin(move || start_gpu(shape))
+        }
+        s => s,
+    };
+    let p = &d.prediction.predicted_s;
+    let vendor = p.get(Route::Vendor.name()).copied();
+    let best = p
+        .iter()
+        .filter(|(r, _)| r.as_str() != Route::Vendor.name())
+        .min_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(r, &s)| (r.clone(), s));
+    let elapsed_s = match status {
+        Status::Ready => return Early::Engine(None),
+        Status::Failed | Status::Idle => {
+            let why = format!("vendor: the GPU could not be started{PRICED_BEFORE}");
+            return Early::Vendor(d, why);
+        }
+        Status::Starting { elapsed_s } => elapsed_s,
+    };
+    let expected = pre
+        .profile()
+        .gpu
+        .as_ref()
+        .and_then(|g| g.start_s)
+        .unwrap_or(start::START_S);
+    match start::while_starting(vendor, best.as_ref().map(|b| b.1), expected, elapsed_s) {
+        WhileStarting::Vendor => {
+            let why = format!(
+                "vendor: the GPU is starting in the background ({elapsed_s:.2} s in, about \
+                 {:.2} s left); {} priced {:.4} s against the vendor's {:.4} s, not worth \
+                 waiting for{PRICED_BEFORE}",
+                start::remaining_s(expected, elapsed_s),
+                best.as_ref().map_or("no GPU route", |b| b.0.as_str()),
+                best.as_ref().map_or(f64::NAN, |b| b.1),
+                vendor.unwrap_or(f64::NAN),
+            );
+            Early::Vendor(d, why)
+        }
+        WhileStarting::Wait => {
+            let t = std::time::Instant::now();
+            // Both prices are finite here (while_starting checked them).
+            let limit = start::wait_limit_s(vendor.unwrap_or(0.0), best.map_or(0.0, |b| b.1));
+            let status = STARTER.wait(std::time::Duration::from_secs_f64(limit));
+            let waited = t.elapsed().as_secs_f64();
+            let why = match status {
+                Status::Ready => return Early::Engine(Some(waited)),
+                Status::Starting { .. } => format!(
+                    "vendor: waited {waited:.2} s for the GPU start ({elapsed_s:.2} s in when \
+                     the call came), then gave up{PRICED_BEFORE}"
+                ),
+                _ => format!("vendor: the GPU could not be started{PRICED_BEFORE}"),
+            };
+            Early::Vendor(d, why)
+        }
+    }
+}
+
+/// The background start's job ([`super::start`]): loads the CUDA libraries, builds the engine
+/// (initialising the GPU), warms the GPU up for calls like `shape`; true when the GPU is up.
+/// A GPU that cannot start is said once on stderr, unless the process is exiting.
+fn start_gpu(shape: (usize, usize, usize)) -> bool {
+    let t = std::time::Instant::now();
+    let loaded = gpu_kernels::start_gate::step("load CUDA libraries", || {
+        Ok(gpu_kernels::probe::load_present())
+    });
+    // After the libraries registered theirs: runs before them at exit.
+    start::register_exit_handler();
+    if loaded.is_err() {
+        return false;
+    }
+    engine();
+    let up = gpu_kernels::device::available();
+    let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e3;
+    tracing::info!(ms = ms(t), up = up.is_ok(), "auto: GPU start");
+    match up {
+        Ok(()) => {
+            let w = std::time::Instant::now();
+            if let Err(e) = gpu_kernels::warm_up::warm_up(shape) {
+                tracing::info!("auto: GPU warm-up incomplete ({e})");
+            }
+            tracing::info!(ms = ms(w), "auto: GPU warm-up");
+            true
+        }
+        Err(e) => {
+            if !gpu_kernels::start_gate::closed() {
+                notice(&format!(
+                    "auto: the GPU could not be started ({e}); calls go to the vendor BLAS"
+                ));
+            }
+            false
+        }
+    }
 }
 
 /// `engine`'s decision for `cs` when it is "vendor, by at least [`CLEARLY`] over every GPU
 /// route it priced".
+#[cfg(test)]
 fn clearly_vendor_by(
     engine: &Engine,
     cs: &CallShape,
     moduli: Option<u32>,
 ) -> Option<Arc<Decision>> {
     let d = engine.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
+    is_clearly_vendor(&d).then_some(d)
+}
+
+/// Whether `d` is "vendor, by at least [`CLEARLY`] over every GPU route it priced".
+fn is_clearly_vendor(d: &Decision) -> bool {
     if d.route != Route::Vendor {
-        return None;
+        return false;
     }
     let p = &d.prediction.predicted_s;
-    let vendor = *p.get(Route::Vendor.name())?;
-    let clearly = p
-        .iter()
+    let Some(&vendor) = p.get(Route::Vendor.name()) else {
+        return false;
+    };
+    p.iter()
         .filter(|(r, _)| r.as_str() != Route::Vendor.name())
-        .all(|(_, &s)| s >= CLEARLY * vendor);
-    clearly.then_some(d)
+        .all(|(_, &s)| s >= CLEARLY * vendor)
 }
 
 /// The engine's view of a decoded call.
@@ -196,16 +318,23 @@ pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
 /// The route `auto` takes for this call, with the prediction for the trace.
 pub fn auto(shape: &Shape, config: &Config) -> Choice {
     let cs = call_shape(shape);
-    if let Some(d) = clearly_vendor(&cs, config.moduli) {
-        return Choice {
-            route: d.route,
-            engine: config.tracing().then(|| {
-                let mut p = d.prediction.clone();
-                p.reason
-                    .push_str(" (priced before the GPU was initialised)");
-                p
-            }),
-        };
+    let mut waited = None;
+    if ENGINE.get().is_none()
+        && let Some(pre) = pre_engine()
+    {
+        match before_engine(pre, &cs, config.moduli) {
+            Early::Vendor(d, why) => {
+                return Choice {
+                    route: Route::Vendor,
+                    engine: config.tracing().then(|| {
+                        let mut p = d.prediction.clone();
+                        p.reason = why;
+                        p
+                    }),
+                };
+            }
+            Early::Engine(w) => waited = w,
+        }
     }
     // The moduli count depends on k and OZAKI_MODULI only; it is computed on a cache miss.
     let d = engine().decide_with(&cs, config.moduli, || {
@@ -213,7 +342,14 @@ pub fn auto(shape: &Shape, config: &Config) -> Choice {
     });
     Choice {
         route: d.route,
-        engine: config.tracing().then(|| d.prediction.clone()),
+        engine: config.tracing().then(|| {
+            let mut p = d.prediction.clone();
+            if let Some(s) = waited {
+                p.reason
+                    .push_str(&format!(" (waited {s:.2} s for the GPU start)"));
+            }
+            p
+        }),
     }
 }
 

@@ -24,7 +24,7 @@
 //!
 //! ## Seams
 //! - `OZAKI_ROUTE=auto` (issue #5): [`choose()`] asks the per-record engine in
-//!   [`choose::auto`](mod@choose).
+//!   [`choose::auto`](mod@choose), which starts the GPU in the background ([`start`]).
 //! - The A/B comparison (issue #6, `crate::ab`) wraps [`execute`].
 
 pub mod builtin;
@@ -32,6 +32,7 @@ pub mod choose;
 pub mod cpu_ozaki;
 pub mod gpu;
 pub mod split;
+pub mod start;
 pub mod vendor;
 
 use crate::abi::{Canon, Operands, RawCall};

@@ -1,0 +1,412 @@
+//! The GPU starts on a background thread (`OZAKI_ROUTE=auto`): the first call that may need it
+//! does not wait for it.
+//!
+//! Starting the GPU costs a process about [`START_S`] once (CUDA context, cuBLAS and cuBLASLt
+//! handles, the kernels from the disk cache; 2.7 s on a fresh machine whose cache was empty,
+//! NVRTC compiling). When the start blocked the first call that could use the GPU, NumPy's one
+//! 4096² product took 1104 ms under the shim against 136-195 ms on OpenBLAS alone (H200,
+//! session 4 lead's run 1): a short script was 7x slower. So [`super::choose`] starts the GPU
+//! here, once per process, at the first call the GPU might win, and that call and the next ones
+//! run on the vendor BLAS until it is up, except a call big enough that waiting for the rest
+//! of the start and then running on the GPU beats the vendor BLAS by [`WAIT_MARGIN`]
+//! ([`while_starting`]).
+//!
+//! - [`Starter`]: the state machine (idle, starting, ready, failed), safe for concurrent
+//!   callers; its job runs on its own thread, which then stays parked for the life of the
+//!   process (the CUDA libraries keep per-thread state, and a thread that exits after first
+//!   using NVRTC has crashed other programs at exit: arrayfire/arrayfire#2707).
+//! - Exit: a program may return from `main` while the start is inside `cuInit` or NVRTC. Its
+//!   exit handler ([`at_exit`]) closes `gpu_kernels::start_gate`: no further step starts and
+//!   the exit waits for the step under way, at most [`EXIT_WAIT`], so no thread of ours is
+//!   inside a CUDA library while the libraries' own exit handlers run. The handler is
+//!   registered before the thread starts and again once the thread loaded the CUDA libraries
+//!   (`gpu_kernels::probe::load_present`), since handlers run in the reverse order of their
+//!   registration: the second one runs before the libraries' own.
+//! - A process forked while the start was under way has no start thread: its starter reports
+//!   [`Status::Failed`] (CUDA cannot be used in such a child anyway), and its exit does not
+//!   wait.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// What starting the GPU costs a process, in seconds, when the profile does not say: the
+/// first 4096² call under the shim took 1104 ms, of which 141 ms were the pinned staging's
+/// first growth, 58 ms cuBLAS loading its kernel and 20 ms the product itself (H200 machine,
+/// session 4 lead's run 1, kernels in the disk cache; session 2 measured 0.5-0.9 s of CUDA
+/// context creation alone).
+pub const START_S: f64 = 0.9;
+
+/// A call waits for the start under way only when the vendor BLAS is priced this much slower
+/// than the rest of the start plus the GPU route: the pre-start prices come from the built-in
+/// profile, whose vendor times were 1.3-1.8x the measured ones on the H200 machine (4096²:
+/// 246 ms priced, 136-195 ms measured), and a start can overrun its expected time.
+pub const WAIT_MARGIN: f64 = 1.5;
+
+/// The longest a process exit waits for the step of the start under way (the longest step,
+/// NVRTC compiling into an empty cache, took about 1.8 s on the H200 machine): never a hang.
+pub const EXIT_WAIT: Duration = Duration::from_secs(3);
+
+/// Seconds the start should still need, `elapsed_s` into a start expected to take
+/// `expected_s`. Past the expected time nothing tells how much is left (an empty kernel cache
+/// triples the start), so it is taken to last about as long again as it has so far.
+pub fn remaining_s(expected_s: f64, elapsed_s: f64) -> f64 {
+    if elapsed_s < expected_s {
+        expected_s - elapsed_s
+    } else {
+        elapsed_s
+    }
+}
+
+/// The longest a call that chose to wait ([`WhileStarting::Wait`]) waits before it runs on the
+/// vendor BLAS after all: the time after which waiting can no longer beat the vendor by
+/// [`WAIT_MARGIN`] (a start may overrun its expected time; this bounds the loss to that
+/// fraction of the vendor time).
+pub fn wait_limit_s(vendor_s: f64, gpu_s: f64) -> f64 {
+    (vendor_s / WAIT_MARGIN - gpu_s).max(0.0)
+}
+
+/// What a call that may need the GPU does while the GPU is starting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhileStarting {
+    /// Run on the vendor BLAS now.
+    Vendor,
+    /// Wait for the start, then let the engine decide.
+    Wait,
+}
+
+/// The rule for a call priced `vendor_s` on the vendor BLAS and `gpu_s` on the fastest GPU
+/// route, `elapsed_s` into a start expected to take `expected_s`: wait only when
+/// `vendor_s > WAIT_MARGIN * (remaining + gpu_s)`. Missing or non-finite prices: the vendor.
+pub fn while_starting(
+    vendor_s: Option<f64>,
+    gpu_s: Option<f64>,
+    expected_s: f64,
+    elapsed_s: f64,
+) -> WhileStarting {
+    match (vendor_s, gpu_s) {
+        (Some(v), Some(g))
+            if v.is_finite()
+                && g.is_finite()
+                && v > WAIT_MARGIN * (remaining_s(expected_s, elapsed_s) + g) =>
+        {
+            WhileStarting::Wait
+        }
+        _ => WhileStarting::Vendor,
+    }
+}
+
+/// Where the start stands, as a caller sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Status {
+    /// Not asked for yet.
+    Idle,
+    /// Under way for `elapsed_s` seconds.
+    Starting {
+        /// Seconds since it began.
+        elapsed_s: f64,
+    },
+    /// The job finished and reported success.
+    Ready,
+    /// The job failed or panicked, or this process was forked while it ran.
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Idle,
+    Starting { since: Instant, pid: u32 },
+    Ready,
+    Failed,
+}
+
+/// Runs a start job once per process on its own thread and tells callers where it stands.
+pub struct Starter {
+    phase: Mutex<Phase>,
+    changed: Condvar,
+}
+
+/// Process id of the process that began the start (0: none began).
+static START_PID: AtomicU32 = AtomicU32::new(0);
+
+fn pid() -> u32 {
+    std::process::id()
+}
+
+impl Default for Starter {
+    fn default() -> Self {
+        Starter::new()
+    }
+}
+
+impl Starter {
+    /// An idle starter.
+    pub const fn new() -> Starter {
+        Starter {
+            phase: Mutex::new(Phase::Idle),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Phase> {
+        // The phase is a plain value, valid even if a holder panicked.
+        self.phase.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn status_of(phase: &Phase) -> Status {
+        match *phase {
+            Phase::Idle => Status::Idle,
+            Phase::Starting { pid: p, .. } if p != pid() => Status::Failed,
+            Phase::Starting { since, .. } => Status::Starting {
+                elapsed_s: since.elapsed().as_secs_f64(),
+            },
+            Phase::Ready => Status::Ready,
+            Phase::Failed => Status::Failed,
+        }
+    }
+
+    /// Where the start stands.
+    pub fn status(&self) -> Status {
+        Self::status_of(&self.lock())
+    }
+
+    /// Begins the start with `job` (true: the GPU is up) on a new thread, if it has not begun
+    /// in this process; returns where it stands. Should no thread be available, the job runs
+    /// here, so this caller waits as every call did before the start moved off the call.
+    pub fn begin<F>(&'static self, job: F) -> Status
+    where
+        F: FnOnce() -> bool + Send + 'static,
+    {
+        {
+            let mut phase = self.lock();
+            if !matches!(*phase, Phase::Idle) {
+                return Self::status_of(&phase);
+            }
+            *phase = Phase::Starting {
+                since: Instant::now(),
+                pid: pid(),
+            };
+            START_PID.store(pid(), Ordering::Relaxed);
+        }
+        let job = Arc::new(Mutex::new(Some(job)));
+        let theirs = Arc::clone(&job);
+        let spawned = std::thread::Builder::new()
+            .name("ozaki-gpu-start".into())
+            .spawn(move || {
+                let job = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(job) = job {
+                    self.run(job);
+                }
+                // Kept, not ended: see the module doc (per-thread state of the CUDA libraries).
+                loop {
+                    std::thread::park();
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::info!("auto: no thread to start the GPU on ({e}); starting it on this call");
+            let job = job.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(job) = job {
+                self.run(job);
+            }
+        }
+        self.status()
+    }
+
+    /// Runs `job` and records its outcome (a panic is a failure).
+    fn run(&self, job: impl FnOnce() -> bool) {
+        let ok = catch_unwind(AssertUnwindSafe(job)).unwrap_or(false);
+        *self.lock() = if ok { Phase::Ready } else { Phase::Failed };
+        self.changed.notify_all();
+    }
+
+    /// Waits until the start under way (if any) ended, at most `limit`; returns where it
+    /// stands then.
+    pub fn wait(&self, limit: Duration) -> Status {
+        let phase = self.lock();
+        let (phase, _) = self
+            .changed
+            .wait_timeout_while(phase, limit, |p| {
+                matches!(Self::status_of(p), Status::Starting { .. })
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        Self::status_of(&phase)
+    }
+}
+
+/// The process exit handler of a process that began the start (module doc): closes the start
+/// gate and waits for the step under way, at most [`EXIT_WAIT`]. Registered twice, it acts
+/// once; in a forked child it does nothing (no start thread there).
+extern "C" fn at_exit() {
+    if START_PID.load(Ordering::Relaxed) != pid() || gpu_kernels::start_gate::closed() {
+        return;
+    }
+    let _ = catch_unwind(|| gpu_kernels::start_gate::close(EXIT_WAIT));
+}
+
+/// Registers [`at_exit`] (see the module doc for why twice).
+pub fn register_exit_handler() {
+    // SAFETY: at_exit is an `extern "C" fn()` that lives for the whole process and does not
+    // unwind (catch_unwind inside).
+    unsafe {
+        libc::atexit(at_exit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Barrier;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn remaining_time_counts_down_then_grows_with_an_overrun() {
+        assert!((remaining_s(0.9, 0.0) - 0.9).abs() < 1e-12);
+        assert!((remaining_s(0.9, 0.6) - 0.3).abs() < 1e-12);
+        // an overrun start (empty kernel cache): as long again as it has run
+        assert_eq!(remaining_s(0.9, 1.2), 1.2);
+        assert_eq!(remaining_s(0.9, 2.0), 2.0);
+    }
+
+    /// Prices as the built-in H200 profile gives them before the start (session 4 run 1's
+    /// trace): 4096² vendor 246 ms vs gpu-native 14.4 ms; 8192² about 8x both.
+    #[test]
+    fn small_gains_run_on_the_vendor_and_a_big_call_waits() {
+        use WhileStarting::*;
+        let (v4096, g4096) = (0.246, 0.0144);
+        let (v8192, g8192) = (1.97, 0.085);
+        // a 4096² call does not wait for a 0.9 s start: 0.25 s on the CPU beats it...
+        for elapsed in [0.0, 0.3, 0.6, 1.5] {
+            assert_eq!(
+                while_starting(Some(v4096), Some(g4096), 0.9, elapsed),
+                Vendor
+            );
+        }
+        // ...except for its last 0.1 s
+        assert_eq!(while_starting(Some(v4096), Some(g4096), 0.9, 0.85), Wait);
+        // an 8192² call waits for the rest of a normal start...
+        assert_eq!(while_starting(Some(v8192), Some(g8192), 0.9, 0.0), Wait);
+        assert_eq!(while_starting(Some(v8192), Some(g8192), 0.9, 0.7), Wait);
+        // ...but not for an overrun one that may last as long again
+        assert_eq!(while_starting(Some(v8192), Some(g8192), 0.9, 1.5), Vendor);
+        // a longer expected start (a profile's measured one) keeps it on the CPU
+        assert_eq!(while_starting(Some(v8192), Some(g8192), 2.7, 0.0), Vendor);
+        // the margin: just over (remaining + gpu) is not enough
+        assert_eq!(while_starting(Some(1.2 * 1.0), Some(0.1), 1.0, 0.1), Vendor);
+        assert_eq!(while_starting(Some(1.6 * 1.0), Some(0.1), 1.0, 0.1), Wait);
+        // a call that waits gives up once waiting cannot beat the vendor by the margin
+        assert!((wait_limit_s(1.97, 0.085) - (1.97 / 1.5 - 0.085)).abs() < 1e-12);
+        assert_eq!(wait_limit_s(0.1, 0.5), 0.0);
+        // nothing priced, or nonsense: the vendor
+        for (v, g) in [
+            (None, Some(0.1)),
+            (Some(9.0), None),
+            (Some(f64::NAN), Some(0.1)),
+            (Some(9.0), Some(f64::INFINITY)),
+        ] {
+            assert_eq!(while_starting(v, g, 0.9, 0.0), Vendor, "{v:?} {g:?}");
+        }
+    }
+
+    const LONG: Duration = Duration::from_secs(60);
+
+    fn leak() -> &'static Starter {
+        Box::leak(Box::new(Starter::new()))
+    }
+
+    #[test]
+    fn a_start_goes_from_idle_through_starting_to_ready() {
+        let s = leak();
+        assert_eq!(s.status(), Status::Idle);
+        let gate = Arc::new(Barrier::new(2));
+        let g = Arc::clone(&gate);
+        let begun = s.begin(move || {
+            g.wait(); // held until the test has seen "starting"
+            true
+        });
+        assert!(matches!(begun, Status::Starting { .. }), "{begun:?}");
+        std::thread::sleep(Duration::from_millis(20));
+        match s.status() {
+            Status::Starting { elapsed_s } => assert!(elapsed_s >= 0.015, "{elapsed_s}"),
+            other => panic!("{other:?}"),
+        }
+        // a bounded wait gives up while the job still runs
+        let t = Instant::now();
+        assert!(matches!(
+            s.wait(Duration::from_millis(30)),
+            Status::Starting { .. }
+        ));
+        assert!(t.elapsed() >= Duration::from_millis(25));
+        gate.wait();
+        assert_eq!(s.wait(LONG), Status::Ready);
+        assert_eq!(s.status(), Status::Ready);
+    }
+
+    #[test]
+    fn a_failing_or_panicking_job_leaves_the_start_failed() {
+        let s = leak();
+        s.begin(|| false);
+        assert_eq!(s.wait(LONG), Status::Failed);
+        let s = leak();
+        s.begin(|| panic!("cudarc could not load a symbol"));
+        assert_eq!(s.wait(LONG), Status::Failed);
+        // and it is not started again
+        let again = AtomicUsize::new(0);
+        let again: &'static AtomicUsize = Box::leak(Box::new(again));
+        s.begin(move || {
+            again.fetch_add(1, Ordering::SeqCst);
+            true
+        });
+        assert_eq!(s.wait(LONG), Status::Failed);
+        assert_eq!(again.load(Ordering::SeqCst), 0);
+    }
+
+    /// Many threads hit the first calls at once: one job runs, every waiter sees it end.
+    #[test]
+    fn concurrent_callers_start_once_and_all_see_the_outcome() {
+        let s = leak();
+        let runs: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let st = s.begin(move || {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(50));
+                        true
+                    });
+                    assert!(
+                        matches!(st, Status::Starting { .. } | Status::Ready),
+                        "caller {i}: {st:?}"
+                    );
+                    // half wait, half carry on (vendor) and look again
+                    if i % 2 == 0 {
+                        s.wait(LONG)
+                    } else {
+                        while matches!(s.status(), Status::Starting { .. }) {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        s.status()
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().unwrap(), Status::Ready);
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    /// What a child forked during the start sees: a start under way in another process.
+    #[test]
+    fn a_start_begun_by_another_process_counts_as_failed() {
+        let phase = Phase::Starting {
+            since: Instant::now(),
+            pid: pid().wrapping_add(1),
+        };
+        assert_eq!(Starter::status_of(&phase), Status::Failed);
+        let s = leak();
+        *s.lock() = phase;
+        // and nobody waits for it
+        assert_eq!(s.wait(LONG), Status::Failed);
+    }
+}

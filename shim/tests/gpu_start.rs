@@ -1,0 +1,176 @@
+//! The background GPU start of the `auto` route (shim/src/route/start.rs) seen from a program,
+//! on a machine without a GPU: with no CUDA driver nothing changes; with a driver that sees no
+//! GPU (a fake libcuda whose cuInit fails, tests/c/fake_cuda.c) the start fails on its thread,
+//! every call stays on the vendor BLAS with the same results, stderr says so once; and a
+//! program that exits while cuInit is still running exits at once with status 0, its exit
+//! waiting (bounded) for the step under way.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// The fake CUDA driver and cuBLAS (`libcuda.so`, `libcublas.so`) built into `dir/fake`.
+fn fake_cuda(dir: &Path) -> PathBuf {
+    let fake = dir.join("fake");
+    std::fs::create_dir_all(&fake).unwrap();
+    let src = repo_root().join("tests/c/fake_cuda.c");
+    for lib in ["libcuda.so", "libcublas.so"] {
+        let o = Command::new("cc")
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(fake.join(lib))
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    fake
+}
+
+/// `cmd` with `fake` first on the library path.
+fn with_fake(mut cmd: Command, fake: &Path) -> Command {
+    let old = cmd
+        .get_envs()
+        .find(|(k, _)| *k == "LD_LIBRARY_PATH")
+        .and_then(|(_, v)| v.map(|v| v.to_os_string()))
+        .unwrap_or_default();
+    let mut path = fake.as_os_str().to_os_string();
+    path.push(":");
+    path.push(old);
+    cmd.env("LD_LIBRARY_PATH", path);
+    cmd
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs `cmd` with a deterministic thread count for the engine's pricing (2 BLAS threads:
+/// 384² then prices the GPU as faster, so the calls are not "clearly vendor").
+fn run(mut cmd: Command) -> (Output, Duration) {
+    cmd.env("OMP_NUM_THREADS", "2");
+    let t = Instant::now();
+    let o = cmd.output().unwrap();
+    (o, t.elapsed())
+}
+
+#[test]
+fn without_a_cuda_driver_nothing_changes() {
+    if gpu_kernels::probe::driver_present() {
+        require(
+            false,
+            "a machine without a CUDA driver",
+            "run on a CPU-only machine",
+        );
+        return;
+    }
+    let dir = work_dir("gpu-start-none");
+    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+        return;
+    };
+    let (plain_out, _) = run(plain(&prog));
+    let trace = dir.join("trace.jsonl");
+    let (auto, _) = run(shimmed(&prog, Some(&trace)));
+    assert!(auto.status.success(), "{}", text(&auto.stderr));
+    assert_same_output("gpu_start, auto", &plain_out.stdout, &auto.stdout);
+    assert_eq!(
+        text(&auto.stderr),
+        "",
+        "auto without a driver is silent, as before"
+    );
+    let t = read_trace(&trace);
+    assert_eq!(t.calls.len(), 8);
+    assert!(t.calls.iter().all(|c| c.route == "vendor"), "{:?}", t.calls);
+    // A forced GPU route: the vendor computes, and stderr says why once.
+    let (forced, _) = run({
+        let mut c = shimmed(&prog, None);
+        c.env("OZAKI_ROUTE", "gpu-native");
+        c
+    });
+    assert!(forced.status.success());
+    assert_same_output("gpu_start, gpu-native", &plain_out.stdout, &forced.stdout);
+    let err = text(&forced.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no usable GPU"), "{err}");
+}
+
+#[test]
+fn a_gpu_that_cannot_start_leaves_every_call_on_the_vendor_and_says_so_once() {
+    let dir = work_dir("gpu-start-fails");
+    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+        return;
+    };
+    let fake = fake_cuda(&dir);
+    let (plain_out, _) = run(plain(&prog));
+    let trace = dir.join("trace.jsonl");
+    let (o, _) = run(with_fake(shimmed(&prog, Some(&trace)), &fake));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_same_output("gpu_start, failing start", &plain_out.stdout, &o.stdout);
+    let err = text(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "one line, from one start: {err}");
+    assert!(
+        err.contains("the GPU could not be started") && err.contains("cuInit"),
+        "{err}"
+    );
+    let t = read_trace(&trace);
+    assert_eq!(t.calls.len(), 8, "4 threads x 2 calls");
+    assert!(
+        t.calls
+            .iter()
+            .all(|c| c.route == "vendor" && c.fallback.is_none())
+    );
+    // The calls that came before the start failed say why they ran on the vendor BLAS.
+    let reasons: Vec<&str> = t
+        .calls
+        .iter()
+        .filter_map(|c| c.engine.as_ref().map(|e| e.reason.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 8);
+    assert!(
+        reasons.iter().any(|r| r.contains("starting in the background")
+            || r.contains("could not be started")),
+        "{reasons:#?}"
+    );
+}
+
+#[test]
+fn a_program_that_exits_while_cuinit_runs_exits_cleanly_and_soon() {
+    let dir = work_dir("gpu-start-exit");
+    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+        return;
+    };
+    let fake = fake_cuda(&dir);
+    let (plain_out, _) = run({
+        let mut c = plain(&prog);
+        c.args(["1", "1"]);
+        c
+    });
+    // cuInit takes 1.5 s: the program's one call runs on the vendor BLAS, main returns, and
+    // the exit waits for cuInit to return (no thread of ours inside CUDA while the process
+    // tears down), then finishes without a word.
+    let mut cmd = with_fake(shimmed(&prog, None), &fake);
+    cmd.args(["1", "1"]).env("FAKE_CUINIT_MS", "1500");
+    let (o, took) = run(cmd);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_same_output(
+        "gpu_start, exit while starting",
+        &plain_out.stdout,
+        &o.stdout,
+    );
+    assert_eq!(text(&o.stderr), "", "an exit during the start is silent");
+    assert!(
+        took >= Duration::from_millis(1000),
+        "the exit did not wait for cuInit: {took:?}"
+    );
+    assert!(took < Duration::from_millis(1500 + 2500), "{took:?}");
+    // A cuInit that never seems to end: the exit waits at most EXIT_WAIT (3 s), no hang.
+    let mut cmd = with_fake(shimmed(&prog, None), &fake);
+    cmd.args(["1", "1"]).env("FAKE_CUINIT_MS", "60000");
+    let (o, took) = run(cmd);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_same_output("gpu_start, stuck cuInit", &plain_out.stdout, &o.stdout);
+    assert!(took >= Duration::from_millis(2900), "{took:?}");
+    assert!(took < Duration::from_secs(8), "the exit hung: {took:?}");
+}
