@@ -79,24 +79,28 @@ pub fn driver_present() -> bool {
 /// of registration, so the shim's then runs before those of the libraries it waits for.
 pub fn load_present() -> Libraries {
     let libs = Libraries::detect();
-    // SAFETY (each): culib only dlopens the library detect() just found loadable; a panic
-    // (a library that vanished since) is contained.
+    // A panic (a library that vanished since detect()) is contained.
     let load = |present: bool, f: fn()| {
         if present {
             let _ = catch_unwind(f);
         }
     };
-    load(libs.driver, || unsafe {
-        cudarc::driver::sys::culib();
+    // SAFETY (each): culib only dlopens a library that detect() just found loadable.
+    load(libs.driver, || {
+        // SAFETY: as above.
+        unsafe { cudarc::driver::sys::culib() };
     });
-    load(libs.cublas, || unsafe {
-        cudarc::cublas::sys::culib();
+    load(libs.cublas, || {
+        // SAFETY: as above.
+        unsafe { cudarc::cublas::sys::culib() };
     });
-    load(libs.cublaslt, || unsafe {
-        cudarc::cublaslt::sys::culib();
+    load(libs.cublaslt, || {
+        // SAFETY: as above.
+        unsafe { cudarc::cublaslt::sys::culib() };
     });
-    load(libs.nvrtc, || unsafe {
-        cudarc::nvrtc::sys::culib();
+    load(libs.nvrtc, || {
+        // SAFETY: as above.
+        unsafe { cudarc::nvrtc::sys::culib() };
     });
     libs
 }

@@ -265,6 +265,10 @@ pub struct GpuMeasurements {
     pub link: Vec<LinkSample>,
     /// Reached evidence per route.
     pub reached: BTreeMap<String, Reached>,
+    /// Seconds the process's first use of the GPU took (driver, context, handles, kernels):
+    /// the profile's `start_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_s: Option<f64>,
 }
 
 /// Everything `ozaki calibrate` measured, before fitting (kept next to the profile so a fit
@@ -510,7 +514,7 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
                 overlap: 0.0,
                 reached: g.reached.clone(),
                 route_overhead_s: BTreeMap::new(),
-                start_s: None,
+                start_s: g.start_s,
             })
         }
     };

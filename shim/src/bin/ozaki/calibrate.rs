@@ -729,6 +729,9 @@ mod gpu {
 
     /// Measures the GPU side of the plan, or `None` when there is no usable GPU.
     pub fn measure(plan: &Plan, machine: &mut Machine) -> anyhow::Result<Option<GpuMeasurements>> {
+        // The first use of the GPU in this process: its start-up, priced by the shim's `auto`
+        // route when it decides whether a call waits for a background start.
+        let t = Instant::now();
         let mut g = match gpu_kernels::gpu() {
             Ok(g) => g,
             Err(e) => {
@@ -736,7 +739,8 @@ mod gpu {
                 return Ok(None);
             }
         };
-        eprintln!("{}", g.describe());
+        let start_s = t.elapsed().as_secs_f64();
+        eprintln!("{} (start-up {:.0} ms)", g.describe(), start_s * 1e3);
         machine.gpu = Some(g.name.clone());
         machine.driver = Some(format!(
             "{}.{}",
@@ -760,6 +764,7 @@ mod gpu {
             }
         }
         let mut m = GpuMeasurements {
+            start_s: Some(start_s),
             name: g.name.clone(),
             memory_bytes: total as u64,
             free_bytes: free as u64,
