@@ -303,6 +303,7 @@ fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements 
             ozaki_launches: g.ozaki_launches,
             link: links,
             reached: Default::default(),
+            start_s: g.start_s,
         }),
         routes,
         devices: Vec::new(),
