@@ -17,9 +17,12 @@ fn fake_cuda(dir: &Path) -> PathBuf {
     let fake = dir.join("fake");
     std::fs::create_dir_all(&fake).unwrap();
     let src = repo_root().join("tests/c/fake_cuda.c");
-    for lib in ["libcuda.so", "libcublas.so"] {
+    for (lib, def) in [
+        ("libcuda.so", "-DFAKE_CUDA"),
+        ("libcublas.so", "-DFAKE_CUBLAS"),
+    ] {
         let o = Command::new("cc")
-            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .args(["-O2", "-shared", "-fPIC", def, "-o"])
             .arg(fake.join(lib))
             .arg(&src)
             .output()
@@ -173,4 +176,30 @@ fn a_program_that_exits_while_cuinit_runs_exits_cleanly_and_soon() {
     assert_same_output("gpu_start, stuck cuInit", &plain_out.stdout, &o.stdout);
     assert!(took >= Duration::from_millis(2900), "{took:?}");
     assert!(took < Duration::from_secs(8), "the exit hung: {took:?}");
+}
+
+/// The crash seen on the H200 machine: a script exited while the start thread was loading
+/// cuBLAS, whose static objects' exit handlers (registered by its constructors) ran while its
+/// loading went on. The exit must wait for the load before any library's handler runs.
+#[test]
+fn a_program_that_exits_while_cublas_loads_waits_before_its_teardown() {
+    let dir = work_dir("gpu-start-exit-load");
+    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+        return;
+    };
+    let fake = fake_cuda(&dir);
+    for _ in 0..3 {
+        let mut cmd = with_fake(shimmed(&prog, None), &fake);
+        cmd.args(["1", "1"]).env("FAKE_LOAD_MS", "400");
+        let (o, took) = run(cmd);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "exit status {} (an abort: library code ran after its teardown); stderr: {}",
+            o.status,
+            text(&o.stderr)
+        );
+        assert_eq!(text(&o.stderr), "");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
 }

@@ -1,21 +1,43 @@
 /* A stand-in for the CUDA driver and cuBLAS, for testing the shim's background GPU start on
  * machines without a GPU (shim/tests/gpu_start.rs). Built twice: as libcuda.so, whose cuInit
  * sleeps FAKE_CUINIT_MS milliseconds (default 0) and then reports "no device"
- * (CUDA_ERROR_NO_DEVICE = 100), and as an empty libcublas.so, so the shim finds both libraries
- * and its start fails in cuInit, as on a machine whose driver sees no GPU.
+ * (CUDA_ERROR_NO_DEVICE = 100), and with -DFAKE_CUBLAS as libcublas.so, so the shim finds both
+ * libraries and its start fails in cuInit, as on a machine whose driver sees no GPU.
+ *
+ * The fake cuBLAS behaves like a C++ library with static objects: its constructor registers
+ * their teardown as an exit handler, then takes FAKE_LOAD_MS milliseconds (cuBLAS's load took
+ * 350-410 ms on the H200 machine). Library code running after that teardown aborts the
+ * process, as a use of destroyed statics may crash a real one (which happened to 5 of 10
+ * NumPy scripts that exited while the shim's start thread loaded cuBLAS, session 4).
  */
 #include <stdlib.h>
 #include <time.h>
 
-int cuInit(unsigned flags) {
-    (void)flags;
-    const char *ms = getenv("FAKE_CUINIT_MS");
+static void nap(const char *var) {
+    const char *ms = getenv(var);
     long t = ms ? atol(ms) : 0;
     struct timespec ts = {t / 1000, (t % 1000) * 1000000L};
     while (t > 0 && nanosleep(&ts, &ts) != 0) {
     }
+}
+
+int cuInit(unsigned flags) {
+    (void)flags;
+    nap("FAKE_CUINIT_MS");
     return 100;
 }
+
+#ifdef FAKE_CUBLAS
+static volatile int torn_down;
+
+static void teardown(void) { torn_down = 1; }
+
+__attribute__((constructor)) static void load(void) {
+    atexit(teardown);
+    nap("FAKE_LOAD_MS");
+    if (torn_down) abort();
+}
+#endif
 
 /* What cudarc asks to describe the error. */
 int cuGetErrorString(int error, const char **s) {

@@ -15,13 +15,21 @@
 //!   callers; its job runs on its own thread, which then stays parked for the life of the
 //!   process (the CUDA libraries keep per-thread state, and a thread that exits after first
 //!   using NVRTC has crashed other programs at exit: arrayfire/arrayfire#2707).
-//! - Exit: a program may return from `main` while the start is inside `cuInit` or NVRTC. Its
-//!   exit handler ([`at_exit`]) closes `gpu_kernels::start_gate`: no further step starts and
-//!   the exit waits for the step under way, at most [`EXIT_WAIT`], so no thread of ours is
-//!   inside a CUDA library while the libraries' own exit handlers run. The handler is
-//!   registered before the thread starts and again once the thread loaded the CUDA libraries
-//!   (`gpu_kernels::probe::load_present`), since handlers run in the reverse order of their
-//!   registration: the second one runs before the libraries' own.
+//! - Exit: a program may return from `main` while the start thread is loading cuBLAS or inside
+//!   `cuInit`. `exit()` then runs the exit handlers that the CUDA libraries' constructors
+//!   registered (their C++ static objects' teardown) while the thread still loads or uses
+//!   them: 5 of 10 NumPy scripts that ended 0.2 s into the start died of SIGSEGV (H200,
+//!   session 4 run 1, cuBLAS's load taking 350-410 ms). So the exit first closes
+//!   `gpu_kernels::start_gate` ([`at_exit`]): no further step starts and the exit waits for
+//!   the step under way, at most [`EXIT_WAIT`], before any library's handler runs. That takes
+//!   running before handlers registered later than ours, which `atexit` cannot do (handlers
+//!   run in the reverse order of registration): `exit()` destroys the calling thread's
+//!   thread-locals before it runs any `atexit` handler, so the shim arms a thread-local guard
+//!   on the main thread when it is loaded ([`MainExitGuard`]). Exits from other threads rely
+//!   on `atexit` handlers registered before the thread starts and again once it loaded the
+//!   libraries (`gpu_kernels::probe::load_present`): the latter runs before the libraries'
+//!   own, so only an exit from a thread other than `main` during the load itself is
+//!   unprotected.
 //! - A process forked while the start was under way has no start thread: its starter reports
 //!   [`Status::Failed`] (CUDA cannot be used in such a child anyway), and its exit does not
 //!   wait.
@@ -243,6 +251,38 @@ extern "C" fn at_exit() {
     }
     let _ = catch_unwind(|| gpu_kernels::start_gate::close(EXIT_WAIT));
 }
+
+/// Destroyed by `exit()` on the main thread before any `atexit` handler runs (glibc's
+/// `__run_exit_handlers` calls `__call_tls_dtors` first), so [`at_exit`] waits for the start's
+/// step under way before the CUDA libraries' own exit handlers (module doc). Armed when the
+/// shim is loaded, on the thread that loads it (the main thread for `LD_PRELOAD` and linked
+/// programs); it acts only on the main thread. A `main` that ends with `pthread_exit` while
+/// other threads go on also drops it: the start then stops, and the process stays on the
+/// vendor BLAS.
+struct MainExitGuard;
+
+impl Drop for MainExitGuard {
+    fn drop(&mut self) {
+        // SAFETY: gettid has no preconditions and cannot fail.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+        if tid == i64::from(pid()) {
+            at_exit();
+        }
+    }
+}
+
+thread_local! {
+    static MAIN_EXIT_GUARD: MainExitGuard = const { MainExitGuard };
+}
+
+/// Arms [`MainExitGuard`] on the loading thread (first access registers its destructor).
+extern "C" fn arm_main_exit_guard() {
+    let _ = MAIN_EXIT_GUARD.try_with(|_| {});
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static ARM_MAIN_EXIT_GUARD: extern "C" fn() = arm_main_exit_guard;
 
 /// Registers [`at_exit`] (see the module doc for why twice).
 pub fn register_exit_handler() {
