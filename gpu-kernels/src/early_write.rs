@@ -24,7 +24,7 @@
 //! on the device.
 
 use crate::error::{Context, GpuError};
-use crate::host::{CRing, Columns, Filled, Giver, Handle, SendPtr, crew, empty_slots};
+use crate::host::{CRing, Filled, Giver, Handle, SendPtr, empty_slots, write_columns};
 use cudarc::driver::sys;
 use std::sync::mpsc::Receiver;
 use std::sync::{Condvar, Mutex};
@@ -92,10 +92,11 @@ impl EarlyC<'_> {
 }
 
 /// The writer thread: waits for the go ([`EarlyC::go`]; a dropped sender means the call
-/// failed first), then writes each filled slot of C's ring into the caller's C as soon as
-/// its download event fired, on one crew of `go`'s threads, giving each slot back once it is
-/// written. Without a go, or after a failed wait, it gives the slots back unwritten (so the
-/// download never waits for ever). Returns whether every piece was written.
+/// failed first), then has go's number of threads write the filled slots of C's ring into
+/// the caller's C, each piece as soon as its download event fired and by one thread, giving
+/// each slot back once it is written. Without a go, or after a failed wait, the slots are
+/// given back unwritten (so the download never waits for ever). Returns whether every piece
+/// was written.
 pub(crate) fn writer(
     ctx: Handle<sys::CUcontext>,
     early: EarlyC<'_>,
@@ -104,42 +105,49 @@ pub(crate) fn writer(
     filled: Receiver<Filled>,
     free: Giver,
 ) -> Result<bool, GpuError> {
-    // SAFETY: the caller's context, retained for the process.
-    unsafe { sys::cuCtxSetCurrent(ctx.0) }
-        .result()
-        .ctx("cuCtxSetCurrent")?;
     let Some(threads) = go.recv().ok().flatten() else {
-        empty_slots(filled, free, |_| false);
+        empty_slots(filled, free, 1, &|_| false);
         return Ok(false);
     };
-    let mut result = Ok(true);
-    crew(threads, &|j: Columns, w, n| j.write_part(w, n), |run| {
-        empty_slots(filled, free, |f| {
-            // SAFETY: recorded by the download thread after the copy into this slot; the slot
-            // is not refilled before it is given back.
-            let synced = unsafe { sys::cuEventSynchronize(ring.ready(f.slot)) }
-                .result()
-                .ctx("cuEventSynchronize");
-            if let Err(e) = synced {
-                result = Err(e);
-                return false;
-            }
-            let b = f.block;
-            // SAFETY: the piece lies inside the caller's span of C at b.off and at the start
-            // of its slot (same leading dimension); its download completed; pieces are
-            // disjoint and only this writer writes the caller's C during the call.
-            run(unsafe {
-                Columns::new(
-                    early.c.0.add(b.off),
-                    ring.slot(f.slot) as *const f64,
-                    (b.rows, b.cols, b.ld),
-                    None,
-                )
+    let failure = Mutex::new(None);
+    // whole values into the closure (its fields alone are raw pointers, not Sync)
+    let (ctx, c) = (&ctx, &early.c);
+    empty_slots(filled, free, threads, &|f| {
+        let (ctx, c) = (*ctx, *c);
+        // SAFETY: the caller's context, retained for the process.
+        let synced = unsafe { sys::cuCtxSetCurrent(ctx.0) }
+            .result()
+            .ctx("cuCtxSetCurrent")
+            .and_then(|()| {
+                // SAFETY: recorded by the download thread after the copy into this slot,
+                // which is not refilled before it is given back.
+                unsafe { sys::cuEventSynchronize(ring.ready(f.slot)) }
+                    .result()
+                    .ctx("cuEventSynchronize")
             });
-            true
-        })
+        if let Err(e) = synced {
+            *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            return false;
+        }
+        let b = f.block;
+        // SAFETY: the piece lies inside the caller's span of C at b.off and at the start of
+        // its slot (same leading dimension); its download completed; pieces are disjoint and
+        // only the writer threads write the caller's C during the call.
+        unsafe {
+            write_columns(
+                c.0.add(b.off),
+                ring.slot(f.slot) as *const f64,
+                (b.rows, b.cols, b.ld),
+                None,
+                1,
+            )
+        };
+        true
     });
-    result
+    match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(true),
+    }
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@
 //! The protocol: the download thread takes a free slot for each piece (whole columns of a
 //! block, [`CBlock::pieces`]), waiting while every slot is full; it copies the piece into
 //! the slot, records the slot's event and hands the slot on ([`fill_slot`]). The writer
-//! takes the filled slots in order, writes each into the caller's C once its event fired and
-//! only then gives the slot back ([`empty_slots`]). Before the call is accepted the writer
+//! threads take the filled slots in order, each writes its slot into the caller's C once its
+//! event fired and only then gives the slot back ([`empty_slots`]). Before the call is accepted the writer
 //! writes nothing and gives nothing back, so the download waits with the remaining blocks
 //! still on the device, which holds all of C anyway (issue #4's contract is unchanged). A
 //! writer that will not write (the call was refused, or a write failed) gives every slot
@@ -122,19 +122,41 @@ pub(crate) fn fill_slot(
     filled.send(Filled { slot, block }).map_err(|_| ended())
 }
 
-/// Writer side: for each filled slot in the order it was filled, `write` it (which returns
-/// false to write nothing more: later slots are only given back), then gives the slot back.
-/// Returns when the download side is done.
+/// Writer side: `threads` threads take the filled slots in the order they were filled; each
+/// writes its slot with `write` and then gives it back. Once a `write` returned false
+/// (nothing more may be written), every later slot is only given back. Returns when the
+/// download side is done and every slot taken was given back.
+///
+/// Each piece is written whole by one thread, so the threads never wait for each other:
+/// a crew sharing out every piece lost 4-45 ms per call to fresh (huge-page) memory and
+/// oversubscribed cores in session 4's first run (BENCHMARKS.md, "Session 4: C without
+/// full-size pinned staging").
 pub(crate) fn empty_slots(
     filled: Receiver<Filled>,
     free: Giver,
-    mut write: impl FnMut(&Filled) -> bool,
+    threads: usize,
+    write: &(dyn Fn(&Filled) -> bool + Sync),
 ) {
-    let mut writing = true;
-    for f in filled {
-        writing = writing && write(&f);
-        let _ = free.0.send(f.slot);
-    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let filled = std::sync::Mutex::new(filled);
+    let writing = AtomicBool::new(true);
+    let free = &free;
+    let run = || {
+        loop {
+            let next = filled.lock().unwrap_or_else(|p| p.into_inner()).recv();
+            let Ok(f) = next else { break };
+            if writing.load(Ordering::SeqCst) && !write(&f) {
+                writing.store(false, Ordering::SeqCst);
+            }
+            let _ = free.0.send(f.slot);
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads.max(1) {
+            s.spawn(run);
+        }
+        run();
+    });
 }
 
 #[cfg(test)]
@@ -151,48 +173,54 @@ mod tests {
         }
     }
 
-    /// A slow writer and a fast download through 3 slots: never more than 3 pieces filled
-    /// and not yet written, no slot filled again before its contents were written, and the
-    /// pieces reach the writer in download order.
+    /// A slow writer (one or three threads) and a fast download through 3 slots: never more
+    /// than 3 pieces filled and not yet written, no slot filled again before its contents
+    /// were written, every piece written once, and with one writer thread in download order.
     #[test]
     fn the_ring_is_bounded_in_order_and_never_overwrites_an_unwritten_slot() {
         const SLOTS: usize = 3;
-        let (free, giver) = free_slots(SLOTS);
-        let (tx, rx) = channel();
-        let busy: Vec<AtomicBool> = (0..SLOTS).map(|_| AtomicBool::new(false)).collect();
-        let outstanding = AtomicUsize::new(0);
-        let most = AtomicUsize::new(0);
-        let mut written = Vec::new();
-        std::thread::scope(|s| {
-            let (busy, outstanding, most) = (&busy, &outstanding, &most);
-            s.spawn(move || {
-                for j in 0..40 {
-                    fill_slot(&free, piece(j), &tx, |slot| {
-                        assert!(
-                            !busy[slot].swap(true, Ordering::SeqCst),
-                            "slot {slot} filled again before it was written"
-                        );
-                        let now = outstanding.fetch_add(1, Ordering::SeqCst) + 1;
-                        most.fetch_max(now, Ordering::SeqCst);
-                        Ok(())
-                    })
-                    .expect("writer alive");
-                }
+        for threads in [1, 3] {
+            let (free, giver) = free_slots(SLOTS);
+            let (tx, rx) = channel();
+            let busy: Vec<AtomicBool> = (0..SLOTS).map(|_| AtomicBool::new(false)).collect();
+            let outstanding = AtomicUsize::new(0);
+            let most = AtomicUsize::new(0);
+            let written = std::sync::Mutex::new(Vec::new());
+            std::thread::scope(|s| {
+                let (busy, outstanding, most) = (&busy, &outstanding, &most);
+                s.spawn(move || {
+                    for j in 0..40 {
+                        fill_slot(&free, piece(j), &tx, |slot| {
+                            assert!(
+                                !busy[slot].swap(true, Ordering::SeqCst),
+                                "slot {slot} filled again before it was written"
+                            );
+                            let now = outstanding.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(now, Ordering::SeqCst);
+                            Ok(())
+                        })
+                        .expect("writer alive");
+                    }
+                });
+                empty_slots(rx, giver, threads, &|f| {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    written.lock().unwrap().push(f.block);
+                    outstanding.fetch_sub(1, Ordering::SeqCst);
+                    busy[f.slot].store(false, Ordering::SeqCst);
+                    true
+                });
             });
-            empty_slots(rx, giver, |f| {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-                written.push(f.block);
-                outstanding.fetch_sub(1, Ordering::SeqCst);
-                busy[f.slot].store(false, Ordering::SeqCst);
-                true
-            });
-        });
-        assert_eq!(written, (0..40).map(piece).collect::<Vec<_>>());
-        assert_eq!(
-            most.load(Ordering::SeqCst),
-            SLOTS,
-            "the ring was not used fully"
-        );
+            let mut written = written.into_inner().unwrap();
+            if threads > 1 {
+                written.sort_by_key(|b| b.off);
+            }
+            assert_eq!(written, (0..40).map(piece).collect::<Vec<_>>());
+            assert_eq!(
+                most.load(Ordering::SeqCst),
+                SLOTS,
+                "the ring was not used fully"
+            );
+        }
     }
 
     /// Before the writer starts, the download fills every slot and then waits: it does not
@@ -217,12 +245,12 @@ mod tests {
             assert_eq!(filled.load(Ordering::SeqCst), 2, "ran ahead of the ring");
             assert!(!down.is_finished());
             // the call is accepted: the writer empties the slots and the download finishes
-            let mut seen = 0;
-            empty_slots(rx, giver, |_| {
-                seen += 1;
+            let seen = AtomicUsize::new(0);
+            empty_slots(rx, giver, 2, &|_| {
+                seen.fetch_add(1, Ordering::SeqCst);
                 true
             });
-            assert_eq!(seen, 5);
+            assert_eq!(seen.load(Ordering::SeqCst), 5);
         });
     }
 
@@ -233,19 +261,19 @@ mod tests {
     fn a_writer_that_stops_still_frees_the_download() {
         let (free, giver) = free_slots(2);
         let (tx, rx) = channel();
-        let mut writes = 0;
+        let writes = AtomicUsize::new(0);
         std::thread::scope(|s| {
             s.spawn(move || {
                 for j in 0..6 {
                     fill_slot(&free, piece(j), &tx, |_| Ok(())).expect("slots come back");
                 }
             });
-            empty_slots(rx, giver, |_| {
-                writes += 1;
-                writes < 2 // the second write fails: nothing after it is written
+            // the second write fails: nothing after it is written
+            empty_slots(rx, giver, 1, &|_| {
+                writes.fetch_add(1, Ordering::SeqCst) + 1 < 2
             });
         });
-        assert_eq!(writes, 2);
+        assert_eq!(writes.load(Ordering::SeqCst), 2);
 
         let (free, giver) = free_slots(1);
         let (tx, rx) = channel();

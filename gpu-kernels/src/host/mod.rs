@@ -11,12 +11,10 @@
 //! What lives where: `tuning` (the knobs), `grid` (how a call is cut into column blocks
 //! and row panels, [`CBlock`]), `upload` (the pinned ring and the upload thread), `download`
 //! (the download thread), `c_ring` (C's download ring for early writes), `write_back`
-//! (staging into the caller's C), `crew` (copy threads kept for a stream of jobs), `share`
-//! (a split's shared A); this module holds the entry points and the pipeline that drives
-//! them.
+//! (staging into the caller's C), `share` (a split's shared A); this module holds the entry
+//! points and the pipeline that drives them.
 
 mod c_ring;
-mod crew;
 mod download;
 mod grid;
 mod share;
@@ -31,7 +29,6 @@ use crate::ozaki::{self, DeviceCall, Op, Options};
 use crate::timing::{Marks, Phase};
 use c_ring::free_slots;
 pub(crate) use c_ring::{CRing, Filled, Giver, empty_slots};
-pub(crate) use crew::crew;
 use cudarc::driver::sys;
 use download::{Download, Sink, drain};
 pub(crate) use grid::{CBlock, shared_panels};
@@ -44,7 +41,7 @@ pub(crate) use tuning::write_threads;
 pub use tuning::{Tuning, set_tuning, tuning};
 pub(crate) use upload::upload;
 use upload::{Piece, feed, panel_piece, ring};
-pub(crate) use write_back::{Columns, write_columns};
+pub(crate) use write_back::write_columns;
 use write_back::{copy_out, write_back};
 
 /// Which device computation a host-resident call runs.
@@ -272,11 +269,12 @@ fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
 /// the columns of op(B) and C, with an event after each group. The compute stream computes
 /// each panel x block unit as soon as its group's event has fired (cuBLAS, or the emulated
 /// route on the sub-problem: each unit chooses its own moduli count when it is automatic,
-/// and the outcome reports the largest), and a download stream copies C_j into pinned
-/// staging while block j + 1 is computed. So host copies, both link directions and the GPU
+/// and the outcome reports the largest), and a download stream copies C_j home (into pinned
+/// staging, or through C's ring into the caller's C) while block j + 1 is computed. So host copies, both link directions and the GPU
 /// all run at once; what is left serial is the first panel's upload and the last block's
-/// download (and with beta != 0 the write-back from staging). In a split (`share`), this slot uploads only its own panels of A and copies
-/// them on to the other devices, and waits for the others' panels on the split's board.
+/// download (and with beta != 0 the write-back from staging). In a split (`share`), this
+/// slot uploads only its own panels of A and copies them on to the other devices, and waits
+/// for the others' panels on the split's board.
 pub(crate) fn staged_gemm(
     gpu: &mut Gpu,
     args: &GemmArgs,

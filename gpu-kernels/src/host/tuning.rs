@@ -36,7 +36,10 @@ pub struct Tuning {
     /// [`pipeline_panels`]: super::pipeline_panels
     pub panels: (usize, usize),
     /// Slots of C's download ring and the bytes of each (`super::c_ring`): with beta = 0,
-    /// C comes home through this ring instead of a pinned buffer the size of C.
+    /// C comes home through this ring instead of a pinned buffer the size of C. Each slot is
+    /// written into the caller's C by one writer thread, so about as many slots as writer
+    /// threads keep them all busy (BENCHMARKS.md, "Session 4: C without full-size pinned
+    /// staging").
     pub c_ring: (usize, usize),
 }
 
@@ -51,7 +54,7 @@ impl Default for Tuning {
             block_bytes: 64 << 20,
             max_blocks: (16, 4),
             panels: (4, 1),
-            c_ring: (4, 16 << 20),
+            c_ring: (24, 4 << 20),
         }
     }
 }

@@ -2,7 +2,6 @@
 //! it on several copy threads while the copy engine drains it, and the pieces it moves
 //! (including a split's panels of A copied on to the peer devices).
 
-use super::crew::{crew, share};
 use super::grid::PanelPlace;
 use super::tuning::{copy_threads, tuning};
 use super::{Handle, PanelBoard, SendPtr, record};
@@ -229,27 +228,53 @@ pub(super) fn feed(
 ) {
     let (ctx, stream) = (ctx.0, stream.0);
     use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::{Barrier, Mutex};
     let workers = copy_threads();
     let kind = tuning().upload;
-    // (destination, source, bytes, runs of a strided source) of the chunk being copied
-    type Job = (SendPtr<u8>, SendPtr<u8>, usize, Option<(usize, usize)>);
-    let work = |(d, src, bytes, runs): Job, w: usize, n: usize| {
-        if let Some((width, pitch)) = runs {
-            // whole runs per worker: run r goes from src + r pitch to d + r width
-            let (lo, hi) = share(bytes / width, w, n);
-            for r in lo..hi {
-                // SAFETY: run r lies inside the live strided source and the ring slot no
-                // DMA is reading; streaming copies are fenced.
-                unsafe { host_copy::copy(d.0.add(r * width), src.0.add(r * pitch), width, kind) };
-            }
-            return;
+    // (destination, source, bytes, runs of a strided source) of the chunk being copied;
+    // None ends the workers.
+    type Job = Option<(SendPtr<u8>, SendPtr<u8>, usize, Option<(usize, usize)>)>;
+    let job: Mutex<Job> = Mutex::new(None);
+    let (start, done) = (Barrier::new(workers + 1), Barrier::new(workers + 1));
+    std::thread::scope(|s| {
+        for w in 0..workers {
+            let (job, start, done) = (&job, &start, &done);
+            s.spawn(move || {
+                loop {
+                    start.wait();
+                    let Some((d, src, bytes, runs)) =
+                        *job.lock().unwrap_or_else(|p| p.into_inner())
+                    else {
+                        break;
+                    };
+                    if let Some((width, pitch)) = runs {
+                        // whole runs per worker: run r goes from src + r pitch to d + r width
+                        let n = bytes / width;
+                        let per = n.div_ceil(workers);
+                        for r in (w * per).min(n)..((w + 1) * per).min(n) {
+                            // SAFETY: run r lies inside the live strided source and the ring
+                            // slot no DMA is reading; streaming copies are fenced.
+                            unsafe {
+                                host_copy::copy(
+                                    d.0.add(r * width),
+                                    src.0.add(r * pitch),
+                                    width,
+                                    kind,
+                                )
+                            };
+                        }
+                        done.wait();
+                        continue;
+                    }
+                    let per = bytes.div_ceil(workers);
+                    let (lo, hi) = ((w * per).min(bytes), ((w + 1) * per).min(bytes));
+                    // SAFETY: [lo, hi) of a live source and a ring slot no DMA is reading; a
+                    // streaming copy is fenced before `done` hands the slot to the DMA.
+                    unsafe { host_copy::copy(d.0.add(lo), src.0.add(lo), hi - lo, kind) };
+                    done.wait();
+                }
+            });
         }
-        let (lo, hi) = share(bytes, w, n);
-        // SAFETY: [lo, hi) of a live source and a ring slot no DMA is reading; a streaming
-        // copy is fenced before the crew hands the slot to the DMA.
-        unsafe { host_copy::copy(d.0.add(lo), src.0.add(lo), hi - lo, kind) };
-    };
-    crew(workers, &work, |run| {
         let result = (|| -> Result<(), GpuError> {
             // SAFETY: the caller's context, retained for the process.
             unsafe { sys::cuCtxSetCurrent(ctx) }
@@ -275,7 +300,10 @@ pub(super) fn feed(
                                     .ctx("cuEventSynchronize")?;
                             }
                             let len = p.step(ring.chunk).min(p.bytes - off);
-                            run((ring.slots[slot], p.src_at(off), len, p.runs));
+                            *job.lock().unwrap_or_else(|p| p.into_inner()) =
+                                Some((ring.slots[slot], p.src_at(off), len, p.runs));
+                            start.wait();
+                            done.wait();
                             // SAFETY: pinned ring slot of >= len bytes; destination inside
                             // the device buffer the piece was made for.
                             unsafe {
@@ -356,6 +384,8 @@ pub(super) fn feed(
             }
             r
         })();
+        *job.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        start.wait(); // release the workers
         if let Err(e) = result {
             let _ = tx.send(Err(e));
         }

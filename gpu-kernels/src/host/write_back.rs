@@ -1,13 +1,12 @@
 //! The write-back: copies a result from pinned staging into the caller's C, only the m x n
 //! result (or one triangle), on several threads. Separate because every write into the
-//! caller's C (here, early writes, a split's commit) is a [`Columns`] job.
+//! caller's C (here, early writes, a split's commit) goes through [`write_columns`].
 
 use super::SendPtr;
-use super::crew::{crew, share};
 use super::tuning::{tuning, write_threads};
 use crate::device::{Gpu, sync};
 use crate::error::{Context, GpuError};
-use crate::host_copy::{self, CopyKind};
+use crate::host_copy;
 use cudarc::driver::sys;
 use ozaki_core::blas::{Uplo, span};
 
@@ -66,94 +65,58 @@ pub(super) fn write_back(
 /// columns are the whole block (no triangle, `m == ld`) the span is one contiguous copy.
 ///
 /// # Safety
-/// As [`Columns::new`].
+/// `src` and `dst` must each cover the span `(n - 1) ld + m` and not overlap; no other thread
+/// may access those elements of `dst` meanwhile.
 pub(crate) unsafe fn write_columns(
     dst: *mut f64,
     src: *const f64,
-    geometry: (usize, usize, usize),
+    (m, n, ld): (usize, usize, usize),
     uplo: Option<Uplo>,
     threads: usize,
 ) {
-    // SAFETY: the caller's contract.
-    let job = unsafe { Columns::new(dst, src, geometry, uplo) };
-    crew(threads, &|j: Columns, w, n| j.write_part(w, n), |run| {
-        run(job)
-    });
-}
-
-/// One [`write_columns`] job, which a [`crew`] of threads shares out ([`Columns::write_part`]):
-/// the early writer keeps one crew for all pieces of C.
-#[derive(Clone, Copy)]
-pub(crate) struct Columns {
-    dst: SendPtr<f64>,
-    src: SendPtr<f64>,
-    rows: usize,
-    cols: usize,
-    ld: usize,
-    uplo: Option<Uplo>,
-    kind: CopyKind,
-}
-
-/// Bytes of a contiguous copy below which one more thread does not pay (as `host_copy`'s).
-const SHARE_MIN: usize = 64 << 10;
-
-impl Columns {
-    /// Rows `0..m` (or the `uplo` triangle) of columns `0..n`, leading dimension `ld`, from
-    /// `src` to `dst`, with the tuning's write-back copy kind.
-    ///
-    /// # Safety
-    /// `src` and `dst` must each cover the span `(n - 1) ld + m` and not overlap, and stay
-    /// valid while the job runs; no other thread may access those elements of `dst`
-    /// meanwhile.
-    pub(crate) unsafe fn new(
-        dst: *mut f64,
-        src: *const f64,
-        (rows, cols, ld): (usize, usize, usize),
-        uplo: Option<Uplo>,
-    ) -> Columns {
-        Columns {
-            dst: SendPtr(dst),
-            src: SendPtr(src as *mut f64),
-            rows,
-            cols,
-            ld,
-            uplo,
-            kind: tuning().write_back,
-        }
+    let kind = tuning().write_back;
+    if n == 0 || m == 0 {
+        return;
     }
-
-    /// Worker `w` of `n`'s part: a range of 64 KiB pieces of a contiguous span (no triangle,
-    /// `rows == ld`), else a range of columns.
-    pub(crate) fn write_part(self, w: usize, n: usize) {
-        let (m, ld) = (self.rows, self.ld);
-        if self.cols == 0 || m == 0 {
-            return;
-        }
-        let (d, s) = (self.dst.0 as *mut u8, self.src.0 as *const u8);
-        if self.uplo.is_none() && m == ld {
-            let bytes = 8 * m * self.cols;
-            let (lo, hi) = share(bytes.div_ceil(SHARE_MIN), w, n);
-            let (lo, hi) = (lo * SHARE_MIN, (hi * SHARE_MIN).min(bytes));
-            if lo < hi {
-                // SAFETY: [lo, hi) lies inside the span (Columns::new's contract), and
-                // is this worker's alone.
-                unsafe { host_copy::copy(d.add(lo), s.add(lo), hi - lo, self.kind) };
-            }
-            return;
-        }
-        let (j0, j1) = share(self.cols, w, n);
+    if uplo.is_none() && m == ld {
+        // SAFETY: the caller's contract; the span is (n - 1) ld + m = n m doubles.
+        unsafe { host_copy::par_copy(dst as *mut u8, src as *const u8, 8 * m * n, threads, kind) };
+        return;
+    }
+    let (d, s) = (SendPtr(dst), SendPtr(src as *mut f64));
+    // columns j0..j1 of the block
+    let columns = move |j0: usize, j1: usize| {
+        let (d, s) = (d, s);
         for j in j0..j1 {
-            let (lo, hi) = match self.uplo {
+            let (lo, hi) = match uplo {
                 None => (0, m),
                 Some(Uplo::Upper) => (0, (j + 1).min(m)),
                 Some(Uplo::Lower) => (j.min(m), m),
             };
-            let at = 8 * (j * ld + lo);
-            // SAFETY: rows lo..hi of column j lie inside both spans; columns are shared out
-            // among workers, so this range is this worker's alone.
-            unsafe { host_copy::copy(d.add(at), s.add(at), 8 * (hi - lo), self.kind) };
+            let at = j * ld + lo;
+            // SAFETY: rows lo..hi of column j lie inside both spans; columns are split
+            // among threads, so this range is this thread's alone.
+            unsafe {
+                host_copy::copy(
+                    d.0.add(at) as *mut u8,
+                    s.0.add(at) as *const u8,
+                    8 * (hi - lo),
+                    kind,
+                )
+            };
         }
+    };
+    if threads <= 1 {
+        // on this thread (the early writers' case: one thread per piece of C)
+        columns(0, n);
+        return;
     }
+    let per = n.div_ceil(threads).max(1);
+    std::thread::scope(|sc| {
+        for j0 in (0..n).step_by(per) {
+            sc.spawn(move || columns(j0, (j0 + per).min(n)));
+        }
+    });
 }
 
 #[cfg(test)]
