@@ -11,7 +11,7 @@ use cudarc::driver::sys;
 use std::sync::mpsc::{Receiver, Sender};
 
 /// Bytes per download piece of C into staging: the download thread keeps at most two
-/// queued (see [`drain`]).
+/// queued, or as many smaller ring pieces as make the same bytes (see [`drain`]).
 const D2H_CHUNK: usize = 16 << 20;
 
 /// One block's download: once `done` (recorded on the compute stream) has fired, `block`
@@ -35,9 +35,9 @@ pub(super) enum Sink<'r> {
 }
 
 /// The download thread: copies each block of C, from device address `dev_c` (the call's C),
-/// on `stream` in pieces of whole columns ([`D2H_CHUNK`], or a ring slot) with at most two
-/// queued, so a small copy of the emulated route's next plan (same copy engine) waits behind
-/// at most two pieces instead of a whole block. Into the ring, each piece first waits for a
+/// on `stream` in pieces of whole columns ([`D2H_CHUNK`], or a ring slot) with at most
+/// 2 [`D2H_CHUNK`] queued (at least two pieces), so a small copy of the emulated route's next
+/// plan (same copy engine) waits behind about that instead of a whole block. Into the ring, each piece first waits for a
 /// free slot, and after its copy the slot's event is recorded and the slot handed on.
 pub(super) fn drain(
     (ctx, stream): (Handle<sys::CUcontext>, Handle<sys::CUstream>),
@@ -50,20 +50,25 @@ pub(super) fn drain(
     unsafe { sys::cuCtxSetCurrent(ctx.0) }
         .result()
         .ctx("cuCtxSetCurrent")?;
-    let mut evs: Vec<sys::CUevent> = Vec::with_capacity(2);
+    let piece_bytes = match &sink {
+        Sink::Staging(_) => D2H_CHUNK,
+        Sink::Ring { ring, .. } => ring.piece_bytes,
+    };
+    let queued = (2 * D2H_CHUNK / piece_bytes.max(1)).clamp(2, 16);
+    let mut evs: Vec<sys::CUevent> = Vec::with_capacity(queued);
     let r = (|| -> Result<(), GpuError> {
-        for _ in 0..2 {
+        for _ in 0..queued {
             evs.push(
                 cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
                     .ctx("cuEventCreate")?,
             );
         }
         let mut issued = 0usize;
-        // copies `piece` to pinned `dst`, at most two pieces queued
+        // copies `piece` to pinned `dst`, at most `queued` pieces queued
         let mut copy = |piece: CBlock, dst: *mut u8| -> Result<(), GpuError> {
-            let slot = issued % 2;
-            if issued >= 2 {
-                // SAFETY: recorded after the piece issued two before this one.
+            let slot = issued % queued;
+            if issued >= queued {
+                // SAFETY: recorded after the piece issued `queued` before this one.
                 unsafe { sys::cuEventSynchronize(evs[slot]) }
                     .result()
                     .ctx("cuEventSynchronize")?;
@@ -89,13 +94,13 @@ pub(super) fn drain(
             wait(stream, job.done.0)?;
             match &sink {
                 Sink::Staging(c) => {
-                    for piece in job.block.pieces(D2H_CHUNK) {
+                    for piece in job.block.pieces(piece_bytes) {
                         // SAFETY: the staging holds the call's span of C.
                         copy(piece, unsafe { c.0.add(piece.off) } as *mut u8)?;
                     }
                 }
                 Sink::Ring { ring, free, filled } => {
-                    for piece in job.block.pieces(ring.piece_bytes) {
+                    for piece in job.block.pieces(piece_bytes) {
                         fill_slot(free, piece, filled, |slot| {
                             copy(piece, ring.slot(slot))?;
                             record(ring.ready(slot), stream)
