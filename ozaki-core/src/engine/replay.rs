@@ -135,7 +135,7 @@ fn replay_one(c: &CallRecord, model: &ReplayModel<'_>) -> Row {
                 moduli(&shape)
             };
             let est = engine.estimates(&shape, r);
-            let d = engine.decide(&shape, r);
+            let d = engine.decide_priced(&shape, r, &est);
             let chosen = est.iter().find(|e| e.route == d.route);
             let predicted_s: Vec<(String, f64)> = est
                 .iter()
