@@ -40,7 +40,7 @@
 use crate::forward;
 use crate::symbols::SymId;
 use libc::{c_char, c_int, c_void};
-use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo, span};
+use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo, quick_return, span};
 use ozaki_core::trace::{Layout, Routine};
 use std::ffi::CStr;
 
@@ -604,12 +604,6 @@ fn syrk_info(uplo: Option<Uplo>, trans: Option<Trans>, n: i64, k: i64, lda: i64,
     ])
 }
 
-/// Reference quick return of dgemm/dsyrk: `rows`/`cols` of C empty, or nothing to add to an
-/// unscaled C. (The device-resident entry points reach it through the Fortran decoders.)
-fn quick(rows: i64, cols: i64, k: i64, alpha: f64, beta: f64) -> bool {
-    rows == 0 || cols == 0 || ((alpha == 0.0 || k == 0) && beta == 1.0)
-}
-
 /// Non-negative dimension as `usize` (only called after the checks passed).
 fn dim(x: i64) -> usize {
     usize::try_from(x).expect("dimension checked non-negative")
@@ -632,7 +626,7 @@ fn gemm_verdict(
     c: *mut f64,
     ldc: i64,
 ) -> Verdict {
-    if quick(m, n, k, alpha, beta) {
+    if quick_return(dim(m), dim(n), dim(k), alpha, beta) {
         return Verdict::Quick;
     }
     Verdict::Compute(Canon::Gemm {
@@ -665,7 +659,7 @@ fn syrk_verdict(
     c: *mut f64,
     ldc: i64,
 ) -> Verdict {
-    if quick(n, n, k, alpha, beta) {
+    if quick_return(dim(n), dim(n), dim(k), alpha, beta) {
         return Verdict::Quick;
     }
     Verdict::Compute(Canon::Syrk {

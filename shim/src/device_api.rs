@@ -64,7 +64,7 @@ fn answer(verdict: Verdict, stream: *mut c_void) -> c_int {
 
 /// A checked call on device addresses.
 fn device_call(call: Canon) -> DeviceCall {
-    match call {
+    let (op, (m, n, k), (alpha, a, lda), (beta, c, ldc)) = match call {
         Canon::Gemm {
             transa,
             transb,
@@ -79,23 +79,16 @@ fn device_call(call: Canon) -> DeviceCall {
             beta,
             c,
             ldc,
-        } => DeviceCall {
-            op: Op::Gemm {
+        } => {
+            let b = b as u64;
+            let op = Op::Gemm {
                 transa,
                 transb,
-                b: b as u64,
+                b,
                 ldb,
-            },
-            m,
-            n,
-            k,
-            alpha,
-            a: a as u64,
-            lda,
-            beta,
-            c: c as u64,
-            ldc,
-        },
+            };
+            (op, (m, n, k), (alpha, a, lda), (beta, c, ldc))
+        }
         Canon::Syrk {
             uplo,
             trans,
@@ -107,18 +100,24 @@ fn device_call(call: Canon) -> DeviceCall {
             beta,
             c,
             ldc,
-        } => DeviceCall {
-            op: Op::Syrk { uplo, trans },
-            m: n,
-            n,
-            k,
-            alpha,
-            a: a as u64,
-            lda,
-            beta,
-            c: c as u64,
-            ldc,
-        },
+        } => (
+            Op::Syrk { uplo, trans },
+            (n, n, k),
+            (alpha, a, lda),
+            (beta, c, ldc),
+        ),
+    };
+    DeviceCall {
+        op,
+        m,
+        n,
+        k,
+        alpha,
+        a: a as u64,
+        lda,
+        beta,
+        c: c as u64,
+        ldc,
     }
 }
 
