@@ -793,6 +793,8 @@ fn cblas_layout(v: c_int) -> Option<Layout> {
     }
 }
 
+/// An illegal CBLAS enum, reported through `cblas_xerbla(arg, rout, form, value)`
+/// ([`Report::Cblas`]); `info` is its position in the caller's list.
 fn cblas_illegal(
     rout: &'static CStr,
     info: i64,
@@ -811,6 +813,20 @@ fn cblas_illegal(
             value,
         },
     })
+}
+
+/// An illegal CBLAS layout, reported the same way by `cblas_dgemm.c` and `cblas_dsyrk.c`
+/// (before `RowMajorStrg` is set).
+fn illegal_layout(rout: &'static CStr, value: c_int) -> Verdict {
+    let pos = arg::CBLAS_LAYOUT;
+    cblas_illegal(
+        rout,
+        pos,
+        pos,
+        false,
+        c"Illegal layout setting, %d\n",
+        value,
+    )
 }
 
 /// Decodes `cblas_dgemm` (pure, for the tests); mirrors reference `cblas_dgemm.c`.
@@ -837,14 +853,7 @@ fn decode_cblas_gemm(r: &CblasGemm<i64>, ilp64: bool) -> Decoded {
     let Some(layout) = layout else {
         return Decoded {
             shape,
-            verdict: cblas_illegal(
-                ROUT,
-                arg::CBLAS_LAYOUT,
-                arg::CBLAS_LAYOUT,
-                false,
-                c"Illegal layout setting, %d\n",
-                r.layout,
-            ),
+            verdict: illegal_layout(ROUT, r.layout),
         };
     };
     let row = layout == Layout::Row;
@@ -936,14 +945,7 @@ fn decode_cblas_syrk(r: &CblasSyrk<i64>, ilp64: bool) -> Decoded {
     let Some(layout) = layout else {
         return Decoded {
             shape,
-            verdict: cblas_illegal(
-                ROUT,
-                arg::CBLAS_LAYOUT,
-                arg::CBLAS_LAYOUT,
-                false,
-                c"Illegal layout setting, %d\n",
-                r.layout,
-            ),
+            verdict: illegal_layout(ROUT, r.layout),
         };
     };
     let row = layout == Layout::Row;
