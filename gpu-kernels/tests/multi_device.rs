@@ -7,26 +7,14 @@
 //! fp64 rounding (cuBLAS may pick another kernel for a tile's shape; the test says whether
 //! the bits matched). A tile that fails leaves all of C untouched.
 
+mod support;
+
 use gpu_kernels::host::{self, Engine};
 use gpu_kernels::multi;
 use gpu_kernels::ozaki::Options;
 use ozaki_core::blas::{GemmArgs, Trans};
 use ozaki_core::devices::{SplitParams, split_c};
-
-fn have_gpu() -> bool {
-    match gpu_kernels::device::available() {
-        Ok(()) => true,
-        Err(e) => {
-            eprintln!("skipped: no CUDA driver ({e})");
-            false
-        }
-    }
-}
-
-fn vec(seed: u64, n: usize) -> Vec<f64> {
-    let mut r = ozaki_core::testutil::Rng::new(seed);
-    (0..n).map(|_| r.uniform() - 0.5).collect()
-}
+use support::{centered_seeded as vec, have_gpu, skip};
 
 /// Random operands of a (transa, transb) m x n x k call with padded leading dimensions.
 struct Operands {
@@ -203,7 +191,7 @@ fn have_two_gpus() -> bool {
     }
     let count = gpu_kernels::device::device_count().unwrap_or(0);
     if count < 2 {
-        eprintln!("skipped: {count} CUDA device(s), need 2");
+        skip(format_args!("{count} CUDA device(s), need 2"));
     }
     count >= 2
 }
