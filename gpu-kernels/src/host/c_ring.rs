@@ -2,20 +2,22 @@
 //! comes home in pieces through a few pinned slots instead of a pinned buffer the size of C.
 //!
 //! Why: that buffer grows with the largest C a process has seen, and growing it is
-//! `cuMemHostAlloc`, about 0.5 ms per MiB on the H200 host: the first 8192^2 product of a
-//! NumPy session spent 289 of its 310 ms in transfers against 37-42 ms for the next ones
-//! (BENCHMARKS.md, "Session 4: C without full-size pinned staging"), and every new larger
-//! size paid again. The ring's size comes from the tuning ([`Tuning::c_ring`]), not from C.
+//! `cuMemHostAlloc` of the whole C: with main's staging the first 8192^2 product of a NumPy
+//! session took 234-328 ms, 214-308 ms of it in transfers, against 44-58 ms for the next
+//! ones, and every new larger size paid again (BENCHMARKS.md, "Session 4: C without
+//! full-size pinned staging"). The ring's size comes from the tuning ([`Tuning::c_ring`]),
+//! not from C.
 //!
 //! The protocol: the download thread takes a free slot for each piece (whole columns of a
 //! block, [`CBlock::pieces`]), waiting while every slot is full; it copies the piece into
 //! the slot, records the slot's event and hands the slot on ([`fill_slot`]). The writer
-//! threads take the filled slots in order, each writes its slot into the caller's C once its
-//! event fired and only then gives the slot back ([`empty_slots`]). Before the call is accepted the writer
-//! writes nothing and gives nothing back, so the download waits with the remaining blocks
-//! still on the device, which holds all of C anyway (issue #4's contract is unchanged). A
-//! writer that will not write (the call was refused, or a write failed) gives every slot
-//! back unwritten, so the download never waits for a slot that cannot come.
+//! threads take the filled slots in order; each writes its slot into the caller's C once the
+//! slot's event fired and only then gives the slot back ([`empty_slots`]). Before the call
+//! is accepted the writer writes nothing and gives nothing back, so the download waits with
+//! the remaining blocks still on the device, which holds all of C anyway (issue #4's
+//! contract is unchanged). A writer that will not write (the call was refused, or a write
+//! failed) gives every slot back unwritten, so the download never waits for a slot that
+//! cannot come.
 //!
 //! With beta != 0 C is an input of the vendor fallback and may be written only after the
 //! whole call succeeded: C keeps its full staging there (`C_SLOT` in `super`).
@@ -127,10 +129,11 @@ pub(crate) fn fill_slot(
 /// (nothing more may be written), every later slot is only given back. Returns when the
 /// download side is done and every slot taken was given back.
 ///
-/// Each piece is written whole by one thread, so the threads never wait for each other:
-/// a crew sharing out every piece lost 4-45 ms per call to fresh (huge-page) memory and
-/// oversubscribed cores in session 4's first run (BENCHMARKS.md, "Session 4: C without
-/// full-size pinned staging").
+/// Each piece is written whole by one thread, so the threads never wait for each other: a
+/// crew of threads sharing out every piece (a barrier per piece) made NumPy's calls 3-47 ms
+/// slower than main (NumPy's C is freshly allocated memory on every call, faulted in by the
+/// writes), while this pool made them as fast or faster (BENCHMARKS.md, "Session 4: C
+/// without full-size pinned staging").
 pub(crate) fn empty_slots(
     filled: Receiver<Filled>,
     free: Giver,

@@ -9,7 +9,7 @@
 //! the previous chunk (two staging buffers alternate).
 //!
 //! What lives where: `tuning` (the knobs), `grid` (how a call is cut into column blocks
-//! and row panels, [`CBlock`]), `upload` (the pinned ring and the upload thread), `download`
+//! and row panels, `CBlock`), `upload` (the pinned ring and the upload thread), `download`
 //! (the download thread), `c_ring` (C's download ring for early writes), `write_back`
 //! (staging into the caller's C), `share` (a split's shared A); this module holds the entry
 //! points and the pipeline that drives them.
