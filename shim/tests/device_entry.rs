@@ -115,70 +115,69 @@ fn dgemm_device_computes_c_and_writes_nothing_else() {
         };
         let mut want = c0.clone();
         blas::gemm(&g, &mut want);
-        let (da, db, dc) = (
-            upload(&a).unwrap(),
-            upload(&b).unwrap(),
-            upload(&c0).unwrap(),
+        let (ret, got) = dgemm_device(
+            (ta, tb),
+            (m, n, k),
+            -0.75,
+            (&a, lda),
+            (&b, ldb),
+            1.5,
+            (&c0, ldc),
         );
-        // SAFETY: device buffers of the shapes the leading dimensions imply; default stream.
-        let ret = unsafe {
-            ozaki_dgemm_device(
-                ta as c_char,
-                tb as c_char,
-                m as i64,
-                n as i64,
-                k as i64,
-                -0.75,
-                da.ptr() as *const f64,
-                lda as i64,
-                db.ptr() as *const f64,
-                ldb as i64,
-                1.5,
-                dc.ptr() as *mut f64,
-                ldc as i64,
-                null_mut(),
-            )
-        };
         assert_eq!(ret, 0, "{}{}: emulated", ta as char, tb as char);
-        let mut got = vec![0.0; ldc * n];
-        download(&dc, &mut got).unwrap();
         let what = format!("dgemm {}{}", ta as char, tb as char);
         check(&got, &want, &c0, |idx| idx % ldc >= m, &what);
     }
     // NaN in A: the emulation declines, cuBLAS fp64 computes C (return 1)
-    let (a, b, c0) = (
-        vec![f64::NAN; 4],
-        centered(&mut rng, 4),
-        centered(&mut rng, 4),
+    let (a, b, c0) = ([f64::NAN; 4], centered(&mut rng, 4), centered(&mut rng, 4));
+    let (ret, got) = dgemm_device(
+        (b'N', b'N'),
+        (2, 2, 2),
+        1.0,
+        (&a, 2),
+        (&b, 2),
+        0.0,
+        (&c0, 2),
     );
-    let (da, db, dc) = (
-        upload(&a).unwrap(),
-        upload(&b).unwrap(),
-        upload(&c0).unwrap(),
-    );
-    // SAFETY: 2 x 2 device matrices; default stream.
+    assert_eq!(ret, 1, "NaN input: cuBLAS fp64");
+    assert!(got.iter().all(|x| x.is_nan()), "{got:?}");
+}
+
+/// `ozaki_dgemm_device` on device copies of A, B and C (the default stream): its return
+/// value and C afterwards.
+fn dgemm_device(
+    (ta, tb): (u8, u8),
+    (m, n, k): (usize, usize, usize),
+    alpha: f64,
+    (a, lda): (&[f64], usize),
+    (b, ldb): (&[f64], usize),
+    beta: f64,
+    (c0, ldc): (&[f64], usize),
+) -> (c_int, Vec<f64>) {
+    let (da, db, dc) = (upload(a).unwrap(), upload(b).unwrap(), upload(c0).unwrap());
+    // SAFETY: device copies of the caller's matrices, whose shapes the leading dimensions
+    // imply; the default stream.
     let ret = unsafe {
         ozaki_dgemm_device(
-            b'N' as c_char,
-            b'N' as c_char,
-            2,
-            2,
-            2,
-            1.0,
+            ta as c_char,
+            tb as c_char,
+            m as i64,
+            n as i64,
+            k as i64,
+            alpha,
             da.ptr() as *const f64,
-            2,
+            lda as i64,
             db.ptr() as *const f64,
-            2,
-            0.0,
+            ldb as i64,
+            beta,
             dc.ptr() as *mut f64,
-            2,
+            ldc as i64,
             null_mut(),
         )
     };
-    assert_eq!(ret, 1, "NaN input: cuBLAS fp64");
-    let mut got = vec![0.0f64; 4];
-    download(&dc, &mut got).unwrap();
-    assert!(got.iter().all(|x| x.is_nan()), "{got:?}");
+    let mut c = vec![0.0; c0.len()];
+    download(&dc, &mut c).unwrap();
+    (ret, c)
 }
 
 #[test]
