@@ -62,18 +62,6 @@ pub fn product(moduli: &[u32]) -> BigUint {
     moduli.iter().fold(BigUint::one(), |acc, &m| acc * m)
 }
 
-/// a^-1 mod m for coprime a, m (extended Euclid on small integers).
-fn inverse_mod(a: u64, m: u64) -> u64 {
-    let (mut t, mut new_t, mut r, mut new_r) = (0i64, 1i64, m as i64, (a % m) as i64);
-    while new_r != 0 {
-        let q = r / new_r;
-        (t, new_t) = (new_t, t - q * new_t);
-        (r, new_r) = (new_r, r - q * new_r);
-    }
-    assert_eq!(r, 1, "{a} has no inverse mod {m}");
-    t.rem_euclid(m as i64) as u64
-}
-
 fn check(moduli: &[u32]) {
     assert!(
         !moduli.is_empty() && moduli.len() <= MAX_MODULI,
@@ -162,7 +150,7 @@ impl CrtTable {
             t.inv_m[p] = 1.0 / m as f64;
             let mp = &big_m / m;
             let mp_mod = (&mp % m).to_u64().unwrap_or(0);
-            let w = mp * inverse_mod(mp_mod, m as u64);
+            let w = mp * ozaki_core::moduli::inv_mod(mp_mod, m as u64);
             t.wd[p] = as_doubles(limbs(&(w % &big_m)));
         }
         t

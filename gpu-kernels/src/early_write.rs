@@ -1,11 +1,11 @@
 //! Writing C into the caller's memory while the rest of a host-resident call still runs
 //! (issue #4's host-resident bound, issue #7's split).
 //!
-//! The pipelined host path ([`crate::host::staged_gemm`]) leaves C in pinned staging and the
-//! caller copies it into its own memory afterwards: at 32768² that serial tail is 8.6 GB, about
-//! 0.1 s of a 0.85 s split, and 7-8 ms of a 40 ms call at 8192 (session 3, helper host3).
-//! When beta == 0 the call never reads C, so each column block can be written as soon as it is
-//! in staging, under two rules that keep what the program sees exactly as before:
+//! The pipelined host path ([`crate::host::staged_gemm`]) can leave C in pinned staging for
+//! the caller to copy into its own memory afterwards: at 32768² that serial tail is 8.6 GB,
+//! about 0.1 s of a 0.85 s split, and 7-8 ms of a 40 ms call at 8192 (session 3, helper
+//! host3). When beta == 0 the call never reads C, so each column block can be written as soon
+//! as it is downloaded, under two rules that keep what the program sees exactly as before:
 //! - **No write before the whole call is accepted.** Writing starts only once every
 //!   data-dependent check of the call has passed: at once for gpu-native (which has none),
 //!   and for gpu-ozaki after the last unit's moduli plan accepted its operands (NaN/Inf,
@@ -17,15 +17,20 @@
 //!   one complete result, never a mixture.
 //!
 //! With beta != 0, C is an input of the fallback and is written only after success, as before.
+//!
+//! The blocks come home through C's download ring (`crate::host::c_ring`): a few pinned
+//! slots the writer empties into the caller's C, not a pinned buffer the size of C. Until
+//! the go the writer holds the slots it got, so the download waits with the rest of C still
+//! on the device.
 
 use crate::error::{Context, GpuError};
-use crate::host::{Handle, SendPtr, write_columns};
+use crate::host::{CRing, Filled, Giver, Handle, SendPtr, empty_slots, write_columns};
 use cudarc::driver::sys;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 use std::sync::{Condvar, Mutex};
 
-/// Where a call may write C early: the caller's span of C (the call's or the tile's, same
-/// leading dimension as staging) and the host threads a tail write-back of it would use.
+/// Where a call may write C early: the caller's span of C (the call's or the tile's, whose
+/// blocks `host::CBlock` places) and the host threads a tail write-back of it would use.
 #[derive(Clone, Copy)]
 pub(crate) struct EarlyC<'g> {
     pub c: SendPtr<f64>,
@@ -33,16 +38,6 @@ pub(crate) struct EarlyC<'g> {
     /// Says whether the whole call (every tile of a split) was accepted; called once by the
     /// compute thread when its own units were, blocking until the others say.
     pub gate: Option<&'g Gate>,
-}
-
-/// One column block in staging, ready once `ready` fired: `cols` columns of `rows` rows from
-/// element offset `off` (leading dimension `ld`) of staging and of the caller's C.
-pub(crate) struct Block {
-    pub ready: Handle<sys::CUevent>,
-    pub off: usize,
-    pub rows: usize,
-    pub cols: usize,
-    pub ld: usize,
 }
 
 /// The acceptance meeting of a split's tiles: each tile arrives once its own units passed
@@ -97,59 +92,63 @@ impl EarlyC<'_> {
 }
 
 /// The writer thread: waits for the go ([`EarlyC::go`]; a dropped sender means the call
-/// failed first), then writes each block from `staged` into the caller's C as
-/// soon as its download event fired. Returns whether every block was written. Every event
-/// received is destroyed, written or not.
+/// failed first), then has go's number of threads write the filled slots of C's ring into
+/// the caller's C, each piece as soon as its download event fired and by one thread, giving
+/// each slot back once it is written. Without a go, or after a failed wait, the slots are
+/// given back unwritten (so the download never waits for ever). Returns whether every piece
+/// was written.
 pub(crate) fn writer(
     ctx: Handle<sys::CUcontext>,
     early: EarlyC<'_>,
-    staged: SendPtr<f64>,
+    ring: &CRing,
     go: Receiver<Option<usize>>,
-    blocks: Receiver<Block>,
+    filled: Receiver<Filled>,
+    free: Giver,
 ) -> Result<bool, GpuError> {
-    // SAFETY: the caller's context, retained for the process.
-    unsafe { sys::cuCtxSetCurrent(ctx.0) }
-        .result()
-        .ctx("cuCtxSetCurrent")?;
-    let threads = go.recv().ok().flatten();
-    let mut write = threads.is_some();
-    let threads = threads.unwrap_or(1);
-    let mut result = Ok(write);
-    for b in blocks {
-        if write {
-            // SAFETY: recorded by the download thread after the block's last piece.
-            let synced = unsafe { sys::cuEventSynchronize(b.ready.0) }
-                .result()
-                .ctx("cuEventSynchronize");
-            match synced {
-                // SAFETY: the block lies inside both spans (the caller's C and staging, same
-                // leading dimension); its download completed; blocks are disjoint and only
-                // this thread writes the caller's C during the call.
-                Ok(()) => unsafe {
-                    write_columns(
-                        early.c.0.add(b.off),
-                        staged.0.add(b.off),
-                        (b.rows, b.cols, b.ld),
-                        None,
-                        threads,
-                    )
-                },
-                Err(e) => {
-                    write = false;
-                    result = Err(e);
-                }
-            }
+    let Some(threads) = go.recv().ok().flatten() else {
+        empty_slots(filled, free, 1, &|_| false);
+        return Ok(false);
+    };
+    let failure = Mutex::new(None);
+    // whole values into the closure (its fields alone are raw pointers, not Sync)
+    let (ctx, c) = (&ctx, &early.c);
+    empty_slots(filled, free, threads, &|f| {
+        let (ctx, c) = (*ctx, *c);
+        // SAFETY: the caller's context, retained for the process.
+        let synced = unsafe { sys::cuCtxSetCurrent(ctx.0) }
+            .result()
+            .ctx("cuCtxSetCurrent")
+            .and_then(|()| {
+                // SAFETY: recorded by the download thread after the copy into this slot,
+                // which is not refilled before it is given back.
+                unsafe { sys::cuEventSynchronize(ring.ready(f.slot)) }
+                    .result()
+                    .ctx("cuEventSynchronize")
+            });
+        if let Err(e) = synced {
+            *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            return false;
         }
-        // SAFETY: created for this block and no longer used by anyone.
+        let b = f.block;
+        // SAFETY: the piece lies inside the caller's span of C at b.off and at the start of
+        // its slot (same leading dimension); its download completed; pieces are disjoint and
+        // only the writer threads write the caller's C during the call.
         unsafe {
-            let _ = sys::cuEventDestroy_v2(b.ready.0);
-        }
+            write_columns(
+                c.0.add(b.off),
+                ring.slot(f.slot) as *const f64,
+                (b.rows, b.cols, b.ld),
+                None,
+                1,
+            )
+        };
+        true
+    });
+    match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(true),
     }
-    result
 }
-
-/// Sender side of [`writer`]'s blocks, for the download thread.
-pub(crate) type BlockSender = Sender<Block>;
 
 #[cfg(test)]
 mod tests {

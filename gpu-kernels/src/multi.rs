@@ -10,13 +10,14 @@
 //!
 //! whose operands are plain sub-slices of the caller's A, B and C with the same leading
 //! dimensions ([`tile_args`], [`tile_c_offset`]; nothing is copied on the host beyond the
-//! pinned staging of each slot's own pipeline, `host::staged_gemm`). Each tile leaves its
-//! result in its slot's pinned staging; the threads then meet at a barrier, and only when
-//! **every** tile succeeded does each write its own tile of the caller's C, straight from
-//! its staging (tiles are disjoint), so a failure anywhere leaves C untouched and the shim
-//! can still run the vendor BLAS (the route contract of issue #4). With beta == 0 each tile
-//! instead writes its blocks as they arrive, once every tile's data-dependent checks passed
-//! (`early_write`: the same guarantee for every failure the data can cause).
+//! pinned staging of each slot's own pipeline, `host::staged_gemm`). With beta != 0 each
+//! tile leaves its result in its slot's pinned staging; the threads then meet at a barrier,
+//! and only when **every** tile succeeded does each write its own tile of the caller's C,
+//! straight from its staging (tiles are disjoint), so a failure anywhere leaves C untouched
+//! and the shim can still run the vendor BLAS (the route contract of issue #4). With
+//! beta == 0 each tile instead writes its blocks as they arrive through its slot's download
+//! ring, once every tile's data-dependent checks passed (`early_write`: the same guarantee
+//! for every failure the data can cause).
 //!
 //! Results: every entry of a tile depends only on its row of op(A) and its column of op(B)
 //! (the emulated route scales per row of op(A) and per column of op(B), and its INT8
@@ -346,12 +347,17 @@ pub fn gemm(
                         return Ok(None);
                     }
                     let t0 = std::time::Instant::now();
-                    if !st.written {
+                    match st {
+                        host::StagedC::Written => {}
                         // SAFETY: the staging (held by `guard`) holds the tile's span; tiles
                         // are disjoint and all reads of C happened before the barrier.
-                        unsafe {
-                            let staged = std::slice::from_raw_parts(st.ptr, c_span);
+                        host::StagedC::Staged(ptr) => unsafe {
+                            let staged = std::slice::from_raw_parts(ptr, c_span);
                             commit_tile(shared, args.ldc, t, staged, commit_threads);
+                        },
+                        // only when another tile failed, which `failed` said above
+                        host::StagedC::Withheld => {
+                            return Err(GpuError::Cuda("early writes withheld".into()));
                         }
                     }
                     drop(guard);

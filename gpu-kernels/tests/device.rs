@@ -7,43 +7,15 @@
 //! NaN/Inf refused without touching C, and identical bits whichever way the call was tiled or
 //! whether operands were host- or device-resident.
 
+mod support;
+
+use gpu_kernels::GpuError;
 use gpu_kernels::host::{self, Engine};
-use gpu_kernels::measure::{download, entry_errors, upload};
-use gpu_kernels::ozaki::{self, DeviceCall, Op, Options};
-use gpu_kernels::{GpuError, gpu};
+use gpu_kernels::measure::entry_errors;
+use gpu_kernels::ozaki::Options;
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo};
-
-/// Whether a GPU is usable; otherwise prints a visible skip line (straight to stderr, which
-/// the harness does not capture). CI has no GPU, so this never fails a run: the GPU machine
-/// runs these through `scripts/gpu-check`.
-fn have_gpu() -> bool {
-    match gpu_kernels::device::available() {
-        Ok(()) => true,
-        Err(e) => {
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "skipped: no CUDA driver ({e})");
-            false
-        }
-    }
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-    }
-    fn vec(&mut self, n: usize) -> Vec<f64> {
-        (0..n).map(|_| self.next()).collect()
-    }
-    fn ints(&mut self, n: usize, range: f64) -> Vec<f64> {
-        (0..n)
-            .map(|_| (self.next() * 2.0 * range).round())
-            .collect()
-    }
-}
+use ozaki_core::testutil::Rng;
+use support::{centered, device_product, have_gpu, integers};
 
 fn op(x: &[f64], ld: usize, t: Trans, i: usize, l: usize) -> f64 {
     match t {
@@ -89,7 +61,7 @@ fn gemm_both_routes_all_transposes_alpha_beta_and_padding() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let (m, n, k) = (37, 29, 70);
     for transa in [Trans::No, Trans::Yes] {
         for transb in [Trans::No, Trans::Yes] {
@@ -97,9 +69,9 @@ fn gemm_both_routes_all_transposes_alpha_beta_and_padding() {
                 let (ra, ca) = dims(transa, m, k);
                 let (rb, cb) = dims(transb, k, n);
                 let (lda, ldb, ldc) = (ra + 3, rb + 1, m + 5);
-                let a = rng.vec(lda * ca);
-                let b = rng.vec(ldb * cb);
-                let c0 = rng.vec(ldc * n);
+                let a = centered(&mut rng, lda * ca);
+                let b = centered(&mut rng, ldb * cb);
+                let c0 = centered(&mut rng, ldc * n);
                 let g = GemmArgs {
                     transa,
                     transb,
@@ -149,10 +121,10 @@ fn emulation_is_exact_on_integer_data_and_beats_fp64_on_cancellation() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(11);
+    let mut rng = Rng::new(11);
     let (m, n, k) = (64, 48, 300);
-    let a = rng.ints(m * k, 1000.0);
-    let b = rng.ints(k * n, 1000.0);
+    let a = integers(&mut rng, m * k, 1000);
+    let b = integers(&mut rng, k * n, 1000);
     let g = GemmArgs::product(m, n, k, &a, &b);
     let mut c = vec![f64::NAN; m * n]; // beta = 0: NaN in C must not propagate
     host::gemm(&g, &mut c, Engine::Ozaki(Options::default())).unwrap();
@@ -199,27 +171,17 @@ fn nan_or_inf_input_is_refused_and_c_is_untouched() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let (m, n, k) = (16, 16, 16);
     for bad in [f64::NAN, f64::INFINITY] {
-        let mut a = rng.vec(m * k);
+        let mut a = centered(&mut rng, m * k);
         a[5] = bad;
-        let b = rng.vec(k * n);
-        let c0 = rng.vec(m * n);
+        let b = centered(&mut rng, k * n);
+        let c0 = centered(&mut rng, m * n);
         let mut c = c0.clone();
         let g = GemmArgs {
-            transa: Trans::No,
-            transb: Trans::No,
-            m,
-            n,
-            k,
-            alpha: 1.0,
-            a: &a,
-            lda: m,
-            b: &b,
-            ldb: k,
             beta: 1.0,
-            ldc: m,
+            ..GemmArgs::product(m, n, k, &a, &b)
         };
         assert_eq!(
             host::gemm(&g, &mut c, Engine::Ozaki(Options::default())),
@@ -234,15 +196,15 @@ fn syrk_writes_one_triangle_with_the_gemm_values() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     for (n, k, block) in [(45, 33, 0), (300, 64, 64)] {
         for trans in [Trans::No, Trans::Yes] {
             for uplo in [Uplo::Upper, Uplo::Lower] {
                 let (ra, ca) = dims(trans, n, k);
                 let lda = ra + 2;
-                let a = rng.vec(lda * ca);
+                let a = centered(&mut rng, lda * ca);
                 let ldc = n + 1;
-                let c0 = rng.vec(ldc * n);
+                let c0 = centered(&mut rng, ldc * n);
                 let s = SyrkArgs {
                     uplo,
                     trans,
@@ -301,24 +263,15 @@ fn tiling_and_residency_do_not_change_a_single_bit() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(9);
+    let mut rng = Rng::new(9);
     let (m, n, k) = (200, 520, 130);
-    let a = rng.vec(m * k);
-    let b = rng.vec(k * n);
-    let c0 = rng.vec(m * n);
+    let a = centered(&mut rng, m * k);
+    let b = centered(&mut rng, k * n);
+    let c0 = centered(&mut rng, m * n);
     let g = GemmArgs {
-        transa: Trans::No,
-        transb: Trans::No,
-        m,
-        n,
-        k,
         alpha: 1.25,
-        a: &a,
-        lda: m,
-        b: &b,
-        ldb: k,
         beta: 0.5,
-        ldc: m,
+        ..GemmArgs::product(m, n, k, &a, &b)
     };
     let mut whole = c0.clone();
     host::gemm(&g, &mut whole, Engine::Ozaki(Options::default())).unwrap();
@@ -341,35 +294,8 @@ fn tiling_and_residency_do_not_change_a_single_bit() {
     );
 
     // the same call on device-resident operands
-    let (da, db, dc) = (
-        upload(&a).unwrap(),
-        upload(&b).unwrap(),
-        upload(&c0).unwrap(),
-    );
-    let call = DeviceCall {
-        op: Op::Gemm {
-            transa: Trans::No,
-            transb: Trans::No,
-            b: db.ptr(),
-            ldb: k,
-        },
-        m,
-        n,
-        k,
-        alpha: 1.25,
-        a: da.ptr(),
-        lda: m,
-        beta: 0.5,
-        c: dc.ptr(),
-        ldc: m,
-    };
-    {
-        let mut g = gpu().unwrap();
-        let s = g.stream();
-        ozaki::gemm(&mut g, s, &call, Options::default()).unwrap();
-    }
-    let mut dev = vec![0.0f64; m * n];
-    download(&dc, &mut dev).unwrap();
+    let (out, dev) = device_product((m, n, k), 1.25, (&a, &b), 0.5, &c0, Options::default());
+    out.unwrap();
     assert!(
         whole
             .iter()
@@ -384,10 +310,10 @@ fn more_moduli_never_hurt_and_default_is_at_least_fp64_grade() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(13);
+    let mut rng = Rng::new(13);
     let (m, n, k) = (64, 64, 2048);
-    let a = rng.vec(m * k);
-    let b = rng.vec(k * n);
+    let a = centered(&mut rng, m * k);
+    let b = centered(&mut rng, k * n);
     let g = GemmArgs::product(m, n, k, &a, &b);
     let mut native = vec![0.0; m * n];
     host::gemm(&g, &mut native, Engine::Native).unwrap();
@@ -426,7 +352,7 @@ fn equals_the_cpu_reference_route_bit_for_bit() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(17);
+    let mut rng = Rng::new(17);
     for r in [8, 14, 16, 20] {
         for call in [
             (Trans::No, Trans::No, 1.0, 0.0),
@@ -450,7 +376,7 @@ fn row_quads_equal_the_cpu_reference_route_bit_for_bit() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(31);
+    let mut rng = Rng::new(31);
     for r in [8, 13, 15, 16, 17, 20] {
         for call in [
             (Trans::No, Trans::No, 1.0, 0.0),
@@ -508,15 +434,13 @@ fn gemm_bits_differ(
 ) -> usize {
     let (ra, ca) = dims(transa, m, k);
     let (rb, cb) = dims(transb, k, n);
-    let mut a: Vec<f64> = rng
-        .vec(ra * ca)
+    let mut a: Vec<f64> = centered(rng, ra * ca)
         .iter()
         .enumerate()
         .map(|(i, x)| x * 2f64.powi((i % 7) as i32 * 3 - 9))
         .collect();
     let wide_exp = |i: usize| if wide { (i % 3) as i32 * 200 } else { 0 };
-    let mut b: Vec<f64> = rng
-        .vec(rb * cb)
+    let mut b: Vec<f64> = centered(rng, rb * cb)
         .iter()
         .enumerate()
         .map(|(i, x)| x * 2f64.powi((i % 5) as i32 * 4 - 8 + wide_exp(i)))
@@ -535,7 +459,7 @@ fn gemm_bits_differ(
             }] = 0.0;
         }
     }
-    let c0 = rng.vec(m * n);
+    let c0 = centered(rng, m * n);
     let g = GemmArgs {
         transa,
         transb,
@@ -568,16 +492,15 @@ fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(23);
+    let mut rng = Rng::new(23);
     let (m, n, k, r) = (72, 4100, 96, 15);
-    let a = rng.vec(m * k);
-    let b: Vec<f64> = rng
-        .vec(k * n)
+    let a = centered(&mut rng, m * k);
+    let b: Vec<f64> = centered(&mut rng, k * n)
         .iter()
         .enumerate()
         .map(|(i, x)| x * 2f64.powi((i % 9) as i32 - 4))
         .collect();
-    let c0 = rng.vec(m * n);
+    let c0 = centered(&mut rng, m * n);
     let g = GemmArgs {
         transa: Trans::No,
         transb: Trans::Yes,
@@ -610,7 +533,7 @@ fn norm_scaling_equals_the_cpu_reference_route_bit_for_bit() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(29);
+    let mut rng = Rng::new(29);
     for shape in [(41, 23, 77), (7, 300, 1030)] {
         for r in [8, 14, 16, 20] {
             for call in [
@@ -628,13 +551,12 @@ fn norm_scaling_equals_the_cpu_reference_route_bit_for_bit() {
             let (n, k) = (shape.1, shape.2);
             for (uplo, trans) in [(Uplo::Lower, Trans::No), (Uplo::Upper, Trans::Yes)] {
                 let (ra, ca) = dims(trans, n, k);
-                let a: Vec<f64> = rng
-                    .vec(ra * ca)
+                let a: Vec<f64> = centered(&mut rng, ra * ca)
                     .iter()
                     .enumerate()
                     .map(|(i, x)| x * 2f64.powi((i % 11) as i32 * 2 - 10))
                     .collect();
-                let c0 = rng.vec(n * n);
+                let c0 = centered(&mut rng, n * n);
                 let s = SyrkArgs {
                     uplo,
                     trans,
@@ -693,7 +615,7 @@ fn norm_scaling_sees_exact_coarse_square_sums() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(31);
+    let mut rng = Rng::new(31);
     for (transa, transb) in [(Trans::No, Trans::No), (Trans::Yes, Trans::Yes)] {
         let (m, n) = (3, 2);
         // every row of op(A) and column of op(B) is `line` times a sign pattern and a power of 2
@@ -722,7 +644,7 @@ fn norm_scaling_sees_exact_coarse_square_sums() {
                 }] = v;
             }
         }
-        let c0 = rng.vec(m * n);
+        let c0 = centered(&mut rng, m * n);
         let g = GemmArgs {
             transa,
             transb,
@@ -760,45 +682,19 @@ fn automatic_moduli_equal_forced_ones_whatever_the_previous_call_chose() {
     if !have_gpu() {
         return;
     }
-    let mut rng = Rng(41);
+    let mut rng = Rng::new(41);
     let (m, n, k) = (96, 72, 400);
-    let normal = (rng.vec(m * k), rng.vec(k * n));
-    let spread_a: Vec<f64> = rng
-        .vec(m * k)
+    let normal = (centered(&mut rng, m * k), centered(&mut rng, k * n));
+    let spread_a: Vec<f64> = centered(&mut rng, m * k)
         .iter()
         .enumerate()
         .map(|(i, x)| x * 2f64.powi(((i * 7919) % 23) as i32 - 11))
         .collect();
-    let spread = (spread_a, rng.vec(k * n));
-    let c0 = rng.vec(m * n);
+    let spread = (spread_a, centered(&mut rng, k * n));
+    let c0 = centered(&mut rng, m * n);
     // C = op(A) op(B) + 0.5 C0 on device-resident copies: the outcome and C afterwards
     let run = |(a, b): &(Vec<f64>, Vec<f64>), opts: Options| {
-        let (da, db, dc) = (upload(a).unwrap(), upload(b).unwrap(), upload(&c0).unwrap());
-        let call = DeviceCall {
-            op: Op::Gemm {
-                transa: Trans::No,
-                transb: Trans::No,
-                b: db.ptr(),
-                ldb: k,
-            },
-            m,
-            n,
-            k,
-            alpha: 1.0,
-            a: da.ptr(),
-            lda: m,
-            beta: 0.5,
-            c: dc.ptr(),
-            ldc: m,
-        };
-        let out = {
-            let mut g = gpu().unwrap();
-            let s = g.stream();
-            ozaki::gemm(&mut g, s, &call, opts)
-        };
-        let mut c = vec![0.0f64; m * n];
-        download(&dc, &mut c).unwrap();
-        (out, c)
+        device_product((m, n, k), 1.0, (a, b), 0.5, &c0, opts)
     };
     let mut counts = Vec::new();
     for scaling in [ScalingMode::Norm, ScalingMode::Fast] {

@@ -7,26 +7,14 @@
 //! fp64 rounding (cuBLAS may pick another kernel for a tile's shape; the test says whether
 //! the bits matched). A tile that fails leaves all of C untouched.
 
+mod support;
+
 use gpu_kernels::host::{self, Engine};
 use gpu_kernels::multi;
 use gpu_kernels::ozaki::Options;
 use ozaki_core::blas::{GemmArgs, Trans};
 use ozaki_core::devices::{SplitParams, split_c};
-
-fn have_gpu() -> bool {
-    match gpu_kernels::device::available() {
-        Ok(()) => true,
-        Err(e) => {
-            eprintln!("skipped: no CUDA driver ({e})");
-            false
-        }
-    }
-}
-
-fn vec(seed: u64, n: usize) -> Vec<f64> {
-    let mut r = ozaki_core::testutil::Rng::new(seed);
-    (0..n).map(|_| r.uniform() - 0.5).collect()
-}
+use support::{centered_seeded as vec, have_gpu, skip};
 
 /// Random operands of a (transa, transb) m x n x k call with padded leading dimensions.
 struct Operands {
@@ -101,6 +89,25 @@ impl Operands {
     }
 }
 
+/// C's download ring (beta = 0, `host::Tuning::c_ring`) shrunk to 2 slots of 1 MiB while the
+/// guard lives, so every beta = 0 call of the tests holding it is larger than the ring: its
+/// slots are reused within the call and the download waits for the writer (and, before a
+/// gpu-ozaki call is accepted, for the go). Serialises the tests that hold it.
+struct SmallRing(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+fn small_ring() -> SmallRing {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let g = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    host::set_tuning(Some("cslots=2,cslot=1".parse().expect("tuning")));
+    SmallRing(g)
+}
+
+impl Drop for SmallRing {
+    fn drop(&mut self) {
+        host::set_tuning(None);
+    }
+}
+
 /// Both routes; gpu-ozaki with a fixed moduli count (bit-identity needs the same count).
 fn engines() -> [(&'static str, Engine); 2] {
     [
@@ -117,6 +124,7 @@ fn engines() -> [(&'static str, Engine); 2] {
 }
 
 fn compare(slots: &[u32]) {
+    let _ring = small_ring();
     let (m, n, k) = (1100usize, 1300usize, 700usize);
     let params = SplitParams {
         min_rows: 256,
@@ -183,7 +191,7 @@ fn have_two_gpus() -> bool {
     }
     let count = gpu_kernels::device::device_count().unwrap_or(0);
     if count < 2 {
-        eprintln!("skipped: {count} CUDA device(s), need 2");
+        skip(format_args!("{count} CUDA device(s), need 2"));
     }
     count >= 2
 }
@@ -242,13 +250,14 @@ fn a_failing_tile_leaves_c_untouched() {
 /// uploads, products and downloads overlapped) gives the same C as one block and one panel:
 /// bit for bit for `gpu-ozaki` with a fixed moduli count, within fp64 rounding for
 /// `gpu-native`; the ldc padding of C is never written. All transposes, padded leading
-/// dimensions, beta != 0 and beta = 0 (blocks written into C as they arrive), ragged last
-/// block and panel.
+/// dimensions, beta != 0 and beta = 0 (blocks written into C as they arrive, through a
+/// download ring smaller than C), ragged last block and panel.
 #[test]
 fn pipelined_host_gemm_matches_one_block() {
     if !have_gpu() {
         return;
     }
+    let _ring = small_ring();
     let (m, n, k) = (600usize, 1100usize, 300usize);
     for (t, beta) in [
         ((Trans::No, Trans::No), 1.5),
@@ -296,13 +305,16 @@ fn pipelined_host_gemm_matches_one_block() {
 }
 
 /// A NaN that only the last column block of the pipeline sees fails the emulated call
-/// after earlier blocks were computed and downloaded; the caller's C is still untouched.
+/// after earlier blocks were computed and downloaded; the caller's C is still untouched,
+/// also with beta = 0 and a C (4 MiB) larger than its download ring (2 MiB), whose
+/// download must then wait for a go that never comes without hanging the call.
 #[test]
 fn a_nan_in_the_last_block_leaves_c_untouched() {
     if !have_gpu() {
         return;
     }
-    let (m, n, k) = (256usize, 1024usize, 64usize);
+    let _ring = small_ring();
+    let (m, n, k) = (512usize, 1024usize, 64usize);
     let a = vec(10, m * k);
     let mut b = vec(11, k * n);
     b[k * n - 1] = f64::NAN; // last column of B: only the last block sees it
@@ -365,6 +377,8 @@ fn a_failing_tile_on_two_gpus_leaves_c_untouched() {
     };
     let plan = split_c(m as u64, n as u64, &[0, 1], &params);
     assert_eq!(plan.grid_rows, 1, "{plan:?}");
+    // each tile's C (2 MiB) fills its download ring before the gate fails
+    let _ring = small_ring();
     // beta = 0: the first tile, whose data pass, must not write early either (early_write::Gate)
     for beta in [0.5, 0.0] {
         let args = GemmArgs {

@@ -79,6 +79,14 @@ pub struct SyrkArgs<'a> {
     pub ldc: usize,
 }
 
+/// The reference quick return of dgemm/dsyrk (`dgemm.f`, `dsyrk.f`): C (`rows x cols`) is
+/// left as it is, not even scaled, when it is empty or when there is nothing to add to an
+/// unscaled C (`alpha == 0` or `k == 0`, with `beta == 1`). The built-in routines and the
+/// shim's argument decoder both answer it.
+pub fn quick_return(rows: usize, cols: usize, k: usize, alpha: f64, beta: f64) -> bool {
+    rows == 0 || cols == 0 || ((alpha == 0.0 || k == 0) && beta == 1.0)
+}
+
 /// Elements of a column-major `rows x cols` matrix with leading dimension `ld` that a BLAS
 /// call may touch: `ld (cols - 1) + rows`, 0 for an empty matrix (the caller's array may be
 /// longer; reading past this span is what the reference forbids).
@@ -344,7 +352,7 @@ fn blocked(
 ///   shim's decoder builds them from checked dimensions).
 pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64]) {
     let (m, n, k) = (args.m, args.n, args.k);
-    if m == 0 || n == 0 || ((args.alpha == 0.0 || k == 0) && args.beta == 1.0) {
+    if quick_return(m, n, k, args.alpha, args.beta) {
         return;
     }
     scale(c, args.ldc, m, n, args.beta, Region::Full);
@@ -371,7 +379,7 @@ pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64]) {
 /// - `c` or `args.a` is shorter than the shape it must hold.
 pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64]) {
     let (n, k) = (args.n, args.k);
-    if n == 0 || ((args.alpha == 0.0 || k == 0) && args.beta == 1.0) {
+    if quick_return(n, n, k, args.alpha, args.beta) {
         return;
     }
     let region = match args.uplo {

@@ -82,8 +82,12 @@ pub struct CrtPlan {
     pub half_limbs: [u64; 3],
 }
 
-fn inv_mod(a: u64, m: u64) -> u64 {
-    // Extended Euclid on small integers; the moduli are pairwise coprime (tested).
+/// `a^-1 mod m` for coprime `a`, `m` (extended Euclid on small integers; the moduli are
+/// pairwise coprime, tested). Shared with the GPU route's CRT tables (`gpu-kernels` `crt`).
+///
+/// # Panics
+/// - `a` has no inverse mod `m`.
+pub fn inv_mod(a: u64, m: u64) -> u64 {
     let (mut old_r, mut r) = (a as i64 % m as i64, m as i64);
     let (mut old_s, mut s) = (1i64, 0i64);
     while r != 0 {
@@ -206,6 +210,21 @@ mod tests {
         assert_eq!(centred(-128, 256), -128);
         assert_eq!(centred(127, 255), 127);
         assert_eq!(centred(128, 255), -127);
+    }
+
+    /// The inverses the CRT weights of both routes are built from: `a inv_mod(a, m) = 1 mod m`
+    /// for every residue a of every modulus (and the product of the others, as `crt` uses it),
+    /// and a value without an inverse is refused.
+    #[test]
+    fn inv_mod_inverts_every_unit() {
+        for &m in &INT8_MODULI {
+            let m = u64::from(m);
+            for a in (1..m).filter(|a| a.gcd(&m) == 1) {
+                assert_eq!(a * inv_mod(a, m) % m, 1, "{a} mod {m}");
+                assert_eq!(inv_mod(a + 7 * m, m), inv_mod(a, m), "{a} + 7m mod {m}");
+            }
+        }
+        assert!(std::panic::catch_unwind(|| inv_mod(4, 256)).is_err());
     }
 
     #[test]

@@ -31,10 +31,11 @@ fn compare(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> (f64, f64, usi
     )
     .unwrap();
     let mut worst = (0.0f64, 0.0f64);
-    for t in 0..m * n {
-        let floor = 5e-324 / r.scale[t].max(f64::MIN_POSITIVE);
-        let e = r.exact[t].abs_diff(c[t]) / r.scale[t];
-        let en = r.exact[t].abs_diff(r.native[t]) / r.scale[t];
+    assert_eq!(c.len(), m * n);
+    for (((exact, &scale), &native), &ct) in r.exact.iter().zip(&r.scale).zip(&r.native).zip(&c) {
+        let floor = 5e-324 / scale.max(f64::MIN_POSITIVE);
+        let e = exact.abs_diff(ct) / scale;
+        let en = exact.abs_diff(native) / scale;
         worst = (worst.0.max(e - floor), worst.1.max(en));
     }
     (worst.0, worst.1, info.moduli)

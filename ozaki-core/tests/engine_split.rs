@@ -325,3 +325,41 @@ fn splits_faster_than_the_link_measurement_fit_the_share() {
             .unwrap();
     assert!(after.pays && after.seconds < before.seconds);
 }
+
+/// `ozaki replay` and `ozaki explain` price a call once and decide from those estimates
+/// (`decide_priced`, `decide_from_estimates`): the decision must be the one `decide` makes
+/// itself, splits and all, for calls that split, calls that do not, a dsyrk, a call without
+/// a product and a moduli count the contract cannot meet; and `decide_priced` shares
+/// `decide`'s cache.
+#[test]
+fn deciding_from_the_callers_estimates_equals_deciding_alone() {
+    let mut p = h200();
+    let (devices, share) = survey([50e12, 50e12], 20e9, 40e9);
+    merge_devices(&mut p, &devices, Some(&share));
+    let shapes = [
+        CallShape::gemm(32768, 32768, 32768),
+        CallShape::gemm(16384, 16384, 4096),
+        CallShape::gemm(64, 64, 110592),
+        CallShape::gemm(8, 8, 8),
+        CallShape::syrk(4096, 512),
+        CallShape::gemm(0, 64, 64),
+    ];
+    for slots in [vec![0], vec![0, 1]] {
+        for shape in &shapes {
+            for r in [Some(14), Some(8), None] {
+                let alone = Engine::new(p.clone(), 16).with_slots(slots.clone());
+                let want = alone.decide_uncached(shape, r);
+                let priced = Engine::new(p.clone(), 16).with_slots(slots.clone());
+                let est = priced.estimates(shape, r);
+                assert_eq!(
+                    priced.decide_from_estimates(shape, r, &est),
+                    want,
+                    "{shape:?} {r:?}"
+                );
+                let d = priced.decide_priced(shape, r, &est);
+                assert_eq!(*d, want, "{shape:?} {r:?}");
+                assert!(Arc::ptr_eq(&d, &priced.decide(shape, r)), "{shape:?}");
+            }
+        }
+    }
+}

@@ -22,7 +22,8 @@
 //!
 //! ## Reference error numbering (issue #2)
 //! Fortran `dgemm`: 1 transa, 2 transb, 3 m, 4 n, 5 k, 8 lda, 10 ldb, 13 ldc; `dsyrk`: 1 uplo,
-//! 2 trans, 3 n, 4 k, 7 lda, 10 ldc.
+//! 2 trans, 3 n, 4 k, 7 lda, 10 ldc (the table `arg`, which every decoder here and the
+//! device-resident entry points read).
 //! CBLAS adds the layout argument (1) in front. Reference CBLAS (LAPACK 3.11, Debian 12's
 //! `libblas3`) reports an illegal enum itself through `cblas_xerbla(position, "cblas_dgemm",
 //! form, value)` (its row-major branch reports an illegal `TransB` as 2 and an illegal
@@ -39,7 +40,7 @@
 use crate::forward;
 use crate::symbols::SymId;
 use libc::{c_char, c_int, c_void};
-use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo, span};
+use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo, quick_return, span};
 use ozaki_core::trace::{Layout, Routine};
 use std::ffi::CStr;
 
@@ -482,7 +483,7 @@ fn shown(ch: u8) -> u8 {
 }
 
 /// Fortran transpose letter: `Some(No|Yes)` for N/T/C (any case).
-pub(crate) fn trans_letter(ch: u8) -> Option<Trans> {
+fn trans_letter(ch: u8) -> Option<Trans> {
     match upper(ch) {
         b'N' => Some(Trans::No),
         b'T' | b'C' => Some(Trans::Yes),
@@ -496,7 +497,7 @@ fn max1(x: i64) -> i64 {
 }
 
 /// Fortran triangle letter: `Some(Upper|Lower)` for U/L (any case).
-pub(crate) fn uplo_letter(ch: u8) -> Option<Uplo> {
+fn uplo_letter(ch: u8) -> Option<Uplo> {
     match upper(ch) {
         b'U' => Some(Uplo::Upper),
         b'L' => Some(Uplo::Lower),
@@ -504,9 +505,66 @@ pub(crate) fn uplo_letter(ch: u8) -> Option<Uplo> {
     }
 }
 
+/// Reference argument positions (issue #2): the INFO each check of LAPACK 3.11 `dgemm.f` /
+/// `dsyrk.f` passes to `xerbla`, which `ozaki_*_device` return negated and CBLAS shifts by
+/// its leading layout argument ([`arg::cblas`]). Every decoder takes its numbers from here.
+mod arg {
+    /// `DGEMM(TRANSA, TRANSB, M, N, K, ALPHA, A, LDA, B, LDB, BETA, C, LDC)`.
+    pub mod gemm {
+        pub const TRANSA: i64 = 1;
+        pub const TRANSB: i64 = 2;
+        pub const M: i64 = 3;
+        pub const N: i64 = 4;
+        pub const K: i64 = 5;
+        pub const LDA: i64 = 8;
+        pub const LDB: i64 = 10;
+        pub const LDC: i64 = 13;
+        /// Reference CBLAS calls a row-major dgemm as the Fortran dgemm with M/N and A/B
+        /// swapped; these pairs of Fortran positions trade places between that call and the
+        /// caller's list (`cblas_xerbla`'s `RowMajorStrg` mapping, 4 <-> 5 and 9 <-> 11 in
+        /// CBLAS numbers).
+        pub const ROW_MAJOR_SWAPS: [(i64, i64); 2] = [(M, N), (LDA, LDB)];
+    }
+
+    /// `DSYRK(UPLO, TRANS, N, K, ALPHA, A, LDA, BETA, C, LDC)`.
+    pub mod syrk {
+        pub const UPLO: i64 = 1;
+        pub const TRANS: i64 = 2;
+        pub const N: i64 = 3;
+        pub const K: i64 = 4;
+        pub const LDA: i64 = 7;
+        pub const LDC: i64 = 10;
+    }
+
+    /// CBLAS's first argument, the layout.
+    pub const CBLAS_LAYOUT: i64 = 1;
+
+    /// The CBLAS position of Fortran argument `fortran` (the layout comes first).
+    pub const fn cblas(fortran: i64) -> i64 {
+        fortran + 1
+    }
+
+    /// The caller's Fortran position for position `pos` of a call made with `swaps` applied.
+    pub fn unswap(pos: i64, swaps: &[(i64, i64)]) -> i64 {
+        swaps
+            .iter()
+            .find_map(|&(x, y)| (pos == x).then_some(y).or((pos == y).then_some(x)))
+            .unwrap_or(pos)
+    }
+}
+
+/// The reference's argument checks as a table of (position, illegal?) in its check order:
+/// the first illegal position (the Fortran info code), or 0 when all are legal.
+fn first_illegal(checks: &[(i64, bool)]) -> i64 {
+    checks
+        .iter()
+        .find(|&&(_, illegal)| illegal)
+        .map_or(0, |&(pos, _)| pos)
+}
+
 /// The checks of reference `dgemm.f`, column-major; returns the Fortran info code (0 = legal).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm_info(
+fn gemm_info(
     ta: Option<Trans>,
     tb: Option<Trans>,
     m: i64,
@@ -516,57 +574,34 @@ pub(crate) fn gemm_info(
     ldb: i64,
     ldc: i64,
 ) -> i64 {
-    let (Some(ta), Some(tb)) = (ta, tb) else {
-        return if ta.is_none() { 1 } else { 2 };
-    };
-    let nrowa = if ta == Trans::No { m } else { k };
-    let nrowb = if tb == Trans::No { k } else { n };
-    if m < 0 {
-        3
-    } else if n < 0 {
-        4
-    } else if k < 0 {
-        5
-    } else if lda < max1(nrowa) {
-        8
-    } else if ldb < max1(nrowb) {
-        10
-    } else if ldc < max1(m) {
-        13
-    } else {
-        0
-    }
+    use arg::gemm::*;
+    // (only read once both letters passed)
+    let nrowa = if ta == Some(Trans::No) { m } else { k };
+    let nrowb = if tb == Some(Trans::No) { k } else { n };
+    first_illegal(&[
+        (TRANSA, ta.is_none()),
+        (TRANSB, tb.is_none()),
+        (M, m < 0),
+        (N, n < 0),
+        (K, k < 0),
+        (LDA, lda < max1(nrowa)),
+        (LDB, ldb < max1(nrowb)),
+        (LDC, ldc < max1(m)),
+    ])
 }
 
 /// The checks of reference `dsyrk.f`; returns the Fortran info code (0 = legal).
-pub(crate) fn syrk_info(
-    uplo: Option<Uplo>,
-    trans: Option<Trans>,
-    n: i64,
-    k: i64,
-    lda: i64,
-    ldc: i64,
-) -> i64 {
-    let Some(_) = uplo else { return 1 };
-    let Some(trans) = trans else { return 2 };
-    let nrowa = if trans == Trans::No { n } else { k };
-    if n < 0 {
-        3
-    } else if k < 0 {
-        4
-    } else if lda < max1(nrowa) {
-        7
-    } else if ldc < max1(n) {
-        10
-    } else {
-        0
-    }
-}
-
-/// Reference quick return of dgemm/dsyrk: `rows`/`cols` of C empty, or nothing to add to an
-/// unscaled C. Shared with the device-resident entry points (`device_api`).
-pub(crate) fn quick(rows: i64, cols: i64, k: i64, alpha: f64, beta: f64) -> bool {
-    rows == 0 || cols == 0 || ((alpha == 0.0 || k == 0) && beta == 1.0)
+fn syrk_info(uplo: Option<Uplo>, trans: Option<Trans>, n: i64, k: i64, lda: i64, ldc: i64) -> i64 {
+    use arg::syrk::*;
+    let nrowa = if trans == Some(Trans::No) { n } else { k };
+    first_illegal(&[
+        (UPLO, uplo.is_none()),
+        (TRANS, trans.is_none()),
+        (N, n < 0),
+        (K, k < 0),
+        (LDA, lda < max1(nrowa)),
+        (LDC, ldc < max1(n)),
+    ])
 }
 
 /// Non-negative dimension as `usize` (only called after the checks passed).
@@ -591,7 +626,7 @@ fn gemm_verdict(
     c: *mut f64,
     ldc: i64,
 ) -> Verdict {
-    if quick(m, n, k, alpha, beta) {
+    if quick_return(dim(m), dim(n), dim(k), alpha, beta) {
         return Verdict::Quick;
     }
     Verdict::Compute(Canon::Gemm {
@@ -624,7 +659,7 @@ fn syrk_verdict(
     c: *mut f64,
     ldc: i64,
 ) -> Verdict {
-    if quick(n, n, k, alpha, beta) {
+    if quick_return(dim(n), dim(n), dim(k), alpha, beta) {
         return Verdict::Quick;
     }
     Verdict::Compute(Canon::Syrk {
@@ -641,9 +676,25 @@ fn syrk_verdict(
     })
 }
 
-/// Decodes Fortran dgemm arguments once they are read (pure, for the tests).
+/// Fortran routine names as the reference passes them to `xerbla_` (six characters,
+/// NUL-terminated for C handlers).
+const DGEMM: &[u8; 7] = b"DGEMM \0";
+const DSYRK: &[u8; 7] = b"DSYRK \0";
+
+/// An illegal argument the reference reports through `xerbla_(srname, arg)`: `info` is the
+/// position in the caller's list, `arg` the Fortran info code, `cblas` as in
+/// [`Report::Fortran`].
+fn fortran_illegal(srname: &'static [u8; 7], info: i64, arg: i64, cblas: Option<bool>) -> Verdict {
+    Verdict::Illegal(Illegal {
+        info,
+        report: Report::Fortran { srname, arg, cblas },
+    })
+}
+
+/// Decodes Fortran dgemm arguments once they are read (pure, for the tests; the
+/// device-resident entry points decode with it too).
 #[allow(clippy::too_many_arguments)]
-fn decode_fortran_gemm(
+pub(crate) fn decode_fortran_gemm(
     ta: u8,
     tb: u8,
     m: i64,
@@ -675,25 +726,18 @@ fn decode_fortran_gemm(
         ilp64,
     };
     let (pa, pb) = (trans_letter(ta), trans_letter(tb));
-    let info = gemm_info(pa, pb, m, n, k, lda, ldb, ldc);
-    let verdict = match (pa, pb) {
-        (Some(ta), Some(tb)) if info == 0 => {
+    let verdict = match (pa, pb, gemm_info(pa, pb, m, n, k, lda, ldb, ldc)) {
+        (Some(ta), Some(tb), 0) => {
             gemm_verdict(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
         }
-        _ => Verdict::Illegal(Illegal {
-            info,
-            report: Report::Fortran {
-                srname: b"DGEMM \0",
-                arg: info,
-                cblas: None,
-            },
-        }),
+        (_, _, info) => fortran_illegal(DGEMM, info, info, None),
     };
     Decoded { shape, verdict }
 }
 
+/// Decodes Fortran dsyrk arguments once they are read (as [`decode_fortran_gemm`]).
 #[allow(clippy::too_many_arguments)]
-fn decode_fortran_syrk(
+pub(crate) fn decode_fortran_syrk(
     ul: u8,
     tr: u8,
     n: i64,
@@ -721,21 +765,12 @@ fn decode_fortran_syrk(
         beta,
         ilp64,
     };
-    let uplo = uplo_letter(ul);
-    let trans = trans_letter(tr);
-    let info = syrk_info(uplo, trans, n, k, lda, ldc);
-    let verdict = match (uplo, trans) {
-        (Some(uplo), Some(trans)) if info == 0 => {
+    let (uplo, trans) = (uplo_letter(ul), trans_letter(tr));
+    let verdict = match (uplo, trans, syrk_info(uplo, trans, n, k, lda, ldc)) {
+        (Some(uplo), Some(trans), 0) => {
             syrk_verdict(uplo, trans, n, k, alpha, a, lda, beta, c, ldc)
         }
-        _ => Verdict::Illegal(Illegal {
-            info,
-            report: Report::Fortran {
-                srname: b"DSYRK \0",
-                arg: info,
-                cblas: None,
-            },
-        }),
+        (_, _, info) => fortran_illegal(DSYRK, info, info, None),
     };
     Decoded { shape, verdict }
 }
@@ -758,6 +793,8 @@ fn cblas_layout(v: c_int) -> Option<Layout> {
     }
 }
 
+/// An illegal CBLAS enum, reported through `cblas_xerbla(arg, rout, form, value)`
+/// ([`Report::Cblas`]); `info` is its position in the caller's list.
 fn cblas_illegal(
     rout: &'static CStr,
     info: i64,
@@ -776,6 +813,20 @@ fn cblas_illegal(
             value,
         },
     })
+}
+
+/// An illegal CBLAS layout, reported the same way by `cblas_dgemm.c` and `cblas_dsyrk.c`
+/// (before `RowMajorStrg` is set).
+fn illegal_layout(rout: &'static CStr, value: c_int) -> Verdict {
+    let pos = arg::CBLAS_LAYOUT;
+    cblas_illegal(
+        rout,
+        pos,
+        pos,
+        false,
+        c"Illegal layout setting, %d\n",
+        value,
+    )
 }
 
 /// Decodes `cblas_dgemm` (pure, for the tests); mirrors reference `cblas_dgemm.c`.
@@ -802,22 +853,37 @@ fn decode_cblas_gemm(r: &CblasGemm<i64>, ilp64: bool) -> Decoded {
     let Some(layout) = layout else {
         return Decoded {
             shape,
-            verdict: cblas_illegal(ROUT, 1, 1, false, c"Illegal layout setting, %d\n", r.layout),
+            verdict: illegal_layout(ROUT, r.layout),
         };
     };
     let row = layout == Layout::Row;
+    let (transa, transb) = (arg::cblas(arg::gemm::TRANSA), arg::cblas(arg::gemm::TRANSB));
     let Some(ta) = ta else {
         return Decoded {
             shape,
-            verdict: cblas_illegal(ROUT, 2, 2, row, c"Illegal TransA setting, %d\n", r.transa),
+            verdict: cblas_illegal(
+                ROUT,
+                transa,
+                transa,
+                row,
+                c"Illegal TransA setting, %d\n",
+                r.transa,
+            ),
         };
     };
     let Some(tb) = tb else {
-        // LAPACK 3.11's row-major branch reports an illegal TransB as parameter 2.
-        let arg = if row { 2 } else { 3 };
+        // LAPACK 3.11's row-major branch reports an illegal TransB as TransA's position.
+        let pos = if row { transa } else { transb };
         return Decoded {
             shape,
-            verdict: cblas_illegal(ROUT, 3, arg, row, c"Illegal TransB setting, %d\n", r.transb),
+            verdict: cblas_illegal(
+                ROUT,
+                transb,
+                pos,
+                row,
+                c"Illegal TransB setting, %d\n",
+                r.transb,
+            ),
         };
     };
     // The Fortran call reference CBLAS makes, and its checks.
@@ -828,26 +894,16 @@ fn decode_cblas_gemm(r: &CblasGemm<i64>, ilp64: bool) -> Decoded {
     };
     let info = gemm_info(Some(fta), Some(ftb), fm, fn_, r.k, flda, fldb, r.ldc);
     if info != 0 {
-        // Position in the caller's list: cblas_xerbla's RowMajorStrg mapping for "gemm"
-        // (4 <-> 5, 9 <-> 11) applied to the Fortran info + 1.
-        let true_pos = match (row, info + 1) {
-            (true, 4) => 5,
-            (true, 5) => 4,
-            (true, 9) => 11,
-            (true, 11) => 9,
-            (_, x) => x,
-        };
-        let report = Report::Fortran {
-            srname: b"DGEMM \0",
-            arg: info,
-            cblas: Some(row),
+        // Position in the caller's list: the swapped call's position mapped back (what
+        // cblas_xerbla's RowMajorStrg mapping does), in CBLAS numbering.
+        let caller = if row {
+            arg::unswap(info, &arg::gemm::ROW_MAJOR_SWAPS)
+        } else {
+            info
         };
         return Decoded {
             shape,
-            verdict: Verdict::Illegal(Illegal {
-                info: true_pos,
-                report,
-            }),
+            verdict: fortran_illegal(DGEMM, arg::cblas(caller), info, Some(row)),
         };
     }
     let verdict = gemm_verdict(
@@ -889,12 +945,14 @@ fn decode_cblas_syrk(r: &CblasSyrk<i64>, ilp64: bool) -> Decoded {
     let Some(layout) = layout else {
         return Decoded {
             shape,
-            verdict: cblas_illegal(ROUT, 1, 1, false, c"Illegal layout setting, %d\n", r.layout),
+            verdict: illegal_layout(ROUT, r.layout),
         };
     };
     let row = layout == Layout::Row;
+    let (uplo_pos, trans_pos) = (arg::cblas(arg::syrk::UPLO), arg::cblas(arg::syrk::TRANS));
     let Some(uplo) = uplo else {
-        let pos = if row { 3 } else { 2 };
+        // LAPACK 3.11's row-major branch reports an illegal Uplo as Trans's position.
+        let pos = if row { trans_pos } else { uplo_pos };
         return Decoded {
             shape,
             verdict: cblas_illegal(ROUT, pos, pos, row, c"Illegal Uplo setting, %d\n", r.uplo),
@@ -903,7 +961,14 @@ fn decode_cblas_syrk(r: &CblasSyrk<i64>, ilp64: bool) -> Decoded {
     let Some(trans) = trans else {
         return Decoded {
             shape,
-            verdict: cblas_illegal(ROUT, 3, 3, row, c"Illegal Trans setting, %d\n", r.trans),
+            verdict: cblas_illegal(
+                ROUT,
+                trans_pos,
+                trans_pos,
+                row,
+                c"Illegal Trans setting, %d\n",
+                r.trans,
+            ),
         };
     };
     let (fuplo, ftrans) = if row {
@@ -925,17 +990,10 @@ fn decode_cblas_syrk(r: &CblasSyrk<i64>, ilp64: bool) -> Decoded {
     };
     let info = syrk_info(Some(fuplo), Some(ftrans), r.n, r.k, r.lda, r.ldc);
     if info != 0 {
-        let report = Report::Fortran {
-            srname: b"DSYRK \0",
-            arg: info,
-            cblas: Some(row),
-        };
+        // row-major changes no dimension argument: the caller's position is the Fortran one
         return Decoded {
             shape,
-            verdict: Verdict::Illegal(Illegal {
-                info: info + 1,
-                report,
-            }),
+            verdict: fortran_illegal(DSYRK, arg::cblas(info), info, Some(row)),
         };
     }
     let verdict = syrk_verdict(
@@ -1240,10 +1298,10 @@ pub unsafe fn report_illegal(id: SymId, bad: &Illegal) {
                 // SAFETY: reference `cblas_xerbla(info, rout, form, ...)` signature.
                 unsafe { call_cblas_xerbla(f, arg, rout, form, value, ilp64) };
             } else if let Some(f) = fortran_handler() {
-                let name: &[u8; 7] = if sym.routine == Routine::Dgemm {
-                    b"DGEMM \0"
+                let name = if sym.routine == Routine::Dgemm {
+                    DGEMM
                 } else {
-                    b"DSYRK \0"
+                    DSYRK
                 };
                 // SAFETY: as in the Fortran case.
                 unsafe { call_fortran_xerbla(f, name, bad.info, ilp64) };

@@ -11,7 +11,7 @@
 //! the final kernel, which the message on stderr says). The call returns when C is ready
 //! (the stream is synchronised), so the caller may read C right after it. Never panics.
 
-use crate::abi::{gemm_info, quick, syrk_info, trans_letter, uplo_letter};
+use crate::abi::{Canon, Verdict, decode_fortran_gemm, decode_fortran_syrk};
 use crate::config;
 use core::ffi::{c_char, c_int, c_void};
 use gpu_kernels::ozaki::{self, DeviceCall, Op};
@@ -51,40 +51,74 @@ fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
     })
 }
 
-/// After the argument checks: the reference quick return (C empty, or nothing to add to an
-/// unscaled C; reported as 1, C untouched), else [`run`] with C `m` x `n`.
-#[allow(clippy::too_many_arguments)]
-fn checked_call(
-    op: Op,
-    m: i64,
-    n: i64,
-    k: i64,
-    alpha: f64,
-    a: *const f64,
-    lda: i64,
-    beta: f64,
-    c: *mut f64,
-    ldc: i64,
-    stream: *mut c_void,
-) -> c_int {
-    if quick(m, n, k, alpha, beta) {
-        return 1;
+/// The verdict of the BLAS entry points' own decoder ([`crate::abi`]: the reference
+/// argument checks and positions, and the reference quick return) as a return value: `-i`
+/// for an illegal argument `i`, 1 for a quick return (C untouched), else [`run`].
+fn answer(verdict: Verdict, stream: *mut c_void) -> c_int {
+    match verdict {
+        Verdict::Illegal(bad) => -(bad.info as c_int),
+        Verdict::Quick => 1,
+        Verdict::Compute(call) => run(device_call(call), stream),
     }
-    run(
-        DeviceCall {
-            op,
-            m: m as usize,
-            n: n as usize,
-            k: k as usize,
+}
+
+/// A checked call on device addresses.
+fn device_call(call: Canon) -> DeviceCall {
+    let (op, (m, n, k), (alpha, a, lda), (beta, c, ldc)) = match call {
+        Canon::Gemm {
+            transa,
+            transb,
+            m,
+            n,
+            k,
             alpha,
-            a: a as u64,
-            lda: lda as usize,
+            a,
+            lda,
+            b,
+            ldb,
             beta,
-            c: c as u64,
-            ldc: ldc as usize,
-        },
-        stream,
-    )
+            c,
+            ldc,
+        } => {
+            let b = b as u64;
+            let op = Op::Gemm {
+                transa,
+                transb,
+                b,
+                ldb,
+            };
+            (op, (m, n, k), (alpha, a, lda), (beta, c, ldc))
+        }
+        Canon::Syrk {
+            uplo,
+            trans,
+            n,
+            k,
+            alpha,
+            a,
+            lda,
+            beta,
+            c,
+            ldc,
+        } => (
+            Op::Syrk { uplo, trans },
+            (n, n, k),
+            (alpha, a, lda),
+            (beta, c, ldc),
+        ),
+    };
+    DeviceCall {
+        op,
+        m,
+        n,
+        k,
+        alpha,
+        a: a as u64,
+        lda,
+        beta,
+        c: c as u64,
+        ldc,
+    }
 }
 
 /// C = alpha op(A) op(B) + beta C with A, B, C in device memory (column-major, cuBLAS
@@ -113,22 +147,24 @@ pub unsafe extern "C" fn ozaki_dgemm_device(
     stream: *mut c_void,
 ) -> c_int {
     never_panics(|| {
-        // The reference dgemm checks, shared with the BLAS entry points (see `abi::gemm_info`).
-        let (ta, tb) = (trans_letter(transa as u8), trans_letter(transb as u8));
-        let info = gemm_info(ta, tb, m, n, k, lda, ldb, ldc);
-        let (Some(ta), Some(tb)) = (ta, tb) else {
-            return -(info as c_int);
-        };
-        if info != 0 {
-            return -(info as c_int);
-        }
-        let op = Op::Gemm {
-            transa: ta,
-            transb: tb,
-            b: b as u64,
-            ldb: ldb as usize,
-        };
-        checked_call(op, m, n, k, alpha, a, lda, beta, c, ldc, stream)
+        // Decoded as Fortran dgemm_ (the same argument list, 64-bit integers).
+        let d = decode_fortran_gemm(
+            transa as u8,
+            transb as u8,
+            m,
+            n,
+            k,
+            alpha,
+            a,
+            lda,
+            b,
+            ldb,
+            beta,
+            c,
+            ldc,
+            true,
+        );
+        answer(d.verdict, stream)
     })
 }
 
@@ -153,18 +189,10 @@ pub unsafe extern "C" fn ozaki_dsyrk_device(
     stream: *mut c_void,
 ) -> c_int {
     never_panics(|| {
-        // The reference dsyrk checks, shared with the BLAS entry points (see `abi::syrk_info`).
-        let (ul, t) = (uplo_letter(uplo as u8), trans_letter(trans as u8));
-        let info = syrk_info(ul, t, n, k, lda, ldc);
-        let (Some(ul), Some(t)) = (ul, t) else {
-            return -(info as c_int);
-        };
-        if info != 0 {
-            return -(info as c_int);
-        }
-        checked_call(
-            Op::Syrk { uplo: ul, trans: t },
-            n,
+        // Decoded as Fortran dsyrk_ (the same argument list, 64-bit integers).
+        let d = decode_fortran_syrk(
+            uplo as u8,
+            trans as u8,
             n,
             k,
             alpha,
@@ -173,8 +201,9 @@ pub unsafe extern "C" fn ozaki_dsyrk_device(
             beta,
             c,
             ldc,
-            stream,
-        )
+            true,
+        );
+        answer(d.verdict, stream)
     })
 }
 
@@ -240,5 +269,79 @@ mod tests {
         assert_eq!(syrk(b'L', b'N', -1, 2, 2, 2), -3);
         assert_eq!(syrk(b'L', b'C', 2, 5, 4, 2), -7); // A^T A: lda >= k = 5
         assert_eq!(syrk(b'U', b'N', 3, 2, 3, 2), -10);
+        // the remaining dimension checks, in the reference's order
+        assert_eq!(gemm(b'N', b'N', 2, -1, 2, 2, 2, 2), -4);
+        assert_eq!(gemm(b'N', b'N', -1, -1, -1, 0, 0, 0), -3); // first illegal wins
+        assert_eq!(gemm(b'C', b'N', 2, 2, 2, 1, 2, 2), -8); // 'C' is a transpose: lda >= k
+        assert_eq!(syrk(b'U', b'T', 2, -1, 2, 2), -4);
+        assert_eq!(syrk(b'L', b'N', 4, 2, 3, 4), -7); // A A^T: lda >= n = 4
+    }
+
+    /// The reference quick returns (C empty, or alpha = 0 / k = 0 with beta = 1) answer 1, C
+    /// untouched, before anything reaches the GPU: the pointers are null and no driver is
+    /// needed.
+    #[test]
+    fn quick_returns_touch_nothing() {
+        let call = |ta: u8, m: i64, n: i64, k: i64, alpha: f64, beta: f64| {
+            // SAFETY: every case is a reference quick return: nothing is dereferenced.
+            unsafe {
+                ozaki_dgemm_device(
+                    ta as c_char,
+                    b'N' as c_char,
+                    m,
+                    n,
+                    k,
+                    alpha,
+                    null(),
+                    m.max(1),
+                    null(),
+                    k.max(1),
+                    beta,
+                    null_mut(),
+                    m.max(1),
+                    null_mut(),
+                )
+            }
+        };
+        assert_eq!(call(b'N', 0, 5, 5, 1.0, 0.0), 1);
+        assert_eq!(call(b'n', 5, 0, 5, 1.0, 0.0), 1);
+        assert_eq!(call(b'N', 5, 5, 0, 1.0, 1.0), 1);
+        assert_eq!(call(b'N', 5, 5, 5, 0.0, 1.0), 1);
+        // an illegal argument is reported even when the call would be a quick return
+        assert_eq!(call(b'X', 0, 5, 5, 1.0, 0.0), -1);
+        // SAFETY: as above (n = 0).
+        let s = unsafe {
+            ozaki_dsyrk_device(
+                b'U' as c_char,
+                b'N' as c_char,
+                0,
+                3,
+                1.0,
+                null(),
+                1,
+                0.0,
+                null_mut(),
+                1,
+                null_mut(),
+            )
+        };
+        assert_eq!(s, 1);
+        // SAFETY: as above (alpha = 0, beta = 1).
+        let s = unsafe {
+            ozaki_dsyrk_device(
+                b'l' as c_char,
+                b'c' as c_char,
+                3,
+                2,
+                0.0,
+                null(),
+                2,
+                1.0,
+                null_mut(),
+                3,
+                null_mut(),
+            )
+        };
+        assert_eq!(s, 1);
     }
 }

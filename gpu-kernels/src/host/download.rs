@@ -1,104 +1,111 @@
 //! Device-to-host transfers of a pipelined gemm: the download thread ([`drain`]) copies each
-//! finished block of C into pinned staging in small pieces (so the emulated route's small
-//! copies are not stuck behind a block) and, with early writes, hands it on to the writer.
+//! finished block of C home in pieces of whole columns (so the emulated route's small copies
+//! are not stuck behind a block): into C's pinned staging, or with early writes through C's
+//! download ring to the writer ([`super::c_ring`]).
 
+use super::c_ring::{CRing, Filled, Taker, fill_slot};
+use super::grid::CBlock;
 use super::{Handle, SendPtr, record, wait};
-use crate::early_write;
 use crate::error::{Context, GpuError};
 use cudarc::driver::sys;
+use std::sync::mpsc::{Receiver, Sender};
 
-/// Bytes per download chunk of C: the download thread keeps at most two queued (see
-/// [`drain`]).
+/// Bytes per download piece of C into staging: the download thread keeps at most two
+/// queued, or as many smaller ring pieces as make the same bytes (see [`drain`]).
 const D2H_CHUNK: usize = 16 << 20;
 
-/// One block's download: once `done` (recorded on the compute stream) has fired, `bytes`
-/// from device address `src` to pinned `dst`.
+/// One block's download: once `done` (recorded on the compute stream) has fired, `block`
+/// of the device's C.
 pub(super) struct Download {
     pub(super) done: Handle<sys::CUevent>,
-    pub(super) src: u64,
-    pub(super) dst: SendPtr<u8>,
-    pub(super) bytes: usize,
-    /// The block's place in C (element offset, rows, columns, leading dimension), for the
-    /// early writer.
-    pub(super) place: (usize, usize, usize, usize),
+    pub(super) block: CBlock,
 }
 
-/// The download thread: copies each block of C to pinned staging on `stream` in
-/// [`D2H_CHUNK`] pieces with at most two queued, so a small copy of the emulated route's next
-/// plan (same copy engine) waits behind at most two pieces instead of a whole block.
-/// With `early`, each block's completion is handed on to the early writer
-/// ([`early_write::writer`]) as an event recorded after its last piece.
+/// Where the blocks of C go.
+pub(super) enum Sink<'r> {
+    /// C's pinned staging, laid out like the device's C (beta != 0: written into the
+    /// caller's C after success).
+    Staging(SendPtr<f64>),
+    /// C's download ring, each filled slot handed on to the early writer.
+    Ring {
+        ring: &'r CRing,
+        free: Taker,
+        filled: Sender<Filled>,
+    },
+}
+
+/// The download thread: copies each block of C, from device address `dev_c` (the call's C),
+/// on `stream` in pieces of whole columns ([`D2H_CHUNK`], or a ring slot) with at most
+/// 2 [`D2H_CHUNK`] queued (at least two pieces), so a small copy of the emulated route's next
+/// plan (same copy engine) waits behind about that instead of a whole block. Into the ring, each piece first waits for a
+/// free slot, and after its copy the slot's event is recorded and the slot handed on.
 pub(super) fn drain(
     (ctx, stream): (Handle<sys::CUcontext>, Handle<sys::CUstream>),
-    jobs: std::sync::mpsc::Receiver<Download>,
-    early: Option<early_write::BlockSender>,
+    dev_c: u64,
+    jobs: Receiver<Download>,
+    sink: Sink<'_>,
 ) -> Result<(), GpuError> {
     let stream = stream.0;
     // SAFETY: the caller's context, retained for the process.
     unsafe { sys::cuCtxSetCurrent(ctx.0) }
         .result()
         .ctx("cuCtxSetCurrent")?;
-    let mut evs: Vec<sys::CUevent> = Vec::with_capacity(2);
+    let piece_bytes = match &sink {
+        Sink::Staging(_) => D2H_CHUNK,
+        Sink::Ring { ring, .. } => ring.piece_bytes,
+    };
+    let queued = (2 * D2H_CHUNK / piece_bytes.max(1)).clamp(2, 16);
+    let mut evs: Vec<sys::CUevent> = Vec::with_capacity(queued);
     let r = (|| -> Result<(), GpuError> {
-        for _ in 0..2 {
+        for _ in 0..queued {
             evs.push(
                 cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
                     .ctx("cuEventCreate")?,
             );
         }
         let mut issued = 0usize;
+        // copies `piece` to pinned `dst`, at most `queued` pieces queued
+        let mut copy = |piece: CBlock, dst: *mut u8| -> Result<(), GpuError> {
+            let slot = issued % queued;
+            if issued >= queued {
+                // SAFETY: recorded after the piece issued `queued` before this one.
+                unsafe { sys::cuEventSynchronize(evs[slot]) }
+                    .result()
+                    .ctx("cuEventSynchronize")?;
+            }
+            // SAFETY: the piece lies inside the device's C and `dst` holds its span (pinned
+            // staging at the same offset, or a ring slot of at least `piece_bytes`);
+            // stream-ordered after the block's compute.
+            unsafe {
+                sys::cuMemcpyDtoHAsync_v2(
+                    dst as *mut _,
+                    dev_c + 8 * piece.off as u64,
+                    piece.bytes(),
+                    stream,
+                )
+            }
+            .result()
+            .ctx("cuMemcpyDtoHAsync")?;
+            record(evs[slot], stream)?;
+            issued += 1;
+            Ok(())
+        };
         for job in jobs {
             wait(stream, job.done.0)?;
-            let mut off = 0;
-            while off < job.bytes {
-                let slot = issued % 2;
-                if issued >= 2 {
-                    // SAFETY: recorded after the piece issued two before this one.
-                    unsafe { sys::cuEventSynchronize(evs[slot]) }
-                        .result()
-                        .ctx("cuEventSynchronize")?;
+            match &sink {
+                Sink::Staging(c) => {
+                    for piece in job.block.pieces(piece_bytes) {
+                        // SAFETY: the staging holds the call's span of C.
+                        copy(piece, unsafe { c.0.add(piece.off) } as *mut u8)?;
+                    }
                 }
-                let len = D2H_CHUNK.min(job.bytes - off);
-                // SAFETY: [off, off + len) lies inside the block on the device and in the
-                // pinned staging; stream-ordered after the block's compute.
-                unsafe {
-                    sys::cuMemcpyDtoHAsync_v2(
-                        job.dst.0.add(off) as *mut _,
-                        job.src + off as u64,
-                        len,
-                        stream,
-                    )
-                }
-                .result()
-                .ctx("cuMemcpyDtoHAsync")?;
-                record(evs[slot], stream)?;
-                issued += 1;
-                off += len;
-            }
-            if let Some(tx) = &early {
-                let ready = cudarc::driver::result::event::create(
-                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
-                )
-                .ctx("cuEventCreate")?;
-                let (off, rows, cols, ld) = job.place;
-                let block = early_write::Block {
-                    ready: Handle(ready),
-                    off,
-                    rows,
-                    cols,
-                    ld,
-                };
-                // an event never recorded would read as fired: only a recorded one is sent
-                if let Err(e) = record(ready, stream) {
-                    // SAFETY: created above, used by nobody.
-                    let _ = unsafe { sys::cuEventDestroy_v2(ready) };
-                    return Err(e);
-                }
-                // the writer owns (and destroys) the event from here on
-                if let Err(std::sync::mpsc::SendError(b)) = tx.send(block) {
-                    // SAFETY: the writer is gone; nobody else holds the event.
-                    let _ = unsafe { sys::cuEventDestroy_v2(b.ready.0) };
-                    return Err(GpuError::Cuda("early writer ended early".into()));
+                Sink::Ring { ring, free, filled } => {
+                    for piece in job.block.pieces(piece_bytes) {
+                        fill_slot(free, piece, filled, |slot| {
+                            copy(piece, ring.slot(slot))?;
+                            record(ring.ready(slot), stream)
+                        })?;
+                    }
                 }
             }
         }

@@ -4,7 +4,7 @@
 
 use super::Engine;
 use super::tuning::tuning;
-use ozaki_core::blas::{GemmArgs, Trans};
+use ozaki_core::blas::{GemmArgs, Trans, span};
 
 /// How a pipelined gemm is cut: C into `blocks` column blocks, op(A) into `panels` row
 /// panels. One panel times one block is a unit of device work, started as soon as both are
@@ -160,6 +160,45 @@ pub(super) fn panel_places(args: &GemmArgs, panels: &[(usize, usize)]) -> Vec<Pa
         .collect()
 }
 
+/// A block of C as the host path moves it: `cols` columns of `rows` rows from element `off`
+/// of the call's C (leading dimension `ld`). The same description places it in C on the
+/// device, in C's pinned staging and in the caller's C (all laid out with the caller's
+/// `ldc`); a piece of it in C's download ring starts at the slot's first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CBlock {
+    pub(crate) off: usize,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) ld: usize,
+}
+
+impl CBlock {
+    /// Elements from the block's first to its last (the padding rows between its columns
+    /// included, the padding after its last column not).
+    pub(crate) fn span(&self) -> usize {
+        span(self.rows, self.cols, self.ld)
+    }
+
+    /// Bytes of [`CBlock::span`].
+    pub(crate) fn bytes(&self) -> usize {
+        8 * self.span()
+    }
+
+    /// The block cut, in order, into pieces of whole columns, each of at most `max_bytes`
+    /// (a piece has at least one column, so a column longer than `max_bytes` is one piece).
+    pub(crate) fn pieces(self, max_bytes: usize) -> impl Iterator<Item = CBlock> {
+        let fit = match max_bytes / 8 {
+            e if e <= self.rows => 1,
+            e => (e - self.rows) / self.ld.max(1) + 1,
+        };
+        (0..self.cols).step_by(fit).map(move |j| CBlock {
+            off: self.off + j * self.ld,
+            cols: fit.min(self.cols - j),
+            ..self
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +245,45 @@ mod tests {
         assert_eq!(blocks(16384, 16384, 16384, Engine::Native), 16);
         assert_eq!(blocks(16384, 16384, 16384, oz), 4);
         assert_eq!(blocks(4096, 600, 65536, Engine::Native), 2);
+    }
+
+    /// A block's pieces cover its columns in order, each whole columns within the limit
+    /// (or one column when a column alone exceeds it).
+    #[test]
+    fn pieces_are_whole_columns_in_order_within_the_limit() {
+        for (rows, cols, ld, max) in [
+            (100, 37, 100, 8 * 1000),
+            (100, 37, 103, 8 * 1000),
+            (100, 37, 103, 8 * 50),
+            (100, 1, 100, 8),
+            (100, 37, 100, 1 << 30),
+            (5, 0, 5, 64),
+        ] {
+            let b = CBlock {
+                off: 17 * ld,
+                rows,
+                cols,
+                ld,
+            };
+            let mut next = 0;
+            for p in b.pieces(max) {
+                assert_eq!((p.off, p.rows, p.ld), (b.off + next * ld, rows, ld));
+                assert!(p.cols >= 1);
+                assert!(p.bytes() <= max || p.cols == 1, "{p:?} over {max}");
+                next += p.cols;
+            }
+            assert_eq!(next, cols, "{b:?} / {max}");
+            if let Some(first) = b.pieces(max).next() {
+                // as many columns as fit
+                let more = CBlock {
+                    cols: first.cols + 1,
+                    ..first
+                };
+                assert!(
+                    first.cols == cols || more.bytes() > max,
+                    "{first:?} / {max}"
+                );
+            }
+        }
     }
 }

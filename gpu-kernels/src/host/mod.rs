@@ -1,17 +1,20 @@
 //! Host-resident calls (everything LD_PRELOAD sees): operands are staged through pinned
 //! buffers reused across calls, moved to the device, computed by the native or emulated
-//! route, and C is copied back into the caller's memory only after the device work
-//! succeeded (issue #4). Any error leaves the caller's C untouched, so the shim can still run
-//! the vendor BLAS on the original data.
+//! route, and C is copied back into the caller's memory only once the device work
+//! succeeded, or with beta = 0 once the call was accepted (issue #4, `early_write`). Any
+//! failure the data can cause leaves the caller's C untouched, so the shim can still run the
+//! vendor BLAS on the original data.
 //!
 //! Host copies into and out of pinned memory run on several threads and overlap the DMA of
 //! the previous chunk (two staging buffers alternate).
 //!
 //! What lives where: `tuning` (the knobs), `grid` (how a call is cut into column blocks
-//! and row panels), `upload` (the pinned ring and the upload thread), `download` (the
-//! download thread), `write_back` (staging into the caller's C), `share` (a split's
-//! shared A); this module holds the entry points and the pipeline that drives them.
+//! and row panels, `CBlock`), `upload` (the pinned ring and the upload thread), `download`
+//! (the download thread), `c_ring` (C's download ring for early writes), `write_back`
+//! (staging into the caller's C), `share` (a split's shared A); this module holds the entry
+//! points and the pipeline that drives them.
 
+mod c_ring;
 mod download;
 mod grid;
 mod share;
@@ -24,9 +27,11 @@ use crate::early_write::{self, EarlyC};
 use crate::error::{Context, GpuError};
 use crate::ozaki::{self, DeviceCall, Op, Options};
 use crate::timing::{Marks, Phase};
+use c_ring::free_slots;
+pub(crate) use c_ring::{CRing, Filled, Giver, empty_slots};
 use cudarc::driver::sys;
-use download::{Download, drain};
-pub(crate) use grid::shared_panels;
+use download::{Download, Sink, drain};
+pub(crate) use grid::{CBlock, shared_panels};
 pub use grid::{Grid, PANEL_MIN_ROWS, PIPELINE_MIN_BYTES, pipeline_blocks, pipeline_panels};
 use grid::{panel_places, row_panels};
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, span};
@@ -70,9 +75,10 @@ pub struct Timeline {
     pub uploaded_ms: Vec<f32>,
     /// Per column block: its part of C was computed on the device.
     pub computed_ms: Vec<f32>,
-    /// All of C was in pinned staging.
+    /// All of C was downloaded (into its pinned staging or, with beta = 0, its ring).
     pub downloaded_ms: f32,
-    /// Host time spent writing C from staging into the caller's memory.
+    /// Host time spent writing C into the caller's memory after the download: from staging,
+    /// or with beta = 0 the early writer's rest.
     pub write_ms: f32,
 }
 
@@ -132,13 +138,15 @@ pub fn gemm_grid(
     });
     let c_in: &[f64] = if early.is_some() { &[] } else { &c[..c_span] };
     let (mut out, staged) = staged_gemm(gpu, args, c_in, engine, grid, None, early)?;
-    if staged.written {
-        return Ok(out);
-    }
+    let ptr = match staged {
+        StagedC::Written => return Ok(out),
+        StagedC::Staged(ptr) => ptr,
+        StagedC::Withheld => return Err(GpuError::Cuda("early writes withheld".into())),
+    };
     let t = std::time::Instant::now();
-    // SAFETY: staged points at c_span doubles of pinned staging owned by `gpu`, which this
+    // SAFETY: ptr points at c_span doubles of pinned staging owned by `gpu`, which this
     // function still borrows mutably, filled by the successful call above.
-    let staged = unsafe { std::slice::from_raw_parts(staged.ptr, c_span) };
+    let staged = unsafe { std::slice::from_raw_parts(ptr, c_span) };
     write_back(&mut c[..c_span], staged, args.m, args.n, args.ldc, None);
     out.phases.transfer_ns += t.elapsed().as_nanos() as u64;
     if let Some(tl) = out.timeline.as_mut() {
@@ -147,16 +155,21 @@ pub fn gemm_grid(
     Ok(out)
 }
 
-/// Pinned result of [`staged_gemm`]: the call's span of C, laid out with its `ldc`, in the
-/// GPU's staging buffer [`C_SLOT`]; valid until the next call on that GPU. `written`: every
-/// block is already in the caller's C too (early writes, [`early_write`]).
+/// Where [`staged_gemm`] left C.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct StagedC {
-    pub(crate) ptr: *const f64,
-    pub(crate) written: bool,
+pub(crate) enum StagedC {
+    /// Every block is in the caller's C (early writes, [`early_write`]).
+    Written,
+    /// The call's span of C, laid out with its `ldc`, in the GPU's staging buffer
+    /// [`C_SLOT`]; valid until the next call on that GPU (beta != 0).
+    Staged(*const f64),
+    /// Neither: the early writes were not allowed to start (another tile of a split
+    /// failed), so the call cannot be committed.
+    Withheld,
 }
 
-/// Staging buffer that receives C.
+/// Staging buffer that receives C when beta != 0 (with beta = 0, C comes home through its
+/// ring, [`c_ring`]).
 const C_SLOT: usize = 2;
 
 /// A raw pointer handed to the upload thread; the ranges it covers outlive the thread
@@ -199,8 +212,16 @@ impl CallResources {
 
     /// A timing event (for [`Timeline`]), destroyed with the call.
     fn event(&mut self) -> Result<sys::CUevent, GpuError> {
-        let e = cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-            .ctx("cuEventCreate")?;
+        self.event_with(sys::CUevent_flags::CU_EVENT_DEFAULT)
+    }
+
+    /// An event only waited for (no timing), destroyed with the call.
+    fn sync_event(&mut self) -> Result<sys::CUevent, GpuError> {
+        self.event_with(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+    }
+
+    fn event_with(&mut self, flags: sys::CUevent_flags) -> Result<sys::CUevent, GpuError> {
+        let e = cudarc::driver::result::event::create(flags).ctx("cuEventCreate")?;
         self.events.push(e);
         Ok(e)
     }
@@ -233,12 +254,12 @@ fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
         .ctx("cuStreamWaitEvent")
 }
 
-/// Runs C = alpha op(A) op(B) + beta C on `gpu` with the result left in pinned staging (the
-/// caller writes it into its C only once it knows the whole call, or every tile of a split,
-/// succeeded: issue #4's contract). `c_in` is the call's span of the caller's C (read only
-/// when beta != 0). With `early` and beta == 0, the blocks are also written into the
-/// caller's C as they arrive once the call is accepted ([`early_write`]); the returned
-/// [`StagedC::written`] says whether all were.
+/// Runs C = alpha op(A) op(B) + beta C on `gpu`. With beta != 0 the result is left in pinned
+/// staging (the caller writes it into its C only once it knows the whole call, or every
+/// tile of a split, succeeded: issue #4's contract); `c_in` is the call's span of the
+/// caller's C. With `early` and beta == 0, the blocks come home through C's download ring
+/// ([`c_ring`]) and are written into the caller's C as they arrive once the call is accepted
+/// ([`early_write`]); the returned [`StagedC`] says where C is.
 ///
 /// The pipeline (issue #4, "transfers tiled and overlapped with conversion and compute"):
 /// C is cut into `grid.blocks` column blocks and op(A) into `grid.panels` row panels. An
@@ -248,11 +269,12 @@ fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
 /// the columns of op(B) and C, with an event after each group. The compute stream computes
 /// each panel x block unit as soon as its group's event has fired (cuBLAS, or the emulated
 /// route on the sub-problem: each unit chooses its own moduli count when it is automatic,
-/// and the outcome reports the largest), and a download stream copies C_j into pinned
-/// staging while block j + 1 is computed. So host copies, both link directions and the GPU
+/// and the outcome reports the largest), and a download stream copies C_j home (into pinned
+/// staging, or through C's ring into the caller's C) while block j + 1 is computed. So host copies, both link directions and the GPU
 /// all run at once; what is left serial is the first panel's upload and the last block's
-/// download. In a split (`share`), this slot uploads only its own panels of A and copies
-/// them on to the other devices, and waits for the others' panels on the split's board.
+/// download (and with beta != 0 the write-back from staging). In a split (`share`), this
+/// slot uploads only its own panels of A and copies them on to the other devices, and waits
+/// for the others' panels on the split's board.
 pub(crate) fn staged_gemm(
     gpu: &mut Gpu,
     args: &GemmArgs,
@@ -287,7 +309,12 @@ pub(crate) fn staged_gemm(
     let db = gpu.workspace.get("host_b", b.len() * 8)?;
     let dc = gpu.workspace.get("host_c", c_span * 8)?;
     let ring = ring(gpu)?;
-    let c_stage = gpu.staging(C_SLOT, c_span * 8)? as *mut f64;
+    let mut res = CallResources::new()?;
+    // beta = 0: C's ring, sized by the tuning; else C's full staging (grow-only)
+    let (c_ring, c_stage) = match early {
+        Some(_) => (Some(CRing::new(gpu, m, &mut res)?), std::ptr::null_mut()),
+        None => (None, gpu.staging(C_SLOT, c_span * 8)? as *mut f64),
+    };
 
     // column blocks of C, multiples of 64 columns; row panels of op(A)
     let blocks = grid.blocks.clamp(1, n.max(1));
@@ -371,7 +398,6 @@ pub(crate) fn staged_gemm(
     units.sort_by_key(|&(p, j)| (rank_panel[q_of[p]].max(rank_block[j]), j, p));
     let mut left_in_block = vec![places.len(); cols.len()];
 
-    let mut res = CallResources::new()?;
     let (ctx, copy_stream, stream) = (gpu.ctx, gpu.copy_stream, gpu.stream);
     let begin = res.event()?;
     record(begin, copy_stream)?;
@@ -391,16 +417,19 @@ pub(crate) fn staged_gemm(
         let (down_tx, down_rx) = std::sync::mpsc::channel();
         let d2h = (Handle(ctx), Handle(res.d2h));
         let (go_tx, go_rx) = std::sync::mpsc::channel();
-        let (blocks_tx, writer) = match early {
-            Some(e) => {
-                let (tx, rx) = std::sync::mpsc::channel();
-                let (staged, context) = (SendPtr(c_stage), Handle(ctx));
-                let w = s.spawn(move || early_write::writer(context, e, staged, go_rx, rx));
-                (Some(tx), Some(w))
+        let (sink, writer) = match (early, &c_ring) {
+            (Some(e), Some(ring)) => {
+                let (filled, filled_rx) = std::sync::mpsc::channel();
+                // the writer holds the only giver: once it is gone the download stops
+                let (free, giver) = free_slots(ring.len());
+                let context = Handle(ctx);
+                let w =
+                    s.spawn(move || early_write::writer(context, e, ring, go_rx, filled_rx, giver));
+                (Sink::Ring { ring, free, filled }, Some(w))
             }
-            None => (None, None),
+            _ => (Sink::Staging(SendPtr(c_stage)), None),
         };
-        let down = s.spawn(move || drain(d2h, down_rx, blocks_tx));
+        let down = s.spawn(move || drain(d2h, dc, down_rx, sink));
         let r = (|| -> Result<(), GpuError> {
             // dropped on every way out, so the writer never waits for a go that cannot come
             let go = go_tx;
@@ -489,14 +518,14 @@ pub(crate) fn staged_gemm(
                 let done = res.event()?;
                 record(done, stream)?;
                 dones.push(done);
-                let c_off = 8 * (c0 * args.ldc) as u64;
                 let job = Download {
                     done: Handle(done),
-                    src: dc + c_off,
-                    // SAFETY: the block's span lies inside the pinned staging of c_span.
-                    dst: SendPtr(unsafe { c_stage.add(c0 * args.ldc) } as *mut u8),
-                    bytes: 8 * span(m, w, args.ldc),
-                    place: (c0 * args.ldc, m, w, args.ldc),
+                    block: CBlock {
+                        off: c0 * args.ldc,
+                        rows: m,
+                        cols: w,
+                        ld: args.ldc,
+                    },
                 };
                 down_tx
                     .send(job)
@@ -562,13 +591,12 @@ pub(crate) fn staged_gemm(
     result?;
     let device_ns = out.phases.convert_ns + out.phases.products_ns + out.phases.reconstruct_ns;
     out.phases.transfer_ns = (t0.elapsed().as_nanos() as u64).saturating_sub(device_ns);
-    Ok((
-        out,
-        StagedC {
-            ptr: c_stage,
-            written,
-        },
-    ))
+    let staged = match (c_ring.is_some(), written) {
+        (false, _) => StagedC::Staged(c_stage),
+        (true, true) => StagedC::Written,
+        (true, false) => StagedC::Withheld,
+    };
+    Ok((out, staged))
 }
 
 /// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands.

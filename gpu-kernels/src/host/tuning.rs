@@ -35,6 +35,12 @@ pub struct Tuning {
     ///
     /// [`pipeline_panels`]: super::pipeline_panels
     pub panels: (usize, usize),
+    /// Slots of C's download ring and the bytes of each (`super::c_ring`): with beta = 0,
+    /// C comes home through this ring instead of a pinned buffer the size of C. Each slot is
+    /// written into the caller's C by one writer thread, so about as many slots as writer
+    /// threads keep them all busy (BENCHMARKS.md, "Session 4: C without full-size pinned
+    /// staging").
+    pub c_ring: (usize, usize),
 }
 
 impl Default for Tuning {
@@ -48,6 +54,7 @@ impl Default for Tuning {
             block_bytes: 64 << 20,
             max_blocks: (16, 4),
             panels: (4, 1),
+            c_ring: (24, 4 << 20),
         }
     }
 }
@@ -57,7 +64,7 @@ impl std::str::FromStr for Tuning {
     /// `key=value` pairs, comma separated, over the defaults: `up=memcpy|stream` (upload
     /// copies), `back=memcpy|stream` (write-back), `copy=...` (both), `threads=N`, `write=N`,
     /// `ring=MiB`, `block=MiB`, `native=N`, `ozaki=N` (most blocks), `panels=N`,
-    /// `ozaki_panels=N`
+    /// `ozaki_panels=N`, `cslots=N`, `cslot=MiB` (C's download ring)
     /// (`default` alone: the defaults).
     fn from_str(spec: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
@@ -85,6 +92,8 @@ impl std::str::FromStr for Tuning {
                 "ozaki" => t.max_blocks.1 = num()?.max(1),
                 "panels" => t.panels.0 = num()?.max(1),
                 "ozaki_panels" => t.panels.1 = num()?.max(1),
+                "cslots" => t.c_ring.0 = num()?.max(1),
+                "cslot" => t.c_ring.1 = num()?.max(1) << 20,
                 _ => return Err(format!("unknown tuning key {k:?}")),
             }
         }
@@ -154,6 +163,8 @@ mod tests {
         assert_eq!((t.copy_threads, t.write_threads), (24, 8));
         assert_eq!((t.ring_chunk, t.block_bytes), (16 << 20, 64 << 20));
         assert_eq!(t.max_blocks, (16, 2));
+        let ring: Tuning = "cslots=2,cslot=1".parse().unwrap();
+        assert_eq!(ring.c_ring, (2, 1 << 20));
         assert!("copy=fast".parse::<Tuning>().is_err());
         assert!("threads".parse::<Tuning>().is_err());
         assert!("color=red".parse::<Tuning>().is_err());

@@ -83,31 +83,38 @@ pub(crate) unsafe fn write_columns(
         unsafe { host_copy::par_copy(dst as *mut u8, src as *const u8, 8 * m * n, threads, kind) };
         return;
     }
-    let per = n.div_ceil(threads.max(1)).max(1);
     let (d, s) = (SendPtr(dst), SendPtr(src as *mut f64));
+    // columns j0..j1 of the block
+    let columns = move |j0: usize, j1: usize| {
+        let (d, s) = (d, s);
+        for j in j0..j1 {
+            let (lo, hi) = match uplo {
+                None => (0, m),
+                Some(Uplo::Upper) => (0, (j + 1).min(m)),
+                Some(Uplo::Lower) => (j.min(m), m),
+            };
+            let at = j * ld + lo;
+            // SAFETY: rows lo..hi of column j lie inside both spans; columns are split
+            // among threads, so this range is this thread's alone.
+            unsafe {
+                host_copy::copy(
+                    d.0.add(at) as *mut u8,
+                    s.0.add(at) as *const u8,
+                    8 * (hi - lo),
+                    kind,
+                )
+            };
+        }
+    };
+    if threads <= 1 {
+        // on this thread (the early writers' case: one thread per piece of C)
+        columns(0, n);
+        return;
+    }
+    let per = n.div_ceil(threads).max(1);
     std::thread::scope(|sc| {
         for j0 in (0..n).step_by(per) {
-            sc.spawn(move || {
-                let (d, s) = (d, s);
-                for j in j0..(j0 + per).min(n) {
-                    let (lo, hi) = match uplo {
-                        None => (0, m),
-                        Some(Uplo::Upper) => (0, (j + 1).min(m)),
-                        Some(Uplo::Lower) => (j.min(m), m),
-                    };
-                    let at = j * ld + lo;
-                    // SAFETY: rows lo..hi of column j lie inside both spans; columns are
-                    // split among threads, so this range is this thread's alone.
-                    unsafe {
-                        host_copy::copy(
-                            d.0.add(at) as *mut u8,
-                            s.0.add(at) as *const u8,
-                            8 * (hi - lo),
-                            kind,
-                        )
-                    };
-                }
-            });
+            sc.spawn(move || columns(j0, (j0 + per).min(n)));
         }
     });
 }

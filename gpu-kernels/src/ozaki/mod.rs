@@ -123,6 +123,37 @@ pub struct DeviceCall {
     pub ldc: usize,
 }
 
+impl DeviceCall {
+    /// C = alpha A B + beta C on packed column-major device buffers (A `m x k`, B `k x n`, C
+    /// `m x n`, no transposes, leading dimensions m, k, m): the call `ozaki bench`, the
+    /// calibration and the device tests time and check (as `GemmArgs::product` on the host).
+    pub fn product(
+        (m, n, k): (usize, usize, usize),
+        alpha: f64,
+        (a, b): (u64, u64),
+        beta: f64,
+        c: u64,
+    ) -> DeviceCall {
+        DeviceCall {
+            op: Op::Gemm {
+                transa: Trans::No,
+                transb: Trans::No,
+                b,
+                ldb: k,
+            },
+            m,
+            n,
+            k,
+            alpha,
+            a,
+            lda: m,
+            beta,
+            c,
+            ldc: m,
+        }
+    }
+}
+
 /// What one emulated call did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {

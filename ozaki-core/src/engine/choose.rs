@@ -288,6 +288,30 @@ impl Engine {
         key: Option<u32>,
         moduli: impl FnOnce() -> Option<u32>,
     ) -> Arc<Decision> {
+        self.cached(shape, key, || self.decide_uncached(shape, moduli()))
+    }
+
+    /// [`Engine::decide`] for a caller that has priced the call itself: `estimates` are
+    /// [`Engine::estimates`]`(shape, moduli)`, and a cache miss decides from them instead of
+    /// pricing every route a second time (`ozaki replay` needs the estimates for its rows).
+    pub fn decide_priced(
+        &self,
+        shape: &CallShape,
+        moduli: Option<u32>,
+        estimates: &[RouteEstimate],
+    ) -> Arc<Decision> {
+        self.cached(shape, moduli, || {
+            self.decide_from_estimates(shape, moduli, estimates)
+        })
+    }
+
+    /// The cached decision for `(shape, key)`, made by `make` on a miss.
+    fn cached(
+        &self,
+        shape: &CallShape,
+        key: Option<u32>,
+        make: impl FnOnce() -> Decision,
+    ) -> Arc<Decision> {
         let key = Key {
             shape: *shape,
             moduli: key,
@@ -297,7 +321,7 @@ impl Engine {
         {
             return Arc::clone(d);
         }
-        let d = Arc::new(self.decide_uncached(shape, moduli()));
+        let d = Arc::new(make());
         if let Ok(mut c) = self.cache.lock() {
             if c.len() >= CACHE_CAPACITY {
                 c.clear();
@@ -310,6 +334,22 @@ impl Engine {
     /// [`Engine::decide`] without the cache.
     pub fn decide_uncached(&self, shape: &CallShape, moduli: Option<u32>) -> Decision {
         if shape.no_product() {
+            // no estimates needed: decided before any route is priced
+            return self.decide_from_estimates(shape, moduli, &[]);
+        }
+        self.decide_from_estimates(shape, moduli, &self.estimates(shape, moduli))
+    }
+
+    /// [`Engine::decide_uncached`] from estimates the caller already has
+    /// ([`Engine::estimates`]`(shape, moduli)`; not read for a call without a product), so
+    /// `ozaki explain`, which prints them, prices each route once.
+    pub fn decide_from_estimates(
+        &self,
+        shape: &CallShape,
+        moduli: Option<u32>,
+        est: &[RouteEstimate],
+    ) -> Decision {
+        if shape.no_product() {
             return Decision {
                 route: Route::Vendor,
                 moduli: None,
@@ -320,19 +360,18 @@ impl Engine {
                 splits: Vec::new(),
             };
         }
-        let est = self.estimates(shape, moduli);
         if self.profile.gpu.is_none() {
             // Nothing to choose between: keep the trace's reason short.
             return Decision {
                 route: Route::Vendor,
                 moduli: None,
-                prediction: prediction(&est, "vendor: no GPU in the profile".into()),
+                prediction: prediction(est, "vendor: no GPU in the profile".into()),
                 splits: Vec::new(),
             };
         }
         let splits = self.splits(shape, moduli);
         // A split that pays stands in for its route's one-device price.
-        let mut priced = est.clone();
+        let mut priced = est.to_vec();
         for s in splits.iter().filter(|s| s.pays) {
             if let Some(e) = priced.iter_mut().find(|e| e.route == s.route) {
                 e.seconds = s.seconds;
@@ -357,7 +396,7 @@ impl Engine {
                 }
             ));
         }
-        let mut pred = prediction(&est, reason);
+        let mut pred = prediction(est, reason);
         for s in &splits {
             pred.predicted_s
                 .insert(split_key(s.route, &s.devices()), s.seconds);

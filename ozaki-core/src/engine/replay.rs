@@ -4,9 +4,9 @@
 //! which is the FLOP-weighted harmonic composition of rates — against running every record
 //! on one route, FLOP-weighted quantiles of n̄, and each route's share of the work.
 //!
-//! Two models can price a trace: a measured [`Profile`] (what the shim would do on that
-//! machine, host link and CPU BLAS included) or a [`Platform`] through the paper's reduced
-//! model (device-resident projections).
+//! Two models can price a trace: a measured [`Profile`](super::profile::Profile) (what the
+//! shim would do on that machine, host link and CPU BLAS included) or a [`Platform`] through
+//! the paper's reduced model (device-resident projections).
 
 use super::choose::Engine;
 use super::platforms::Platform;
@@ -135,7 +135,7 @@ fn replay_one(c: &CallRecord, model: &ReplayModel<'_>) -> Row {
                 moduli(&shape)
             };
             let est = engine.estimates(&shape, r);
-            let d = engine.decide(&shape, r);
+            let d = engine.decide_priced(&shape, r, &est);
             let chosen = est.iter().find(|e| e.route == d.route);
             let predicted_s: Vec<(String, f64)> = est
                 .iter()

@@ -13,7 +13,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::Parser;
 use gpu_kernels::host::{self, Engine};
 use gpu_kernels::measure::{self, EmulatedBlas, entry_errors};
-use gpu_kernels::ozaki::{self, DeviceCall, Op, Options};
+use gpu_kernels::ozaki::{self, DeviceCall, Options};
 use ozaki_core::blas::{GemmArgs, Trans};
 use ozaki_core::testutil::Rng;
 use std::io::Write;
@@ -492,23 +492,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
 
         // ours, device-resident
         for (scaling, r) in &moduli {
-            let call = DeviceCall {
-                op: Op::Gemm {
-                    transa: Trans::No,
-                    transb: Trans::No,
-                    b: db.ptr(),
-                    ldb: k,
-                },
-                m,
-                n,
-                k,
-                alpha: 1.0,
-                a: da.ptr(),
-                lda: m,
-                beta: 0.0,
-                c: dc.ptr(),
-                ldc: m,
-            };
+            let call = DeviceCall::product((m, n, k), 1.0, (da.ptr(), db.ptr()), 0.0, dc.ptr());
             let opts = Options {
                 moduli: *r,
                 scaling: *scaling,

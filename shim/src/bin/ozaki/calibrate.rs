@@ -702,7 +702,7 @@ mod gpu {
     use gpu_kernels::host::{self, Engine as HostEngine};
     use gpu_kernels::measure;
     use gpu_kernels::memory::{self, DeviceBuffer};
-    use gpu_kernels::ozaki::{self, DeviceCall, Op, Options};
+    use gpu_kernels::ozaki::{self, DeviceCall, Options};
     use ozaki_core::blas::{GemmArgs, Trans};
     use ozaki_core::engine::calibrate::{
         DeviceMeasurements, Direction, GpuMeasurements, HostMemory, LinkSample, ShareMeasurements,
@@ -846,23 +846,8 @@ mod gpu {
                     &[14]
                 };
                 for &r in moduli {
-                    let call = DeviceCall {
-                        op: Op::Gemm {
-                            transa: Trans::No,
-                            transb: Trans::No,
-                            b: b.ptr(),
-                            ldb: ku,
-                        },
-                        m: mu,
-                        n: nu,
-                        k: ku,
-                        alpha: 1.0,
-                        a: a.ptr(),
-                        lda: mu,
-                        beta: 0.0,
-                        c: c.ptr(),
-                        ldc: mu,
-                    };
+                    let call =
+                        DeviceCall::product((mu, nu, ku), 1.0, (a.ptr(), b.ptr()), 0.0, c.ptr());
                     let opts = Options {
                         moduli: Some(r as usize),
                         max_block: 0,

@@ -225,7 +225,7 @@ fn explain_measured(
 ) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let est = engine.estimates(shape, moduli);
-    let d = engine.decide_uncached(shape, moduli);
+    let d = engine.decide_from_estimates(shape, moduli, &est);
     let splits: Vec<serde_json::Value> = d
         .splits
         .iter()

@@ -245,31 +245,27 @@ pub fn grouped_hbars(
         let height = 0.62 / ns;
         for (si, s) in series.iter().enumerate() {
             let color = s.color;
-            let rects = s
-                .values
-                .iter()
-                .enumerate()
-                .take(nr)
-                .filter(|(_, v)| v.is_finite() && **v > 0.0)
-                .map(move |(r, v)| {
-                    let y0 = r as f64 + 0.1 + si as f64 * height;
-                    Rectangle::new([(0.0, y0), (*v, y0 + height * 0.9)], color.filled())
-                });
+            // the rows with a bar, each labelled with its value
+            let bars = || {
+                s.values
+                    .iter()
+                    .enumerate()
+                    .take(nr)
+                    .filter(|(_, v)| v.is_finite() && **v > 0.0)
+            };
+            let rects = bars().map(move |(r, v)| {
+                let y0 = r as f64 + 0.1 + si as f64 * height;
+                Rectangle::new([(0.0, y0), (*v, y0 + height * 0.9)], color.filled())
+            });
             chart.draw_series(rects)?;
-            let values = s
-                .values
-                .iter()
-                .enumerate()
-                .take(nr)
-                .filter(|(_, v)| v.is_finite() && **v > 0.0)
-                .map(move |(r, v)| {
-                    let y = r as f64 + 0.1 + (si as f64 + 0.9) * height;
-                    Text::new(
-                        x_fmt(*v),
-                        (*v, y),
-                        ("sans-serif", 12).into_font().color(&BLACK),
-                    )
-                });
+            let values = bars().map(move |(r, v)| {
+                let y = r as f64 + 0.1 + (si as f64 + 0.9) * height;
+                Text::new(
+                    x_fmt(*v),
+                    (*v, y),
+                    ("sans-serif", 12).into_font().color(&BLACK),
+                )
+            });
             chart.draw_series(values)?;
         }
         chart.draw_series(LineSeries::new(

@@ -1,0 +1,92 @@
+//! `ozaki replay` as a user runs it (issue #5): a trace from `traces/` priced with a
+//! measured profile gives the same per-record CSV and the same composites as the engine gave
+//! when the fixtures were recorded (session 4, before the replay priced each record once
+//! instead of twice). The engine is deterministic for a given profile and thread count, so
+//! any change in a chosen route, a predicted time, a reason or a composite shows here.
+//!
+//! To re-record after an intended change of the engine's numbers, from the repository root:
+//! `ozaki replay traces/lobpcg-b64.jsonl.gz --profile profiles/h200-x2.json --threads 16
+//! [--moduli 0 | --csv - | gzip -9n]` into `shim/tests/fixtures/replay-lobpcg-b64-h200-x2*`.
+
+mod common;
+
+use common::*;
+use std::io::Read;
+use std::process::Command;
+
+const TRACE: &str = "traces/lobpcg-b64.jsonl.gz";
+const PROFILE: &str = "profiles/h200-x2.json";
+
+/// stdout of `ozaki replay TRACE --profile PROFILE --threads 16 <extra>`, run from the
+/// repository root (the profile's path is part of the output).
+fn replay(extra: &[&str]) -> String {
+    let o = Command::new(ozaki_bin())
+        .current_dir(repo_root())
+        .args(["replay", TRACE, "--profile", PROFILE, "--threads", "16"])
+        .args(extra)
+        .output()
+        .expect("run ozaki replay");
+    assert!(
+        o.status.success(),
+        "ozaki replay {extra:?}: {}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).expect("utf-8 output")
+}
+
+fn fixture(name: &str) -> String {
+    let path = repo_root().join("shim/tests/fixtures").join(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if name.ends_with(".gz") {
+        let mut s = String::new();
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_string(&mut s)
+            .expect("gzip fixture");
+        s
+    } else {
+        String::from_utf8(bytes).expect("utf-8 fixture")
+    }
+}
+
+/// Line by line, so a difference names the record.
+fn assert_same(got: &str, want: &str, what: &str) {
+    for (i, (g, w)) in got.lines().zip(want.lines()).enumerate() {
+        assert_eq!(g, w, "{what}, line {}", i + 1);
+    }
+    assert_eq!(
+        got.lines().count(),
+        want.lines().count(),
+        "{what}: line count"
+    );
+}
+
+#[test]
+fn replay_csv_rows_are_the_recorded_ones() {
+    let got = replay(&["--csv", "-"]);
+    // the premise: the trace exercises more than one chosen route and every route's column
+    assert!(got.contains(",vendor,") && got.contains(",gpu-native,"));
+    assert!(got.starts_with(
+        "seq,routine,m,n,k,nbar,flops,route,storage,recon_host,moduli,rate_gflops,t_vendor_s,t_gpu-native_s,t_gpu-ozaki_s,reason\n"
+    ));
+    assert_same(
+        &got,
+        &fixture("replay-lobpcg-b64-h200-x2.csv.gz"),
+        "per-record CSV",
+    );
+}
+
+#[test]
+fn replay_composites_are_the_recorded_ones() {
+    assert_same(
+        &replay(&[]),
+        &fixture("replay-lobpcg-b64-h200-x2.txt"),
+        "composites",
+    );
+    // --moduli 0: the accuracy contract is never met, so gpu-ozaki takes no record
+    assert_same(
+        &replay(&["--moduli", "0"]),
+        &fixture("replay-lobpcg-b64-h200-x2-moduli0.txt"),
+        "composites with --moduli 0",
+    );
+}
