@@ -184,14 +184,8 @@ impl Gpu {
         // Each step runs inside the start gate, which a process exit closes and waits on
         // (`start_gate`: the shim may run this on a background thread).
         use crate::start_gate::step;
-        let Found {
-            ordinal,
-            dev,
-            name,
-            cc,
-            sms,
-            driver_version,
-        } = step("cuInit", || find_device(explicit))?;
+        let found = step("cuInit", || find_device(explicit))?;
+        let (dev, cc, driver_version) = (found.dev, found.cc, found.driver_version);
         let (ctx, stream, copy_stream) = step("context", || {
             let mut ctx = std::ptr::null_mut();
             // SAFETY: retains the device's primary context (the one the CUDA runtime uses
@@ -249,10 +243,10 @@ impl Gpu {
             tracing::warn!(error = %e, "gpu-ozaki unavailable; gpu-native still works");
         }
         Ok(Gpu {
-            ordinal,
-            name,
+            ordinal: found.ordinal,
+            name: found.name,
             cc,
-            sms,
+            sms: found.sms,
             driver_version,
             cublas_version,
             ctx,

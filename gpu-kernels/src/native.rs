@@ -55,6 +55,29 @@ pub fn dgemm(
     }
 }
 
+/// C = A B on `stream` for packed column-major device operands (A m x k, B k x n, C m x n,
+/// leading dimensions m, k, m): the plain product that the benchmarks, the calibration and
+/// the warm-up run.
+pub fn dgemm_packed(
+    gpu: &Gpu,
+    stream: CUstream,
+    (m, n, k): (usize, usize, usize),
+    [a, b, c]: [u64; 3],
+) -> Result<(), GpuError> {
+    dgemm(
+        gpu,
+        stream,
+        Trans::No,
+        Trans::No,
+        (m, n, k),
+        1.0,
+        (a, m),
+        (b, k),
+        0.0,
+        (c, m),
+    )
+}
+
 /// C = alpha op(A) op(A)^T + beta C, `uplo` triangle only, on `stream` (device pointers).
 #[allow(clippy::too_many_arguments)]
 pub fn dsyrk(

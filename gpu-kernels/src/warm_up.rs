@@ -79,18 +79,7 @@ fn dgemm((m, n, k): (usize, usize, usize), g: &Gpu) -> Result<(), GpuError> {
     let b = zeroed(k * n)?;
     let c = zeroed(m * n)?;
     let s = g.stream();
-    crate::native::dgemm(
-        g,
-        s,
-        Trans::No,
-        Trans::No,
-        (m, n, k),
-        1.0,
-        (a.ptr(), m),
-        (b.ptr(), k),
-        0.0,
-        (c.ptr(), m),
-    )?;
+    crate::native::dgemm_packed(g, s, (m, n, k), [a.ptr(), b.ptr(), c.ptr()])?;
     crate::device::sync(s)
 }
 

@@ -14,7 +14,7 @@ use clap::Parser;
 use gpu_kernels::host::{self, Engine};
 use gpu_kernels::measure::{self, EmulatedBlas, entry_errors};
 use gpu_kernels::ozaki::{self, DeviceCall, Options};
-use ozaki_core::blas::{GemmArgs, Trans};
+use ozaki_core::blas::GemmArgs;
 use ozaki_core::testutil::Rng;
 use std::io::Write;
 use std::process::ExitCode;
@@ -449,20 +449,9 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
 
         // cuBLAS native
         let t_native = median_wall(args.reps, || {
-            gpu_kernels::native::dgemm(
-                &g,
-                stream,
-                Trans::No,
-                Trans::No,
-                (m, n, k),
-                1.0,
-                (da.ptr(), m),
-                (db.ptr(), k),
-                0.0,
-                (dc.ptr(), m),
-            )
-            .and_then(|_| gpu_kernels::device::sync(stream))
-            .map_err(ge)
+            gpu_kernels::native::dgemm_packed(&g, stream, (m, n, k), [da.ptr(), db.ptr(), dc.ptr()])
+                .and_then(|_| gpu_kernels::device::sync(stream))
+                .map_err(ge)
         })?;
         measure::download(&dc, &mut c).map_err(ge)?;
         let e_native = sampled_errors(&a, &b, &c, (m, n, k), &samples);

@@ -998,18 +998,7 @@ mod gpu {
     ) -> Result<f64, gpu_kernels::GpuError> {
         let stream = g.stream();
         measure::time_median(stream, reps, || {
-            gpu_kernels::native::dgemm(
-                g,
-                stream,
-                Trans::No,
-                Trans::No,
-                (m, n, k),
-                1.0,
-                (a.ptr(), m),
-                (b.ptr(), k),
-                0.0,
-                (c.ptr(), m),
-            )
+            gpu_kernels::native::dgemm_packed(g, stream, (m, n, k), [a.ptr(), b.ptr(), c.ptr()])
         })
     }
 
