@@ -199,7 +199,14 @@ fn a_program_that_exits_while_cublas_loads_waits_before_its_teardown() {
             o.status,
             text(&o.stderr)
         );
-        assert_eq!(text(&o.stderr), "");
+        // The program's own first dlsym (the vendor's dgemm_) may wait for the loader lock
+        // that the slow constructor holds, so the start can fail (fake cuInit) before the
+        // exit: then its one line is there.
+        let err = text(&o.stderr);
+        assert!(
+            err.is_empty() || (err.lines().count() == 1 && err.contains("could not be started")),
+            "{err}"
+        );
         assert!(took < Duration::from_secs(5), "{took:?}");
     }
 }
