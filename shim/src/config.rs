@@ -13,6 +13,7 @@
 //! | `OZAKI_VENDOR_BLAS=/path/lib.so` | the BLAS to forward to, before any other lookup | found automatically |
 //! | `OZAKI_LOG=FILTER` | `tracing` filter for diagnostics on stderr (e.g. `info`, `ozaki_shim=debug`) | silent |
 //! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles (issue #7) | the engine decides |
+//! | `OZAKI_GPU_START=background\|blocking` | with `auto`, how the first call that may use the GPU starts it: on a background thread while calls run on the vendor BLAS, or inside that call, which waits for it (`route::start`) | `background` |
 
 use ozaki_core::route::{Route, RouteRequest};
 use std::ffi::OsString;
@@ -38,6 +39,8 @@ pub struct RawConfig {
     pub log: Option<OsString>,
     /// `OZAKI_SPLIT`.
     pub split: Option<OsString>,
+    /// `OZAKI_GPU_START`.
+    pub gpu_start: Option<OsString>,
 }
 
 impl RawConfig {
@@ -53,6 +56,7 @@ impl RawConfig {
             vendor_blas: var("OZAKI_VENDOR_BLAS"),
             log: var("OZAKI_LOG"),
             split: var("OZAKI_SPLIT"),
+            gpu_start: var("OZAKI_GPU_START"),
         }
     }
 }
@@ -76,6 +80,21 @@ pub struct Config {
     pub log: Option<String>,
     /// Whether GPU calls are split over several GPU slots (`OZAKI_SPLIT`, issue #7).
     pub split: SplitMode,
+    /// How `auto` starts the GPU (`OZAKI_GPU_START`).
+    pub gpu_start: GpuStart,
+}
+
+/// `OZAKI_GPU_START`: how `auto` starts the GPU (`route::start`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuStart {
+    /// `background` (default): the first call that may use the GPU starts it on a background
+    /// thread, and calls run on the vendor BLAS until it is up unless waiting pays.
+    Background,
+    /// `blocking`: that call waits for the start, as before session 4. For programs whose
+    /// first calls are many and mid-sized on a machine whose CUDA libraries are not in the
+    /// page cache, where the vendor calls made during the start ran 1.2-6x slower than priced
+    /// (BENCHMARKS.md, session 4 run 5).
+    Blocking,
 }
 
 /// `OZAKI_SPLIT`: who decides whether a host-resident dgemm is split over the process's GPU
@@ -131,6 +150,16 @@ impl Config {
                 SplitMode::Engine
             }
         };
+        let gpu_start = match text(&raw.gpu_start).as_deref().map(str::trim) {
+            None | Some("background") => GpuStart::Background,
+            Some("blocking") => GpuStart::Blocking,
+            Some(other) => {
+                problems.push(format!(
+                    "OZAKI_GPU_START={other:?} is neither background nor blocking; using background"
+                ));
+                GpuStart::Background
+            }
+        };
         let config = Config {
             trace: text(&raw.trace),
             trace_argv,
@@ -140,6 +169,7 @@ impl Config {
             vendor_blas: raw.vendor_blas.as_ref().map(PathBuf::from),
             log: text(&raw.log),
             split,
+            gpu_start,
         };
         (config, problems)
     }
@@ -237,6 +267,22 @@ mod tests {
         let (c, p) = with(Some("yes"));
         assert_eq!(c.split, SplitMode::Engine);
         assert!(p.len() == 1 && p[0].contains("OZAKI_SPLIT"), "{p:?}");
+    }
+
+    #[test]
+    fn ozaki_gpu_start_is_background_unless_blocking_is_asked() {
+        let with = |v: Option<&str>| {
+            Config::from_raw(&RawConfig {
+                gpu_start: v.map(Into::into),
+                ..RawConfig::default()
+            })
+        };
+        assert_eq!(with(None).0.gpu_start, GpuStart::Background);
+        assert_eq!(with(Some("background")).0.gpu_start, GpuStart::Background);
+        assert_eq!(with(Some(" blocking ")).0.gpu_start, GpuStart::Blocking);
+        let (c, p) = with(Some("eager"));
+        assert_eq!(c.gpu_start, GpuStart::Background);
+        assert!(p.len() == 1 && p[0].contains("OZAKI_GPU_START"), "{p:?}");
     }
 
     #[test]

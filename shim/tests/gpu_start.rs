@@ -138,6 +138,55 @@ fn a_gpu_that_cannot_start_leaves_every_call_on_the_vendor_and_says_so_once() {
     );
 }
 
+/// `OZAKI_GPU_START=blocking`: the first call that may use the GPU waits for the start (here
+/// a cuInit that takes 0.8 s and fails) instead of running on the vendor BLAS at once, as it
+/// does by default; either way the results are the vendor's.
+#[test]
+fn ozaki_gpu_start_blocking_makes_the_first_call_wait_for_the_start() {
+    let dir = work_dir("gpu-start-blocking");
+    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+        return;
+    };
+    let fake = fake_cuda(&dir);
+    let (plain_out, _) = run({
+        let mut c = plain(&prog);
+        c.args(["1", "1"]);
+        c
+    });
+    let first_call = |mode: Option<&str>| {
+        let trace = dir.join(format!("trace-{}.jsonl", mode.unwrap_or("default")));
+        let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
+        cmd.args(["1", "1"]).env("FAKE_CUINIT_MS", "800");
+        if let Some(m) = mode {
+            cmd.env("OZAKI_GPU_START", m);
+        }
+        let (o, _) = run(cmd);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_same_output("gpu_start, 1 call", &plain_out.stdout, &o.stdout);
+        let t = read_trace(&trace);
+        assert_eq!(t.calls.len(), 1);
+        let c = &t.calls[0];
+        assert_eq!(c.route, "vendor");
+        let why = c
+            .engine
+            .as_ref()
+            .map(|e| e.reason.clone())
+            .unwrap_or_default();
+        (Duration::from_nanos(c.dur_ns), why, text(&o.stderr))
+    };
+    let (took, why, err) = first_call(Some("blocking"));
+    assert!(took >= Duration::from_millis(700), "{took:?}: {why}");
+    assert!(why.contains("could not be started (waited"), "{why}");
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "the failed start says so once: {err}"
+    );
+    let (took, why, _) = first_call(None);
+    assert!(took < Duration::from_millis(500), "{took:?}: {why}");
+    assert!(why.contains("starting in the background"), "{why}");
+}
+
 #[test]
 fn a_program_that_exits_while_cuinit_runs_exits_cleanly_and_soon() {
     let dir = work_dir("gpu-start-exit");

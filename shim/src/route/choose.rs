@@ -19,20 +19,22 @@
 //! Building the engine initialises the GPU (its name selects the profile), which costs
 //! about 0.9 s (measured on the H200s: NumPy's first call, and each ScaLAPACK rank whose
 //! local calls all stayed on the CPU). Until the engine is built, a *pre-engine*
-//! ([`pre_engine`]) prices each call with the profile the process would use without a GPU
+//! (`pre_engine`) prices each call with the profile the process would use without a GPU
 //! name (`OZAKI_PROFILE`, else the built-in GPU profile):
 //! - the vendor clearly faster ([`CLEARLY`]): the vendor BLAS, without touching CUDA (a
 //!   process whose calls are all small never creates a context);
 //! - otherwise the GPU starts on a background thread ([`super::start`], once per process,
 //!   the engine built and the GPU warmed up there), and the call runs on the vendor BLAS
 //!   unless it is big enough to be better off waiting for the start
-//!   ([`super::start::while_starting`]). Once the GPU is up, the engine decides every call;
-//!   if it could not start, every call goes to the vendor BLAS.
+//!   ([`super::start::while_starting`]); with `OZAKI_GPU_START=blocking` every such call
+//!   waits for the start instead (at most [`super::start::BLOCKING_WAIT`]). Once the GPU is
+//!   up, the engine decides every call; if it could not start, every call goes to the vendor
+//!   BLAS.
 
 use super::Choice;
 use super::start::{self, Starter, Status, WhileStarting};
 use crate::abi::Shape;
-use crate::config::{Config, notice};
+use crate::config::{Config, GpuStart, notice};
 use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
@@ -154,7 +156,7 @@ enum Early {
 const PRICED_BEFORE: &str = " (priced before the GPU was initialised)";
 
 /// The module doc's rule for a call arriving before the engine is built.
-fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>) -> Early {
+fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>, mode: GpuStart) -> Early {
     let d = pre.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
     if is_clearly_vendor(&d) {
         let why = format!("{}{PRICED_BEFORE}", d.prediction.reason);
@@ -189,7 +191,13 @@ fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>) -> Early {
         .as_ref()
         .and_then(|g| g.start_s)
         .unwrap_or(start::START_S);
-    match start::while_starting(vendor, best.as_ref().map(|b| b.1), expected, elapsed_s) {
+    let rule = match mode {
+        GpuStart::Blocking => WhileStarting::Wait,
+        GpuStart::Background => {
+            start::while_starting(vendor, best.as_ref().map(|b| b.1), expected, elapsed_s)
+        }
+    };
+    match rule {
         WhileStarting::Vendor => {
             let why = format!(
                 "vendor: the GPU is starting in the background ({elapsed_s:.2} s in, about \
@@ -204,8 +212,13 @@ fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>) -> Early {
         }
         WhileStarting::Wait => {
             let t = std::time::Instant::now();
-            // Both prices are finite here (while_starting checked them).
-            let limit = start::wait_limit_s(vendor.unwrap_or(0.0), best.map_or(0.0, |b| b.1));
+            let limit = match mode {
+                GpuStart::Blocking => start::BLOCKING_WAIT.as_secs_f64(),
+                // Both prices are finite here (while_starting checked them).
+                GpuStart::Background => {
+                    start::wait_limit_s(vendor.unwrap_or(0.0), best.map_or(0.0, |b| b.1))
+                }
+            };
             let status = STARTER.wait(std::time::Duration::from_secs_f64(limit));
             let waited = t.elapsed().as_secs_f64();
             let why = match status {
@@ -214,7 +227,9 @@ fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>) -> Early {
                     "vendor: waited {waited:.2} s for the GPU start ({elapsed_s:.2} s in when \
                      the call came), then gave up{PRICED_BEFORE}"
                 ),
-                _ => format!("vendor: the GPU could not be started{PRICED_BEFORE}"),
+                _ => format!(
+                    "vendor: the GPU could not be started (waited {waited:.2} s for it){PRICED_BEFORE}"
+                ),
             };
             Early::Vendor(d, why)
         }
@@ -322,7 +337,7 @@ pub fn auto(shape: &Shape, config: &Config) -> Choice {
     if ENGINE.get().is_none()
         && let Some(pre) = pre_engine()
     {
-        match before_engine(pre, &cs, config.moduli) {
+        match before_engine(pre, &cs, config.moduli, config.gpu_start) {
             Early::Vendor(d, why) => {
                 return Choice {
                     route: Route::Vendor,

@@ -5,7 +5,7 @@
 //! handles, the kernels from the disk cache; 2.7 s on a fresh machine whose cache was empty,
 //! NVRTC compiling). When the start blocked the first call that could use the GPU, NumPy's one
 //! 4096² product took 1104 ms under the shim against 136-195 ms on OpenBLAS alone (H200,
-//! session 4 lead's run 1): a short script was 7x slower. So [`super::choose`] starts the GPU
+//! session 4 lead's run 1): a short script was 7x slower. So [`super::choose`](mod@super::choose) starts the GPU
 //! here, once per process, at the first call the GPU might win, and that call and the next ones
 //! run on the vendor BLAS until it is up, except a call big enough that waiting for the rest
 //! of the start and then running on the GPU beats the vendor BLAS by [`WAIT_MARGIN`]
@@ -20,12 +20,12 @@
 //!   registered (their C++ static objects' teardown) while the thread still loads or uses
 //!   them: 5 of 10 NumPy scripts that ended 0.2 s into the start died of SIGSEGV (H200,
 //!   session 4 run 1, cuBLAS's load taking 350-410 ms). So the exit first closes
-//!   `gpu_kernels::start_gate` ([`at_exit`]): no further step starts and the exit waits for
+//!   `gpu_kernels::start_gate` (`at_exit`): no further step starts and the exit waits for
 //!   the step under way, at most [`EXIT_WAIT`], before any library's handler runs. That takes
 //!   running before handlers registered later than ours, which `atexit` cannot do (handlers
 //!   run in the reverse order of registration): `exit()` destroys the calling thread's
 //!   thread-locals before it runs any `atexit` handler, so the shim arms a thread-local guard
-//!   on the main thread when it is loaded ([`MainExitGuard`]). Exits from other threads rely
+//!   on the main thread when it is loaded (`MainExitGuard`). Exits from other threads rely
 //!   on `atexit` handlers registered before the thread starts and again once it loaded the
 //!   libraries (`gpu_kernels::probe::load_present`): the latter runs before the libraries'
 //!   own, so only an exit from a thread other than `main` during the load itself is
@@ -51,6 +51,11 @@ pub const START_S: f64 = 0.9;
 /// profile, whose vendor times were 1.3-1.8x the measured ones on the H200 machine (4096²:
 /// 246 ms priced, 136-195 ms measured), and a start can overrun its expected time.
 pub const WAIT_MARGIN: f64 = 1.5;
+
+/// The longest a call waits for the start with `OZAKI_GPU_START=blocking` before it runs on
+/// the vendor BLAS after all: far above any start measured (3.5 s from a cold page cache on
+/// the H200 machine), short of a hang.
+pub const BLOCKING_WAIT: Duration = Duration::from_secs(120);
 
 /// The longest a process exit waits for the step of the start under way (the longest step,
 /// NVRTC compiling into an empty cache, took about 1.8 s on the H200 machine): never a hang.
@@ -284,7 +289,7 @@ extern "C" fn arm_main_exit_guard() {
 #[unsafe(link_section = ".init_array")]
 static ARM_MAIN_EXIT_GUARD: extern "C" fn() = arm_main_exit_guard;
 
-/// Registers [`at_exit`] (see the module doc for why twice).
+/// Registers `at_exit` (see the module doc for why twice).
 pub fn register_exit_handler() {
     // SAFETY: at_exit is an `extern "C" fn()` that lives for the whole process and does not
     // unwind (catch_unwind inside).
