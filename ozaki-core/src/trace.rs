@@ -118,6 +118,38 @@ pub struct Prediction {
     /// Why the chosen route won (or why others were excluded).
     #[serde(default)]
     pub reason: String,
+    /// The GPU start as this call found it, for calls decided before the GPU was up
+    /// (`OZAKI_ROUTE=auto`, issue #4): what `ozaki summary` adds up as the start's cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_start: Option<StartNote>,
+}
+
+/// What a call did about a GPU start that was under way or had failed (trace field
+/// `engine.gpu_start`; optional, so the schema version is unchanged).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartNote {
+    /// What the call did.
+    pub during: DuringStart,
+    /// Seconds the start had been running when the call came (0 when it had failed).
+    #[serde(default)]
+    pub elapsed_s: f64,
+    /// Seconds the call waited for the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_s: Option<f64>,
+}
+
+/// What a call did while the GPU was not up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DuringStart {
+    /// Ran on the vendor BLAS while the GPU started in the background (after waiting
+    /// `waited_s` in vain for the start to end, when that is set).
+    Vendor,
+    /// Waited `waited_s` for the start, then ran where the engine chose.
+    Waited,
+    /// Ran on the vendor BLAS because the GPU could not be started (after waiting
+    /// `waited_s` for the failed start, when that is set).
+    Failed,
 }
 
 /// A/B comparison of the chosen route against the vendor BLAS (issue #6).

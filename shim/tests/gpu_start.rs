@@ -8,6 +8,7 @@
 mod common;
 
 use common::*;
+use ozaki_core::trace::DuringStart;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -167,24 +168,28 @@ fn ozaki_gpu_start_blocking_makes_the_first_call_wait_for_the_start() {
         assert_eq!(t.calls.len(), 1);
         let c = &t.calls[0];
         assert_eq!(c.route, "vendor");
-        let why = c
+        let e = c
             .engine
-            .as_ref()
-            .map(|e| e.reason.clone())
-            .unwrap_or_default();
-        (Duration::from_nanos(c.dur_ns), why, text(&o.stderr))
+            .clone()
+            .expect("auto records the engine's prediction");
+        (Duration::from_nanos(c.dur_ns), e, text(&o.stderr))
     };
-    let (took, why, err) = first_call(Some("blocking"));
-    assert!(took >= Duration::from_millis(700), "{took:?}: {why}");
-    assert!(why.contains("could not be started (waited"), "{why}");
+    let (took, e, err) = first_call(Some("blocking"));
+    assert!(took >= Duration::from_millis(700), "{took:?}: {e:?}");
+    assert!(e.reason.contains("could not be started (waited"), "{e:?}");
+    let n = e.gpu_start.expect("trace field engine.gpu_start");
+    assert_eq!(n.during, DuringStart::Failed);
+    assert!(n.waited_s.is_some_and(|w| w >= 0.6), "{n:?}");
     assert_eq!(
         err.lines().count(),
         1,
         "the failed start says so once: {err}"
     );
-    let (took, why, _) = first_call(None);
-    assert!(took < Duration::from_millis(500), "{took:?}: {why}");
-    assert!(why.contains("starting in the background"), "{why}");
+    let (took, e, _) = first_call(None);
+    assert!(took < Duration::from_millis(500), "{took:?}: {e:?}");
+    assert!(e.reason.contains("starting in the background"), "{e:?}");
+    let n = e.gpu_start.expect("trace field engine.gpu_start");
+    assert_eq!((n.during, n.waited_s), (DuringStart::Vendor, None));
 }
 
 #[test]

@@ -155,6 +155,7 @@ pub fn prediction(estimates: &[RouteEstimate], reason: String) -> Prediction {
             .map(|e| (e.route.name().to_string(), e.seconds))
             .collect(),
         reason,
+        gpu_start: None,
     }
 }
 
@@ -356,6 +357,7 @@ impl Engine {
                 prediction: Prediction {
                     predicted_s: Default::default(),
                     reason: "vendor: no product to compute".into(),
+                    gpu_start: None,
                 },
                 splits: Vec::new(),
             };

@@ -39,7 +39,7 @@ use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
-use ozaki_core::trace::Routine;
+use ozaki_core::trace::{DuringStart, Routine, StartNote};
 use std::sync::{Arc, OnceLock};
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();
@@ -145,11 +145,21 @@ fn pre_engine() -> Option<&'static Engine> {
 
 /// What the pre-engine decided for a call, before the engine is built.
 enum Early {
-    /// The vendor BLAS, with the pre-engine's decision and why (for the trace).
-    Vendor(Arc<Decision>, String),
-    /// The engine decides (it is up, or being built here); `Some(s)`: the call waited `s`
-    /// seconds for the background start.
-    Engine(Option<f64>),
+    /// The vendor BLAS, with the pre-engine's decision, why, and what the call did about the
+    /// GPU start (for the trace).
+    Vendor(Arc<Decision>, String, Option<StartNote>),
+    /// The engine decides (it is up, or being built here); `Some`: the call waited for the
+    /// background start.
+    Engine(Option<StartNote>),
+}
+
+/// A trace's `engine.gpu_start`.
+fn note(during: DuringStart, elapsed_s: f64, waited_s: Option<f64>) -> Option<StartNote> {
+    Some(StartNote {
+        during,
+        elapsed_s,
+        waited_s,
+    })
 }
 
 /// Marks a decision priced by the pre-engine.
@@ -160,7 +170,7 @@ fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>, mode: GpuSta
     let d = pre.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
     if is_clearly_vendor(&d) {
         let why = format!("{}{PRICED_BEFORE}", d.prediction.reason);
-        return Early::Vendor(d, why);
+        return Early::Vendor(d, why, None);
     }
     let status = match STARTER.status() {
         Status::Idle => {
@@ -181,7 +191,7 @@ fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>, mode: GpuSta
         Status::Ready => return Early::Engine(None),
         Status::Failed | Status::Idle => {
             let why = format!("vendor: the GPU could not be started{PRICED_BEFORE}");
-            return Early::Vendor(d, why);
+            return Early::Vendor(d, why, note(DuringStart::Failed, 0.0, None));
         }
         Status::Starting { elapsed_s } => elapsed_s,
     };
@@ -208,7 +218,7 @@ fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>, mode: GpuSta
                 best.as_ref().map_or(f64::NAN, |b| b.1),
                 vendor.unwrap_or(f64::NAN),
             );
-            Early::Vendor(d, why)
+            Early::Vendor(d, why, note(DuringStart::Vendor, elapsed_s, None))
         }
         WhileStarting::Wait => {
             let t = std::time::Instant::now();
@@ -221,17 +231,25 @@ fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>, mode: GpuSta
             };
             let status = STARTER.wait(std::time::Duration::from_secs_f64(limit));
             let waited = t.elapsed().as_secs_f64();
-            let why = match status {
-                Status::Ready => return Early::Engine(Some(waited)),
-                Status::Starting { .. } => format!(
-                    "vendor: waited {waited:.2} s for the GPU start ({elapsed_s:.2} s in when \
-                     the call came), then gave up{PRICED_BEFORE}"
+            let (why, during) = match status {
+                Status::Ready => {
+                    return Early::Engine(note(DuringStart::Waited, elapsed_s, Some(waited)));
+                }
+                Status::Starting { .. } => (
+                    format!(
+                        "vendor: waited {waited:.2} s for the GPU start ({elapsed_s:.2} s in when \
+                         the call came), then gave up{PRICED_BEFORE}"
+                    ),
+                    DuringStart::Vendor,
                 ),
-                _ => format!(
-                    "vendor: the GPU could not be started (waited {waited:.2} s for it){PRICED_BEFORE}"
+                _ => (
+                    format!(
+                        "vendor: the GPU could not be started (waited {waited:.2} s for it){PRICED_BEFORE}"
+                    ),
+                    DuringStart::Failed,
                 ),
             };
-            Early::Vendor(d, why)
+            Early::Vendor(d, why, note(during, elapsed_s, Some(waited)))
         }
     }
 }
@@ -338,12 +356,13 @@ pub fn auto(shape: &Shape, config: &Config) -> Choice {
         && let Some(pre) = pre_engine()
     {
         match before_engine(pre, &cs, config.moduli, config.gpu_start) {
-            Early::Vendor(d, why) => {
+            Early::Vendor(d, why, start) => {
                 return Choice {
                     route: Route::Vendor,
                     engine: config.tracing().then(|| {
                         let mut p = d.prediction.clone();
                         p.reason = why;
+                        p.gpu_start = start;
                         p
                     }),
                 };
@@ -359,9 +378,11 @@ pub fn auto(shape: &Shape, config: &Config) -> Choice {
         route: d.route,
         engine: config.tracing().then(|| {
             let mut p = d.prediction.clone();
-            if let Some(s) = waited {
+            if let Some(w) = waited {
+                let s = w.waited_s.unwrap_or(0.0);
                 p.reason
                     .push_str(&format!(" (waited {s:.2} s for the GPU start)"));
+                p.gpu_start = Some(w);
             }
             p
         }),

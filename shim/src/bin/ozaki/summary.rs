@@ -15,7 +15,7 @@
 
 use clap::Parser;
 use ozaki_core::stats::{NbarStats, SMALL_NBAR};
-use ozaki_core::trace::{CallRecord, Layout, Routine, Trace};
+use ozaki_core::trace::{CallRecord, DuringStart, Layout, Routine, Trace};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -332,6 +332,7 @@ pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Res
 
     write_per_rank(out, files)?;
     write_per_device(out, files)?;
+    write_gpu_start(out, &calls)?;
 
     writeln!(out, "\nCall size nbar = 2mn/(m+n), weighted by FLOPs:")?;
     match NbarStats::of(calls.iter().copied()) {
@@ -467,6 +468,47 @@ fn write_per_device(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()
     t.write(out)
 }
 
+/// What the GPU start cost the program (trace field `engine.gpu_start`, `OZAKI_ROUTE=auto`):
+/// the calls that ran on the vendor BLAS while it was under way, those that waited for it and
+/// how long, and those that found it failed. Absent when no call saw a start.
+fn write_gpu_start(out: &mut dyn Write, calls: &[&CallRecord]) -> std::io::Result<()> {
+    #[derive(Default)]
+    struct Seen {
+        calls: u64,
+        ns: u64,
+        waited_s: f64,
+    }
+    let mut by: BTreeMap<&str, Seen> = BTreeMap::new();
+    for c in calls {
+        let Some(n) = c.engine.as_ref().and_then(|e| e.gpu_start.as_ref()) else {
+            continue;
+        };
+        let key = match n.during {
+            DuringStart::Vendor => "ran on the vendor BLAS while the GPU started",
+            DuringStart::Waited => "waited for the GPU start",
+            DuringStart::Failed => "ran on the vendor BLAS, the GPU could not be started",
+        };
+        let e = by.entry(key).or_default();
+        e.calls += 1;
+        e.ns += c.dur_ns;
+        e.waited_s += n.waited_s.unwrap_or(0.0);
+    }
+    if by.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\nGPU start (calls decided before the GPU was up):")?;
+    let mut t = Table::new(&["calls that", "calls", "time s", "of it waiting s"]);
+    for (what, e) in &by {
+        t.row(vec![
+            what.to_string(),
+            e.calls.to_string(),
+            seconds(e.ns),
+            format!("{:.4}", e.waited_s),
+        ]);
+    }
+    t.write(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,6 +552,65 @@ mod tests {
         let mut out = Vec::new();
         render(&mut out, &[f], 10).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_gpu_start_table_adds_up_what_the_start_cost() {
+        let with = |line: String, note: &str| {
+            line.replace(
+                r#""route":"vendor"}"#,
+                &format!(r#""route":"vendor","engine":{{"reason":"r","gpu_start":{note}}}}}"#),
+            )
+        };
+        let text = [
+            HEADER.to_string(),
+            with(
+                call(0, "dgemm_", "dgemm", 512, 512, 512, 100_000_000),
+                r#"{"during":"vendor","elapsed_s":0.0}"#,
+            ),
+            with(
+                call(1, "dgemm_", "dgemm", 512, 512, 512, 50_000_000),
+                r#"{"during":"vendor","elapsed_s":0.1}"#,
+            ),
+            with(
+                call(2, "dgemm_", "dgemm", 4096, 4096, 4096, 300_000_000),
+                r#"{"during":"waited","elapsed_s":0.15,"waited_s":0.25}"#,
+            ),
+            call(3, "dgemm_", "dgemm", 4096, 4096, 4096, 20_000_000),
+        ]
+        .join("\n");
+        let s = summary_of(&text, "start.jsonl");
+        let line = |what: &str| -> Vec<String> {
+            let l = s
+                .lines()
+                .find(|l| l.contains(what))
+                .unwrap_or_else(|| panic!("no {what:?} row in {s}"));
+            l[l.find(what).unwrap() + what.len()..]
+                .split_whitespace()
+                .map(String::from)
+                .collect()
+        };
+        assert!(
+            s.contains("GPU start (calls decided before the GPU was up):"),
+            "{s}"
+        );
+        assert_eq!(
+            line("while the GPU started"),
+            ["2", "0.1500", "0.0000"],
+            "{s}"
+        );
+        assert_eq!(
+            line("waited for the GPU start"),
+            ["1", "0.3000", "0.2500"],
+            "{s}"
+        );
+        assert!(!s.contains("could not be started"), "{s}");
+        // A trace without the field has no such table.
+        let plain = summary_of(
+            &[HEADER.to_string(), call(0, "dgemm_", "dgemm", 8, 8, 8, 1)].join("\n"),
+            "plain.jsonl",
+        );
+        assert!(!plain.contains("GPU start"), "{plain}");
     }
 
     #[test]
