@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 /// History: 1 = issue #2 fields (+ optional route/engine/GPU/A-B extensions, and `scaling`
 /// of the emulated routes, issue #4); 2 = optional `devices` on a call split over several
 /// GPUs (issue #7). A version-1 reader refuses version-2 files, since it would count a split
-/// call's work on one GPU only.
+/// call's work on one GPU only. Version 2 later gained the optional `engine.gpu_start`
+/// ([`StartNote`]), which older readers ignore without miscounting anything.
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Which BLAS routine a record describes.
