@@ -10,6 +10,7 @@
  * process, as a use of destroyed statics may crash a real one (which happened to 5 of 10
  * NumPy scripts that exited while the shim's start thread loaded cuBLAS, session 4).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -21,9 +22,23 @@ static void nap(const char *var) {
     }
 }
 
+/* With FAKE_CUINIT_MARK=PREFIX, cuInit creates PREFIX.entered when it begins and
+ * PREFIX.returned just before it returns, so a test can tell whether a process exited while
+ * a thread was inside it. */
+static void mark(const char *suffix) {
+    const char *prefix = getenv("FAKE_CUINIT_MARK");
+    if (!prefix) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%s", prefix, suffix);
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+}
+
 int cuInit(unsigned flags) {
     (void)flags;
+    mark("entered");
     nap("FAKE_CUINIT_MS");
+    mark("returned");
     return 100;
 }
 

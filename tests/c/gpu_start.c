@@ -4,7 +4,8 @@
  * against fake CUDA libraries (tests/c/fake_cuda.c) to check that nothing changes for the
  * program: same results, exit status 0, no hang.
  *
- * Usage: gpu_start [THREADS [CALLS [N]]]   (default 4 x 2 calls of N = 384)
+ * Usage: gpu_start [THREADS [CALLS [N]]]   (default 4 x 2 calls of N = 384); with
+ * GPU_START_LINGER_MS set, main waits that long before it returns.
  * Prints one hash per thread over all its results (identical with and without the shim).
  */
 #include <pthread.h>
@@ -52,5 +53,14 @@ int main(int argc, char **argv) {
     }
     for (int t = 0; t < threads; t++) pthread_join(tid[t], NULL);
     for (int t = 0; t < threads; t++) printf("thread %d hash %016llx\n", t, (unsigned long long)jobs[t].hash);
+    /* GPU_START_LINGER_MS: stay that long before returning, so the shim's start thread has
+     * reached the step a test wants the exit to find under way. */
+    const char *linger = getenv("GPU_START_LINGER_MS");
+    if (linger) {
+        long ms = atol(linger);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (ms > 0 && nanosleep(&ts, &ts) != 0) {
+        }
+    }
     return 0;
 }
