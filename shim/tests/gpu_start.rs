@@ -139,21 +139,29 @@ fn a_gpu_that_cannot_start_leaves_every_call_on_the_vendor_and_says_so_once() {
     );
 }
 
+/// `gpu_start` built in `dir` for one thread making one call, the fake CUDA libraries, and
+/// what the program prints without the shim (`None`: no C compiler or BLAS, said by
+/// `build_c`).
+fn one_call_program(dir: &Path) -> Option<(PathBuf, PathBuf, Output)> {
+    let prog = build_c(dir, "gpu_start", &["-lblas"])?;
+    let fake = fake_cuda(dir);
+    let (plain_out, _) = run({
+        let mut c = plain(&prog);
+        c.args(["1", "1"]);
+        c
+    });
+    Some((prog, fake, plain_out))
+}
+
 /// `OZAKI_GPU_START=blocking`: the first call that may use the GPU waits for the start (here
 /// a cuInit that takes 0.8 s and fails) instead of running on the vendor BLAS at once, as it
 /// does by default; either way the results are the vendor's.
 #[test]
 fn ozaki_gpu_start_blocking_makes_the_first_call_wait_for_the_start() {
     let dir = work_dir("gpu-start-blocking");
-    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+    let Some((prog, fake, plain_out)) = one_call_program(&dir) else {
         return;
     };
-    let fake = fake_cuda(&dir);
-    let (plain_out, _) = run({
-        let mut c = plain(&prog);
-        c.args(["1", "1"]);
-        c
-    });
     let first_call = |mode: Option<&str>| {
         let trace = dir.join(format!("trace-{}.jsonl", mode.unwrap_or("default")));
         let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
@@ -218,15 +226,9 @@ impl CuInitMarks {
 #[test]
 fn a_program_that_exits_while_cuinit_runs_exits_cleanly_and_soon() {
     let dir = work_dir("gpu-start-exit");
-    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+    let Some((prog, fake, plain_out)) = one_call_program(&dir) else {
         return;
     };
-    let fake = fake_cuda(&dir);
-    let (plain_out, _) = run({
-        let mut c = plain(&prog);
-        c.args(["1", "1"]);
-        c
-    });
     // One run of the program: its one call runs on the vendor BLAS while the start runs, main
     // lingers 300 ms (so the start thread is inside cuInit however loaded the machine is) and
     // returns. Retried when cuInit was still not reached: then the exit had nothing to wait
