@@ -134,28 +134,14 @@ pub(super) fn panel_places(args: &GemmArgs, panels: &[(usize, usize)]) -> Vec<Pa
     panels
         .iter()
         .map(|&(r0, rows)| {
-            if panels.len() == 1 {
-                PanelPlace {
-                    r0,
-                    rows,
-                    off: 0,
-                    ld: args.lda,
-                }
+            let (off, ld) = if panels.len() == 1 {
+                (0, args.lda)
             } else if args.transa == Trans::Yes {
-                PanelPlace {
-                    r0,
-                    rows,
-                    off: 8 * (r0 * args.lda) as u64,
-                    ld: args.lda,
-                }
+                (8 * (r0 * args.lda) as u64, args.lda)
             } else {
-                PanelPlace {
-                    r0,
-                    rows,
-                    off: 8 * (r0 * args.k) as u64,
-                    ld: rows,
-                }
-            }
+                (8 * (r0 * args.k) as u64, rows)
+            };
+            PanelPlace { r0, rows, off, ld }
         })
         .collect()
 }
