@@ -14,6 +14,11 @@ use std::ptr::null_mut;
 // The exported symbols of the shim library (linked from its rlib).
 use ozaki_shim as _;
 
+// The GPU test programs' shared support (visible skip without a GPU, operands).
+#[path = "../../gpu-kernels/tests/support/mod.rs"]
+mod support;
+use support::{centered, have_gpu};
+
 unsafe extern "C" {
     fn ozaki_dgemm_device(
         transa: c_char,
@@ -44,24 +49,6 @@ unsafe extern "C" {
         ldc: i64,
         stream: *mut c_void,
     ) -> c_int;
-}
-
-/// Whether a GPU is usable; otherwise a visible skip line (straight to stderr, which the
-/// harness does not capture).
-fn have_gpu() -> bool {
-    match gpu_kernels::device::available() {
-        Ok(()) => true,
-        Err(e) => {
-            use std::io::Write as _;
-            let line = format!("skipped: no CUDA driver ({e})\n");
-            let _ = std::io::stderr().write_all(line.as_bytes());
-            false
-        }
-    }
-}
-
-fn centered(rng: &mut Rng, n: usize) -> Vec<f64> {
-    (0..n).map(|_| rng.uniform() - 0.5).collect()
 }
 
 /// `got` equals the built-in reference BLAS's `want` within fp64 rounding of these sizes

@@ -1,6 +1,7 @@
-//! What the GPU test programs share (`device.rs`, `multi_device.rs`): the visible skip
-//! without a GPU, seeded operands from `ozaki_core::testutil` (the generator of the
-//! accuracy suite and `ozaki bench`), and a dgemm on device-resident copies.
+//! What the GPU test programs share (`device.rs`, `multi_device.rs`, and the shim's
+//! `device_entry.rs`): the visible skip without a GPU, seeded operands from
+//! `ozaki_core::testutil` (the generator of the accuracy suite and `ozaki bench`), and a dgemm
+//! on device-resident copies.
 #![allow(dead_code)] // each test program uses its part
 
 use gpu_kernels::measure::{download, upload};
