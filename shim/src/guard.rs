@@ -2,50 +2,149 @@
 //!
 //! Reference CBLAS implements `cblas_dgemm` by calling `dgemm_`, and a preloaded shim sees
 //! both (`ecosystem-facts.md` §0). While a thread is inside one of our entry points, any
-//! further call of ours on that thread comes from the vendor (or an error handler) and goes
-//! straight to the vendor: it is neither recorded (no double count) nor routed (no double
-//! emulation).
+//! further call of ours on that thread comes from the vendor and goes straight to the vendor:
+//! it is neither recorded (no double count) nor routed (no double emulation).
+//!
+//! The guard must survive a foreign error handler leaving the call without returning: R's
+//! `xerbla_` `longjmp`s, a C++ one throws. Neither runs Rust code on the way out, so the
+//! guard holds no destructor and is instead checked for staleness at the next entry: a call
+//! is nested only while the outer entry's frame is still live, that is, when it is deeper on
+//! the stack than that frame ([`Frame`], the stack grows down on every Linux target) and the
+//! cookie the outer entry left in its frame is still there. A call at or above the recorded
+//! frame, or one that finds the cookie overwritten, starts a fresh outer call.
 
 use std::cell::Cell;
 
+/// The outer entry of a thread: where its [`Frame`] lies and the cookie in it.
+#[derive(Clone, Copy)]
+struct Outer {
+    addr: usize,
+    cookie: u64,
+}
+
 thread_local! {
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
+    static OUTER: Cell<Option<Outer>> = const { Cell::new(None) };
+    static NEXT_COOKIE: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Whether this thread is already inside an entry point.
-pub fn nested() -> bool {
-    INSIDE.with(Cell::get)
+/// A marker living in the stack frame of an entry point, for the whole call.
+///
+/// It has no destructor: a `longjmp` or a foreign exception may skip the end of the call.
+#[repr(C)]
+pub struct Frame {
+    cookie: u64,
 }
 
-/// Marks this thread as inside an entry point until dropped.
-pub struct Inside(());
+impl Frame {
+    /// A marker with a cookie no earlier entry on this thread used.
+    #[inline(always)]
+    pub fn new() -> Frame {
+        let cookie = NEXT_COOKIE.with(|n| {
+            // A per-thread sequence mixed with the thread's own address, never 0.
+            let seq = n.get().wrapping_add(1);
+            n.set(seq);
+            let salt = n as *const Cell<u64> as usize as u64;
+            (seq ^ salt.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+        });
+        Frame { cookie }
+    }
 
-impl Inside {
-    /// Enters; the caller checked [`nested`] first.
-    pub fn enter() -> Inside {
-        INSIDE.with(|c| c.set(true));
-        Inside(())
+    fn addr(&self) -> usize {
+        (self as *const Frame).expose_provenance()
     }
 }
 
-impl Drop for Inside {
-    fn drop(&mut self) {
-        INSIDE.with(|c| c.set(false));
+impl Default for Frame {
+    fn default() -> Frame {
+        Frame::new()
     }
+}
+
+/// Whether a call whose marker is `frame` is nested inside a live outer entry of this thread.
+pub fn nested(frame: &Frame) -> bool {
+    let Some(outer) = OUTER.with(Cell::get) else {
+        return false;
+    };
+    if frame.addr() >= outer.addr {
+        return false; // at or above the outer frame: that frame is gone
+    }
+    let p = std::ptr::with_exposed_provenance::<u64>(outer.addr);
+    // SAFETY: `outer.addr` lies above this call's own frame on this thread's stack, between
+    // the current stack pointer and the stack's top, so it is mapped, readable memory of this
+    // thread: the outer entry's live `Frame`, or (when that entry was left by longjmp) some
+    // later frame of the program. Only this thread uses it meanwhile; the read is volatile
+    // because the compiler cannot see the outer frame's store being observed.
+    let now = unsafe { std::ptr::read_volatile(p) };
+    now == outer.cookie
+}
+
+/// Makes the call whose marker is `frame` this thread's outer entry.
+pub fn enter(frame: &Frame) {
+    let outer = Outer {
+        addr: frame.addr(),
+        cookie: frame.cookie,
+    };
+    OUTER.with(|o| o.set(Some(outer)));
+}
+
+/// Ends the outer entry (before a call into code that may call back as a new outer call, and
+/// at the end of the call).
+pub fn leave() {
+    OUTER.with(|o| o.set(None));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[inline(never)]
+    fn deeper(f: impl Fn(&Frame) -> bool) -> bool {
+        let frame = Frame::new();
+        let r = f(&frame);
+        std::hint::black_box(&frame);
+        r
+    }
+
     #[test]
-    fn guard_is_per_thread_and_released_on_drop() {
-        assert!(!nested());
-        {
-            let _g = Inside::enter();
-            assert!(nested());
-            std::thread::spawn(|| assert!(!nested())).join().unwrap();
+    fn a_deeper_call_is_nested_while_the_outer_frame_lives() {
+        let outer = Frame::new();
+        assert!(!nested(&outer));
+        enter(&outer);
+        assert!(deeper(nested));
+        std::thread::spawn(|| assert!(!nested(&Frame::new())))
+            .join()
+            .unwrap();
+        leave();
+        assert!(!deeper(nested));
+        std::hint::black_box(&outer);
+    }
+
+    /// An entry that never reached `leave` (its handler longjmp'd out): a later call at or
+    /// above its frame, or one that finds its cookie overwritten, is a fresh outer call.
+    #[test]
+    fn an_abandoned_entry_does_not_capture_later_calls() {
+        #[inline(never)]
+        fn abandoned() {
+            let frame = Frame::new();
+            enter(&frame);
+            std::hint::black_box(&frame);
         }
-        assert!(!nested());
+        abandoned();
+        let here = Frame::new();
+        assert!(!nested(&here), "a call above the abandoned frame");
+        // Deeper again, but the abandoned frame's slot was reused: the cookie is gone.
+        #[inline(never)]
+        fn overwrite_then_call() -> bool {
+            let mut junk = [0u64; 64];
+            std::hint::black_box(&mut junk);
+            deeper(nested)
+        }
+        abandoned();
+        assert!(
+            !overwrite_then_call(),
+            "a call over the abandoned frame's reused slot"
+        );
+        leave();
+        std::hint::black_box(&here);
     }
 }

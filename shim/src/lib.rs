@@ -33,7 +33,9 @@
 //! | [`entry`] | the FFI boundary rule: nested calls straight through, everything else inside `catch_unwind` |
 //! | [`abi`] | the only reader of raw caller pointers: reference-BLAS argument checks, xerbla, row-major conversion |
 //! | [`forward`] | finding the real BLAS per symbol: `OZAKI_VENDOR_BLAS`, `RTLD_NEXT`, loaded objects |
-//! | [`guard`] | per-thread re-entrancy guard (reference `cblas_dgemm` calls `dgemm_`) |
+//! | [`guard`] | per-thread re-entrancy guard (reference `cblas_dgemm` calls `dgemm_`), robust to handlers that `longjmp` or throw |
+//! | [`lazy`] | fork-safe lazy initialisation of every process-wide state |
+//! | [`process`] | the load-time constructor and the `fork`/`exit` handlers |
 //! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, `cpu_ozaki` and `gpu` |
 //! | [`config`] | `OZAKI_*` environment variables, read once |
 //! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
@@ -60,7 +62,7 @@
 //!   cbindgen puts them into the same header.
 //!
 //! Nothing is resolved in a constructor; the only load-time work is taking the trace clock
-//! origin and registering the `fork`/`exit` handlers of [`trace_sink`].
+//! origin and registering the `fork`/`exit` handlers ([`process`]).
 
 pub mod ab;
 pub mod abi;
@@ -72,6 +74,8 @@ mod exports;
 mod device_api;
 pub mod forward;
 pub mod guard;
+pub mod lazy;
+pub mod process;
 pub mod route;
 pub mod symbols;
 pub mod trace_sink;
