@@ -41,7 +41,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 ///   reference BLAS calling contract for that routine.
 pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
     let frame = guard::Frame::new();
-    if guard::nested(&frame) {
+    let nested_call = match guard::nesting(&frame) {
+        guard::Nesting::Outer => false,
+        guard::Nesting::Nested => true,
+        // SAFETY: the caller's contract.
+        guard::Nesting::NestedIfIllegal => unsafe { illegal(&raw) },
+    };
+    if nested_call {
         // SAFETY: the caller's contract.
         unsafe { nested(id, &raw) };
         std::hint::black_box(&frame);
@@ -53,7 +59,15 @@ pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
     let plan = catch_unwind(AssertUnwindSafe(|| unsafe { plan(id, &raw, &progress) }));
     match plan {
         Ok(Plan::Done) => {}
-        Ok(Plan::Forward { vendor, then }) => {
+        Ok(Plan::Forward {
+            vendor,
+            then,
+            illegal,
+        }) => {
+            if illegal {
+                // The vendor's handler may longjmp or throw out of this call.
+                guard::enter_reporting(&frame);
+            }
             // SAFETY: the caller's contract; `vendor` defines the same exported name.
             unsafe { raw.forward(vendor) };
             if let Some(pending) = then {
@@ -85,10 +99,12 @@ fn shielded(f: impl FnOnce()) {
 enum Plan {
     /// C is final (or must stay untouched) and the call is recorded.
     Done,
-    /// Call the vendor definition with the original arguments, then record `then`.
+    /// Call the vendor definition with the original arguments, then record `then`; `illegal`
+    /// when the reference checks reject the call (the vendor may call an error handler).
     Forward {
         vendor: *const c_void,
         then: Option<Pending>,
+        illegal: bool,
     },
     /// Call the error handler the reference would call (no vendor BLAS exists).
     Report(Handler),
@@ -164,7 +180,11 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                 p.record();
             }
             match vendor() {
-                Some(vendor) => Plan::Forward { vendor, then: None },
+                Some(vendor) => Plan::Forward {
+                    vendor,
+                    then: None,
+                    illegal: true,
+                },
                 None => Plan::Report(xerbla::handler_for(id, &bad)),
             }
         }
@@ -172,7 +192,11 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             progress.done.set(true);
             let then = pending("quick", None, None, None);
             match vendor() {
-                Some(vendor) => Plan::Forward { vendor, then },
+                Some(vendor) => Plan::Forward {
+                    vendor,
+                    then,
+                    illegal: false,
+                },
                 None => {
                     if let Some(p) = then {
                         p.record();
@@ -193,7 +217,11 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     choice.engine,
                     None,
                 );
-                return Plan::Forward { vendor, then };
+                return Plan::Forward {
+                    vendor,
+                    then,
+                    illegal: false,
+                };
             }
             // SAFETY: the caller's contract; `canon` was decoded from `raw`. `ab::execute` is
             // `route::execute` plus the vendor comparison when OZAKI_AB picks the call.
@@ -215,6 +243,18 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             Plan::Done
         }
     }
+}
+
+/// Whether the reference checks reject the call (false if deciding panics).
+///
+/// # Safety
+/// - as [`call`].
+unsafe fn illegal<R: RawCall>(raw: &R) -> bool {
+    // SAFETY: the caller's contract.
+    catch_unwind(AssertUnwindSafe(|| unsafe {
+        matches!(raw.decode().verdict, Verdict::Illegal(_))
+    }))
+    .unwrap_or(false)
 }
 
 /// A nested call: the vendor's own internal call of an exported name.

@@ -12,14 +12,34 @@
 //! the stack than that frame ([`Frame`], the stack grows down on every Linux target) and the
 //! cookie the outer entry left in its frame is still there. A call at or above the recorded
 //! frame, or one that finds the cookie overwritten, starts a fresh outer call.
+//!
+//! A deeper call over stack memory the abandoned frame left intact would pass both tests, so
+//! while the vendor handles an illegal call (the only time an error handler runs) the guard
+//! is in [`Nesting::NestedIfIllegal`] mode: the vendor's own internal call for an illegal call
+//! is illegal too (reference CBLAS passes its checks on to `dgemm_`), so a legal call is
+//! always a fresh outer call, and at worst an illegal call after an abandoned report goes to
+//! the vendor unrecorded, which is what it would do anyway.
 
 use std::cell::Cell;
 
-/// The outer entry of a thread: where its [`Frame`] lies and the cookie in it.
+/// The outer entry of a thread: where its [`Frame`] lies, the cookie in it, and whether only
+/// illegal calls nest (while the vendor reports an illegal call).
 #[derive(Clone, Copy)]
 struct Outer {
     addr: usize,
     cookie: u64,
+    only_illegal: bool,
+}
+
+/// How a call relates to the thread's outer entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nesting {
+    /// A fresh call of the program.
+    Outer,
+    /// The vendor's internal call: straight to the vendor.
+    Nested,
+    /// Nested if its arguments are illegal, otherwise a fresh call (see the module doc).
+    NestedIfIllegal,
 }
 
 thread_local! {
@@ -60,11 +80,22 @@ impl Default for Frame {
     }
 }
 
-/// Whether a call whose marker is `frame` is nested inside a live outer entry of this thread.
-pub fn nested(frame: &Frame) -> bool {
-    let Some(outer) = OUTER.with(Cell::get) else {
-        return false;
-    };
+/// How a call whose marker is `frame` relates to this thread's outer entry.
+pub fn nesting(frame: &Frame) -> Nesting {
+    match OUTER.with(Cell::get) {
+        Some(outer) if inside(frame, &outer) => {
+            if outer.only_illegal {
+                Nesting::NestedIfIllegal
+            } else {
+                Nesting::Nested
+            }
+        }
+        _ => Nesting::Outer,
+    }
+}
+
+/// Whether `frame` is deeper than the live frame of `outer`.
+fn inside(frame: &Frame, outer: &Outer) -> bool {
     if frame.addr() >= outer.addr {
         return false; // at or above the outer frame: that frame is gone
     }
@@ -80,9 +111,19 @@ pub fn nested(frame: &Frame) -> bool {
 
 /// Makes the call whose marker is `frame` this thread's outer entry.
 pub fn enter(frame: &Frame) {
+    set(frame, false);
+}
+
+/// As [`enter`], for the time the vendor handles an illegal call: only illegal calls nest.
+pub fn enter_reporting(frame: &Frame) {
+    set(frame, true);
+}
+
+fn set(frame: &Frame, only_illegal: bool) {
     let outer = Outer {
         addr: frame.addr(),
         cookie: frame.cookie,
+        only_illegal,
     };
     OUTER.with(|o| o.set(Some(outer)));
 }
@@ -97,8 +138,12 @@ pub fn leave() {
 mod tests {
     use super::*;
 
+    fn nested(frame: &Frame) -> bool {
+        nesting(frame) == Nesting::Nested
+    }
+
     #[inline(never)]
-    fn deeper(f: impl Fn(&Frame) -> bool) -> bool {
+    fn deeper<T>(f: impl Fn(&Frame) -> T) -> T {
         let frame = Frame::new();
         let r = f(&frame);
         std::hint::black_box(&frame);
