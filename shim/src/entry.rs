@@ -152,6 +152,8 @@ struct Progress {
 /// - as [`call`].
 unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
     crate::process::ensure_loaded();
+    // Counted in flight while our code (and what it initialises) runs, not the vendor's.
+    let _flight = crate::lazy::InFlight::begin();
     let config = config::get();
     let start = config.tracing().then(trace_sink::start);
     // SAFETY: the caller's contract.

@@ -7,6 +7,12 @@
 //! handlers ([`crate::process`]) take that lock before the fork: the fork waits until no
 //! initialiser is half done, and both sides release the lock afterwards.
 //!
+//! Initialisation also happens outside these cells, in the crates the routes call
+//! (`ozaki_core`'s CRT plans, `gpu_kernels`' tables and probes, their locks): so the prepare
+//! handler first holds new calls back and waits, for at most [`FORK_WAIT`], until no call is
+//! in flight on another thread ([`InFlight`]). A call that runs longer (a large GPU call)
+//! lets the fork proceed after that wait; the shim's own cells stay protected by the lock.
+//!
 //! The lock is re-entrant per thread (an initialiser may need another [`Lazy`]); a thread
 //! that enters the initialiser of a cell it is already initialising (a vendor library whose
 //! constructor calls `dgemm_` while we load it) gets `None` from [`Lazy::try_get_or_init`]
@@ -15,6 +21,15 @@
 use std::cell::{Cell, UnsafeCell};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a fork waits for the calls in flight on other threads.
+pub const FORK_WAIT: Duration = Duration::from_secs(1);
+
+/// Calls in flight in the process ([`InFlight`]).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Forks between their prepare and after handlers: new calls wait meanwhile.
+static FORKING: AtomicUsize = AtomicUsize::new(0);
 
 /// The process-wide initialisation lock (a plain pthread mutex: it can be released in the
 /// child of a `fork`, which a Rust guard cannot).
@@ -30,6 +45,57 @@ static TAKEN_FOR_FORK: AtomicBool = AtomicBool::new(false);
 thread_local! {
     /// How many initialisers this thread is inside (it holds the lock while > 0).
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// How many of the calls in flight are this thread's.
+    static MINE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// One call of the shim's own code in flight, until dropped (see the module doc).
+pub struct InFlight(());
+
+impl InFlight {
+    /// Counts a call in; waits (at most [`FORK_WAIT`]) while a fork is being prepared.
+    pub fn begin() -> InFlight {
+        let since = Instant::now();
+        loop {
+            IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+            if FORKING.load(Ordering::SeqCst) == 0 || since.elapsed() > FORK_WAIT {
+                break;
+            }
+            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        MINE.with(|m| m.set(m.get() + 1));
+        InFlight(())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        MINE.with(|m| m.set(m.get().saturating_sub(1)));
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// `fork` prepare handler, first step: holds new calls back and waits (at most
+/// [`FORK_WAIT`]) for the other threads' calls in flight to end.
+pub fn quiesce_calls() {
+    FORKING.fetch_add(1, Ordering::SeqCst);
+    let mine = MINE.with(Cell::get);
+    let since = Instant::now();
+    while IN_FLIGHT.load(Ordering::SeqCst) > mine && since.elapsed() < FORK_WAIT {
+        std::thread::sleep(Duration::from_micros(20));
+    }
+}
+
+/// `fork` parent handler, last step: lets calls in again.
+pub fn resume_calls() {
+    FORKING.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// `fork` child handler, last step: only this thread's calls exist in the child.
+pub fn reset_calls_in_child() {
+    IN_FLIGHT.store(MINE.with(Cell::get), Ordering::SeqCst);
+    FORKING.store(0, Ordering::SeqCst);
 }
 
 /// A token naming the current thread (the address of one of its thread-locals).
@@ -147,6 +213,31 @@ pub fn after_fork() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fork_waits_for_calls_in_flight_and_holds_new_ones_back() {
+        let busy = std::thread::spawn(|| {
+            let _call = InFlight::begin();
+            std::thread::sleep(Duration::from_millis(100));
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        let t = Instant::now();
+        quiesce_calls();
+        let waited = t.elapsed();
+        let late = std::thread::spawn(|| {
+            let t = Instant::now();
+            let _call = InFlight::begin();
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        resume_calls();
+        busy.join().unwrap();
+        assert!(waited >= Duration::from_millis(50), "waited {waited:?}");
+        assert!(
+            late.join().unwrap() >= Duration::from_millis(40),
+            "a new call waited"
+        );
+    }
 
     #[test]
     fn initialises_once_and_refuses_reentry() {
