@@ -103,7 +103,7 @@ enum Plan {
     /// when the reference checks reject the call (the vendor may call an error handler).
     Forward {
         vendor: *const c_void,
-        then: Option<Pending>,
+        then: Option<Box<Pending>>,
         illegal: bool,
     },
     /// Call the error handler the reference would call (no vendor BLAS exists).
@@ -163,14 +163,16 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
         progress.traced.set(Some((shape, start)));
     }
     let pending = |route: &'static str, outcome: Option<RouteOutcome>, engine, info| {
-        start.map(|start| Pending {
-            id,
-            shape,
-            start,
-            route,
-            outcome,
-            engine,
-            info,
+        start.map(|start| {
+            Box::new(Pending {
+                id,
+                shape,
+                start,
+                route,
+                outcome,
+                engine,
+                info,
+            })
         })
     };
     let vendor = || forward::vendor(id).map(|v| v.addr);
