@@ -21,9 +21,9 @@
 //! ## How a call flows
 //! ```text
 //! exports.rs stub ─► entry::call ─► abi: decode + reference checks ─► route::choose ─► route::execute ─► trace_sink::record
-//!   (one line,         (FFI boundary:     (illegal -> xerbla_,          (OZAKI_ROUTE;     (vendor | builtin |
-//!    hand-written)      guard, catch_unwind) quick return, row-major     auto: issue #5)   cpu-ozaki | gpu-*;
-//!                                            -> column-major)                             Err/panic -> vendor)
+//!   (one line,         (FFI boundary:     (illegal, quick ->            (OZAKI_ROUTE;     (vendor | builtin |
+//!    hand-written)      guard, catch_unwind) the vendor unchanged;       auto)             cpu-ozaki | gpu-*;
+//!                                            row-major -> column-major)                   Err/panic -> vendor)
 //! ```
 //!
 //! | module | what it does |
@@ -45,8 +45,12 @@
 //! - No panic crosses into C (every profile keeps `panic = "unwind"`); any failure of a
 //!   non-vendor route falls back to the vendor BLAS with the original arguments, and a route
 //!   writes C only when its whole result is ready.
-//! - Illegal arguments reach `xerbla_` (or `cblas_xerbla`) exactly as with the reference BLAS;
-//!   C is untouched.
+//! - A call the reference BLAS's checks reject, or quick-return, goes to the vendor BLAS
+//!   unchanged: its checks, its error handler, its quick returns, exactly as without the shim
+//!   (vendors differ at these edges). With no vendor, illegal arguments reach `xerbla_` (or
+//!   `cblas_xerbla`) exactly as with the reference BLAS, and C is untouched.
+//! - Error handlers may leave a call by `longjmp` or a C++ exception: the exported names are
+//!   `extern "C-unwind"` and no `catch_unwind` lies between them and a foreign call.
 //! - With no vendor BLAS anywhere, the built-in cache-blocked kernel computes C (one stderr
 //!   line says so). C is never left unwritten.
 //!
