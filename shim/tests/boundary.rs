@@ -251,11 +251,15 @@ fn a_strided_c_is_touched_only_in_its_block() {
     let without = run_ok(&mut plain(&prog));
     assert_eq!(results(&without).len(), 5);
     let vendor_ms = time(&without);
+    // The GPU routes fall back to the vendor where no GPU is; on the GPU machine they compute
+    // on the packed block.
     for (route, ab) in [
         ("vendor", None),
         ("builtin", None),
         ("cpu-ozaki", None),
         ("builtin", Some("1")),
+        ("gpu-native", None),
+        ("gpu-ozaki", None),
     ] {
         let mut cmd = shimmed(&prog, None);
         cmd.env("OZAKI_ROUTE", route);
