@@ -3,57 +3,46 @@
 //! Everything the shim sets up at a first call (settings, vendor symbol slots, the engine,
 //! name tables) is a [`Lazy`]. A plain `OnceLock` copied by `fork()` while another thread is
 //! inside its initialiser stays "running" in the child forever, and the child hangs at its
-//! first call. So every initialiser runs under one process-wide lock, and the `fork`
-//! handlers ([`crate::process`]) take that lock before the fork: the fork waits until no
-//! initialiser is half done, and both sides release the lock afterwards.
+//! first call. Initialisation also happens outside these cells, in the crates the routes call
+//! (`ozaki_core`'s CRT plans, `gpu_kernels`' tables and probes, their locks). So both count
+//! as shim work in flight ([`InFlight`]: every call of ours, every [`Lazy`] initialiser),
+//! and the `fork` prepare handler ([`crate::process`]) holds new work back and waits until
+//! no other thread has any in flight, for at most [`FORK_WAIT`]: the child then copies
+//! nothing half done. Work that runs longer (a large GPU call) lets the fork proceed after
+//! that wait.
 //!
-//! Initialisation also happens outside these cells, in the crates the routes call
-//! (`ozaki_core`'s CRT plans, `gpu_kernels`' tables and probes, their locks): so the prepare
-//! handler first holds new calls back and waits, for at most [`FORK_WAIT`], until no call is
-//! in flight on another thread ([`InFlight`]). A call that runs longer (a large GPU call)
-//! lets the fork proceed after that wait; the shim's own cells stay protected by the lock.
-//!
-//! The lock is re-entrant per thread (an initialiser may need another [`Lazy`]); a thread
-//! that enters the initialiser of a cell it is already initialising (a vendor library whose
-//! constructor calls `dgemm_` while we load it) gets `None` from [`Lazy::try_get_or_init`]
-//! instead of waiting for itself.
+//! A thread that enters the initialiser of a cell it is already initialising (a vendor
+//! library whose constructor calls `dgemm_` while we load it) gets `None` from
+//! [`Lazy::try_get_or_init`] instead of waiting for itself.
 
-use std::cell::{Cell, UnsafeCell};
+use std::cell::Cell;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long a fork waits for the calls in flight on other threads.
+/// How long a fork waits for the work in flight on other threads.
 pub const FORK_WAIT: Duration = Duration::from_secs(1);
 
-/// Calls in flight in the process ([`InFlight`]).
+/// Shim work in flight in the process ([`InFlight`]).
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-/// Forks between their prepare and after handlers: new calls wait meanwhile.
+/// Forks between their prepare and after handlers: new work waits meanwhile.
 static FORKING: AtomicUsize = AtomicUsize::new(0);
 
-/// The process-wide initialisation lock (a plain pthread mutex: it can be released in the
-/// child of a `fork`, which a Rust guard cannot).
-struct InitLock(UnsafeCell<libc::pthread_mutex_t>);
-
-// SAFETY: a pthread mutex is made to be shared between threads.
-unsafe impl Sync for InitLock {}
-
-static LOCK: InitLock = InitLock(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER));
-/// Whether `before_fork` took the lock (it does not when the forking thread holds it).
-static TAKEN_FOR_FORK: AtomicBool = AtomicBool::new(false);
-
 thread_local! {
-    /// How many initialisers this thread is inside (it holds the lock while > 0).
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// How many of the calls in flight are this thread's.
+    /// How much of the work in flight is this thread's.
     static MINE: Cell<usize> = const { Cell::new(0) };
 }
 
-/// One call of the shim's own code in flight, until dropped (see the module doc).
+/// A token naming the current thread (the address of one of its thread-locals).
+fn me() -> usize {
+    MINE.with(|m| m as *const Cell<usize> as usize)
+}
+
+/// Shim work in flight (a call, an initialiser), until dropped (see the module doc).
 pub struct InFlight(());
 
 impl InFlight {
-    /// Counts a call in; waits (at most [`FORK_WAIT`]) while a fork is being prepared.
+    /// Counts work in; waits (at most [`FORK_WAIT`]) while a fork is being prepared.
     pub fn begin() -> InFlight {
         let since = Instant::now();
         loop {
@@ -76,9 +65,9 @@ impl Drop for InFlight {
     }
 }
 
-/// `fork` prepare handler, first step: holds new calls back and waits (at most
-/// [`FORK_WAIT`]) for the other threads' calls in flight to end.
-pub fn quiesce_calls() {
+/// `fork` prepare handler, first step: holds new work back and waits (at most
+/// [`FORK_WAIT`]) until the other threads have none in flight.
+pub fn quiesce() {
     FORKING.fetch_add(1, Ordering::SeqCst);
     let mine = MINE.with(Cell::get);
     let since = Instant::now();
@@ -87,44 +76,15 @@ pub fn quiesce_calls() {
     }
 }
 
-/// `fork` parent handler, last step: lets calls in again.
-pub fn resume_calls() {
+/// `fork` parent handler, last step: lets work in again.
+pub fn resume() {
     FORKING.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// `fork` child handler, last step: only this thread's calls exist in the child.
-pub fn reset_calls_in_child() {
+/// `fork` child handler, last step: only this thread's work exists in the child.
+pub fn reset_in_child() {
     IN_FLIGHT.store(MINE.with(Cell::get), Ordering::SeqCst);
     FORKING.store(0, Ordering::SeqCst);
-}
-
-/// A token naming the current thread (the address of one of its thread-locals).
-fn me() -> usize {
-    DEPTH.with(|d| d as *const Cell<u32> as usize)
-}
-
-/// Runs `f` holding the initialisation lock (re-entrant on one thread).
-fn locked<T>(f: impl FnOnce() -> T) -> T {
-    struct Release;
-    impl Drop for Release {
-        fn drop(&mut self) {
-            let depth = DEPTH.with(|d| {
-                d.set(d.get() - 1);
-                d.get()
-            });
-            if depth == 0 {
-                // SAFETY: taken by this thread in `locked`.
-                unsafe { libc::pthread_mutex_unlock(LOCK.0.get()) };
-            }
-        }
-    }
-    if DEPTH.with(Cell::get) == 0 {
-        // SAFETY: a statically initialised mutex, never destroyed.
-        unsafe { libc::pthread_mutex_lock(LOCK.0.get()) };
-    }
-    DEPTH.with(|d| d.set(d.get() + 1));
-    let _release = Release;
-    f()
 }
 
 /// A value initialised at its first use, safely across `fork` (module doc).
@@ -155,23 +115,22 @@ impl<T> Lazy<T> {
         if let Some(v) = self.cell.get() {
             return Some(v);
         }
-        locked(|| {
-            if let Some(v) = self.cell.get() {
-                return Some(v);
+        if self.owner.load(Ordering::Acquire) == me() {
+            return None;
+        }
+        let _work = InFlight::begin();
+        struct Clear<'a>(&'a AtomicUsize);
+        impl Drop for Clear<'_> {
+            fn drop(&mut self) {
+                self.0.store(0, Ordering::Release);
             }
-            if self.owner.load(Ordering::Relaxed) == me() {
-                return None;
-            }
-            self.owner.store(me(), Ordering::Relaxed);
-            struct Clear<'a>(&'a AtomicUsize);
-            impl Drop for Clear<'_> {
-                fn drop(&mut self) {
-                    self.0.store(0, Ordering::Relaxed);
-                }
-            }
+        }
+        // Only the thread that runs the initialiser marks itself its owner.
+        Some(self.cell.get_or_init(|| {
+            self.owner.store(me(), Ordering::Release);
             let _clear = Clear(&self.owner);
-            Some(self.cell.get_or_init(f))
-        })
+            f()
+        }))
     }
 
     /// The value, initialising it with `f` first if needed.
@@ -191,25 +150,6 @@ impl<T> Default for Lazy<T> {
     }
 }
 
-/// `fork` prepare handler: waits until no initialiser runs (unless this thread is inside one,
-/// then the fork happens from it and the child carries on with it).
-pub fn before_fork() {
-    if DEPTH.with(Cell::get) == 0 {
-        // SAFETY: a statically initialised mutex; released by one of the after-fork handlers.
-        unsafe { libc::pthread_mutex_lock(LOCK.0.get()) };
-        TAKEN_FOR_FORK.store(true, Ordering::Relaxed);
-    }
-}
-
-/// `fork` parent and child handler: releases what [`before_fork`] took.
-pub fn after_fork() {
-    if TAKEN_FOR_FORK.swap(false, Ordering::Relaxed) {
-        // SAFETY: locked in `before_fork` by this thread (in the child: its copy, and a
-        // default pthread mutex may be unlocked there).
-        unsafe { libc::pthread_mutex_unlock(LOCK.0.get()) };
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,7 +162,7 @@ mod tests {
         });
         std::thread::sleep(Duration::from_millis(20));
         let t = Instant::now();
-        quiesce_calls();
+        quiesce();
         let waited = t.elapsed();
         let late = std::thread::spawn(|| {
             let t = Instant::now();
@@ -230,7 +170,7 @@ mod tests {
             t.elapsed()
         });
         std::thread::sleep(Duration::from_millis(50));
-        resume_calls();
+        resume();
         busy.join().unwrap();
         assert!(waited >= Duration::from_millis(50), "waited {waited:?}");
         assert!(
@@ -277,9 +217,9 @@ mod tests {
             })
         });
         started.wait();
-        before_fork(); // what the prepare handler does: returns only once SLOW is done
+        quiesce(); // what the prepare handler does: returns only once SLOW is done
         assert_eq!(SLOW.get().copied(), Some(3));
-        after_fork();
+        resume();
         assert_eq!(t.join().unwrap(), 3);
     }
 }

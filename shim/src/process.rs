@@ -8,11 +8,11 @@
 //! has run, and that call must already see this process's pid and clock origin (otherwise
 //! its trace would call it a fork child).
 //!
-//! `fork` handlers, in order: the prepare handler holds new calls back and waits for the calls
-//! in flight (bounded, [`crate::lazy::FORK_WAIT`]), takes the trace sink's lock, then waits
-//! for any lazy initialiser to finish ([`crate::lazy`]), so the child copies nothing half
-//! done; the parent and child handlers release them in the opposite order, the child's
-//! resetting the sink for its own trace first.
+//! `fork` handlers, in order: the prepare handler holds new shim work back and waits for the
+//! work in flight, calls and lazy initialisers (bounded, [`crate::lazy`]), then takes the
+//! trace sink's lock, so the child copies nothing half done; the parent and child handlers
+//! release them in the opposite order, the child's resetting the sink for its own trace
+//! first.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -67,21 +67,18 @@ extern "C" fn on_load() {
 static ON_LOAD: extern "C" fn() = on_load;
 
 extern "C" fn before_fork() {
-    shielded(crate::lazy::quiesce_calls);
+    shielded(crate::lazy::quiesce);
     shielded(crate::trace_sink::before_fork);
-    shielded(crate::lazy::before_fork);
 }
 
 extern "C" fn after_fork_parent() {
-    shielded(crate::lazy::after_fork);
     shielded(crate::trace_sink::after_fork_parent);
-    shielded(crate::lazy::resume_calls);
+    shielded(crate::lazy::resume);
 }
 
 extern "C" fn after_fork_child() {
-    shielded(crate::lazy::after_fork);
     shielded(crate::trace_sink::after_fork_child);
-    shielded(crate::lazy::reset_calls_in_child);
+    shielded(crate::lazy::reset_in_child);
 }
 
 extern "C" fn flush_at_exit() {
