@@ -156,27 +156,32 @@ mod tests {
 
     #[test]
     fn a_fork_waits_for_calls_in_flight_and_holds_new_ones_back() {
-        let busy = std::thread::spawn(|| {
+        let inside = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let i = inside.clone();
+        let busy = std::thread::spawn(move || {
             let _call = InFlight::begin();
+            i.wait();
             std::thread::sleep(Duration::from_millis(100));
         });
-        std::thread::sleep(Duration::from_millis(20));
+        inside.wait();
         let t = Instant::now();
         quiesce();
         let waited = t.elapsed();
-        let late = std::thread::spawn(|| {
-            let t = Instant::now();
+        static RESUMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let at_begin = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let b = at_begin.clone();
+        let late = std::thread::spawn(move || {
+            b.wait();
             let _call = InFlight::begin();
-            t.elapsed()
+            RESUMED.load(Ordering::SeqCst)
         });
+        at_begin.wait();
         std::thread::sleep(Duration::from_millis(50));
+        RESUMED.store(true, Ordering::SeqCst);
         resume();
         busy.join().unwrap();
         assert!(waited >= Duration::from_millis(50), "waited {waited:?}");
-        assert!(
-            late.join().unwrap() >= Duration::from_millis(40),
-            "a new call waited"
-        );
+        assert!(late.join().unwrap(), "a new call began only after the fork");
     }
 
     #[test]

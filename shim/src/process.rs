@@ -62,6 +62,9 @@ extern "C" fn on_load() {
     ensure_loaded();
 }
 
+/// (Not under Miri, which runs the unit tests of the unsafe layer and cannot register libc
+/// handlers.)
+#[cfg(not(miri))]
 #[used]
 #[unsafe(link_section = ".init_array")]
 static ON_LOAD: extern "C" fn() = on_load;
