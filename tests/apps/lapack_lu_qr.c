@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
     double t = now() - t0;
     /* log|det A| from the factor's diagonal: a fingerprint that changes if the result does. */
     for (int i = 0; i < n; i++) diag += log(fabs(f[i + (size_t)i * n]));
-    printf("%s n = %d: info = %d, %.2f s, sum log|diag| = %.10f\n", lu ? "dgetrf" : "dgeqrf", n, info, t, diag);
+    printf("%s n = %d: info = %d, %.4f s, sum log|diag| = %.10f\n", lu ? "dgetrf" : "dgeqrf", n, info, t, diag);
     double resid = 0, orth = 0;
     if (info == 0) check(lu, a, f, ipiv, tau, n, &resid, &orth);
     int ok = info == 0 && resid <= LIMIT && orth <= LIMIT;
