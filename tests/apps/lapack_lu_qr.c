@@ -62,22 +62,19 @@ static void matvec(const double *a, int n, const double *x, double *y) {
         for (int i = 0; i < n; i++) y[i] += a[i + (size_t)j * n] * x[j];
 }
 
-/* x <- U x with U the upper triangle (diagonal included) of the factor f. */
-static void upper_times(const double *f, int n, double *x) {
-    for (int i = 0; i < n; i++) {
-        double s = 0;
-        for (int j = i; j < n; j++) s += f[i + (size_t)j * n] * x[j];
-        x[i] = s;
-    }
+/* y = U x with U the upper triangle (diagonal included) of the factor f; by columns, so
+ * that f is read in memory order. */
+static void upper_times(const double *f, int n, const double *x, double *y) {
+    for (int i = 0; i < n; i++) y[i] = 0;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i <= j; i++) y[i] += f[i + (size_t)j * n] * x[j];
 }
 
-/* x <- L x with L the unit lower triangle of the LU factor f. */
-static void unit_lower_times(const double *f, int n, double *x) {
-    for (int i = n - 1; i >= 0; i--) {
-        double s = x[i];
-        for (int j = 0; j < i; j++) s += f[i + (size_t)j * n] * x[j];
-        x[i] = s;
-    }
+/* y = L x with L the unit lower triangle of the LU factor f, by columns as above. */
+static void unit_lower_times(const double *f, int n, const double *x, double *y) {
+    for (int i = 0; i < n; i++) y[i] = x[i];
+    for (int j = 0; j < n; j++)
+        for (int i = j + 1; i < n; i++) y[i] += f[i + (size_t)j * n] * x[j];
 }
 
 /* x <- H_j x with H_j = I - tau_j v v^T, v = (0..0, 1, f[j+1..n-1, j]) (dgeqrf's reflector). */
@@ -93,6 +90,7 @@ static void reflect(const double *f, const double *tau, int n, int j, double *x)
 static void check(int lu, const double *a, const double *f, const int *ipiv, const double *tau, int n,
                   double *resid, double *orth) {
     double *x = malloc(sizeof(double) * n), *y = malloc(sizeof(double) * n), *z = malloc(sizeof(double) * n);
+    double *w = malloc(sizeof(double) * n);
     double anorm = norm_inf_mat(a, n);
     *resid = 0;
     *orth = 0;
@@ -100,10 +98,10 @@ static void check(int lu, const double *a, const double *f, const int *ipiv, con
         for (int i = 0; i < n; i++) x[i] = uniform();
         double xn = norm_inf_vec(x, n);
         matvec(a, n, x, y); /* y = A x */
-        for (int i = 0; i < n; i++) z[i] = x[i];
-        upper_times(f, n, z); /* z = U x or R x */
+        upper_times(f, n, x, z); /* z = U x or R x */
         if (lu) {
-            unit_lower_times(f, n, z); /* z = L U x */
+            unit_lower_times(f, n, z, w); /* z = L U x */
+            for (int i = 0; i < n; i++) z[i] = w[i];
             for (int i = 0; i < n; i++) { /* y = P A x: dgetrf's row interchanges, in order */
                 int r = ipiv[i] - 1;
                 double t = y[i]; y[i] = y[r]; y[r] = t;
@@ -121,7 +119,7 @@ static void check(int lu, const double *a, const double *f, const int *ipiv, con
             *orth = fmax(*orth, norm_inf_vec(z, n) / (n * xn));
         }
     }
-    free(x); free(y); free(z);
+    free(x); free(y); free(z); free(w);
 }
 
 static double now(void) {
