@@ -15,10 +15,10 @@
 //! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles (issue #7) | the engine decides |
 //! | `OZAKI_GPU_START=background\|blocking` | with `auto`, how the first call that may use the GPU starts it: on a background thread while calls run on the vendor BLAS, or inside that call, which waits for it (`route::start`) | `background` |
 
+use crate::lazy::Lazy;
 use ozaki_core::route::{Route, RouteRequest};
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 /// The environment variables as found.
 #[derive(Debug, Default, Clone)]
@@ -180,7 +180,7 @@ impl Config {
     }
 }
 
-static CONFIG: OnceLock<Config> = OnceLock::new();
+static CONFIG: Lazy<Config> = Lazy::new();
 
 /// The settings, read from the environment at the first call.
 pub fn get() -> &'static Config {
