@@ -376,6 +376,12 @@ fn subnormal(rng: &mut Rng, m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>
     (a, b)
 }
 
+fn subnormal_products(rng: &mut Rng, m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>) {
+    // Normal inputs near 2^-530: every product and C itself in the subnormal range, where
+    // fp64 keeps an absolute, not a relative, precision of 2^-1074.
+    elementwise(rng, m, n, k, |r| r.normal() * (-530.0f64).exp2())
+}
+
 fn tiny_and_large(rng: &mut Rng, m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>) {
     // Entries near 2^-1003 and near 2^6 in the same operand (alternate rows of A), normal B:
     // scaling such a call must not overflow or underflow anywhere but in its result.
@@ -489,6 +495,12 @@ pub fn all() -> Vec<Family> {
             "subnormal",
             "A ~ 2^-1050 (subnormal, some down to 2^-1070), B ~ 2^30",
             subnormal,
+            Sizes
+        ),
+        fam!(
+            "subnormal-products",
+            "entries ~ 2^-530: products and C in the subnormal range",
+            subnormal_products,
             Sizes
         ),
         fam!(

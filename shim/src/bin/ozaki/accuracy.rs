@@ -229,7 +229,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "# ozaki accuracy --route {route}{}\n\nContract: per call, emulated max |c - s| / (|A||B|) <= max({NATIVE_FACTOR} x native's, {FLOOR_ULPS} u) on the same entries (native: standard-order fp64 dot product; s exact), or the call fell back to native fp64. Sizes: {}.\n",
+        "## ozaki accuracy --route {route}{}\n\nContract: per call, emulated max |c - s| / (|A||B|) <= max({NATIVE_FACTOR} x native's, {FLOOR_ULPS} u) on the same entries (native: standard-order fp64 dot product; s exact), or the call fell back to native fp64. Sizes: {}.\n",
         if args.quick { " --quick" } else { "" },
         sizes
             .iter()
