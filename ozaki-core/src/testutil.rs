@@ -121,6 +121,26 @@ pub fn cancellation_pair(m: usize, n: usize, k: usize, rng: &mut Rng) -> (Vec<f6
     (a, b)
 }
 
+/// The reference loops' start of C in the axpy form: `0` (C not read), `C` or `beta C`.
+fn axpy_start(beta: f64, c: f64) -> f64 {
+    if beta == 0.0 {
+        0.0
+    } else if beta != 1.0 {
+        beta * c
+    } else {
+        c
+    }
+}
+
+/// The reference loops' end of the dot form: `alpha temp`, or `alpha temp + beta C`.
+fn dot_finish(alpha: f64, temp: f64, beta: f64, c: f64) -> f64 {
+    if beta == 0.0 {
+        alpha * temp
+    } else {
+        alpha * temp + beta * c
+    }
+}
+
 /// Reference `dgemm.f` (LAPACK 3.11) loops, literally: NN/NT column axpys
 /// (`C = beta C`, then `C += (alpha B_lj) A_il`), TN/TT dot products
 /// (`C = alpha temp + beta C`). `c` column-major with `a.ldc`.
@@ -133,13 +153,7 @@ pub fn reference_gemm(a: &GemmArgs<'_>, c: &mut [f64]) {
         for i in 0..m {
             let x = &mut c[i + j * ldc];
             if a.alpha == 0.0 || a.transa == Trans::No {
-                *x = if a.beta == 0.0 {
-                    0.0
-                } else if a.beta != 1.0 {
-                    a.beta * *x
-                } else {
-                    *x
-                };
+                *x = axpy_start(a.beta, *x);
             }
         }
         if a.alpha == 0.0 {
@@ -159,11 +173,7 @@ pub fn reference_gemm(a: &GemmArgs<'_>, c: &mut [f64]) {
                     temp += a.op_a(i, l) * a.op_b(l, j);
                 }
                 let x = &mut c[i + j * ldc];
-                *x = if a.beta == 0.0 {
-                    a.alpha * temp
-                } else {
-                    a.alpha * temp + a.beta * *x
-                };
+                *x = dot_finish(a.alpha, temp, a.beta, *x);
             }
         }
     }
@@ -185,13 +195,7 @@ pub fn reference_syrk(s: &SyrkArgs<'_>, c: &mut [f64]) {
         if s.alpha == 0.0 || s.trans == Trans::No {
             for i in rows(j) {
                 let x = &mut c[i + j * ldc];
-                *x = if s.beta == 0.0 {
-                    0.0
-                } else if s.beta != 1.0 {
-                    s.beta * *x
-                } else {
-                    *x
-                };
+                *x = axpy_start(s.beta, *x);
             }
         }
         if s.alpha == 0.0 {
@@ -213,11 +217,7 @@ pub fn reference_syrk(s: &SyrkArgs<'_>, c: &mut [f64]) {
                     temp += s.op_a(i, l) * s.op_a(j, l);
                 }
                 let x = &mut c[i + j * ldc];
-                *x = if s.beta == 0.0 {
-                    s.alpha * temp
-                } else {
-                    s.alpha * temp + s.beta * *x
-                };
+                *x = dot_finish(s.alpha, temp, s.beta, *x);
             }
         }
     }

@@ -118,7 +118,7 @@ fn signed_zeros_match_the_reference_loops_bit_for_bit() {
     use ozaki_core::testutil::{reference_gemm, reference_syrk};
     let mut rng = Rng::new(41);
     let vals = [-2.0, -1.0, -0.0, 0.0, 0.0, -0.0, 1.0, 2.0];
-    let mut pick = |len: usize, rng: &mut Rng| -> Vec<f64> {
+    let pick = |len: usize, rng: &mut Rng| -> Vec<f64> {
         (0..len)
             .map(|_| vals[rng.int_in(0, vals.len() as i64 - 1) as usize])
             .collect()

@@ -326,7 +326,7 @@ fn signed_zeros(rng: &mut Rng, m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f
             }
         }
     }
-    let neg = |i: usize| if i % 2 == 0 { -0.0 } else { 0.0 };
+    let neg = |i: usize| if i.is_multiple_of(2) { -0.0 } else { 0.0 };
     for i in (0..m).step_by(7) {
         (0..k).for_each(|l| a[i + l * m] = neg(i));
     }

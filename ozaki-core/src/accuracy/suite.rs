@@ -297,7 +297,11 @@ impl ProblemReport {
 
     /// Whether a checked method's result breaks the contract.
     pub fn breaks(&self, r: &MethodResult) -> bool {
-        r.checked && r.errors.as_ref().is_ok_and(|e| !(e.max <= self.bound()))
+        // NaN compares false: a NaN error breaks it too.
+        r.checked
+            && r.errors
+                .as_ref()
+                .is_ok_and(|e| e.max.is_nan() || e.max > self.bound())
     }
 
     /// Whether any checked method breaks the contract.

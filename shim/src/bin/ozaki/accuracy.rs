@@ -13,7 +13,7 @@
 //! Native fp64, the contract's yardstick, is the standard-order dot product on the same
 //! entries (what reference BLAS computes).
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Parser;
 use gpu_kernels::ozaki::{DeviceCall, Op as DeviceOp};
 use ozaki_core::accuracy::families::{self, FULL_SIZES, Family, QUICK_SIZES};
@@ -56,21 +56,7 @@ struct Args {
 }
 
 fn parse_sizes(s: &str) -> Result<Vec<(usize, usize, usize)>> {
-    s.split(',')
-        .map(|t| {
-            let p: Vec<usize> = t
-                .trim()
-                .split('x')
-                .map(|d| d.trim().parse())
-                .collect::<Result<_, _>>()
-                .with_context(|| format!("size {t:?}: expected N or MxNxK"))?;
-            match p[..] {
-                [n] => Ok((n, n, n)),
-                [m, n, k] => Ok((m, n, k)),
-                _ => bail!("size {t:?}: expected N or MxNxK"),
-            }
-        })
-        .collect()
+    s.split(',').map(crate::bench::parse_shape).collect()
 }
 
 /// A route call's result as the suite sees it.
