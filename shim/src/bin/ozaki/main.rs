@@ -18,6 +18,7 @@ mod replay;
 mod report;
 mod run;
 mod summary;
+mod summary_json;
 mod tracefile;
 
 /// One subcommand: its name, a one-line summary for `ozaki --help`, and its entry point.

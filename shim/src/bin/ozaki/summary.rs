@@ -35,6 +35,10 @@ struct Args {
     /// How many of the shapes with the most work to list.
     #[arg(long, default_value_t = 10, value_name = "N")]
     top: usize,
+    /// Print the totals as one JSON object instead (calls, GFLOP, time inside BLAS, busy
+    /// time, calls in flight, per route, fallbacks).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
@@ -45,7 +49,11 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         .map(|p| load(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let stdout = std::io::stdout();
-    render(&mut stdout.lock(), &loaded, args.top)?;
+    if args.json {
+        crate::summary_json::render(&mut stdout.lock(), &loaded)?;
+    } else {
+        render(&mut stdout.lock(), &loaded, args.top)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -90,14 +98,18 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
 
 /// Per-group totals.
 #[derive(Debug, Default, Clone, Copy)]
-struct Totals {
-    calls: u64,
-    flops: f64,
-    ns: u64,
+pub struct Totals {
+    /// Calls.
+    pub calls: u64,
+    /// Floating-point operations.
+    pub flops: f64,
+    /// Time inside the shim, summed over calls.
+    pub ns: u64,
 }
 
 impl Totals {
-    fn add(&mut self, c: &CallRecord) {
+    /// Counts one call.
+    pub fn add(&mut self, c: &CallRecord) {
         self.calls += 1;
         self.flops += c.flops();
         self.ns += c.dur_ns;
