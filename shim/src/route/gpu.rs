@@ -20,7 +20,7 @@ use std::sync::Once;
 
 /// The emulation options the configuration asks for (`OZAKI_MODULI`, `OZAKI_SCALING`), for
 /// the host-resident routes here and the device-resident entry points (`device_api`).
-pub(crate) fn ozaki_options(config: &Config) -> Options {
+pub fn ozaki_options(config: &Config) -> Options {
     Options {
         moduli: config.moduli.map(|r| r as usize),
         scaling: config.scaling,

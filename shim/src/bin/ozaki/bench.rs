@@ -154,7 +154,8 @@ fn timeline_text(t: Option<&host::Timeline>) -> String {
     )
 }
 
-fn parse_shape(s: &str) -> Result<(usize, usize, usize)> {
+/// A shape `N` (square) or `MxNxK`.
+pub(crate) fn parse_shape(s: &str) -> Result<(usize, usize, usize)> {
     let parts: Vec<usize> = s
         .split('x')
         .map(|p| p.trim().parse())
