@@ -184,6 +184,8 @@ pub struct LineStat {
     pub abs2: u64,
     /// `sum (e - E(x))` over nonzero entries.
     pub log_depth: u64,
+    /// `sum (e - E(x))^2` over nonzero entries.
+    pub log_depth_sq: u64,
     /// Nonzero entries.
     pub nonzeros: u64,
     /// `depth | span << 32`.
@@ -208,6 +210,7 @@ impl LineStat {
             s.abs1 += t.abs1;
             s.abs2 += t.abs2;
             s.log_depth += u64::from(t.depth);
+            s.log_depth_sq += u64::from(t.depth) * u64::from(t.depth);
             s.nonzeros += 1;
             depth = depth.max(t.depth);
             span = span.max(t.span);
@@ -258,6 +261,8 @@ pub struct LineTable {
     pub abs2: Vec<u64>,
     /// `log_depth` per line.
     pub log_depth: Vec<u64>,
+    /// `log_depth_sq` per line.
+    pub log_depth_sq: Vec<u64>,
     /// `nonzeros` per line.
     pub nonzeros: Vec<u64>,
     /// `range` per line.
@@ -273,6 +278,7 @@ impl LineTable {
         self.abs1.push(s.abs1);
         self.abs2.push(s.abs2);
         self.log_depth.push(s.log_depth);
+        self.log_depth_sq.push(s.log_depth_sq);
         self.nonzeros.push(s.nonzeros);
         self.range.push(s.range);
     }
@@ -294,6 +300,7 @@ impl LineTable {
             abs1: &self.abs1,
             abs2: &self.abs2,
             log_depth: &self.log_depth,
+            log_depth_sq: &self.log_depth_sq,
             nonzeros: &self.nonzeros,
             range: &self.range,
         }
@@ -313,6 +320,8 @@ pub struct Lines<'a> {
     pub abs2: &'a [u64],
     /// `log_depth` per line.
     pub log_depth: &'a [u64],
+    /// `log_depth_sq` per line.
+    pub log_depth_sq: &'a [u64],
     /// `nonzeros` per line.
     pub nonzeros: &'a [u64],
     /// `range` per line.
@@ -338,6 +347,7 @@ impl<'a> Lines<'a> {
             abs1: &self.abs1[r.clone()],
             abs2: &self.abs2[r.clone()],
             log_depth: &self.log_depth[r.clone()],
+            log_depth_sq: &self.log_depth_sq[r.clone()],
             nonzeros: &self.nonzeros[r.clone()],
             range: &self.range[r],
         }
@@ -418,8 +428,8 @@ pub struct LineClass {
     span: i32,
     /// `depth`, capped likewise plus the guaranteed rule's headroom.
     depth: i32,
-    /// `ceil(4 D)`: the typical entry `t = 2^(e - D)`.
-    depth_q: i64,
+    /// `floor(4 log2 t)`: the typical entry relative to `2^e` (module doc).
+    typical_q: i64,
     /// `ceil(4 log2 (||x||_1 2^-e))`.
     n1_q: i64,
     /// `ceil(4 log2 (||x||_2 2^-e))`.
@@ -430,7 +440,24 @@ fn quarter_up(x: f64) -> i64 {
     (4.0 * x).ceil() as i64
 }
 
-fn classes(lines: &Lines, bound_of: impl Fn(usize) -> u64, acc: Accuracy) -> Vec<LineClass> {
+/// `floor(4 log2 t)` of line `i`: `t = min(2^-D exp((ln 2 s)^2 / 2), ||x||_1 / (k 2^e))`
+/// with `D`, `s` the mean and standard deviation of the depths `e - E(x)` (module doc).
+fn typical_quarters(lines: &Lines, i: usize, k: usize) -> i64 {
+    let nz = lines.nonzeros[i] as f64;
+    let mean = lines.log_depth[i] as f64 / nz;
+    let var = (lines.log_depth_sq[i] as f64 / nz - mean * mean).max(0.0);
+    let lognormal = -mean + var * std::f64::consts::LN_2 / 2.0;
+    let mean_abs =
+        (lines.abs1[i].max(1) as f64).log2() - f64::from(FIX_BITS) - (k.max(1) as f64).log2();
+    (4.0 * lognormal.min(mean_abs)).floor() as i64
+}
+
+fn classes(
+    lines: &Lines,
+    bound_of: impl Fn(usize) -> u64,
+    acc: Accuracy,
+    k: usize,
+) -> Vec<LineClass> {
     let mut set: HashMap<LineClass, ()> = HashMap::new();
     for i in 0..lines.len() {
         if lines.maxbits[i] == 0 || lines.nonzeros[i] == 0 {
@@ -449,8 +476,8 @@ fn classes(lines: &Lines, bound_of: impl Fn(usize) -> u64, acc: Accuracy) -> Vec
             } else {
                 0
             },
-            depth_q: if acc == Accuracy::Default {
-                quarter_up(lines.log_depth[i] as f64 / lines.nonzeros[i] as f64)
+            typical_q: if acc == Accuracy::Default {
+                typical_quarters(lines, i, k)
             } else {
                 0
             },
@@ -468,12 +495,13 @@ fn classes(lines: &Lines, bound_of: impl Fn(usize) -> u64, acc: Accuracy) -> Vec
         set.insert(c, ());
     }
     let mut v: Vec<LineClass> = set.into_keys().collect();
-    v.sort_by_key(|c| (c.bound, c.span, c.depth, c.depth_q, c.n1_q, c.n2_q));
+    v.sort_by_key(|c| (c.bound, c.span, c.depth, c.typical_q, c.n1_q, c.n2_q));
     v
 }
 
 /// A class at a given budget: its shift, whether it is covered and exact.
 #[derive(Debug, Clone, Copy)]
+#[allow(dead_code)]
 struct AtBudget {
     covered: bool,
     exact: bool,
@@ -500,7 +528,7 @@ fn at_budget(c: &LineClass, budget: i32) -> AtBudget {
         covered: c.bound == 0 || p >= MIN_SHIFT,
         exact: p + COARSE_BITS - 1 >= c.span,
         step: 2f64.powi(-(p + COARSE_BITS - 1)),
-        typical: q(-c.depth_q),
+        typical: q(c.typical_q),
         n1: q(c.n1_q),
         n2: q(c.n2_q),
         reliable: 10f64.powf(-RELIABILITY_DIGITS * q(2 * (c.n2_q - c.n1_q))),
@@ -569,6 +597,9 @@ fn judge(a: &[LineClass], b: &[LineClass], r: usize, req: &Request) -> Option<(f
                 let terms = (ta * y.n2 * cb).max(x.n2 * tb * ca);
                 req.target_ulps.max(KAPPA * native * terms / d)
             };
+            if rho > allowed && std::env::var("RULE_DEBUG").is_ok() {
+                eprintln!("r={r} rho={rho:.3e} allowed={allowed:.3e} x={x:?} y={y:?} d={d:.3e}");
+            }
             worst = worst.max(rho);
             ok &= rho <= allowed;
         }
@@ -598,16 +629,16 @@ pub fn choose(a: Lines, b: Lines, req: &Request) -> Result<Choice, Fallback> {
     let fast = 4096 * req.k.max(1) as u64;
     let (ca, cb) = match req.bounds {
         Bounds::Fast => (
-            classes(&a, |_| fast, req.accuracy),
-            classes(&b, |_| fast, req.accuracy),
+            classes(&a, |_| fast, req.accuracy, req.k),
+            classes(&b, |_| fast, req.accuracy, req.k),
         ),
         Bounds::Norm => (
-            classes(&a, |i| a.coarse_sq[i], req.accuracy),
-            classes(&b, |i| b.coarse_sq[i], req.accuracy),
+            classes(&a, |i| a.coarse_sq[i], req.accuracy, req.k),
+            classes(&b, |i| b.coarse_sq[i], req.accuracy, req.k),
         ),
         Bounds::Given(ra, rb) => (
-            classes(&a, |i| ra[i], req.accuracy),
-            classes(&b, |i| rb[i], req.accuracy),
+            classes(&a, |i| ra[i], req.accuracy, req.k),
+            classes(&b, |i| rb[i], req.accuracy, req.k),
         ),
     };
     if let Some(r) = req.forced {
@@ -661,6 +692,7 @@ pub fn typical_moduli(scaling: ScalingMode, k: usize) -> usize {
     s.abs1 = grow(s.abs1);
     s.abs2 = grow(s.abs2);
     s.log_depth = grow(s.log_depth);
+    s.log_depth_sq = grow(s.log_depth_sq);
     s.nonzeros = grow(s.nonzeros);
     let t = LineTable {
         maxbits: vec![s.maxbits],
@@ -668,6 +700,7 @@ pub fn typical_moduli(scaling: ScalingMode, k: usize) -> usize {
         abs1: vec![s.abs1],
         abs2: vec![s.abs2],
         log_depth: vec![s.log_depth],
+        log_depth_sq: vec![s.log_depth_sq],
         nonzeros: vec![s.nonzeros],
         range: vec![s.range],
     };
