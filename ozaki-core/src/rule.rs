@@ -89,7 +89,10 @@
 
 use crate::fallback::Fallback;
 use crate::moduli::{CrtPlan, MAX_MODULI, MIN_MODULI};
-use crate::scaling::{COARSE_BITS, MAX_SHIFT, MIN_SHIFT, Quantizer, ScalingMode, clog2, coarse};
+use crate::scaling::{
+    COARSE_BITS, MAX_SHIFT, MIN_SHIFT, Quantizer, ScalingMode, class_bound, clog2, coarse,
+    norm_class,
+};
 use std::collections::HashMap;
 
 /// Fixed-point fraction bits of `abs1` and `abs2` (module doc, "Line statistics").
@@ -469,7 +472,7 @@ fn classes(
         let n1 = (lines.abs1[i].max(1) as f64).log2() - fix;
         let n2 = 0.5 * ((lines.abs2[i].max(1) as f64).log2() - fix);
         let c = LineClass {
-            bound: if b == 0 { 0 } else { clog2(b) as u32 + 1 },
+            bound: norm_class(b) as u32,
             span: ((range >> 32) as i32).min(MAX_SHIFT + 6),
             depth: if acc == Accuracy::Guaranteed {
                 ((range & 0xffff_ffff) as i32).min(MAX_SHIFT + 120)
@@ -516,13 +519,7 @@ struct AtBudget {
 }
 
 fn at_budget(c: &LineClass, budget: i32) -> AtBudget {
-    let p = if c.bound == 0 {
-        MAX_SHIFT
-    } else {
-        // a bound of this class: 2^(class - 1) has clog2 class - 1
-        let rep = 1u64.checked_shl(c.bound - 1).unwrap_or(u64::MAX);
-        crate::scaling::shift_for_bound(budget, rep)
-    };
+    let p = crate::scaling::shift_for_bound(budget, class_bound(c.bound as usize));
     let q = |x: i64| 2f64.powf(x as f64 / 4.0);
     AtBudget {
         covered: c.bound == 0 || p >= MIN_SHIFT,
