@@ -175,13 +175,18 @@ fn coarse_lines(x: &[f64], exps: &[Option<i32>], k: usize) -> Vec<i16> {
 }
 
 thread_local! {
-    static RESIDUE_PASSES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static PRODUCT_PASSES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// Residue passes (one per modulus and call) this thread's emulated calls have made: a
-/// declined call makes none, since the rule decides right after the scan.
-pub fn residue_passes_on_this_thread() -> u64 {
-    RESIDUE_PASSES.with(|c| c.get())
+/// GEMM-sized passes (the coarse product of accurate scaling, one residue product per
+/// modulus) this thread's emulated calls have made: with fast or norm scaling a declined
+/// call makes none, since the rule decides right after the scan.
+pub fn product_passes_on_this_thread() -> u64 {
+    PRODUCT_PASSES.with(|c| c.get())
+}
+
+fn count_product_pass() {
+    PRODUCT_PASSES.with(|c| c.set(c.get() + 1));
 }
 
 fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<EmulationInfo, Fallback> {
@@ -213,6 +218,7 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
             rule::choose(sa.view(), tb.view(), &request(cfg, k, rule::Bounds::Fast))?;
             let ca = coarse_lines(&p.a, &exps.rows, k);
             let cb = p.b.as_ref().map(|b| coarse_lines(b, &exps.cols, k));
+            count_product_pass();
             let g = kernel::coarse_product(&ca, cb.as_ref().unwrap_or(&ca), m, n, k, p.tri, th);
             let mut bounds = CoarseBounds::from_product(&g, m, n);
             if p.tri.is_some() {
@@ -264,7 +270,7 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
     let mut pa = vec![0i16; m * k];
     let mut pb = vec![0i16; if bq.is_some() { n * k } else { 0 }];
     for (t, &mt) in INT8_MODULI[..r].iter().enumerate() {
-        RESIDUE_PASSES.with(|c| c.set(c.get() + 1));
+        count_product_pass();
         centred_into(&aq, mt, &mut pa);
         if let Some(bq) = &bq {
             centred_into(bq, mt, &mut pb);
