@@ -138,3 +138,127 @@ pub(super) fn shift_table(scaling: ScalingMode, moduli: usize, k: usize) -> [i32
     ));
     ozaki_core::scaling::shift_table(scaling, budget, k)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ozaki_core::rule::{LineTable, exponent_of_bits};
+    use ozaki_core::scaling::{CoarseBounds, Exponents, Scaling, norm_class};
+    use ozaki_core::testutil::{Family, Rng, matrix};
+
+    fn exps(a: &LineTable, b: &LineTable) -> Exponents {
+        Exponents {
+            rows: a.view().exponents(),
+            cols: b.view().exponents(),
+        }
+    }
+
+    /// Lines: normal, a zero line, subnormal entries, exponent spread, one large entry.
+    fn lines(k: usize, seed: u64) -> Vec<f64> {
+        let mut rng = Rng::new(seed);
+        let mut a = matrix(Family::Normal, k, 2, &mut rng);
+        a.extend(vec![0.0; k]);
+        a.extend(
+            matrix(Family::Normal, k, 1, &mut rng)
+                .iter()
+                .map(|x| x * 1e-310),
+        );
+        a.extend(matrix(Family::Spread(2.0), k, 1, &mut rng));
+        let mut one = matrix(Family::Normal, k, 1, &mut rng);
+        one[3] = 1e6;
+        a.extend(one);
+        a
+    }
+
+    #[test]
+    fn shifts_are_ozaki_cores_scaling_for_both_modes_and_every_count() {
+        let k = 1000;
+        let (x, y) = (lines(k, 3), matrix(Family::Normal, k, 3, &mut Rng::new(4)));
+        let (ta, tb) = (
+            LineTable::of_packed(&x, 6, k),
+            LineTable::of_packed(&y, 3, k),
+        );
+        let mut planned = 0;
+        for scaling in [ScalingMode::Fast, ScalingMode::Norm] {
+            let bounds = match scaling {
+                ScalingMode::Fast => CoarseBounds::fast(6, 3, k),
+                _ => CoarseBounds::norm(&exps(&ta, &tb), &x, &y, k),
+            };
+            for r in 2..=MAX_MODULI {
+                let Ok(p) = plan(ta.view(), tb.view(), k, Some(r), scaling, Accuracy::Default)
+                else {
+                    continue;
+                };
+                let core = Scaling::new(
+                    scaling.budget_bits(ozaki_core::moduli::CrtPlan::get(r)),
+                    &exps(&ta, &tb),
+                    &bounds,
+                );
+                assert_eq!(
+                    (&p.sigma, &p.tau),
+                    (&core.sigma, &core.tau),
+                    "{scaling:?} r = {r}"
+                );
+                assert_eq!(p.sigma[2], 0, "zero line keeps shift 0");
+                assert!(p.bits <= 62);
+                planned += 1;
+            }
+        }
+        assert!(planned > 20, "only {planned} plans");
+    }
+
+    /// The device's shifts (`line_shifts`: `table[class(S)] - e`) are the plan's.
+    #[test]
+    fn device_shift_table_gives_the_plans_shifts() {
+        let k = 1000;
+        let x = lines(k, 11);
+        let t = LineTable::of_packed(&x, 6, k);
+        for scaling in [ScalingMode::Fast, ScalingMode::Norm] {
+            for r in [8usize, 14, 17, 20] {
+                let Ok(p) = plan(t.view(), t.view(), k, Some(r), scaling, Accuracy::Default) else {
+                    continue;
+                };
+                let table = shift_table(scaling, r, k);
+                let kernel: Vec<i32> = t
+                    .maxbits
+                    .iter()
+                    .zip(&t.coarse_sq)
+                    .map(|(&mb, &q)| exponent_of_bits(mb).map_or(0, |e| table[norm_class(q)] - e))
+                    .collect();
+                assert_eq!(kernel, p.sigma, "{scaling:?} r = {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn non_finite_and_overflowing_inputs_are_refused() {
+        let nan = LineTable::of_packed(&[1.0, f64::NAN], 1, 2);
+        let one = LineTable::of_packed(&[1.0, 2.0], 1, 2);
+        let auto = (None, Accuracy::Default);
+        for (a, b) in [(&nan, &one), (&one, &nan)] {
+            assert_eq!(
+                plan_into(
+                    a.view(),
+                    b.view(),
+                    2,
+                    auto,
+                    ScalingMode::Norm,
+                    (&mut [], &mut [])
+                ),
+                Err(GpuError::NonFinite)
+            );
+        }
+        let big = LineTable::of_packed(&[1e300, 1.0], 1, 2);
+        assert_eq!(
+            plan(
+                big.view(),
+                big.view(),
+                2,
+                None,
+                ScalingMode::Norm,
+                Accuracy::Default
+            ),
+            Err(GpuError::NonFinite)
+        );
+    }
+}
