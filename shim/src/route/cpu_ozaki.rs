@@ -2,12 +2,12 @@
 //! over [`ozaki_core::emulate`], which holds the numerics and their documentation.
 //!
 //! - `OZAKI_MODULI=N` forces the moduli count (`2..=20`; other values fall back with the
-//!   reason "invalid moduli count"); otherwise it is chosen per call
-//!   ([`ozaki_core::select`]: no worse than native fp64).
+//!   reason "invalid moduli count"); otherwise it is chosen per call by the accuracy rule
+//!   ([`ozaki_core::rule`], `OZAKI_ACCURACY`), right after the scan.
 //! - `OZAKI_SCALING=fast|norm|accurate` picks the scaling bound (`ozaki_core::scaling`;
-//!   default accurate).
-//! - Every [`Fallback`] (NaN/Inf, exponent range, accuracy target unreachable, spread not
-//!   coverable) becomes a [`RouteError`], so the vendor BLAS computes the call from the
+//!   default norm, whose shifts depend on each line alone).
+//! - Every [`Fallback`] (NaN/Inf, exponent range, accuracy target unreachable, guaranteed
+//!   bound unreachable, spread not coverable) becomes a [`RouteError`], so the vendor BLAS computes the call from the
 //!   untouched C and the trace's `fallback` field carries the reason;
 //!   [`ozaki_core::emulate`] writes C only once every entry is computed.
 //! - The caller's floating-point exception flags survive the emulation's internal work
@@ -20,7 +20,7 @@
 use super::{RouteError, RouteOutcome};
 use crate::config::Config;
 use ozaki_core::blas::{GemmArgs, SyrkArgs};
-use ozaki_core::emulate::{self, EmulationConfig, EmulationInfo, Fallback, Moduli};
+use ozaki_core::emulate::{self, EmulationConfig, EmulationInfo, Fallback, Moduli, ScalingMode};
 use ozaki_core::trace::Phases;
 
 fn emulation_config(config: &Config) -> EmulationConfig {
@@ -30,7 +30,8 @@ fn emulation_config(config: &Config) -> EmulationConfig {
     };
     EmulationConfig {
         moduli,
-        scaling: config.scaling.unwrap_or_default(),
+        scaling: config.scaling.unwrap_or(ScalingMode::Norm),
+        accuracy: config.accuracy,
         ..EmulationConfig::default()
     }
 }
