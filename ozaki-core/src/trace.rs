@@ -424,11 +424,112 @@ impl Trace {
         }
         Ok(trace)
     }
+
+    /// Reads a trace the way the command-line tools do: a line that does not parse (torn by
+    /// a full disk or a killed writer, or cut short at the end) is skipped and returned in
+    /// the list, so one bad line never costs the rest of a trace that cannot be re-recorded.
+    /// Lines are read one at a time (no copy of the whole text is held).
+    ///
+    /// # Errors
+    /// - I/O errors;
+    /// - a header whose schema is newer than this reader's (a newer tool is needed, and
+    ///   skipping would misread the calls after it);
+    /// - lines were skipped and not one parsed: not a trace.
+    pub fn read_lenient(
+        mut reader: impl std::io::BufRead,
+    ) -> Result<(Trace, Vec<SkippedLine>), TraceError> {
+        let mut trace = Trace::default();
+        let mut skipped = Vec::new();
+        let mut raw = Vec::new();
+        let mut line_no = 0;
+        loop {
+            raw.clear();
+            let n = reader.read_until(b'\n', &mut raw).map_err(|e| TraceError {
+                line: line_no + 1,
+                message: e.to_string(),
+            })?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            let terminated = raw.last() == Some(&b'\n');
+            let Ok(text) = std::str::from_utf8(&raw) else {
+                skipped.push(SkippedLine {
+                    line: line_no,
+                    message: "not UTF-8 text".into(),
+                    terminated,
+                });
+                continue;
+            };
+            if text.trim().is_empty() {
+                continue;
+            }
+            match parse_line(text.trim_end(), line_no) {
+                Ok(Line::Header(h)) => trace.headers.push(h),
+                Ok(Line::Call(c)) => trace.calls.push(*c),
+                Err(e) if e.message.contains("is newer than this tool") => return Err(e),
+                Err(e) => skipped.push(SkippedLine {
+                    line: line_no,
+                    message: e.message,
+                    terminated,
+                }),
+            }
+        }
+        if trace.headers.is_empty() && trace.calls.is_empty() {
+            if let Some(first) = skipped.first() {
+                return Err(TraceError {
+                    line: first.line,
+                    message: format!("{} (no line of this file is a trace record)", first.message),
+                });
+            }
+        }
+        Ok((trace, skipped))
+    }
+}
+
+/// A line [`Trace::read_lenient`] skipped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkippedLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// Why it did not parse.
+    pub message: String,
+    /// Whether it ended with a newline (an unterminated last line is a cut-short write).
+    pub terminated: bool,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const HEADER: &str = r#"{"type":"header","schema":1,"pid":7,"exe":"/bin/x","shim_version":"0.1.0","start_unix_s":1.0}"#;
+    const CALL: &str = r#"{"type":"call","seq":0,"t_ns":5,"dur_ns":7,"tid":11,"sym":"dgemm_","routine":"dgemm","layout":"col","m":3,"n":4,"k":5,"lda":3,"ldb":5,"ldc":3,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}"#;
+
+    #[test]
+    fn lenient_reading_skips_torn_lines_anywhere_and_keeps_the_rest() {
+        // A write cut short in the middle (space freed later), binary junk, and a last line
+        // cut short.
+        let mut bytes = format!("{HEADER}\n{CALL}\n{}\n{CALL}\n", &CALL[..40]).into_bytes();
+        bytes.extend_from_slice(b"\xff\xfe\n");
+        bytes.extend_from_slice(format!("{CALL}\n{}", &CALL[..70]).as_bytes());
+        let (trace, skipped) = Trace::read_lenient(&bytes[..]).unwrap();
+        assert_eq!((trace.headers.len(), trace.calls.len()), (1, 3));
+        let lines: Vec<(usize, bool)> = skipped.iter().map(|s| (s.line, s.terminated)).collect();
+        assert_eq!(lines, [(3, true), (5, true), (7, false)], "{skipped:?}");
+        // The strict reader still rejects the same text.
+        assert_eq!(Trace::read(&bytes[..]).unwrap_err().line, 3);
+    }
+
+    #[test]
+    fn lenient_reading_still_rejects_what_is_not_a_trace_or_too_new() {
+        let e = Trace::read_lenient("hello\nworld\n".as_bytes()).unwrap_err();
+        assert!(e.message.contains("no line of this file"), "{e}");
+        let newer = HEADER.replace("\"schema\":1", "\"schema\":99");
+        let e = Trace::read_lenient(format!("{newer}\n{CALL}\n").as_bytes()).unwrap_err();
+        assert!(e.message.contains("newer"), "{e}");
+        let (t, s) = Trace::read_lenient("".as_bytes()).unwrap();
+        assert!(t.calls.is_empty() && s.is_empty());
+    }
 
     #[test]
     fn call_record_round_trips_and_omits_absent_fields() {

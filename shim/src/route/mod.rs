@@ -33,6 +33,7 @@ pub mod cpu_ozaki;
 pub mod gpu;
 pub mod split;
 pub mod start;
+pub mod threads;
 pub mod vendor;
 
 use crate::abi::{Canon, Operands, RawCall};
