@@ -385,12 +385,34 @@ pub fn parse_line(text: &str, line_no: usize) -> Result<Line, TraceError> {
             }
             Ok(Line::Header(h))
         }
-        Some("call") => serde_json::from_value(value)
-            .map(|c| Line::Call(Box::new(c)))
-            .map_err(|e| err(format!("bad call record: {e}"))),
+        Some("call") => {
+            let c: CallRecord =
+                serde_json::from_value(value).map_err(|e| err(format!("bad call record: {e}")))?;
+            check_ab(c.ab.as_ref()).map_err(|m| err(format!("bad call record: {m}")))?;
+            Ok(Line::Call(Box::new(c)))
+        }
         Some(other) => Err(err(format!("unknown record type {other:?}"))),
         None => Err(err("record has no \"type\" field".into())),
     }
+}
+
+/// The A/B differences are magnitudes: a negative (or NaN) one is a corrupt record, which
+/// readers must not count (the histograms index by decade).
+fn check_ab(ab: Option<&AbResult>) -> Result<(), String> {
+    let Some(ab) = ab else { return Ok(()) };
+    let fields = [
+        ("max_rel_comp", Some(ab.max_rel_comp)),
+        ("rel_norm", Some(ab.rel_norm)),
+        ("rel_scaled", ab.rel_scaled),
+    ];
+    for (name, v) in fields {
+        if let Some(v) = v
+            && !(v >= 0.0)
+        {
+            return Err(format!("ab.{name} = {v} is not a magnitude (>= 0)"));
+        }
+    }
+    Ok(())
 }
 
 /// A whole trace file read into memory.
@@ -518,6 +540,21 @@ mod tests {
         assert_eq!(lines, [(3, true), (5, true), (7, false)], "{skipped:?}");
         // The strict reader still rejects the same text.
         assert_eq!(Trace::read(&bytes[..]).unwrap_err().line, 3);
+    }
+
+    #[test]
+    fn negative_ab_differences_are_rejected() {
+        let ab = |v: &str| {
+            CALL.replace(
+                "\"route\":\"vendor\"}",
+                &format!("\"route\":\"builtin\",\"ab\":{{\"max_rel_comp\":{v},\"rel_norm\":0.0,\"vendor_ns\":1,\"route_ns\":1,\"kept\":\"route\"}}}}"),
+            )
+        };
+        assert!(parse_line(&ab("1e-16"), 1).is_ok());
+        assert!(parse_line(&ab("\"Infinity\""), 1).is_ok());
+        let e = parse_line(&ab("-1e-16"), 4).unwrap_err();
+        assert!(e.line == 4 && e.message.contains("ab.max_rel_comp"), "{e}");
+        assert!(parse_line(&ab("\"NaN\""), 1).is_err());
     }
 
     #[test]

@@ -302,3 +302,40 @@ fn run_says_the_trace_may_be_incomplete_when_the_program_is_killed() {
         "{err}"
     );
 }
+
+#[test]
+fn ab_report_and_report_skip_a_record_with_a_negative_difference() {
+    let dir = work_dir("cli-negative-ab");
+    let header =
+        r#"{"type":"header","schema":2,"pid":1,"exe":"x","shim_version":"0","start_unix_s":0}"#;
+    let call = |seq: u32, diff: &str| {
+        format!(
+            r#"{{"type":"call","seq":{seq},"t_ns":0,"dur_ns":10,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","transa":"N","transb":"N","m":8,"n":8,"k":8,"lda":8,"ldb":8,"ldc":8,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"builtin","ab":{{"max_rel_comp":{diff},"rel_norm":{diff},"vendor_ns":5,"route_ns":10,"kept":"route","rel_scaled":{diff}}}}}"#
+        )
+    };
+    let trace = dir.join("ab.jsonl");
+    std::fs::write(
+        &trace,
+        format!("{header}\n{}\n{}\n", call(0, "-1e-16"), call(1, "1e-17")),
+    )
+    .unwrap();
+    let o = ozaki().arg("ab-report").arg(&trace).output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:2: torn or invalid line skipped",
+            trace.display()
+        )) && err.contains("ab.max_rel_comp"),
+        "{err}"
+    );
+    let o = ozaki()
+        .arg("report")
+        .arg("--no-predict")
+        .arg(&trace)
+        .arg("--out")
+        .arg(dir.join("page"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
