@@ -407,7 +407,7 @@ fn check_ab(ab: Option<&AbResult>) -> Result<(), String> {
     ];
     for (name, v) in fields {
         if let Some(v) = v
-            && !(v >= 0.0)
+            && (v.is_nan() || v < 0.0)
         {
             return Err(format!("ab.{name} = {v} is not a magnitude (>= 0)"));
         }
@@ -497,13 +497,14 @@ impl Trace {
                 }),
             }
         }
-        if trace.headers.is_empty() && trace.calls.is_empty() {
-            if let Some(first) = skipped.first() {
-                return Err(TraceError {
-                    line: first.line,
-                    message: format!("{} (no line of this file is a trace record)", first.message),
-                });
-            }
+        if trace.headers.is_empty()
+            && trace.calls.is_empty()
+            && let Some(first) = skipped.first()
+        {
+            return Err(TraceError {
+                line: first.line,
+                message: format!("{} (no line of this file is a trace record)", first.message),
+            });
         }
         Ok((trace, skipped))
     }
