@@ -558,6 +558,46 @@ mod tests {
         assert!(parse_line(&ab("\"NaN\""), 1).is_err());
     }
 
+    /// A seeded fuzz of the reader, bounded in time: traces damaged at random (lines cut,
+    /// bytes flipped, junk and binary inserted, lines glued together) never make it panic,
+    /// and every line left intact is read back.
+    #[test]
+    fn lenient_reading_survives_random_damage() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n.max(1) as u64) as usize
+        };
+        for _ in 0..2000 {
+            let mut lines: Vec<Vec<u8>> = vec![HEADER.as_bytes().to_vec()];
+            lines.extend((0..1 + next(8)).map(|_| CALL.as_bytes().to_vec()));
+            let mut intact = vec![true; lines.len()];
+            for _ in 0..next(4) {
+                let i = next(lines.len());
+                let line = &mut lines[i];
+                let at = next(line.len() + 1);
+                match next(4) {
+                    0 => line.truncate(at),
+                    1 if at < line.len() => line[at] ^= 1 << next(8),
+                    2 => line.splice(at..at, [0xff, b'{', b'"']).for_each(drop),
+                    _ => line.extend_from_slice(b"{\"type\":\"call\""),
+                }
+                intact[i] = false;
+            }
+            let text = lines.join(&b'\n');
+            // A flipped byte can leave a line that still parses; only count what must survive.
+            let must = intact.iter().filter(|&&ok| ok).count();
+            match Trace::read_lenient(&text[..]) {
+                Ok((trace, _)) => assert!(trace.headers.len() + trace.calls.len() >= must),
+                // A flipped digit can make the header's schema newer than this reader's.
+                Err(e) if e.message.contains("newer") => {}
+                Err(e) => assert_eq!(must, 0, "rejected a trace with {must} intact lines: {e}"),
+            }
+        }
+    }
+
     #[test]
     fn lenient_reading_still_rejects_what_is_not_a_trace_or_too_new() {
         let e = Trace::read_lenient("hello\nworld\n".as_bytes()).unwrap_err();
