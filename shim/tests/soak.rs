@@ -60,6 +60,10 @@ fn sixteen_threads_of_small_calls_keep_every_record_and_flat_memory() {
             "{route}: some calls took another route"
         );
         let (tenth, end) = rss(&String::from_utf8_lossy(&o.stderr));
+        eprintln!(
+            "{route}: {} calls, resident {tenth} KiB after a tenth, {end} KiB at the end",
+            16 * calls
+        );
         assert!(
             end - tenth <= MAX_GROWTH_KIB,
             "{route}: resident memory grew from {tenth} KiB to {end} KiB"
