@@ -52,7 +52,9 @@ const SHIM_LIB: &str = "libozaki_shim.so";
                   ozaki summary app-*.jsonl"
 )]
 struct Args {
-    /// Keep the trace in FILE (`%p` becomes the pid, `%h` the host name, `%r` the MPI rank). Without it the
+    /// Keep the trace in FILE (`%p` becomes the pid, `%h` the host name, `%r` the MPI rank). A
+    /// plain FILE collects every process of the program (each writes FILE.<pid>, joined into
+    /// FILE at the end); a relative FILE is taken from the current directory. Without it the
     /// trace goes to a temporary file that is deleted after the summary (or to
     /// OZAKI_TRACE when that is set).
     #[arg(long, value_name = "FILE")]
