@@ -6,6 +6,8 @@
 //!   ([`ozaki_core::rule`], `OZAKI_ACCURACY`), right after the scan.
 //! - `OZAKI_SCALING=fast|norm|accurate` picks the scaling bound (`ozaki_core::scaling`;
 //!   default norm, whose shifts depend on each line alone).
+//! - `OZAKI_THREADS=N` sets the worker threads; without it the vendor BLAS's own limit is
+//!   used ([`super::threads`]), so one-thread MPI ranks do not oversubscribe the node.
 //! - Every [`Fallback`] (NaN/Inf, exponent range, accuracy target unreachable, guaranteed
 //!   bound unreachable, spread not coverable) becomes a [`RouteError`], so the vendor BLAS computes the call from the
 //!   untouched C and the trace's `fallback` field carries the reason;
@@ -28,10 +30,13 @@ fn emulation_config(config: &Config) -> EmulationConfig {
         Some(n) => Moduli::Fixed(n as usize),
         None => Moduli::Auto,
     };
+    let threads = super::threads::count(config.threads);
+    tracing::debug!(threads, "cpu-ozaki worker threads");
     EmulationConfig {
         moduli,
         scaling: config.scaling.unwrap_or(ScalingMode::Norm),
         accuracy: config.accuracy,
+        threads,
         ..EmulationConfig::default()
     }
 }
@@ -176,7 +181,10 @@ mod tests {
         assert_eq!(err, RouteError::NonFinite);
         assert_eq!(c, [9.0; 4]);
         let a = [1.0, 2.0, 3.0, 4.0];
-        let err = gemm(&args(&a, &b), &mut c, &config(Some("40"))).unwrap_err();
+        // OZAKI_MODULI itself rejects 40; a count that gets past it still falls back.
+        let mut forced = config(None);
+        forced.moduli = Some(40);
+        let err = gemm(&args(&a, &b), &mut c, &forced).unwrap_err();
         assert!(
             err.reason(Route::CpuOzaki).contains("invalid moduli count"),
             "{}",
