@@ -27,7 +27,7 @@ fn never_panics(body: impl FnOnce() -> c_int) -> c_int {
 
 /// Runs the call on the GPU: emulation unless forced native or declined, then cuBLAS.
 fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
-    let _flags = gpu_kernels::fpenv::KeepFpFlags::new();
+    let _flags = fp_flags::KeepFpFlags::new();
     let cfg = config::get();
     let native_only = cfg.route == RouteRequest::Forced(Route::GpuNative);
     let opts = crate::route::gpu::ozaki_options(cfg);

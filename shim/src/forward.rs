@@ -4,7 +4,9 @@
 //! constructor: under Python the BLAS is loaded after the shim, behind an extension module
 //! (`ecosystem-facts.md` §0, §3). Resolution order (issue #2):
 //!
-//! 1. `OZAKI_VENDOR_BLAS=/path/lib.so`: that library, opened once with `libloading`;
+//! 1. `OZAKI_VENDOR_BLAS=/path/lib.so`: that library, opened once with `libloading`. A
+//!    library that cannot be loaded, or that defines none of the forwarded names (a typo
+//!    naming another library), is reported once on stderr and the lookup goes on with 2;
 //! 2. `dlsym(RTLD_NEXT)`: the next definition in the global lookup order (programs linked
 //!    with `-lblas`);
 //! 3. a walk of the loaded objects (`dl_iterate_phdr`), re-opening each with
@@ -100,7 +102,17 @@ fn from_override(name: &CStr) -> Option<*const c_void> {
             // SAFETY: loading a BLAS library runs its initialisers, which is what the user asked
             // for by naming it in OZAKI_VENDOR_BLAS.
             match unsafe { libloading::Library::new(path) } {
-                Ok(lib) => Some(lib),
+                Ok(lib) if defines_blas(&lib) => Some(lib),
+                Ok(_) => {
+                    let names: Vec<&str> = SymId::all().map(SymId::name).collect();
+                    crate::config::notice(&format!(
+                        "OZAKI_VENDOR_BLAS={}: defines none of {} (not a BLAS library?); ignoring it and \
+                         using the BLAS found in the program",
+                        path.display(),
+                        names.join(", ")
+                    ));
+                    None
+                }
                 Err(e) => {
                     let why = std::error::Error::source(&e)
                         .map_or_else(|| e.to_string(), |s| s.to_string());
@@ -117,6 +129,14 @@ fn from_override(name: &CStr) -> Option<*const c_void> {
     let sym = unsafe { lib.get::<*const c_void>(name.to_bytes_with_nul()) }.ok()?;
     let p = *sym;
     (!p.is_null() && !is_ours(p)).then_some(p)
+}
+
+/// Whether `lib` defines any of the names the shim forwards.
+fn defines_blas(lib: &libloading::Library) -> bool {
+    SymId::all().any(|id| {
+        // SAFETY: only the address is looked up, never called here.
+        unsafe { lib.get::<*const c_void>(id.c_name().to_bytes_with_nul()) }.is_ok()
+    })
 }
 
 fn next_definition(name: &CStr) -> Option<*const c_void> {

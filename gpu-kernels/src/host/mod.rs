@@ -101,7 +101,7 @@ fn stage_operands(
 
 /// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands.
 pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
-    let _flags = crate::fpenv::KeepFpFlags::new();
+    let _flags = fp_flags::KeepFpFlags::new();
     gemm_on(&mut *gpu()?, args, c, engine)
 }
 
@@ -606,7 +606,7 @@ pub(crate) fn staged_gemm(
 
 /// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands.
 pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
-    let _flags = crate::fpenv::KeepFpFlags::new();
+    let _flags = fp_flags::KeepFpFlags::new();
     let mut g = gpu()?;
     let gpu = &mut *g;
     let (ra, ca) = if args.trans == Trans::No {

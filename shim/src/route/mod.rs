@@ -35,6 +35,7 @@ pub mod cpu_ozaki;
 pub mod gpu;
 pub mod split;
 pub mod start;
+pub mod threads;
 pub mod vendor;
 
 use crate::abi::{CView, Canon, Operands, RawCall};

@@ -154,7 +154,8 @@ fn timeline_text(t: Option<&host::Timeline>) -> String {
     )
 }
 
-fn parse_shape(s: &str) -> Result<(usize, usize, usize)> {
+/// A shape `N` (square) or `MxNxK`.
+pub(crate) fn parse_shape(s: &str) -> Result<(usize, usize, usize)> {
     let parts: Vec<usize> = s
         .split('x')
         .map(|p| p.trim().parse())
@@ -494,6 +495,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
                 moduli: *r,
                 scaling: *scaling,
                 max_block: args.max_block,
+                ..Options::default()
             };
             let mut last = None;
             let res = median_wall(args.reps, || {
@@ -510,8 +512,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
                     emit(
                         serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "ours-device", "moduli": o.moduli,
                         "s": t, "tflops": flops / t / 1e12, "speedup_vs_native": t_native / t, "err_comp": e.0, "err_ab": e.1,
-                        "needed_bits": o.needed_bits, "scaling": o.scaling.map(|s| s.name()),
-                        "bits": (o.scaling == Some(ozaki::ScalingMode::Fast)).then(|| ozaki::bits_for(o.moduli as usize, k)),
+                        "estimate": o.estimate, "scaling": o.scaling.map(|s| s.name()),
                         "phases_ns": [o.phases.convert_ns, o.phases.products_ns, o.phases.reconstruct_ns]}),
                     )?;
                 }

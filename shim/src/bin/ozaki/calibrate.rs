@@ -855,6 +855,7 @@ mod gpu {
                         moduli: Some(r as usize),
                         max_block: 0,
                         scaling: None,
+                        ..Options::default()
                     };
                     let mut runs = Vec::new();
                     for i in 0..reps.min(5) + 1 {
