@@ -6,7 +6,7 @@
 //! first call. Initialisation also happens outside these cells, in the crates the routes call
 //! (`ozaki_core`'s CRT plans, `gpu_kernels`' tables and probes, their locks). So both count
 //! as shim work in flight ([`InFlight`]: every call of ours, every [`Lazy`] initialiser),
-//! and the `fork` prepare handler ([`crate::process`]) holds new work back and waits until
+//! and the `fork` prepare handler ([`crate::process`]) holds new calls back and waits until
 //! no other thread has any in flight, for at most [`FORK_WAIT`]: the child then copies
 //! nothing half done. Work that runs longer (a large GPU call) lets the fork proceed after
 //! that wait.
@@ -42,12 +42,22 @@ fn me() -> usize {
 pub struct InFlight(());
 
 impl InFlight {
-    /// Counts work in; waits (at most [`FORK_WAIT`]) while a fork is being prepared.
+    /// Counts a call in; waits (at most [`FORK_WAIT`]) while a fork is being prepared.
     pub fn begin() -> InFlight {
+        Self::count(true)
+    }
+
+    /// Counts an initialiser in, without waiting for a fork being prepared: the work the fork
+    /// waits for may itself wait for this initialiser (a call waiting for the GPU start's).
+    fn initialiser() -> InFlight {
+        Self::count(false)
+    }
+
+    fn count(hold_back: bool) -> InFlight {
         let since = Instant::now();
         loop {
             IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-            if FORKING.load(Ordering::SeqCst) == 0 || since.elapsed() > FORK_WAIT {
+            if !hold_back || FORKING.load(Ordering::SeqCst) == 0 || since.elapsed() > FORK_WAIT {
                 break;
             }
             IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
@@ -118,7 +128,7 @@ impl<T> Lazy<T> {
         if self.owner.load(Ordering::Acquire) == me() {
             return None;
         }
-        let _work = InFlight::begin();
+        let _work = InFlight::initialiser();
         struct Clear<'a>(&'a AtomicUsize);
         impl Drop for Clear<'_> {
             fn drop(&mut self) {
