@@ -241,8 +241,11 @@ pub struct CallRecord {
     pub beta: f64,
     /// Whether the symbol takes 64-bit integers.
     pub ilp64: bool,
-    /// Route that produced C (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`,
-    /// `xerbla` for an illegal argument, `quick` for a reference quick return).
+    /// Route that produced C (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`),
+    /// or what the reference checks say of the call: `xerbla` for an illegal argument,
+    /// `quick` for a reference quick return. The shim computes neither: they go to the
+    /// vendor BLAS unchanged (its checks and handlers decide), or, with no vendor, get the
+    /// reference's report or quick return.
     pub route: String,
     /// Why the call fell back from the requested route, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -270,7 +273,8 @@ pub struct CallRecord {
     /// A/B comparison against the vendor BLAS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ab: Option<AbResult>,
-    /// Reference BLAS error code (parameter position) of an illegal call (`route` = `xerbla`).
+    /// Reference BLAS error code (parameter position) of an illegal call (`route` = `xerbla`),
+    /// whatever the vendor made of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub info: Option<i64>,
     /// Vendor library of `sym`, on the first record of a symbol resolved after the header

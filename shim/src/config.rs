@@ -10,16 +10,17 @@
 //! | `OZAKI_ROUTE=ROUTE` | `auto` or a route name (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`) | `vendor` |
 //! | `OZAKI_MODULI=N` | forced number of moduli for the emulated routes, 2 to 20 (other values are reported and ignored) | the route's choice |
 //! | `OZAKI_THREADS=N` | worker threads of the CPU emulation (`cpu-ozaki`) | the vendor BLAS's own thread count (`route::threads`: OpenBLAS/MKL/OpenMP limits, threadpoolctl's included), else `OPENBLAS_NUM_THREADS`/`MKL_NUM_THREADS`/`OMP_NUM_THREADS`, else every core |
-//! | `OZAKI_SCALING=fast\|norm\|accurate` | scaling bound of the emulated routes (`ozaki_core::scaling`; gpu-ozaki runs `accurate` as `norm`) | `norm` on the GPU, `accurate` on the CPU |
+//! | `OZAKI_SCALING=fast\|norm\|accurate` | scaling bound of the emulated routes (`ozaki_core::scaling`; gpu-ozaki runs `accurate` as `norm`) | `norm` |
+//! | `OZAKI_ACCURACY=default\|normwise\|guaranteed` | the accuracy rule of the emulated routes (`ozaki_core::rule`): the componentwise estimate against native fp64, Ozaki-II's normwise bound, or the deterministic componentwise bound within fp64's `γ_k` | `default` |
 //! | `OZAKI_VENDOR_BLAS=/path/lib.so` | the BLAS to forward to, before any other lookup | found automatically |
 //! | `OZAKI_LOG=FILTER` | `tracing` filter for diagnostics on stderr (e.g. `info`, `ozaki_shim=debug`) | silent |
 //! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles (issue #7) | the engine decides |
 //! | `OZAKI_GPU_START=background\|blocking` | with `auto`, how the first call that may use the GPU starts it: on a background thread while calls run on the vendor BLAS, or inside that call, which waits for it (`route::start`) | `background` |
 
+use crate::lazy::Lazy;
 use ozaki_core::route::{Route, RouteRequest};
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 /// The environment variables as found.
 #[derive(Debug, Default, Clone)]
@@ -34,6 +35,8 @@ pub struct RawConfig {
     pub moduli: Option<OsString>,
     /// `OZAKI_SCALING`.
     pub scaling: Option<OsString>,
+    /// `OZAKI_ACCURACY`.
+    pub accuracy: Option<OsString>,
     /// `OZAKI_VENDOR_BLAS`.
     pub vendor_blas: Option<OsString>,
     /// `OZAKI_LOG`.
@@ -56,6 +59,7 @@ impl RawConfig {
             route: var("OZAKI_ROUTE"),
             moduli: var("OZAKI_MODULI"),
             scaling: var("OZAKI_SCALING"),
+            accuracy: var("OZAKI_ACCURACY"),
             vendor_blas: var("OZAKI_VENDOR_BLAS"),
             log: var("OZAKI_LOG"),
             split: var("OZAKI_SPLIT"),
@@ -78,6 +82,8 @@ pub struct Config {
     pub moduli: Option<u32>,
     /// Scaling bound of the emulated routes (`OZAKI_SCALING`; `None`: each route's default).
     pub scaling: Option<ozaki_core::scaling::ScalingMode>,
+    /// The accuracy rule's mode (`OZAKI_ACCURACY`).
+    pub accuracy: ozaki_core::rule::Accuracy,
     /// Vendor library to forward to (`OZAKI_VENDOR_BLAS`).
     pub vendor_blas: Option<PathBuf>,
     /// Diagnostics filter (`OZAKI_LOG`).
@@ -157,6 +163,13 @@ impl Config {
                 .map_err(|e| problems.push(format!("OZAKI_SCALING: {e}; ignored")))
                 .ok()
         });
+        let accuracy = text(&raw.accuracy)
+            .and_then(|s| {
+                s.parse()
+                    .map_err(|e| problems.push(format!("OZAKI_ACCURACY: {e}; using default")))
+                    .ok()
+            })
+            .unwrap_or_default();
         let trace_argv = match text(&raw.trace_argv).map(|s| s.trim().to_ascii_lowercase()) {
             None => true,
             Some(v) => match v.as_str() {
@@ -198,6 +211,7 @@ impl Config {
             route,
             moduli,
             scaling,
+            accuracy,
             vendor_blas: raw.vendor_blas.as_ref().map(PathBuf::from),
             log: text(&raw.log),
             split,
@@ -213,7 +227,7 @@ impl Config {
     }
 }
 
-static CONFIG: OnceLock<Config> = OnceLock::new();
+static CONFIG: Lazy<Config> = Lazy::new();
 
 /// The settings, read from the environment at the first call.
 pub fn get() -> &'static Config {
@@ -397,5 +411,25 @@ mod tests {
         assert_eq!(c.scaling, None);
         assert!(p.len() == 1 && p[0].contains("OZAKI_SCALING"), "{p:?}");
         assert_eq!(Config::from_raw(&RawConfig::default()).0.scaling, None);
+    }
+
+    #[test]
+    fn accuracy_is_parsed_and_a_bad_value_is_reported_and_defaults() {
+        use ozaki_core::rule::Accuracy;
+        let with = |v: &str| {
+            Config::from_raw(&RawConfig {
+                accuracy: Some(v.into()),
+                ..RawConfig::default()
+            })
+        };
+        assert_eq!(with("normwise").0.accuracy, Accuracy::Normwise);
+        assert_eq!(with(" guaranteed").0.accuracy, Accuracy::Guaranteed);
+        let (c, p) = with("loose");
+        assert_eq!(c.accuracy, Accuracy::Default);
+        assert!(p.len() == 1 && p[0].contains("OZAKI_ACCURACY"), "{p:?}");
+        assert_eq!(
+            Config::from_raw(&RawConfig::default()).0.accuracy,
+            Accuracy::Default
+        );
     }
 }

@@ -99,26 +99,13 @@ fn set_origin() {
     ORIGIN_UNIX_S.store(unix.to_bits(), Ordering::Relaxed);
 }
 
-/// Runs when the library is loaded: takes the clock origin and registers the `fork` and
-/// `exit` handlers. It does nothing else (symbols are resolved lazily, see `forward`).
-extern "C" fn on_load() {
+/// Load-time set-up of the trace clock: takes the clock origin and this process's pid
+/// ([`crate::process`] runs it once, from the constructor or from a call made before it).
+pub(crate) fn on_load() {
     set_origin();
     // SAFETY: getpid has no preconditions.
     LOAD_PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
-    // SAFETY: the handlers are `extern "C" fn()` that live for the whole process.
-    unsafe {
-        libc::pthread_atfork(
-            Some(before_fork),
-            Some(after_fork_parent),
-            Some(after_fork_child),
-        );
-        libc::atexit(flush_at_exit);
-    }
 }
-
-#[used]
-#[unsafe(link_section = ".init_array")]
-static ON_LOAD: extern "C" fn() = on_load;
 
 /// Start of one recorded call.
 #[derive(Debug, Clone, Copy)]
@@ -742,24 +729,24 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
 // ---------------------------------------------------------------------------------------
 // Process events
 
-extern "C" fn flush_at_exit() {
+pub(crate) fn flush_at_exit() {
     let mut sink = lock();
     sink.flush();
     sink.write_through = true;
 }
 
-extern "C" fn before_fork() {
+pub(crate) fn before_fork() {
     // Hold the sink across fork() so the child never inherits it locked by another thread.
     // SAFETY: statically initialised mutex; released in both after_fork handlers.
     unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
 }
 
-extern "C" fn after_fork_parent() {
+pub(crate) fn after_fork_parent() {
     // SAFETY: locked in before_fork by this thread.
     unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
 }
 
-extern "C" fn after_fork_child() {
+pub(crate) fn after_fork_child() {
     // SAFETY: the mutex is held by this (the only) thread since before_fork.
     let sink = unsafe { &mut *SHARED.sink.get() };
     if sink.state == State::Open {

@@ -38,16 +38,30 @@ struct Args {
     /// How many of the shapes with the most work to list.
     #[arg(long, default_value_t = 10, value_name = "N")]
     top: usize,
+    /// Print the totals as one JSON object instead (calls, GFLOP, time inside BLAS, busy
+    /// time, calls in flight, per route, fallbacks).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let args = Args::parse_from(args);
-    let mut summary = Summary::default();
-    for p in &args.traces {
-        summary.add_path(p)?;
-    }
     let stdout = std::io::stdout();
-    summary.write(&mut stdout.lock(), args.top)?;
+    if args.json {
+        // The JSON totals include each file's occupancy, which needs its calls in hand.
+        let loaded = args
+            .traces
+            .iter()
+            .map(|p| load(p))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        crate::summary_json::render(&mut stdout.lock(), &loaded)?;
+    } else {
+        let mut summary = Summary::default();
+        for p in &args.traces {
+            summary.add_path(p)?;
+        }
+        summary.write(&mut stdout.lock(), args.top)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -109,14 +123,18 @@ fn notes(path: &Path, skipped: &[SkippedLine], empty: bool) -> Vec<String> {
 
 /// Per-group totals.
 #[derive(Debug, Default, Clone, Copy)]
-struct Totals {
-    calls: u64,
-    flops: f64,
-    ns: u64,
+pub struct Totals {
+    /// Calls.
+    pub calls: u64,
+    /// Floating-point operations.
+    pub flops: f64,
+    /// Time inside the shim, summed over calls.
+    pub ns: u64,
 }
 
 impl Totals {
-    fn add(&mut self, c: &CallRecord) {
+    /// Counts one call.
+    pub fn add(&mut self, c: &CallRecord) {
         self.calls += 1;
         self.flops += c.flops();
         self.ns += c.dur_ns;
