@@ -112,7 +112,12 @@ impl NbarStats {
     /// Computes the statistics; `None` when the calls do no floating-point work at all
     /// (no calls, or only empty ones such as k = 0 quick returns).
     pub fn of<'a>(calls: impl IntoIterator<Item = &'a CallRecord>) -> Option<NbarStats> {
-        let samples = WeightedSamples::new(calls.into_iter().map(|c| (c.nbar(), c.flops())));
+        NbarStats::of_samples(calls.into_iter().map(|c| (c.nbar(), c.flops())))
+    }
+
+    /// The same from `(nbar, flops)` pairs, for readers that keep no call records.
+    pub fn of_samples(samples: impl IntoIterator<Item = (f64, f64)>) -> Option<NbarStats> {
+        let samples = WeightedSamples::new(samples);
         Some(NbarStats {
             q1: samples.quantile(0.25)?,
             median: samples.quantile(0.5)?,

@@ -462,10 +462,28 @@ impl Trace {
     ///   skipping would misread the calls after it);
     /// - lines were skipped and not one parsed: not a trace.
     pub fn read_lenient(
-        mut reader: impl std::io::BufRead,
+        reader: impl std::io::BufRead,
     ) -> Result<(Trace, Vec<SkippedLine>), TraceError> {
         let mut trace = Trace::default();
+        let skipped = Trace::scan_lenient(reader, |line| match line {
+            Line::Header(h) => trace.headers.push(h),
+            Line::Call(c) => trace.calls.push(*c),
+        })?;
+        Ok((trace, skipped))
+    }
+
+    /// [`Trace::read_lenient`] without keeping the records: each line that parses is handed
+    /// to `on_line` as it is read, so a reader that only adds things up needs memory for its
+    /// totals, not for the trace.
+    ///
+    /// # Errors
+    /// As [`Trace::read_lenient`].
+    pub fn scan_lenient(
+        mut reader: impl std::io::BufRead,
+        mut on_line: impl FnMut(Line),
+    ) -> Result<Vec<SkippedLine>, TraceError> {
         let mut skipped = Vec::new();
+        let mut parsed = 0usize;
         let mut raw = Vec::new();
         let mut line_no = 0;
         loop {
@@ -491,8 +509,10 @@ impl Trace {
                 continue;
             }
             match parse_line(text.trim_end(), line_no) {
-                Ok(Line::Header(h)) => trace.headers.push(h),
-                Ok(Line::Call(c)) => trace.calls.push(*c),
+                Ok(line) => {
+                    parsed += 1;
+                    on_line(line);
+                }
                 Err(e) if e.message.contains("is newer than this tool") => return Err(e),
                 Err(e) => skipped.push(SkippedLine {
                     line: line_no,
@@ -501,8 +521,7 @@ impl Trace {
                 }),
             }
         }
-        if trace.headers.is_empty()
-            && trace.calls.is_empty()
+        if parsed == 0
             && let Some(first) = skipped.first()
         {
             return Err(TraceError {
@@ -510,7 +529,7 @@ impl Trace {
                 message: format!("{} (no line of this file is a trace record)", first.message),
             });
         }
-        Ok((trace, skipped))
+        Ok(skipped)
     }
 }
 

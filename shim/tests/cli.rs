@@ -339,3 +339,51 @@ fn ab_report_and_report_skip_a_record_with_a_negative_difference() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
+
+#[test]
+fn summary_streams_a_large_trace_in_a_fraction_of_its_size() {
+    let dir = work_dir("cli-large");
+    let path = dir.join("large.jsonl");
+    let header =
+        r#"{"type":"header","schema":2,"pid":1,"exe":"x","shim_version":"0","start_unix_s":0}"#;
+    // Written line by line: a child started with vfork (as `Command` does) inherits the
+    // resident peak of this process, so it must stay small.
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    writeln!(out, "{header}").unwrap();
+    let mut seq = 0u64;
+    let mut size = header.len() + 1;
+    while size < 60 << 20 {
+        // A few hundred distinct shapes, as in real traces (the summary keeps one row each).
+        let (m, n, k) = (1 + seq % 97, 1 + seq % 97, 1 + seq % 5);
+        let line = format!(
+            r#"{{"type":"call","seq":{seq},"t_ns":{seq},"dur_ns":100,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","transa":"N","transb":"T","m":{m},"n":{n},"k":{k},"lda":{m},"ldb":{n},"ldc":{m},"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}}"#
+        );
+        writeln!(out, "{line}").unwrap();
+        size += line.len() + 1;
+        seq += 1;
+    }
+    out.flush().unwrap();
+    drop(out);
+    let child = ozaki()
+        .arg("summary")
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // wait4 rather than Child::wait, for the resident peak of this one child.
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, with valid out-pointers.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    let peak = usage.ru_maxrss as usize * 1024;
+    assert!(
+        peak < size / 2,
+        "ozaki summary peaked at {} MiB for a {} MiB trace of {seq} calls",
+        peak >> 20,
+        size >> 20
+    );
+}

@@ -449,17 +449,14 @@ fn print_summary(pattern: &Path, since: std::time::SystemTime, keep: bool) {
         );
         return;
     }
-    let mut loaded = Vec::new();
+    let mut all = summary::Summary::default();
     for f in &files {
-        match summary::load(f) {
-            Ok(l) => loaded.push(l),
-            Err(e) => {
-                let _ = writeln!(err, "ozaki run: {e:#}");
-            }
+        if let Err(e) = all.add_path(f) {
+            let _ = writeln!(err, "ozaki run: {e:#}");
         }
     }
     let _ = writeln!(err);
-    let _ = summary::render(&mut err, &loaded, 10);
+    let _ = all.write(&mut err, 10);
     if keep {
         let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
         let _ = writeln!(err, "\ntrace: {}", names.join(" "));

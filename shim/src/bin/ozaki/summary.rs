@@ -16,7 +16,9 @@
 
 use clap::Parser;
 use ozaki_core::stats::{NbarStats, SMALL_NBAR};
-use ozaki_core::trace::{CallRecord, DuringStart, Layout, Routine, Trace};
+use ozaki_core::trace::{
+    CallRecord, DuringStart, Header, Layout, Line, Routine, SkippedLine, Trace,
+};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -44,24 +46,27 @@ struct Args {
 
 pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let args = Args::parse_from(args);
-    let loaded = args
-        .traces
-        .iter()
-        .map(|p| load(p))
-        .collect::<anyhow::Result<Vec<_>>>()?;
     let stdout = std::io::stdout();
     if args.json {
+        // The JSON totals include each file's occupancy, which needs its calls in hand.
+        let loaded = args
+            .traces
+            .iter()
+            .map(|p| load(p))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         crate::summary_json::render(&mut stdout.lock(), &loaded)?;
     } else {
-        render(&mut stdout.lock(), &loaded, args.top)?;
+        let mut summary = Summary::default();
+        for p in &args.traces {
+            summary.add_path(p)?;
+        }
+        summary.write(&mut stdout.lock(), args.top)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// One trace file, read and checked.
 pub struct Loaded {
-    /// Where it was read from.
-    pub path: PathBuf,
     /// Its contents.
     pub trace: Trace,
     /// Things the reader tolerated (a torn last line, an empty file).
@@ -74,10 +79,19 @@ const MAX_SKIP_NOTES: usize = 5;
 /// Reads one trace file; errors carry `path:line:`. Lines that do not parse are skipped with
 /// a note (`ozaki_core::trace::Trace::read_lenient`).
 pub fn load(path: &Path) -> anyhow::Result<Loaded> {
-    let shown = path.display();
     let reader = crate::tracefile::open(path)?;
     let (trace, skipped) = Trace::read_lenient(reader)
-        .map_err(|e| anyhow::anyhow!("{shown}:{}: {}", e.line, e.message))?;
+        .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.line, e.message))?;
+    let empty = trace.headers.is_empty() && trace.calls.is_empty();
+    Ok(Loaded {
+        trace,
+        notes: notes(path, &skipped, empty),
+    })
+}
+
+/// What the reader tolerated in one file, as notes for the user.
+fn notes(path: &Path, skipped: &[SkippedLine], empty: bool) -> Vec<String> {
+    let shown = path.display();
     let mut notes: Vec<String> = skipped
         .iter()
         .take(MAX_SKIP_NOTES)
@@ -101,14 +115,10 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
             skipped.len() - MAX_SKIP_NOTES
         ));
     }
-    if trace.headers.is_empty() && trace.calls.is_empty() {
+    if empty {
         notes.push(format!("{shown}: empty trace"));
     }
-    Ok(Loaded {
-        path: path.to_path_buf(),
-        trace,
-        notes,
-    })
+    notes
 }
 
 /// Per-group totals.
@@ -239,301 +249,380 @@ impl Table {
     }
 }
 
-/// Writes the summary of all `files` taken together.
-pub fn render(out: &mut dyn Write, files: &[Loaded], top: usize) -> std::io::Result<()> {
-    let calls: Vec<&CallRecord> = files.iter().flat_map(|f| &f.trace.calls).collect();
-    let processes: usize = files.iter().map(|f| f.trace.headers.len()).sum();
-    writeln!(
-        out,
-        "ozaki summary: {} trace file(s), {} process(es), {} call(s)",
-        files.len(),
-        processes,
-        calls.len()
-    )?;
-    for f in files {
-        for h in &f.trace.headers {
-            let argv = h
-                .argv
-                .as_ref()
-                .map(|a| format!(" [{}]", a.join(" ")))
-                .unwrap_or_default();
-            let parent = h
-                .parent_pid
-                .map(|p| format!(", forked from {p}"))
-                .unwrap_or_default();
-            let rank = h
-                .rank
-                .map(|r| format!(", MPI rank {r}"))
-                .unwrap_or_default();
-            writeln!(
-                out,
-                "  {}: pid {}{}{} {}{}",
-                f.path.display(),
-                h.pid,
-                rank,
-                parent,
-                h.exe,
-                argv
-            )?;
-        }
-        for note in &f.notes {
-            writeln!(out, "  note: {note}")?;
-        }
-    }
-    let mut vendors: BTreeMap<&str, &str> = BTreeMap::new();
-    for h in files.iter().flat_map(|f| &f.trace.headers) {
-        for (sym, lib) in &h.vendor {
-            vendors.insert(sym, lib);
-        }
-    }
-    for (sym, lib) in &vendors {
-        writeln!(out, "  vendor {sym} -> {lib}")?;
-    }
-    if calls.is_empty() {
-        writeln!(out, "\nNo dgemm/dsyrk calls were recorded.")?;
-        return Ok(());
-    }
+/// Calls that ran on one GPU (a split call counts on each of its devices, its work shared
+/// equally among its tiles, which `split_c` balances).
+#[derive(Debug, Default, Clone, Copy)]
+struct Dev {
+    calls: u64,
+    split: u64,
+    flops: f64,
+}
 
-    let mut all = Totals::default();
-    let mut by_routine: BTreeMap<Routine, Totals> = BTreeMap::new();
-    let mut by_sym: BTreeMap<(&str, Routine), Totals> = BTreeMap::new();
-    let mut by_route: BTreeMap<&str, Totals> = BTreeMap::new();
-    let mut by_shape: BTreeMap<Shape, Totals> = BTreeMap::new();
-    for c in &calls {
-        all.add(c);
-        by_routine.entry(c.routine).or_default().add(c);
-        by_sym
-            .entry((c.sym.as_str(), c.routine))
-            .or_default()
-            .add(c);
-        by_route.entry(c.route.as_str()).or_default().add(c);
-        by_shape.entry(Shape::of(c)).or_default().add(c);
-    }
+/// Calls decided while the GPU was starting, of one kind.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    calls: u64,
+    ns: u64,
+    waited_s: f64,
+}
 
-    writeln!(
-        out,
-        "\nTotal: {} calls, {} GFLOP, {} s inside BLAS ({} GFLOP/s)",
-        all.calls,
-        gflop(all.flops),
-        seconds(all.ns),
-        rate(all.flops, all.ns)
-    )?;
+/// One trace file as the summary keeps it: its headers and its own totals.
+#[derive(Debug)]
+struct FileSeen {
+    path: PathBuf,
+    headers: Vec<Header>,
+    notes: Vec<String>,
+    totals: Totals,
+    devices: BTreeMap<u32, Dev>,
+}
 
-    writeln!(out, "\nPer routine:")?;
-    let mut t = Table::new(&["routine", "calls", "GFLOP", "time s", "GFLOP/s"]);
-    for (r, s) in &by_routine {
-        t.row(vec![
-            routine_name(*r).into(),
-            s.calls.to_string(),
-            gflop(s.flops),
-            seconds(s.ns),
-            rate(s.flops, s.ns),
-        ]);
-    }
-    t.write(out)?;
+/// Everything the summary prints, gathered one call at a time: no call record is kept, so
+/// a trace of any size is summarised in the memory of its totals (plus 16 bytes a call for
+/// the nbar quantiles).
+#[derive(Debug, Default)]
+pub struct Summary {
+    files: Vec<FileSeen>,
+    all: Totals,
+    by_routine: BTreeMap<Routine, Totals>,
+    by_sym: BTreeMap<(String, Routine), Totals>,
+    by_route: BTreeMap<String, Totals>,
+    by_shape: BTreeMap<Shape, Totals>,
+    gpu_start: BTreeMap<&'static str, Seen>,
+    /// (nbar, flops) of every call.
+    nbar: Vec<(f64, f64)>,
+}
 
-    writeln!(out, "\nPer symbol:")?;
-    let mut t = Table::new(&["symbol", "routine", "calls", "GFLOP", "time s"]);
-    for ((sym, r), s) in &by_sym {
-        t.row(vec![
-            sym.to_string(),
-            routine_name(*r).into(),
-            s.calls.to_string(),
-            gflop(s.flops),
-            seconds(s.ns),
-        ]);
-    }
-    t.write(out)?;
-
-    writeln!(out, "\nPer route:")?;
-    let mut t = Table::new(&["route", "calls", "GFLOP", "time s"]);
-    for (route, s) in &by_route {
-        t.row(vec![
-            route.to_string(),
-            s.calls.to_string(),
-            gflop(s.flops),
-            seconds(s.ns),
-        ]);
-    }
-    t.write(out)?;
-
-    write_per_rank(out, files)?;
-    write_per_device(out, files)?;
-    write_gpu_start(out, &calls)?;
-
-    writeln!(out, "\nCall size nbar = 2mn/(m+n), weighted by FLOPs:")?;
-    match NbarStats::of(calls.iter().copied()) {
-        Some(s) => {
-            writeln!(
-                out,
-                "  q1 {:.1}   median {:.1}   q3 {:.1}",
-                s.q1, s.median, s.q3
-            )?;
-            writeln!(
-                out,
-                "  work at nbar <= {SMALL_NBAR}: {}",
-                percent(s.share_small)
-            )?;
-        }
-        None => writeln!(out, "  no floating-point work (all calls were empty)")?,
-    }
-
-    let mut shapes: Vec<(&Shape, &Totals)> = by_shape.iter().collect();
-    // Most work first; ties (e.g. empty calls) by call count, then by shape for a stable order.
-    shapes.sort_by(|a, b| {
-        b.1.flops
-            .total_cmp(&a.1.flops)
-            .then(b.1.calls.cmp(&a.1.calls))
-            .then(a.0.cmp(b.0))
-    });
-    writeln!(
-        out,
-        "\nTop shapes by work ({} of {} distinct):",
-        top.min(shapes.len()),
-        shapes.len()
-    )?;
-    let mut t = Table::new(&["routine", "op", "m", "n", "k", "calls", "GFLOP", "work"]);
-    for (shape, s) in shapes.into_iter().take(top) {
-        let share = if all.flops > 0.0 {
-            percent(s.flops / all.flops)
-        } else {
-            "-".into()
+impl Summary {
+    /// Reads one trace file into the summary as a stream; errors carry `path:line:`.
+    ///
+    /// # Errors
+    /// As [`load`].
+    pub fn add_path(&mut self, path: &Path) -> anyhow::Result<()> {
+        let reader = crate::tracefile::open(path)?;
+        let file = self.add_file(path, Vec::new());
+        let mut lines = 0usize;
+        let skipped = Trace::scan_lenient(reader, |line| {
+            lines += 1;
+            match line {
+                Line::Header(h) => self.files[file].headers.push(h),
+                Line::Call(c) => self.add_call(file, &c),
+            }
+        });
+        let skipped = match skipped {
+            Ok(s) => s,
+            Err(e) => {
+                self.files.pop();
+                anyhow::bail!("{}:{}: {}", path.display(), e.line, e.message);
+            }
         };
-        t.row(vec![
-            routine_name(shape.routine).into(),
-            shape.ops.clone(),
-            shape.m.to_string(),
-            shape.n.to_string(),
-            shape.k.to_string(),
-            s.calls.to_string(),
-            gflop(s.flops),
-            share,
-        ]);
+        self.files[file].notes = notes(path, &skipped, lines == 0);
+        Ok(())
     }
-    t.write(out)
-}
 
-/// Per-rank totals when the files come from MPI ranks (issue #7), so load imbalance and a
-/// rank that missed the shim show up. A file counts for the rank in its first header.
-fn write_per_rank(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> {
-    let mut by_rank: BTreeMap<(Option<u32>, &str), Totals> = BTreeMap::new();
-    for f in files {
-        let h = f.trace.headers.first();
-        let totals = by_rank
-            .entry((
-                h.and_then(|h| h.rank),
-                h.and_then(|h| h.host.as_deref()).unwrap_or("-"),
-            ))
-            .or_default();
-        f.trace.calls.iter().for_each(|c| totals.add(c));
+    fn add_file(&mut self, path: &Path, notes: Vec<String>) -> usize {
+        self.files.push(FileSeen {
+            path: path.to_path_buf(),
+            headers: Vec::new(),
+            notes,
+            totals: Totals::default(),
+            devices: BTreeMap::new(),
+        });
+        self.files.len() - 1
     }
-    if !by_rank.keys().any(|(rank, _)| rank.is_some()) {
-        return Ok(());
-    }
-    writeln!(out, "\nPer MPI rank:")?;
-    let mut t = Table::new(&["rank", "host", "calls", "GFLOP", "time s"]);
-    for ((rank, host), s) in &by_rank {
-        let rank = rank.map_or("-".to_string(), |r| r.to_string());
-        t.row(vec![
-            rank,
-            host.to_string(),
-            s.calls.to_string(),
-            gflop(s.flops),
-            seconds(s.ns),
-        ]);
-    }
-    t.write(out)
-}
 
-/// Per-GPU counts (issue #7): every call a GPU route ran, by host and device ordinal; a
-/// split call counts on each of its devices (`split calls`), with its work shared equally
-/// among its tiles (`split_c` balances them). Absent when no call ran on a GPU.
-fn write_per_device(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> {
-    #[derive(Default)]
-    struct Dev {
-        calls: u64,
-        split: u64,
-        flops: f64,
-    }
-    let mut by_dev: BTreeMap<(&str, u32), Dev> = BTreeMap::new();
-    for f in files {
-        let host = f
-            .trace
-            .headers
-            .first()
-            .and_then(|h| h.host.as_deref())
-            .unwrap_or("-");
-        for c in &f.trace.calls {
-            let list = match (&c.devices, c.device) {
-                (Some(list), _) if !list.is_empty() => list.clone(),
-                (_, Some(d)) => vec![d],
-                _ => continue,
-            };
-            let share = c.flops() / list.len() as f64;
-            for d in list.iter().copied() {
-                let e = by_dev.entry((host, d)).or_default();
-                e.calls += 1;
-                e.split += u64::from(list.len() > 1);
-                e.flops += share;
+    fn add_call(&mut self, file: usize, c: &CallRecord) {
+        self.all.add(c);
+        self.by_routine.entry(c.routine).or_default().add(c);
+        match self.by_sym.get_mut(&(c.sym.clone(), c.routine)) {
+            Some(t) => t.add(c),
+            None => {
+                let mut t = Totals::default();
+                t.add(c);
+                self.by_sym.insert((c.sym.clone(), c.routine), t);
             }
         }
+        match self.by_route.get_mut(c.route.as_str()) {
+            Some(t) => t.add(c),
+            None => {
+                let mut t = Totals::default();
+                t.add(c);
+                self.by_route.insert(c.route.clone(), t);
+            }
+        }
+        self.by_shape.entry(Shape::of(c)).or_default().add(c);
+        self.nbar.push((c.nbar(), c.flops()));
+        let f = &mut self.files[file];
+        f.totals.add(c);
+        let list = match (&c.devices, c.device) {
+            (Some(list), _) if !list.is_empty() => list.clone(),
+            (_, Some(d)) => vec![d],
+            _ => Vec::new(),
+        };
+        for &d in &list {
+            let e = f.devices.entry(d).or_default();
+            e.calls += 1;
+            e.split += u64::from(list.len() > 1);
+            e.flops += c.flops() / list.len() as f64;
+        }
+        if let Some(n) = c.engine.as_ref().and_then(|e| e.gpu_start.as_ref()) {
+            let key = match n.during {
+                DuringStart::Vendor => "ran on the vendor BLAS while the GPU started",
+                DuringStart::Waited => "waited for the GPU start",
+                DuringStart::Failed => "ran on the vendor BLAS, the GPU could not be started",
+            };
+            let e = self.gpu_start.entry(key).or_default();
+            e.calls += 1;
+            e.ns += c.dur_ns;
+            e.waited_s += n.waited_s.unwrap_or(0.0);
+        }
     }
-    if by_dev.is_empty() {
-        return Ok(());
-    }
-    writeln!(out, "\nPer GPU:")?;
-    let mut t = Table::new(&["host", "gpu", "calls", "split calls", "GFLOP"]);
-    for ((host, d), e) in &by_dev {
-        t.row(vec![
-            host.to_string(),
-            d.to_string(),
-            e.calls.to_string(),
-            e.split.to_string(),
-            gflop(e.flops),
-        ]);
-    }
-    t.write(out)
-}
 
-/// What the GPU start cost the program (trace field `engine.gpu_start`, `OZAKI_ROUTE=auto`):
-/// the calls that ran on the vendor BLAS while it was under way, those that waited for it and
-/// how long, and those that found it failed. Absent when no call saw a start.
-fn write_gpu_start(out: &mut dyn Write, calls: &[&CallRecord]) -> std::io::Result<()> {
-    #[derive(Default)]
-    struct Seen {
-        calls: u64,
-        ns: u64,
-        waited_s: f64,
+    /// Writes the summary of everything added.
+    pub fn write(&self, out: &mut dyn Write, top: usize) -> std::io::Result<()> {
+        let processes: usize = self.files.iter().map(|f| f.headers.len()).sum();
+        writeln!(
+            out,
+            "ozaki summary: {} trace file(s), {} process(es), {} call(s)",
+            self.files.len(),
+            processes,
+            self.all.calls
+        )?;
+        for f in &self.files {
+            for h in &f.headers {
+                let argv = h
+                    .argv
+                    .as_ref()
+                    .map(|a| format!(" [{}]", a.join(" ")))
+                    .unwrap_or_default();
+                let parent = h
+                    .parent_pid
+                    .map(|p| format!(", forked from {p}"))
+                    .unwrap_or_default();
+                let rank = h
+                    .rank
+                    .map(|r| format!(", MPI rank {r}"))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "  {}: pid {}{}{} {}{}",
+                    f.path.display(),
+                    h.pid,
+                    rank,
+                    parent,
+                    h.exe,
+                    argv
+                )?;
+            }
+            for note in &f.notes {
+                writeln!(out, "  note: {note}")?;
+            }
+        }
+        let mut vendors: BTreeMap<&str, &str> = BTreeMap::new();
+        for h in self.files.iter().flat_map(|f| &f.headers) {
+            for (sym, lib) in &h.vendor {
+                vendors.insert(sym, lib);
+            }
+        }
+        for (sym, lib) in &vendors {
+            writeln!(out, "  vendor {sym} -> {lib}")?;
+        }
+        if self.all.calls == 0 {
+            writeln!(out, "\nNo dgemm/dsyrk calls were recorded.")?;
+            return Ok(());
+        }
+        let all = self.all;
+        writeln!(
+            out,
+            "\nTotal: {} calls, {} GFLOP, {} s inside BLAS ({} GFLOP/s)",
+            all.calls,
+            gflop(all.flops),
+            seconds(all.ns),
+            rate(all.flops, all.ns)
+        )?;
+
+        writeln!(out, "\nPer routine:")?;
+        let mut t = Table::new(&["routine", "calls", "GFLOP", "time s", "GFLOP/s"]);
+        for (r, s) in &self.by_routine {
+            t.row(vec![
+                routine_name(*r).into(),
+                s.calls.to_string(),
+                gflop(s.flops),
+                seconds(s.ns),
+                rate(s.flops, s.ns),
+            ]);
+        }
+        t.write(out)?;
+
+        writeln!(out, "\nPer symbol:")?;
+        let mut t = Table::new(&["symbol", "routine", "calls", "GFLOP", "time s"]);
+        for ((sym, r), s) in &self.by_sym {
+            t.row(vec![
+                sym.clone(),
+                routine_name(*r).into(),
+                s.calls.to_string(),
+                gflop(s.flops),
+                seconds(s.ns),
+            ]);
+        }
+        t.write(out)?;
+
+        writeln!(out, "\nPer route:")?;
+        let mut t = Table::new(&["route", "calls", "GFLOP", "time s"]);
+        for (route, s) in &self.by_route {
+            t.row(vec![
+                route.clone(),
+                s.calls.to_string(),
+                gflop(s.flops),
+                seconds(s.ns),
+            ]);
+        }
+        t.write(out)?;
+
+        self.write_per_rank(out)?;
+        self.write_per_device(out)?;
+        self.write_gpu_start(out)?;
+
+        writeln!(out, "\nCall size nbar = 2mn/(m+n), weighted by FLOPs:")?;
+        match NbarStats::of_samples(self.nbar.iter().copied()) {
+            Some(s) => {
+                writeln!(
+                    out,
+                    "  q1 {:.1}   median {:.1}   q3 {:.1}",
+                    s.q1, s.median, s.q3
+                )?;
+                writeln!(
+                    out,
+                    "  work at nbar <= {SMALL_NBAR}: {}",
+                    percent(s.share_small)
+                )?;
+            }
+            None => writeln!(out, "  no floating-point work (all calls were empty)")?,
+        }
+
+        let mut shapes: Vec<(&Shape, &Totals)> = self.by_shape.iter().collect();
+        // Most work first; ties (e.g. empty calls) by call count, then by shape for a stable order.
+        shapes.sort_by(|a, b| {
+            b.1.flops
+                .total_cmp(&a.1.flops)
+                .then(b.1.calls.cmp(&a.1.calls))
+                .then(a.0.cmp(b.0))
+        });
+        writeln!(
+            out,
+            "\nTop shapes by work ({} of {} distinct):",
+            top.min(shapes.len()),
+            shapes.len()
+        )?;
+        let mut t = Table::new(&["routine", "op", "m", "n", "k", "calls", "GFLOP", "work"]);
+        for (shape, s) in shapes.into_iter().take(top) {
+            let share = if all.flops > 0.0 {
+                percent(s.flops / all.flops)
+            } else {
+                "-".into()
+            };
+            t.row(vec![
+                routine_name(shape.routine).into(),
+                shape.ops.clone(),
+                shape.m.to_string(),
+                shape.n.to_string(),
+                shape.k.to_string(),
+                s.calls.to_string(),
+                gflop(s.flops),
+                share,
+            ]);
+        }
+        t.write(out)
     }
-    let mut by: BTreeMap<&str, Seen> = BTreeMap::new();
-    for c in calls {
-        let Some(n) = c.engine.as_ref().and_then(|e| e.gpu_start.as_ref()) else {
-            continue;
-        };
-        let key = match n.during {
-            DuringStart::Vendor => "ran on the vendor BLAS while the GPU started",
-            DuringStart::Waited => "waited for the GPU start",
-            DuringStart::Failed => "ran on the vendor BLAS, the GPU could not be started",
-        };
-        let e = by.entry(key).or_default();
-        e.calls += 1;
-        e.ns += c.dur_ns;
-        e.waited_s += n.waited_s.unwrap_or(0.0);
+
+    /// Per-rank totals when the files come from MPI ranks (issue #7), so load imbalance and
+    /// a rank that missed the shim show up. A file counts for the rank in its first header.
+    fn write_per_rank(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let mut by_rank: BTreeMap<(Option<u32>, &str), Totals> = BTreeMap::new();
+        for f in &self.files {
+            let h = f.headers.first();
+            let totals = by_rank
+                .entry((
+                    h.and_then(|h| h.rank),
+                    h.and_then(|h| h.host.as_deref()).unwrap_or("-"),
+                ))
+                .or_default();
+            totals.calls += f.totals.calls;
+            totals.flops += f.totals.flops;
+            totals.ns += f.totals.ns;
+        }
+        if !by_rank.keys().any(|(rank, _)| rank.is_some()) {
+            return Ok(());
+        }
+        writeln!(out, "\nPer MPI rank:")?;
+        let mut t = Table::new(&["rank", "host", "calls", "GFLOP", "time s"]);
+        for ((rank, host), s) in &by_rank {
+            let rank = rank.map_or("-".to_string(), |r| r.to_string());
+            t.row(vec![
+                rank,
+                host.to_string(),
+                s.calls.to_string(),
+                gflop(s.flops),
+                seconds(s.ns),
+            ]);
+        }
+        t.write(out)
     }
-    if by.is_empty() {
-        return Ok(());
+
+    /// Per-GPU counts (issue #7): every call a GPU route ran, by host and device ordinal; a
+    /// split call counts on each of its devices (`split calls`). Absent when no call ran on
+    /// a GPU.
+    fn write_per_device(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let mut by_dev: BTreeMap<(&str, u32), Dev> = BTreeMap::new();
+        for f in &self.files {
+            let host = f
+                .headers
+                .first()
+                .and_then(|h| h.host.as_deref())
+                .unwrap_or("-");
+            for (&d, seen) in &f.devices {
+                let e = by_dev.entry((host, d)).or_default();
+                e.calls += seen.calls;
+                e.split += seen.split;
+                e.flops += seen.flops;
+            }
+        }
+        if by_dev.is_empty() {
+            return Ok(());
+        }
+        writeln!(out, "\nPer GPU:")?;
+        let mut t = Table::new(&["host", "gpu", "calls", "split calls", "GFLOP"]);
+        for ((host, d), e) in &by_dev {
+            t.row(vec![
+                host.to_string(),
+                d.to_string(),
+                e.calls.to_string(),
+                e.split.to_string(),
+                gflop(e.flops),
+            ]);
+        }
+        t.write(out)
     }
-    writeln!(out, "\nGPU start (calls decided before the GPU was up):")?;
-    let mut t = Table::new(&["calls that", "calls", "time s", "of it waiting s"]);
-    for (what, e) in &by {
-        t.row(vec![
-            what.to_string(),
-            e.calls.to_string(),
-            seconds(e.ns),
-            format!("{:.4}", e.waited_s),
-        ]);
+
+    /// What the GPU start cost the program (trace field `engine.gpu_start`,
+    /// `OZAKI_ROUTE=auto`): the calls that ran on the vendor BLAS while it was under way,
+    /// those that waited for it and how long, and those that found it failed. Absent when no
+    /// call saw a start.
+    fn write_gpu_start(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        if self.gpu_start.is_empty() {
+            return Ok(());
+        }
+        writeln!(out, "\nGPU start (calls decided before the GPU was up):")?;
+        let mut t = Table::new(&["calls that", "calls", "time s", "of it waiting s"]);
+        for (what, e) in &self.gpu_start {
+            t.row(vec![
+                what.to_string(),
+                e.calls.to_string(),
+                seconds(e.ns),
+                format!("{:.4}", e.waited_s),
+            ]);
+        }
+        t.write(out)
     }
-    t.write(out)
 }
 
 #[cfg(test)]
@@ -575,9 +664,10 @@ mod tests {
     }
 
     fn summary_of(text: &str, name: &str) -> String {
-        let f = load(&write_tmp(name, text)).unwrap();
+        let mut summary = Summary::default();
+        summary.add_path(&write_tmp(name, text)).unwrap();
         let mut out = Vec::new();
-        render(&mut out, &[f], 10).unwrap();
+        summary.write(&mut out, 10).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -707,12 +797,11 @@ mod tests {
             call(0, "dgemm_", "dgemm", 10, 10, 10, 1000),
             call(1, "dgemm_", "dgemm", 10, 10, 10, 1000)
         );
-        let files = [
-            load(&write_tmp("r-1.jsonl", &r1)).unwrap(),
-            load(&write_tmp("r-0.jsonl", &r0)).unwrap(),
-        ];
+        let mut summary = Summary::default();
+        summary.add_path(&write_tmp("r-1.jsonl", &r1)).unwrap();
+        summary.add_path(&write_tmp("r-0.jsonl", &r0)).unwrap();
         let mut out = Vec::new();
-        render(&mut out, &files, 10).unwrap();
+        summary.write(&mut out, 10).unwrap();
         let s = String::from_utf8(out).unwrap();
         assert!(
             s.contains("2 trace file(s), 2 process(es), 3 call(s)"),
