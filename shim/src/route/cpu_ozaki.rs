@@ -2,12 +2,14 @@
 //! over [`ozaki_core::emulate`], which holds the numerics and their documentation.
 //!
 //! - `OZAKI_MODULI=N` forces the moduli count (`2..=20`; other values fall back with the
-//!   reason "invalid moduli count"); otherwise it is chosen per call
-//!   ([`ozaki_core::select`]: no worse than native fp64).
+//!   reason "invalid moduli count"); otherwise it is chosen per call by the accuracy rule
+//!   ([`ozaki_core::rule`], `OZAKI_ACCURACY`), right after the scan.
 //! - `OZAKI_SCALING=fast|norm|accurate` picks the scaling bound (`ozaki_core::scaling`;
-//!   default accurate).
-//! - Every [`Fallback`] (NaN/Inf, exponent range, accuracy target unreachable, spread not
-//!   coverable) becomes a [`RouteError`], so the vendor BLAS computes the call from the
+//!   default norm, whose shifts depend on each line alone).
+//! - `OZAKI_THREADS=N` sets the worker threads; without it the vendor BLAS's own limit is
+//!   used ([`super::threads`]), so one-thread MPI ranks do not oversubscribe the node.
+//! - Every [`Fallback`] (NaN/Inf, exponent range, accuracy target unreachable, guaranteed
+//!   bound unreachable, spread not coverable) becomes a [`RouteError`], so the vendor BLAS computes the call from the
 //!   untouched C and the trace's `fallback` field carries the reason;
 //!   [`ozaki_core::emulate`] writes C only once every entry is computed.
 //! - The caller's floating-point exception flags survive the emulation's internal work
@@ -20,7 +22,7 @@
 use super::{RouteError, RouteOutcome};
 use crate::config::Config;
 use ozaki_core::blas::{GemmArgs, SyrkArgs};
-use ozaki_core::emulate::{self, EmulationConfig, EmulationInfo, Fallback, Moduli};
+use ozaki_core::emulate::{self, EmulationConfig, EmulationInfo, Fallback, Moduli, ScalingMode};
 use ozaki_core::trace::Phases;
 
 fn emulation_config(config: &Config) -> EmulationConfig {
@@ -28,9 +30,13 @@ fn emulation_config(config: &Config) -> EmulationConfig {
         Some(n) => Moduli::Fixed(n as usize),
         None => Moduli::Auto,
     };
+    let threads = super::threads::count(config.threads);
+    tracing::debug!(threads, "cpu-ozaki worker threads");
     EmulationConfig {
         moduli,
-        scaling: config.scaling.unwrap_or_default(),
+        scaling: config.scaling.unwrap_or(ScalingMode::Norm),
+        accuracy: config.accuracy,
+        threads,
         ..EmulationConfig::default()
     }
 }
@@ -175,7 +181,10 @@ mod tests {
         assert_eq!(err, RouteError::NonFinite);
         assert_eq!(c, [9.0; 4]);
         let a = [1.0, 2.0, 3.0, 4.0];
-        let err = gemm(&args(&a, &b), &mut c, &config(Some("40"))).unwrap_err();
+        // OZAKI_MODULI itself rejects 40; a count that gets past it still falls back.
+        let mut forced = config(None);
+        forced.moduli = Some(40);
+        let err = gemm(&args(&a, &b), &mut c, &forced).unwrap_err();
         assert!(
             err.reason(Route::CpuOzaki).contains("invalid moduli count"),
             "{}",

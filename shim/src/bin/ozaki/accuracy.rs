@@ -143,7 +143,10 @@ fn gpu_device_run(p: &Problem, config: &Config) -> Result<Outcome, GpuError> {
     let result = {
         let mut g = gpu_kernels::gpu()?;
         let stream = g.stream();
-        gpu_kernels::ozaki::gemm(&mut g, stream, &call, gpu::ozaki_options(config))
+        // SAFETY: `gpu()` made its context current on this thread and `stream` is its own;
+        // `da`, `db` and `dc` are buffers of that context sized for the operands with their
+        // leading dimensions, owned here and alive until `gemm` has synchronised the stream.
+        unsafe { gpu_kernels::ozaki::gemm(&mut g, stream, &call, gpu::ozaki_options(config)) }
     };
     match result {
         Ok(o) => {
