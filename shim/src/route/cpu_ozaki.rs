@@ -162,15 +162,18 @@ mod tests {
         let forced = gemm(&args(&a, &b), &mut c, &config(Some("17"))).unwrap();
         assert_eq!(forced.moduli, Some(17));
         assert_eq!(c, [-2.5, -3.0, 2.75, 5.0]);
-        // the trace's `scaling`: accurate by default, OZAKI_SCALING otherwise
-        assert_eq!(auto.scaling, Some("accurate"));
+        // the trace's `scaling`: norm by default, OZAKI_SCALING otherwise
+        assert_eq!(auto.scaling, Some("norm"));
         let raw = RawConfig {
             route: Some("cpu-ozaki".into()),
-            scaling: Some("norm".into()),
+            scaling: Some("accurate".into()),
             ..RawConfig::default()
         };
-        let norm = gemm(&args(&a, &b), &mut c, &Config::from_raw(&raw).0).unwrap();
-        assert_eq!((norm.scaling, c), (Some("norm"), [-2.5, -3.0, 2.75, 5.0]));
+        let accurate = gemm(&args(&a, &b), &mut c, &Config::from_raw(&raw).0).unwrap();
+        assert_eq!(
+            (accurate.scaling, c),
+            (Some("accurate"), [-2.5, -3.0, 2.75, 5.0])
+        );
     }
 
     #[test]
