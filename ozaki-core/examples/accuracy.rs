@@ -92,7 +92,8 @@ target/release/ozaki accuracy --route gpu-ozaki           # 4096^3 and 8192^3 on
 Per family a table: each call (dgemm transposes, dsyrk triangle/transpose, m x n x k), the
 entries measured (all of C up to 64 x 64 entries, otherwise 64 rows x 64 columns spread over
 C, each with its exact dot product), native's max error, each method's max error with its
-ratio to native's and the moduli it used, or `fallback: reason`. On the GPU route the methods
+ratio to native's and the moduli it used, or `fallback: reason` (or `**FAILED**: error` for
+an error that is not a decline, which breaks the contract). On the GPU route the methods
 are the host-resident forced `gpu-ozaki`, the device-resident pipeline of
 `ozaki_dgemm_device`, and cuBLAS fp64 (shown beside native, not judged). The exit status is
 1 when any call breaks the contract (`**BREAKS**` in its row), 0 otherwise; without a GPU,

@@ -8,7 +8,8 @@
 //! entries is at most `max(NATIVE_FACTOR x native's largest error, FLOOR_ULPS u)`, native
 //! being the standard-order fp64 dot product on the same entries; or the call went to native
 //! fp64 (a fallback, allowed and counted, with its reason). A method that writes a
-//! non-finite value where the exact product is finite has an infinite error.
+//! non-finite value where the exact product is finite has an infinite error; one that fails
+//! without a result (an error that is not a decline) breaks the contract.
 //!
 //! # Measured entries
 //! All of C when it has at most `SAMPLE x SAMPLE` entries; otherwise `SAMPLE` rows and
@@ -248,6 +249,8 @@ pub enum Outcome {
     },
     /// It declined and native fp64 computed the call instead, for this reason.
     Fallback(String),
+    /// It failed without a result (an error that is not a decline): breaks the contract.
+    Failed(String),
 }
 
 /// A method the suite measures.
@@ -272,6 +275,8 @@ pub struct MethodResult {
     pub errors: Result<ErrorStats, String>,
     /// Moduli it reported.
     pub moduli: Option<u32>,
+    /// Whether it failed without a result (`errors` then holds the error).
+    pub failed: bool,
 }
 
 /// Every method's result on one problem.
@@ -295,13 +300,12 @@ impl ProblemReport {
         (NATIVE_FACTOR * self.native.max).max(FLOOR_ULPS * U)
     }
 
-    /// Whether a checked method's result breaks the contract.
+    /// Whether a checked method's result breaks the contract (too large an error, or no
+    /// result at all).
     pub fn breaks(&self, r: &MethodResult) -> bool {
         // NaN compares false: a NaN error breaks it too.
-        r.checked
-            && r.errors
-                .as_ref()
-                .is_ok_and(|e| e.max.is_nan() || e.max > self.bound())
+        let too_large = |e: &ErrorStats| e.max.is_nan() || e.max > self.bound();
+        r.checked && (r.failed || r.errors.as_ref().is_ok_and(too_large))
     }
 
     /// Whether any checked method breaks the contract.
@@ -334,7 +338,7 @@ impl FamilyReport {
         let mut reasons: Vec<String> = Vec::new();
         let mut count = 0;
         for r in self.problems.iter().flat_map(|p| &p.results) {
-            if let (true, Err(why)) = (r.checked, &r.errors) {
+            if let (true, false, Err(why)) = (r.checked, r.failed, &r.errors) {
                 count += 1;
                 if !reasons.contains(why) {
                     reasons.push(why.clone());
@@ -361,15 +365,17 @@ pub fn measure(p: &Problem, methods: &[Method<'_>]) -> ProblemReport {
     let results = methods
         .iter()
         .map(|method| {
-            let (errors, moduli) = match (method.run)(p) {
-                Outcome::Computed { c, moduli } => (Ok(measured.errors(p, &c)), moduli),
-                Outcome::Fallback(why) => (Err(why), None),
+            let (errors, moduli, failed) = match (method.run)(p) {
+                Outcome::Computed { c, moduli } => (Ok(measured.errors(p, &c)), moduli, false),
+                Outcome::Fallback(why) => (Err(why), None, false),
+                Outcome::Failed(why) => (Err(why), None, true),
             };
             MethodResult {
                 name: method.name.clone(),
                 checked: method.checked,
                 errors,
                 moduli,
+                failed,
             }
         })
         .collect();
@@ -450,6 +456,7 @@ pub fn table(report: &FamilyReport) -> String {
                     let flag = if p.breaks(r) { " **BREAKS**" } else { "" };
                     format!(" {} ({ratio}), {moduli}{flag} |", sci(e.max))
                 }
+                Err(why) if r.failed => format!(" **FAILED**: {why} |"),
                 Err(why) => format!(" fallback: {why} |"),
             };
         }
@@ -564,6 +571,15 @@ mod tests {
         };
         let report = run_family(&family("odd-sizes"), &QUICK_SIZES, true, &[hole]);
         assert!(report.problems.iter().all(ProblemReport::broken));
+        // So does one that fails without a result, unlike a fallback.
+        let failing = Method {
+            name: "failing".into(),
+            checked: true,
+            run: Box::new(|_: &Problem| Outcome::Failed("device fault".into())),
+        };
+        let report = run_family(&family("odd-sizes"), &QUICK_SIZES, true, &[failing]);
+        assert!(report.broken() && report.fallbacks().0 == 0);
+        assert!(table(&report).contains("**FAILED**: device fault"));
     }
 
     #[test]

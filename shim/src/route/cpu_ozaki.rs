@@ -166,11 +166,14 @@ mod tests {
         assert_eq!(auto.scaling, Some("norm"));
         let raw = RawConfig {
             route: Some("cpu-ozaki".into()),
-            scaling: Some("fast".into()),
+            scaling: Some("accurate".into()),
             ..RawConfig::default()
         };
-        let norm = gemm(&args(&a, &b), &mut c, &Config::from_raw(&raw).0).unwrap();
-        assert_eq!((norm.scaling, c), (Some("fast"), [-2.5, -3.0, 2.75, 5.0]));
+        let accurate = gemm(&args(&a, &b), &mut c, &Config::from_raw(&raw).0).unwrap();
+        assert_eq!(
+            (accurate.scaling, c),
+            (Some("accurate"), [-2.5, -3.0, 2.75, 5.0])
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 use anyhow::{Result, bail};
 use clap::Parser;
+use gpu_kernels::GpuError;
 use gpu_kernels::ozaki::{DeviceCall, Op as DeviceOp};
 use ozaki_core::accuracy::families::{self, FULL_SIZES, Family, QUICK_SIZES};
 use ozaki_core::accuracy::suite::{
@@ -110,8 +111,8 @@ fn gpu_host<'a>(route: Route, config: &'a Config, name: &str, checked: bool) -> 
 
 /// The device-resident pipeline on device copies of the problem's operands; a decline
 /// (NaN/Inf, a shape or range it does not take) is a fallback, as `ozaki_dgemm_device`
-/// then runs cuBLAS fp64.
-fn gpu_device_run(p: &Problem, config: &Config) -> Result<Outcome, gpu_kernels::GpuError> {
+/// then runs cuBLAS fp64; any other error (upload, CUDA, memory) is a failure.
+fn gpu_device_run(p: &Problem, config: &Config) -> Result<Outcome, GpuError> {
     use gpu_kernels::measure::{download, upload};
     let (m, n, k) = (p.case.m, p.case.n, p.case.k);
     let c0 = fresh_c(p);
@@ -156,7 +157,12 @@ fn gpu_device_run(p: &Problem, config: &Config) -> Result<Outcome, gpu_kernels::
                 moduli: Some(o.moduli),
             })
         }
-        Err(e) => Ok(Outcome::Fallback(format!("device: {e}"))),
+        // A decline: `ozaki_dgemm_device` runs cuBLAS fp64 (its return value 1).
+        Err(e @ (GpuError::NonFinite | GpuError::Unsupported(_))) => {
+            Ok(Outcome::Fallback(format!("device: {e}")))
+        }
+        // Anything else is a failure with no result (its return value 2).
+        Err(e) => Ok(Outcome::Failed(format!("device: {e}"))),
     }
 }
 
@@ -168,7 +174,7 @@ fn gpu_methods(config: &Config) -> Vec<Method<'_>> {
             checked: true,
             run: Box::new(move |p: &Problem| {
                 gpu_kernels::probe::contain("accuracy suite", || gpu_device_run(p, config))
-                    .unwrap_or_else(|e| Outcome::Fallback(format!("device: {e}")))
+                    .unwrap_or_else(|e| Outcome::Failed(format!("device: {e}")))
             }),
         },
         gpu_host(Route::GpuNative, config, "cuBLAS fp64", false),
