@@ -105,7 +105,7 @@ pub const KAPPA: f64 = 3.5;
 
 /// The mass of a line with `n_eff` effective entries is assumed to meet at least
 /// `10^(-RELIABILITY_DIGITS / n_eff)` of the other line's typical entry (module doc).
-pub const RELIABILITY_DIGITS: f64 = 4.0;
+pub const RELIABILITY_DIGITS: f64 = 2.0;
 
 /// Bit patterns at or above this are NaN or infinite.
 pub const NON_FINITE_BITS: u64 = 0x7ff0_0000_0000_0000;
