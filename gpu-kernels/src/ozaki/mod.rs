@@ -237,6 +237,20 @@ impl Pending {
     }
 }
 
+/// Whether op(A)'s rows are contiguous (A transposed), and op(B) as (address, leading
+/// dimension, columns contiguous) for gemm (syrk: none, op(B) = op(A)^T).
+fn operands(call: &DeviceCall) -> (bool, Option<(u64, usize, bool)>) {
+    match call.op {
+        Op::Gemm {
+            transa,
+            transb,
+            b,
+            ldb,
+        } => (transa == Trans::Yes, Some((b, ldb, transb == Trans::No))),
+        Op::Syrk { trans, .. } => (trans == Trans::Yes, None),
+    }
+}
+
 /// Stage 1 of a call: the exponent scan and the line statistics of op(A)'s rows and op(B)'s
 /// columns into `stats` (device memory of [`STAT_SLOTS`] u64 slots of m (+ n) lines, op(A)'s
 /// rows first), enqueued on `stream`.
@@ -247,15 +261,7 @@ fn scan_lines(
     stats: u64,
 ) -> Result<(), GpuError> {
     let (m, n, k) = (call.m, call.n, call.k);
-    let (a_contig, b_operand) = match call.op {
-        Op::Gemm {
-            transa,
-            transb,
-            b,
-            ldb,
-        } => (transa == Trans::Yes, Some((b, ldb, transb == Trans::No))),
-        Op::Syrk { trans, .. } => (trans == Trans::Yes, None),
-    };
+    let (a_contig, b_operand) = operands(call);
     let nb_rows = if b_operand.is_some() { m + n } else { m };
     let (maxbits, abssum, coarse_sq) = (
         stats,
@@ -367,15 +373,7 @@ pub fn enqueue(
     let kpad = round_up(k, 16);
     let syrk = matches!(call.op, Op::Syrk { .. });
     // Element (i, l) of op(A) is contiguous along l when A is transposed.
-    let (a_contig, b_operand) = match call.op {
-        Op::Gemm {
-            transa,
-            transb,
-            b,
-            ldb,
-        } => (transa == Trans::Yes, Some((b, ldb, transb == Trans::No))),
-        Op::Syrk { trans, .. } => (trans == Trans::Yes, None),
-    };
+    let (a_contig, b_operand) = operands(call);
     let uplo = match call.op {
         Op::Syrk {
             uplo: Uplo::Upper, ..
