@@ -2,8 +2,10 @@
 //! reference route `cpu-ozaki` (issue #3; paper brief §1).
 //!
 //! # Pipeline (one call)
-//! 1. **Quick returns** with reference-BLAS semantics: `m = 0` or `n = 0` does nothing;
-//!    `alpha = 0` or `k = 0` sets `C = beta C` (`C = 0` when `beta = 0`) without reading A/B.
+//! 1. **Quick returns** with reference-BLAS semantics: `m = 0` or `n = 0` does nothing; a
+//!    non-finite alpha or beta → [`Fallback::NonFinite`] (native computes `Inf x 0 = NaN`
+//!    where its own loop meets it); `alpha = 0` or `k = 0` sets `C = beta C` (`C = 0` when
+//!    `beta = 0`) without reading A/B.
 //! 2. **Scan** ([`crate::scaling`] step 1): line exponents and the accuracy rule's line
 //!    statistics ([`crate::rule::LineTable`]; norm scaling's `S` among them).
 //! 3. **Decision** ([`crate::rule::choose`]), before any residue or product: NaN/Inf →
@@ -16,10 +18,13 @@
 //!    modulo `m_t` ([`crate::residues`], [`crate::kernel`]).
 //! 5. **Reconstruct** each entry ([`crate::reconstruct`], exact Garner by default or the
 //!    fp64 CRT the GPU uses) as `ĉ_ij = RN(C'_ij 2^-(σ_i + τ_j))`.
-//! 6. **alpha/beta**: with `t = alpha ĉ_ij`, or `t = +0` when `ĉ_ij = 0` (the reference
-//!    loop starts C at +0 and adds products, so an exact zero product is +0 for any alpha),
-//!    `C_ij = t` if `beta = 0` (old C not read), else `t + C_ij` if `beta = 1`, else
-//!    `t + beta C_ij` (each operation one IEEE rounding, no fma).
+//! 6. **alpha/beta** ([`crate::write_back`]): `C_ij = alpha ĉ_ij` if `beta = 0` (old C not
+//!    read), else `alpha ĉ_ij + C_ij` if `beta = 1`, else `alpha ĉ_ij + beta C_ij` (each
+//!    operation one IEEE rounding, no fma); a zero result has the sign the reference BLAS's
+//!    loop for this call gives it (its axpy or dot form).
+//!
+//! Steps 1-5 are [`gemm_product`] / [`syrk_product`] and step 6 is [`Product::write`], so a
+//! caller can keep the floating-point flags of the internal steps from its own caller.
 //!
 //! C is written only in step 6, after every entry has been computed: an error path never
 //! leaves a half-written C. dsyrk computes and writes only the `uplo` triangle, with
@@ -36,6 +41,7 @@ use crate::residues::centred_into;
 use crate::rule::{self, Accuracy, DEFAULT_TARGET_ULPS, LineTable};
 use crate::scaling::{CoarseBounds, Exponents, Scaling, coarse, quantize};
 pub use crate::scaling::{Quantizer, ScalingMode};
+use crate::write_back::{Form, Product as WriteProduct, write_back};
 use std::time::Instant;
 
 /// How many moduli a call uses.
@@ -315,77 +321,97 @@ fn emulate(p: &Packed, cfg: &EmulationConfig, out: &mut [f64]) -> Result<Emulati
     })
 }
 
-/// `C = alpha ĉ + beta C` on the wanted entries (module doc, step 6).
-#[allow(clippy::too_many_arguments)]
-fn write_back(
-    c: &mut [f64],
-    ldc: usize,
-    m: usize,
-    n: usize,
-    tri: Option<Uplo>,
+/// An emulated call's product, computed but not yet written into C: [`Product::write`]
+/// does the final `C = alpha ĉ + beta C` (module doc, step 6). The split lets a caller run
+/// the internal work under its own guard (the shim keeps the caller's floating-point flags
+/// across it) and the write-back, whose arithmetic is the caller's, outside.
+pub struct Product {
+    info: EmulationInfo,
+    /// `(m, n)` of C (dsyrk: `(n, n)`), its triangle, alpha, beta.
+    shape: (usize, usize, Option<Uplo>),
     alpha: f64,
     beta: f64,
-    prod: Option<&[f64]>,
-) {
-    for j in 0..n {
-        let (lo, hi) = match tri {
-            None => (0, m),
-            Some(Uplo::Upper) => (0, (j + 1).min(m)),
-            Some(Uplo::Lower) => (j, m),
-        };
-        for i in lo..hi {
-            let cij = &mut c[i + j * ldc];
-            // An exact zero product stays +0 whatever alpha's sign, as in the reference loop
-            // (C starts at +0 and adds products).
-            let t = prod.map_or(0.0, |p| {
-                if p[i + j * m] == 0.0 {
-                    0.0
-                } else {
-                    alpha * p[i + j * m]
-                }
-            });
-            *cij = if prod.is_none() {
-                if beta == 0.0 { 0.0 } else { beta * *cij }
-            } else if beta == 0.0 {
-                t
-            } else if beta == 1.0 {
-                t + *cij
-            } else {
-                t + beta * *cij
-            };
+    /// ĉ (column-major m x n), the packed operands and the reference loop of the call;
+    /// `None` when there is nothing to multiply (alpha = 0 or k = 0: `C = beta C`) or
+    /// nothing to write (m = 0 or n = 0).
+    product: Option<(Vec<f64>, Packed, Form)>,
+    /// Nothing to do at all (m = 0 or n = 0, or a quick return with beta = 1).
+    nothing: bool,
+}
+
+impl Product {
+    fn quick(m: usize, n: usize, tri: Option<Uplo>, alpha: f64, beta: f64) -> Product {
+        Product {
+            info: EmulationInfo {
+                moduli: 0,
+                estimate_ulps: 0.0,
+                phases: Vec::new(),
+            },
+            shape: (m, n, tri),
+            alpha,
+            beta,
+            product: None,
+            nothing: m == 0 || n == 0 || beta == 1.0,
         }
+    }
+
+    /// What the emulation did (before the write-back's time is added).
+    pub fn info(&self) -> &EmulationInfo {
+        &self.info
+    }
+
+    /// Writes `C = alpha ĉ + beta C` (`c` column-major with leading dimension `ldc`).
+    ///
+    /// # Panics
+    /// If `c` is too short for `ldc` and the call's columns.
+    pub fn write(self, c: &mut [f64], ldc: usize) -> EmulationInfo {
+        let (m, n, tri) = self.shape;
+        if self.nothing && self.product.is_none() {
+            return self.info;
+        }
+        assert!(c.len() >= (n - 1) * ldc + m, "C too short");
+        let t = Instant::now();
+        let prod = self
+            .product
+            .as_ref()
+            .map(|(prod, packed, form)| WriteProduct {
+                c: prod,
+                a_rows: &packed.a,
+                b_cols: packed.b(),
+                k: packed.k,
+                form: *form,
+            });
+        write_back(c, ldc, m, n, tri, self.alpha, self.beta, prod.as_ref());
+        let mut info = self.info;
+        if self.product.is_some() {
+            info.phases.push(("write", t.elapsed().as_secs_f64()));
+        }
+        info
     }
 }
 
-/// `C = alpha op(A) op(B) + beta C` by emulation; `c` is column-major with `args.ldc`.
+/// Non-finite alpha or beta: IEEE semantics (Inf x 0 = NaN, ...) are the native route's.
+fn check_scalars(alpha: f64, beta: f64) -> Result<(), Fallback> {
+    if alpha.is_finite() && beta.is_finite() {
+        Ok(())
+    } else {
+        Err(Fallback::NonFinite)
+    }
+}
+
+/// The product of `C = alpha op(A) op(B) + beta C` by emulation, to be written with
+/// [`Product::write`].
 ///
-/// On `Err`, `c` is untouched and the caller must compute the call natively.
-///
-/// # Panics
-/// If `c` is too short for `args.ldc` and `args.n` (the caller validated the arguments).
-pub fn gemm(
-    args: &GemmArgs<'_>,
-    c: &mut [f64],
-    cfg: &EmulationConfig,
-) -> Result<EmulationInfo, Fallback> {
+/// # Errors
+/// A [`Fallback`] when the call must be computed natively (C is not touched by this).
+pub fn gemm_product(args: &GemmArgs<'_>, cfg: &EmulationConfig) -> Result<Product, Fallback> {
     let (m, n, k) = (args.m, args.n, args.k);
     if m == 0 || n == 0 {
-        return Ok(EmulationInfo {
-            moduli: 0,
-            estimate_ulps: 0.0,
-            phases: Vec::new(),
-        });
+        return Ok(Product::quick(m, n, None, args.alpha, 1.0));
     }
-    assert!(c.len() >= (n - 1) * args.ldc + m, "C too short");
+    check_scalars(args.alpha, args.beta)?;
     if args.alpha == 0.0 || k == 0 {
-        if args.beta != 1.0 {
-            write_back(c, args.ldc, m, n, None, args.alpha, args.beta, None);
-        }
-        return Ok(EmulationInfo {
-            moduli: 0,
-            estimate_ulps: 0.0,
-            phases: Vec::new(),
-        });
+        return Ok(Product::quick(m, n, None, args.alpha, args.beta));
     }
     let mut a = vec![0.0; m * k];
     for l in 0..k {
@@ -408,43 +434,30 @@ pub fn gemm(
         tri: None,
     };
     let mut prod = vec![0.0; m * n];
-    let mut info = emulate(&packed, cfg, &mut prod)?;
-    let t = Instant::now();
-    write_back(c, args.ldc, m, n, None, args.alpha, args.beta, Some(&prod));
-    info.phases.push(("write", t.elapsed().as_secs_f64()));
-    Ok(info)
+    let info = emulate(&packed, cfg, &mut prod)?;
+    Ok(Product {
+        info,
+        shape: (m, n, None),
+        alpha: args.alpha,
+        beta: args.beta,
+        product: Some((prod, packed, Form::gemm(args.transa))),
+        nothing: false,
+    })
 }
 
-/// `C = alpha op(A) op(A)^T + beta C` on the `uplo` triangle by emulation.
+/// The product of `C = alpha op(A) op(A)^T + beta C` (the `uplo` triangle) by emulation.
 ///
-/// On `Err`, `c` is untouched and the caller must compute the call natively.
-///
-/// # Panics
-/// If `c` is too short for `args.ldc` and `args.n`.
-pub fn syrk(
-    args: &SyrkArgs<'_>,
-    c: &mut [f64],
-    cfg: &EmulationConfig,
-) -> Result<EmulationInfo, Fallback> {
+/// # Errors
+/// As [`gemm_product`].
+pub fn syrk_product(args: &SyrkArgs<'_>, cfg: &EmulationConfig) -> Result<Product, Fallback> {
     let (n, k) = (args.n, args.k);
-    if n == 0 {
-        return Ok(EmulationInfo {
-            moduli: 0,
-            estimate_ulps: 0.0,
-            phases: Vec::new(),
-        });
-    }
-    assert!(c.len() >= (n - 1) * args.ldc + n, "C too short");
     let tri = Some(args.uplo);
+    if n == 0 {
+        return Ok(Product::quick(n, n, tri, args.alpha, 1.0));
+    }
+    check_scalars(args.alpha, args.beta)?;
     if args.alpha == 0.0 || k == 0 {
-        if args.beta != 1.0 {
-            write_back(c, args.ldc, n, n, tri, args.alpha, args.beta, None);
-        }
-        return Ok(EmulationInfo {
-            moduli: 0,
-            estimate_ulps: 0.0,
-            phases: Vec::new(),
-        });
+        return Ok(Product::quick(n, n, tri, args.alpha, args.beta));
     }
     let mut a = vec![0.0; n * k];
     for l in 0..k {
@@ -461,11 +474,43 @@ pub fn syrk(
         tri,
     };
     let mut prod = vec![0.0; n * n];
-    let mut info = emulate(&packed, cfg, &mut prod)?;
-    let t = Instant::now();
-    write_back(c, args.ldc, n, n, tri, args.alpha, args.beta, Some(&prod));
-    info.phases.push(("write", t.elapsed().as_secs_f64()));
-    Ok(info)
+    let info = emulate(&packed, cfg, &mut prod)?;
+    Ok(Product {
+        info,
+        shape: (n, n, tri),
+        alpha: args.alpha,
+        beta: args.beta,
+        product: Some((prod, packed, Form::syrk(args.trans))),
+        nothing: false,
+    })
+}
+
+/// `C = alpha op(A) op(B) + beta C` by emulation; `c` is column-major with `args.ldc`.
+///
+/// On `Err`, `c` is untouched and the caller must compute the call natively.
+///
+/// # Panics
+/// If `c` is too short for `args.ldc` and `args.n` (the caller validated the arguments).
+pub fn gemm(
+    args: &GemmArgs<'_>,
+    c: &mut [f64],
+    cfg: &EmulationConfig,
+) -> Result<EmulationInfo, Fallback> {
+    Ok(gemm_product(args, cfg)?.write(c, args.ldc))
+}
+
+/// `C = alpha op(A) op(A)^T + beta C` on the `uplo` triangle by emulation.
+///
+/// On `Err`, `c` is untouched and the caller must compute the call natively.
+///
+/// # Panics
+/// If `c` is too short for `args.ldc` and `args.n`.
+pub fn syrk(
+    args: &SyrkArgs<'_>,
+    c: &mut [f64],
+    cfg: &EmulationConfig,
+) -> Result<EmulationInfo, Fallback> {
+    Ok(syrk_product(args, cfg)?.write(c, args.ldc))
 }
 
 /// Convenience: `op(A) op(B)` for column-major A (m x k) and B (k x n), alpha = 1, beta = 0.

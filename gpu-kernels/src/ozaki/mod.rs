@@ -208,13 +208,20 @@ fn round_up(x: usize, to: usize) -> usize {
 
 /// Runs the emulated call on `stream` and waits for it. On error C is untouched unless the
 /// error came from the reconstruction launches themselves (reported as `Cuda`).
-pub fn gemm(
+///
+/// # Safety
+/// - `gpu`'s context is current on this thread and `stream` belongs to it;
+/// - `call`'s addresses are device memory of that context covering A, B and C with their
+///   leading dimensions, valid (and C touched by nobody else) until the stream has passed
+///   the work.
+pub unsafe fn gemm(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
     opts: Options,
 ) -> Result<Outcome, GpuError> {
-    let pending = enqueue(gpu, stream, call, opts)?;
+    // SAFETY: the caller's contract; the wait below keeps the operands in use no longer.
+    let pending = unsafe { enqueue(gpu, stream, call, opts) }?;
     sync(stream)?;
     pending.finish()
 }
@@ -350,7 +357,13 @@ pub fn line_statistics(
 /// products and reconstruction are enqueued, so a host pipeline (`host::staged_gemm`) plans
 /// its next unit while the GPU still computes this one. Errors as [`gemm`]; the operands and
 /// C must stay valid until the stream has passed the work.
-pub fn enqueue(
+///
+/// # Safety
+/// - `gpu`'s context is current on this thread and `stream` belongs to it;
+/// - `call`'s addresses are device memory of that context covering A, B and C with their
+///   leading dimensions, valid (and C touched by nobody else) until the stream has passed
+///   the work.
+pub unsafe fn enqueue(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,

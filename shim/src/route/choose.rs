@@ -35,15 +35,16 @@ use super::Choice;
 use super::start::{self, Starter, Status, WhileStarting};
 use crate::abi::Shape;
 use crate::config::{Config, GpuStart, notice};
+use crate::lazy::Lazy;
 use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
 use ozaki_core::trace::{DuringStart, Routine, StartNote};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-static ENGINE: OnceLock<Engine> = OnceLock::new();
-static PRE_ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
+static ENGINE: Lazy<Engine> = Lazy::new();
+static PRE_ENGINE: Lazy<Option<Engine>> = Lazy::new();
 /// The background start of the GPU ([`super::start`]).
 static STARTER: Starter = Starter::new();
 
