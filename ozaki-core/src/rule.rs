@@ -37,7 +37,8 @@
 //!
 //! (the mass of one line meets typical entries of the other). The typical entry `t` is the
 //! log-normal mean `2^-D exp((ln 2 s)^2 / 2)` of the line's depths `e - E(x)` (mean `D`,
-//! deviation `s`), capped by the line's mean magnitude: robust against rare large entries
+//! deviation `s`), at most [`LOGNORMAL_CAP_BITS`] above `2^-D` and capped by the line's mean
+//! magnitude: robust against rare large entries
 //! (with 0.1% of the entries 10^8 larger, `||a_i||_1 ||b_j||_1 / k` would overstate
 //! `(|A||B|)_ij` by 10^4; `t` stays at the bulk's level). `c = 10^(-RELIABILITY_DIGITS /
 //! n_eff)` discounts lines whose mass sits in `n_eff = (||x||_1 / ||x||_2)^2` entries, which
@@ -110,6 +111,10 @@ pub const KAPPA: f64 = 3.5;
 /// The mass of a line with `n_eff` effective entries is assumed to meet at least
 /// `10^(-RELIABILITY_DIGITS / n_eff)` of the other line's typical entry (module doc).
 pub const RELIABILITY_DIGITS: f64 = 3.0;
+
+/// Most bits the typical entry `t` may lie above the lines' geometric mean `2^-D` (module
+/// doc): the log-normal mean's correction, capped.
+pub const LOGNORMAL_CAP_BITS: f64 = 4.0;
 
 /// Bit patterns at or above this are NaN or infinite.
 pub const NON_FINITE_BITS: u64 = 0x7ff0_0000_0000_0000;
@@ -466,7 +471,9 @@ fn log2_typical(lines: &Lines, i: usize, n1: f64, log2_k: f64) -> f64 {
     let nz = lines.nonzeros[i] as f64;
     let mean = lines.log_depth[i] as f64 / nz;
     let var = (lines.log_depth_sq[i] as f64 / nz - mean * mean).max(0.0);
-    let lognormal = -mean + var * std::f64::consts::LN_2 / 2.0;
+    // the log-normal mean above the geometric one, at most LOGNORMAL_CAP_BITS: lines whose
+    // magnitudes spread over many binades in blocks are no log-normal sample
+    let lognormal = -mean + (var * std::f64::consts::LN_2 / 2.0).min(LOGNORMAL_CAP_BITS);
     lognormal.min(n1 - log2_k)
 }
 
