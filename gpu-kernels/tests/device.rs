@@ -727,3 +727,133 @@ fn automatic_moduli_equal_forced_ones_whatever_the_previous_call_chose() {
     assert_eq!(res.unwrap_err(), GpuError::NonFinite);
     assert_eq!(bits_differ(&c0, &c), 0, "a refused call wrote C");
 }
+
+/// The accuracy rule reads the same statistics on both routes: the GPU's two per-line passes
+/// give exactly the host mirror's `LineTable` (every field an exact integer), for both
+/// storage orders of the operands and for inputs with outliers, subnormals and zeros. With
+/// `OZAKI_RULE_COST=1` it also prints what those passes cost next to the whole call at
+/// n = 4096 and 8192 (`scripts/gpu-check` stage `rule`).
+#[test]
+fn line_statistics_equal_the_host_mirror() {
+    use gpu_kernels::measure::upload;
+    use gpu_kernels::ozaki::{self, DeviceCall, LineTable, Op};
+    if !have_gpu() {
+        return;
+    }
+    let mut rng = Rng::new(41);
+    let (m, n, k) = (45, 38, 1500);
+    let mut a = centered(&mut rng, m * k);
+    let mut b = centered(&mut rng, k * n);
+    for (i, x) in a.iter_mut().enumerate() {
+        match i % 997 {
+            0 => *x *= 1e8,
+            1 => *x *= 1e-310,
+            2 => *x = 0.0,
+            _ => {}
+        }
+    }
+    b[5..k].fill(0.0); // a column mostly zero
+    b[3 * k + 7] = 3.0e12;
+    for (transa, transb) in [(Trans::No, Trans::No), (Trans::Yes, Trans::Yes)] {
+        // op(A) rows and op(B) columns as stored for this transpose
+        let (sa, sb) = (
+            if transa == Trans::No {
+                a.clone()
+            } else {
+                transpose(&a, m, k)
+            },
+            if transb == Trans::No {
+                b.clone()
+            } else {
+                transpose(&b, k, n)
+            },
+        );
+        let (da, db, dc) = (
+            upload(&sa).unwrap(),
+            upload(&sb).unwrap(),
+            upload(&vec![0.0; m * n]).unwrap(),
+        );
+        let call = DeviceCall {
+            op: Op::Gemm {
+                transa,
+                transb,
+                b: db.ptr(),
+                ldb: if transb == Trans::No { k } else { n },
+            },
+            m,
+            n,
+            k,
+            alpha: 1.0,
+            a: da.ptr(),
+            lda: if transa == Trans::No { m } else { k },
+            beta: 0.0,
+            c: dc.ptr(),
+            ldc: m,
+        };
+        let mut g = gpu_kernels::gpu().unwrap();
+        let s = g.stream();
+        let (ga, gb, _) = ozaki::line_statistics(&mut g, s, &call).unwrap();
+        let rows: Vec<f64> = (0..m)
+            .flat_map(|i| (0..k).map(move |l| (i, l)))
+            .map(|(i, l)| a[i + l * m])
+            .collect();
+        assert_eq!(
+            ga,
+            LineTable::of_packed(&rows, m, k),
+            "{transa:?}: rows of op(A)"
+        );
+        assert_eq!(
+            gb,
+            LineTable::of_packed(&b, n, k),
+            "{transb:?}: columns of op(B)"
+        );
+    }
+    if std::env::var_os("OZAKI_RULE_COST").is_some() {
+        for n in [4096usize, 8192] {
+            let a = centered(&mut rng, n * n);
+            let (da, dc) = (upload(&a).unwrap(), upload(&vec![0.0; n * n]).unwrap());
+            let call = DeviceCall::product((n, n, n), 1.0, (da.ptr(), da.ptr()), 0.0, dc.ptr());
+            let mut g = gpu_kernels::gpu().unwrap();
+            let s = g.stream();
+            let opts = Options::default();
+            ozaki::gemm(&mut g, s, &call, opts).unwrap(); // warm
+            let (mut stats, mut whole, mut host) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+            for _ in 0..5 {
+                let (ga, gb, secs) = ozaki::line_statistics(&mut g, s, &call).unwrap();
+                stats = stats.min(secs);
+                let t = std::time::Instant::now();
+                let plan = ozaki::plan(
+                    ga.view(),
+                    gb.view(),
+                    n,
+                    None,
+                    ozaki::DEFAULT_SCALING,
+                    ozaki::Accuracy::Default,
+                );
+                host = host.min(t.elapsed().as_secs_f64());
+                assert!(plan.is_ok());
+                let t = std::time::Instant::now();
+                ozaki::gemm(&mut g, s, &call, opts).unwrap();
+                whole = whole.min(t.elapsed().as_secs_f64());
+            }
+            println!(
+                "rule statistics n = {n}: scan + line statistics {:.3} ms, host rule {:.3} ms, of a {:.3} ms call ({:.1}% and {:.1}%)",
+                stats * 1e3,
+                host * 1e3,
+                whole * 1e3,
+                100.0 * stats / whole,
+                100.0 * host / whole
+            );
+        }
+    }
+}
+
+fn transpose(x: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    let mut t = vec![0.0; x.len()];
+    for j in 0..cols {
+        for i in 0..rows {
+            t[j + i * cols] = x[i + j * rows];
+        }
+    }
+    t
+}

@@ -244,6 +244,115 @@ impl Pending {
     }
 }
 
+/// Whether op(A)'s rows are contiguous (A transposed), and op(B) as (address, leading
+/// dimension, columns contiguous) for gemm (syrk: none, op(B) = op(A)^T).
+fn operands(call: &DeviceCall) -> (bool, Option<(u64, usize, bool)>) {
+    match call.op {
+        Op::Gemm {
+            transa,
+            transb,
+            b,
+            ldb,
+        } => (transa == Trans::Yes, Some((b, ldb, transb == Trans::No))),
+        Op::Syrk { trans, .. } => (trans == Trans::Yes, None),
+    }
+}
+
+/// Stage 1 of a call: the exponent scan and the line statistics of op(A)'s rows and op(B)'s
+/// columns into `stats` (device memory of [`STAT_SLOTS`] u64 slots of m (+ n) lines, op(A)'s
+/// rows first), enqueued on `stream`.
+fn scan_lines(
+    gpu: &mut Gpu,
+    stream: sys::CUstream,
+    call: &DeviceCall,
+    stats: u64,
+) -> Result<(), GpuError> {
+    let (m, n, k) = (call.m, call.n, call.k);
+    let (a_contig, b_operand) = operands(call);
+    let nb_rows = if b_operand.is_some() { m + n } else { m };
+    let (maxbits, abssum, coarse_sq) = (
+        stats,
+        stats + 8 * nb_rows as u64,
+        stats + 16 * nb_rows as u64,
+    );
+    // SAFETY: stats holds STAT_SLOTS u64 slots of nb_rows lines on this device.
+    unsafe { sys::cuMemsetD8Async(stats, 0, 8 * STAT_SLOTS * nb_rows, stream) }
+        .result()
+        .ctx("cuMemsetD8Async")?;
+    let kern = gpu.kernels()?;
+    // (address, leading dimension, row contiguous, rows, first stats slot) per operand
+    let mut operands = vec![(call.a, call.lda as i64, a_contig, m as i32, 0u64)];
+    if let Some((b, ldb, contig)) = b_operand {
+        operands.push((b, ldb as i64, contig, n as i32, m as u64));
+    }
+    for (pass, out) in [(PerLine::Scan, abssum), (PerLine::LineStats, coarse_sq)] {
+        for &(x, ld, contig, rows, slot) in &operands {
+            // SAFETY: A (and B) cover the BLAS-checked extents for their leading
+            // dimensions; the stats have m (+ n) lines in every slot.
+            unsafe {
+                kern.per_line(
+                    pass,
+                    stream,
+                    (x, ld, contig, rows, k as i32),
+                    maxbits + 8 * slot,
+                    (out + 8 * slot, nb_rows as i64),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The line statistics the GPU computes for a call (op(A)'s rows, op(B)'s columns; syrk:
+/// the same table twice) and the seconds the two passes took on `stream`: what the accuracy
+/// rule reads, for tests against the host mirror (`ozaki_core::rule::LineTable::push`) and
+/// for measuring what the rule costs.
+pub fn line_statistics(
+    gpu: &mut Gpu,
+    stream: sys::CUstream,
+    call: &DeviceCall,
+) -> Result<(LineTable, LineTable, f64), GpuError> {
+    let syrk = matches!(call.op, Op::Syrk { .. });
+    let nb_rows = if syrk { call.m } else { call.m + call.n };
+    let stats = gpu.workspace.get("scan", 8 * STAT_SLOTS * nb_rows)?;
+    sync(stream)?;
+    let t = std::time::Instant::now();
+    scan_lines(gpu, stream, call, stats)?;
+    sync(stream)?;
+    let secs = t.elapsed().as_secs_f64();
+    let mut host = vec![0u64; STAT_SLOTS * nb_rows];
+    // SAFETY: the workspace slot holds STAT_SLOTS * nb_rows u64s; the stream is idle.
+    unsafe {
+        sys::cuMemcpyDtoH_v2(
+            host.as_mut_ptr() as *mut std::ffi::c_void,
+            stats,
+            std::mem::size_of_val(host.as_slice()),
+        )
+    }
+    .result()
+    .ctx("cuMemcpyDtoH")?;
+    let table = |r: std::ops::Range<usize>| {
+        let slot = |s: usize| host[s * nb_rows + r.start..s * nb_rows + r.end].to_vec();
+        LineTable {
+            maxbits: slot(0),
+            coarse_sq: slot(2),
+            abs1: slot(3),
+            abs2: slot(4),
+            log_depth: slot(5),
+            log_depth_sq: slot(6),
+            nonzeros: slot(7),
+            range: slot(8),
+        }
+    };
+    let a = table(0..call.m);
+    let b = if syrk {
+        a.clone()
+    } else {
+        table(call.m..nb_rows)
+    };
+    Ok((a, b, secs))
+}
+
 /// [`gemm`] without the final wait: returns once the plan accepted the operands and the
 /// products and reconstruction are enqueued, so a host pipeline (`host::staged_gemm`) plans
 /// its next unit while the GPU still computes this one. Errors as [`gemm`]; the operands and
@@ -277,15 +386,7 @@ pub unsafe fn enqueue(
     let kpad = round_up(k, 16);
     let syrk = matches!(call.op, Op::Syrk { .. });
     // Element (i, l) of op(A) is contiguous along l when A is transposed.
-    let (a_contig, b_operand) = match call.op {
-        Op::Gemm {
-            transa,
-            transb,
-            b,
-            ldb,
-        } => (transa == Trans::Yes, Some((b, ldb, transb == Trans::No))),
-        Op::Syrk { trans, .. } => (trans == Trans::Yes, None),
-    };
+    let (a_contig, b_operand) = operands(call);
     let uplo = match call.op {
         Op::Syrk {
             uplo: Uplo::Upper, ..
@@ -304,35 +405,8 @@ pub unsafe fn enqueue(
     // 1. exponent scan, then the line statistics (norm scaling's S_i and the accuracy rule's
     //    sums) from the row exponents
     let stats = gpu.workspace.get("scan", STATS * nb_rows)?;
-    let (maxbits, abssum) = (stats, stats + 8 * nb_rows as u64);
-    let coarse_sq = stats + 16 * nb_rows as u64;
-    // SAFETY: stats holds STAT_SLOTS u64 slots of nb_rows lines on this device.
-    unsafe { sys::cuMemsetD8Async(stats, 0, STATS * nb_rows, stream) }
-        .result()
-        .ctx("cuMemsetD8Async")?;
-    {
-        let kern = gpu.kernels()?;
-        // (address, leading dimension, row contiguous, rows, first stats slot) per operand
-        let mut operands = vec![(call.a, call.lda as i64, a_contig, m as i32, 0u64)];
-        if let Some((b, ldb, contig)) = b_operand {
-            operands.push((b, ldb as i64, contig, n as i32, m as u64));
-        }
-        for (pass, out) in [(PerLine::Scan, abssum), (PerLine::LineStats, coarse_sq)] {
-            for &(x, ld, contig, rows, slot) in &operands {
-                // SAFETY: A (and B) cover the BLAS-checked extents for their leading
-                // dimensions; the stats have m (+ n) lines in every slot.
-                unsafe {
-                    kern.per_line(
-                        pass,
-                        stream,
-                        (x, ld, contig, rows, k as i32),
-                        maxbits + 8 * slot,
-                        (out + 8 * slot, nb_rows as i64),
-                    )?;
-                }
-            }
-        }
-    }
+    let (maxbits, coarse_sq) = (stats, stats + 16 * nb_rows as u64);
+    scan_lines(gpu, stream, call, stats)?;
     // 2. The statistics go to the host for the plan; meanwhile the GPU already forms the shifts
     //    and residues for the moduli count the plan is expected to choose (forced, or this
     //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
