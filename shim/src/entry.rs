@@ -95,10 +95,17 @@ unsafe fn run<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
             record("quick", None, None, None, None, None);
         }
         Verdict::Compute(canon) => {
-            let choice = route::choose(config.route, &shape, config);
+            let choice = route::choose(config.route, &canon, config);
+            let plan = route::split::plan(&choice, &canon, config);
+            let timed = choice.feedback.as_ref().map(|_| std::time::Instant::now());
             // SAFETY: the caller's contract; `canon` was decoded from `raw`. `ab::execute` is
             // `route::execute` plus the vendor comparison when OZAKI_AB picks the call.
-            let (done, ab) = unsafe { crate::ab::execute(choice.route, id, raw, &canon, config) };
+            let (done, ab) =
+                unsafe { crate::ab::execute(choice.route, plan.as_ref(), id, raw, &canon, config) };
+            if let Some(t) = timed {
+                let s = t.elapsed().as_secs_f64();
+                route::choose::feed(&choice, done.route, done.fallback.is_some(), s);
+            }
             progress.done.set(true);
             record(
                 done.route.name(),

@@ -344,6 +344,53 @@ pub fn time_median(mut f: impl FnMut()) -> f64 {
     v[v.len() / 2]
 }
 
+/// The shape whose per-call time is measured under concurrent callers: the largest CPU
+/// shape of the plan up to 512³ (long enough to time, short enough for 16 callers at once).
+fn concurrency_shape(shapes: &[(u64, u64, u64)]) -> (u64, u64, u64) {
+    shapes
+        .iter()
+        .copied()
+        .filter(|&(m, n, k)| m * n * k <= 1 << 27)
+        .max_by_key(|&(m, n, k)| m * n * k)
+        .unwrap_or((256, 256, 256))
+}
+
+/// The vendor BLAS at `threads` threads with 1, 2, 4, ... callers at once (up to the CPU
+/// count): each caller times the same product, and the slowdown is their mean per-call time
+/// over the time alone (the engine's `load::vendor_share` prices concurrent calls with it).
+fn measure_concurrency(
+    blas: &cpu::VendorBlas,
+    threads: u32,
+    shapes: &[(u64, u64, u64)],
+) -> Vec<ozaki_core::engine::profile::ConcurrentRate> {
+    let (m, n, k) = concurrency_shape(shapes);
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get() as u32);
+    let alone = blas.time_gemm(m, n, k);
+    let mut out = Vec::new();
+    let mut callers = 2;
+    while callers <= cpus.max(2) {
+        let times: Vec<f64> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..callers)
+                .map(|_| s.spawn(|| blas.time_gemm(m, n, k)))
+                .collect();
+            hs.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+        let slowdown = mean / alone;
+        eprintln!(
+            "cpu {threads:>3} threads, {callers:>3} callers at once, {m}x{n}x{k}: {:.3} ms per call ({slowdown:.2}x alone)",
+            mean * 1e3
+        );
+        out.push(ozaki_core::engine::profile::ConcurrentRate {
+            threads,
+            callers,
+            slowdown,
+        });
+        callers *= 2;
+    }
+    out
+}
+
 fn measure(
     plan: &Plan,
     blas: &cpu::VendorBlas,
@@ -377,7 +424,8 @@ fn measure(
         }
         cpu_samples.push(CpuSamples { threads, samples });
     }
-    blas.set_threads(0);
+    let threads = blas.set_threads(0);
+    let concurrency = measure_concurrency(blas, threads, &plan.cpu_shapes);
     // Interposer overhead: what the shim adds per call is dominated by the cached decision.
     let engine = Engine::new(Profile::built_in("cpu-only").expect("ships"), 1);
     let shape = CallShape::gemm(8, 8, 8);
@@ -421,6 +469,7 @@ fn measure(
         vendor_blas: blas.name.clone(),
         call_overhead_s: decision_s,
         cpu: cpu_samples,
+        concurrency,
         gpu,
         routes,
         devices,
