@@ -253,7 +253,9 @@ mod tests {
         assert!(!emulates(RouteRequest::Auto, || route(110592, 64, 64)));
         assert!(emulates(RouteRequest::Auto, || route(16384, 16384, 16384)));
         // Without a moduli count meeting the accuracy rule, never emulated.
-        let none = e.decide_device(&CallShape::gemm(16384, 16384, 16384), None).route;
+        let none = e
+            .decide_device(&CallShape::gemm(16384, 16384, 16384), None)
+            .route;
         assert!(!emulates(RouteRequest::Auto, || none));
     }
 

@@ -393,8 +393,22 @@ impl Engine {
         moduli: Option<u32>,
         estimates: &[RouteEstimate],
     ) -> Arc<Decision> {
-        self.cached(shape, moduli, 1, || {
-            self.decide_from_estimates(shape, moduli, estimates)
+        self.decide_priced_loaded(shape, moduli, estimates, 1)
+    }
+
+    /// [`Engine::decide_priced`] for estimates priced at concurrency class `concurrent`
+    /// ([`Engine::estimates_loaded`]), cached at that class.
+    pub fn decide_priced_loaded(
+        &self,
+        shape: &CallShape,
+        moduli: Option<u32>,
+        estimates: &[RouteEstimate],
+        concurrent: u32,
+    ) -> Arc<Decision> {
+        self.cached(shape, moduli, concurrent, || {
+            let mut d = self.decide_from_estimates(shape, moduli, estimates);
+            d.concurrent = concurrent;
+            d
         })
     }
 
