@@ -97,7 +97,10 @@ pub fn concurrency_class(in_flight: u32) -> u32 {
 /// `wait_s` behind the calls queued on the GPU: the GPU time plus the wait must still beat
 /// the vendor's by the switch margin that chose the GPU.
 pub fn keeps_gpu(vendor_s: f64, gpu_s: f64, wait_s: f64, margin: f64) -> bool {
-    !(wait_s > 0.0) || !vendor_s.is_finite() || vendor_s >= margin * (gpu_s + wait_s)
+    wait_s.is_nan()
+        || wait_s <= 0.0
+        || !vendor_s.is_finite()
+        || vendor_s >= margin * (gpu_s + wait_s)
 }
 
 #[cfg(test)]

@@ -103,7 +103,8 @@ pub fn adjust(
             }
         ));
     }
-    if explore && vc.max(gq) <= EXPLORE_WITHIN * vc.min(gq) && tick() % EXPLORE_EVERY == 0 {
+    if explore && vc.max(gq) <= EXPLORE_WITHIN * vc.min(gq) && tick().is_multiple_of(EXPLORE_EVERY)
+    {
         out.route = if gpu { Route::Vendor } else { g };
         out.explore = true;
         out.note = Some(format!(
