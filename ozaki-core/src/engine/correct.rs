@@ -12,7 +12,7 @@
 //! correctness: an uncorrected prediction is what the engine had before.
 
 use crate::route::Route;
-use crate::trace::Routine;
+use crate::trace::{CallRecord, Routine};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Samples a class needs before its correction is applied.
@@ -185,6 +185,54 @@ impl Corrections {
     }
 }
 
+/// What [`fold_into_profile`] folded per route: (route name, records used, shapes).
+pub type Folded = Vec<(String, usize, usize)>;
+
+/// Folds what traced calls measured into `profile`'s end-to-end corrections, so that the
+/// next run starts from what this one learned (`ozaki calibrate --from-trace`): for every
+/// record that ran the route the engine priced (no fallback), alone (`engine.concurrent`
+/// absent or 1: a concurrent call's ratio describes its load, not the shape), with a
+/// positive prediction for that route, ln(dur / predicted) is averaged per (route, m, n,
+/// k); the correction point at that shape becomes the profile's current factor there times
+/// the measured mean ratio (replacing a point at the same shape).
+pub fn fold_into_profile(profile: &mut super::profile::Profile, calls: &[CallRecord]) -> Folded {
+    use std::collections::BTreeMap;
+    let mut sums: BTreeMap<(String, u64, u64, u64), (f64, usize)> = BTreeMap::new();
+    for c in calls {
+        let Some(e) = &c.engine else { continue };
+        if c.fallback.is_some() || e.concurrent.is_some_and(|n| n > 1) || c.dur_ns == 0 {
+            continue;
+        }
+        let Some(&p) = e.predicted_s.get(&c.route) else {
+            continue;
+        };
+        if !(p > 0.0 && p.is_finite()) || c.route.parse::<Route>().is_err() {
+            continue;
+        }
+        let s = sums
+            .entry((c.route.clone(), c.m, c.n, c.k))
+            .or_insert((0.0, 0));
+        s.0 += (c.dur_ns as f64 * 1e-9 / p).ln();
+        s.1 += 1;
+    }
+    let mut out: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for ((route, m, n, k), (sum, count)) in sums {
+        let corr = profile.corrections.entry(route.clone()).or_default();
+        let ln = corr.factor(m, n, k).ln() + sum / count as f64;
+        corr.points.retain(|p| (p.m, p.n, p.k) != (m, n, k));
+        corr.points.push(super::model::CorrectionPoint {
+            m,
+            n,
+            k,
+            ln_ratio: ln.clamp(-LN_LIMIT, LN_LIMIT),
+        });
+        let o = out.entry(route).or_default();
+        o.0 += count;
+        o.1 += 1;
+    }
+    out.into_iter().map(|(r, (c, s))| (r, c, s)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +291,37 @@ mod tests {
         let c = t.get(&k).unwrap();
         assert_eq!(c.samples, 4000);
         assert!((c.factor() - 3.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn traced_calls_fold_into_the_profile_corrections_alone_only() {
+        use crate::engine::profile::Profile;
+        let mut p = Profile::built_in("h200").unwrap();
+        let before = p
+            .corrections
+            .get("vendor")
+            .map_or(1.0, |c| c.factor(1953, 123, 1953));
+        let line = |dur_ns: u64, concurrent: &str| {
+            format!(
+                r#"{{"type":"call","seq":0,"t_ns":0,"dur_ns":{dur_ns},"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","m":1953,"n":123,"k":1953,"lda":1953,"ldb":1953,"ldc":1953,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor","engine":{{"predicted_s":{{"vendor":0.002}},"reason":"x"{concurrent}}}}}"#
+            )
+        };
+        let call = |l: String| match crate::trace::parse_line(&l, 1).unwrap() {
+            crate::trace::Line::Call(c) => *c,
+            _ => unreachable!(),
+        };
+        // Two alone calls took 4x their prediction; a concurrent one 40x (not folded).
+        let calls = vec![
+            call(line(8_000_000, "")),
+            call(line(8_000_000, r#","concurrent":1"#)),
+            call(line(80_000_000, r#","concurrent":16"#)),
+        ];
+        let folded = fold_into_profile(&mut p, &calls);
+        assert_eq!(folded, vec![("vendor".to_string(), 2, 1)]);
+        let after = p.corrections["vendor"].factor(1953, 123, 1953);
+        assert!(
+            after / before > 3.0 && after / before < 4.0 + 1e-9,
+            "{before} -> {after}"
+        );
     }
 }

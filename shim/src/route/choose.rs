@@ -42,6 +42,7 @@ use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
 use ozaki_core::trace::{DuringStart, Routine, StartNote};
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -442,13 +443,17 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         }
     }
     let e = engine();
-    // The moduli count depends on k and OZAKI_MODULI only; it is computed on a cache miss.
-    let d = e.decide_loaded(
-        &cs,
-        config.moduli,
-        || Some(priced_moduli(cs.k, config.moduli)),
-        in_flight,
-    );
+    if e.profile().gpu.is_none() && !config.tracing() {
+        // Nothing to choose between and nothing to record.
+        return Choice {
+            route: Route::Vendor,
+            engine: None,
+            decision: None,
+            feedback: None,
+            flight: None,
+        };
+    }
+    let d = decide(e, &cs, config.moduli, in_flight);
     let a = adjust::adjust(
         e.corrections(),
         &d,
@@ -487,6 +492,46 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         feedback: a.feedback,
         flight: Some(flight),
     }
+}
+
+thread_local! {
+    /// This thread's last decision and what it was for: a thread repeating one shape (the
+    /// common case in a loop of small products) skips the shared cache's lock.
+    static LAST: RefCell<Option<((CallShape, Option<u32>, u32), Arc<Decision>)>> =
+        const { RefCell::new(None) };
+}
+
+/// The engine's decision for `cs` with `in_flight` calls in flight, through this thread's
+/// last decision, then the engine's cache (the moduli count depends on k and `OZAKI_MODULI`
+/// only; it is computed on a miss).
+fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> Arc<Decision> {
+    let key = (
+        *cs,
+        moduli,
+        ozaki_core::engine::load::concurrency_class(in_flight),
+    );
+    // (`try_with`: a call made while this thread's locals are torn down, at exit, goes to
+    // the shared cache.)
+    let hit = LAST
+        .try_with(|l| {
+            l.try_borrow()
+                .ok()?
+                .as_ref()
+                .filter(|(k, _)| *k == key)
+                .map(|(_, d)| Arc::clone(d))
+        })
+        .ok()
+        .flatten();
+    if let Some(d) = hit {
+        return d;
+    }
+    let d = e.decide_loaded(cs, moduli, || Some(priced_moduli(cs.k, moduli)), in_flight);
+    let _ = LAST.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            *l = Some((key, Arc::clone(&d)));
+        }
+    });
+    d
 }
 
 /// Counts the calls eligible for exploration ([`adjust`]).

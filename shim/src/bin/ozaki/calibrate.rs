@@ -70,8 +70,14 @@ struct Args {
     /// seconds instead of minutes.
     #[arg(long, conflicts_with_all = ["fit", "no_survey", "cpu_only"])]
     survey_only: bool,
-    /// With --survey-only: the profile to merge the survey into.
-    #[arg(long, requires = "survey_only")]
+    /// Fold what these traces measured (each call's time against the engine's prediction
+    /// for the route it ran) into an existing profile's end-to-end corrections (`--base`,
+    /// else the one this machine resolves), written to `--out` or the per-GPU profile in
+    /// the cache dir; nothing is timed.
+    #[arg(long, num_args = 1.., conflicts_with_all = ["fit", "survey_only", "validate"])]
+    from_trace: Vec<PathBuf>,
+    /// With --survey-only or --from-trace: the profile to start from.
+    #[arg(long)]
     base: Option<PathBuf>,
     /// After fitting, time the held-out validation shapes and print predicted vs measured.
     #[arg(long)]
@@ -114,6 +120,9 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     }
     if a.survey_only {
         return survey_only(&a);
+    }
+    if !a.from_trace.is_empty() {
+        return from_trace(&a);
     }
     let (meas, plan, blas) = match &a.fit {
         Some(path) => {
@@ -181,6 +190,50 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         let rep = validate(&prof, &plan, &blas, a.cpu_only)?;
         write_validation(&rep, a.validation_out.as_deref())?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--from-trace`: measured calls folded into an existing profile's corrections.
+fn from_trace(a: &Args) -> anyhow::Result<ExitCode> {
+    let mut prof = match &a.base {
+        Some(p) => Profile::load(p).map_err(anyhow::Error::msg)?,
+        None => {
+            let env = std::env::var("OZAKI_PROFILE").ok();
+            let gpu = ozaki_shim::route::choose::gpu_name();
+            let (p, _, warn) =
+                profile::resolve(env.as_deref(), gpu.as_deref()).map_err(anyhow::Error::msg)?;
+            if let Some(w) = warn {
+                eprintln!("ozaki calibrate: {w}");
+            }
+            p
+        }
+    };
+    let mut calls = Vec::new();
+    for path in &a.from_trace {
+        let loaded = crate::summary::load(path)?;
+        for n in &loaded.notes {
+            eprintln!("ozaki calibrate: {n}");
+        }
+        calls.extend(loaded.trace.calls);
+    }
+    let folded = ozaki_core::engine::correct::fold_into_profile(&mut prof, &calls);
+    if folded.is_empty() {
+        eprintln!(
+            "ozaki calibrate: no record carries a prediction for the route it ran alone \
+             (traces of OZAKI_ROUTE=auto runs do); the profile is unchanged"
+        );
+    }
+    for (route, records, shapes) in &folded {
+        println!("{route}: {records} measured calls folded into {shapes} correction points");
+    }
+    let out = match &a.out {
+        Some(p) => p.clone(),
+        None => profile::default_path(prof.gpu.as_ref().map(|g| g.name.as_str()))
+            .context("no cache directory (set HOME or XDG_CACHE_HOME) and no --out")?,
+    };
+    prof.save(&out)
+        .with_context(|| format!("{}", out.display()))?;
+    println!("profile written: {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
 
