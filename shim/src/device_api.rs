@@ -51,7 +51,7 @@ fn device_decision(canon: &Canon, moduli: Option<u32>) -> Route {
 /// Runs the call on the GPU: emulation where [`emulates`] says so unless declined, else
 /// cuBLAS.
 fn run(canon: &Canon, call: DeviceCall, stream: *mut c_void) -> c_int {
-    let _flags = gpu_kernels::fpenv::KeepFpFlags::new();
+    let _flags = fp_flags::KeepFpFlags::new();
     let cfg = config::get();
     let opts = crate::route::gpu::ozaki_options(cfg);
     let stream = stream as gpu_kernels::device::Stream;
@@ -61,13 +61,16 @@ fn run(canon: &Canon, call: DeviceCall, stream: *mut c_void) -> c_int {
             && call.k != 0
             && emulates(cfg.route, || device_decision(canon, cfg.moduli))
         {
-            match ozaki::gemm(&mut g, stream, &call, opts) {
+            // SAFETY: the device entry point's contract: the caller's device pointers cover
+            // the checked matrices on this context and stay valid for the call.
+            match unsafe { ozaki::gemm(&mut g, stream, &call, opts) } {
                 Ok(_) => return Ok(0),
                 Err(GpuError::NonFinite | GpuError::Unsupported(_)) => {}
                 Err(e) => return Err(e),
             }
         }
-        gpu_kernels::native::device_call(&g, stream, &call)?;
+        // SAFETY: as above.
+        unsafe { gpu_kernels::native::device_call(&g, stream, &call) }?;
         gpu_kernels::device::sync(stream)?;
         Ok(1)
     });

@@ -31,13 +31,18 @@ def main():
     max_cycle = int(sys.argv[3]) if len(sys.argv) > 3 else 6
     mol = gto.M(atom=MOLECULES[name], basis=basis, verbose=0)
     t0 = time.perf_counter()
-    mf = scf.RHF(mol).run()
+    mf = scf.RHF(mol)
+    # Converged well past the 1e-10 Eh to which runs are compared, so that where the
+    # convergence test happens to stop does not show in the energies.
+    mf.conv_tol = 1e-12
+    mf.run()
     mycc = cc.CCSD(mf)
     mycc.max_cycle = max_cycle
     mycc.run()
     dt = time.perf_counter() - t0
-    print(f"pyscf {pyscf.__version__}, {name}/{basis}, nao = {mol.nao}: E(RHF) = {mf.e_tot:.10f}, "
-          f"E(CCSD) = {mycc.e_tot:.10f} after <= {max_cycle} iterations (converged: {mycc.converged}), {dt:.1f} s")
+    # 12 decimals: runs are compared to 1e-10 Eh.
+    print(f"pyscf {pyscf.__version__}, {name}/{basis}, nao = {mol.nao}: E(RHF) = {mf.e_tot:.12f}, "
+          f"E(CCSD) = {mycc.e_tot:.12f} after <= {max_cycle} iterations (converged: {mycc.converged}), {dt:.3f} s")
 
 
 if __name__ == "__main__":

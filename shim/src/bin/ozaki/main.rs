@@ -7,6 +7,7 @@
 use std::process::ExitCode;
 
 mod ab_report;
+mod accuracy;
 mod bench;
 mod calibrate;
 mod explain;
@@ -17,6 +18,7 @@ mod replay;
 mod report;
 mod run;
 mod summary;
+mod summary_json;
 mod tracefile;
 
 /// One subcommand: its name, a one-line summary for `ozaki --help`, and its entry point.
@@ -61,6 +63,11 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "ab-report",
         about: "A/B comparison of routes against the vendor BLAS from a trace",
         main: ab_report::main,
+    },
+    Subcommand {
+        name: "accuracy",
+        about: "adversarial accuracy suite: emulated vs native fp64 error, exact reference",
+        main: accuracy::main,
     },
     Subcommand {
         name: "report",
