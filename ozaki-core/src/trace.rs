@@ -19,8 +19,15 @@ use std::collections::BTreeMap;
 /// of the emulated routes, issue #4); 2 = optional `devices` on a call split over several
 /// GPUs (issue #7). A version-1 reader refuses version-2 files, since it would count a split
 /// call's work on one GPU only. Version 2 later gained the optional `engine.gpu_start`
-/// ([`StartNote`]), which older readers ignore without miscounting anything.
-pub const SCHEMA_VERSION: u32 = 2;
+/// ([`StartNote`]), which older readers ignore without miscounting anything. 3 = the engine
+/// prices each call under the load it was decided in: `engine.concurrent` (calls in flight
+/// in the process when it was decided, the call itself included), `engine.correction` (the
+/// factor measured calls of its class applied to the chosen route's prediction),
+/// `engine.queue_s` (predicted wait behind the calls in flight on the GPU), `engine.explore`
+/// (the call ran the runner-up to measure it); the header gains `cpus` and `blas_threads`
+/// (the machine the trace was recorded on, which `ozaki replay` prices with). A version-2
+/// reader would replay such a trace as if every call had the machine to itself.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Which BLAS routine a record describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -87,6 +94,14 @@ pub struct Header {
     /// Parent pid when this trace was opened in a `fork()`ed child.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_pid: Option<u32>,
+    /// CPUs the process could run on (schema 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// The vendor BLAS thread count the engine priced (schema 3): the first of
+    /// `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`, `BLIS_NUM_THREADS`, `OMP_NUM_THREADS`, else
+    /// `cpus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blas_threads: Option<u32>,
 }
 
 fn default_schema() -> u32 {
@@ -123,6 +138,21 @@ pub struct Prediction {
     /// (`OZAKI_ROUTE=auto`, issue #4): what `ozaki summary` adds up as the start's cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_start: Option<StartNote>,
+    /// Calls in flight in the process when this one was decided, itself included (schema
+    /// 3); the vendor price is for that load, at its power-of-two class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent: Option<u32>,
+    /// Factor the chosen route's prediction got from measured calls of its class (schema 3;
+    /// absent: no correction applied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction: Option<f64>,
+    /// Predicted seconds this call waits behind GPU calls in flight (schema 3; absent: none
+    /// queued or not a GPU route).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_s: Option<f64>,
+    /// The call ran the runner-up route to measure it (bounded exploration, schema 3).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub explore: bool,
 }
 
 /// What a call did about a GPU start that was under way or had failed (trace field

@@ -289,6 +289,7 @@ fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements 
                 .map(|&s| time(&cpu.model, s))
                 .collect(),
         }],
+        concurrency: Vec::new(),
         gpu: Some(GpuMeasurements {
             name: g.name.clone(),
             memory_bytes: g.memory_bytes,

@@ -16,6 +16,7 @@
 //! | `OZAKI_LOG=FILTER` | `tracing` filter for diagnostics on stderr (e.g. `info`, `ozaki_shim=debug`) | silent |
 //! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles (issue #7) | the engine decides |
 //! | `OZAKI_GPU_START=background\|blocking` | with `auto`, how the first call that may use the GPU starts it: on a background thread while calls run on the vendor BLAS, or inside that call, which waits for it (`route::start`) | `background` |
+//! | `OZAKI_EXPLORE=0\|1` | with `auto`, run the runner-up route on a small fraction of the calls whose predictions are close, so measurement can correct a wrong profile (`route::adjust`); `0` never | `1` |
 
 use crate::lazy::Lazy;
 use ozaki_core::route::{Route, RouteRequest};
@@ -45,6 +46,8 @@ pub struct RawConfig {
     pub split: Option<OsString>,
     /// `OZAKI_GPU_START`.
     pub gpu_start: Option<OsString>,
+    /// `OZAKI_EXPLORE`.
+    pub explore: Option<OsString>,
     /// `OZAKI_THREADS`.
     pub threads: Option<OsString>,
 }
@@ -64,6 +67,7 @@ impl RawConfig {
             log: var("OZAKI_LOG"),
             split: var("OZAKI_SPLIT"),
             gpu_start: var("OZAKI_GPU_START"),
+            explore: var("OZAKI_EXPLORE"),
             threads: var("OZAKI_THREADS"),
         }
     }
@@ -92,6 +96,8 @@ pub struct Config {
     pub split: SplitMode,
     /// How `auto` starts the GPU (`OZAKI_GPU_START`).
     pub gpu_start: GpuStart,
+    /// Whether `auto` explores the runner-up route (`OZAKI_EXPLORE`, default on).
+    pub explore: bool,
     /// Worker threads of the CPU emulation (`OZAKI_THREADS`; `None`: `route::threads` asks the
     /// vendor and the usual variables).
     pub threads: Option<usize>,
@@ -205,6 +211,16 @@ impl Config {
                 GpuStart::Background
             }
         };
+        let explore = match text(&raw.explore).as_deref().map(str::trim) {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(other) => {
+                problems.push(format!(
+                    "OZAKI_EXPLORE={other:?} is neither 0 nor 1; exploring"
+                ));
+                true
+            }
+        };
         let config = Config {
             trace: text(&raw.trace),
             trace_argv,
@@ -216,6 +232,7 @@ impl Config {
             log: text(&raw.log),
             split,
             gpu_start,
+            explore,
             threads,
         };
         (config, problems)

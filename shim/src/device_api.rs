@@ -1,11 +1,13 @@
 //! Device-resident C entry points (issue #4): `ozaki_dgemm_device` and `ozaki_dsyrk_device`
 //! for programs whose matrices already live on the GPU. They take device pointers
-//! (column-major, as cuBLAS) and a CUDA stream, and run Ozaki-II on the INT8 tensor cores, or
-//! cuBLAS fp64 with `OZAKI_ROUTE=gpu-native`, on that stream. `OZAKI_MODULI` forces the
-//! moduli count.
+//! (column-major, as cuBLAS) and a CUDA stream, and run on that stream either Ozaki-II on
+//! the INT8 tensor cores or cuBLAS fp64: the engine's decision for the device-resident call
+//! (emulation only where it is priced faster and the accuracy rule allows; a tall-skinny
+//! 110592x64x64 product, 0.03x of cuBLAS emulated, runs on cuBLAS), or the route forced with
+//! `OZAKI_ROUTE=gpu-ozaki` / `gpu-native`. `OZAKI_MODULI` forces the moduli count.
 //!
-//! Return values: `0` C computed by emulation; `1` C computed by cuBLAS fp64 (requested, or
-//! the emulation declined: NaN/Inf input, alpha = 0, k = 0 or k > 2^17); `-i` argument `i`
+//! Return values: `0` C computed by emulation; `1` C computed by cuBLAS fp64 (requested,
+//! chosen by the engine, or the emulation declined: NaN/Inf input, alpha = 0, k = 0 or k > 2^17); `-i` argument `i`
 //! (1-based, reference-BLAS numbering) is illegal, nothing done; `2` no GPU route could run
 //! (no driver or device, out of memory, a CUDA error; C untouched except after a failure in
 //! the final kernel, which the message on stderr says). The call returns when C is ready
@@ -25,16 +27,40 @@ fn never_panics(body: impl FnOnce() -> c_int) -> c_int {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(2)
 }
 
-/// Runs the call on the GPU: emulation unless forced native or declined, then cuBLAS.
-fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
+/// Whether a device-resident call is emulated: `OZAKI_ROUTE=gpu-ozaki` always,
+/// `gpu-native` never, otherwise where the engine's decision for the device-resident call
+/// (`decided`, computed only then) is gpu-ozaki: priced faster than cuBLAS by the switch
+/// margin, with a moduli count the accuracy rule allows.
+fn emulates(request: RouteRequest, decided: impl FnOnce() -> Route) -> bool {
+    match request {
+        RouteRequest::Forced(Route::GpuOzaki) => true,
+        RouteRequest::Forced(Route::GpuNative) => false,
+        _ => decided() == Route::GpuOzaki,
+    }
+}
+
+/// The engine's route for a device-resident call (`Engine::decide_device`, cached per shape).
+fn device_decision(canon: &Canon, moduli: Option<u32>) -> Route {
+    use crate::route::choose::{canonical_shape, engine, priced_moduli};
+    let shape = canonical_shape(canon);
+    engine()
+        .decide_device(&shape, Some(priced_moduli(shape.k, moduli)))
+        .route
+}
+
+/// Runs the call on the GPU: emulation where [`emulates`] says so unless declined, else
+/// cuBLAS.
+fn run(canon: &Canon, call: DeviceCall, stream: *mut c_void) -> c_int {
     let _flags = fp_flags::KeepFpFlags::new();
     let cfg = config::get();
-    let native_only = cfg.route == RouteRequest::Forced(Route::GpuNative);
     let opts = crate::route::gpu::ozaki_options(cfg);
     let stream = stream as gpu_kernels::device::Stream;
     let attempt = gpu_kernels::probe::contain("device entry point", || {
         let mut g = gpu()?;
-        if !native_only && call.alpha != 0.0 && call.k != 0 {
+        if call.alpha != 0.0
+            && call.k != 0
+            && emulates(cfg.route, || device_decision(canon, cfg.moduli))
+        {
             // SAFETY: the device entry point's contract: the caller's device pointers cover
             // the checked matrices on this context and stay valid for the call.
             match unsafe { ozaki::gemm(&mut g, stream, &call, opts) } {
@@ -61,7 +87,7 @@ fn answer(verdict: Verdict, stream: *mut c_void) -> c_int {
     match verdict {
         Verdict::Illegal(bad) => -(bad.info as c_int),
         Verdict::Quick => 1,
-        Verdict::Compute(call) => run(device_call(call), stream),
+        Verdict::Compute(call) => run(&call, device_call(call), stream),
     }
 }
 
@@ -214,6 +240,27 @@ pub unsafe extern "C" fn ozaki_dsyrk_device(
 mod tests {
     use super::*;
     use core::ptr::{null, null_mut};
+    use ozaki_core::engine::CallShape;
+    use ozaki_core::engine::choose::Engine;
+    use ozaki_core::engine::profile::Profile;
+
+    #[test]
+    fn forced_routes_decide_alone_and_auto_follows_the_device_decision() {
+        let never = || -> Route { panic!("a forced route asks no engine") };
+        assert!(emulates(RouteRequest::Forced(Route::GpuOzaki), never));
+        assert!(!emulates(RouteRequest::Forced(Route::GpuNative), never));
+        // With the built-in H200 profile: a tall-skinny product (emulated at 0.03x of cuBLAS
+        // on the H200) stays on cuBLAS, a large square one is emulated.
+        let e = Engine::new(Profile::built_in("h200").unwrap(), 16);
+        let route = |m, n, k| e.decide_device(&CallShape::gemm(m, n, k), Some(14)).route;
+        assert!(!emulates(RouteRequest::Auto, || route(110592, 64, 64)));
+        assert!(emulates(RouteRequest::Auto, || route(16384, 16384, 16384)));
+        // Without a moduli count meeting the accuracy rule, never emulated.
+        let none = e
+            .decide_device(&CallShape::gemm(16384, 16384, 16384), None)
+            .route;
+        assert!(!emulates(RouteRequest::Auto, || none));
+    }
 
     #[allow(clippy::too_many_arguments)]
     fn gemm(ta: u8, tb: u8, m: i64, n: i64, k: i64, lda: i64, ldb: i64, ldc: i64) -> c_int {

@@ -210,8 +210,11 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             }
         }
         Verdict::Compute(canon) => {
-            let choice = route::choose(config.route, &shape, config);
+            let choice = route::choose(config.route, &canon, config);
+            // A call the engine counts in flight or times runs through the route below.
             if choice.route == Route::Vendor
+                && choice.flight.is_none()
+                && choice.feedback.is_none()
                 && let Some(vendor) = vendor()
             {
                 progress.done.set(true);
@@ -227,9 +230,16 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     illegal: false,
                 };
             }
+            let plan = route::split::plan(&choice, &canon, config);
+            let timed = choice.feedback.as_ref().map(|_| std::time::Instant::now());
             // SAFETY: the caller's contract; `canon` was decoded from `raw`. `ab::execute` is
             // `route::execute` plus the vendor comparison when OZAKI_AB picks the call.
-            let (done, ab) = unsafe { crate::ab::execute(choice.route, id, raw, &canon, config) };
+            let (done, ab) =
+                unsafe { crate::ab::execute(choice.route, plan.as_ref(), id, raw, &canon, config) };
+            if let Some(t) = timed {
+                let s = t.elapsed().as_secs_f64();
+                route::choose::feed(&choice, done.route, done.fallback.is_some(), s);
+            }
             progress.done.set(true);
             if let Some(start) = &start {
                 let entry = Entry {

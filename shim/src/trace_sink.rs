@@ -723,6 +723,8 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
         host: Some(hostname()),
         rank: rank(),
         parent_pid,
+        cpus: Some(crate::route::choose::machine_threads().0),
+        blas_threads: Some(crate::route::choose::machine_threads().1),
     }
 }
 

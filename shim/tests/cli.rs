@@ -235,6 +235,51 @@ fn run_summarises_every_process_of_a_forking_program() {
     );
 }
 
+/// `ozaki calibrate --from-trace`: the measured times of a trace's calls fold into the
+/// profile's corrections, so the next run prices that shape as it ran.
+#[test]
+fn calibrate_from_trace_folds_measured_calls_into_the_profile() {
+    let dir = work_dir("calibrate-from-trace");
+    let trace = dir.join("t.jsonl");
+    let call = |seq: u32| {
+        format!(
+            r#"{{"type":"call","seq":{seq},"t_ns":{},"dur_ns":8000000,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","m":1953,"n":123,"k":1953,"lda":1953,"ldb":1953,"ldc":1953,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor","engine":{{"predicted_s":{{"vendor":0.002,"gpu-native":0.0025}},"reason":"r","concurrent":1}}}}"#,
+            seq as u64 * 10_000_000
+        )
+    };
+    let header = r#"{"type":"header","schema":3,"pid":1,"exe":"x","shim_version":"0","start_unix_s":0.0,"cpus":16,"blas_threads":16}"#;
+    std::fs::write(&trace, format!("{header}\n{}\n{}\n", call(0), call(1))).unwrap();
+    let out = dir.join("profile.json");
+    let o = Command::new(ozaki_bin())
+        .current_dir(repo_root())
+        .args(["calibrate", "--from-trace"])
+        .arg(&trace)
+        .args(["--base", "profiles/h200.json", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        stdout.contains("vendor: 2 measured calls folded into 1 correction points"),
+        "{stdout}"
+    );
+    let before =
+        ozaki_core::engine::profile::Profile::load(&repo_root().join("profiles/h200.json"))
+            .unwrap();
+    let after = ozaki_core::engine::profile::Profile::load(&out).unwrap();
+    let f = |p: &ozaki_core::engine::profile::Profile| {
+        p.corrections
+            .get("vendor")
+            .map_or(1.0, |c| c.factor(1953, 123, 1953))
+    };
+    assert!(
+        f(&after) / f(&before) > 3.0,
+        "{} -> {}",
+        f(&before),
+        f(&after)
+    );
+}
 #[test]
 fn run_with_a_relative_trace_keeps_every_process_of_a_program_that_changes_directory() {
     let dir = work_dir("cli-relative");

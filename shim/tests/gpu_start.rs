@@ -30,11 +30,25 @@ fn fake_cuda(dir: &Path) -> PathBuf {
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
+    write_profile(&fake.join("quick-start.json"), |p| {
+        p["gpu"]["start_s"] = serde_json::json!(1e-4)
+    });
     fake
 }
 
-/// `cmd` with `fake` first on the library path.
+/// The shipped H200 profile changed by `edit`, written to `path`.
+fn write_profile(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let text = std::fs::read_to_string(repo_root().join("profiles/h200.json")).unwrap();
+    let mut p: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edit(&mut p);
+    std::fs::write(path, serde_json::to_string(&p).unwrap()).unwrap();
+}
+
+/// `cmd` with `fake` first on the library path, and a profile whose GPU starts in 0.1 ms:
+/// any gain priced for the GPU covers its start, so the calls of these tests start it (the
+/// start's own rule has tests of its own below).
 fn with_fake(mut cmd: Command, fake: &Path) -> Command {
+    cmd.env("OZAKI_PROFILE", fake.join("quick-start.json"));
     let old = cmd
         .get_envs()
         .find(|(k, _)| *k == "LD_LIBRARY_PATH")
@@ -298,4 +312,67 @@ fn a_program_that_exits_while_cublas_loads_waits_before_its_teardown() {
         );
         assert!(took < Duration::from_secs(5), "{took:?}");
     }
+}
+
+/// A process whose calls never price enough gain on the GPU to cover its start never loads
+/// the CUDA driver: 2 threads x 4 products of 384² with the shipped profile (each priced
+/// about 1 ms faster on the GPU, the start costing a quarter of 0.9 s) leave cuInit
+/// untouched, and the trace says why.
+#[test]
+fn calls_that_never_gain_enough_never_start_the_gpu() {
+    let dir = work_dir("gpu-start-never-pays");
+    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+        return;
+    };
+    let fake = fake_cuda(&dir);
+    let trace = dir.join("t.jsonl");
+    let marks = CuInitMarks::new(&dir, "never");
+    let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
+    cmd.args(["2", "4"])
+        .env("OZAKI_PROFILE", repo_root().join("profiles/h200.json"))
+        .env("FAKE_CUINIT_MARK", &marks.0);
+    let (o, _) = run(cmd);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        !marks.entered(),
+        "the GPU was started for calls that never pay"
+    );
+    let calls = read_trace(&trace).calls;
+    assert_eq!(calls.len(), 8);
+    for c in &calls {
+        assert_eq!(c.route, "vendor");
+        let e = c.engine.as_ref().expect("engine field");
+        assert!(e.reason.contains("not started"), "{}", e.reason);
+    }
+}
+
+/// One call whose priced gain covers the start starts it at once: a profile whose CPU BLAS
+/// is 1000x slower prices one 384² product about 1.5 s faster on the GPU, above a quarter
+/// of the 0.9 s start, and cuInit is entered while the program runs.
+#[test]
+fn one_call_whose_gain_covers_the_start_starts_it() {
+    let dir = work_dir("gpu-start-pays");
+    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+        return;
+    };
+    let fake = fake_cuda(&dir);
+    let slow = dir.join("slow-cpu.json");
+    write_profile(&slow, |p| {
+        for b in p["cpu"]["blas"].as_array_mut().unwrap() {
+            let s = b["model"]["s_per_mnk"].as_f64().unwrap();
+            b["model"]["s_per_mnk"] = serde_json::json!(s * 1000.0);
+        }
+    });
+    let marks = CuInitMarks::new(&dir, "pays");
+    let mut cmd = with_fake(shimmed(&prog, None), &fake);
+    cmd.args(["1", "1"])
+        .env("OZAKI_PROFILE", &slow)
+        .env("FAKE_CUINIT_MARK", &marks.0)
+        .env("GPU_START_LINGER_MS", "300");
+    let (o, _) = run(cmd);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        marks.entered(),
+        "one call worth the start did not start the GPU"
+    );
 }

@@ -5,12 +5,22 @@
  * batches ignores the odd interrupt or page fault that a mean would smear over everything).
  * The same binary is run directly and under the shim, so the difference is the shim's cost.
  *
- * Usage: bench_overhead [N [BATCHES [PER_BATCH]]]   (default 8 1000 1000, i.e. 10^6 calls)
+ * Usage: bench_overhead [N [BATCHES [PER_BATCH [ENTRY]]]]   (default 8 1000 1000 fortran, i.e.
+ * 10^6 calls of dgemm_); ENTRY `cblas` calls row-major cblas_dgemm instead.
  * Prints: median_ns=... p10_ns=... p90_ns=... calls=... checksum=...
  */
 #include <time.h>
 
 #include "common.h"
+
+/* One call through the entry point asked for. */
+static void call(int cblas, int n, const double *a, const double *b, double *c) {
+    double alpha = 1.0, beta = 0.0;
+    if (cblas)
+        cblas_dgemm(101, 111, 111, n, n, n, alpha, a, n, b, n, beta, c, n);
+    else
+        dgemm_("N", "N", &n, &n, &n, &alpha, a, &n, b, &n, &beta, c, &n, 1, 1);
+}
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -21,19 +31,19 @@ int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 8;
     int batches = argc > 2 ? atoi(argv[2]) : 1000;
     int per = argc > 3 ? atoi(argv[3]) : 1000;
+    int cblas = argc > 4 && strcmp(argv[4], "cblas") == 0;
     if (n < 1 || batches < 1 || per < 1) return 2;
     double *a = malloc(sizeof(double) * n * n), *b = malloc(sizeof(double) * n * n),
            *c = malloc(sizeof(double) * n * n), *t = malloc(sizeof(double) * batches);
     fill(a, (size_t)n * n);
     fill(b, (size_t)n * n);
     memset(c, 0, sizeof(double) * n * n);
-    double alpha = 1.0, beta = 0.0;
     /* Warm up: resolve symbols, open the trace, fault in the pages. */
-    for (int i = 0; i < 1000; i++) dgemm_("N", "N", &n, &n, &n, &alpha, a, &n, b, &n, &beta, c, &n, 1, 1);
+    for (int i = 0; i < 1000; i++) call(cblas, n, a, b, c);
     for (int j = 0; j < batches; j++) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (int i = 0; i < per; i++) dgemm_("N", "N", &n, &n, &n, &alpha, a, &n, b, &n, &beta, c, &n, 1, 1);
+        for (int i = 0; i < per; i++) call(cblas, n, a, b, c);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         t[j] = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / per;
     }

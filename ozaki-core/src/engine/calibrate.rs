@@ -285,6 +285,9 @@ pub struct Measurements {
     pub call_overhead_s: f64,
     /// CPU BLAS timings per thread count.
     pub cpu: Vec<CpuSamples>,
+    /// The vendor BLAS under 1, 2, 4, ... concurrent callers (empty: not measured).
+    #[serde(default)]
+    pub concurrency: Vec<crate::engine::profile::ConcurrentRate>,
     /// GPU timings.
     #[serde(default)]
     pub gpu: Option<GpuMeasurements>,
@@ -527,6 +530,7 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
             vendor_blas: meas.vendor_blas.clone(),
             call_overhead_s: meas.call_overhead_s,
             blas,
+            concurrency: meas.concurrency.clone(),
         },
         gpu,
         choice: ChoiceRules::default(),

@@ -11,6 +11,8 @@
 //! beats one device; [`Decision::split`] then holds the plan the GPU route executes.
 
 use super::CallShape;
+use super::correct::Corrections;
+use super::load::concurrency_class;
 use super::model::{self, RouteEstimate};
 use super::profile::{ChoiceRules, Profile};
 use super::split::{self, SplitEstimate};
@@ -32,6 +34,13 @@ pub struct Decision {
     /// Splits priced for this call (issue #7), one per GPU route that could be split;
     /// empty for a process with one device slot.
     pub splits: Vec<SplitEstimate>,
+    /// The concurrency class the vendor was priced at ([`super::load::concurrency_class`]).
+    pub concurrent: u32,
+    /// Predicted vendor seconds (infinite when not priced).
+    pub vendor_s: f64,
+    /// The best GPU route and its predicted seconds (split price when a split pays), when
+    /// one was priced: the runner-up of a vendor decision, the route of a GPU one.
+    pub gpu: Option<(Route, f64)>,
 }
 
 impl Decision {
@@ -39,6 +48,33 @@ impl Decision {
     /// margin (the GPU routes consult this for forced routes too).
     pub fn split(&self, route: Route) -> Option<&SplitEstimate> {
         self.splits.iter().find(|s| s.route == route && s.pays)
+    }
+
+    /// A decision for a call with nothing to price.
+    fn vendor_only(prediction: Prediction) -> Decision {
+        Decision {
+            route: Route::Vendor,
+            moduli: None,
+            prediction,
+            splits: Vec::new(),
+            concurrent: 1,
+            vendor_s: f64::INFINITY,
+            gpu: None,
+        }
+    }
+
+    /// The route this decision's runner-up is (the GPU route for a vendor decision, the
+    /// vendor for a GPU one), with both predictions: (chosen s, runner-up route, its s).
+    pub fn runner_up(&self) -> Option<(f64, Route, f64)> {
+        let (g, gs) = self.gpu?;
+        if !self.vendor_s.is_finite() {
+            return None;
+        }
+        Some(if self.route == Route::Vendor {
+            (self.vendor_s, g, gs)
+        } else {
+            (gs, Route::Vendor, self.vendor_s)
+        })
     }
 }
 
@@ -155,7 +191,7 @@ pub fn prediction(estimates: &[RouteEstimate], reason: String) -> Prediction {
             .map(|e| (e.route.name().to_string(), e.seconds))
             .collect(),
         reason,
-        gpu_start: None,
+        ..Prediction::default()
     }
 }
 
@@ -163,6 +199,7 @@ pub fn prediction(estimates: &[RouteEstimate], reason: String) -> Prediction {
 struct Key {
     shape: CallShape,
     moduli: Option<u32>,
+    concurrent: u32,
 }
 
 /// FNV-1a over the key's bytes: the cache is looked up on every `auto` call, and SipHash's
@@ -210,6 +247,8 @@ pub struct Engine {
     slots: Vec<u32>,
     split_params: SplitParams,
     cache: Mutex<Cache>,
+    /// What measured calls say about the predictions ([`super::correct`]).
+    corrections: Corrections,
 }
 
 impl Engine {
@@ -221,6 +260,7 @@ impl Engine {
             slots: Vec::new(),
             split_params: SplitParams::default(),
             cache: Mutex::new(Cache::default()),
+            corrections: Corrections::default(),
         }
     }
 
@@ -268,9 +308,61 @@ impl Engine {
         self.threads
     }
 
+    /// The corrections measured calls fed in this process.
+    pub fn corrections(&self) -> &Corrections {
+        &self.corrections
+    }
+
     /// Every route's estimate with its terms (uncached; for `ozaki explain`).
     pub fn estimates(&self, shape: &CallShape, moduli: Option<u32>) -> Vec<RouteEstimate> {
-        model::predict_all(&self.profile, shape, moduli, self.threads)
+        self.estimates_loaded(shape, moduli, 1)
+    }
+
+    /// [`Engine::estimates`] with `concurrent` calls in flight ([`super::load`]).
+    pub fn estimates_loaded(
+        &self,
+        shape: &CallShape,
+        moduli: Option<u32>,
+        concurrent: u32,
+    ) -> Vec<RouteEstimate> {
+        model::predict_all_loaded(&self.profile, shape, moduli, self.threads, concurrent)
+    }
+
+    /// The decision for a call made with `in_flight` calls in flight in the process (itself
+    /// included), cached per shape, moduli key and [`concurrency_class`]; `moduli` computes
+    /// the count on a miss (see [`Engine::decide_with`]).
+    pub fn decide_loaded(
+        &self,
+        shape: &CallShape,
+        key: Option<u32>,
+        moduli: impl FnOnce() -> Option<u32>,
+        in_flight: u32,
+    ) -> Arc<Decision> {
+        let c = concurrency_class(in_flight);
+        self.cached(shape, key, c, || {
+            let r = moduli();
+            let est = if shape.no_product() {
+                Vec::new()
+            } else {
+                self.estimates_loaded(shape, r, c)
+            };
+            let mut d = self.decide_from_estimates(shape, r, &est);
+            d.concurrent = c;
+            d
+        })
+    }
+
+    /// The decision for a call whose operands are on the GPU (the `ozaki_*_device` entry
+    /// points): gpu-ozaki where it is priced faster than cuBLAS by the switch margin (and
+    /// the accuracy rule gave a moduli count), gpu-native otherwise; the vendor BLAS is not
+    /// a route for device memory. Cached like any other decision.
+    pub fn decide_device(&self, shape: &CallShape, moduli: Option<u32>) -> Arc<Decision> {
+        let shape = shape.with_residency(super::Residency::Device);
+        self.cached(&shape, moduli, 1, || {
+            let mut est = self.estimates(&shape, moduli);
+            est.retain(|e| e.route != Route::Vendor);
+            self.decide_from_estimates(&shape, moduli, &est)
+        })
     }
 
     /// The decision for a call, from the cache when this shape and moduli count were seen.
@@ -289,7 +381,7 @@ impl Engine {
         key: Option<u32>,
         moduli: impl FnOnce() -> Option<u32>,
     ) -> Arc<Decision> {
-        self.cached(shape, key, || self.decide_uncached(shape, moduli()))
+        self.cached(shape, key, 1, || self.decide_uncached(shape, moduli()))
     }
 
     /// [`Engine::decide`] for a caller that has priced the call itself: `estimates` are
@@ -301,8 +393,22 @@ impl Engine {
         moduli: Option<u32>,
         estimates: &[RouteEstimate],
     ) -> Arc<Decision> {
-        self.cached(shape, moduli, || {
-            self.decide_from_estimates(shape, moduli, estimates)
+        self.decide_priced_loaded(shape, moduli, estimates, 1)
+    }
+
+    /// [`Engine::decide_priced`] for estimates priced at concurrency class `concurrent`
+    /// ([`Engine::estimates_loaded`]), cached at that class.
+    pub fn decide_priced_loaded(
+        &self,
+        shape: &CallShape,
+        moduli: Option<u32>,
+        estimates: &[RouteEstimate],
+        concurrent: u32,
+    ) -> Arc<Decision> {
+        self.cached(shape, moduli, concurrent, || {
+            let mut d = self.decide_from_estimates(shape, moduli, estimates);
+            d.concurrent = concurrent;
+            d
         })
     }
 
@@ -311,11 +417,13 @@ impl Engine {
         &self,
         shape: &CallShape,
         key: Option<u32>,
+        concurrent: u32,
         make: impl FnOnce() -> Decision,
     ) -> Arc<Decision> {
         let key = Key {
             shape: *shape,
             moduli: key,
+            concurrent,
         };
         if let Ok(c) = self.cache.lock()
             && let Some(d) = c.get(&key)
@@ -351,25 +459,14 @@ impl Engine {
         est: &[RouteEstimate],
     ) -> Decision {
         if shape.no_product() {
-            return Decision {
-                route: Route::Vendor,
-                moduli: None,
-                prediction: Prediction {
-                    predicted_s: Default::default(),
-                    reason: "vendor: no product to compute".into(),
-                    gpu_start: None,
-                },
-                splits: Vec::new(),
-            };
+            return Decision::vendor_only(Prediction {
+                reason: "vendor: no product to compute".into(),
+                ..Prediction::default()
+            });
         }
         if self.profile.gpu.is_none() {
             // Nothing to choose between: keep the trace's reason short.
-            return Decision {
-                route: Route::Vendor,
-                moduli: None,
-                prediction: prediction(est, "vendor: no GPU in the profile".into()),
-                splits: Vec::new(),
-            };
+            return Decision::vendor_only(prediction(est, "vendor: no GPU in the profile".into()));
         }
         let splits = self.splits(shape, moduli);
         // A split that pays stands in for its route's one-device price.
@@ -403,6 +500,21 @@ impl Engine {
             pred.predicted_s
                 .insert(split_key(s.route, &s.devices()), s.seconds);
         }
+        let usable = |e: &&RouteEstimate| e.excluded.is_none() && e.seconds.is_finite();
+        let vendor_s = priced
+            .iter()
+            .filter(usable)
+            .find(|e| e.route == Route::Vendor)
+            .map_or(f64::INFINITY, |e| e.seconds);
+        let gpu = match priced.iter().filter(usable).find(|e| e.route == route) {
+            Some(e) if route != Route::Vendor => Some((route, e.seconds)),
+            _ => priced
+                .iter()
+                .filter(usable)
+                .filter(|e| e.route != Route::Vendor)
+                .min_by(|a, b| a.seconds.total_cmp(&b.seconds))
+                .map(|e| (e.route, e.seconds)),
+        };
         Decision {
             route,
             moduli: if route == Route::GpuOzaki {
@@ -412,6 +524,9 @@ impl Engine {
             },
             prediction: pred,
             splits,
+            concurrent: 1,
+            vendor_s,
+            gpu,
         }
     }
 }

@@ -13,12 +13,16 @@
 //! | [`platforms`] | the paper's platforms (GB300, B200, Rubin) and the H200 datasheet, for what-if projections |
 //! | [`reduced`] | the paper's reduced model (Alg. 4 `rate_rec`, storage modes, ComputeRate) evaluated on a platform |
 //! | [`choose`] | per-call choice under the accuracy contract, with a per-shape decision cache |
+//! | [`load`] | what runs beside a call: the vendor's share of the CPU under concurrent callers, the GPU's queue |
+//! | [`correct`] | lock-free per-class corrections of the predictions from measured calls |
 //! | [`replay`] | per-record rows and the composites of a trace replayed through either model |
 //! | [`calibrate`] | the measurement plan, the raw-measurement format and the fits that turn it into a profile |
 //! | [`split`] | a host-resident dgemm split over several GPUs, priced per device with the shared host link (issue #7) |
 
 pub mod calibrate;
 pub mod choose;
+pub mod correct;
+pub mod load;
 pub mod model;
 pub mod platforms;
 pub mod profile;

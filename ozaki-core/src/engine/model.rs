@@ -351,8 +351,23 @@ pub fn predict(
     moduli: Option<u32>,
     threads: u32,
 ) -> RouteEstimate {
+    predict_loaded(profile, shape, route, moduli, threads, 1)
+}
+
+/// [`predict`] for a call decided while `concurrent` calls (itself included) are in flight
+/// in the process: the vendor BLAS is priced at the share of the CPU each caller gets
+/// ([`super::load::vendor_slowdown`]); the GPU routes are priced alone (the shim adds the
+/// wait for the GPU's queue after the cached decision, [`super::load`]).
+pub fn predict_loaded(
+    profile: &Profile,
+    shape: &CallShape,
+    route: Route,
+    moduli: Option<u32>,
+    threads: u32,
+    concurrent: u32,
+) -> RouteEstimate {
     let mut est = match route {
-        Route::Vendor => vendor(profile, shape, threads),
+        Route::Vendor => vendor(profile, shape, threads, concurrent),
         Route::GpuNative | Route::GpuOzaki => match &profile.gpu {
             None => RouteEstimate::excluded(route, "no GPU in this profile".into()),
             Some(gpu) => gpu_route(gpu, shape, route, moduli),
@@ -387,22 +402,37 @@ pub fn predict_all(
     moduli: Option<u32>,
     threads: u32,
 ) -> Vec<RouteEstimate> {
+    predict_all_loaded(profile, shape, moduli, threads, 1)
+}
+
+/// [`predict_loaded`] for every route in [`PRICED_ROUTES`].
+pub fn predict_all_loaded(
+    profile: &Profile,
+    shape: &CallShape,
+    moduli: Option<u32>,
+    threads: u32,
+    concurrent: u32,
+) -> Vec<RouteEstimate> {
     PRICED_ROUTES
         .iter()
-        .map(|&r| predict(profile, shape, r, moduli, threads))
+        .map(|&r| predict_loaded(profile, shape, r, moduli, threads, concurrent))
         .collect()
 }
 
-fn vendor(profile: &Profile, shape: &CallShape, threads: u32) -> RouteEstimate {
-    let Some((used, model)) = profile.cpu.model_for(threads) else {
+fn vendor(profile: &Profile, shape: &CallShape, threads: u32, concurrent: u32) -> RouteEstimate {
+    let share = super::load::vendor_share(&profile.cpu, threads, concurrent);
+    let Some((used, model)) = profile.cpu.model_for(share.model_threads) else {
         return RouteEstimate::excluded(Route::Vendor, "profile has no CPU BLAS timings".into());
     };
     let blas = if shape.no_product() {
         0.0
     } else {
-        model.seconds(shape)
+        let work = model.seconds(shape);
+        // The slowdown stretches the work terms, not the fixed latency.
+        let fixed = model.s_fixed.min(work);
+        fixed + (work - fixed) * share.slowdown
     };
-    let terms = vec![
+    let mut terms = vec![
         Term {
             name: "overhead",
             seconds: profile.cpu.call_overhead_s,
@@ -418,6 +448,12 @@ fn vendor(profile: &Profile, shape: &CallShape, threads: u32) -> RouteEstimate {
             ),
         },
     ];
+    if concurrent > 1 {
+        terms[1].how.push_str(&format!(
+            "; {concurrent} calls in flight: ×{:.2} ({})",
+            share.slowdown, share.how
+        ));
+    }
     let seconds = terms.iter().map(|t| t.seconds).sum();
     RouteEstimate {
         route: Route::Vendor,

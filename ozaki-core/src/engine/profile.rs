@@ -168,6 +168,23 @@ pub struct CpuProfile {
     pub call_overhead_s: f64,
     /// Work model per thread count.
     pub blas: Vec<CpuRate>,
+    /// How one call slows down when several threads of the process call the vendor BLAS at
+    /// once (`ozaki calibrate` measures 1, 2, 4, ... callers); empty: the default model of
+    /// [`super::load::vendor_share`] (each caller gets an equal share of the cores).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub concurrency: Vec<ConcurrentRate>,
+}
+
+/// The vendor BLAS under concurrent callers: one call's time with `callers` calls in
+/// flight, over its time alone, at `threads` BLAS threads.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ConcurrentRate {
+    /// BLAS threads setting during the measurement.
+    pub threads: u32,
+    /// Calls in flight, the measured one included.
+    pub callers: u32,
+    /// Per-call time with `callers` in flight / per-call time alone (>= 1 on a saturated CPU).
+    pub slowdown: f64,
 }
 
 /// The vendor BLAS work model at one thread count.

@@ -102,14 +102,54 @@ pub struct Composites {
     pub work_share: Vec<(String, f64)>,
 }
 
-/// Replays the records through a model.
+/// Replays the records through a model, each priced alone.
 pub fn replay(calls: &[CallRecord], model: &ReplayModel<'_>) -> (Vec<Row>, Composites) {
-    let rows: Vec<Row> = calls.iter().map(|c| replay_one(c, model)).collect();
+    replay_loaded(calls, &[], model)
+}
+
+/// [`replay`] with the calls in flight when each record was decided (`in_flight[i]` for
+/// `calls[i]`, [`in_flight`]; missing entries count as alone): a measured profile prices
+/// the vendor at the share of the CPU each call had ([`super::load`]).
+pub fn replay_loaded(
+    calls: &[CallRecord],
+    in_flight: &[u32],
+    model: &ReplayModel<'_>,
+) -> (Vec<Row>, Composites) {
+    let rows: Vec<Row> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| replay_one(c, in_flight.get(i).copied().unwrap_or(1), model))
+        .collect();
     let comp = composites(&rows, model);
     (rows, comp)
 }
 
-fn replay_one(c: &CallRecord, model: &ReplayModel<'_>) -> Row {
+/// The calls in flight in the process when each record of one trace file was decided,
+/// itself included: the record's `engine.concurrent` when it has one (schema 3), otherwise
+/// reconstructed from the recorded call intervals [t_ns, t_ns + dur_ns) of all threads (the
+/// calls that started before it and had not ended yet, plus itself).
+pub fn in_flight(calls: &[CallRecord]) -> Vec<u32> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut order: Vec<usize> = (0..calls.len()).collect();
+    order.sort_by_key(|&i| (calls[i].t_ns, calls[i].seq));
+    let mut ends = BinaryHeap::new();
+    let mut out = vec![1u32; calls.len()];
+    for i in order {
+        let c = &calls[i];
+        while ends.peek().is_some_and(|&Reverse(e)| e <= c.t_ns) {
+            ends.pop();
+        }
+        out[i] = match c.engine.as_ref().and_then(|e| e.concurrent) {
+            Some(n) => n.max(1),
+            None => ends.len() as u32 + 1,
+        };
+        ends.push(Reverse(c.t_ns.saturating_add(c.dur_ns)));
+    }
+    out
+}
+
+fn replay_one(c: &CallRecord, in_flight: u32, model: &ReplayModel<'_>) -> Row {
     let shape = CallShape::from_record(c);
     let base = Row {
         seq: c.seq,
@@ -134,8 +174,9 @@ fn replay_one(c: &CallRecord, model: &ReplayModel<'_>) -> Row {
             } else {
                 moduli(&shape)
             };
-            let est = engine.estimates(&shape, r);
-            let d = engine.decide_priced(&shape, r, &est);
+            let class = super::load::concurrency_class(in_flight);
+            let est = engine.estimates_loaded(&shape, r, class);
+            let d = engine.decide_priced_loaded(&shape, r, &est, class);
             let chosen = est.iter().find(|e| e.route == d.route);
             let predicted_s: Vec<(String, f64)> = est
                 .iter()
@@ -326,4 +367,37 @@ pub fn write_csv(rows: &[Row], out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, ",\"{}\"", r.reason.replace('"', "'"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(seq: u64, t_ns: u64, dur_ns: u64) -> CallRecord {
+        let line = format!(
+            r#"{{"type":"call","seq":{seq},"t_ns":{t_ns},"dur_ns":{dur_ns},"tid":{seq},"sym":"dgemm_","routine":"dgemm","layout":"col","m":8,"n":8,"k":8,"lda":8,"ldb":8,"ldc":8,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}}"#
+        );
+        match crate::trace::parse_line(&line, 1).unwrap() {
+            crate::trace::Line::Call(c) => *c,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn calls_in_flight_come_from_overlapping_intervals_or_the_record() {
+        // [0,10) [2,5) [3,12) [5,6) [12,13): at their starts 1, 2, 3, 3, 1 in flight.
+        let mut calls = vec![
+            call(0, 0, 10),
+            call(1, 2, 3),
+            call(2, 3, 9),
+            call(3, 5, 1),
+            call(4, 12, 1),
+        ];
+        assert_eq!(in_flight(&calls), vec![1, 2, 3, 3, 1]);
+        calls[4].engine = Some(crate::trace::Prediction {
+            concurrent: Some(7),
+            ..Default::default()
+        });
+        assert_eq!(in_flight(&calls)[4], 7);
+    }
 }

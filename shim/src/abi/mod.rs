@@ -828,7 +828,7 @@ fn illegal_layout(rout: &'static CStr, value: c_int) -> Verdict {
 }
 
 /// Decodes `cblas_dgemm` (pure, for the tests); mirrors reference `cblas_dgemm.c`.
-fn decode_cblas_gemm(r: &CblasGemm<i64>, ilp64: bool) -> Decoded {
+pub(crate) fn decode_cblas_gemm(r: &CblasGemm<i64>, ilp64: bool) -> Decoded {
     const ROUT: &CStr = c"cblas_dgemm";
     let layout = cblas_layout(r.layout);
     let (fa, ta) = cblas_trans(r.transa);

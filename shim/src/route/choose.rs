@@ -31,22 +31,28 @@
 //!   up, the engine decides every call; if it could not start, every call goes to the vendor
 //!   BLAS.
 
-use super::Choice;
-use super::start::{self, Starter, Status, WhileStarting};
-use crate::abi::Shape;
+use super::inflight::{self, Flight};
+use super::start::{self, Ledger, Starter, Status, WhileStarting};
+use super::{Choice, adjust};
+use crate::abi::Canon;
 use crate::config::{Config, GpuStart, notice};
 use crate::lazy::Lazy;
+use ozaki_core::blas::Trans;
 use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
 use ozaki_core::trace::{DuringStart, Routine, StartNote};
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 
 static ENGINE: Lazy<Engine> = Lazy::new();
 static PRE_ENGINE: Lazy<Option<Engine>> = Lazy::new();
 /// The background start of the GPU ([`super::start`]).
 static STARTER: Starter = Starter::new();
+/// The gain priced for the GPU before its start ([`super::start::Ledger`]).
+static LEDGER: Ledger = Ledger::new();
 
 /// How much faster than every GPU route the pre-engine must price the vendor BLAS to send a
 /// call there without initialising the GPU: margin for a calibrated profile of this machine
@@ -112,10 +118,19 @@ fn build() -> Engine {
     engine.with_slots(slots)
 }
 
+/// (CPUs this process may run on, the vendor BLAS thread count priced): what the engine
+/// prices with, and what the trace header records for `ozaki replay`.
+pub fn machine_threads() -> (u32, u32) {
+    static T: OnceLock<(u32, u32)> = OnceLock::new();
+    *T.get_or_init(|| {
+        let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        (avail, blas_threads(|v| std::env::var(v).ok(), avail))
+    })
+}
+
 /// An engine pricing `prof` for the vendor BLAS's thread count in this process.
 fn engine_for(prof: Profile) -> Engine {
-    let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    Engine::new(prof, blas_threads(|v| std::env::var(v).ok(), avail))
+    Engine::new(prof, machine_threads().1)
 }
 
 /// The engine of this process.
@@ -166,15 +181,42 @@ fn note(during: DuringStart, elapsed_s: f64, waited_s: Option<f64>) -> Option<St
 /// Marks a decision priced by the pre-engine.
 const PRICED_BEFORE: &str = " (priced before the GPU was initialised)";
 
-/// The module doc's rule for a call arriving before the engine is built.
-fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>, mode: GpuStart) -> Early {
-    let d = pre.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
+/// The module doc's rule for a call arriving before the engine is built, with `in_flight`
+/// calls in flight.
+fn before_engine(
+    pre: &Engine,
+    cs: &CallShape,
+    moduli: Option<u32>,
+    mode: GpuStart,
+    in_flight: u32,
+) -> Early {
+    let d = pre.decide_loaded(cs, moduli, || Some(priced_moduli(cs.k, moduli)), in_flight);
     if is_clearly_vendor(&d) {
         let why = format!("{}{PRICED_BEFORE}", d.prediction.reason);
         return Early::Vendor(d, why, None);
     }
+    let expected = pre
+        .profile()
+        .gpu
+        .as_ref()
+        .and_then(|g| g.start_s)
+        .unwrap_or(start::START_S);
     let status = match STARTER.status() {
         Status::Idle => {
+            // The start begins once the gains priced so far cover what it costs.
+            let gain = match d.gpu {
+                Some((_, g)) if d.route != Route::Vendor => d.vendor_s - g,
+                _ => 0.0,
+            };
+            let gained = LEDGER.add(gain);
+            let cost = start::start_cost_s(expected, mode == GpuStart::Blocking);
+            if gained < cost {
+                let why = format!(
+                    "vendor: the GPU is not started: the calls so far priced {gained:.4} s of \
+                     gain on it, short of the {cost:.4} s a start costs{PRICED_BEFORE}"
+                );
+                return Early::Vendor(d, why, None);
+            }
             start::register_exit_handler();
             let shape = (cs.m as usize, cs.n as usize, cs.k as usize);
             STARTER.begin(move || start_gpu(shape))
@@ -196,12 +238,6 @@ fn before_engine(pre: &Engine, cs: &CallShape, moduli: Option<u32>, mode: GpuSta
         }
         Status::Starting { elapsed_s } => elapsed_s,
     };
-    let expected = pre
-        .profile()
-        .gpu
-        .as_ref()
-        .and_then(|g| g.start_s)
-        .unwrap_or(start::START_S);
     let rule = match mode {
         GpuStart::Blocking => WhileStarting::Wait,
         GpuStart::Background => {
@@ -318,21 +354,49 @@ fn is_clearly_vendor(d: &Decision) -> bool {
         .all(|(_, &s)| s >= CLEARLY * vendor)
 }
 
-/// The engine's view of a decoded call.
-fn call_shape(s: &Shape) -> CallShape {
-    let dim = |x: i64| x.max(0) as u64;
-    let t = |f: u8| f == b'T' || f == b'C';
-    let syrk = s.routine == Routine::Dsyrk;
-    CallShape {
-        routine: s.routine,
-        m: if syrk { dim(s.n) } else { dim(s.m) },
-        n: dim(s.n),
-        k: dim(s.k),
-        transa: if syrk { t(s.flag2) } else { t(s.flag1) },
-        transb: !syrk && t(s.flag2),
-        beta_zero: s.beta == 0.0,
-        alpha_zero: s.alpha == 0.0,
-        residency: Residency::Host,
+/// The engine's view of a checked call, in its canonical (column-major) form: a row-major
+/// CBLAS call is priced as the column-major product the routes compute, so the decision
+/// and the route see one shape.
+pub fn canonical_shape(c: &Canon) -> CallShape {
+    match *c {
+        Canon::Gemm {
+            transa,
+            transb,
+            m,
+            n,
+            k,
+            alpha,
+            beta,
+            ..
+        } => CallShape {
+            routine: Routine::Dgemm,
+            m: m as u64,
+            n: n as u64,
+            k: k as u64,
+            transa: transa == Trans::Yes,
+            transb: transb == Trans::Yes,
+            beta_zero: beta == 0.0,
+            alpha_zero: alpha == 0.0,
+            residency: Residency::Host,
+        },
+        Canon::Syrk {
+            trans,
+            n,
+            k,
+            alpha,
+            beta,
+            ..
+        } => CallShape {
+            routine: Routine::Dsyrk,
+            m: n as u64,
+            n: n as u64,
+            k: k as u64,
+            transa: trans == Trans::Yes,
+            transb: false,
+            beta_zero: beta == 0.0,
+            alpha_zero: alpha == 0.0,
+            residency: Residency::Host,
+        },
     }
 }
 
@@ -347,44 +411,141 @@ pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
     })
 }
 
-/// The route `auto` takes for this call, with the prediction for the trace.
-pub fn auto(shape: &Shape, config: &Config) -> Choice {
-    let cs = call_shape(shape);
+/// The route `auto` takes for this call, with the one decision behind it and the
+/// prediction for the trace.
+pub fn auto(canon: &Canon, config: &Config) -> Choice {
+    let cs = canonical_shape(canon);
+    let mut flight = Flight::enter();
+    let in_flight = flight.concurrent();
     let mut waited = None;
     if ENGINE.get().is_none()
         && let Some(pre) = pre_engine()
     {
-        match before_engine(pre, &cs, config.moduli, config.gpu_start) {
+        match before_engine(pre, &cs, config.moduli, config.gpu_start, in_flight) {
             Early::Vendor(d, why, start) => {
+                let engine = config.tracing().then(|| {
+                    let mut p = d.prediction.clone();
+                    p.reason = why;
+                    p.gpu_start = start;
+                    p.concurrent = Some(in_flight);
+                    p
+                });
                 return Choice {
                     route: Route::Vendor,
-                    engine: config.tracing().then(|| {
-                        let mut p = d.prediction.clone();
-                        p.reason = why;
-                        p.gpu_start = start;
-                        p
-                    }),
+                    engine,
+                    decision: Some(d),
+                    feedback: None,
+                    flight: Some(flight),
                 };
             }
             Early::Engine(w) => waited = w,
         }
     }
-    // The moduli count depends on k and OZAKI_MODULI only; it is computed on a cache miss.
-    let d = engine().decide_with(&cs, config.moduli, || {
-        Some(priced_moduli(cs.k, config.moduli))
+    let e = engine();
+    if e.profile().gpu.is_none() && !config.tracing() {
+        // Nothing to choose between and nothing to record.
+        return Choice {
+            route: Route::Vendor,
+            engine: None,
+            decision: None,
+            feedback: None,
+            flight: None,
+        };
+    }
+    let d = decide(e, &cs, config.moduli, in_flight);
+    let a = adjust::adjust(
+        e.corrections(),
+        &d,
+        &cs,
+        e.profile().choice.min_gain,
+        config.explore,
+        inflight::gpu_wait_s(),
+        || EXPLORE_TICK.fetch_add(1, Ordering::Relaxed),
+    );
+    if a.route != Route::Vendor
+        && let Some((_, g)) = d.gpu
+    {
+        flight.queue_gpu(g);
+    }
+    let engine = config.tracing().then(|| {
+        let mut p = d.prediction.clone();
+        if let Some(note) = &a.note {
+            p.reason = format!("{note}; engine: {}", p.reason);
+        }
+        if let Some(w) = waited {
+            let s = w.waited_s.unwrap_or(0.0);
+            p.reason
+                .push_str(&format!(" (waited {s:.2} s for the GPU start)"));
+            p.gpu_start = Some(w);
+        }
+        p.concurrent = Some(in_flight);
+        p.correction = a.correction;
+        p.queue_s = a.queue_s;
+        p.explore = a.explore;
+        p
     });
     Choice {
-        route: d.route,
-        engine: config.tracing().then(|| {
-            let mut p = d.prediction.clone();
-            if let Some(w) = waited {
-                let s = w.waited_s.unwrap_or(0.0);
-                p.reason
-                    .push_str(&format!(" (waited {s:.2} s for the GPU start)"));
-                p.gpu_start = Some(w);
-            }
-            p
-        }),
+        route: a.route,
+        engine,
+        decision: Some(d),
+        feedback: a.feedback,
+        flight: Some(flight),
+    }
+}
+
+thread_local! {
+    /// This thread's last decision and what it was for: a thread repeating one shape (the
+    /// common case in a loop of small products) skips the shared cache's lock.
+    static LAST: RefCell<Option<((CallShape, Option<u32>, u32), Arc<Decision>)>> =
+        const { RefCell::new(None) };
+}
+
+/// The engine's decision for `cs` with `in_flight` calls in flight, through this thread's
+/// last decision, then the engine's cache (the moduli count depends on k and `OZAKI_MODULI`
+/// only; it is computed on a miss).
+fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> Arc<Decision> {
+    let key = (
+        *cs,
+        moduli,
+        ozaki_core::engine::load::concurrency_class(in_flight),
+    );
+    // (`try_with`: a call made while this thread's locals are torn down, at exit, goes to
+    // the shared cache.)
+    let hit = LAST
+        .try_with(|l| {
+            l.try_borrow()
+                .ok()?
+                .as_ref()
+                .filter(|(k, _)| *k == key)
+                .map(|(_, d)| Arc::clone(d))
+        })
+        .ok()
+        .flatten();
+    if let Some(d) = hit {
+        return d;
+    }
+    let d = e.decide_loaded(cs, moduli, || Some(priced_moduli(cs.k, moduli)), in_flight);
+    let _ = LAST.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            *l = Some((key, Arc::clone(&d)));
+        }
+    });
+    d
+}
+
+/// Counts the calls eligible for exploration ([`adjust`]).
+static EXPLORE_TICK: AtomicU32 = AtomicU32::new(1);
+
+/// Feeds a call's measured time into the class its choice named, when the route it was
+/// priced for is the one that produced C.
+pub fn feed(choice: &Choice, produced: Route, fallback: bool, seconds: f64) {
+    if let Some((key, predicted)) = &choice.feedback
+        && key.route == produced
+        && !fallback
+        && let Some(e) = ENGINE.get()
+    {
+        e.corrections()
+            .record(key, seconds, predicted.max(f64::MIN_POSITIVE));
     }
 }
 
@@ -409,35 +570,56 @@ mod tests {
             }
         }
     }
-    use ozaki_core::trace::Layout;
+    use crate::abi::{CblasGemm, Verdict, decode_cblas_gemm, decode_fortran_syrk};
 
-    fn shape(routine: Routine, f1: u8, f2: u8, m: i64, n: i64, k: i64, beta: f64) -> Shape {
-        Shape {
-            routine,
-            layout: Layout::Col,
-            flag1: f1,
-            flag2: f2,
-            m,
-            n,
-            k,
-            lda: m.max(1),
-            ldb: k.max(1),
-            ldc: m.max(1),
-            alpha: 1.0,
-            beta,
-            ilp64: false,
+    fn canon(v: Verdict) -> Canon {
+        match v {
+            Verdict::Compute(c) => c,
+            _ => panic!("not a computed call"),
         }
     }
 
     #[test]
-    fn decoded_calls_map_to_the_engine_shape() {
-        let g = call_shape(&shape(Routine::Dgemm, b'T', b'N', 30, 20, 10, 0.5));
+    fn checked_calls_map_to_the_canonical_engine_shape() {
+        let (a, b, mut c) = ([0.0f64; 600], [0.0f64; 600], [0.0f64; 600]);
+        // Row-major C (30 x 20) = A (30 x 10) B^T: the routes compute the column-major
+        // C^T (20 x 30) = B A^T, and that is the shape priced.
+        let row = CblasGemm {
+            layout: 101,
+            transa: 111,
+            transb: 112,
+            m: 30,
+            n: 20,
+            k: 10,
+            alpha: 1.0,
+            a: a.as_ptr(),
+            lda: 10,
+            b: b.as_ptr(),
+            ldb: 10,
+            beta: 0.5,
+            c: c.as_mut_ptr(),
+            ldc: 20,
+        };
+        let g = canonical_shape(&canon(decode_cblas_gemm(&row, false).verdict));
         assert_eq!(
             (g.m, g.n, g.k, g.transa, g.transb, g.beta_zero),
-            (30, 20, 10, true, false, false)
+            (20, 30, 10, true, false, false)
         );
-        // dsyrk: flag1 is uplo, flag2 trans; C is n x n whatever m holds.
-        let s = call_shape(&shape(Routine::Dsyrk, b'U', b'T', 7, 40, 9, 0.0));
+        // dsyrk: C is n x n.
+        let s = decode_fortran_syrk(
+            b'U',
+            b'T',
+            40,
+            9,
+            1.0,
+            a.as_ptr(),
+            9,
+            0.0,
+            c.as_mut_ptr(),
+            40,
+            false,
+        );
+        let s = canonical_shape(&canon(s.verdict));
         assert_eq!(
             (s.m, s.n, s.k, s.transa, s.transb, s.beta_zero),
             (40, 40, 9, true, false, true)

@@ -15,6 +15,7 @@ use gpu_kernels::GpuError;
 use gpu_kernels::host::{self, Engine, HostOutcome};
 use gpu_kernels::ozaki::Options;
 use ozaki_core::blas::{GemmArgs, SyrkArgs};
+use ozaki_core::devices::SplitPlan;
 use ozaki_core::route::Route;
 use std::sync::Once;
 
@@ -85,7 +86,8 @@ fn needs_product(alpha: f64, k: usize) -> Result<(), RouteError> {
     Ok(())
 }
 
-/// C = alpha op(A) op(B) + beta C on the GPU; `route` is `GpuNative` or `GpuOzaki`.
+/// C = alpha op(A) op(B) + beta C on the GPU; `route` is `GpuNative` or `GpuOzaki`, split
+/// over the GPU slots as `plan` says.
 ///
 /// # Errors
 /// - [`RouteError::Unavailable`]: no driver, GPU, CUDA library or device memory;
@@ -97,14 +99,16 @@ pub fn gemm(
     args: &GemmArgs<'_>,
     c: &mut [f64],
     config: &Config,
+    plan: Option<&SplitPlan>,
 ) -> Result<RouteOutcome, RouteError> {
     needs_product(args.alpha, args.k)?;
     let engine = engine(route, config);
     // Issue #7: in a process owning several GPU slots, a call the engine prices faster split
     // (or any large call with OZAKI_SPLIT=1) runs as C tiles, one per slot
-    // (gpu_kernels::multi); the trace records every tile's device.
-    if let Some(plan) = super::split::plan(route, args, config) {
-        let o = gpu_kernels::multi::gemm(args, c, engine, &plan).map_err(|e| error(route, e))?;
+    // (gpu_kernels::multi; the plan is the call's decision, `super::split`); the trace
+    // records every tile's device.
+    if let Some(plan) = plan {
+        let o = gpu_kernels::multi::gemm(args, c, engine, plan).map_err(|e| error(route, e))?;
         tracing::info!(devices = ?o.devices, grid = ?(plan.grid_rows, plan.grid_cols), "dgemm split across device slots");
         return Ok(RouteOutcome {
             moduli: o.moduli,

@@ -29,10 +29,12 @@
 //!   [`choose::auto`](mod@choose), which starts the GPU in the background ([`start`]).
 //! - The A/B comparison (issue #6, `crate::ab`) wraps [`execute`].
 
+pub mod adjust;
 pub mod builtin;
 pub mod choose;
 pub mod cpu_ozaki;
 pub mod gpu;
+pub mod inflight;
 pub mod split;
 pub mod start;
 pub mod threads;
@@ -42,10 +44,14 @@ use crate::abi::{CView, Canon, Operands, RawCall};
 use crate::config::Config;
 use crate::symbols::SymId;
 use ozaki_core::blas::{GemmArgs, SyrkArgs};
+use ozaki_core::devices::SplitPlan;
+use ozaki_core::engine::choose::Decision;
+use ozaki_core::engine::correct::ClassKey;
 use ozaki_core::route::{Route, RouteRequest};
 use ozaki_core::trace::{Phases, Prediction};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 /// What a route reports about one call, for the trace record.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -98,24 +104,52 @@ impl fmt::Display for RouteError {
 
 impl std::error::Error for RouteError {}
 
-/// The route for one call, and the engine's prediction when it chose.
-#[derive(Debug, Clone)]
+/// The route for one call, with the one engine decision behind it (carried down to the
+/// route: no route asks the engine again).
 pub struct Choice {
     /// Route to run.
     pub route: Route,
-    /// The engine's prediction and reason (auto mode only), for the trace.
+    /// The engine's prediction and reason (auto mode only, and only when tracing), for the
+    /// trace.
     pub engine: Option<Prediction>,
+    /// The engine's decision on the canonical call: its split plan is what the GPU routes
+    /// run. `None` for a forced route that needs none (one GPU slot, or `OZAKI_SPLIT` set).
+    pub decision: Option<Arc<Decision>>,
+    /// What the call's measured time corrects (auto mode, calls whose runner-up is close
+    /// enough for a correction to matter): the class and the prediction of the route run.
+    pub feedback: Option<(ClassKey, f64)>,
+    /// The call counted in flight (auto mode) until the choice is dropped.
+    pub flight: Option<inflight::Flight>,
 }
 
-/// Picks the route for a call. Forced routes are taken as they are; `auto` asks the
-/// per-record engine ([`choose::auto`], issue #5).
-pub fn choose(request: RouteRequest, shape: &crate::abi::Shape, config: &Config) -> Choice {
-    match request {
-        RouteRequest::Forced(route) => Choice {
+impl Choice {
+    /// A route taken as it is.
+    fn forced(route: Route, decision: Option<Arc<Decision>>) -> Choice {
+        Choice {
             route,
             engine: None,
-        },
-        RouteRequest::Auto => choose::auto(shape, config),
+            decision,
+            feedback: None,
+            flight: None,
+        }
+    }
+
+    /// The split plan of the decision for the route run, if it pays.
+    pub fn split(&self, route: Route) -> Option<&ozaki_core::devices::SplitPlan> {
+        self.decision.as_ref()?.split(route).map(|s| &s.plan)
+    }
+}
+
+/// Picks the route for a call. Forced routes are taken as they are (a forced GPU route in a
+/// process with several GPU slots gets the engine's split decision); `auto` asks the
+/// per-record engine ([`choose::auto`], issue #5). Both price the canonical call.
+pub fn choose(request: RouteRequest, canon: &Canon, config: &Config) -> Choice {
+    match request {
+        RouteRequest::Forced(route @ (Route::GpuNative | Route::GpuOzaki)) => {
+            Choice::forced(route, split::decision(canon, config))
+        }
+        RouteRequest::Forced(route) => Choice::forced(route, None),
+        RouteRequest::Auto => choose::auto(canon, config),
     }
 }
 
@@ -130,13 +164,15 @@ pub struct Executed {
     pub outcome: RouteOutcome,
 }
 
-/// Runs `route` for a checked call, falling back as the module doc says.
+/// Runs `route` for a checked call, falling back as the module doc says; a GPU dgemm runs
+/// split over the GPU slots when `plan` (the decision's split for this route) says so.
 ///
 /// # Safety
 /// - `raw` are the caller's arguments of the exported name `id`, and `canon` was decoded from
 ///   them; the BLAS calling contract holds for the whole call.
 pub unsafe fn execute<R: RawCall>(
     route: Route,
+    plan: Option<&SplitPlan>,
     id: SymId,
     raw: &R,
     canon: &Canon,
@@ -147,7 +183,7 @@ pub unsafe fn execute<R: RawCall>(
         Route::Vendor => unsafe { vendor::call(id, raw) },
         other => {
             // SAFETY: the caller's contract; no raw pointer is used while the slices live.
-            let run = || unsafe { run_safe(other, canon, config) };
+            let run = || unsafe { run_safe(other, plan, canon, config) };
             catch_unwind(AssertUnwindSafe(run)).unwrap_or(Err(RouteError::Panicked))
         }
     };
@@ -187,6 +223,7 @@ pub unsafe fn execute<R: RawCall>(
 /// - as [`execute`].
 unsafe fn run_safe(
     route: Route,
+    plan: Option<&SplitPlan>,
     canon: &Canon,
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
@@ -195,7 +232,7 @@ unsafe fn run_safe(
         Operands::Gemm(args, c) => on_block(&c, args, |args, c| match route {
             Route::Builtin => Ok(builtin::gemm(args, c)),
             Route::CpuOzaki => cpu_ozaki::gemm(args, c, config),
-            Route::GpuNative | Route::GpuOzaki => gpu::gemm(route, args, c, config),
+            Route::GpuNative | Route::GpuOzaki => gpu::gemm(route, args, c, config, plan),
             Route::Vendor => unreachable!("the vendor route takes the raw arguments"),
         }),
         Operands::Syrk(args, c) => on_block(&c, args, |args, c| match route {
@@ -294,7 +331,7 @@ mod tests {
         };
         let config = Config::from_raw(&RawConfig::default()).0;
         // SAFETY: the buffers outlive the call and match the shapes in `canon`.
-        let done = unsafe { execute(route, SymId::DGEMM, &NoVendorCall, &canon, &config) };
+        let done = unsafe { execute(route, None, SymId::DGEMM, &NoVendorCall, &canon, &config) };
         (done, c, want)
     }
 
@@ -339,23 +376,27 @@ mod tests {
     #[test]
     fn forced_routes_are_taken_as_requested() {
         let config = Config::from_raw(&RawConfig::default()).0;
-        let shape = crate::abi::Shape {
-            routine: Routine::Dgemm,
-            layout: ozaki_core::trace::Layout::Col,
-            flag1: b'N',
-            flag2: b'N',
+        let (a, b, mut c) = ([1.0f64], [1.0f64], [0.0f64]);
+        let canon = Canon::Gemm {
+            transa: Trans::No,
+            transb: Trans::No,
             m: 1,
             n: 1,
             k: 1,
-            lda: 1,
-            ldb: 1,
-            ldc: 1,
             alpha: 1.0,
+            a: a.as_ptr(),
+            lda: 1,
+            b: b.as_ptr(),
+            ldb: 1,
             beta: 0.0,
-            ilp64: false,
+            c: c.as_mut_ptr(),
+            ldc: 1,
         };
         for r in Route::ALL {
-            assert_eq!(choose(RouteRequest::Forced(r), &shape, &config).route, r);
+            let choice = choose(RouteRequest::Forced(r), &canon, &config);
+            assert_eq!(choice.route, r);
+            // One GPU slot at most here: no split decision is taken for a forced route.
+            assert!(choice.decision.is_none());
         }
     }
 }

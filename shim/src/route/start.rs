@@ -35,7 +35,7 @@
 //!   wait.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -107,6 +107,65 @@ pub fn while_starting(
             WhileStarting::Wait
         }
         _ => WhileStarting::Vendor,
+    }
+}
+
+/// Share of the start's time ([`START_S`] or the profile's `gpu.start_s`) that a background
+/// start costs the program: the program keeps running on the vendor BLAS, but the start's
+/// thread (driver, context, libraries, kernels) takes CPU and memory bandwidth from the vendor
+/// calls beside it. Reference LAPACK QR and LU at n = 4096 over 16-thread OpenBLAS, whose
+/// vendor calls all ran beside a start that never paid, spent 0.25-0.35 s more in BLAS than
+/// with `OZAKI_ROUTE=vendor` (1.41-1.51 s against 1.16 s, H200 host): about a quarter of a
+/// 0.9-1.2 s start.
+pub const BACKGROUND_COST_SHARE: f64 = 0.25;
+
+/// What starting the GPU costs the program, for a start expected to take `start_s`: the
+/// background start's share ([`BACKGROUND_COST_SHARE`]), or all of it when the call waits
+/// for the start (`OZAKI_GPU_START=blocking`).
+pub fn start_cost_s(start_s: f64, blocking: bool) -> f64 {
+    if blocking {
+        start_s
+    } else {
+        BACKGROUND_COST_SHARE * start_s
+    }
+}
+
+/// The gain the calls seen so far priced for the GPU: the start begins once it covers the
+/// start's cost ([`start_cost_s`]), so a process whose calls never gain never starts the
+/// GPU, and one large product (NumPy's 4096² is priced 0.23 s faster on the GPU) starts it
+/// at once. Lock-free: one atomic add per call that gains.
+pub struct Ledger {
+    gained_ns: AtomicU64,
+}
+
+impl Ledger {
+    /// Nothing gained yet.
+    pub const fn new() -> Ledger {
+        Ledger {
+            gained_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds one call's priced gain (seconds; negative or non-finite adds nothing) and
+    /// returns the total so far.
+    pub fn add(&self, gain_s: f64) -> f64 {
+        let ns = if gain_s.is_finite() && gain_s > 0.0 {
+            (gain_s * 1e9) as u64
+        } else {
+            0
+        };
+        let before = if ns > 0 {
+            self.gained_ns.fetch_add(ns, Ordering::Relaxed)
+        } else {
+            self.gained_ns.load(Ordering::Relaxed)
+        };
+        before.saturating_add(ns) as f64 * 1e-9
+    }
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Ledger::new()
     }
 }
 
@@ -303,6 +362,22 @@ mod tests {
     use super::*;
     use std::sync::Barrier;
     use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn the_ledger_adds_gains_only_and_one_4096_product_covers_a_background_start() {
+        let l = Ledger::new();
+        assert_eq!(l.add(-1.0), 0.0);
+        assert_eq!(l.add(f64::NAN), 0.0);
+        let t = l.add(0.001);
+        assert!((l.add(0.002) - (t + 0.002)).abs() < 1e-9);
+        // Built-in H200 prices: 4096² vendor 246 ms, gpu-native 14.4 ms.
+        let gain = 0.246 - 0.0144;
+        assert!(gain >= start_cost_s(START_S, false));
+        assert!(
+            gain < start_cost_s(START_S, true),
+            "a blocking start needs more"
+        );
+    }
 
     #[test]
     fn remaining_time_counts_down_then_grows_with_an_overrun() {

@@ -100,7 +100,7 @@ fn gpu_host<'a>(route: Route, config: &'a Config, name: &str, checked: bool) -> 
         run: Box::new(move |p: &Problem| {
             let mut c = fresh_c(p);
             let r = match (p.gemm_args(), p.syrk_args()) {
-                (Some(g), _) => gpu::gemm(route, &g, &mut c, config),
+                (Some(g), _) => gpu::gemm(route, &g, &mut c, config, None), // one device
                 (_, Some(s)) => gpu::syrk(route, &s, &mut c, config),
                 _ => unreachable!("a problem is dgemm or dsyrk"),
             };

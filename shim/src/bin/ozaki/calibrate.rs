@@ -70,8 +70,14 @@ struct Args {
     /// seconds instead of minutes.
     #[arg(long, conflicts_with_all = ["fit", "no_survey", "cpu_only"])]
     survey_only: bool,
-    /// With --survey-only: the profile to merge the survey into.
-    #[arg(long, requires = "survey_only")]
+    /// Fold what these traces measured (each call's time against the engine's prediction
+    /// for the route it ran) into an existing profile's end-to-end corrections (`--base`,
+    /// else the one this machine resolves), written to `--out` or the per-GPU profile in
+    /// the cache dir; nothing is timed.
+    #[arg(long, num_args = 1.., conflicts_with_all = ["fit", "survey_only", "validate"])]
+    from_trace: Vec<PathBuf>,
+    /// With --survey-only or --from-trace: the profile to start from.
+    #[arg(long)]
     base: Option<PathBuf>,
     /// After fitting, time the held-out validation shapes and print predicted vs measured.
     #[arg(long)]
@@ -114,6 +120,9 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     }
     if a.survey_only {
         return survey_only(&a);
+    }
+    if !a.from_trace.is_empty() {
+        return from_trace(&a);
     }
     let (meas, plan, blas) = match &a.fit {
         Some(path) => {
@@ -181,6 +190,50 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         let rep = validate(&prof, &plan, &blas, a.cpu_only)?;
         write_validation(&rep, a.validation_out.as_deref())?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--from-trace`: measured calls folded into an existing profile's corrections.
+fn from_trace(a: &Args) -> anyhow::Result<ExitCode> {
+    let mut prof = match &a.base {
+        Some(p) => Profile::load(p).map_err(anyhow::Error::msg)?,
+        None => {
+            let env = std::env::var("OZAKI_PROFILE").ok();
+            let gpu = ozaki_shim::route::choose::gpu_name();
+            let (p, _, warn) =
+                profile::resolve(env.as_deref(), gpu.as_deref()).map_err(anyhow::Error::msg)?;
+            if let Some(w) = warn {
+                eprintln!("ozaki calibrate: {w}");
+            }
+            p
+        }
+    };
+    let mut calls = Vec::new();
+    for path in &a.from_trace {
+        let loaded = crate::summary::load(path)?;
+        for n in &loaded.notes {
+            eprintln!("ozaki calibrate: {n}");
+        }
+        calls.extend(loaded.trace.calls);
+    }
+    let folded = ozaki_core::engine::correct::fold_into_profile(&mut prof, &calls);
+    if folded.is_empty() {
+        eprintln!(
+            "ozaki calibrate: no record carries a prediction for the route it ran alone \
+             (traces of OZAKI_ROUTE=auto runs do); the profile is unchanged"
+        );
+    }
+    for (route, records, shapes) in &folded {
+        println!("{route}: {records} measured calls folded into {shapes} correction points");
+    }
+    let out = match &a.out {
+        Some(p) => p.clone(),
+        None => profile::default_path(prof.gpu.as_ref().map(|g| g.name.as_str()))
+            .context("no cache directory (set HOME or XDG_CACHE_HOME) and no --out")?,
+    };
+    prof.save(&out)
+        .with_context(|| format!("{}", out.display()))?;
+    println!("profile written: {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -344,6 +397,53 @@ pub fn time_median(mut f: impl FnMut()) -> f64 {
     v[v.len() / 2]
 }
 
+/// The shape whose per-call time is measured under concurrent callers: the largest CPU
+/// shape of the plan up to 512³ (long enough to time, short enough for 16 callers at once).
+fn concurrency_shape(shapes: &[(u64, u64, u64)]) -> (u64, u64, u64) {
+    shapes
+        .iter()
+        .copied()
+        .filter(|&(m, n, k)| m * n * k <= 1 << 27)
+        .max_by_key(|&(m, n, k)| m * n * k)
+        .unwrap_or((256, 256, 256))
+}
+
+/// The vendor BLAS at `threads` threads with 1, 2, 4, ... callers at once (up to the CPU
+/// count): each caller times the same product, and the slowdown is their mean per-call time
+/// over the time alone (the engine's `load::vendor_share` prices concurrent calls with it).
+fn measure_concurrency(
+    blas: &cpu::VendorBlas,
+    threads: u32,
+    shapes: &[(u64, u64, u64)],
+) -> Vec<ozaki_core::engine::profile::ConcurrentRate> {
+    let (m, n, k) = concurrency_shape(shapes);
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get() as u32);
+    let alone = blas.time_gemm(m, n, k);
+    let mut out = Vec::new();
+    let mut callers = 2;
+    while callers <= cpus.max(2) {
+        let times: Vec<f64> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..callers)
+                .map(|_| s.spawn(|| blas.time_gemm(m, n, k)))
+                .collect();
+            hs.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+        let slowdown = mean / alone;
+        eprintln!(
+            "cpu {threads:>3} threads, {callers:>3} callers at once, {m}x{n}x{k}: {:.3} ms per call ({slowdown:.2}x alone)",
+            mean * 1e3
+        );
+        out.push(ozaki_core::engine::profile::ConcurrentRate {
+            threads,
+            callers,
+            slowdown,
+        });
+        callers *= 2;
+    }
+    out
+}
+
 fn measure(
     plan: &Plan,
     blas: &cpu::VendorBlas,
@@ -377,7 +477,8 @@ fn measure(
         }
         cpu_samples.push(CpuSamples { threads, samples });
     }
-    blas.set_threads(0);
+    let threads = blas.set_threads(0);
+    let concurrency = measure_concurrency(blas, threads, &plan.cpu_shapes);
     // Interposer overhead: what the shim adds per call is dominated by the cached decision.
     let engine = Engine::new(Profile::built_in("cpu-only").expect("ships"), 1);
     let shape = CallShape::gemm(8, 8, 8);
@@ -421,6 +522,7 @@ fn measure(
         vendor_blas: blas.name.clone(),
         call_overhead_s: decision_s,
         cpu: cpu_samples,
+        concurrency,
         gpu,
         routes,
         devices,

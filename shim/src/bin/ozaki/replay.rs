@@ -30,18 +30,39 @@ struct Args {
 }
 
 pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
-    let a = Args::parse_from(args);
+    let mut a = Args::parse_from(args);
     let mut calls = Vec::new();
+    let mut in_flight = Vec::new();
+    let mut recorded_threads = None;
     for path in &a.traces {
-        let loaded = crate::summary::load(path)?;
+        let mut loaded = crate::summary::load(path)?;
         for n in &loaded.notes {
             eprintln!("ozaki replay: {n}");
         }
-        calls.extend(loaded.trace.calls);
+        recorded_threads =
+            recorded_threads.or(loaded.trace.headers.iter().find_map(|h| h.blas_threads));
+        // Records the shim answered without a product (illegal arguments, quick returns)
+        // are not work for any route; they still occupied their thread, so the calls in
+        // flight are counted over every record of the file first.
+        let flights = replay::in_flight(&loaded.trace.calls);
+        for (c, f) in loaded.trace.calls.drain(..).zip(flights) {
+            if c.route != "xerbla" {
+                calls.push(c);
+                in_flight.push(f);
+            }
+        }
     }
-    // Records the shim answered without a product (illegal arguments, quick returns) are
-    // not work for any route.
-    calls.retain(|c| c.route != "xerbla");
+    // The trace's own machine: the BLAS thread count its header recorded, unless --threads
+    // says otherwise; a trace without one is priced at this machine's, as before.
+    match (a.model.threads, recorded_threads) {
+        (None, Some(t)) => a.model.threads = Some(t),
+        (None, None) => eprintln!(
+            "ozaki replay: the trace header records no BLAS thread count (schema < 3); \
+             pricing with this machine's (--threads sets it)"
+        ),
+        _ => {}
+    }
+    let most = in_flight.iter().copied().max().unwrap_or(1);
     let default_r = match a.moduli {
         Some(0) => None,
         Some(r) => Some(r),
@@ -73,7 +94,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             },
         ),
     };
-    let (rows, c) = replay::replay(&calls, &rm);
+    let (rows, c) = replay::replay_loaded(&calls, &in_flight, &rm);
     if let Some(path) = &a.csv {
         if path.as_os_str() == "-" {
             replay::write_csv(&rows, &mut std::io::stdout().lock())?;
@@ -91,6 +112,12 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         c.records,
         c.flops / 1e9
     )?;
+    if most > 1 {
+        writeln!(
+            out,
+            "calls in flight: up to {most} at once (vendor priced at each call's share of the CPU)"
+        )?;
+    }
     if c.records == 0 {
         return Ok(ExitCode::SUCCESS);
     }

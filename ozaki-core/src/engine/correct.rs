@@ -1,0 +1,327 @@
+//! Corrections from what calls really took: per (route, shape class, concurrency class), an
+//! exponentially weighted mean of ln(measured / predicted) with its sample count.
+//!
+//! The profile prices a call from isolated measurements; a program's own calls can run
+//! slower or faster (cache state, threads beside it, a profile from another machine). Every
+//! timed call feeds its class here; once a class holds [`MIN_SAMPLES`], its predictions are
+//! multiplied by the measured ratio, so measurement decides ([`Corrections::corrected`]).
+//!
+//! The table is lock-free: a fixed array of 64-bit slots, each packing the class tag, the
+//! sample count and the mean log-ratio, updated by compare-and-swap. Two classes that hash
+//! to one slot take turns (a new class resets the slot), which costs samples, never
+//! correctness: an uncorrected prediction is what the engine had before.
+
+use crate::route::Route;
+use crate::trace::{CallRecord, Routine};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Samples a class needs before its correction is applied.
+pub const MIN_SAMPLES: u32 = 8;
+
+/// Weight of a new sample once a class has this many (a running mean before): old
+/// behaviour fades over about this many calls.
+const EW_SPAN: u32 = 32;
+
+/// The largest correction applied, either way (ln 64): a class measured further off than
+/// that says the profile does not describe this machine, and the route still gets priced.
+const LN_LIMIT: f64 = 4.158_883_083_359_672;
+
+/// Slots in the table (a power of two).
+const SLOTS: usize = 4096;
+
+/// The class of a call: route, routine, log2 of m, n, k, and the concurrency class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClassKey {
+    /// The route that ran.
+    pub route: Route,
+    /// dgemm or dsyrk.
+    pub routine: Routine,
+    /// floor(log2) of m, n, k (0 for 0).
+    pub log2: [u8; 3],
+    /// [`super::load::concurrency_class`] of the calls in flight.
+    pub concurrent: u32,
+}
+
+impl ClassKey {
+    /// The class of a call of `routine` with these dimensions.
+    pub fn new(route: Route, routine: Routine, m: u64, n: u64, k: u64, concurrent: u32) -> Self {
+        let l = |x: u64| (63 - x.max(1).leading_zeros()) as u8;
+        ClassKey {
+            route,
+            routine,
+            log2: [l(m), l(n), l(k)],
+            concurrent,
+        }
+    }
+
+    /// (slot index, 16-bit tag) of the class.
+    fn place(&self) -> (usize, u64) {
+        let r = Route::ALL
+            .iter()
+            .position(|&x| x == self.route)
+            .unwrap_or(0) as u64;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for x in [
+            r,
+            self.routine as u64,
+            self.log2[0] as u64,
+            self.log2[1] as u64,
+            self.log2[2] as u64,
+            self.concurrent as u64,
+        ] {
+            h = (h ^ x).wrapping_mul(0x0100_0000_01b3);
+        }
+        h ^= h >> 29;
+        ((h as usize) & (SLOTS - 1), (h >> 48) | 1)
+    }
+}
+
+/// One class's correction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClassCorrection {
+    /// Mean ln(measured / predicted).
+    pub ln_ratio: f64,
+    /// Samples behind it (saturates at 65535).
+    pub samples: u32,
+}
+
+impl ClassCorrection {
+    /// The factor on predictions of this class: exp(ln_ratio) within the limit, 1 before
+    /// [`MIN_SAMPLES`].
+    pub fn factor(&self) -> f64 {
+        if self.samples < MIN_SAMPLES {
+            1.0
+        } else {
+            self.ln_ratio.clamp(-LN_LIMIT, LN_LIMIT).exp()
+        }
+    }
+}
+
+fn pack(tag: u64, c: ClassCorrection) -> u64 {
+    (tag << 48) | ((c.samples.min(0xffff) as u64) << 32) | (c.ln_ratio as f32).to_bits() as u64
+}
+
+fn unpack(x: u64) -> (u64, ClassCorrection) {
+    (
+        x >> 48,
+        ClassCorrection {
+            ln_ratio: f32::from_bits(x as u32) as f64,
+            samples: ((x >> 32) & 0xffff) as u32,
+        },
+    )
+}
+
+/// The table (see the module docs).
+pub struct Corrections {
+    slots: Box<[AtomicU64]>,
+}
+
+impl std::fmt::Debug for Corrections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Corrections").finish_non_exhaustive()
+    }
+}
+
+impl Default for Corrections {
+    fn default() -> Self {
+        Corrections {
+            slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl Corrections {
+    /// The class's correction so far (`None`: never measured, or its slot taken by another).
+    pub fn get(&self, key: &ClassKey) -> Option<ClassCorrection> {
+        let (i, tag) = key.place();
+        let (t, c) = unpack(self.slots[i].load(Ordering::Relaxed));
+        (t == tag && c.samples > 0).then_some(c)
+    }
+
+    /// Feeds one call: it took `measured_s` where `predicted_s` was priced.
+    pub fn record(&self, key: &ClassKey, measured_s: f64, predicted_s: f64) {
+        if !(measured_s > 0.0 && predicted_s > 0.0 && predicted_s.is_finite()) {
+            return;
+        }
+        let x = (measured_s / predicted_s)
+            .ln()
+            .clamp(-2.0 * LN_LIMIT, 2.0 * LN_LIMIT);
+        let (i, tag) = key.place();
+        let slot = &self.slots[i];
+        let mut old = slot.load(Ordering::Relaxed);
+        loop {
+            let (t, c) = unpack(old);
+            let c = if t == tag {
+                c
+            } else {
+                ClassCorrection {
+                    ln_ratio: 0.0,
+                    samples: 0,
+                }
+            };
+            let n = c.samples + 1;
+            let w = 1.0 / n.min(EW_SPAN) as f64;
+            let new = ClassCorrection {
+                ln_ratio: c.ln_ratio + w * (x - c.ln_ratio),
+                samples: n,
+            };
+            match slot.compare_exchange_weak(
+                old,
+                pack(tag, new),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(cur) => old = cur,
+            }
+        }
+    }
+
+    /// `predicted_s` of `key`'s class corrected by what the class measured (unchanged before
+    /// [`MIN_SAMPLES`]), with the factor applied.
+    pub fn corrected(&self, key: &ClassKey, predicted_s: f64) -> (f64, f64) {
+        let f = self.get(key).map_or(1.0, |c| c.factor());
+        (predicted_s * f, f)
+    }
+}
+
+/// What [`fold_into_profile`] folded per route: (route name, records used, shapes).
+pub type Folded = Vec<(String, usize, usize)>;
+
+/// Folds what traced calls measured into `profile`'s end-to-end corrections, so that the
+/// next run starts from what this one learned (`ozaki calibrate --from-trace`): for every
+/// record that ran the route the engine priced (no fallback), alone (`engine.concurrent`
+/// absent or 1: a concurrent call's ratio describes its load, not the shape), with a
+/// positive prediction for that route, ln(dur / predicted) is averaged per (route, m, n,
+/// k); the correction point at that shape becomes the profile's current factor there times
+/// the measured mean ratio (replacing a point at the same shape).
+pub fn fold_into_profile(profile: &mut super::profile::Profile, calls: &[CallRecord]) -> Folded {
+    use std::collections::BTreeMap;
+    let mut sums: BTreeMap<(String, u64, u64, u64), (f64, usize)> = BTreeMap::new();
+    for c in calls {
+        let Some(e) = &c.engine else { continue };
+        if c.fallback.is_some() || e.concurrent.is_some_and(|n| n > 1) || c.dur_ns == 0 {
+            continue;
+        }
+        let Some(&p) = e.predicted_s.get(&c.route) else {
+            continue;
+        };
+        if !(p > 0.0 && p.is_finite()) || c.route.parse::<Route>().is_err() {
+            continue;
+        }
+        let s = sums
+            .entry((c.route.clone(), c.m, c.n, c.k))
+            .or_insert((0.0, 0));
+        s.0 += (c.dur_ns as f64 * 1e-9 / p).ln();
+        s.1 += 1;
+    }
+    let mut out: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for ((route, m, n, k), (sum, count)) in sums {
+        let corr = profile.corrections.entry(route.clone()).or_default();
+        let ln = corr.factor(m, n, k).ln() + sum / count as f64;
+        corr.points.retain(|p| (p.m, p.n, p.k) != (m, n, k));
+        corr.points.push(super::model::CorrectionPoint {
+            m,
+            n,
+            k,
+            ln_ratio: ln.clamp(-LN_LIMIT, LN_LIMIT),
+        });
+        let o = out.entry(route).or_default();
+        o.0 += count;
+        o.1 += 1;
+    }
+    out.into_iter().map(|(r, (c, s))| (r, c, s)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(m: u64) -> ClassKey {
+        ClassKey::new(Route::Vendor, Routine::Dgemm, m, 123, m, 16)
+    }
+
+    #[test]
+    fn a_class_converges_to_its_measured_ratio_only_after_enough_samples() {
+        let t = Corrections::default();
+        let k = key(1953);
+        for i in 0..MIN_SAMPLES - 1 {
+            t.record(&k, 0.08, 0.0023);
+            assert_eq!(t.corrected(&k, 1.0).1, 1.0, "sample {i}");
+        }
+        t.record(&k, 0.08, 0.0023);
+        let (s, f) = t.corrected(&k, 0.0023);
+        assert!((s - 0.08).abs() < 0.08 * 1e-5, "{s} {f}");
+        // Another shape class is untouched.
+        assert_eq!(t.get(&key(64)), None);
+    }
+
+    #[test]
+    fn recent_samples_outweigh_old_ones() {
+        let t = Corrections::default();
+        let k = key(1024);
+        for _ in 0..200 {
+            t.record(&k, 2.0, 1.0);
+        }
+        for _ in 0..200 {
+            t.record(&k, 0.5, 1.0);
+        }
+        let f = t.get(&k).unwrap().factor();
+        assert!((f - 0.5).abs() < 0.01, "{f}");
+        assert_eq!(t.get(&k).unwrap().samples, 400);
+    }
+
+    #[test]
+    fn concurrent_recorders_lose_no_update_to_a_torn_slot() {
+        let t = std::sync::Arc::new(Corrections::default());
+        let k = key(512);
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        t.record(&k, 3.0, 1.0);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let c = t.get(&k).unwrap();
+        assert_eq!(c.samples, 4000);
+        assert!((c.factor() - 3.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn traced_calls_fold_into_the_profile_corrections_alone_only() {
+        use crate::engine::profile::Profile;
+        let mut p = Profile::built_in("h200").unwrap();
+        let before = p
+            .corrections
+            .get("vendor")
+            .map_or(1.0, |c| c.factor(1953, 123, 1953));
+        let line = |dur_ns: u64, concurrent: &str| {
+            format!(
+                r#"{{"type":"call","seq":0,"t_ns":0,"dur_ns":{dur_ns},"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","m":1953,"n":123,"k":1953,"lda":1953,"ldb":1953,"ldc":1953,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor","engine":{{"predicted_s":{{"vendor":0.002}},"reason":"x"{concurrent}}}}}"#
+            )
+        };
+        let call = |l: String| match crate::trace::parse_line(&l, 1).unwrap() {
+            crate::trace::Line::Call(c) => *c,
+            _ => unreachable!(),
+        };
+        // Two alone calls took 4x their prediction; a concurrent one 40x (not folded).
+        let calls = vec![
+            call(line(8_000_000, "")),
+            call(line(8_000_000, r#","concurrent":1"#)),
+            call(line(80_000_000, r#","concurrent":16"#)),
+        ];
+        let folded = fold_into_profile(&mut p, &calls);
+        assert_eq!(folded, vec![("vendor".to_string(), 2, 1)]);
+        let after = p.corrections["vendor"].factor(1953, 123, 1953);
+        assert!(
+            after / before > 3.0 && after / before < 4.0 + 1e-9,
+            "{before} -> {after}"
+        );
+    }
+}
