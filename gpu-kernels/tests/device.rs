@@ -816,7 +816,9 @@ fn line_statistics_equal_the_host_mirror() {
             let mut g = gpu_kernels::gpu().unwrap();
             let s = g.stream();
             let opts = Options::default();
-            ozaki::gemm(&mut g, s, &call, opts).unwrap(); // warm
+            // SAFETY: `g`'s context is current on this thread and `s` is its stream; `da` and
+            // `dc` are n x n buffers of that context, alive until `gemm` has waited for them.
+            unsafe { ozaki::gemm(&mut g, s, &call, opts) }.unwrap(); // warm
             let (mut stats, mut whole, mut host) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
             for _ in 0..5 {
                 let (ga, gb, secs) = ozaki::line_statistics(&mut g, s, &call).unwrap();
@@ -833,7 +835,8 @@ fn line_statistics_equal_the_host_mirror() {
                 host = host.min(t.elapsed().as_secs_f64());
                 assert!(plan.is_ok());
                 let t = std::time::Instant::now();
-                ozaki::gemm(&mut g, s, &call, opts).unwrap();
+                // SAFETY: as for the warm-up call above.
+                unsafe { ozaki::gemm(&mut g, s, &call, opts) }.unwrap();
                 whole = whole.min(t.elapsed().as_secs_f64());
             }
             println!(
