@@ -9,9 +9,11 @@ use std::process::ExitCode;
 mod ab_report;
 mod bench;
 mod calibrate;
+mod env;
 mod explain;
 mod fortran_dgemm;
 mod launcher;
+mod preload;
 mod progress;
 mod replay;
 mod report;
@@ -32,6 +34,11 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "run",
         about: "run a program with the shim preloaded, then summarise its BLAS calls",
         main: run::main,
+    },
+    Subcommand {
+        name: "env",
+        about: "the variables that preload the shim, for mpirun -x / srun --export",
+        main: env::main,
     },
     Subcommand {
         name: "summary",
