@@ -434,11 +434,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) reconstruct_quad_w4(RECONST
     reconstruct_quad_impl<4>(RECONSTRUCT_PASS);
 }
 
-// ---- Norm scaling (issue #4): S_i = sum_l abar_il^2 per row of op(A) / column of op(B) ----
+// ---- Line statistics: norm scaling's S_i = sum_l abar_il^2 and the accuracy rule's sums ----
 // abar = ceil(|x| 2^(5 - e)) in [0, 64] with e = floor(log2 max|x|) of the line, exactly as
-// ozaki-core's scaling.rs (step 2, `coarse`); the host turns the exact integer sums into the
-// shifts (step 3, norm mode). Runs after scan_rows_* on the same stream: it reads their maxima.
-// Integer sums, so the atomics make the result independent of the order.
+// ozaki-core's scaling.rs (step 2, `coarse`). Runs after scan_rows_* on the same stream: it
+// reads their maxima.
 
 // floor(log2 |x|) from a nonzero, finite |x| bit pattern (subnormals: their true exponent).
 __device__ __forceinline__ int exponent_of_bits(u64 bits) {
@@ -446,22 +445,65 @@ __device__ __forceinline__ int exponent_of_bits(u64 bits) {
     return biased == 0 ? (63 - __clzll((long long)bits)) - 1074 : biased - 1023;
 }
 
-// abar^2 for one entry of a line with exponent e, as a double (an integer <= 4096, exact).
-// scalbn is exact whenever its result is a normal number; a result below 2^-1022 may round
-// (even to 0), but the ceiling of any value in (0, 1) is 1, which the max() restores. A
-// thread's sum stays an integer <= 4096 k <= 2^29 (k <= 2^17, the host's limit), so summing
-// in fp64 is exact in any order; it is converted to u64 once per thread.
-__device__ __forceinline__ double coarse_sq(double v, int e) {
-    if (v == 0.0) return 0.0;
-    double c = fmax(ceil(scalbn(fabs(v), 5 - e)), 1.0);
-    return c * c;
+// The accuracy rule's line statistics (ozaki-core rule.rs, "Line statistics"), summed per
+// line from the scan's exponent e; every term is an exact integer, so the atomics make the
+// result independent of the order. Slots (u64 each, `stride` lines apart): 0 S = sum abar^2,
+// 1 sum floor(|x| 2^(40-e)), 2 sum floor((|x| 2^-e)^2 2^40), 3 sum (e - E(x)),
+// 4 sum (e - E(x))^2, 5 nonzero count, 6 two u32: max (e - E(x)) and max (e - lsb(x)).
+// abar = max(ceil(scalbn(|x|, 5 - e)), 1): scalbn is exact whenever its result is normal; a
+// result below 2^-1022 may round (even to 0), but the ceiling of any value in (0, 1) is 1,
+// which the max() restores; the floors of values below 1 are 0 however they round.
+#define FIX_BITS 40
+struct LineAcc {
+    u64 s, a1, a2, ld, ld2, nz;
+    u32 depth, span;
+};
+
+__device__ __forceinline__ void line_acc_zero(LineAcc& t) {
+    t.s = t.a1 = t.a2 = t.ld = t.ld2 = t.nz = 0;
+    t.depth = t.span = 0;
+}
+
+__device__ __forceinline__ void line_add(LineAcc& t, double v, int e) {
+    u64 b = abs_bits(v);
+    if (b == 0) return;
+    double a = __longlong_as_double((long long)b);
+    double c = fmax(ceil(scalbn(a, 5 - e)), 1.0);
+    t.s += (u64)(c * c);
+    t.a1 += (u64)floor(scalbn(a, FIX_BITS - e));
+    double y = scalbn(a, -e);
+    double y2 = __dmul_rn(y, y);
+    t.a2 += (u64)floor(scalbn(y2, FIX_BITS));
+    u32 d = (u32)(e - exponent_of_bits(b));
+    t.ld += d;
+    t.ld2 += (u64)d * d;
+    t.nz += 1;
+    t.depth = max(t.depth, d);
+    int biased = (int)(b >> 52);
+    u64 frac = b & ((1ull << 52) - 1);
+    int lsb = biased == 0 ? (__ffsll((long long)frac) - 1) - 1074
+                          : (__ffsll((long long)(frac | (1ull << 52))) - 1) + biased - 1075;
+    t.span = max(t.span, (u32)(e - lsb));
+}
+
+__device__ __forceinline__ void line_flush(const LineAcc& t, u64* __restrict__ stats, long long stride, int row) {
+    atomicAdd(&stats[row], t.s);
+    atomicAdd(&stats[stride + row], t.a1);
+    atomicAdd(&stats[2 * stride + row], t.a2);
+    atomicAdd(&stats[3 * stride + row], t.ld);
+    atomicAdd(&stats[4 * stride + row], t.ld2);
+    atomicAdd(&stats[5 * stride + row], t.nz);
+    u32* range = (u32*)&stats[6 * stride + row];
+    atomicMax(&range[0], t.depth);
+    atomicMax(&range[1], t.span);
 }
 
 // One warp per row; row elements contiguous (x[l + row*ld]). Zero and non-finite rows
-// (max bit pattern 0 or >= 0x7ff0...) are skipped: their sums stay 0 (the host routes
+// (max bit pattern 0 or >= 0x7ff0...) are skipped: their statistics stay 0 (the host routes
 // non-finite calls to native before using them).
-extern "C" __global__ void coarse_norms_contig(const double* __restrict__ x, long long ld, int rows, int kdim,
-                                               const u64* __restrict__ maxbits, u64* __restrict__ sq) {
+extern "C" __global__ void line_stats_contig(const double* __restrict__ x, long long ld, int rows, int kdim,
+                                             const u64* __restrict__ maxbits, u64* __restrict__ stats,
+                                             long long stride) {
     int row = (int)((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5);
     int lane = threadIdx.x & 31;
     if (row >= rows) return;
@@ -469,16 +511,26 @@ extern "C" __global__ void coarse_norms_contig(const double* __restrict__ x, lon
     if (mb == 0 || mb >= 0x7ff0000000000000ull) return;
     int e = exponent_of_bits(mb);
     const double* p = x + (long long)row * ld;
-    double part = 0.0;
-    for (int l = lane; l < kdim; l += 32) part += coarse_sq(p[l], e);
-    u64 s = (u64)part;
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0) atomicAdd(&sq[row], s);
+    LineAcc t;
+    line_acc_zero(t);
+    for (int l = lane; l < kdim; l += 32) line_add(t, p[l], e);
+    for (int off = 16; off > 0; off >>= 1) {
+        t.s += __shfl_xor_sync(0xffffffffu, t.s, off);
+        t.a1 += __shfl_xor_sync(0xffffffffu, t.a1, off);
+        t.a2 += __shfl_xor_sync(0xffffffffu, t.a2, off);
+        t.ld += __shfl_xor_sync(0xffffffffu, t.ld, off);
+        t.ld2 += __shfl_xor_sync(0xffffffffu, t.ld2, off);
+        t.nz += __shfl_xor_sync(0xffffffffu, t.nz, off);
+        t.depth = max(t.depth, __shfl_xor_sync(0xffffffffu, t.depth, off));
+        t.span = max(t.span, __shfl_xor_sync(0xffffffffu, t.span, off));
+    }
+    if (lane == 0) line_flush(t, stats, stride, row);
 }
 
 // One thread per row, rows contiguous (x[row + l*ld]); blockIdx.y takes a chunk of l.
-extern "C" __global__ void coarse_norms_strided(const double* __restrict__ x, long long ld, int rows, int kdim,
-                                                int lchunk, const u64* __restrict__ maxbits, u64* __restrict__ sq) {
+extern "C" __global__ void line_stats_strided(const double* __restrict__ x, long long ld, int rows, int kdim,
+                                              int lchunk, const u64* __restrict__ maxbits, u64* __restrict__ stats,
+                                              long long stride) {
     int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= rows) return;
     u64 mb = maxbits[row];
@@ -486,10 +538,11 @@ extern "C" __global__ void coarse_norms_strided(const double* __restrict__ x, lo
     int e = exponent_of_bits(mb);
     int l0 = blockIdx.y * lchunk;
     int l1 = min(kdim, l0 + lchunk);
-    double part = 0.0;
+    LineAcc t;
+    line_acc_zero(t);
 #pragma unroll 4
-    for (int l = l0; l < l1; ++l) part += coarse_sq(x[row + (long long)l * ld], e);
-    atomicAdd(&sq[row], (u64)part);
+    for (int l = l0; l < l1; ++l) line_add(t, x[row + (long long)l * ld], e);
+    line_flush(t, stats, stride, row);
 }
 
 // ---- Shifts on the device (issue #4): sigma_i = table[class(S_i)] - e_i per line ----

@@ -11,7 +11,7 @@ use num_bigint::BigUint;
 use num_traits::{One, ToPrimitive, Zero};
 
 /// Most moduli a call can use (the INT8 set has 20).
-pub const MAX_MODULI: usize = 20;
+pub use ozaki_core::moduli::MAX_MODULI;
 /// 32-bit limbs of the reconstruction state: sum_p u_p W_p < 20 * 256 * M < 2^173.
 pub const LIMBS: usize = 6;
 

@@ -525,7 +525,7 @@ fn two_gpus(rows: &mut dyn FnMut(Row), devs: [u32; 2], bytes: usize) -> Result<(
 /// All measurements: host memory, each GPU of `devices`, and the first two together; each
 /// row goes to `row` as soon as it is measured (a run cut short keeps what it measured).
 pub fn measure(devices: &[u32], bytes: usize, row: &mut dyn FnMut(Row)) -> Result<(), GpuError> {
-    let _flags = crate::fpenv::KeepFpFlags::new();
+    let _flags = fp_flags::KeepFpFlags::new();
     host_memory(row, bytes)?;
     for &d in devices {
         one_gpu(row, d, bytes)?;

@@ -22,8 +22,9 @@ macro_rules! kernel_args {
 pub(crate) enum PerLine {
     /// `scan_rows_*`: max |x| and sum |x| per row.
     Scan,
-    /// `coarse_norms_*`: norm scaling's coarse square sums, from the scan's maxima.
-    CoarseNorms,
+    /// `line_stats_*`: the accuracy rule's line statistics (norm scaling's `S` first), from
+    /// the scan's maxima.
+    LineStats,
 }
 
 /// Loaded module and its entry points.
@@ -82,8 +83,8 @@ impl Kernels {
             reconstruct_w4: function(module, "reconstruct_w4")?,
             reconstruct_quad: function(module, "reconstruct_quad")?,
             reconstruct_quad_w4: function(module, "reconstruct_quad_w4")?,
-            norms_contig: function(module, "coarse_norms_contig")?,
-            norms_strided: function(module, "coarse_norms_strided")?,
+            norms_contig: function(module, "line_stats_contig")?,
+            norms_strided: function(module, "line_stats_strided")?,
             line_shifts: function(module, "line_shifts")?,
             _module: module,
         })
@@ -93,9 +94,10 @@ impl Kernels {
     /// `contig`: a row's elements are adjacent in memory (x[l + row*ld]), else rows are
     /// adjacent. The two outputs (zeroed first) are, per row:
     /// - [`PerLine::Scan`]: `p` the max |x| bit pattern (u64), `q` the sum of |x| (f64);
-    /// - [`PerLine::CoarseNorms`]: `p` the maxima the scan wrote (read), `q` norm scaling's
-    ///   `S_i = sum_l ā_il^2` (u64; `ozaki_core::scaling`, step 3). Launch it after the scan
-    ///   on the same stream.
+    /// - [`PerLine::LineStats`]: `p` the maxima the scan wrote (read), `q` the first of seven
+    ///   u64 slots `stride` lines apart: `S_i = sum_l ā_il^2` and the accuracy rule's sums
+    ///   (`ozaki_core::rule`, "Line statistics", in [`ozaki_core::rule::LineTable`]'s order
+    ///   from `coarse_sq` on). Launch it after the scan on the same stream.
     ///
     /// Geometry: [`line_geometry`].
     pub(crate) unsafe fn per_line(
@@ -104,24 +106,33 @@ impl Kernels {
         stream: sys::CUstream,
         operand: (sys::CUdeviceptr, i64, bool, i32, i32),
         p: sys::CUdeviceptr,
-        q: sys::CUdeviceptr,
+        (q, stride): (sys::CUdeviceptr, i64),
     ) -> Result<(), GpuError> {
         let (mut x, mut ld, contig, mut rows, mut kdim) = operand;
-        let (mut p, mut q) = (p, q);
-        let fns = match kernel {
-            PerLine::Scan => (self.scan_contig, self.scan_strided),
-            PerLine::CoarseNorms => (self.norms_contig, self.norms_strided),
-        };
+        let (mut p, mut q, mut stride) = (p, q, stride);
         let (grid, block, mut lchunk) = line_geometry(contig, rows, kdim);
-        if contig {
-            let mut args = kernel_args![x, ld, rows, kdim, p, q];
-            // SAFETY: argument types match the kernel signature; pointers are device memory
-            // of the sizes the caller checked.
-            unsafe { launch(fns.0, grid, block, stream, &mut args) }
-        } else {
-            let mut args = kernel_args![x, ld, rows, kdim, lchunk, p, q];
-            // SAFETY: as above.
-            unsafe { launch(fns.1, grid, block, stream, &mut args) }
+        match (kernel, contig) {
+            (PerLine::Scan, true) => {
+                let mut args = kernel_args![x, ld, rows, kdim, p, q];
+                // SAFETY: argument types match the kernel signature; pointers are device
+                // memory of the sizes the caller checked.
+                unsafe { launch(self.scan_contig, grid, block, stream, &mut args) }
+            }
+            (PerLine::Scan, false) => {
+                let mut args = kernel_args![x, ld, rows, kdim, lchunk, p, q];
+                // SAFETY: as above.
+                unsafe { launch(self.scan_strided, grid, block, stream, &mut args) }
+            }
+            (PerLine::LineStats, true) => {
+                let mut args = kernel_args![x, ld, rows, kdim, p, q, stride];
+                // SAFETY: as above; q has 7 slots of `stride` u64s.
+                unsafe { launch(self.norms_contig, grid, block, stream, &mut args) }
+            }
+            (PerLine::LineStats, false) => {
+                let mut args = kernel_args![x, ld, rows, kdim, lchunk, p, q, stride];
+                // SAFETY: as above.
+                unsafe { launch(self.norms_strided, grid, block, stream, &mut args) }
+            }
         }
     }
 

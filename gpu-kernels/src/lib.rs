@@ -23,7 +23,6 @@
 //! | [`timing`] | phase times from CUDA events |
 //! | [`start_gate`] | steps of the GPU start that a process exit waits for |
 //! | [`warm_up`] | the first call's one-off costs, paid on the background start's thread |
-//! | [`fpenv`] | the caller's floating-point exception flags survive a call |
 //! | [`measure`] | rates and baselines for `ozaki bench` |
 
 // CUstream / CUdeviceptr-like handles are opaque values passed through to the driver, never
@@ -35,7 +34,6 @@ pub mod cuda_lib_dirs;
 pub mod device;
 mod early_write;
 pub mod error;
-pub mod fpenv;
 pub mod host;
 pub mod host_copy;
 pub mod host_link;

@@ -175,7 +175,7 @@ pub fn gemm(
 ) -> Result<MultiOutcome, GpuError> {
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::sync::atomic::{AtomicBool, Ordering};
-    let _flags = crate::fpenv::KeepFpFlags::new();
+    let _flags = fp_flags::KeepFpFlags::new();
     let tiles = &plan.tiles;
     // Replica index of each tile's slot on its device (0,0 -> replicas 0 and 1 of device 0).
     let replicas: Vec<u32> = tiles

@@ -15,8 +15,14 @@ fn op(t: Trans) -> cb::cublasOperation_t {
 }
 
 /// C = alpha op(A) op(B) + beta C on `stream`, all pointers device addresses, column-major.
+///
+/// # Safety
+/// - `gpu`'s context is current on this thread and `stream` belongs to it;
+/// - every address is device memory of that context covering its matrix (`ld` apart, the
+///   BLAS-checked extents), valid until the stream has passed the work;
+/// - nothing else writes C, or reads it, until then.
 #[allow(clippy::too_many_arguments)]
-pub fn dgemm(
+pub unsafe fn dgemm(
     gpu: &Gpu,
     stream: CUstream,
     transa: Trans,
@@ -28,8 +34,7 @@ pub fn dgemm(
     beta: f64,
     (c, ldc): (u64, usize),
 ) -> Result<(), GpuError> {
-    // SAFETY: live handle; the stream belongs to the current context; pointers are device
-    // memory covering the BLAS-checked extents.
+    // SAFETY: live handle; the stream and the device memory as the caller's contract says.
     unsafe {
         cb::cublasSetStream_v2(gpu.blas, stream as cb::cudaStream_t)
             .result()
@@ -58,29 +63,44 @@ pub fn dgemm(
 /// C = A B on `stream` for packed column-major device operands (A m x k, B k x n, C m x n,
 /// leading dimensions m, k, m): the plain product that the benchmarks, the calibration and
 /// the warm-up run.
-pub fn dgemm_packed(
+///
+/// # Safety
+/// - `gpu`'s context is current on this thread and `stream` belongs to it;
+/// - every address is device memory of that context covering its matrix (`ld` apart, the
+///   BLAS-checked extents), valid until the stream has passed the work;
+/// - nothing else writes C, or reads it, until then.
+pub unsafe fn dgemm_packed(
     gpu: &Gpu,
     stream: CUstream,
     (m, n, k): (usize, usize, usize),
     [a, b, c]: [u64; 3],
 ) -> Result<(), GpuError> {
-    dgemm(
-        gpu,
-        stream,
-        Trans::No,
-        Trans::No,
-        (m, n, k),
-        1.0,
-        (a, m),
-        (b, k),
-        0.0,
-        (c, m),
-    )
+    // SAFETY: the caller's contract, for these packed extents.
+    unsafe {
+        dgemm(
+            gpu,
+            stream,
+            Trans::No,
+            Trans::No,
+            (m, n, k),
+            1.0,
+            (a, m),
+            (b, k),
+            0.0,
+            (c, m),
+        )
+    }
 }
 
 /// C = alpha op(A) op(A)^T + beta C, `uplo` triangle only, on `stream` (device pointers).
+///
+/// # Safety
+/// - `gpu`'s context is current on this thread and `stream` belongs to it;
+/// - every address is device memory of that context covering its matrix (`ld` apart, the
+///   BLAS-checked extents), valid until the stream has passed the work;
+/// - nothing else writes C, or reads it, until then.
 #[allow(clippy::too_many_arguments)]
-pub fn dsyrk(
+pub unsafe fn dsyrk(
     gpu: &Gpu,
     stream: CUstream,
     uplo: Uplo,
@@ -120,7 +140,11 @@ pub fn dsyrk(
 
 /// The native computation of a [`DeviceCall`](crate::ozaki::DeviceCall) (device-resident entry points: the fallback
 /// when emulation declines the call).
-pub fn device_call(
+///
+/// # Safety
+/// - as [`crate::ozaki::gemm`]: `call`'s addresses are device memory of `gpu`'s current
+///   context covering their matrices, and nothing else touches C meanwhile.
+pub unsafe fn device_call(
     gpu: &Gpu,
     stream: CUstream,
     call: &crate::ozaki::DeviceCall,
@@ -131,28 +155,38 @@ pub fn device_call(
             transb,
             b,
             ldb,
-        } => dgemm(
-            gpu,
-            stream,
-            transa,
-            transb,
-            (call.m, call.n, call.k),
-            call.alpha,
-            (call.a, call.lda),
-            (b, ldb),
-            call.beta,
-            (call.c, call.ldc),
-        ),
-        crate::ozaki::Op::Syrk { uplo, trans } => dsyrk(
-            gpu,
-            stream,
-            uplo,
-            trans,
-            (call.n, call.k),
-            call.alpha,
-            (call.a, call.lda),
-            call.beta,
-            (call.c, call.ldc),
-        ),
+        } => {
+            // SAFETY: the caller's contract.
+            unsafe {
+                dgemm(
+                    gpu,
+                    stream,
+                    transa,
+                    transb,
+                    (call.m, call.n, call.k),
+                    call.alpha,
+                    (call.a, call.lda),
+                    (b, ldb),
+                    call.beta,
+                    (call.c, call.ldc),
+                )
+            }
+        }
+        crate::ozaki::Op::Syrk { uplo, trans } => {
+            // SAFETY: the caller's contract.
+            unsafe {
+                dsyrk(
+                    gpu,
+                    stream,
+                    uplo,
+                    trans,
+                    (call.n, call.k),
+                    call.alpha,
+                    (call.a, call.lda),
+                    call.beta,
+                    (call.c, call.ldc),
+                )
+            }
+        }
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! The cache lives in `$XDG_CACHE_HOME/ozaki` or `~/.cache/ozaki`, created 0700. A cached
 //! binary runs on the GPU with the user's rights, so one is loaded only when both it and its
-//! folder belong to the user and nobody else can write them; anything else is ignored (and
-//! the kernels are compiled in memory). Entries are keyed by a hash of the source, the
+//! folder belong to the user and nobody else can write them, and no other user can redirect
+//! a folder above it (`ozaki_core::private_path`); it is read through the handle that was
+//! checked. Anything else is ignored (and the kernels are compiled in memory). Entries are keyed by a hash of the source, the
 //! compile options, the architecture, the driver version and the NVRTC version, so an
 //! upgrade of any of them compiles afresh.
 
@@ -64,35 +65,57 @@ fn private(meta: &fs::Metadata) -> bool {
     meta.uid() == euid() && meta.mode() & 0o022 == 0
 }
 
-/// Creates the cache folder (0700) if needed; returns it only if it is trustworthy.
+/// Creates the cache folder (0700) if needed; returns it only if it is trustworthy: ours,
+/// writable by nobody else, not a symbolic link, and every folder above it passing
+/// `ozaki_core::private_path::check_dir_chain` (another user who could rename a folder on
+/// the way could swap the cache for their own).
 pub fn ensure_private_dir(dir: &Path) -> Option<&Path> {
     if let Some(parent) = dir.parent() {
         let _ = fs::create_dir_all(parent);
     }
     let _ = fs::DirBuilder::new().mode(0o700).create(dir);
     let meta = fs::symlink_metadata(dir).ok()?;
-    if meta.is_dir() && private(&meta) {
-        Some(dir)
-    } else {
-        tracing::warn!(dir = %dir.display(), "kernel cache folder is not private to this user; not using it");
-        None
+    let chain = dir.parent().map_or(Ok(()), |p| {
+        ozaki_core::private_path::check_dir_chain(p, euid())
+    });
+    match chain {
+        Ok(()) if meta.is_dir() && private(&meta) => Some(dir),
+        Ok(()) => {
+            tracing::warn!(dir = %dir.display(), "kernel cache folder is not private to this user; not using it");
+            None
+        }
+        Err(why) => {
+            tracing::warn!(dir = %dir.display(), %why, "kernel cache folder cannot be trusted; not using it");
+            None
+        }
     }
 }
 
-/// Reads a cached CUBIN if the file is a regular file (no symlink) owned by us and not
-/// writable by group or others, and looks like an ELF image.
+/// Reads a cached CUBIN if the file is a regular file (no symlink) owned by us, with one
+/// link, not writable by group or others, in a folder chain that passes
+/// `check_dir_chain`, and looks like an ELF image. The checks are made on the opened handle
+/// (`fstat`) and the bytes are read from that same handle, so the file checked is the file
+/// loaded.
 pub fn read_trusted(path: &Path) -> Option<Vec<u8>> {
-    let file = fs::OpenOptions::new()
+    use std::io::Read as _;
+    if let Some(dir) = path.parent()
+        && let Err(why) = ozaki_core::private_path::check_dir_chain(dir, euid())
+    {
+        tracing::warn!(path = %path.display(), %why, "cached kernel binary's folder cannot be trusted; ignored");
+        return None;
+    }
+    let mut file = fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .ok()?;
     let meta = file.metadata().ok()?;
-    if !meta.is_file() || !private(&meta) {
-        tracing::warn!(path = %path.display(), "cached kernel binary not private to this user; ignored");
+    if let Err(why) = ozaki_core::private_path::check_owned_file(&meta, euid(), 0o022) {
+        tracing::warn!(path = %path.display(), %why, "cached kernel binary not private to this user; ignored");
         return None;
     }
-    let bytes = fs::read(path).ok()?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.read_to_end(&mut bytes).ok()?;
     (bytes.len() > 4 && &bytes[..4] == b"\x7fELF").then_some(bytes)
 }
 
@@ -276,6 +299,44 @@ mod tests {
         let junk = d.join("junk.cubin");
         write_private(&junk, b"#!/bin/sh").unwrap();
         assert!(read_trusted(&junk).is_none());
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_hard_link_or_an_untrusted_folder_above_is_refused() {
+        let d = scratch("chain");
+        ensure_private_dir(&d).unwrap();
+        let good = d.join("good.cubin");
+        write_private(&good, b"\x7fELF-payload").unwrap();
+        let hard = d.join("hard.cubin");
+        fs::hard_link(&good, &hard).unwrap();
+        assert!(
+            read_trusted(&hard).is_none(),
+            "a second name could be anyone's"
+        );
+        fs::remove_file(&hard).unwrap();
+        assert!(read_trusted(&good).is_some());
+        if euid() == 0 {
+            // As root the test plays another user: nobody's open folder, and nobody's link.
+            let nobody = 65534;
+            let open = d.join("open");
+            fs::create_dir(&open).unwrap();
+            fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+            std::os::unix::fs::chown(&open, Some(nobody), Some(nobody)).unwrap();
+            let inner = open.join("ozaki");
+            assert!(
+                ensure_private_dir(&inner).is_none(),
+                "below nobody's open folder"
+            );
+            let planted = inner.join("k.cubin");
+            write_private(&planted, b"\x7fELF-payload").unwrap();
+            assert!(read_trusted(&planted).is_none());
+            let link = d.join("via");
+            std::os::unix::fs::symlink(&d, &link).unwrap();
+            std::os::unix::fs::lchown(&link, Some(nobody), Some(nobody)).unwrap();
+            assert!(read_trusted(&link.join("good.cubin")).is_none());
+            assert!(ensure_private_dir(&link.join("sub")).is_none());
+        }
         let _ = fs::remove_dir_all(&d);
     }
 

@@ -79,7 +79,8 @@ fn dgemm((m, n, k): (usize, usize, usize), g: &Gpu) -> Result<(), GpuError> {
     let b = zeroed(k * n)?;
     let c = zeroed(m * n)?;
     let s = g.stream();
-    crate::native::dgemm_packed(g, s, (m, n, k), [a.ptr(), b.ptr(), c.ptr()])?;
+    // SAFETY: three live buffers of m x k, k x n and m x n on the current context, waited for below.
+    unsafe { crate::native::dgemm_packed(g, s, (m, n, k), [a.ptr(), b.ptr(), c.ptr()]) }?;
     crate::device::sync(s)
 }
 

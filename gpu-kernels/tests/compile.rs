@@ -39,8 +39,8 @@ fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
             "reconstruct_w4",
             "reconstruct_quad",
             "reconstruct_quad_w4",
-            "coarse_norms_contig",
-            "coarse_norms_strided",
+            "line_stats_contig",
+            "line_stats_strided",
             "line_shifts",
         ] {
             assert!(

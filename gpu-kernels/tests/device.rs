@@ -524,7 +524,7 @@ fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
     assert_eq!(diff, 0, "{diff} of {} entries differ from cpu-ozaki", m * n);
 }
 
-/// Norm scaling (the GPU default, issue #4): the coarse square sums of the `coarse_norms_*`
+/// Norm scaling (the GPU default, issue #4): the coarse square sums of the `line_stats_*`
 /// kernels and the per-line shifts give ozaki-core's bits for the same moduli, over both
 /// storage orders of each operand (transposes), exponents spread within and across lines,
 /// zero rows and columns, beta != 0, and dsyrk's triangles.
@@ -586,7 +586,7 @@ fn norm_scaling_equals_the_cpu_reference_route_bit_for_bit() {
 /// Lines whose coarse square sum is exactly a power of two (1.0 once, ā = 32; then twelve
 /// entries just below 0.5, ā = 16: S = 1024 + 12 · 256 = 2^12): one unit more in the GPU's
 /// S would raise clog2 S and, with 8 moduli (even budget), lower the shift by one, which the
-/// inexact entries would show in C. So the GPU's `coarse_norms_*` sums are exactly
+/// inexact entries would show in C. So the GPU's `line_stats_*` sums are exactly
 /// ozaki-core's, in both storage orders.
 #[test]
 fn norm_scaling_sees_exact_coarse_square_sums() {

@@ -118,6 +118,7 @@ fn engines() -> [(&'static str, Engine); 2] {
                 moduli: Some(14),
                 max_block: 0,
                 scaling: None,
+                ..Options::default()
             }),
         ),
     ]

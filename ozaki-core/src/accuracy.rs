@@ -1,5 +1,6 @@
-//! Measuring emulation error against an exact reference (the accuracy suite of issue #3,
-//! shared by the contract tests and the `accuracy` example that writes ACCURACY.md).
+//! Measuring emulation error against an exact reference: the measure shared by the
+//! contract tests, the `accuracy` example that writes ACCURACY.md, and the adversarial
+//! suite behind `ozaki accuracy` ([`families`] of inputs, [`suite`] of measurements).
 //!
 //! The error of an entry is `|ĉ_ij - c_ij| / (|A||B|)_ij`, the componentwise measure the
 //! standard bound `|ĉ - c| <= γ_k |A||B|` is stated in; `c_ij` is exact ([`ExactAcc`]),
@@ -12,6 +13,9 @@
 //! more accurate).
 
 use crate::exact::ExactAcc;
+
+pub mod families;
+pub mod suite;
 
 /// The exact product, its scale and native's result for one problem (column-major m x n).
 #[derive(Debug, Clone)]
@@ -79,16 +83,27 @@ impl Reference {
         }
     }
 
-    /// Error statistics of `c` (column-major m x n) over the entries where `keep(i, j)`.
+    /// Error statistics of `c` (column-major m x n) over the entries where `keep(i, j)`. A
+    /// non-finite entry of `c` (the exact product is always finite), or a wrong one where
+    /// the scale is zero (an exactly zero product), has an infinite error.
     pub fn errors(&self, c: &[f64], k: usize, keep: impl Fn(usize, usize) -> bool) -> ErrorStats {
         let mut errs = Vec::with_capacity(self.m * self.n);
         for j in 0..self.n {
             for i in 0..self.m {
                 let t = i + j * self.m;
-                if !keep(i, j) || self.scale[t] == 0.0 {
+                if !keep(i, j) {
                     continue;
                 }
-                errs.push(self.exact[t].abs_diff(c[t]) / self.scale[t]);
+                let diff = if c[t].is_finite() {
+                    self.exact[t].abs_diff(c[t])
+                } else {
+                    f64::INFINITY
+                };
+                if self.scale[t] != 0.0 {
+                    errs.push(diff / self.scale[t]);
+                } else if diff != 0.0 {
+                    errs.push(f64::INFINITY);
+                }
             }
         }
         stats(errs, k)

@@ -355,6 +355,17 @@ pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64]) {
     if quick_return(m, n, k, args.alpha, args.beta) {
         return;
     }
+    if args.transa == Trans::Yes && args.alpha != 0.0 && k != 0 {
+        let (op_a, op_b) = (|i, l| args.op_a(i, l), |l, j| args.op_b(l, j));
+        let form = DotForm {
+            m,
+            n,
+            k,
+            alpha: args.alpha,
+            beta: args.beta,
+        };
+        return form.run(op_a, op_b, c, args.ldc, Region::Full);
+    }
     scale(c, args.ldc, m, n, args.beta, Region::Full);
     if args.alpha == 0.0 || k == 0 {
         return;
@@ -372,6 +383,44 @@ pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64]) {
     );
 }
 
+/// The reference's dot-product form (dgemm with `op(A) = A^T`, dsyrk with `trans = T`):
+/// `temp = op(A) op(B)` summed from +0, then `C = alpha temp` (beta = 0) or
+/// `alpha temp + beta C`. Scaling by alpha last is what decides NaN against Inf for an
+/// infinite alpha (`Inf x 0` only where temp is 0) and the sign of zero results (`alpha x
+/// +0`), which the axpy form of the blocked kernel would get differently.
+struct DotForm {
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f64,
+    beta: f64,
+}
+
+impl DotForm {
+    fn run(
+        &self,
+        op_a: impl Fn(usize, usize) -> f64,
+        op_b: impl Fn(usize, usize) -> f64,
+        c: &mut [f64],
+        ldc: usize,
+        region: Region,
+    ) {
+        let (m, n) = (self.m, self.n);
+        let mut temp = vec![0.0; m * n];
+        blocked(m, n, self.k, op_a, op_b, &mut temp, m, region);
+        for j in 0..n {
+            for i in (0..m).filter(|&i| region.contains(i, j)) {
+                let (t, x) = (temp[i + j * m], &mut c[i + j * ldc]);
+                *x = if self.beta == 0.0 {
+                    self.alpha * t
+                } else {
+                    self.alpha * t + self.beta * *x
+                };
+            }
+        }
+    }
+}
+
 /// Built-in dsyrk: C = alpha op(A) op(A)^T + beta C on the `uplo` triangle only (the other
 /// triangle is neither read nor written), reference-BLAS semantics.
 ///
@@ -386,6 +435,17 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64]) {
         Uplo::Upper => Region::Upper,
         Uplo::Lower => Region::Lower,
     };
+    if args.trans == Trans::Yes && args.alpha != 0.0 && k != 0 {
+        let form = DotForm {
+            m: n,
+            n,
+            k,
+            alpha: args.alpha,
+            beta: args.beta,
+        };
+        let op_a = |i, l| args.op_a(i, l);
+        return form.run(op_a, |l, j| args.op_a(j, l), c, args.ldc, region);
+    }
     scale(c, args.ldc, n, n, args.beta, region);
     if args.alpha == 0.0 || k == 0 {
         return;
@@ -416,52 +476,6 @@ mod tests {
 
     const SIZES: [usize; 8] = [0, 1, 2, 3, 63, 64, 65, 257];
     const NAN_PAD: f64 = f64::NAN;
-
-    /// Reference `dgemm.f` loops, literally (NN/NT column axpys, TN/TT dot products).
-    fn naive_gemm(a: &GemmArgs<'_>, c: &mut [f64]) {
-        let (m, n, k, ldc) = (a.m, a.n, a.k, a.ldc);
-        if m == 0 || n == 0 || ((a.alpha == 0.0 || k == 0) && a.beta == 1.0) {
-            return;
-        }
-        for j in 0..n {
-            for i in 0..m {
-                let x = &mut c[i + j * ldc];
-                if a.alpha == 0.0 || a.transa == Trans::No {
-                    *x = if a.beta == 0.0 {
-                        0.0
-                    } else if a.beta != 1.0 {
-                        a.beta * *x
-                    } else {
-                        *x
-                    };
-                }
-            }
-            if a.alpha == 0.0 {
-                continue;
-            }
-            if a.transa == Trans::No {
-                for l in 0..k {
-                    let temp = a.alpha * a.op_b(l, j);
-                    for i in 0..m {
-                        c[i + j * ldc] += temp * a.op_a(i, l);
-                    }
-                }
-            } else {
-                for i in 0..m {
-                    let mut temp = 0.0;
-                    for l in 0..k {
-                        temp += a.op_a(i, l) * a.op_b(l, j);
-                    }
-                    let x = &mut c[i + j * ldc];
-                    *x = if a.beta == 0.0 {
-                        a.alpha * temp
-                    } else {
-                        a.alpha * temp + a.beta * *x
-                    };
-                }
-            }
-        }
-    }
 
     fn check_close(got: &[f64], want: &[f64], k: usize, what: &str) {
         for (idx, (g, w)) in got.iter().zip(want).enumerate() {
@@ -519,7 +533,7 @@ mod tests {
         let mut got = c0.clone();
         gemm(&args, &mut got);
         let mut want = c0.clone();
-        naive_gemm(&args, &mut want);
+        crate::testutil::reference_gemm(&args, &mut want);
         let what = format!("gemm {ta:?}{tb:?} m={m} n={n} k={k} alpha={alpha} beta={beta}");
         if ta == Trans::No {
             let same = got
@@ -661,6 +675,73 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// Infinite alpha and zero signs follow the reference loops bit for bit on exact data:
+    /// NaN only where the reference meets Inf x 0 (NN: any zero term; TN: a zero sum), and
+    /// -0 = alpha x (+0) in the dot form. (dsyrk with trans = N skips zero multipliers in the
+    /// reference, which the blocked kernel does not: it is compared on finite alpha only.)
+    #[test]
+    fn infinite_alpha_and_signed_zeros_match_the_reference_loops() {
+        let a = [1.0, 0.0, -0.0, 2.0, 3.0, -1.0, 0.0, 1.0, 1.0];
+        let b = [1.0, 0.0, 2.0, -0.0, 1.0, 1.0, -1.0, 0.0, 0.0];
+        let same = |got: &[f64], want: &[f64], what: &str| {
+            for (g, w) in got.iter().zip(want) {
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{what}: {got:?} vs {want:?}"
+                );
+            }
+        };
+        for alpha in [f64::INFINITY, f64::NEG_INFINITY, -1.0, 2.0] {
+            for beta in [0.0, -1.0] {
+                for ta in [Trans::No, Trans::Yes] {
+                    for tb in [Trans::No, Trans::Yes] {
+                        let args = GemmArgs {
+                            transa: ta,
+                            transb: tb,
+                            alpha,
+                            beta,
+                            ..GemmArgs::product(3, 3, 3, &a, &b)
+                        };
+                        let (mut got, mut want) =
+                            ([0.0, -0.0, 1.0, 0.0, -0.0, 0.0, 2.0, 0.0, -0.0], [0.0; 9]);
+                        want.copy_from_slice(&got);
+                        gemm(&args, &mut got);
+                        crate::testutil::reference_gemm(&args, &mut want);
+                        same(
+                            &got,
+                            &want,
+                            &format!("gemm {ta:?}{tb:?} alpha {alpha} beta {beta}"),
+                        );
+                    }
+                }
+                for trans in [Trans::No, Trans::Yes] {
+                    if trans == Trans::No && alpha.is_infinite() {
+                        continue;
+                    }
+                    let args = SyrkArgs {
+                        uplo: Uplo::Lower,
+                        trans,
+                        n: 3,
+                        k: 3,
+                        alpha,
+                        a: &a,
+                        lda: 3,
+                        beta,
+                        ldc: 3,
+                    };
+                    let (mut got, mut want) = ([-0.0; 9], [-0.0; 9]);
+                    syrk(&args, &mut got);
+                    crate::testutil::reference_syrk(&args, &mut want);
+                    same(
+                        &got,
+                        &want,
+                        &format!("syrk {trans:?} alpha {alpha} beta {beta}"),
+                    );
                 }
             }
         }

@@ -7,9 +7,11 @@
 //! | [`trace`] | the JSON Lines trace schema (header and call records) |
 //! | [`blas`] | the built-in cache-blocked fp64 dgemm/dsyrk (used when no vendor BLAS exists) |
 //! | [`moduli`], [`scaling`], [`residues`], [`reconstruct`], [`emulate`], [`select`], [`exact`] | Ozaki scheme II (issue #3) |
+//! | [`write_back`] | the final `C = alpha ĉ + beta C` with the reference BLAS's signed zeros |
 //! | [`kernel`], [`fp8`], [`accuracy`], [`testutil`] | CPU integer kernels, the FP8 sets S/A/E/D and plane encodings, the exact-reference error measure, seeded test data (issue #3) |
 //! | [`stats`] | FLOP-weighted quantiles of call sizes (nbar) for summaries and reports |
 //! | [`engine`] | machine profile, cost model and per-call route choice, trace replay (issue #5) |
+//! | [`private_path`] | whether a file and the folders above it can be trusted by this user (trace, kernel cache, profiles) |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -19,14 +21,17 @@ pub mod devices;
 pub mod emulate;
 pub mod engine;
 pub mod exact;
+pub mod fallback;
 pub mod fp8;
 pub mod kernel;
 pub mod moduli;
+pub mod private_path;
 pub mod reconstruct;
 pub mod residues;
 pub mod route;
+pub mod rule;
 pub mod scaling;
-pub mod select;
 pub mod stats;
 pub mod testutil;
 pub mod trace;
+pub mod write_back;

@@ -172,6 +172,39 @@ pub fn shift_for_bound(budget_bits: i32, bound: u64) -> i32 {
     }
 }
 
+/// Classes of lines with the same shift: bound 0, then `clog2(bound)` = 0..=64 ([`norm_class`]).
+pub const SHIFT_CLASSES: usize = 66;
+
+/// The class of a line with shift bound `q`: its shift depends on `q` only through it
+/// ([`shift_for_bound`] reads `clog2(q)` and whether `q` is zero). The GPU kernel
+/// `line_shifts` computes the same.
+pub fn norm_class(q: u64) -> usize {
+    if q == 0 { 0 } else { clog2(q) as usize + 1 }
+}
+
+/// Per [`norm_class`], `p + COARSE_BITS - 1` with `p = shift_for_bound(budget, bound)` (norm
+/// scaling: the class's bounds; fast scaling: `4096 k` for every class), so a line with
+/// exponent `e` gets `σ = table[class] - e`, [`Scaling::new`]'s shift. The GPU forms its
+/// shifts from this table.
+pub fn shift_table(mode: ScalingMode, budget: i32, k: usize) -> [i32; SHIFT_CLASSES] {
+    std::array::from_fn(|class| {
+        let bound = match mode {
+            ScalingMode::Fast => 4096 * k.max(1) as u64,
+            _ => class_bound(class),
+        };
+        shift_for_bound(budget, bound) + COARSE_BITS - 1
+    })
+}
+
+/// A bound of [`norm_class`] `class` (every bound of a class gives the same shift):
+/// 0 for class 0, else `2^(class - 1)` (`clog2(2^j) = j`; `2^64 - 1` for class 65).
+pub fn class_bound(class: usize) -> u64 {
+    match class {
+        0 => 0,
+        c => 1u64.checked_shl(c as u32 - 1).unwrap_or(u64::MAX),
+    }
+}
+
 /// A NaN or an infinity in the inputs (the call must go to native fp64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NonFiniteInput;

@@ -3,7 +3,10 @@
 //!
 //! The matrix families follow issue #3: uniform, normal, exponent spread
 //! `(u - 0.5) · exp(φ z)` (GEMMul8's `make_matrix`, φ = 0.5 ... 8), rank-1 plus noise
-//! (heavy cancellation), and small integers.
+//! (heavy cancellation), and small integers; and the reference BLAS's loops, literally, to
+//! test results against (values, NaN/Inf propagation and signed zeros).
+
+use crate::blas::{GemmArgs, SyrkArgs, Trans, Uplo};
 
 /// SplitMix64: small, fast, good enough for test data.
 #[derive(Debug, Clone)]
@@ -116,4 +119,106 @@ pub fn cancellation_pair(m: usize, n: usize, k: usize, rng: &mut Rng) -> (Vec<f6
         b[j * k..(j + 1) * k].copy_from_slice(&col);
     }
     (a, b)
+}
+
+/// The reference loops' start of C in the axpy form: `0` (C not read), `C` or `beta C`.
+fn axpy_start(beta: f64, c: f64) -> f64 {
+    if beta == 0.0 {
+        0.0
+    } else if beta != 1.0 {
+        beta * c
+    } else {
+        c
+    }
+}
+
+/// The reference loops' end of the dot form: `alpha temp`, or `alpha temp + beta C`.
+fn dot_finish(alpha: f64, temp: f64, beta: f64, c: f64) -> f64 {
+    if beta == 0.0 {
+        alpha * temp
+    } else {
+        alpha * temp + beta * c
+    }
+}
+
+/// Reference `dgemm.f` (LAPACK 3.11) loops, literally: NN/NT column axpys
+/// (`C = beta C`, then `C += (alpha B_lj) A_il`), TN/TT dot products
+/// (`C = alpha temp + beta C`). `c` column-major with `a.ldc`.
+pub fn reference_gemm(a: &GemmArgs<'_>, c: &mut [f64]) {
+    let (m, n, k, ldc) = (a.m, a.n, a.k, a.ldc);
+    if m == 0 || n == 0 || ((a.alpha == 0.0 || k == 0) && a.beta == 1.0) {
+        return;
+    }
+    for j in 0..n {
+        for i in 0..m {
+            let x = &mut c[i + j * ldc];
+            if a.alpha == 0.0 || a.transa == Trans::No {
+                *x = axpy_start(a.beta, *x);
+            }
+        }
+        if a.alpha == 0.0 {
+            continue;
+        }
+        if a.transa == Trans::No {
+            for l in 0..k {
+                let temp = a.alpha * a.op_b(l, j);
+                for i in 0..m {
+                    c[i + j * ldc] += temp * a.op_a(i, l);
+                }
+            }
+        } else {
+            for i in 0..m {
+                let mut temp = 0.0;
+                for l in 0..k {
+                    temp += a.op_a(i, l) * a.op_b(l, j);
+                }
+                let x = &mut c[i + j * ldc];
+                *x = dot_finish(a.alpha, temp, a.beta, *x);
+            }
+        }
+    }
+}
+
+/// Reference `dsyrk.f` (LAPACK 3.11) loops, literally: `trans = N` column axpys that skip
+/// zero multipliers (`if A(j,l) != 0: C(i,j) += (alpha A(j,l)) A(i,l)`), `trans = T` dot
+/// products. Only the `s.uplo` triangle of `c` is touched.
+pub fn reference_syrk(s: &SyrkArgs<'_>, c: &mut [f64]) {
+    let (n, k, ldc) = (s.n, s.k, s.ldc);
+    if n == 0 || ((s.alpha == 0.0 || k == 0) && s.beta == 1.0) {
+        return;
+    }
+    let rows = |j: usize| match s.uplo {
+        Uplo::Upper => 0..j + 1,
+        Uplo::Lower => j..n,
+    };
+    for j in 0..n {
+        if s.alpha == 0.0 || s.trans == Trans::No {
+            for i in rows(j) {
+                let x = &mut c[i + j * ldc];
+                *x = axpy_start(s.beta, *x);
+            }
+        }
+        if s.alpha == 0.0 {
+            continue;
+        }
+        if s.trans == Trans::No {
+            for l in 0..k {
+                if s.op_a(j, l) != 0.0 {
+                    let temp = s.alpha * s.op_a(j, l);
+                    for i in rows(j) {
+                        c[i + j * ldc] += temp * s.op_a(i, l);
+                    }
+                }
+            }
+        } else {
+            for i in rows(j) {
+                let mut temp = 0.0;
+                for l in 0..k {
+                    temp += s.op_a(i, l) * s.op_a(j, l);
+                }
+                let x = &mut c[i + j * ldc];
+                *x = dot_finish(s.alpha, temp, s.beta, *x);
+            }
+        }
+    }
 }

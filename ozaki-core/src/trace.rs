@@ -241,8 +241,11 @@ pub struct CallRecord {
     pub beta: f64,
     /// Whether the symbol takes 64-bit integers.
     pub ilp64: bool,
-    /// Route that produced C (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`,
-    /// `xerbla` for an illegal argument, `quick` for a reference quick return).
+    /// Route that produced C (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`),
+    /// or what the reference checks say of the call: `xerbla` for an illegal argument,
+    /// `quick` for a reference quick return. The shim computes neither: they go to the
+    /// vendor BLAS unchanged (its checks and handlers decide), or, with no vendor, get the
+    /// reference's report or quick return.
     pub route: String,
     /// Why the call fell back from the requested route, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -270,7 +273,8 @@ pub struct CallRecord {
     /// A/B comparison against the vendor BLAS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ab: Option<AbResult>,
-    /// Reference BLAS error code (parameter position) of an illegal call (`route` = `xerbla`).
+    /// Reference BLAS error code (parameter position) of an illegal call (`route` = `xerbla`),
+    /// whatever the vendor made of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub info: Option<i64>,
     /// Vendor library of `sym`, on the first record of a symbol resolved after the header
@@ -385,12 +389,34 @@ pub fn parse_line(text: &str, line_no: usize) -> Result<Line, TraceError> {
             }
             Ok(Line::Header(h))
         }
-        Some("call") => serde_json::from_value(value)
-            .map(|c| Line::Call(Box::new(c)))
-            .map_err(|e| err(format!("bad call record: {e}"))),
+        Some("call") => {
+            let c: CallRecord =
+                serde_json::from_value(value).map_err(|e| err(format!("bad call record: {e}")))?;
+            check_ab(c.ab.as_ref()).map_err(|m| err(format!("bad call record: {m}")))?;
+            Ok(Line::Call(Box::new(c)))
+        }
         Some(other) => Err(err(format!("unknown record type {other:?}"))),
         None => Err(err("record has no \"type\" field".into())),
     }
+}
+
+/// The A/B differences are magnitudes: a negative (or NaN) one is a corrupt record, which
+/// readers must not count (the histograms index by decade).
+fn check_ab(ab: Option<&AbResult>) -> Result<(), String> {
+    let Some(ab) = ab else { return Ok(()) };
+    let fields = [
+        ("max_rel_comp", Some(ab.max_rel_comp)),
+        ("rel_norm", Some(ab.rel_norm)),
+        ("rel_scaled", ab.rel_scaled),
+    ];
+    for (name, v) in fields {
+        if let Some(v) = v
+            && (v.is_nan() || v < 0.0)
+        {
+            return Err(format!("ab.{name} = {v} is not a magnitude (>= 0)"));
+        }
+    }
+    Ok(())
 }
 
 /// A whole trace file read into memory.
@@ -424,11 +450,168 @@ impl Trace {
         }
         Ok(trace)
     }
+
+    /// Reads a trace the way the command-line tools do: a line that does not parse (torn by
+    /// a full disk or a killed writer, or cut short at the end) is skipped and returned in
+    /// the list, so one bad line never costs the rest of a trace that cannot be re-recorded.
+    /// Lines are read one at a time (no copy of the whole text is held).
+    ///
+    /// # Errors
+    /// - I/O errors;
+    /// - a header whose schema is newer than this reader's (a newer tool is needed, and
+    ///   skipping would misread the calls after it);
+    /// - lines were skipped and not one parsed: not a trace.
+    pub fn read_lenient(
+        mut reader: impl std::io::BufRead,
+    ) -> Result<(Trace, Vec<SkippedLine>), TraceError> {
+        let mut trace = Trace::default();
+        let mut skipped = Vec::new();
+        let mut raw = Vec::new();
+        let mut line_no = 0;
+        loop {
+            raw.clear();
+            let n = reader.read_until(b'\n', &mut raw).map_err(|e| TraceError {
+                line: line_no + 1,
+                message: e.to_string(),
+            })?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            let terminated = raw.last() == Some(&b'\n');
+            let Ok(text) = std::str::from_utf8(&raw) else {
+                skipped.push(SkippedLine {
+                    line: line_no,
+                    message: "not UTF-8 text".into(),
+                    terminated,
+                });
+                continue;
+            };
+            if text.trim().is_empty() {
+                continue;
+            }
+            match parse_line(text.trim_end(), line_no) {
+                Ok(Line::Header(h)) => trace.headers.push(h),
+                Ok(Line::Call(c)) => trace.calls.push(*c),
+                Err(e) if e.message.contains("is newer than this tool") => return Err(e),
+                Err(e) => skipped.push(SkippedLine {
+                    line: line_no,
+                    message: e.message,
+                    terminated,
+                }),
+            }
+        }
+        if trace.headers.is_empty()
+            && trace.calls.is_empty()
+            && let Some(first) = skipped.first()
+        {
+            return Err(TraceError {
+                line: first.line,
+                message: format!("{} (no line of this file is a trace record)", first.message),
+            });
+        }
+        Ok((trace, skipped))
+    }
+}
+
+/// A line [`Trace::read_lenient`] skipped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkippedLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// Why it did not parse.
+    pub message: String,
+    /// Whether it ended with a newline (an unterminated last line is a cut-short write).
+    pub terminated: bool,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const HEADER: &str = r#"{"type":"header","schema":1,"pid":7,"exe":"/bin/x","shim_version":"0.1.0","start_unix_s":1.0}"#;
+    const CALL: &str = r#"{"type":"call","seq":0,"t_ns":5,"dur_ns":7,"tid":11,"sym":"dgemm_","routine":"dgemm","layout":"col","m":3,"n":4,"k":5,"lda":3,"ldb":5,"ldc":3,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}"#;
+
+    #[test]
+    fn lenient_reading_skips_torn_lines_anywhere_and_keeps_the_rest() {
+        // A write cut short in the middle (space freed later), binary junk, and a last line
+        // cut short.
+        let mut bytes = format!("{HEADER}\n{CALL}\n{}\n{CALL}\n", &CALL[..40]).into_bytes();
+        bytes.extend_from_slice(b"\xff\xfe\n");
+        bytes.extend_from_slice(format!("{CALL}\n{}", &CALL[..70]).as_bytes());
+        let (trace, skipped) = Trace::read_lenient(&bytes[..]).unwrap();
+        assert_eq!((trace.headers.len(), trace.calls.len()), (1, 3));
+        let lines: Vec<(usize, bool)> = skipped.iter().map(|s| (s.line, s.terminated)).collect();
+        assert_eq!(lines, [(3, true), (5, true), (7, false)], "{skipped:?}");
+        // The strict reader still rejects the same text.
+        assert_eq!(Trace::read(&bytes[..]).unwrap_err().line, 3);
+    }
+
+    #[test]
+    fn negative_ab_differences_are_rejected() {
+        let ab = |v: &str| {
+            CALL.replace(
+                "\"route\":\"vendor\"}",
+                &format!("\"route\":\"builtin\",\"ab\":{{\"max_rel_comp\":{v},\"rel_norm\":0.0,\"vendor_ns\":1,\"route_ns\":1,\"kept\":\"route\"}}}}"),
+            )
+        };
+        assert!(parse_line(&ab("1e-16"), 1).is_ok());
+        assert!(parse_line(&ab("\"Infinity\""), 1).is_ok());
+        let e = parse_line(&ab("-1e-16"), 4).unwrap_err();
+        assert!(e.line == 4 && e.message.contains("ab.max_rel_comp"), "{e}");
+        assert!(parse_line(&ab("\"NaN\""), 1).is_err());
+    }
+
+    /// A seeded fuzz of the reader, bounded in time: traces damaged at random (lines cut,
+    /// bytes flipped, junk and binary inserted, lines glued together) never make it panic,
+    /// and every line left intact is read back.
+    #[test]
+    fn lenient_reading_survives_random_damage() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n.max(1) as u64) as usize
+        };
+        for _ in 0..2000 {
+            let mut lines: Vec<Vec<u8>> = vec![HEADER.as_bytes().to_vec()];
+            lines.extend((0..1 + next(8)).map(|_| CALL.as_bytes().to_vec()));
+            let mut intact = vec![true; lines.len()];
+            for _ in 0..next(4) {
+                let i = next(lines.len());
+                let line = &mut lines[i];
+                let at = next(line.len() + 1);
+                match next(4) {
+                    0 => line.truncate(at),
+                    1 if at < line.len() => line[at] ^= 1 << next(8),
+                    2 => line.splice(at..at, [0xff, b'{', b'"']).for_each(drop),
+                    _ => line.extend_from_slice(b"{\"type\":\"call\""),
+                }
+                intact[i] = false;
+            }
+            let text = lines.join(&b'\n');
+            // A flipped byte can leave a line that still parses; only count what must survive.
+            let must = intact.iter().filter(|&&ok| ok).count();
+            match Trace::read_lenient(&text[..]) {
+                Ok((trace, _)) => assert!(trace.headers.len() + trace.calls.len() >= must),
+                // A flipped digit can make the header's schema newer than this reader's.
+                Err(e) if e.message.contains("newer") => {}
+                Err(e) => assert_eq!(must, 0, "rejected a trace with {must} intact lines: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn lenient_reading_still_rejects_what_is_not_a_trace_or_too_new() {
+        let e = Trace::read_lenient("hello\nworld\n".as_bytes()).unwrap_err();
+        assert!(e.message.contains("no line of this file"), "{e}");
+        let newer = HEADER.replace("\"schema\":1", "\"schema\":99");
+        let e = Trace::read_lenient(format!("{newer}\n{CALL}\n").as_bytes()).unwrap_err();
+        assert!(e.message.contains("newer"), "{e}");
+        let (t, s) = Trace::read_lenient("".as_bytes()).unwrap();
+        assert!(t.calls.is_empty() && s.is_empty());
+    }
 
     #[test]
     fn call_record_round_trips_and_omits_absent_fields() {

@@ -28,14 +28,12 @@
 //! cache and the route warm; for calls large enough to matter this is small against the
 //! times compared.
 
-use crate::abi::{Canon, Operands, RawCall};
+use crate::abi::{CView, Canon, Operands, RawCall, Region};
 use crate::config::Config;
 use crate::route::{self, Executed};
 use crate::symbols::SymId;
-use ozaki_core::blas::Uplo;
 use ozaki_core::route::Route;
 use ozaki_core::trace::AbResult;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -121,7 +119,7 @@ fn splitmix64(x: u64) -> u64 {
 
 /// The process's A/B settings, read once (messages about bad values go to stderr once).
 pub fn config() -> Option<&'static AbConfig> {
-    static CONFIG: OnceLock<Option<AbConfig>> = OnceLock::new();
+    static CONFIG: crate::lazy::Lazy<Option<AbConfig>> = crate::lazy::Lazy::new();
     CONFIG
         .get_or_init(|| {
             let var = |name: &str| std::env::var(name).ok();
@@ -160,111 +158,6 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         IN_USE.fetch_sub(self.0, Ordering::AcqRel);
-    }
-}
-
-/// The elements of C a call writes: `rows x cols` stored `ld` apart, or one triangle.
-///
-/// Everything between them (rows `rows..ld` of each column, the other triangle) may belong
-/// to another thread's concurrent call (OpenMP programs split one C into row blocks), so
-/// whoever writes C writes exactly these elements: the A/B copies here, and every route that
-/// computes into a scratch copy of C ([`Region::copy`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Region {
-    /// Rows.
-    pub rows: usize,
-    /// Columns.
-    pub cols: usize,
-    /// Leading dimension.
-    pub ld: usize,
-    /// For dsyrk, the triangle (of a square region).
-    pub tri: Option<Uplo>,
-}
-
-impl Region {
-    /// The written part of C of a checked call.
-    pub fn of(canon: &Canon) -> Region {
-        match *canon {
-            Canon::Gemm { m, n, ldc, .. } => Region::gemm(m, n, ldc),
-            Canon::Syrk { uplo, n, ldc, .. } => Region::syrk(n, ldc, uplo),
-        }
-    }
-
-    /// The written part of C of a dgemm.
-    pub fn gemm(m: usize, n: usize, ldc: usize) -> Region {
-        Region {
-            rows: m,
-            cols: n,
-            ld: ldc,
-            tri: None,
-        }
-    }
-
-    /// The written part of C of a dsyrk.
-    pub fn syrk(n: usize, ldc: usize, uplo: Uplo) -> Region {
-        Region {
-            rows: n,
-            cols: n,
-            ld: ldc,
-            tri: Some(uplo),
-        }
-    }
-
-    /// Copies the region's elements from `src` to `dst` (same layout), nothing else.
-    pub fn copy(&self, src: &[f64], dst: &mut [f64]) {
-        for i in self.indices() {
-            dst[i] = src[i];
-        }
-    }
-
-    /// Row range of column `j`.
-    fn rows_of(&self, j: usize) -> std::ops::Range<usize> {
-        match self.tri {
-            None => 0..self.rows,
-            Some(Uplo::Upper) => 0..(j + 1).min(self.rows),
-            Some(Uplo::Lower) => j.min(self.rows)..self.rows,
-        }
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        (0..self.cols).map(|j| self.rows_of(j).len()).sum()
-    }
-
-    /// Whether the region is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Indices into C of the region's elements, column by column.
-    pub fn indices(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.cols).flat_map(move |j| self.rows_of(j).map(move |i| i + j * self.ld))
-    }
-
-    /// Copies the region of `c` into `packed` (cleared first).
-    pub fn pack(&self, c: &[f64], packed: &mut Vec<f64>) {
-        packed.clear();
-        packed.extend(self.indices().map(|i| c[i]));
-    }
-
-    /// Exchanges the region of `c` with `packed`.
-    pub fn swap(&self, c: &mut [f64], packed: &mut [f64]) {
-        for (p, i) in packed.iter_mut().zip(self.indices()) {
-            std::mem::swap(p, &mut c[i]);
-        }
-    }
-
-    /// Writes `packed` into the region of `c`.
-    pub fn unpack(&self, packed: &[f64], c: &mut [f64]) {
-        for (p, i) in packed.iter().zip(self.indices()) {
-            c[i] = *p;
-        }
-    }
-
-    /// (max componentwise, normwise) relative difference of the region of `c` against the
-    /// packed reference `vendor`; see [`differences`].
-    pub fn compare(&self, c: &[f64], vendor: &[f64]) -> (f64, f64) {
-        differences(self.indices().map(|i| c[i]).zip(vendor.iter().copied()))
     }
 }
 
@@ -369,8 +262,10 @@ pub unsafe fn execute<R: RawCall>(
         );
     }
     // 1. Save the original C; note the data's scale (|alpha| |A| |B| + |beta| |C|).
-    // SAFETY: the caller's contract; this view is dropped before anything else touches C.
-    let scale = data_scale(canon, &region, &mut buffer);
+    // SAFETY: the caller's contract; these views are dropped before anything else touches C.
+    let scale = unsafe { data_scale(canon, &mut buffer) };
+    // SAFETY: as above; the view is only used between the route's and the vendor's runs.
+    let c = unsafe { c_view(canon) };
     // 2. The vendor, in the caller's C.
     let t = Instant::now();
     // SAFETY: the caller's contract.
@@ -386,8 +281,7 @@ pub unsafe fn execute<R: RawCall>(
     // vendor's result here, so this step must not panic (`entry::call`'s recovery would apply
     // beta a second time): it cannot, since step 1 read every index of the region from this
     // same C into the buffer, and swapping two f64 values does not fail.
-    // SAFETY: as in 1.
-    with_c(canon, |c| region.swap(c, &mut buffer));
+    c.swap(&mut buffer);
     // 4. The route, with its usual fallback.
     let t = Instant::now();
     let done = plain();
@@ -395,22 +289,14 @@ pub unsafe fn execute<R: RawCall>(
     // 5. Compare, and hand the program the result it asked for. C already holds a final
     // result here, so a panic must not reach `entry::call`, whose recovery would run the
     // vendor on this C again (beta applied twice): it ends the comparison instead.
-    // SAFETY: as in 1; the route has returned and no longer holds a view of C.
+    // The route has returned and no longer holds a view of C.
     let compared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        with_c(canon, |c| {
-            let d = region.compare(c, &buffer);
-            let diff = frobenius(
-                region
-                    .indices()
-                    .map(|i| c[i])
-                    .zip(buffer.iter())
-                    .map(|(r, v)| r - v),
-            );
-            if ab.keep_vendor {
-                region.unpack(&buffer, c);
-            }
-            (d.0, d.1, diff)
-        })
+        let d = differences(c.values().zip(buffer.iter().copied()));
+        let diff = frobenius(c.values().zip(buffer.iter()).map(|(r, v)| r - v));
+        if ab.keep_vendor {
+            c.unpack(&buffer);
+        }
+        (d.0, d.1, diff)
     }));
     let Ok((max_rel_comp, rel_norm, diff)) = compared else {
         return (
@@ -461,11 +347,14 @@ fn frobenius(values: impl Iterator<Item = f64>) -> f64 {
 /// Packs the caller's C into `buffer` and returns |alpha| ||op(A)||_F ||op(B)||_F +
 /// |beta| ||C||_F, the scale the A/B difference is measured against (O(mk + kn + mn), small
 /// next to the product's O(mnk)).
-fn data_scale(canon: &Canon, region: &Region, buffer: &mut Vec<f64>) -> f64 {
-    // SAFETY: as `with_c`: the only view of the call's matrices while it lives.
+///
+/// # Safety
+/// - as [`Canon::operands`]: nothing else writes C meanwhile.
+unsafe fn data_scale(canon: &Canon, buffer: &mut Vec<f64>) -> f64 {
+    // SAFETY: the caller's contract.
     let (ab, beta) = match unsafe { canon.operands() } {
         Operands::Gemm(g, c) => {
-            region.pack(c, buffer);
+            c.pack(buffer);
             let a = frobenius(
                 (0..g.k)
                     .flat_map(|l| (0..g.m).map(move |i| (i, l)))
@@ -479,7 +368,7 @@ fn data_scale(canon: &Canon, region: &Region, buffer: &mut Vec<f64>) -> f64 {
             (g.alpha.abs() * a * b, g.beta)
         }
         Operands::Syrk(s, c) => {
-            region.pack(c, buffer);
+            c.pack(buffer);
             let a = frobenius(
                 (0..s.k)
                     .flat_map(|l| (0..s.n).map(move |i| (i, l)))
@@ -496,21 +385,21 @@ fn data_scale(canon: &Canon, region: &Region, buffer: &mut Vec<f64>) -> f64 {
     ab + c
 }
 
-/// Runs `f` on a view of the caller's C.
+/// The view of the caller's C.
 ///
 /// # Safety
-/// - as [`Canon::operands`]: no other view of the call's matrices is alive meanwhile.
-fn with_c<T>(canon: &Canon, f: impl FnOnce(&mut [f64]) -> T) -> T {
-    // SAFETY: `canon` came from a decoded, checked call (its only constructor), and every
-    // caller here drops the view before C is touched any other way.
+/// - as [`Canon::operands`]: while the view is used, nothing else writes C.
+unsafe fn c_view(canon: &Canon) -> CView {
+    // SAFETY: the caller's contract.
     match unsafe { canon.operands() } {
-        Operands::Gemm(_, c) | Operands::Syrk(_, c) => f(c),
+        Operands::Gemm(_, c) | Operands::Syrk(_, c) => c,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ozaki_core::blas::Uplo;
 
     #[test]
     fn settings_parse_with_safe_defaults() {
@@ -579,7 +468,9 @@ mod tests {
             tri: None,
         };
         let mut p = Vec::new();
-        full.pack(&c, &mut p);
+        // SAFETY: `c` outlives the views and nothing else touches it meanwhile.
+        let view = |r: Region, c: &mut Vec<f64>| unsafe { CView::new(c.as_mut_ptr(), r) };
+        view(full, &mut c).pack(&mut p);
         assert_eq!(p, vec![0.0, 1.0, 4.0, 5.0, 8.0, 9.0]);
         let upper = Region {
             rows: 3,
@@ -587,7 +478,7 @@ mod tests {
             ld: 4,
             tri: Some(Uplo::Upper),
         };
-        upper.pack(&c, &mut p);
+        view(upper, &mut c).pack(&mut p);
         assert_eq!(p, vec![0.0, 4.0, 5.0, 8.0, 9.0, 10.0]);
         let lower = Region {
             tri: Some(Uplo::Lower),
@@ -595,7 +486,7 @@ mod tests {
         };
         assert_eq!(lower.len(), 6);
         let mut q = vec![-1.0; 6];
-        lower.swap(&mut c, &mut q);
+        view(lower, &mut c).swap(&mut q);
         assert_eq!(q, vec![0.0, 1.0, 2.0, 5.0, 6.0, 10.0]);
         assert_eq!(
             c[..12],
@@ -603,7 +494,7 @@ mod tests {
                 -1.0, -1.0, -1.0, 3.0, 4.0, -1.0, -1.0, 7.0, 8.0, 9.0, -1.0, 11.0
             ]
         );
-        lower.unpack(&q, &mut c);
+        view(lower, &mut c).unpack(&q);
         assert_eq!(c, (0..12).map(f64::from).collect::<Vec<_>>());
         // copy touches the region only: the rows between (another thread's) stay.
         let mut dst = vec![-1.0; 12];

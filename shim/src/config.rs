@@ -6,19 +6,21 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `OZAKI_TRACE=FILE` | write a JSON Lines trace; `%p` pid, `%h` host name, `%r` MPI rank, `%%` a `%` | no trace |
-//! | `OZAKI_TRACE_ARGV=0` | leave the command line out of the trace header (it can hold secrets) | argv recorded |
+//! | `OZAKI_TRACE_ARGV=0` | leave the command line out of the trace header (it can hold secrets); `0`, `false`, `no`, `off` leave it out, `1`, `true`, `yes`, `on` keep it, anything else is reported and leaves it out | argv recorded |
 //! | `OZAKI_ROUTE=ROUTE` | `auto` or a route name (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`) | `vendor` |
-//! | `OZAKI_MODULI=N` | forced number of moduli for the emulated routes | the route's choice |
-//! | `OZAKI_SCALING=fast\|norm\|accurate` | scaling bound of the emulated routes (`ozaki_core::scaling`; gpu-ozaki runs `accurate` as `norm`) | `norm` on the GPU, `accurate` on the CPU |
+//! | `OZAKI_MODULI=N` | forced number of moduli for the emulated routes, 2 to 20 (other values are reported and ignored) | the route's choice |
+//! | `OZAKI_THREADS=N` | worker threads of the CPU emulation (`cpu-ozaki`) | the vendor BLAS's own thread count (`route::threads`: OpenBLAS/MKL/OpenMP limits, threadpoolctl's included), else `OPENBLAS_NUM_THREADS`/`MKL_NUM_THREADS`/`OMP_NUM_THREADS`, else every core |
+//! | `OZAKI_SCALING=fast\|norm\|accurate` | scaling bound of the emulated routes (`ozaki_core::scaling`; gpu-ozaki runs `accurate` as `norm`) | `norm` |
+//! | `OZAKI_ACCURACY=default\|normwise\|guaranteed` | the accuracy rule of the emulated routes (`ozaki_core::rule`): the componentwise estimate against native fp64, Ozaki-II's normwise bound, or the deterministic componentwise bound within fp64's `γ_k` | `default` |
 //! | `OZAKI_VENDOR_BLAS=/path/lib.so` | the BLAS to forward to, before any other lookup | found automatically |
 //! | `OZAKI_LOG=FILTER` | `tracing` filter for diagnostics on stderr (e.g. `info`, `ozaki_shim=debug`) | silent |
 //! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles (issue #7) | the engine decides |
 //! | `OZAKI_GPU_START=background\|blocking` | with `auto`, how the first call that may use the GPU starts it: on a background thread while calls run on the vendor BLAS, or inside that call, which waits for it (`route::start`) | `background` |
 
+use crate::lazy::Lazy;
 use ozaki_core::route::{Route, RouteRequest};
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 /// The environment variables as found.
 #[derive(Debug, Default, Clone)]
@@ -33,6 +35,8 @@ pub struct RawConfig {
     pub moduli: Option<OsString>,
     /// `OZAKI_SCALING`.
     pub scaling: Option<OsString>,
+    /// `OZAKI_ACCURACY`.
+    pub accuracy: Option<OsString>,
     /// `OZAKI_VENDOR_BLAS`.
     pub vendor_blas: Option<OsString>,
     /// `OZAKI_LOG`.
@@ -41,6 +45,8 @@ pub struct RawConfig {
     pub split: Option<OsString>,
     /// `OZAKI_GPU_START`.
     pub gpu_start: Option<OsString>,
+    /// `OZAKI_THREADS`.
+    pub threads: Option<OsString>,
 }
 
 impl RawConfig {
@@ -53,10 +59,12 @@ impl RawConfig {
             route: var("OZAKI_ROUTE"),
             moduli: var("OZAKI_MODULI"),
             scaling: var("OZAKI_SCALING"),
+            accuracy: var("OZAKI_ACCURACY"),
             vendor_blas: var("OZAKI_VENDOR_BLAS"),
             log: var("OZAKI_LOG"),
             split: var("OZAKI_SPLIT"),
             gpu_start: var("OZAKI_GPU_START"),
+            threads: var("OZAKI_THREADS"),
         }
     }
 }
@@ -74,6 +82,8 @@ pub struct Config {
     pub moduli: Option<u32>,
     /// Scaling bound of the emulated routes (`OZAKI_SCALING`; `None`: each route's default).
     pub scaling: Option<ozaki_core::scaling::ScalingMode>,
+    /// The accuracy rule's mode (`OZAKI_ACCURACY`).
+    pub accuracy: ozaki_core::rule::Accuracy,
     /// Vendor library to forward to (`OZAKI_VENDOR_BLAS`).
     pub vendor_blas: Option<PathBuf>,
     /// Diagnostics filter (`OZAKI_LOG`).
@@ -82,6 +92,9 @@ pub struct Config {
     pub split: SplitMode,
     /// How `auto` starts the GPU (`OZAKI_GPU_START`).
     pub gpu_start: GpuStart,
+    /// Worker threads of the CPU emulation (`OZAKI_THREADS`; `None`: `route::threads` asks the
+    /// vendor and the usual variables).
+    pub threads: Option<usize>,
 }
 
 /// `OZAKI_GPU_START`: how `auto` starts the GPU (`route::start`).
@@ -124,11 +137,23 @@ impl Config {
                 RouteRequest::Forced(Route::Vendor)
             }),
         };
+        let moduli_range = ozaki_core::moduli::MIN_MODULI..=ozaki_core::moduli::MAX_MODULI;
         let moduli = text(&raw.moduli).and_then(|s| match s.trim().parse::<u32>() {
+            Ok(n) if moduli_range.contains(&(n as usize)) => Some(n),
+            _ => {
+                problems.push(format!(
+                    "OZAKI_MODULI={s:?} is not a whole number from {} to {}; ignored (each route picks its own)",
+                    moduli_range.start(),
+                    moduli_range.end()
+                ));
+                None
+            }
+        });
+        let threads = text(&raw.threads).and_then(|s| match s.trim().parse::<usize>() {
             Ok(n) if n > 0 => Some(n),
             _ => {
                 problems.push(format!(
-                    "OZAKI_MODULI={s:?} is not a positive integer; ignored"
+                    "OZAKI_THREADS={s:?} is not a positive whole number; ignored"
                 ));
                 None
             }
@@ -138,7 +163,27 @@ impl Config {
                 .map_err(|e| problems.push(format!("OZAKI_SCALING: {e}; ignored")))
                 .ok()
         });
-        let trace_argv = text(&raw.trace_argv).is_none_or(|s| s.trim() != "0");
+        let accuracy = text(&raw.accuracy)
+            .and_then(|s| {
+                s.parse()
+                    .map_err(|e| problems.push(format!("OZAKI_ACCURACY: {e}; using default")))
+                    .ok()
+            })
+            .unwrap_or_default();
+        let trace_argv = match text(&raw.trace_argv).map(|s| s.trim().to_ascii_lowercase()) {
+            None => true,
+            Some(v) => match v.as_str() {
+                "0" | "false" | "no" | "off" => false,
+                "1" | "true" | "yes" | "on" => true,
+                _ => {
+                    // Whoever set it meant to say something: err on the side of the secret.
+                    problems.push(format!(
+                        "OZAKI_TRACE_ARGV={v:?} is not 0/false/no/off or 1/true/yes/on; leaving the command line out of the trace"
+                    ));
+                    false
+                }
+            },
+        };
         let split = match text(&raw.split).as_deref().map(str::trim) {
             None => SplitMode::Engine,
             Some("0") => SplitMode::Off,
@@ -166,10 +211,12 @@ impl Config {
             route,
             moduli,
             scaling,
+            accuracy,
             vendor_blas: raw.vendor_blas.as_ref().map(PathBuf::from),
             log: text(&raw.log),
             split,
             gpu_start,
+            threads,
         };
         (config, problems)
     }
@@ -180,7 +227,7 @@ impl Config {
     }
 }
 
-static CONFIG: OnceLock<Config> = OnceLock::new();
+static CONFIG: Lazy<Config> = Lazy::new();
 
 /// The settings, read from the environment at the first call.
 pub fn get() -> &'static Config {
@@ -286,6 +333,54 @@ mod tests {
     }
 
     #[test]
+    fn trace_argv_takes_the_usual_spellings_and_hides_argv_on_garbage() {
+        for (v, keep) in [
+            ("0", false),
+            ("false", false),
+            (" No ", false),
+            ("OFF", false),
+            ("1", true),
+            ("true", true),
+            ("yes", true),
+            ("on", true),
+        ] {
+            let (c, p) = Config::from_raw(&raw(None, None, Some(v)));
+            assert_eq!((c.trace_argv, p.len()), (keep, 0), "OZAKI_TRACE_ARGV={v:?}");
+        }
+        let (c, p) = Config::from_raw(&raw(None, None, Some("nope")));
+        assert!(!c.trace_argv);
+        assert!(p.len() == 1 && p[0].contains("OZAKI_TRACE_ARGV"), "{p:?}");
+    }
+
+    #[test]
+    fn moduli_outside_the_sets_range_are_rejected() {
+        for bad in ["0", "1", "21", "-3", "1e3"] {
+            let (c, p) = Config::from_raw(&raw(None, Some(bad), None));
+            assert_eq!(c.moduli, None, "OZAKI_MODULI={bad}");
+            assert!(p.len() == 1 && p[0].contains("2 to 20"), "{p:?}");
+        }
+        for good in [2u32, 14, 20] {
+            let (c, p) = Config::from_raw(&raw(None, Some(&good.to_string()), None));
+            assert_eq!((c.moduli, p.len()), (Some(good), 0));
+        }
+    }
+
+    #[test]
+    fn ozaki_threads_takes_a_positive_count() {
+        let with = |v: &str| {
+            Config::from_raw(&RawConfig {
+                threads: Some(v.into()),
+                ..RawConfig::default()
+            })
+        };
+        assert_eq!(with(" 3 ").0.threads, Some(3));
+        let (c, p) = with("0");
+        assert!(c.threads.is_none() && p.len() == 1 && p[0].contains("OZAKI_THREADS"));
+        assert!(with("all").0.threads.is_none());
+        assert!(Config::from_raw(&RawConfig::default()).0.threads.is_none());
+    }
+
+    #[test]
     fn good_values_are_taken() {
         let (c, p) = Config::from_raw(&raw(Some("cpu-ozaki"), Some("14"), Some("0")));
         assert!(p.is_empty());
@@ -316,5 +411,25 @@ mod tests {
         assert_eq!(c.scaling, None);
         assert!(p.len() == 1 && p[0].contains("OZAKI_SCALING"), "{p:?}");
         assert_eq!(Config::from_raw(&RawConfig::default()).0.scaling, None);
+    }
+
+    #[test]
+    fn accuracy_is_parsed_and_a_bad_value_is_reported_and_defaults() {
+        use ozaki_core::rule::Accuracy;
+        let with = |v: &str| {
+            Config::from_raw(&RawConfig {
+                accuracy: Some(v.into()),
+                ..RawConfig::default()
+            })
+        };
+        assert_eq!(with("normwise").0.accuracy, Accuracy::Normwise);
+        assert_eq!(with(" guaranteed").0.accuracy, Accuracy::Guaranteed);
+        let (c, p) = with("loose");
+        assert_eq!(c.accuracy, Accuracy::Default);
+        assert!(p.len() == 1 && p[0].contains("OZAKI_ACCURACY"), "{p:?}");
+        assert_eq!(
+            Config::from_raw(&RawConfig::default()).0.accuracy,
+            Accuracy::Default
+        );
     }
 }

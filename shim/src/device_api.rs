@@ -27,7 +27,7 @@ fn never_panics(body: impl FnOnce() -> c_int) -> c_int {
 
 /// Runs the call on the GPU: emulation unless forced native or declined, then cuBLAS.
 fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
-    let _flags = gpu_kernels::fpenv::KeepFpFlags::new();
+    let _flags = fp_flags::KeepFpFlags::new();
     let cfg = config::get();
     let native_only = cfg.route == RouteRequest::Forced(Route::GpuNative);
     let opts = crate::route::gpu::ozaki_options(cfg);
@@ -35,13 +35,16 @@ fn run(call: DeviceCall, stream: *mut c_void) -> c_int {
     let attempt = gpu_kernels::probe::contain("device entry point", || {
         let mut g = gpu()?;
         if !native_only && call.alpha != 0.0 && call.k != 0 {
-            match ozaki::gemm(&mut g, stream, &call, opts) {
+            // SAFETY: the device entry point's contract: the caller's device pointers cover
+            // the checked matrices on this context and stay valid for the call.
+            match unsafe { ozaki::gemm(&mut g, stream, &call, opts) } {
                 Ok(_) => return Ok(0),
                 Err(GpuError::NonFinite | GpuError::Unsupported(_)) => {}
                 Err(e) => return Err(e),
             }
         }
-        gpu_kernels::native::device_call(&g, stream, &call)?;
+        // SAFETY: as above.
+        unsafe { gpu_kernels::native::device_call(&g, stream, &call) }?;
         gpu_kernels::device::sync(stream)?;
         Ok(1)
     });

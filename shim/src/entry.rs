@@ -1,27 +1,36 @@
-//! The FFI boundary: one generic entry for every exported name (issue #2; the rule is
+//! The FFI boundary: one generic entry for every exported name (the rule is
 //! `style-models.md`, "The FFI boundary rule").
 //!
 //! In order, [`call`]:
 //! 1. sends a nested call (the vendor calling back into an exported name, e.g. reference
 //!    `cblas_dgemm` -> `dgemm_`) straight to the vendor, unrecorded ([`crate::guard`]);
-//! 2. runs everything else (decode, route, trace) inside `catch_unwind`;
-//! 3. on an illegal argument, records the call and reports it to the error handler the
-//!    reference would use, leaving C untouched; on a reference quick return, records it and
-//!    returns;
-//! 4. otherwise runs the chosen route, whose `Err` or panic falls back to the vendor with the
-//!    original arguments ([`crate::route::execute`]);
+//! 2. decides inside `catch_unwind` what the call needs ([`Plan`]): decode, route choice, and
+//!    any non-vendor route, which writes C itself;
+//! 3. makes the foreign call the plan names outside `catch_unwind`, from frames with nothing
+//!    to clean up: the vendor (for the vendor route, and for every call the reference checks
+//!    reject or quick-return: the vendor's checks and handlers decide those), or, with no
+//!    vendor BLAS anywhere, the error handler the reference would call. An error handler may
+//!    `longjmp` out of it or throw a C++ exception through it (every exported name is
+//!    `extern "C-unwind"`); the guard copes with that ([`crate::guard`]);
+//! 4. records the call (inside `catch_unwind`); an illegal call is recorded before the
+//!    foreign call, since its handler usually ends the program;
 //! 5. if our own code panics before C was produced, the vendor computes the call from the
 //!    original arguments, and the record says `fallback: "shim: internal error"`.
 //!
-//! No panic crosses into C: every profile keeps `panic = "unwind"` so `catch_unwind` works.
+//! No panic crosses into C: every profile keeps `panic = "unwind"` so `catch_unwind` works,
+//! and the code outside it only moves prepared values and calls through function pointers.
 
-use crate::abi::{self, RawCall, Shape, Verdict};
+use crate::abi::xerbla::{self, Handler};
+use crate::abi::{RawCall, Shape, Verdict};
 use crate::config;
+use crate::forward;
 use crate::guard;
 use crate::route::{self, RouteOutcome};
 use crate::symbols::SymId;
 use crate::trace_sink::{self, Entry};
+use libc::c_void;
 use ozaki_core::route::Route;
+use ozaki_core::trace::Prediction;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -31,18 +40,100 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 /// - `raw` are the arguments a BLAS caller passed to the exported name `id`, satisfying the
 ///   reference BLAS calling contract for that routine.
 pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
-    if guard::nested() {
+    let frame = guard::Frame::new();
+    let nested_call = match guard::nesting(&frame) {
+        guard::Nesting::Outer => false,
+        guard::Nesting::Nested => true,
         // SAFETY: the caller's contract.
-        let _ = catch_unwind(AssertUnwindSafe(|| unsafe { nested(id, &raw) }));
+        guard::Nesting::NestedIfIllegal => unsafe { illegal(&raw) },
+    };
+    if nested_call {
+        // SAFETY: the caller's contract.
+        unsafe { nested(id, &raw) };
+        std::hint::black_box(&frame);
         return;
     }
-    let _inside = guard::Inside::enter();
+    guard::enter(&frame);
     let progress = Progress::default();
     // SAFETY: the caller's contract.
-    let result = catch_unwind(AssertUnwindSafe(|| unsafe { run(id, &raw, &progress) }));
-    if result.is_err() && !progress.done.get() {
-        // SAFETY: the caller's contract; C has not been written by us.
-        let _ = catch_unwind(AssertUnwindSafe(|| unsafe { recover(id, &raw, &progress) }));
+    let plan = catch_unwind(AssertUnwindSafe(|| unsafe { plan(id, &raw, &progress) }));
+    match plan {
+        Ok(Plan::Done) => {}
+        Ok(Plan::Forward {
+            vendor,
+            then,
+            illegal,
+        }) => {
+            if illegal {
+                // The vendor's handler may longjmp or throw out of this call.
+                guard::enter_reporting(&frame);
+            }
+            // SAFETY: the caller's contract; `vendor` defines the same exported name.
+            unsafe { raw.forward(vendor) };
+            if let Some(pending) = then {
+                shielded(|| pending.record());
+            }
+        }
+        Ok(Plan::Report(handler)) => {
+            // The handler is the program's code: a BLAS call it makes is a call of its own.
+            guard::leave();
+            // SAFETY: found by `xerbla::handler_for` with the reference signature.
+            unsafe { handler.call() };
+        }
+        Err(_) if !progress.done.get() => {
+            // SAFETY: the caller's contract; C has not been written by us.
+            unsafe { recover(id, &raw, &progress) };
+        }
+        Err(_) => {}
+    }
+    guard::leave();
+    std::hint::black_box(&frame);
+}
+
+/// Runs `f`, swallowing a panic.
+fn shielded(f: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(f));
+}
+
+/// What a call needs after the decisions made inside `catch_unwind`.
+enum Plan {
+    /// C is final (or must stay untouched) and the call is recorded.
+    Done,
+    /// Call the vendor definition with the original arguments, then record `then`; `illegal`
+    /// when the reference checks reject the call (the vendor may call an error handler).
+    Forward {
+        vendor: *const c_void,
+        then: Option<Box<Pending>>,
+        illegal: bool,
+    },
+    /// Call the error handler the reference would call (no vendor BLAS exists).
+    Report(Handler),
+}
+
+/// A trace record to write once the foreign call returned.
+struct Pending {
+    id: SymId,
+    shape: Shape,
+    start: trace_sink::Start,
+    route: &'static str,
+    outcome: Option<RouteOutcome>,
+    engine: Option<Prediction>,
+    info: Option<i64>,
+}
+
+impl Pending {
+    fn record(&self) {
+        let entry = Entry {
+            sym: self.id,
+            shape: &self.shape,
+            route: self.route,
+            fallback: None,
+            outcome: self.outcome.as_ref(),
+            engine: self.engine.as_ref(),
+            info: self.info,
+            ab: None,
+        };
+        trace_sink::record(&self.start, &entry);
     }
 }
 
@@ -55,9 +146,14 @@ struct Progress {
     traced: Cell<Option<(Shape, trace_sink::Start)>>,
 }
 
+/// Decides the call; runs and records it unless the plan says otherwise.
+///
 /// # Safety
 /// - as [`call`].
-unsafe fn run<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
+unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
+    crate::process::ensure_loaded();
+    // Counted in flight while our code (and what it initialises) runs, not the vendor's.
+    let _flight = crate::lazy::InFlight::begin();
     let config = config::get();
     let start = config.tracing().then(trace_sink::start);
     // SAFETY: the caller's contract.
@@ -66,50 +162,103 @@ unsafe fn run<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
     if let Some(start) = start {
         progress.traced.set(Some((shape, start)));
     }
-    let record =
-        |route: &str, fallback: Option<&str>, outcome: Option<&RouteOutcome>, engine, info, ab| {
-            if let Some(start) = &start {
-                let entry = Entry {
-                    sym: id,
-                    shape: &shape,
-                    route,
-                    fallback,
-                    outcome,
-                    engine,
-                    info,
-                    ab,
-                };
-                trace_sink::record(start, &entry);
-            }
-        };
+    let pending = |route: &'static str, outcome: Option<RouteOutcome>, engine, info| {
+        start.map(|start| {
+            Box::new(Pending {
+                id,
+                shape,
+                start,
+                route,
+                outcome,
+                engine,
+                info,
+            })
+        })
+    };
+    let vendor = || forward::vendor(id).map(|v| v.addr);
     match decoded.verdict {
         Verdict::Illegal(bad) => {
             progress.done.set(true);
-            // Recorded first: the reference handler usually ends the program.
-            record("xerbla", None, None, None, Some(bad.info), None);
-            // SAFETY: `bad` came from decoding this call of `id`.
-            unsafe { abi::report_illegal(id, &bad) };
+            // Recorded first: the handler usually ends the program.
+            if let Some(p) = pending("xerbla", None, None, Some(bad.info)) {
+                p.record();
+            }
+            match vendor() {
+                Some(vendor) => Plan::Forward {
+                    vendor,
+                    then: None,
+                    illegal: true,
+                },
+                None => Plan::Report(xerbla::handler_for(id, &bad)),
+            }
         }
         Verdict::Quick => {
             progress.done.set(true);
-            record("quick", None, None, None, None, None);
+            let then = pending("quick", None, None, None);
+            match vendor() {
+                Some(vendor) => Plan::Forward {
+                    vendor,
+                    then,
+                    illegal: false,
+                },
+                None => {
+                    if let Some(p) = then {
+                        p.record();
+                    }
+                    Plan::Done
+                }
+            }
         }
         Verdict::Compute(canon) => {
             let choice = route::choose(config.route, &shape, config);
+            if choice.route == Route::Vendor
+                && let Some(vendor) = vendor()
+            {
+                progress.done.set(true);
+                let then = pending(
+                    Route::Vendor.name(),
+                    Some(RouteOutcome::default()),
+                    choice.engine,
+                    None,
+                );
+                return Plan::Forward {
+                    vendor,
+                    then,
+                    illegal: false,
+                };
+            }
             // SAFETY: the caller's contract; `canon` was decoded from `raw`. `ab::execute` is
             // `route::execute` plus the vendor comparison when OZAKI_AB picks the call.
             let (done, ab) = unsafe { crate::ab::execute(choice.route, id, raw, &canon, config) };
             progress.done.set(true);
-            record(
-                done.route.name(),
-                done.fallback.as_deref(),
-                Some(&done.outcome),
-                choice.engine.as_ref(),
-                None,
-                ab.as_ref(),
-            );
+            if let Some(start) = &start {
+                let entry = Entry {
+                    sym: id,
+                    shape: &shape,
+                    route: done.route.name(),
+                    fallback: done.fallback.as_deref(),
+                    outcome: Some(&done.outcome),
+                    engine: choice.engine.as_ref(),
+                    info: None,
+                    ab: ab.as_ref(),
+                };
+                trace_sink::record(start, &entry);
+            }
+            Plan::Done
         }
     }
+}
+
+/// Whether the reference checks reject the call (false if deciding panics).
+///
+/// # Safety
+/// - as [`call`].
+unsafe fn illegal<R: RawCall>(raw: &R) -> bool {
+    // SAFETY: the caller's contract.
+    catch_unwind(AssertUnwindSafe(|| unsafe {
+        matches!(raw.decode().verdict, Verdict::Illegal(_))
+    }))
+    .unwrap_or(false)
 }
 
 /// A nested call: the vendor's own internal call of an exported name.
@@ -117,21 +266,36 @@ unsafe fn run<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
 /// # Safety
 /// - as [`call`].
 unsafe fn nested<R: RawCall>(id: SymId, raw: &R) {
-    // SAFETY: the caller's contract.
-    if unsafe { route::vendor::call(id, raw) }.is_ok() {
-        return;
+    match catch_unwind(|| forward::vendor(id).map(|v| v.addr)) {
+        // SAFETY: the caller's contract; `vendor` defines the same exported name.
+        Ok(Some(vendor)) => unsafe { raw.forward(vendor) },
+        // No vendor (an error handler calling back into us, or a vendor library calling us
+        // from its constructor while we load it): compute it ourselves.
+        // SAFETY: the caller's contract.
+        Ok(None) => unsafe { without_vendor(id, raw) },
+        Err(_) => {}
     }
-    // No vendor (only possible when an error handler calls back into us): compute it ourselves.
+}
+
+/// Runs a call with no vendor BLAS: the built-in kernel, or the reference's error handler.
+///
+/// # Safety
+/// - as [`call`].
+unsafe fn without_vendor<R: RawCall>(id: SymId, raw: &R) {
     // SAFETY: the caller's contract.
-    let decoded = unsafe { raw.decode() };
-    match decoded.verdict {
-        // SAFETY: decoded from this call.
-        Verdict::Compute(canon) => unsafe {
-            route::builtin::run(&canon);
-        },
-        // SAFETY: decoded from this call.
-        Verdict::Illegal(bad) => unsafe { abi::report_illegal(id, &bad) },
-        Verdict::Quick => {}
+    let handler = catch_unwind(AssertUnwindSafe(|| unsafe {
+        match raw.decode().verdict {
+            Verdict::Compute(canon) => {
+                route::builtin::run(&canon);
+                None
+            }
+            Verdict::Illegal(bad) => Some(xerbla::handler_for(id, &bad)),
+            Verdict::Quick => None,
+        }
+    }));
+    if let Ok(Some(handler)) = handler {
+        // SAFETY: found by `xerbla::handler_for` with the reference signature.
+        unsafe { handler.call() };
     }
 }
 
@@ -141,25 +305,34 @@ unsafe fn nested<R: RawCall>(id: SymId, raw: &R) {
 /// # Safety
 /// - as [`call`].
 unsafe fn recover<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
-    // SAFETY: the caller's contract.
-    let route = if unsafe { route::vendor::call(id, raw) }.is_ok() {
-        Route::Vendor
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { nested(id, raw) };
-        Route::Builtin
+    let vendor = catch_unwind(|| forward::vendor(id).map(|v| v.addr))
+        .ok()
+        .flatten();
+    let route = match vendor {
+        Some(vendor) => {
+            // SAFETY: the caller's contract; `vendor` defines the same exported name.
+            unsafe { raw.forward(vendor) };
+            Route::Vendor
+        }
+        None => {
+            // SAFETY: the caller's contract.
+            unsafe { without_vendor(id, raw) };
+            Route::Builtin
+        }
     };
-    if let Some((shape, start)) = progress.traced.get() {
-        let entry = Entry {
-            sym: id,
-            shape: &shape,
-            route: route.name(),
-            fallback: Some("shim: internal error"),
-            outcome: None,
-            engine: None,
-            info: None,
-            ab: None,
-        };
-        trace_sink::record(&start, &entry);
-    }
+    shielded(|| {
+        if let Some((shape, start)) = progress.traced.get() {
+            let entry = Entry {
+                sym: id,
+                shape: &shape,
+                route: route.name(),
+                fallback: Some("shim: internal error"),
+                outcome: None,
+                engine: None,
+                info: None,
+                ab: None,
+            };
+            trace_sink::record(&start, &entry);
+        }
+    });
 }

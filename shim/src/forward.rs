@@ -1,10 +1,12 @@
 //! Finding the real (vendor) BLAS behind each exported name.
 //!
-//! Each [`SymId`] has one `OnceLock` slot, filled at the symbol's first call and never in a
+//! Each [`SymId`] has one fork-safe lazy slot ([`crate::lazy`]), filled at the symbol's first call and never in a
 //! constructor: under Python the BLAS is loaded after the shim, behind an extension module
 //! (`ecosystem-facts.md` §0, §3). Resolution order (issue #2):
 //!
-//! 1. `OZAKI_VENDOR_BLAS=/path/lib.so`: that library, opened once with `libloading`;
+//! 1. `OZAKI_VENDOR_BLAS=/path/lib.so`: that library, opened once with `libloading`. A
+//!    library that cannot be loaded, or that defines none of the forwarded names (a typo
+//!    naming another library), is reported once on stderr and the lookup goes on with 2;
 //! 2. `dlsym(RTLD_NEXT)`: the next definition in the global lookup order (programs linked
 //!    with `-lblas`);
 //! 3. a walk of the loaded objects (`dl_iterate_phdr`), re-opening each with
@@ -19,10 +21,10 @@
 //! [`global_symbol`] is the same lookup without `RTLD_NEXT`, starting from `RTLD_DEFAULT`, so
 //! a program's own `xerbla_` wins over the library's (the reference test suites rely on it).
 
+use crate::lazy::Lazy;
 use crate::symbols::{COUNT, SymId};
 use libc::{c_int, c_void};
 use std::ffi::{CStr, CString};
-use std::sync::OnceLock;
 
 /// A resolved vendor definition.
 #[derive(Debug)]
@@ -40,13 +42,17 @@ unsafe impl Send for Vendor {}
 // SAFETY: as above.
 unsafe impl Sync for Vendor {}
 
-static SLOTS: [OnceLock<Option<Vendor>>; COUNT] = [const { OnceLock::new() }; COUNT];
+static SLOTS: [Lazy<Option<Vendor>>; COUNT] = [const { Lazy::new() }; COUNT];
 
-static OVERRIDE: OnceLock<Option<libloading::Library>> = OnceLock::new();
+static OVERRIDE: Lazy<Option<libloading::Library>> = Lazy::new();
 
 /// The vendor definition of `id`, resolved at its first call.
+///
+/// `None` also for a call made while `id` is being resolved on this thread: a library named
+/// in `OZAKI_VENDOR_BLAS` whose constructor calls `id` while we load it (its call then runs
+/// on the built-in kernel instead of waiting for its own resolution forever).
 pub fn vendor(id: SymId) -> Option<&'static Vendor> {
-    SLOTS[id.index()].get_or_init(|| resolve(id)).as_ref()
+    SLOTS[id.index()].try_get_or_init(|| resolve(id))?.as_ref()
 }
 
 /// Names resolved so far and their libraries (for the trace header).
@@ -91,12 +97,22 @@ fn resolve(id: SymId) -> Option<Vendor> {
 
 fn from_override(name: &CStr) -> Option<*const c_void> {
     let lib = OVERRIDE
-        .get_or_init(|| {
+        .try_get_or_init(|| {
             let path = crate::config::get().vendor_blas.as_ref()?;
             // SAFETY: loading a BLAS library runs its initialisers, which is what the user asked
             // for by naming it in OZAKI_VENDOR_BLAS.
             match unsafe { libloading::Library::new(path) } {
-                Ok(lib) => Some(lib),
+                Ok(lib) if defines_blas(&lib) => Some(lib),
+                Ok(_) => {
+                    let names: Vec<&str> = SymId::all().map(SymId::name).collect();
+                    crate::config::notice(&format!(
+                        "OZAKI_VENDOR_BLAS={}: defines none of {} (not a BLAS library?); ignoring it and \
+                         using the BLAS found in the program",
+                        path.display(),
+                        names.join(", ")
+                    ));
+                    None
+                }
                 Err(e) => {
                     let why = std::error::Error::source(&e)
                         .map_or_else(|| e.to_string(), |s| s.to_string());
@@ -107,12 +123,20 @@ fn from_override(name: &CStr) -> Option<*const c_void> {
                     None
                 }
             }
-        })
+        })?
         .as_ref()?;
     // SAFETY: only the address is taken; it is called through the signature of `name`.
     let sym = unsafe { lib.get::<*const c_void>(name.to_bytes_with_nul()) }.ok()?;
     let p = *sym;
     (!p.is_null() && !is_ours(p)).then_some(p)
+}
+
+/// Whether `lib` defines any of the names the shim forwards.
+fn defines_blas(lib: &libloading::Library) -> bool {
+    SymId::all().any(|id| {
+        // SAFETY: only the address is looked up, never called here.
+        unsafe { lib.get::<*const c_void>(id.c_name().to_bytes_with_nul()) }.is_ok()
+    })
 }
 
 fn next_definition(name: &CStr) -> Option<*const c_void> {
@@ -132,7 +156,7 @@ fn object_base(p: *const c_void) -> Option<usize> {
 
 /// Whether `p` lies in the shim's own object (an address of ours would recurse forever).
 fn is_ours(p: *const c_void) -> bool {
-    static OWN_BASE: OnceLock<Option<usize>> = OnceLock::new();
+    static OWN_BASE: Lazy<Option<usize>> = Lazy::new();
     let own = *OWN_BASE.get_or_init(|| object_base(resolve as *const c_void));
     own.is_some() && object_base(p) == own
 }

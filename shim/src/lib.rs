@@ -21,9 +21,9 @@
 //! ## How a call flows
 //! ```text
 //! exports.rs stub ─► entry::call ─► abi: decode + reference checks ─► route::choose ─► route::execute ─► trace_sink::record
-//!   (one line,         (FFI boundary:     (illegal -> xerbla_,          (OZAKI_ROUTE;     (vendor | builtin |
-//!    hand-written)      guard, catch_unwind) quick return, row-major     auto: issue #5)   cpu-ozaki | gpu-*;
-//!                                            -> column-major)                             Err/panic -> vendor)
+//!   (one line,         (FFI boundary:     (illegal, quick ->            (OZAKI_ROUTE;     (vendor | builtin |
+//!    hand-written)      guard, catch_unwind) the vendor unchanged;       auto)             cpu-ozaki | gpu-*;
+//!                                            row-major -> column-major)                   Err/panic -> vendor)
 //! ```
 //!
 //! | module | what it does |
@@ -33,7 +33,9 @@
 //! | [`entry`] | the FFI boundary rule: nested calls straight through, everything else inside `catch_unwind` |
 //! | [`abi`] | the only reader of raw caller pointers: reference-BLAS argument checks, xerbla, row-major conversion |
 //! | [`forward`] | finding the real BLAS per symbol: `OZAKI_VENDOR_BLAS`, `RTLD_NEXT`, loaded objects |
-//! | [`guard`] | per-thread re-entrancy guard (reference `cblas_dgemm` calls `dgemm_`) |
+//! | [`guard`] | per-thread re-entrancy guard (reference `cblas_dgemm` calls `dgemm_`), robust to handlers that `longjmp` or throw |
+//! | [`lazy`] | fork-safe lazy initialisation of every process-wide state |
+//! | [`process`] | the load-time constructor and the `fork`/`exit` handlers |
 //! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, `cpu_ozaki` and `gpu` |
 //! | [`config`] | `OZAKI_*` environment variables, read once |
 //! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
@@ -43,8 +45,12 @@
 //! - No panic crosses into C (every profile keeps `panic = "unwind"`); any failure of a
 //!   non-vendor route falls back to the vendor BLAS with the original arguments, and a route
 //!   writes C only when its whole result is ready.
-//! - Illegal arguments reach `xerbla_` (or `cblas_xerbla`) exactly as with the reference BLAS;
-//!   C is untouched.
+//! - A call the reference BLAS's checks reject, or quick-return, goes to the vendor BLAS
+//!   unchanged: its checks, its error handler, its quick returns, exactly as without the shim
+//!   (vendors differ at these edges). With no vendor, illegal arguments reach `xerbla_` (or
+//!   `cblas_xerbla`) exactly as with the reference BLAS, and C is untouched.
+//! - Error handlers may leave a call by `longjmp` or a C++ exception: the exported names are
+//!   `extern "C-unwind"` and no `catch_unwind` lies between them and a foreign call.
 //! - With no vendor BLAS anywhere, the built-in cache-blocked kernel computes C (one stderr
 //!   line says so). C is never left unwritten.
 //!
@@ -60,7 +66,7 @@
 //!   cbindgen puts them into the same header.
 //!
 //! Nothing is resolved in a constructor; the only load-time work is taking the trace clock
-//! origin and registering the `fork`/`exit` handlers of [`trace_sink`].
+//! origin and registering the `fork`/`exit` handlers ([`process`]).
 
 pub mod ab;
 pub mod abi;
@@ -72,6 +78,8 @@ mod exports;
 mod device_api;
 pub mod forward;
 pub mod guard;
+pub mod lazy;
+pub mod process;
 pub mod route;
 pub mod symbols;
 pub mod trace_sink;

@@ -19,9 +19,9 @@
 //! hand-written stub per row, and `tests/exports.rs` checks that the table, the built
 //! library's dynamic symbols and `include/ozaki_shim.h` name exactly the same set.
 
+use crate::lazy::Lazy;
 use ozaki_core::trace::Routine;
 use std::ffi::{CStr, CString};
-use std::sync::LazyLock;
 
 /// Calling convention of an exported name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,12 +263,16 @@ impl SymId {
 /// Number of exported names.
 pub const COUNT: usize = SYMBOLS.len();
 
-static NAMES: LazyLock<Vec<CString>> = LazyLock::new(|| {
-    SYMBOLS
-        .iter()
-        .map(|s| CString::new(s.expand()).expect("names hold no NUL"))
-        .collect()
-});
+static NAMES: Lazy<Vec<CString>> = Lazy::new();
+
+fn names() -> &'static [CString] {
+    NAMES.get_or_init(|| {
+        SYMBOLS
+            .iter()
+            .map(|s| CString::new(s.expand()).expect("names hold no NUL"))
+            .collect()
+    })
+}
 
 impl SymId {
     /// Every id, in table order.
@@ -283,7 +287,7 @@ impl SymId {
 
     /// The exported name as a C string (for `dlsym`).
     pub fn c_name(self) -> &'static CStr {
-        &NAMES[self.0 as usize]
+        &names()[self.0 as usize]
     }
 
     /// The exported name.

@@ -4,8 +4,20 @@
 //! `%p` becomes the pid, `%h` the host name, `%r` the MPI rank (`OMPI_COMM_WORLD_RANK`,
 //! `PMI_RANK`, `PMIX_RANK`, `SLURM_PROCID` or `MV2_COMM_WORLD_RANK`; `0` without a launcher), `%%` a `%`. The file is created
 //! when the first call is recorded, mode 0600 (the header can hold the command line), with
-//! `O_NOFOLLOW`: a symlink planted at the path is refused (one stderr line, no trace), never
-//! followed. An existing regular file is truncated.
+//! `O_CREAT|O_EXCL|O_NOFOLLOW`. Another user must not be able to read it or redirect it, so
+//! (one stderr line and no trace otherwise, the program's results unaffected):
+//! - every folder above it passes `ozaki_core::private_path::check_dir_chain` (no symbolic
+//!   link owned by another user, no world-writable folder without the sticky bit unless it is
+//!   ours);
+//! - a symbolic link at the path itself is refused, never followed;
+//! - an existing file is reused (truncated) only when it is a regular file of ours with one
+//!   link and mode 0600, such as the trace of an earlier run; a file or hard link planted by
+//!   someone else is refused. A character device (`/dev/null`, which only root can create)
+//!   is accepted.
+//!
+//! The first failed write (a full disk, `/dev/full`) is reported once on stderr; records are
+//! lost from then on until writes succeed again. A line cut short by a failed write is ended
+//! before the next record, so readers skip one torn line and keep the rest.
 //!
 //! ## Records
 //! The first line is a `"type":"header"` object (pid, exe, argv unless `OZAKI_TRACE_ARGV=0`,
@@ -27,9 +39,12 @@
 //!   template has no `%p`, `FILE.<pid>`. Its header has `parent_pid`; its `seq` starts at 0 and
 //!   its `t_ns` counts from the fork. Children write every record at once, since they often
 //!   end with `_exit(2)`, which runs no `atexit` handler;
-//! - a crash (SIGKILL, SIGSEGV, abort) or `_exit(2)` in the original process loses at most the
-//!   records still in the buffer: under [`FLUSH_BYTES`] bytes, about 60 typical records
-//!   (a dgemm record is about 270 bytes).
+//! - a crash (SIGKILL, SIGSEGV, abort), SIGINT/SIGTERM or `_exit(2)` in the original process
+//!   loses at most the records still in the buffer: under [`FLUSH_BYTES`] bytes, about 60
+//!   typical records (a dgemm record is about 270 bytes), and never a record older than
+//!   [`FLUSH_AGE_NS`] plus one [`FLUSH_TICK`]: a background thread, started with the file,
+//!   writes the buffer once its oldest record is that old. It wakes every tick, takes the
+//!   sink's lock only then, and is not copied into `fork` children (which write through).
 //!
 //! A program that `exec`s other programs passes `OZAKI_TRACE` on; give such programs a `%p` in
 //! the name, or each will truncate the file the previous one wrote.
@@ -48,6 +63,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Buffered bytes that trigger a write.
 pub const FLUSH_BYTES: usize = 16 * 1024;
+
+/// Age of the oldest buffered record at which the background thread writes the buffer.
+pub const FLUSH_AGE_NS: u64 = 500_000_000;
+
+/// How often the background thread looks at the buffer.
+pub const FLUSH_TICK: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Monotonic clock in ns.
 pub fn now_ns() -> u64 {
@@ -78,26 +99,13 @@ fn set_origin() {
     ORIGIN_UNIX_S.store(unix.to_bits(), Ordering::Relaxed);
 }
 
-/// Runs when the library is loaded: takes the clock origin and registers the `fork` and
-/// `exit` handlers. It does nothing else (symbols are resolved lazily, see `forward`).
-extern "C" fn on_load() {
+/// Load-time set-up of the trace clock: takes the clock origin and this process's pid
+/// ([`crate::process`] runs it once, from the constructor or from a call made before it).
+pub(crate) fn on_load() {
     set_origin();
     // SAFETY: getpid has no preconditions.
     LOAD_PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
-    // SAFETY: the handlers are `extern "C" fn()` that live for the whole process.
-    unsafe {
-        libc::pthread_atfork(
-            Some(before_fork),
-            Some(after_fork_parent),
-            Some(after_fork_child),
-        );
-        libc::atexit(flush_at_exit);
-    }
 }
-
-#[used]
-#[unsafe(link_section = ".init_array")]
-static ON_LOAD: extern "C" fn() = on_load;
 
 /// Start of one recorded call.
 #[derive(Debug, Clone, Copy)]
@@ -330,7 +338,17 @@ enum State {
 struct Sink {
     state: State,
     fd: c_int,
+    /// The expanded file name (for the write-error message).
+    path: String,
     buf: Vec<u8>,
+    /// Clock reading of the oldest record in `buf` (meaningless when `buf` is empty).
+    oldest_ns: u64,
+    /// Whether the background flush thread has been started in this process.
+    flusher: bool,
+    /// Whether a write error has been reported (once per file).
+    write_error_reported: bool,
+    /// A failed write may have left a line cut short: the next write starts a new line.
+    torn: bool,
     /// Write each record at once (after the exit flush, and in `fork` children).
     write_through: bool,
     /// Whether each symbol's vendor library has been named in this file.
@@ -350,7 +368,12 @@ static SHARED: Shared = Shared {
     sink: UnsafeCell::new(Sink {
         state: State::Closed,
         fd: -1,
+        path: String::new(),
         buf: Vec::new(),
+        oldest_ns: 0,
+        flusher: false,
+        write_error_reported: false,
+        torn: false,
         write_through: false,
         announced: [false; COUNT],
     }),
@@ -396,6 +419,9 @@ fn append(sym: SymId, body: &[u8]) {
     if sink.state != State::Open {
         return;
     }
+    if sink.buf.is_empty() {
+        sink.oldest_ns = now_ns();
+    }
     sink.buf.extend_from_slice(body);
     if !sink.announced[sym.index()]
         && let Some(lib) = forward::resolved_library(sym)
@@ -407,6 +433,31 @@ fn append(sym: SymId, body: &[u8]) {
     sink.buf.extend_from_slice(b"}\n");
     if sink.write_through || sink.buf.len() >= FLUSH_BYTES {
         sink.flush();
+    }
+    let start_flusher = !sink.write_through && !sink.flusher;
+    sink.flusher |= start_flusher;
+    drop(sink);
+    if start_flusher {
+        // Without the thread the buffer is still written at FLUSH_BYTES and at exit.
+        let _ = std::thread::Builder::new()
+            .name("ozaki-trace-flush".into())
+            .spawn(flush_when_old);
+    }
+}
+
+/// The background flush: writes the buffer once its oldest record is [`FLUSH_AGE_NS`] old,
+/// so a program killed by a signal after a pause loses nothing. Ends once the exit handler
+/// has switched the sink to writing through.
+fn flush_when_old() {
+    loop {
+        std::thread::sleep(FLUSH_TICK);
+        let mut sink = lock();
+        if sink.write_through {
+            return;
+        }
+        if !sink.buf.is_empty() && now_ns().saturating_sub(sink.oldest_ns) >= FLUSH_AGE_NS {
+            sink.flush();
+        }
     }
 }
 
@@ -430,15 +481,18 @@ impl Sink {
             Ok(fd) => {
                 self.fd = fd;
                 self.state = State::Open;
+                self.write_error_reported = false;
+                self.torn = false;
                 // SAFETY: getppid has no preconditions.
                 let parent = child.then(|| unsafe { libc::getppid() } as u32);
                 let header = header(pid, parent, crate::config::get().trace_argv);
                 for id in SymId::all() {
                     self.announced[id.index()] = header.vendor.contains_key(id.name());
                 }
+                self.path = path;
                 if let Ok(mut line) = serde_json::to_vec(&header) {
                     line.push(b'\n');
-                    write_all(fd, &line);
+                    self.write(&line);
                 }
             }
             Err(e) => {
@@ -452,61 +506,129 @@ impl Sink {
 
     fn flush(&mut self) {
         if self.state == State::Open && !self.buf.is_empty() {
-            write_all(self.fd, &self.buf);
+            let buf = std::mem::take(&mut self.buf);
+            self.write(&buf);
+            self.buf = buf;
         }
         self.buf.clear();
     }
+
+    /// Writes whole lines to the file; the first failure is reported once on stderr.
+    fn write(&mut self, lines: &[u8]) {
+        if self.torn && write_all(self.fd, b"\n").is_ok() {
+            self.torn = false;
+        }
+        if self.torn {
+            return;
+        }
+        if let Err((e, partial)) = write_all(self.fd, lines) {
+            self.torn = partial;
+            if !self.write_error_reported {
+                self.write_error_reported = true;
+                crate::config::notice(&format!(
+                    "OZAKI_TRACE: cannot write {}: {e}; trace records are being lost",
+                    self.path
+                ));
+            }
+        }
+    }
 }
 
-/// Writes all of `bytes` (whole lines), retrying short writes and EINTR.
-fn write_all(fd: c_int, mut bytes: &[u8]) {
+/// Writes all of `bytes`, retrying short writes and EINTR. On failure, says whether part of
+/// `bytes` was written (so the file may end inside a line).
+fn write_all(fd: c_int, mut bytes: &[u8]) -> Result<(), (std::io::Error, bool)> {
+    let mut partial = false;
     while !bytes.is_empty() {
         // SAFETY: valid buffer of the given length.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return;
+            return Err((e, partial));
         }
+        if n == 0 {
+            return Err((std::io::Error::from(std::io::ErrorKind::WriteZero), partial));
+        }
+        partial = true;
         bytes = &bytes[n as usize..];
     }
+    Ok(())
 }
 
-/// Creates the trace file without following a symlink at `path`. Only a regular file (or a
-/// character device such as `/dev/null`) is accepted: `O_NONBLOCK` keeps a FIFO planted at the
-/// path from blocking the program, and `fstat` refuses it.
+/// Creates the trace file (see the module docs for what is refused and why).
 fn create(path: &str) -> std::io::Result<c_int> {
     let c =
         CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let flags = libc::O_WRONLY
-        | libc::O_CREAT
-        | libc::O_TRUNC
-        | libc::O_NOFOLLOW
-        | libc::O_CLOEXEC
-        | libc::O_NONBLOCK;
-    // SAFETY: valid NUL-terminated path.
-    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::ELOOP) {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let folder = std::path::Path::new(path)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    ozaki_core::private_path::check_dir_chain(folder, euid).map_err(std::io::Error::other)?;
+    let symlink_refused = |e: std::io::Error| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
             std::io::Error::other("the path is a symbolic link (refused)")
         } else {
             e
-        });
-    }
-    // SAFETY: `st` is plain data that fstat fills; `fd` is ours.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let kind = if unsafe { libc::fstat(fd, &mut st) } == 0 {
-        st.st_mode & libc::S_IFMT
-    } else {
-        0
+        }
     };
-    if kind != libc::S_IFREG && kind != libc::S_IFCHR {
-        // SAFETY: our descriptor.
-        unsafe { libc::close(fd) };
-        return Err(std::io::Error::other("not a regular file (refused)"));
+    // Twice: an existing file removed between the two opens is created on the second pass.
+    for _ in 0..2 {
+        let new =
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), new, 0o600 as libc::c_uint) };
+        if fd >= 0 {
+            return Ok(fd);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EEXIST) {
+            return Err(symlink_refused(e));
+        }
+        // O_NONBLOCK: a FIFO planted at the path must not block the program (it is refused
+        // below).
+        let existing = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+        // SAFETY: valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), existing) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                continue;
+            }
+            return Err(symlink_refused(e));
+        }
+        return match reuse(fd, euid) {
+            Ok(()) => Ok(fd),
+            Err(e) => {
+                // SAFETY: our descriptor, not used afterwards.
+                unsafe { libc::close(fd) };
+                Err(e)
+            }
+        };
+    }
+    Err(std::io::Error::other("the path keeps changing (refused)"))
+}
+
+/// Checks the opened existing file `fd` itself (so the file checked is the file written):
+/// a character device, or a private regular file of ours, which is then truncated.
+fn reuse(fd: c_int, euid: u32) -> std::io::Result<()> {
+    use std::os::fd::{FromRawFd as _, IntoRawFd as _};
+    use std::os::unix::fs::FileTypeExt as _;
+    // SAFETY: `fd` is an open descriptor of ours; `into_raw_fd` hands it back unclosed.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let meta = file.metadata();
+    let _ = file.into_raw_fd();
+    let meta = meta?;
+    if !meta.file_type().is_char_device() {
+        ozaki_core::private_path::check_owned_file(&meta, euid, 0o077)
+            .map_err(|why| std::io::Error::other(format!("existing file refused: {why}")))?;
+        // SAFETY: `fd` is ours.
+        if unsafe { libc::ftruncate(fd, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
     }
     // Back to blocking writes (O_NONBLOCK only mattered for the open).
     // SAFETY: `fd` is ours.
@@ -517,7 +639,7 @@ fn create(path: &str) -> std::io::Result<c_int> {
             libc::fcntl(fd, libc::F_GETFL) & !libc::O_NONBLOCK,
         )
     };
-    Ok(fd)
+    Ok(())
 }
 
 /// Expands `%p`, `%h`, `%r`, `%%` in a trace file template; a `fork` child without `%p` gets
@@ -607,24 +729,24 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
 // ---------------------------------------------------------------------------------------
 // Process events
 
-extern "C" fn flush_at_exit() {
+pub(crate) fn flush_at_exit() {
     let mut sink = lock();
     sink.flush();
     sink.write_through = true;
 }
 
-extern "C" fn before_fork() {
+pub(crate) fn before_fork() {
     // Hold the sink across fork() so the child never inherits it locked by another thread.
     // SAFETY: statically initialised mutex; released in both after_fork handlers.
     unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
 }
 
-extern "C" fn after_fork_parent() {
+pub(crate) fn after_fork_parent() {
     // SAFETY: locked in before_fork by this thread.
     unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
 }
 
-extern "C" fn after_fork_child() {
+pub(crate) fn after_fork_child() {
     // SAFETY: the mutex is held by this (the only) thread since before_fork.
     let sink = unsafe { &mut *SHARED.sink.get() };
     if sink.state == State::Open {
@@ -634,6 +756,7 @@ extern "C" fn after_fork_child() {
     sink.fd = -1;
     sink.buf.clear(); // the parent's records: the parent writes them
     sink.state = State::Closed;
+    sink.flusher = false; // the parent's flush thread is not copied into the child
     sink.write_through = true;
     sink.announced = [false; COUNT];
     SEQ.store(0, Ordering::Relaxed);
@@ -798,26 +921,73 @@ mod tests {
             "a FIFO must be refused, not block"
         );
 
+        use std::os::unix::fs::PermissionsExt;
         let plain = dir.join("plain.jsonl");
         std::fs::write(&plain, b"old contents").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o600)).unwrap();
         let fd = create(plain.to_str().unwrap()).unwrap();
-        write_all(fd, b"{}\n");
+        write_all(fd, b"{}\n").unwrap();
         // SAFETY: our descriptor.
         unsafe { libc::close(fd) };
         assert_eq!(
             std::fs::read(&plain).unwrap(),
             b"{}\n",
-            "an existing file is truncated"
+            "an existing private file of ours is truncated"
         );
         let fresh = dir.join("fresh.jsonl");
         // SAFETY: our descriptor.
         unsafe { libc::close(create(fresh.to_str().unwrap()).unwrap()) };
-        use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o077,
             0,
             "not readable by others"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn files_others_can_read_or_redirect_are_refused_and_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ozaki-sink-refuse-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let refused = |p: &std::path::Path| create(p.to_str().unwrap()).unwrap_err().to_string();
+
+        let readable = dir.join("readable.jsonl");
+        std::fs::write(&readable, b"keep").unwrap();
+        std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(refused(&readable).contains("mode 644"));
+
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let hard = dir.join("hard.jsonl");
+        std::fs::hard_link(&victim, &hard).unwrap();
+        assert!(refused(&hard).contains("2 hard links"));
+
+        let open = dir.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            // As root the test can play the other user: nobody's files and folders.
+            let nobody = 65534;
+            let planted = dir.join("planted.jsonl");
+            std::fs::write(&planted, b"keep").unwrap();
+            std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(&planted, Some(nobody), Some(nobody)).unwrap();
+            assert!(refused(&planted).contains("owned by uid 65534"));
+            assert_eq!(std::fs::read(&planted).unwrap(), b"keep");
+            std::os::unix::fs::chown(&open, Some(nobody), Some(nobody)).unwrap();
+            assert!(refused(&open.join("t.jsonl")).contains("writable by every user"));
+            let link = dir.join("linked");
+            std::os::unix::fs::symlink(&open, &link).unwrap();
+            std::os::unix::fs::lchown(&link, Some(nobody), Some(nobody)).unwrap();
+            assert!(refused(&link.join("t.jsonl")).contains("symbolic link owned by another user"));
+        }
+        for p in [&readable, &victim] {
+            assert_eq!(std::fs::read(p).unwrap(), b"keep", "{}", p.display());
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

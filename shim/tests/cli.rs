@@ -164,12 +164,29 @@ fn summary_errors_name_file_and_line() {
     );
     assert!(!err.contains("panicked"), "{err}");
 
+    // Not a trace at all: an error naming the first bad line.
     let bad = dir.join("bad.jsonl");
-    std::fs::write(&bad, "{\"type\":\"header\",\"pid\":1,\"exe\":\"x\",\"shim_version\":\"0\",\"start_unix_s\":0}\n[1,2]\nmore\n").unwrap();
+    std::fs::write(&bad, "[1,2]\nmore\n").unwrap();
     let o = ozaki().arg("summary").arg(&bad).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = text(&o.stderr);
-    assert!(err.contains(&format!("{}:2: ", bad.display())), "{err}");
+    assert!(err.contains(&format!("{}:1: ", bad.display())), "{err}");
+
+    // A trace with torn lines: summarised, each bad line named in a note.
+    let torn = dir.join("torn.jsonl");
+    std::fs::write(&torn, "{\"type\":\"header\",\"pid\":1,\"exe\":\"x\",\"shim_version\":\"0\",\"start_unix_s\":0}\n[1,2]\nmore\n").unwrap();
+    let o = ozaki().arg("summary").arg(&torn).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    for line in [2, 3] {
+        assert!(
+            out.contains(&format!(
+                "{}:{line}: torn or invalid line skipped",
+                torn.display()
+            )),
+            "{out}"
+        );
+    }
 
     let o = ozaki().arg("summary").output().unwrap();
     assert_eq!(o.status.code(), Some(2), "no file given is a usage error");
@@ -207,11 +224,118 @@ fn run_summarises_every_process_of_a_forking_program() {
     );
     let err = text(&o.stderr);
     assert!(
-        err.contains("2 trace file(s), 2 process(es), 6 call(s)"),
+        err.contains("1 trace file(s), 2 process(es), 6 call(s)"),
         "{err}"
     );
+    let joined = read_trace(&dir.join("app.jsonl"));
+    assert_eq!((joined.headers.len(), joined.calls.len()), (2, 6));
     assert!(
         err.contains("forked from"),
         "the child's header names its parent:\n{err}"
     );
+}
+
+#[test]
+fn run_with_a_relative_trace_keeps_every_process_of_a_program_that_changes_directory() {
+    let dir = work_dir("cli-relative");
+    let Some(prog) = build_c(&dir, "threads", &["-lblas"]) else {
+        return;
+    };
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    // Two processes, one after the other, both after a `cd`: each must land in the file the
+    // user named (relative to where `ozaki run` ran), neither truncating the other.
+    let script = format!(
+        "cd {}; {} 1 3; {} 2 2",
+        elsewhere.display(),
+        prog.display(),
+        prog.display()
+    );
+    let o = run_ok(ozaki().current_dir(&dir).args([
+        "run",
+        "--trace",
+        "rel.jsonl",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("1 trace file(s), 2 process(es), 7 call(s)"),
+        "{err}"
+    );
+    let joined = read_trace(&dir.join("rel.jsonl"));
+    assert_eq!((joined.headers.len(), joined.calls.len()), (2, 7));
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .chain(std::fs::read_dir(&elsewhere).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("rel.jsonl"))
+        .collect();
+    assert_eq!(
+        left,
+        ["rel.jsonl"],
+        "parts left behind or written elsewhere"
+    );
+}
+
+#[test]
+fn run_says_the_trace_may_be_incomplete_when_the_program_is_killed() {
+    let dir = work_dir("cli-killed");
+    let Some(prog) = build_c(&dir, "crash", &["-lblas"]) else {
+        return;
+    };
+    let o = ozaki()
+        .arg("run")
+        .arg("--trace")
+        .arg(dir.join("killed.jsonl"))
+        .arg("--")
+        .arg(&prog)
+        .arg("5")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(128 + 9));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("killed by signal 9") && err.contains("may be incomplete"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ab_report_and_report_skip_a_record_with_a_negative_difference() {
+    let dir = work_dir("cli-negative-ab");
+    let header =
+        r#"{"type":"header","schema":2,"pid":1,"exe":"x","shim_version":"0","start_unix_s":0}"#;
+    let call = |seq: u32, diff: &str| {
+        format!(
+            r#"{{"type":"call","seq":{seq},"t_ns":0,"dur_ns":10,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","transa":"N","transb":"N","m":8,"n":8,"k":8,"lda":8,"ldb":8,"ldc":8,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"builtin","ab":{{"max_rel_comp":{diff},"rel_norm":{diff},"vendor_ns":5,"route_ns":10,"kept":"route","rel_scaled":{diff}}}}}"#
+        )
+    };
+    let trace = dir.join("ab.jsonl");
+    std::fs::write(
+        &trace,
+        format!("{header}\n{}\n{}\n", call(0, "-1e-16"), call(1, "1e-17")),
+    )
+    .unwrap();
+    let o = ozaki().arg("ab-report").arg(&trace).output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:2: torn or invalid line skipped",
+            trace.display()
+        )) && err.contains("ab.max_rel_comp"),
+        "{err}"
+    );
+    let o = ozaki()
+        .arg("report")
+        .arg("--no-predict")
+        .arg(&trace)
+        .arg("--out")
+        .arg(dir.join("page"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }

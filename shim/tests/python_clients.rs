@@ -184,3 +184,45 @@ fn threadpoolctl_still_reports_the_blas() {
         }
     }
 }
+
+/// The caller's floating-point exception flags are the vendor's: NumPy's `errstate(...=
+/// 'raise')` around products of finite operands spanning 2^-1003 .. 2^6 (nothing in a
+/// correct evaluation overflows or underflows) raises exactly what it raises without the
+/// shim, while cpu-ozaki really computes every call (no fallback in the trace).
+#[test]
+fn cpu_ozaki_leaves_the_fp_flags_numpy_sees_as_the_vendor_does() {
+    let script = repo_root().join("tests/python/fp_flags.py");
+    let venv = venv_python();
+    for (name, python) in [("debian", DEBIAN_PYTHON), ("pip", venv.to_str().unwrap())] {
+        if !python_with(python, "numpy", "python3-numpy / pip install numpy") {
+            continue;
+        }
+        let dir = work_dir(&format!("fp-flags-{name}"));
+        let trace_path = dir.join("trace.jsonl");
+        let without = run_ok(plain(python).arg(&script));
+        let with = run_ok(
+            shimmed(python, Some(&trace_path))
+                .env("OZAKI_ROUTE", "cpu-ozaki")
+                .arg(&script),
+        );
+        assert_same_output(
+            &format!("{name}: FP flags under cpu-ozaki"),
+            &without.stdout,
+            &with.stdout,
+        );
+        let trace = read_trace(&trace_path);
+        let calls = calls_in_order(&trace);
+        assert!(!calls.is_empty(), "{name}: no BLAS call recorded");
+        for c in calls {
+            assert_eq!(
+                (c.route.as_str(), c.fallback.as_deref()),
+                ("cpu-ozaki", None),
+                "{name}: {} {}x{}x{} was not emulated",
+                c.sym,
+                c.m,
+                c.n,
+                c.k
+            );
+        }
+    }
+}

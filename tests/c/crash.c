@@ -2,9 +2,15 @@
  * every record except those still in the shim's write buffer (README, "What a crash can
  * lose"), and what it keeps is whole lines that `ozaki summary` can read.
  *
- * Usage: crash [CALLS]   (default 1000)
+ * With IDLE_MS, the process first sits idle that long, as an interactive program does before
+ * the user presses Ctrl-C, and SIG (kill, term or int) picks the signal: the shim's timed
+ * flush must have written every record by then.
+ *
+ * Usage: crash [CALLS [IDLE_MS [SIG]]]   (default 1000 0 kill)
  */
 #include <signal.h>
+#include <string.h>
+#include <time.h>
 
 #include "common.h"
 
@@ -16,6 +22,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < calls; i++) dgemm_("N", "N", &m, &m, &m, &alpha, a, &m, b, &m, &beta, c, &m, 1, 1);
     printf("made %d calls\n", calls);
     fflush(stdout);
-    raise(SIGKILL);
+    long idle_ms = argc > 2 ? atol(argv[2]) : 0;
+    const char *sig = argc > 3 ? argv[3] : "kill";
+    struct timespec idle = {idle_ms / 1000, (idle_ms % 1000) * 1000000L};
+    nanosleep(&idle, NULL);
+    raise(strcmp(sig, "term") == 0 ? SIGTERM : strcmp(sig, "int") == 0 ? SIGINT : SIGKILL);
     return 0;
 }

@@ -101,7 +101,7 @@ fn stage_operands(
 
 /// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands.
 pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
-    let _flags = crate::fpenv::KeepFpFlags::new();
+    let _flags = fp_flags::KeepFpFlags::new();
     gemm_on(&mut *gpu()?, args, c, engine)
 }
 
@@ -473,18 +473,22 @@ pub(crate) fn staged_gemm(
                 match engine {
                     Engine::Native => {
                         let mut mk = Marks::start(stream)?;
-                        crate::native::dgemm(
-                            gpu,
-                            stream,
-                            args.transa,
-                            args.transb,
-                            (place.rows, w, k),
-                            args.alpha,
-                            (a_p, place.ld),
-                            (db + b_off, args.ldb),
-                            args.beta,
-                            (dc + c_off, args.ldc),
-                        )?;
+                        // SAFETY: the staged device buffers hold this unit's A panel, B and C
+                        // at these offsets and stay alive until the stream is waited for.
+                        unsafe {
+                            crate::native::dgemm(
+                                gpu,
+                                stream,
+                                args.transa,
+                                args.transb,
+                                (place.rows, w, k),
+                                args.alpha,
+                                (a_p, place.ld),
+                                (db + b_off, args.ldb),
+                                args.beta,
+                                (dc + c_off, args.ldc),
+                            )
+                        }?;
                         mk.mark(Phase::Products)?;
                         marks.push(mk);
                     }
@@ -507,7 +511,8 @@ pub(crate) fn staged_gemm(
                             ldc: args.ldc,
                         };
                         // not waited for: the next unit's plan overlaps this unit's work
-                        pending.push(ozaki::enqueue(gpu, stream, &call, opts)?);
+                        // SAFETY: as for the native product above.
+                        pending.push(unsafe { ozaki::enqueue(gpu, stream, &call, opts) }?);
                     }
                 }
                 left_in_block[j] -= 1;
@@ -601,7 +606,7 @@ pub(crate) fn staged_gemm(
 
 /// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands.
 pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
-    let _flags = crate::fpenv::KeepFpFlags::new();
+    let _flags = fp_flags::KeepFpFlags::new();
     let mut g = gpu()?;
     let gpu = &mut *g;
     let (ra, ca) = if args.trans == Trans::No {
@@ -622,17 +627,20 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
     match engine {
         Engine::Native => {
             let mut mk = Marks::start(stream)?;
-            crate::native::dsyrk(
-                gpu,
-                stream,
-                args.uplo,
-                args.trans,
-                (args.n, args.k),
-                args.alpha,
-                (st_a, args.lda),
-                args.beta,
-                (st_c, args.ldc),
-            )?;
+            // SAFETY: st_a and st_c are the staged copies of A and C, alive until the sync.
+            unsafe {
+                crate::native::dsyrk(
+                    gpu,
+                    stream,
+                    args.uplo,
+                    args.trans,
+                    (args.n, args.k),
+                    args.alpha,
+                    (st_a, args.lda),
+                    args.beta,
+                    (st_c, args.ldc),
+                )
+            }?;
             mk.mark(Phase::Products)?;
             sync(stream)?;
             out.phases = mk.phases()?;
@@ -653,7 +661,8 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
                 c: st_c,
                 ldc: args.ldc,
             };
-            let o = ozaki::gemm(gpu, stream, &call, opts)?;
+            // SAFETY: as for the native call above (gemm waits for its stream).
+            let o = unsafe { ozaki::gemm(gpu, stream, &call, opts) }?;
             out.moduli = Some(o.moduli);
             out.phases = o.phases;
         }

@@ -2,11 +2,14 @@
 //! INT8 tensor cores (issue #4; paper brief §1 and §9.3-9.5).
 //!
 //! Stages, all on the caller's stream:
-//! 1. exponent scan of op(A) rows and op(B) columns (one pass each, NaN/Inf detected), then,
-//!    with norm scaling (the default), a second pass for each line's coarse square sum `S_i`;
+//! 1. exponent scan of op(A) rows and op(B) columns (one pass each, NaN/Inf detected), then a
+//!    second pass for each line's statistics: norm scaling's coarse square sum `S_i` and the
+//!    accuracy rule's sums (`ozaki_core::rule`, "Line statistics");
 //! 2. the host reads the m + n row/column statistics (one small copy) and makes the [`Plan`]:
-//!    moduli count and checks; the power-of-two shifts are formed on the device from the
-//!    same statistics (`line_shifts`, from a per-class table of the plan's shift rule);
+//!    the accuracy rule's moduli count or decline (`ozaki_core::rule::choose`, the same
+//!    function `cpu-ozaki` calls on the same statistics); the power-of-two shifts are formed
+//!    on the device from the same statistics (`line_shifts`, from a per-class table of the
+//!    plan's shift rule). A declined call stops here, before any residue is used;
 //! 3. one pass over each fp64 operand forms the residues of all moduli (convert once). The
 //!    GPU runs 2 and 3 for the expected moduli count while the host plans, and again when the
 //!    plan chooses another count;
@@ -25,16 +28,9 @@
 //! `Reconstruction::Exact` equals ours bit for bit (`tests/device.rs`,
 //! `equals_the_cpu_reference_route_bit_for_bit` for fast, `norm_scaling_equals_...` for
 //! norm). Three differences remain, on purpose:
-//! - **moduli count**: the CPU route's default chooses r from a statistical error estimate
-//!   that needs the exact quantisation errors and an exponent product over all (i, j)
-//!   (`ozaki_core::select`); on the GPU that is another full product, so the GPU chooses r
-//!   from the in-row spread measured by the scan ([`needed_bits`]; fast mode calibrated on the
-//!   H200, norm mode on ozaki-core's CPU measurements, ACCURACY.md).
-//!   With `OZAKI_MODULI=r` both routes use r.
-//! - **scaling mode**: the CPU default is the accurate mode (one extra coarse product); the GPU
-//!   uses the norm mode (no extra product, one more pass over the operands; about one modulus
-//!   fewer than fast on normal data, 1-2 on exponent-spread data, nearly what accurate gains).
-//!   `Accurate` asked of the GPU runs as norm.
+//! - **scaling mode**: both routes default to norm scaling; `Accurate` asked of the GPU runs
+//!   as norm (it needs the coarse product). The moduli count is the accuracy rule's on both
+//!   routes, from the same line statistics.
 //! - **subnormal results**: the GPU rounds C' 2^-(sigma+tau) to 53 bits and then scales, which
 //!   rounds a second time when the result is subnormal (below 2^-1022); normal results are
 //!   correctly rounded.
@@ -49,20 +45,22 @@ use cudarc::driver::sys;
 use ozaki_core::blas::{Trans, Uplo};
 use ozaki_core::trace::Phases;
 
-mod line_stats;
-mod moduli_rule;
-mod norm_lines;
+mod moduli_guess;
 mod plan;
 
-pub use line_stats::{HostRowStats, RowStats, exponent_of_bits};
-pub use moduli_rule::{
-    BASE_BITS, MODULI, NORM_BASE_BITS, SPREAD_WEIGHT, bits_for, choose_moduli, choose_moduli_norm,
-    needed_bits, typical_moduli,
-};
-pub use norm_lines::{SHIFT_CLASSES, fewest_norm_bits, norm_bits};
-pub use plan::{DEFAULT_SCALING, Plan, ScalingMode, effective_scaling, plan, plan_into};
+pub use ozaki_core::rule::{Accuracy, LineTable, Lines};
+pub use ozaki_core::scaling::SHIFT_CLASSES;
+pub use plan::{DEFAULT_SCALING, Plan, ScalingMode, decline, effective_scaling, plan, plan_into};
 
-use moduli_rule::{expected_moduli, remember_moduli};
+/// The INT8 modulus set of `ozaki-core`, in the order moduli are taken: a call with r moduli
+/// uses the first r, so GPU and CPU routes share residues and CRT.
+pub const MODULI: [u32; MAX_MODULI] = ozaki_core::moduli::INT8_MODULI;
+
+/// u64 slots per line of the statistics buffer: max |x| bits, sum |x| (the scan), then
+/// `ozaki_core::rule::LineTable`'s fields from `coarse_sq` on (`line_stats_*`).
+pub const STAT_SLOTS: usize = 9;
+
+use moduli_guess::{expected_moduli, remember_moduli};
 use plan::shift_table;
 
 /// From this many rows and columns of C on, the products and reconstruction run in column
@@ -161,8 +159,8 @@ pub struct Outcome {
     pub moduli: u32,
     /// Measured phases (trace field `phases`).
     pub phases: Phases,
-    /// Bits the default rule asked for ([`needed_bits`]), for calibration.
-    pub needed_bits: f64,
+    /// The accuracy rule's estimate at the count used (`ozaki_core::rule::Choice::estimate`).
+    pub estimate: f64,
     /// The scaling the call used (`None` only in `Outcome::default()`).
     pub scaling: Option<ScalingMode>,
 }
@@ -174,6 +172,8 @@ pub struct Options {
     pub moduli: Option<usize>,
     /// Scaling bound (`OZAKI_SCALING`); `None` is [`DEFAULT_SCALING`].
     pub scaling: Option<ScalingMode>,
+    /// How strict the accuracy rule is (`OZAKI_ACCURACY`).
+    pub accuracy: Accuracy,
     /// Largest column block (for tests of the blocked path; 0 = as memory allows).
     pub max_block: usize,
 }
@@ -208,13 +208,20 @@ fn round_up(x: usize, to: usize) -> usize {
 
 /// Runs the emulated call on `stream` and waits for it. On error C is untouched unless the
 /// error came from the reconstruction launches themselves (reported as `Cuda`).
-pub fn gemm(
+///
+/// # Safety
+/// - `gpu`'s context is current on this thread and `stream` belongs to it;
+/// - `call`'s addresses are device memory of that context covering A, B and C with their
+///   leading dimensions, valid (and C touched by nobody else) until the stream has passed
+///   the work.
+pub unsafe fn gemm(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
     opts: Options,
 ) -> Result<Outcome, GpuError> {
-    let pending = enqueue(gpu, stream, call, opts)?;
+    // SAFETY: the caller's contract; the wait below keeps the operands in use no longer.
+    let pending = unsafe { enqueue(gpu, stream, call, opts) }?;
     sync(stream)?;
     pending.finish()
 }
@@ -241,7 +248,13 @@ impl Pending {
 /// products and reconstruction are enqueued, so a host pipeline (`host::staged_gemm`) plans
 /// its next unit while the GPU still computes this one. Errors as [`gemm`]; the operands and
 /// C must stay valid until the stream has passed the work.
-pub fn enqueue(
+///
+/// # Safety
+/// - `gpu`'s context is current on this thread and `stream` belongs to it;
+/// - `call`'s addresses are device memory of that context covering A, B and C with their
+///   leading dimensions, valid (and C touched by nobody else) until the stream has passed
+///   the work.
+pub unsafe fn enqueue(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
@@ -284,15 +297,16 @@ pub fn enqueue(
     };
     let nb_rows = if syrk { m } else { m + n };
     let scaling = effective_scaling(opts.scaling);
-    // per line: u64 max bit pattern, f64 sum |x|, u64 S_i (norm scaling)
-    const STATS: usize = 24;
+    // per line: u64 max bit pattern, f64 sum |x|, then the rule's statistics (S_i first)
+    const STATS: usize = 8 * STAT_SLOTS;
 
     let mut marks = Marks::start(stream)?;
-    // 1. exponent scan
+    // 1. exponent scan, then the line statistics (norm scaling's S_i and the accuracy rule's
+    //    sums) from the row exponents
     let stats = gpu.workspace.get("scan", STATS * nb_rows)?;
     let (maxbits, abssum) = (stats, stats + 8 * nb_rows as u64);
     let coarse_sq = stats + 16 * nb_rows as u64;
-    // SAFETY: stats holds nb_rows u64 maxima, nb_rows f64 sums, nb_rows u64 S_i on this device.
+    // SAFETY: stats holds STAT_SLOTS u64 slots of nb_rows lines on this device.
     unsafe { sys::cuMemsetD8Async(stats, 0, STATS * nb_rows, stream) }
         .result()
         .ctx("cuMemsetD8Async")?;
@@ -303,22 +317,17 @@ pub fn enqueue(
         if let Some((b, ldb, contig)) = b_operand {
             operands.push((b, ldb as i64, contig, n as i32, m as u64));
         }
-        // the scan, then with norm scaling a second pass for S_i from the row exponents
-        let mut passes = vec![(PerLine::Scan, abssum)];
-        if scaling == ScalingMode::Norm {
-            passes.push((PerLine::CoarseNorms, coarse_sq));
-        }
-        for (pass, out) in passes {
+        for (pass, out) in [(PerLine::Scan, abssum), (PerLine::LineStats, coarse_sq)] {
             for &(x, ld, contig, rows, slot) in &operands {
                 // SAFETY: A (and B) cover the BLAS-checked extents for their leading
-                // dimensions; the stats have m (+ n) slots of each kind.
+                // dimensions; the stats have m (+ n) lines in every slot.
                 unsafe {
                     kern.per_line(
                         pass,
                         stream,
                         (x, ld, contig, rows, k as i32),
                         maxbits + 8 * slot,
-                        out + 8 * slot,
+                        (out + 8 * slot, nb_rows as i64),
                     )?;
                 }
             }
@@ -424,34 +433,29 @@ pub fn enqueue(
         .clamp(2, MAX_MODULI);
     let mut planes = convert(gpu, guess)?;
     fence.wait()?;
-    // SAFETY: the copy has completed; the buffer is page-aligned.
-    let (bits, sums, sq) = unsafe {
-        (
-            std::slice::from_raw_parts(host as *const u64, nb_rows),
-            std::slice::from_raw_parts(host.add(8 * nb_rows) as *const f64, nb_rows),
-            std::slice::from_raw_parts(host.add(16 * nb_rows) as *const u64, nb_rows),
-        )
+    // SAFETY: the copy has completed; the buffer is page-aligned and holds STAT_SLOTS slots
+    // of nb_rows u64s.
+    let slot = |s: usize| unsafe {
+        std::slice::from_raw_parts(host.add(8 * s * nb_rows) as *const u64, nb_rows)
     };
-    let a_stats = RowStats {
-        maxbits: &bits[..m],
-        abssum: &sums[..m],
-        coarse_sq: &sq[..m],
+    let all = Lines {
+        maxbits: slot(0),
+        coarse_sq: slot(2),
+        abs1: slot(3),
+        abs2: slot(4),
+        log_depth: slot(5),
+        log_depth_sq: slot(6),
+        nonzeros: slot(7),
+        range: slot(8),
     };
-    let b_stats = if syrk {
-        a_stats
-    } else {
-        RowStats {
-            maxbits: &bits[m..],
-            abssum: &sums[m..],
-            coarse_sq: &sq[m..],
-        }
-    };
+    let a_stats = all.slice(0..m);
+    let b_stats = if syrk { a_stats } else { all.slice(m..nb_rows) };
     // the shifts themselves come from the device (`line_shifts`, the same function of the lines)
     let plan = match plan_into(
         a_stats,
         b_stats,
         k,
-        opts.moduli,
+        (opts.moduli, opts.accuracy),
         scaling,
         (&mut [], &mut []),
     ) {
@@ -565,7 +569,7 @@ pub fn enqueue(
         outcome: Outcome {
             moduli: r as u32,
             phases: Phases::default(),
-            needed_bits: plan.needed_bits,
+            estimate: plan.estimate,
             scaling: Some(plan.scaling),
         },
         marks,

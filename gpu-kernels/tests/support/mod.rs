@@ -60,7 +60,8 @@ pub fn device_product(
     let out = {
         let mut g = gpu().unwrap();
         let s = g.stream();
-        ozaki::gemm(&mut g, s, &call, opts)
+        // SAFETY: da, db, dc are live device copies of the packed operands; gemm waits.
+        unsafe { ozaki::gemm(&mut g, s, &call, opts) }
     };
     let mut c = vec![0.0f64; m * n];
     download(&dc, &mut c).unwrap();

@@ -305,6 +305,56 @@ impl Default for ChoiceRules {
     }
 }
 
+/// Largest correction factor a profile may carry either way (`ln_ratio`): a measured model
+/// off by more than this is not a calibration.
+const MAX_LN_RATIO: f64 = 6.907_755_278_982_137; // ln 1000
+
+/// Every number in a profile is a rate, a time, a size, a count or a share, none of which
+/// can be negative or infinite (a negated rate would make the engine prefer a route whose
+/// predicted time is negative); the one exception is a correction's `ln_ratio`, a logarithm,
+/// which must stay within [`MAX_LN_RATIO`]. `path` is where `value` sits, for the message.
+fn check_numbers(value: &serde_json::Value, path: &mut String) -> Result<(), String> {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                check_numbers(v, path)?;
+                path.truncate(len);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{i}]"));
+                check_numbers(v, path)?;
+                path.truncate(len);
+            }
+        }
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            let ok = if path.ends_with("ln_ratio") {
+                x.abs() <= MAX_LN_RATIO
+            } else {
+                x.is_finite() && x >= 0.0
+            };
+            if !ok {
+                return Err(if path.ends_with("ln_ratio") {
+                    format!("{path} = {x}: a correction beyond 1000x either way")
+                } else {
+                    format!("{path} = {x}: rates, times, sizes and shares cannot be negative")
+                });
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
+    }
+    Ok(())
+}
+
 /// Where a loaded profile came from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProfileSource {
@@ -330,9 +380,13 @@ impl Profile {
     /// Parses a profile from JSON text.
     ///
     /// # Errors
-    /// Malformed JSON, a missing field, or a version newer than [`PROFILE_VERSION`].
+    /// Malformed JSON, a missing field, a negative or infinite number (a correction's
+    /// `ln_ratio` beyond 1000x either way), or a version newer than [`PROFILE_VERSION`].
     pub fn from_json(text: &str) -> Result<Profile, String> {
-        let p: Profile = serde_json::from_str(text).map_err(|e| format!("bad profile: {e}"))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("bad profile: {e}"))?;
+        check_numbers(&value, &mut String::new()).map_err(|e| format!("bad profile: {e}"))?;
+        let p: Profile = serde_json::from_value(value).map_err(|e| format!("bad profile: {e}"))?;
         if p.version > PROFILE_VERSION {
             return Err(format!(
                 "profile version {} is newer than this build's {PROFILE_VERSION}",
@@ -481,7 +535,7 @@ pub fn resolve_in(
     if let Some(path) = cache.map(|c| default_path_in(c, gpu_name))
         && path.is_file()
     {
-        match Profile::load(&path) {
+        match trusted(&path).and_then(|()| Profile::load(&path)) {
             Ok(prof) => return Ok((prof, ProfileSource::Cache(path), None)),
             Err(e) => {
                 // A broken cached profile falls through to the built-in one, loudly.
@@ -493,6 +547,20 @@ pub fn resolve_in(
     }
     let (prof, src, w) = built_in_fallback(gpu_name);
     Ok((prof, src, w))
+}
+
+/// A profile found in the cache folder steers every call of every program, so it is used
+/// only when it and the folders above it are this user's alone (`private_path`); one named
+/// in `OZAKI_PROFILE` is the user's own explicit choice and is not checked.
+fn trusted(path: &Path) -> Result<(), String> {
+    use crate::private_path::{check_dir_chain, check_owned_file, effective_uid};
+    let shown = path.display();
+    let euid = effective_uid().ok_or_else(|| format!("{shown}: cannot tell this user's id"))?;
+    if let Some(dir) = path.parent() {
+        check_dir_chain(dir, euid).map_err(|e| format!("{shown}: {e}"))?;
+    }
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    check_owned_file(&meta, euid, 0o022).map_err(|e| format!("{shown}: {e}"))
 }
 
 fn built_in_fallback(gpu_name: Option<&str>) -> (Profile, ProfileSource, Option<String>) {
@@ -513,4 +581,57 @@ fn built_in_fallback(gpu_name: Option<&str>) -> (Profile, ProfileSource, Option<
         None => "no GPU and no calibrated profile; using the CPU-only built-in profile".to_string(),
     };
     (prof, ProfileSource::BuiltIn("cpu-only"), Some(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negative_rates_and_wild_corrections_are_rejected_with_their_field() {
+        let good = BUILT_IN[0].2;
+        Profile::from_json(good).unwrap();
+        let negated = good.replacen("\"fp64_flops\": ", "\"fp64_flops\": -", 1);
+        let e = Profile::from_json(&negated).unwrap_err();
+        assert!(
+            e.contains("fp64_flops = -") && e.contains("cannot be negative"),
+            "{e}"
+        );
+        fn set_first(v: &mut serde_json::Value, key: &str, to: f64) -> bool {
+            match v {
+                serde_json::Value::Object(map) => {
+                    if let Some(x) = map.get_mut(key) {
+                        *x = to.into();
+                        return true;
+                    }
+                    map.values_mut().any(|x| set_first(x, key, to))
+                }
+                serde_json::Value::Array(items) => items.iter_mut().any(|x| set_first(x, key, to)),
+                _ => false,
+            }
+        }
+        let mut value: serde_json::Value = serde_json::from_str(good).unwrap();
+        assert!(set_first(&mut value, "ln_ratio", -9.0));
+        let text = value.to_string();
+        let e = Profile::from_json(&text).unwrap_err();
+        assert!(e.contains("ln_ratio") && e.contains("1000x"), "{e}");
+    }
+
+    #[test]
+    fn a_cached_profile_others_can_write_is_not_used() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("ozaki-profile-trust-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = default_path_in(&dir, None);
+        Profile::built_in("cpu-only").unwrap().save(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let (_, src, _) = resolve_in(None, None, Some(&dir)).unwrap();
+        assert_eq!(src, ProfileSource::Cache(path.clone()));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let (_, src, warning) = resolve_in(None, None, Some(&dir)).unwrap();
+        assert_eq!(src, ProfileSource::BuiltIn("cpu-only"));
+        assert!(warning.is_some_and(|w| w.contains("lets other users in")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -9,12 +9,12 @@
 //! only when tracing is on.
 //!
 //! The moduli count priced for GPU Ozaki ([`priced_moduli`]) is `OZAKI_MODULI` when set;
-//! otherwise the GPU route picks it per call from the operands' in-row spread, which the
-//! engine does not see before the call, so it prices the count the route would pick for an
-//! in-row spread of [`ASSUMED_SPREAD`] (normally distributed entries) at this k, with the
-//! GPU route's default scaling (`gpu_kernels::ozaki::typical_moduli`). The trace's
-//! `moduli` field shows the count really used. Inputs the emulation cannot represent
-//! (NaN/Inf, too wide a spread) are caught by the route itself, which then falls back.
+//! otherwise the route picks it per call by the accuracy rule from the operands' line
+//! statistics, which the engine does not see before the call, so it prices the rule's count
+//! for normally distributed lines at this k with the GPU route's default scaling
+//! (`ozaki_core::rule::typical_moduli`). The trace's `moduli` field shows the count really
+//! used. Inputs the emulation cannot represent (NaN/Inf, too wide a range) are caught by the
+//! route itself, which then falls back.
 //!
 //! Building the engine initialises the GPU (its name selects the profile), which costs
 //! about 0.9 s (measured on the H200s: NumPy's first call, and each ScaLAPACK rank whose
@@ -35,15 +35,16 @@ use super::Choice;
 use super::start::{self, Starter, Status, WhileStarting};
 use crate::abi::Shape;
 use crate::config::{Config, GpuStart, notice};
+use crate::lazy::Lazy;
 use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
 use ozaki_core::trace::{DuringStart, Routine, StartNote};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-static ENGINE: OnceLock<Engine> = OnceLock::new();
-static PRE_ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
+static ENGINE: Lazy<Engine> = Lazy::new();
+static PRE_ENGINE: Lazy<Option<Engine>> = Lazy::new();
 /// The background start of the GPU ([`super::start`]).
 static STARTER: Starter = Starter::new();
 
@@ -335,16 +336,14 @@ fn call_shape(s: &Shape) -> CallShape {
     }
 }
 
-/// In-row spread max|x| / mean|x| assumed when pricing the moduli count: about what rows of
-/// normally distributed entries show at the sizes where GPU Ozaki can win (GEMMul8 needs 14
-/// moduli on such data at n = 4096; reference h200-baselines.md).
-pub const ASSUMED_SPREAD: f64 = 4.0;
-
-/// The moduli count GPU Ozaki is priced at for inner dimension `k` (`forced`: OZAKI_MODULI).
+/// The moduli count GPU Ozaki is priced at for inner dimension `k` (`forced`: OZAKI_MODULI):
+/// the accuracy rule's count for lines of normally distributed entries with the GPU route's
+/// default scaling (`ozaki_core::rule::typical_moduli`; GEMMul8 needs 14 moduli on such data at
+/// n = 4096).
 pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
     forced.unwrap_or_else(|| {
-        use gpu_kernels::ozaki::{DEFAULT_SCALING, typical_moduli};
-        typical_moduli(DEFAULT_SCALING, ASSUMED_SPREAD, k.max(1) as usize) as u32
+        use gpu_kernels::ozaki::DEFAULT_SCALING;
+        ozaki_core::rule::typical_moduli(DEFAULT_SCALING, k.max(1) as usize) as u32
     })
 }
 

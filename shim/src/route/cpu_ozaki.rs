@@ -2,14 +2,19 @@
 //! over [`ozaki_core::emulate`], which holds the numerics and their documentation.
 //!
 //! - `OZAKI_MODULI=N` forces the moduli count (`2..=20`; other values fall back with the
-//!   reason "invalid moduli count"); otherwise it is chosen per call
-//!   ([`ozaki_core::select`]: no worse than native fp64).
+//!   reason "invalid moduli count"); otherwise it is chosen per call by the accuracy rule
+//!   ([`ozaki_core::rule`], `OZAKI_ACCURACY`), right after the scan.
 //! - `OZAKI_SCALING=fast|norm|accurate` picks the scaling bound (`ozaki_core::scaling`;
-//!   default accurate).
-//! - Every [`Fallback`] (NaN/Inf, exponent range, accuracy target unreachable, spread not
-//!   coverable) becomes a [`RouteError`], so the vendor BLAS computes the call from the
+//!   default norm, whose shifts depend on each line alone).
+//! - `OZAKI_THREADS=N` sets the worker threads; without it the vendor BLAS's own limit is
+//!   used ([`super::threads`]), so one-thread MPI ranks do not oversubscribe the node.
+//! - Every [`Fallback`] (NaN/Inf, exponent range, accuracy target unreachable, guaranteed
+//!   bound unreachable, spread not coverable) becomes a [`RouteError`], so the vendor BLAS computes the call from the
 //!   untouched C and the trace's `fallback` field carries the reason;
 //!   [`ozaki_core::emulate`] writes C only once every entry is computed.
+//! - The caller's floating-point exception flags survive the emulation's internal work
+//!   (`fp_flags`); only the final `C = alpha ĉ + beta C` can raise flags, as the vendor's
+//!   arithmetic on the result would.
 //! - The trace record's `moduli` is the count used; `phases` splits the CPU time into
 //!   conversion (scan, coarse product, choice, quantisation), residue products and
 //!   reconstruction (incl. the alpha/beta write-back).
@@ -17,7 +22,7 @@
 use super::{RouteError, RouteOutcome};
 use crate::config::Config;
 use ozaki_core::blas::{GemmArgs, SyrkArgs};
-use ozaki_core::emulate::{self, EmulationConfig, EmulationInfo, Fallback, Moduli};
+use ozaki_core::emulate::{self, EmulationConfig, EmulationInfo, Fallback, Moduli, ScalingMode};
 use ozaki_core::trace::Phases;
 
 fn emulation_config(config: &Config) -> EmulationConfig {
@@ -25,9 +30,13 @@ fn emulation_config(config: &Config) -> EmulationConfig {
         Some(n) => Moduli::Fixed(n as usize),
         None => Moduli::Auto,
     };
+    let threads = super::threads::count(config.threads);
+    tracing::debug!(threads, "cpu-ozaki worker threads");
     EmulationConfig {
         moduli,
-        scaling: config.scaling.unwrap_or_default(),
+        scaling: config.scaling.unwrap_or(ScalingMode::Norm),
+        accuracy: config.accuracy,
+        threads,
         ..EmulationConfig::default()
     }
 }
@@ -64,21 +73,37 @@ fn route_error(f: Fallback) -> RouteError {
     }
 }
 
+/// Runs an emulation's internal work with the caller's floating-point flags kept as they
+/// were (the scaling's under- and overflows are not the caller's; see `fp_flags`), then
+/// the write-back, whose arithmetic is the reference BLAS's and raises what it raises.
+fn emulated(
+    product: impl FnOnce(&EmulationConfig) -> Result<emulate::Product, Fallback>,
+    c: &mut [f64],
+    ldc: usize,
+    config: &Config,
+) -> Result<RouteOutcome, RouteError> {
+    let cfg = emulation_config(config);
+    let product = {
+        let _flags = fp_flags::KeepFpFlags::new();
+        product(&cfg)
+    };
+    let info = product.map_err(route_error)?.write(c, ldc);
+    Ok(outcome(&info, &cfg))
+}
+
 /// C = alpha op(A) op(B) + beta C by Ozaki-II on the CPU.
 ///
 /// # Errors
-/// [`RouteError::NonFinite`] for NaN/Inf or an exponent range that could overflow;
-/// [`RouteError::Failed`] when the moduli cannot reach the accuracy target or the forced
-/// count is invalid or cannot cover the inputs. C is untouched on every error.
+/// [`RouteError::NonFinite`] for NaN/Inf (in A, B, alpha or beta) or an exponent range that
+/// could overflow; [`RouteError::Failed`] when the moduli cannot reach the accuracy target
+/// or the forced count is invalid or cannot cover the inputs. C is untouched on every
+/// error, and the floating-point flags are the caller's.
 pub fn gemm(
     args: &GemmArgs<'_>,
     c: &mut [f64],
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
-    let cfg = emulation_config(config);
-    emulate::gemm(args, c, &cfg)
-        .map(|i| outcome(&i, &cfg))
-        .map_err(route_error)
+    emulated(|cfg| emulate::gemm_product(args, cfg), c, args.ldc, config)
 }
 
 /// C = alpha A A^T + beta C (one triangle) by Ozaki-II on the CPU.
@@ -90,10 +115,7 @@ pub fn syrk(
     c: &mut [f64],
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
-    let cfg = emulation_config(config);
-    emulate::syrk(args, c, &cfg)
-        .map(|i| outcome(&i, &cfg))
-        .map_err(route_error)
+    emulated(|cfg| emulate::syrk_product(args, cfg), c, args.ldc, config)
 }
 
 #[cfg(test)]
@@ -159,12 +181,76 @@ mod tests {
         assert_eq!(err, RouteError::NonFinite);
         assert_eq!(c, [9.0; 4]);
         let a = [1.0, 2.0, 3.0, 4.0];
-        let err = gemm(&args(&a, &b), &mut c, &config(Some("40"))).unwrap_err();
+        // OZAKI_MODULI itself rejects 40; a count that gets past it still falls back.
+        let mut forced = config(None);
+        forced.moduli = Some(40);
+        let err = gemm(&args(&a, &b), &mut c, &forced).unwrap_err();
         assert!(
             err.reason(Route::CpuOzaki).contains("invalid moduli count"),
             "{}",
             err.reason(Route::CpuOzaki)
         );
         assert_eq!(c, [9.0; 4]);
+    }
+
+    #[test]
+    fn the_callers_fp_flags_survive_the_internal_scaling_but_not_a_real_overflow() {
+        // Every line of A spans 2^-1003 .. 2^6 (scaled by its maximum and squared for its
+        // norm, the small entries underflow); B in [1, 2): no product under- or overflows.
+        let (m, n, k) = (4, 3, 8);
+        let a: Vec<f64> = (0..m * k)
+            .map(|t| {
+                let (i, l) = (t % m, t / m);
+                let x = 1.0 + (i + 2 * l) as f64 / 32.0;
+                if l % 2 == 0 {
+                    x * (-1003.0f64).exp2()
+                } else {
+                    -x * 64.0
+                }
+            })
+            .collect();
+        let b: Vec<f64> = (0..k * n).map(|t| 1.0 + t as f64 / 64.0).collect();
+        let mut args = GemmArgs {
+            m,
+            n,
+            k,
+            lda: m,
+            ldb: k,
+            ldc: m,
+            ..args(&a, &b)
+        };
+        let mut c = vec![0.0; m * n];
+        fp_flags::clear();
+        gemm(&args, &mut c, &config(None)).unwrap();
+        assert_eq!(
+            fp_flags::raised() & !fp_flags::INEXACT,
+            0,
+            "flags of the scaling leaked"
+        );
+        // alpha = 2^1020 makes the result overflow, as it would in the vendor's loop.
+        args.alpha = 1020.0f64.exp2();
+        fp_flags::clear();
+        gemm(&args, &mut c, &config(None)).unwrap();
+        assert!(c.iter().all(|x| x.is_infinite()));
+        assert_ne!(fp_flags::raised() & fp_flags::OVERFLOW, 0);
+    }
+
+    #[test]
+    fn infinite_alpha_goes_to_the_vendor() {
+        let (a, b) = ([1.0, 0.0, 3.0, 4.0], [0.5, 0.0, 2.0, 0.25]);
+        for alpha in [f64::INFINITY, f64::NEG_INFINITY] {
+            let mut c = [9.0; 4];
+            let err = gemm(
+                &GemmArgs {
+                    alpha,
+                    ..args(&a, &b)
+                },
+                &mut c,
+                &config(None),
+            )
+            .unwrap_err();
+            assert_eq!(err, RouteError::NonFinite);
+            assert_eq!(c, [9.0; 4]);
+        }
     }
 }

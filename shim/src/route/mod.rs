@@ -17,7 +17,9 @@
 //! A route is a function `fn(&GemmArgs, &mut [f64], &Config) -> Result<RouteOutcome,
 //! RouteError>` (and the same for `SyrkArgs`), receiving column-major, checked arguments (see
 //! [`crate::abi::Operands`]: when `alpha == 0` or `k == 0`, A and B are empty slices; quick
-//! returns never reach a route). It must write the caller's C only once its whole result is
+//! returns never reach a route). Its C is the call's m x n block, contiguous (`ldc` = rows:
+//! the caller's own C when it has no gaps, otherwise a packed copy, [`on_block`]), so no route
+//! reads or writes the rows between C's columns. It must write its C only once its whole result is
 //! ready (compute into scratch or device buffers, copy out last), so that a fallback after an
 //! `Err` or a panic starts from the original C. It reports what it did in [`RouteOutcome`]
 //! (moduli, device, phases), which the trace record carries.
@@ -33,11 +35,13 @@ pub mod cpu_ozaki;
 pub mod gpu;
 pub mod split;
 pub mod start;
+pub mod threads;
 pub mod vendor;
 
-use crate::abi::{Canon, Operands, RawCall};
+use crate::abi::{CView, Canon, Operands, RawCall};
 use crate::config::Config;
 use crate::symbols::SymId;
+use ozaki_core::blas::{GemmArgs, SyrkArgs};
 use ozaki_core::route::{Route, RouteRequest};
 use ozaki_core::trace::{Phases, Prediction};
 use std::fmt;
@@ -188,19 +192,54 @@ unsafe fn run_safe(
 ) -> Result<RouteOutcome, RouteError> {
     // SAFETY: the caller's contract.
     match unsafe { canon.operands() } {
-        Operands::Gemm(args, c) => match route {
-            Route::Builtin => Ok(builtin::gemm(&args, c)),
-            Route::CpuOzaki => cpu_ozaki::gemm(&args, c, config),
-            Route::GpuNative | Route::GpuOzaki => gpu::gemm(route, &args, c, config),
+        Operands::Gemm(args, c) => on_block(&c, args, |args, c| match route {
+            Route::Builtin => Ok(builtin::gemm(args, c)),
+            Route::CpuOzaki => cpu_ozaki::gemm(args, c, config),
+            Route::GpuNative | Route::GpuOzaki => gpu::gemm(route, args, c, config),
             Route::Vendor => unreachable!("the vendor route takes the raw arguments"),
-        },
-        Operands::Syrk(args, c) => match route {
-            Route::Builtin => Ok(builtin::syrk(&args, c)),
-            Route::CpuOzaki => cpu_ozaki::syrk(&args, c, config),
-            Route::GpuNative | Route::GpuOzaki => gpu::syrk(route, &args, c, config),
+        }),
+        Operands::Syrk(args, c) => on_block(&c, args, |args, c| match route {
+            Route::Builtin => Ok(builtin::syrk(args, c)),
+            Route::CpuOzaki => cpu_ozaki::syrk(args, c, config),
+            Route::GpuNative | Route::GpuOzaki => gpu::syrk(route, args, c, config),
             Route::Vendor => unreachable!("the vendor route takes the raw arguments"),
-        },
+        }),
     }
+}
+
+/// Arguments whose leading dimension of C can be replaced (a route computes on a block).
+pub trait WithLdc {
+    /// The same call with C stored `ldc` apart.
+    fn with_ldc(&self, ldc: usize) -> Self;
+}
+
+impl WithLdc for GemmArgs<'_> {
+    fn with_ldc(&self, ldc: usize) -> Self {
+        GemmArgs { ldc, ..*self }
+    }
+}
+
+impl WithLdc for SyrkArgs<'_> {
+    fn with_ldc(&self, ldc: usize) -> Self {
+        SyrkArgs { ldc, ..*self }
+    }
+}
+
+/// Runs `f` on a contiguous block of the call's C ([`CView::block`]): the route sees only the
+/// elements the call writes, and a packed block goes back into C once `f` succeeded.
+///
+/// # Errors
+/// `f`'s error, or [`RouteError::Unavailable`] when the packed block cannot be allocated.
+pub fn on_block<A: WithLdc>(
+    c: &CView,
+    args: A,
+    f: impl FnOnce(&A, &mut [f64]) -> Result<RouteOutcome, RouteError>,
+) -> Result<RouteOutcome, RouteError> {
+    let mut block = c.block().map_err(RouteError::Unavailable)?;
+    let args = args.with_ldc(block.ld());
+    let outcome = f(&args, block.as_mut_slice())?;
+    block.finish();
+    Ok(outcome)
 }
 
 #[cfg(test)]

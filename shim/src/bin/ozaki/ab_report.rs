@@ -68,12 +68,13 @@ pub const DECADE_HI: i32 = -6;
 pub const BUCKETS: usize = (DECADE_HI - DECADE_LO) as usize + 3;
 
 /// Histogram bucket of one relative difference: 0 for exactly equal, then
-/// `(-inf, 1e-17]`, `(1e-17, 1e-16]`, ..., `(1e-7, 1e-6]`, and `> 1e-6` (also NaN/inf).
+/// `(0, 1e-17]`, `(1e-17, 1e-16]`, ..., `(1e-7, 1e-6]`, and `> 1e-6` (also NaN/inf and
+/// negative values, which the trace reader already rejects).
 pub fn bucket(err: f64) -> usize {
     if err == 0.0 {
         return 0;
     }
-    if !err.is_finite() || err > 10f64.powi(DECADE_HI) {
+    if !err.is_finite() || err < 0.0 || err > 10f64.powi(DECADE_HI) {
         return BUCKETS - 1;
     }
     let decade = err.log10().ceil() as i32;
@@ -419,6 +420,8 @@ mod tests {
         assert_eq!(bucket(1e-6), BUCKETS - 2);
         assert_eq!(bucket(2e-6), BUCKETS - 1);
         assert_eq!(bucket(f64::NAN), BUCKETS - 1);
+        assert_eq!(bucket(-1e-16), BUCKETS - 1, "never out of range");
+        assert_eq!(bucket(f64::NEG_INFINITY), BUCKETS - 1);
         assert_eq!(bucket_label(0), "0");
         assert_eq!(bucket_label(2), "1e-16");
         assert_eq!(bucket_label(BUCKETS - 1), ">1e-6");

@@ -782,18 +782,21 @@ mod gpu {
         let mut sync_only = Vec::new();
         for _ in 0..200 {
             let t = Instant::now();
-            gpu_kernels::native::dgemm(
-                &g,
-                stream,
-                Trans::No,
-                Trans::No,
-                (1, 1, 1),
-                1.0,
-                (tiny[0].ptr(), 1),
-                (tiny[1].ptr(), 1),
-                0.0,
-                (tiny[2].ptr(), 1),
-            )
+            // SAFETY: three live one-element device buffers, waited for below.
+            unsafe {
+                gpu_kernels::native::dgemm(
+                    &g,
+                    stream,
+                    Trans::No,
+                    Trans::No,
+                    (1, 1, 1),
+                    1.0,
+                    (tiny[0].ptr(), 1),
+                    (tiny[1].ptr(), 1),
+                    0.0,
+                    (tiny[2].ptr(), 1),
+                )
+            }
             .map_err(ae)?;
             gpu_kernels::device::sync(stream).map_err(ae)?;
             launch_sync.push(t.elapsed().as_secs_f64());
@@ -852,10 +855,12 @@ mod gpu {
                         moduli: Some(r as usize),
                         max_block: 0,
                         scaling: None,
+                        ..Options::default()
                     };
                     let mut runs = Vec::new();
                     for i in 0..reps.min(5) + 1 {
-                        let o = ozaki::gemm(&mut g, stream, &call, opts)?;
+                        // SAFETY: the call's buffers are live device buffers; gemm waits.
+                        let o = unsafe { ozaki::gemm(&mut g, stream, &call, opts) }?;
                         if i > 0 {
                             runs.push(o.phases);
                         }
@@ -998,7 +1003,10 @@ mod gpu {
     ) -> Result<f64, gpu_kernels::GpuError> {
         let stream = g.stream();
         measure::time_median(stream, reps, || {
-            gpu_kernels::native::dgemm_packed(g, stream, (m, n, k), [a.ptr(), b.ptr(), c.ptr()])
+            // SAFETY: three live device buffers of the packed shapes, timed to completion.
+            unsafe {
+                gpu_kernels::native::dgemm_packed(g, stream, (m, n, k), [a.ptr(), b.ptr(), c.ptr()])
+            }
         })
     }
 

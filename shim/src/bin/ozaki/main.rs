@@ -7,6 +7,7 @@
 use std::process::ExitCode;
 
 mod ab_report;
+mod accuracy;
 mod bench;
 mod calibrate;
 mod env;
@@ -69,6 +70,11 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "ab-report",
         about: "A/B comparison of routes against the vendor BLAS from a trace",
         main: ab_report::main,
+    },
+    Subcommand {
+        name: "accuracy",
+        about: "adversarial accuracy suite: emulated vs native fp64 error, exact reference",
+        main: accuracy::main,
     },
     Subcommand {
         name: "report",

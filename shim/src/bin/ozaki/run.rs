@@ -12,6 +12,14 @@
 //! available. Trace files are named with `%p`, so a program that forks leaves one file per
 //! process, and all of them are summarised together.
 //!
+//! A trace path is made absolute before the program starts (a program that changes
+//! directory still writes where the user asked). A plain `--trace FILE` (no `%` field) is
+//! written per process under the hood, as `FILE.<pid>`, so several processes (a script
+//! running two programs, a pool of workers) never truncate or interleave one file; after
+//! the run they are joined into `FILE`, one header per process, and the parts are removed.
+//! A part whose process is still running is left in place and named. A program killed by a
+//! signal is said to have a trace that may be incomplete.
+//!
 //! MPI (issue #7): both `mpirun -n 4 ozaki run -- ./prog` (each rank summarises its own
 //! trace) and `ozaki run -- mpirun -n 4 ./prog` (one summary of every rank's trace) work;
 //! see `launcher.rs` for how the environment crosses Open MPI's launcher.
@@ -41,7 +49,9 @@ use crate::summary;
                   ozaki summary app-*.jsonl"
 )]
 struct Args {
-    /// Keep the trace in FILE (`%p` becomes the pid, `%h` the host name, `%r` the MPI rank). Without it the
+    /// Keep the trace in FILE (`%p` becomes the pid, `%h` the host name, `%r` the MPI rank). A
+    /// plain FILE collects every process of the program (each writes FILE.<pid>, joined into
+    /// FILE at the end); a relative FILE is taken from the current directory. Without it the
     /// trace goes to a temporary file that is deleted after the summary (or to
     /// OZAKI_TRACE when that is set).
     #[arg(long, value_name = "FILE")]
@@ -72,21 +82,22 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
 
     // Where the trace goes: --trace, else the caller's OZAKI_TRACE, else a private temp dir.
     let (pattern, temp_dir) = match (&args.trace, std::env::var_os("OZAKI_TRACE")) {
-        (Some(p), _) => (PathBuf::from(p), None),
-        (None, Some(p)) if !p.is_empty() => (PathBuf::from(p), None),
+        (Some(p), _) => (absolute(Path::new(p))?, None),
+        (None, Some(p)) if !p.is_empty() => (absolute(Path::new(&p))?, None),
         _ => {
             let dir = private_temp_dir()?;
             (dir.join("trace-%p.jsonl"), Some(dir))
         }
     };
     // Several MPI ranks must not share one trace file (issue #7).
-    let pattern = match launcher::per_rank_pattern(&pattern.to_string_lossy(), &args.command[0]) {
-        Some(p) => {
-            eprintln!("ozaki run: MPI ranks write one trace each: {p}");
-            PathBuf::from(p)
-        }
-        None => pattern,
-    };
+    let (pattern, joined) =
+        match launcher::per_rank_pattern(&pattern.to_string_lossy(), &args.command[0]) {
+            Some(p) => {
+                eprintln!("ozaki run: MPI ranks write one trace each: {p}");
+                (PathBuf::from(p), None)
+            }
+            None => per_process(pattern),
+        };
 
     // An Open MPI launcher is told to forward these to ranks on other hosts (launcher.rs).
     let forwarded: &[&str] = if args.route.is_some() {
@@ -118,6 +129,19 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         (None, None) => 1,
     };
 
+    if let Some(sig) = status.signal() {
+        eprintln!(
+            "ozaki run: the program was killed by signal {sig}; its trace may be incomplete \
+             (records made in its last half second may be missing)"
+        );
+    }
+    let pattern = match &joined {
+        Some(file) => {
+            join_parts(&pattern, file, started);
+            file.clone()
+        }
+        None => pattern,
+    };
     if !args.no_summary {
         print_summary(&pattern, started, temp_dir.is_none());
     }
@@ -125,6 +149,107 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_dir_all(dir);
     }
     Ok(ExitCode::from(code as u8))
+}
+
+/// `path` from the current directory when it is relative (the program may change directory
+/// before it writes its trace).
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("--trace {}", path.display()))
+}
+
+/// The pattern the processes write and, for a plain file name, the file their parts are
+/// joined into afterwards (`FILE.%p` -> `FILE`).
+fn per_process(pattern: PathBuf) -> (PathBuf, Option<PathBuf>) {
+    if pattern.to_string_lossy().contains('%') {
+        return (pattern, None);
+    }
+    let mut parts = pattern.clone().into_os_string();
+    parts.push(".%p");
+    (PathBuf::from(parts), Some(pattern))
+}
+
+/// Joins the per-process files of `parts` written since `since` into `file` (created 0600,
+/// a symlink at `file` refused), oldest process first, and removes them. A part whose
+/// process is still alive is left alone and named, since it is still being written.
+fn join_parts(parts: &Path, file: &Path, since: std::time::SystemTime) {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let since = since - std::time::Duration::from_secs(2);
+    let mut found: Vec<(u32, PathBuf)> = trace_files(parts, since)
+        .into_iter()
+        .filter_map(|p| {
+            let pid = p.extension()?.to_str()?.parse().ok()?;
+            Some((pid, p))
+        })
+        .collect();
+    if found.is_empty() {
+        return;
+    }
+    found.sort_by_key(|(_, p)| {
+        std::fs::metadata(p)
+            .and_then(|m| m.created().or_else(|_| m.modified()))
+            .ok()
+    });
+    let out = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(file)
+        .and_then(|f| {
+            // The file that was opened must be ours alone before it is emptied (the shim's
+            // own rule for trace files).
+            // SAFETY: geteuid has no preconditions.
+            let euid = unsafe { libc::geteuid() };
+            ozaki_core::private_path::check_owned_file(&f.metadata()?, euid, 0o077)
+                .map_err(|why| std::io::Error::other(format!("existing file refused: {why}")))?;
+            f.set_len(0)?;
+            Ok(f)
+        });
+    let mut out = match out {
+        Ok(f) => std::io::BufWriter::new(f),
+        Err(e) => {
+            eprintln!(
+                "ozaki run: cannot write {}: {e}; the per-process traces are kept",
+                file.display()
+            );
+            return;
+        }
+    };
+    for (pid, part) in found {
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        if unsafe { libc::kill(pid as libc::pid_t, 0) } == 0 {
+            eprintln!(
+                "ozaki run: process {pid} is still running; its trace {} may be incomplete and is kept apart",
+                part.display()
+            );
+            continue;
+        }
+        let copied = std::fs::File::open(&part).and_then(|mut f| {
+            let n = std::io::copy(&mut f, &mut out)?;
+            // A part cut short by a kill: end its last line so the next header starts one.
+            if n > 0 {
+                use std::io::{Read as _, Seek as _};
+                let mut last = [0u8; 1];
+                f.seek(std::io::SeekFrom::End(-1))?;
+                f.read_exact(&mut last)?;
+                if last[0] != b'\n' {
+                    out.write_all(b"\n")?;
+                }
+            }
+            Ok(())
+        });
+        match copied {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&part);
+            }
+            Err(e) => eprintln!("ozaki run: cannot read {}: {e}; kept", part.display()),
+        }
+    }
+    if let Err(e) = out.flush() {
+        eprintln!("ozaki run: cannot write {}: {e}", file.display());
+    }
 }
 
 /// A fresh directory only this user can enter, so nobody can plant files where the trace goes.

@@ -8,10 +8,11 @@
 //! split over several GPUs (trace field `devices`, issue #7) counts once on each.
 //! `ozaki run` prints the same summary after the program exits.
 //!
-//! Errors (unreadable file, malformed line) name the file and 1-based line and exit 2.
-//! The one exception is an unterminated, unparsable *last* line: that is what a crash in
-//! the middle of a write leaves behind, so it is reported as a note and skipped rather
-//! than throwing away the rest of a trace the user cannot regenerate.
+//! Errors (an unreadable file, a file with no trace line at all, a schema newer than this
+//! tool) name the file and 1-based line and exit 2. A line that does not parse is skipped
+//! with a note on stderr naming file and line: a crash in the middle of a write leaves an
+//! unterminated last line, and a disk that filled up and was freed again leaves a torn line
+//! in the middle; neither should throw away the rest of a trace the user cannot regenerate.
 
 use clap::Parser;
 use ozaki_core::stats::{NbarStats, SMALL_NBAR};
@@ -67,25 +68,39 @@ pub struct Loaded {
     pub notes: Vec<String>,
 }
 
-/// Reads one trace file; errors carry `path:line:`.
+/// Notes listed per file before the rest are only counted.
+const MAX_SKIP_NOTES: usize = 5;
+
+/// Reads one trace file; errors carry `path:line:`. Lines that do not parse are skipped with
+/// a note (`ozaki_core::trace::Trace::read_lenient`).
 pub fn load(path: &Path) -> anyhow::Result<Loaded> {
     let shown = path.display();
-    let text = crate::tracefile::read_text(path)?;
-    let mut notes = Vec::new();
-    let mut body = text.as_str();
-    if !text.is_empty() && !text.ends_with('\n') {
-        // The last write of a crashed process may be cut short; keep everything before it.
-        let start = text.rfind('\n').map_or(0, |i| i + 1);
-        let line_no = text[..start].lines().count() + 1;
-        if ozaki_core::trace::parse_line(&text[start..], line_no).is_err() {
-            notes.push(format!(
-                "{shown}:{line_no}: incomplete last line skipped (the program was probably killed)"
-            ));
-            body = &text[..start];
-        }
-    }
-    let trace = Trace::read(body.as_bytes())
+    let reader = crate::tracefile::open(path)?;
+    let (trace, skipped) = Trace::read_lenient(reader)
         .map_err(|e| anyhow::anyhow!("{shown}:{}: {}", e.line, e.message))?;
+    let mut notes: Vec<String> = skipped
+        .iter()
+        .take(MAX_SKIP_NOTES)
+        .map(|s| {
+            if s.terminated {
+                format!(
+                    "{shown}:{}: torn or invalid line skipped ({})",
+                    s.line, s.message
+                )
+            } else {
+                format!(
+                    "{shown}:{}: incomplete last line skipped (the program was probably killed)",
+                    s.line
+                )
+            }
+        })
+        .collect();
+    if skipped.len() > MAX_SKIP_NOTES {
+        notes.push(format!(
+            "{shown}: {} more invalid lines skipped",
+            skipped.len() - MAX_SKIP_NOTES
+        ));
+    }
     if trace.headers.is_empty() && trace.calls.is_empty() {
         notes.push(format!("{shown}: empty trace"));
     }
@@ -743,14 +758,25 @@ mod tests {
     }
 
     #[test]
-    fn malformed_line_is_reported_with_file_and_line() {
+    fn a_torn_line_in_the_middle_is_skipped_with_a_note_naming_it() {
         let text = format!(
-            "{HEADER}\n{}\n{{\"type\":\"call\",\"seq\":1}}\n",
-            call(0, "dgemm_", "dgemm", 1, 1, 1, 1)
+            "{HEADER}\n{}\n{{\"type\":\"call\",\"seq\":1}}\n{}\n",
+            call(0, "dgemm_", "dgemm", 1, 1, 1, 1),
+            call(2, "dgemm_", "dgemm", 2, 2, 2, 1)
         );
-        let p = write_tmp("bad.jsonl", &text);
+        let s = summary_of(&text, "torn-middle.jsonl");
+        assert!(
+            s.contains("torn-middle.jsonl:3: torn or invalid line skipped"),
+            "{s}"
+        );
+        assert!(s.contains("2 call(s)"), "{s}");
+    }
+
+    #[test]
+    fn a_file_with_no_trace_line_is_an_error_with_file_and_line() {
+        let p = write_tmp("bad.jsonl", "hello\n{\"type\":\"call\",\"seq\":1}\n");
         let e = load(&p).err().unwrap().to_string();
-        assert!(e.starts_with(&format!("{}:3: ", p.display())), "{e}");
+        assert!(e.starts_with(&format!("{}:1: ", p.display())), "{e}");
     }
 
     #[test]

@@ -1,23 +1,33 @@
 //! Reading trace files given on the command line: plain JSON Lines, or gzip-compressed
 //! (`.gz`, as the committed application traces in `traces/` are), detected from the magic
-//! bytes rather than the name so a renamed file still loads. Large files show a progress
-//! line while they load (bytes of the file read). Parsing, with its tolerance for a torn
-//! last line, is `summary::load`, which reads through [`read_text`].
+//! bytes rather than the name so a renamed file still loads. The file is read as a stream
+//! (one line at a time, never its whole text). Large files show a progress line while they
+//! load (bytes of the file read). Decompression stops with an error past
+//! [`MAX_GZIP_RATIO`] times the compressed size: traces compress 10-20x, so a file that
+//! expands further is not a trace and would only exhaust memory. Parsing, with its
+//! tolerance for torn lines, is `summary::load`, which reads through [`open`].
 
 use crate::progress::Progress;
 use anyhow::Context;
 use std::fs::File;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 /// Files smaller than this load too fast to be worth a progress line.
 const PROGRESS_MIN_BYTES: u64 = 8 << 20;
 
-/// The text of a trace file, decompressed if it is gzip.
+/// Largest accepted ratio of decompressed to compressed size (real traces: 10-20).
+pub const MAX_GZIP_RATIO: u64 = 200;
+
+/// Decompressed bytes always accepted, however small the compressed file.
+const MIN_GZIP_CAP: u64 = 64 << 20;
+
+/// A reader of a trace file's text, decompressed if it is gzip.
 ///
 /// # Errors
-/// - the file cannot be opened or read, is corrupt gzip, or is not UTF-8.
-pub fn read_text(path: &Path) -> anyhow::Result<String> {
+/// - the file cannot be opened or read. A corrupt or oversized gzip stream is an I/O error
+///   of the returned reader, with a message that says which.
+pub fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead>> {
     let file =
         File::open(path).with_context(|| format!("{}: cannot read trace", path.display()))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -38,14 +48,46 @@ pub fn read_text(path: &Path) -> anyhow::Result<String> {
     let n = read_prefix(&mut counted, &mut magic)
         .with_context(|| format!("{}: cannot read trace", path.display()))?;
     let raw = std::io::Cursor::new(magic[..n].to_vec()).chain(counted);
-    let mut text = String::new();
-    if magic[..n] == [0x1f, 0x8b] {
-        flate2::read::MultiGzDecoder::new(raw).read_to_string(&mut text)
+    Ok(if magic[..n] == [0x1f, 0x8b] {
+        let cap = size.saturating_mul(MAX_GZIP_RATIO).max(MIN_GZIP_CAP);
+        Box::new(BufReader::new(Capped {
+            inner: flate2::read::MultiGzDecoder::new(raw),
+            left: cap,
+            cap,
+        }))
     } else {
-        { raw }.read_to_string(&mut text)
+        Box::new(BufReader::new(raw))
+    })
+}
+
+/// Stops a decompressing reader with an error once it has produced `cap` bytes.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+    cap: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            // One more byte means the stream is over the cap.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(std::io::Error::other(format!(
+                    "gzip stream expands past {} MiB, over {MAX_GZIP_RATIO} times its compressed size; \
+                     not a trace (traces compress 10-20x)",
+                    self.cap >> 20
+                ))),
+            };
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
     }
-    .with_context(|| format!("{}: cannot read trace", path.display()))?;
-    Ok(text)
 }
 
 /// Reads one trace file (see [`crate::summary::load`]); what the reader tolerated (a torn
@@ -100,6 +142,30 @@ mod tests {
         r#"{"type":"call","seq":0,"t_ns":5,"dur_ns":7,"tid":11,"sym":"dgemm_","routine":"dgemm","layout":"col","m":3,"n":4,"k":5,"lda":3,"ldb":5,"ldc":3,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}"#,
         "\n"
     );
+
+    #[test]
+    fn a_gzip_bomb_is_stopped_with_a_clear_error() {
+        let dir = std::env::temp_dir().join(format!("ozaki-gzbomb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let gz = dir.join("bomb.jsonl.gz");
+        let mut enc =
+            flate2::write::GzEncoder::new(File::create(&gz).unwrap(), flate2::Compression::best());
+        enc.write_all(LINES.as_bytes()).unwrap();
+        let zeros = vec![b' '; 1 << 20];
+        for _ in 0..(MIN_GZIP_CAP >> 20) + 8 {
+            enc.write_all(&zeros).unwrap();
+        }
+        enc.finish().unwrap();
+        let mut sink = Vec::new();
+        let err = open(&gz).unwrap().read_to_end(&mut sink).unwrap_err();
+        assert!(err.to_string().contains("not a trace"), "{err}");
+        assert!(
+            sink.len() as u64 <= MIN_GZIP_CAP,
+            "read {} bytes",
+            sink.len()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn plain_and_gzip_traces_read_the_same() {

@@ -54,6 +54,7 @@ pub fn run(
                     moduli,
                     max_block: 0,
                     scaling: None,
+                    ..Options::default()
                 }),
             ),
         ] {

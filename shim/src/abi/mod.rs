@@ -7,9 +7,7 @@
 //! a [`Decoded`]: the call's [`Shape`] in the caller's own terms (what the trace records) and a
 //! [`Verdict`]:
 //!
-//! - [`Verdict::Illegal`]: a parameter is illegal; [`report_illegal`] calls the error handler
-//!   the reference would call (`xerbla_`, or `cblas_xerbla` with CBLAS numbering) and C is
-//!   never touched;
+//! - [`Verdict::Illegal`]: a parameter is illegal for the reference;
 //! - [`Verdict::Quick`]: the reference returns without touching C (`m == 0`, `n == 0`, or
 //!   `(alpha == 0 || k == 0) && beta == 1`);
 //! - [`Verdict::Compute`]: a column-major [`Canon`] call. Row-major CBLAS calls are converted
@@ -17,8 +15,18 @@
 //!   C^T = op(B)^T op(A)^T; a row-major syrk flips `uplo` and `trans`), so routes see one
 //!   storage order.
 //!
+//! Only [`Verdict::Compute`] calls are computed by the shim. The other two go to the vendor
+//! BLAS unchanged ([`RawCall::forward`]): vendors differ from the reference at the edges
+//! (OpenBLAS accepts `ld >= rows`, so `k = 0` with `ldb = 0` scales C there; it reports an
+//! illegal CBLAS layout through `xerbla_`), and the vendor route must be the vendor, its
+//! checks, handlers and quick returns included. Only when no vendor BLAS exists does the shim
+//! report an illegal call itself, as the reference would ([`xerbla`]): `xerbla_`, or
+//! `cblas_xerbla` with CBLAS numbering, C never touched.
+//!
 //! [`RawCall::forward`] calls a vendor function with the original arguments, Fortran hidden
-//! string lengths included, so a fallback is bit-for-bit the call the program made.
+//! string lengths included, so a fallback is bit-for-bit the call the program made. Its
+//! function types are `extern "C-unwind"`: an exception a C++ error handler throws inside the
+//! vendor unwinds through to the program.
 //!
 //! ## Reference error numbering (issue #2)
 //! Fortran `dgemm`: 1 transa, 2 transb, 3 m, 4 n, 5 k, 8 lda, 10 ldb, 13 ldc; `dsyrk`: 1 uplo,
@@ -37,8 +45,10 @@
 //! what it sees without the shim. [`Illegal::info`] is the position in the caller's argument
 //! list, for the trace.
 
-use crate::forward;
-use crate::symbols::SymId;
+pub mod c_view;
+pub mod xerbla;
+
+pub use c_view::{CBlock, CView, Region};
 use libc::{c_char, c_int, c_void};
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo, quick_return, span};
 use ozaki_core::trace::{Layout, Routine};
@@ -252,18 +262,19 @@ pub enum Canon {
     },
 }
 
-/// Safe views of a [`Canon`] call's matrices, for the non-vendor routes.
+/// Views of a [`Canon`] call's matrices, for the non-vendor routes.
 ///
-/// `c` is the caller's C (from its first element to element (m-1, n-1)); a route writes it
-/// only once its whole result is ready. When `alpha == 0` or `k == 0` the reference BLAS reads
-/// neither A nor B (callers may pass NULL then), so `a` and `b` are empty: a route must not
-/// index them in that case.
+/// C is a [`CView`] of the elements the call writes (never a slice over its strided span,
+/// whose gaps may be another thread's); a route gets a contiguous block of it from
+/// [`CView::block`] and writes it only once its whole result is ready. When `alpha == 0` or
+/// `k == 0` the reference BLAS reads neither A nor B (callers may pass NULL then), so `a` and
+/// `b` are empty: a route must not index them in that case.
 #[derive(Debug)]
 pub enum Operands<'a> {
     /// dgemm.
-    Gemm(GemmArgs<'a>, &'a mut [f64]),
+    Gemm(GemmArgs<'a>, CView),
     /// dsyrk.
-    Syrk(SyrkArgs<'a>, &'a mut [f64]),
+    Syrk(SyrkArgs<'a>, CView),
 }
 
 /// A slice over a caller matrix; empty (never dereferencing `p`) when `len == 0`.
@@ -280,27 +291,13 @@ unsafe fn read_slice<'a>(p: *const f64, len: usize) -> &'a [f64] {
     }
 }
 
-/// Mutable counterpart of [`read_slice`].
-///
-/// # Safety
-/// - when `len > 0`, `p` points to `len` writable `f64` used by nobody else for `'a`.
-unsafe fn write_slice<'a>(p: *mut f64, len: usize) -> &'a mut [f64] {
-    if len == 0 {
-        &mut []
-    } else {
-        // SAFETY: the caller's contract above; BLAS requires C to span m x n stored ldc apart.
-        unsafe { std::slice::from_raw_parts_mut(p, len) }
-    }
-}
-
 impl Canon {
-    /// Safe views of A, B and C.
+    /// Views of A, B and C.
     ///
     /// # Safety
     /// - the pointers came from a call that passed [`RawCall::decode`], and the caller's
     ///   arrays are valid for the whole call (the BLAS contract);
-    /// - at most one `Operands` of a call is alive at a time, and the raw pointers are not
-    ///   used while it is.
+    /// - while the views are used, nothing else writes C's elements (the call's region).
     pub unsafe fn operands<'a>(&self) -> Operands<'a> {
         match *self {
             Canon::Gemm {
@@ -322,12 +319,13 @@ impl Canon {
                 let (ar, ac) = if transa == Trans::No { (m, k) } else { (k, m) };
                 let (br, bc) = if transb == Trans::No { (k, n) } else { (n, k) };
                 // SAFETY: decode checked lda >= rows of A and ldb >= rows of B, so the spans are
-                // inside the caller's arrays; the contract above covers validity.
+                // inside the caller's arrays, and ldc >= m for C's region; the contract above
+                // covers validity.
                 let (a, b, c) = unsafe {
                     (
                         read_slice(a, if reads { span(ar, ac, lda) } else { 0 }),
                         read_slice(b, if reads { span(br, bc, ldb) } else { 0 }),
-                        write_slice(c, span(m, n, ldc)),
+                        CView::new(c, Region::gemm(m, n, ldc)),
                     )
                 };
                 Operands::Gemm(
@@ -366,7 +364,7 @@ impl Canon {
                 let (a, c) = unsafe {
                     (
                         read_slice(a, if reads { span(ar, ac, lda) } else { 0 }),
-                        write_slice(c, span(n, n, ldc)),
+                        CView::new(c, Region::syrk(n, ldc, uplo)),
                     )
                 };
                 Operands::Syrk(
@@ -1028,7 +1026,7 @@ impl<I: BlasInt> RawCall for FortranGemm<I> {
     }
 
     unsafe fn forward(&self, f: *const c_void) {
-        type F<I> = unsafe extern "C" fn(
+        type F<I> = unsafe extern "C-unwind" fn(
             *const c_char,
             *const c_char,
             *const I,
@@ -1094,7 +1092,7 @@ impl<I: BlasInt> RawCall for FortranSyrk<I> {
     }
 
     unsafe fn forward(&self, f: *const c_void) {
-        type F<I> = unsafe extern "C" fn(
+        type F<I> = unsafe extern "C-unwind" fn(
             *const c_char,
             *const c_char,
             *const I,
@@ -1156,7 +1154,7 @@ impl<I: BlasInt> RawCall for CblasGemm<I> {
     }
 
     unsafe fn forward(&self, f: *const c_void) {
-        type F<I> = unsafe extern "C" fn(
+        type F<I> = unsafe extern "C-unwind" fn(
             c_int,
             c_int,
             c_int,
@@ -1207,8 +1205,19 @@ impl<I: BlasInt> RawCall for CblasSyrk<I> {
     }
 
     unsafe fn forward(&self, f: *const c_void) {
-        type F<I> =
-            unsafe extern "C" fn(c_int, c_int, c_int, I, I, f64, *const f64, I, f64, *mut f64, I);
+        type F<I> = unsafe extern "C-unwind" fn(
+            c_int,
+            c_int,
+            c_int,
+            I,
+            I,
+            f64,
+            *const f64,
+            I,
+            f64,
+            *mut f64,
+            I,
+        );
         // SAFETY: `f` has this exact signature (contract of `forward`).
         let f: F<I> = unsafe { std::mem::transmute::<*const c_void, F<I>>(f) };
         let s = *self;
@@ -1219,182 +1228,6 @@ impl<I: BlasInt> RawCall for CblasSyrk<I> {
             )
         }
     }
-}
-
-/// Calls the error handler the reference BLAS would call for `bad`, found by global lookup
-/// so that a program's own `XERBLA`/`cblas_xerbla` wins (the BLAS test suites rely on that).
-///
-/// Handler names are tried in order: Fortran reports go to `<prefix>xerbla_<64_>`, then
-/// `xerbla_`; CBLAS enum reports to `<prefix>cblas_xerbla<64_>` (and LAPACK's ILP64
-/// `cblas_xerbla_64`), then plain `cblas_xerbla`. When the preferred kind of handler is missing
-/// the other kind gets the caller's parameter position; with no handler anywhere, the
-/// reference message goes to stderr and the call returns (the reference would stop the
-/// program; we never kill the host).
-///
-/// # Safety
-/// - `bad` came from decoding a call of `id`; the handlers found have the reference signatures.
-pub unsafe fn report_illegal(id: SymId, bad: &Illegal) {
-    let sym = id.symbol();
-    let ilp64 = sym.ilp64();
-    let sfx = sym.width.suffix();
-    let prefixed = |base: &str| format!("{}{base}{sfx}", sym.prefix);
-    let fortran_handler = || {
-        let first = prefixed("xerbla_");
-        forward::global_symbol(&first).or_else(|| {
-            if first != "xerbla_" {
-                forward::global_symbol("xerbla_")
-            } else {
-                None
-            }
-        })
-    };
-    let cblas_handler = || {
-        let first = prefixed("cblas_xerbla");
-        forward::global_symbol(&first).or_else(|| {
-            let second = if ilp64 {
-                "cblas_xerbla_64"
-            } else {
-                "cblas_xerbla"
-            };
-            if first != second {
-                forward::global_symbol(second)
-            } else {
-                None
-            }
-        })
-    };
-    let cblas_rout: &CStr = if sym.routine == Routine::Dgemm {
-        c"cblas_dgemm"
-    } else {
-        c"cblas_dsyrk"
-    };
-    match bad.report {
-        Report::Fortran { srname, arg, cblas } => {
-            if let Some(f) = fortran_handler() {
-                let _globals = cblas.map(CblasGlobals::set);
-                // SAFETY: reference `xerbla(srname, info)` with the hidden length; ILP64 handlers
-                // read an 8-byte info, LP64 ones 4 bytes (the low half on little-endian x86-64).
-                unsafe { call_fortran_xerbla(f, srname, arg, ilp64) };
-            } else if let (Some(_), Some(f)) = (cblas, cblas_handler()) {
-                // SAFETY: reference `cblas_xerbla(info, rout, form, ...)` signature.
-                unsafe { call_cblas_xerbla(f, bad.info, cblas_rout, c"", 0, ilp64) };
-            } else {
-                let name = match cblas {
-                    Some(_) => cblas_rout.to_str().unwrap_or("?"),
-                    None => std::str::from_utf8(&srname[..6]).unwrap_or("?").trim_end(),
-                };
-                print_reference_message(bad.info, name);
-            }
-        }
-        Report::Cblas {
-            rout,
-            arg,
-            row_major,
-            form,
-            value,
-        } => {
-            if let Some(f) = cblas_handler() {
-                let _globals = CblasGlobals::set(row_major);
-                // SAFETY: reference `cblas_xerbla(info, rout, form, ...)` signature.
-                unsafe { call_cblas_xerbla(f, arg, rout, form, value, ilp64) };
-            } else if let Some(f) = fortran_handler() {
-                let name = if sym.routine == Routine::Dgemm {
-                    DGEMM
-                } else {
-                    DSYRK
-                };
-                // SAFETY: as in the Fortran case.
-                unsafe { call_fortran_xerbla(f, name, bad.info, ilp64) };
-            } else {
-                print_reference_message(bad.info, rout.to_str().unwrap_or("?"));
-            }
-        }
-    }
-}
-
-/// The reference CBLAS globals `CBLAS_CallFromC` and `RowMajorStrg` (when the BLAS defines
-/// them), set as reference `cblas_dgemm`/`cblas_dsyrk` have them while reporting, and reset to
-/// 0 on drop as those functions do before returning.
-struct CblasGlobals {
-    call_from_c: Option<*mut c_int>,
-    row_major: Option<*mut c_int>,
-}
-
-impl CblasGlobals {
-    fn set(row_major: bool) -> CblasGlobals {
-        let g = CblasGlobals {
-            call_from_c: forward::global_symbol("CBLAS_CallFromC").map(|p| p.cast()),
-            row_major: forward::global_symbol("RowMajorStrg").map(|p| p.cast()),
-        };
-        // SAFETY: both are the reference CBLAS globals of type `int` (cblas_globals.c).
-        unsafe {
-            if let Some(p) = g.call_from_c {
-                p.write(1);
-            }
-            if let Some(p) = g.row_major {
-                p.write(c_int::from(row_major));
-            }
-        }
-        g
-    }
-}
-
-impl Drop for CblasGlobals {
-    fn drop(&mut self) {
-        // SAFETY: as in `set`.
-        unsafe {
-            for p in [self.call_from_c, self.row_major].into_iter().flatten() {
-                p.write(0);
-            }
-        }
-    }
-}
-
-/// # Safety
-/// - `f` is a Fortran `xerbla(character*(*), integer)` taking `int64` info when `ilp64`.
-unsafe fn call_fortran_xerbla(f: *mut c_void, srname: &[u8; 7], info: i64, ilp64: bool) {
-    type F = unsafe extern "C" fn(*const c_char, *const c_void, usize);
-    // SAFETY: the contract above.
-    let f: F = unsafe { std::mem::transmute::<*mut c_void, F>(f) };
-    let info32 = info as i32;
-    let p: *const c_void = if ilp64 {
-        (&raw const info).cast()
-    } else {
-        (&raw const info32).cast()
-    };
-    // SAFETY: srname is 6 bytes, passed with its length as gfortran does.
-    unsafe { f(srname.as_ptr().cast(), p, 6) }
-}
-
-/// # Safety
-/// - `f` is `cblas_xerbla(CBLAS_INT, const char*, const char*, ...)`, `CBLAS_INT` 64-bit when `ilp64`.
-unsafe fn call_cblas_xerbla(
-    f: *mut c_void,
-    info: i64,
-    rout: &CStr,
-    form: &CStr,
-    value: c_int,
-    ilp64: bool,
-) {
-    if ilp64 {
-        type F = unsafe extern "C" fn(i64, *const c_char, *const c_char, ...);
-        // SAFETY: the contract above.
-        let f: F = unsafe { std::mem::transmute::<*mut c_void, F>(f) };
-        // SAFETY: form consumes at most one int vararg.
-        unsafe { f(info, rout.as_ptr(), form.as_ptr(), value) }
-    } else {
-        type F = unsafe extern "C" fn(c_int, *const c_char, *const c_char, ...);
-        // SAFETY: the contract above.
-        let f: F = unsafe { std::mem::transmute::<*mut c_void, F>(f) };
-        // SAFETY: form consumes at most one int vararg.
-        unsafe { f(info as c_int, rout.as_ptr(), form.as_ptr(), value) }
-    }
-}
-
-fn print_reference_message(info: i64, routine: &str) {
-    crate::config::notice(&format!(
-        "no xerbla_ found; reference message: Parameter {info} to routine {routine} was incorrect (call skipped, C untouched)"
-    ));
 }
 
 #[cfg(test)]
@@ -1785,6 +1618,6 @@ mod tests {
             panic!()
         };
         assert!(args.a.is_empty() && args.b.is_empty());
-        assert_eq!(c.len(), 4);
+        assert_eq!(c.region().len(), 4);
     }
 }

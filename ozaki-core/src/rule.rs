@@ -1,0 +1,737 @@
+//! The accuracy rule: from k, the accuracy mode and per-line statistics of op(A) and op(B),
+//! the moduli count of an emulated call, or a typed decline ([`Fallback`]) before any
+//! residue or product is formed. Every emulated route (`cpu-ozaki`, `gpu-ozaki` host- and
+//! device-resident, split tiles) and the engine's pricing ([`typical_moduli`]) use it.
+//!
+//! # Line statistics ([`LineTable`], [`Lines`])
+//! Per line x (a row of op(A) or a column of op(B), k entries) with `e = E(max |x|)` (as in
+//! [`crate::scaling`]), all exact integers, so any summation order (GPU atomics) gives the
+//! same values:
+//! - `maxbits`: the bit pattern of `max |x|` (NaN/Inf: `>= 0x7ff0...`);
+//! - `coarse_sq`: norm scaling's `S = sum ā^2` ([`crate::scaling`], step 3);
+//! - `abs1 = sum floor(|x| 2^(40 - e))`, `abs2 = sum floor((|x| 2^-e)^2 2^40)`: the 1- and
+//!   squared 2-norm of the line relative to `2^e`, in fixed point with [`FIX_BITS`] bits;
+//! - `log_depth = sum (e - E(x))` and `nonzeros` over the nonzero entries: the mean depth
+//!   `D = log_depth / nonzeros` in binades, so `2^-D` bounds the geometric mean of
+//!   `|x| / 2^e` from below;
+//! - `range`: `depth = max (e - E(x))` (low 32 bits) and `span = max (e - lsb(x))` (high 32
+//!   bits), `lsb(x)` the exponent of the lowest set bit of x: with shift `σ = p + 5 - e` the
+//!   line scales to integers exactly iff `p + 5 >= span`.
+//!
+//! One pass over the line once `e` is known (the GPU's second per-line pass, which also
+//! forms `S`).
+//!
+//! # The estimate (`OZAKI_ACCURACY=default`)
+//! With shift `p_i` a row's entries are quantised in steps of `2^(e_i - p_i - 5)`; rounding
+//! to nearest errs by a uniform fraction of a step, standard deviation `step / sqrt(12)`
+//! (`step / sqrt(3)` for truncation), and not at all on a line that scales exactly. The
+//! emulated entry's error is `sum_l δ_il b_lj + a_il δ'_lj` (+ a negligible cross term);
+//! with independent signs its standard deviation is
+//! `step_i ||b_j||_2 / sqrt(12) + step'_j ||a_i||_2 / sqrt(12)`. It is measured against
+//! `(|A||B|)_ij`, which per-line statistics cannot know (two lines with disjoint supports
+//! give 0); the rule uses the *typical-meets-mass* estimate
+//!
+//! ```text
+//! D_ij = max(t_i ||b_j||_1, ||a_i||_1 t'_j),      t = 2^(e - D) <= geometric mean of |x|
+//! ```
+//!
+//! (the mass of one line meets typical entries of the other). It is robust against rare
+//! large entries: with 0.1% of the entries 10^8 larger, `||a_i||_1 ||b_j||_1 / k` would
+//! overstate `(|A||B|)_ij` by 10^4, `D_ij` understates it. Native fp64's error is estimated
+//! the same way: `u sqrt(k/6) ||x||_2` for the terms `x_l = a_il b_lj`, with `||x||_2`
+//! estimated by `max(t_i ||b_j||_2, ||a_i||_2 t'_j)`, divided by `D_ij`. The rule asks, for
+//! every pair of lines, `κ ρ_ij <= max(T, κ ν_ij)` (`κ = 3.5`, `T = 4 u`,
+//! [`DEFAULT_TARGET_ULPS`]), i.e. 3.5 standard deviations of the emulation's error within
+//! native's or 4 u, a factor 2 inside the contract `max(2 x native, 4 u)`. The smallest
+//! count that meets it and covers every line is taken; if 20 moduli do not, the call
+//! declines ([`Fallback::AccuracyUnreachable`]). This happens where the small entries of a
+//! wide-range line would need more than the 62 bits a scaled entry may keep (`p <= 56`):
+//! sparse outliers 10^8 or more above the rest, exponent spread `φ >= 4`.
+//!
+//! It is an estimate, not a bound: it assumes the signs of the quantisation errors are
+//! independent and that the large entries of a line do not all meet the small entries of
+//! the other. Inputs built against it (supports arranged so that each entry sums only the
+//! small parts of both lines) can err more; `guaranteed` is for those.
+//!
+//! # Normwise (`OZAKI_ACCURACY=normwise`)
+//! Ozaki-II's natural bound is normwise: with RN,
+//! `|ĉ_ij - c_ij| <= 2^-(p_i+6) 2^(e_i+1) ||b_j||_1 + 2^-(q_j+6) 2^(f_j+1) ||a_i||_1 +
+//! k 2^-(p_i+q_j+12) 2^(e_i+f_j+2)`, i.e. relative to the row and column maxima
+//! `max|a_i| max|b_j| k` about `2^-(p+5)`. Normwise mode takes the estimate above with the
+//! typical entry replaced by the line's scale `2^e` (each line's maximum keeps the bits) and
+//! never declines for accuracy: the small entries of a wide-range line lose bits, the error
+//! relative to the maxima stays at fp64's level.
+//!
+//! # Guaranteed (`OZAKI_ACCURACY=guaranteed`)
+//! A deterministic bound: an entry `x` of a line with depth `d = e - E(x) <= depth` errs
+//! by at most half a step, relative `ε = 2^(depth - p - 6)` (RN; twice that for truncation;
+//! 0 on a line that scales exactly), so every product term `a_il b_lj` is off by at most
+//! `(ε_i + ε'_j + ε_i ε'_j) |a_il b_lj|`, and with the exact CRT and the final rounding
+//!
+//! ```text
+//! |ĉ_ij - c_ij| <= ((ε_i + ε'_j + ε_i ε'_j)(1 + u) + u) (|A||B|)_ij.
+//! ```
+//!
+//! The count is the smallest whose worst pair meets fp64's worst-case bound `γ_k`; where
+//! 20 moduli cannot (a line deeper than about `62 - 53 + log2 k` binades) the call declines
+//! ([`Fallback::BoundUnreachable`]). This is componentwise and needs no estimate of
+//! `(|A||B|)_ij`; it costs 2-3 moduli on normal data.
+//!
+//! # Entry independence
+//! The shifts of a line depend on that line and the count only (fast and norm scaling;
+//! accurate scaling's come from the whole coarse product). The count is the smallest that
+//! every pair of lines accepts, so a sub-product (rows 0..19 of op(A)) can take fewer
+//! moduli than the full call only if a line outside it needs more. The statistics enter
+//! through quarter-bit classes ([`LineClass`]): benign lines fall into a few classes, and
+//! the count changes only where a line of another class is the one that needs more (a
+//! row of outliers in a matrix of normal rows, say). That is the departure from "an entry
+//! depends on its own row and column only": the count is the call's.
+
+use crate::fallback::Fallback;
+use crate::moduli::{CrtPlan, MAX_MODULI, MIN_MODULI};
+use crate::scaling::{
+    COARSE_BITS, MAX_SHIFT, MIN_SHIFT, Quantizer, ScalingMode, class_bound, clog2, coarse,
+    norm_class,
+};
+
+/// Fixed-point fraction bits of `abs1` and `abs2` (module doc, "Line statistics").
+pub const FIX_BITS: i32 = 40;
+
+/// `T` of the default rule in units of `u` (module doc).
+pub const DEFAULT_TARGET_ULPS: f64 = 4.0;
+
+/// Standard deviations of the estimate (module doc, `κ`).
+pub const KAPPA: f64 = 3.5;
+
+/// The mass of a line with `n_eff` effective entries is assumed to meet at least
+/// `10^(-RELIABILITY_DIGITS / n_eff)` of the other line's typical entry (module doc).
+pub const RELIABILITY_DIGITS: f64 = 4.0;
+
+/// Bit patterns at or above this are NaN or infinite.
+pub const NON_FINITE_BITS: u64 = 0x7ff0_0000_0000_0000;
+
+const U: f64 = 1.0 / (1u64 << 53) as f64;
+
+/// floor(log2 |x|) from an |x| bit pattern (subnormals: their true exponent); None for zero.
+pub fn exponent_of_bits(bits: u64) -> Option<i32> {
+    if bits == 0 {
+        return None;
+    }
+    let biased = (bits >> 52) as i32;
+    Some(if biased == 0 {
+        (63 - bits.leading_zeros() as i32) - 1074
+    } else {
+        biased - 1023
+    })
+}
+
+/// The exponent of the lowest set bit of a finite nonzero |x| bit pattern.
+pub fn lowest_bit_exponent(bits: u64) -> i32 {
+    let biased = (bits >> 52) as i32;
+    let frac = bits & ((1u64 << 52) - 1);
+    if biased == 0 {
+        frac.trailing_zeros() as i32 - 1074
+    } else {
+        (frac | (1u64 << 52)).trailing_zeros() as i32 + biased - 1023 - 52
+    }
+}
+
+/// How strict the rule is (`OZAKI_ACCURACY`; module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Accuracy {
+    /// The estimate against native fp64's, componentwise (default).
+    #[default]
+    Default,
+    /// Ozaki-II's normwise bound: relative to the row and column maxima.
+    Normwise,
+    /// The deterministic componentwise bound within fp64's `γ_k`.
+    Guaranteed,
+}
+
+impl Accuracy {
+    /// The name used by `OZAKI_ACCURACY` and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Accuracy::Default => "default",
+            Accuracy::Normwise => "normwise",
+            Accuracy::Guaranteed => "guaranteed",
+        }
+    }
+}
+
+impl std::str::FromStr for Accuracy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "default" => Ok(Accuracy::Default),
+            "normwise" => Ok(Accuracy::Normwise),
+            "guaranteed" => Ok(Accuracy::Guaranteed),
+            other => Err(format!(
+                "unknown accuracy {other:?} (expected default, normwise or guaranteed)"
+            )),
+        }
+    }
+}
+
+/// The statistics of one line (module doc, "Line statistics").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LineStat {
+    /// `max |x|` bit pattern.
+    pub maxbits: u64,
+    /// `S = sum ā^2`.
+    pub coarse_sq: u64,
+    /// `sum floor(|x| 2^(40 - e))`.
+    pub abs1: u64,
+    /// `sum floor((|x| 2^-e)^2 2^40)`.
+    pub abs2: u64,
+    /// `sum (e - E(x))` over nonzero entries.
+    pub log_depth: u64,
+    /// `sum (e - E(x))^2` over nonzero entries.
+    pub log_depth_sq: u64,
+    /// Nonzero entries.
+    pub nonzeros: u64,
+    /// `depth | span << 32`.
+    pub range: u64,
+}
+
+impl LineStat {
+    /// The statistics of a line (what the GPU's scan passes compute).
+    pub fn of(line: &[f64]) -> LineStat {
+        let maxbits = line.iter().map(|v| v.abs().to_bits()).max().unwrap_or(0);
+        let mut s = LineStat {
+            maxbits,
+            ..LineStat::default()
+        };
+        let Some(e) = exponent_of_bits(maxbits).filter(|_| maxbits < NON_FINITE_BITS) else {
+            return s;
+        };
+        let (mut depth, mut span) = (0u32, 0u32);
+        for &v in line {
+            let Some(t) = entry_terms(v, e) else { continue };
+            s.coarse_sq += t.coarse_sq;
+            s.abs1 += t.abs1;
+            s.abs2 += t.abs2;
+            s.log_depth += u64::from(t.depth);
+            s.log_depth_sq += u64::from(t.depth) * u64::from(t.depth);
+            s.nonzeros += 1;
+            depth = depth.max(t.depth);
+            span = span.max(t.span);
+        }
+        s.range = u64::from(depth) | u64::from(span) << 32;
+        s
+    }
+}
+
+/// One entry's terms of the line statistics (`None` for zeros), as the GPU kernel forms them.
+#[derive(Debug, Clone, Copy)]
+struct EntryTerms {
+    coarse_sq: u64,
+    abs1: u64,
+    abs2: u64,
+    depth: u32,
+    span: u32,
+}
+
+#[inline]
+fn entry_terms(v: f64, e: i32) -> Option<EntryTerms> {
+    if v == 0.0 {
+        return None;
+    }
+    let bits = v.abs().to_bits();
+    let ex = exponent_of_bits(bits)?;
+    let c = u64::from(coarse(v, e));
+    let y = crate::exact::ldexp(v.abs(), i64::from(-e));
+    Some(EntryTerms {
+        coarse_sq: c * c,
+        abs1: crate::exact::ldexp(v.abs(), i64::from(FIX_BITS - e)).floor() as u64,
+        abs2: crate::exact::ldexp(y * y, i64::from(FIX_BITS)).floor() as u64,
+        depth: (e - ex) as u32,
+        span: (e - lowest_bit_exponent(bits)) as u32,
+    })
+}
+
+/// The statistics of many lines, one vector per field (the GPU's layout).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LineTable {
+    /// `maxbits` per line.
+    pub maxbits: Vec<u64>,
+    /// `coarse_sq` per line.
+    pub coarse_sq: Vec<u64>,
+    /// `abs1` per line.
+    pub abs1: Vec<u64>,
+    /// `abs2` per line.
+    pub abs2: Vec<u64>,
+    /// `log_depth` per line.
+    pub log_depth: Vec<u64>,
+    /// `log_depth_sq` per line.
+    pub log_depth_sq: Vec<u64>,
+    /// `nonzeros` per line.
+    pub nonzeros: Vec<u64>,
+    /// `range` per line.
+    pub range: Vec<u64>,
+}
+
+impl LineTable {
+    /// Appends the statistics of one line.
+    pub fn push(&mut self, line: &[f64]) {
+        let s = LineStat::of(line);
+        self.maxbits.push(s.maxbits);
+        self.coarse_sq.push(s.coarse_sq);
+        self.abs1.push(s.abs1);
+        self.abs2.push(s.abs2);
+        self.log_depth.push(s.log_depth);
+        self.log_depth_sq.push(s.log_depth_sq);
+        self.nonzeros.push(s.nonzeros);
+        self.range.push(s.range);
+    }
+
+    /// The statistics of `lines` lines packed one after another, `k` entries each.
+    pub fn of_packed(x: &[f64], lines: usize, k: usize) -> LineTable {
+        let mut t = LineTable::default();
+        for i in 0..lines {
+            t.push(&x[i * k..(i + 1) * k]);
+        }
+        t
+    }
+
+    /// The borrowed view the rule takes.
+    pub fn view(&self) -> Lines<'_> {
+        Lines {
+            maxbits: &self.maxbits,
+            coarse_sq: &self.coarse_sq,
+            abs1: &self.abs1,
+            abs2: &self.abs2,
+            log_depth: &self.log_depth,
+            log_depth_sq: &self.log_depth_sq,
+            nonzeros: &self.nonzeros,
+            range: &self.range,
+        }
+    }
+}
+
+/// Borrowed line statistics, one slice per field of equal length.
+#[derive(Debug, Clone, Copy)]
+pub struct Lines<'a> {
+    /// `maxbits` per line.
+    pub maxbits: &'a [u64],
+    /// `coarse_sq` per line.
+    pub coarse_sq: &'a [u64],
+    /// `abs1` per line.
+    pub abs1: &'a [u64],
+    /// `abs2` per line.
+    pub abs2: &'a [u64],
+    /// `log_depth` per line.
+    pub log_depth: &'a [u64],
+    /// `log_depth_sq` per line.
+    pub log_depth_sq: &'a [u64],
+    /// `nonzeros` per line.
+    pub nonzeros: &'a [u64],
+    /// `range` per line.
+    pub range: &'a [u64],
+}
+
+impl<'a> Lines<'a> {
+    /// Number of lines.
+    pub fn len(&self) -> usize {
+        self.maxbits.len()
+    }
+
+    /// Whether there are no lines.
+    pub fn is_empty(&self) -> bool {
+        self.maxbits.is_empty()
+    }
+
+    /// Lines `r` only.
+    pub fn slice(&self, r: std::ops::Range<usize>) -> Lines<'a> {
+        Lines {
+            maxbits: &self.maxbits[r.clone()],
+            coarse_sq: &self.coarse_sq[r.clone()],
+            abs1: &self.abs1[r.clone()],
+            abs2: &self.abs2[r.clone()],
+            log_depth: &self.log_depth[r.clone()],
+            log_depth_sq: &self.log_depth_sq[r.clone()],
+            nonzeros: &self.nonzeros[r.clone()],
+            range: &self.range[r],
+        }
+    }
+
+    /// The line exponents `e` (None for zero lines).
+    pub fn exponents(&self) -> Vec<Option<i32>> {
+        self.maxbits.iter().map(|&b| exponent_of_bits(b)).collect()
+    }
+}
+
+/// Where the lines' shift bounds come from ([`crate::scaling`], step 3).
+#[derive(Debug, Clone, Copy)]
+pub enum Bounds<'a> {
+    /// `4096 k` for every line.
+    Fast,
+    /// The lines' own `S` (`coarse_sq`).
+    Norm,
+    /// Given per line (accurate scaling's coarse-product maxima): rows of op(A), columns of
+    /// op(B).
+    Given(&'a [u64], &'a [u64]),
+}
+
+/// What the call asks of the rule.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// Inner dimension.
+    pub k: usize,
+    /// The scaling mode (its budget) and the lines' bounds.
+    pub scaling: ScalingMode,
+    /// The bounds of the shifts.
+    pub bounds: Bounds<'a>,
+    /// Strictness.
+    pub accuracy: Accuracy,
+    /// `OZAKI_MODULI`.
+    pub forced: Option<usize>,
+    /// Rounding of the scaled entries.
+    pub quantizer: Quantizer,
+    /// `T` in units of u (default and normwise).
+    pub target_ulps: f64,
+}
+
+impl Request<'_> {
+    /// The default request for a scaling mode: its own bounds (norm: `S`, fast: `4096 k`).
+    pub fn new(k: usize, scaling: ScalingMode) -> Request<'static> {
+        Request {
+            k,
+            scaling,
+            bounds: match scaling {
+                ScalingMode::Fast => Bounds::Fast,
+                _ => Bounds::Norm,
+            },
+            accuracy: Accuracy::Default,
+            forced: None,
+            quantizer: Quantizer::Nearest,
+            target_ulps: DEFAULT_TARGET_ULPS,
+        }
+    }
+}
+
+/// The rule's answer for a call that emulates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Choice {
+    /// Moduli count.
+    pub moduli: usize,
+    /// At that count: the estimate `κ max ρ_ij` in units of u (default, normwise), or the
+    /// bound in units of `γ_k` (guaranteed).
+    pub estimate: f64,
+}
+
+/// `log2 x` for finite `x > 0` from its exponent and a 256-entry table of the significand
+/// with linear interpolation (error below `2^-17`): the rule reads its statistics on
+/// quarter-bit grids, and this keeps the host step at a few nanoseconds per line.
+fn log2_fast(x: f64) -> f64 {
+    static TABLE: std::sync::OnceLock<[f64; 257]> = std::sync::OnceLock::new();
+    let t = TABLE.get_or_init(|| std::array::from_fn(|i| (1.0 + i as f64 / 256.0).log2()));
+    let bits = x.to_bits();
+    let e = exponent_of_bits(bits).unwrap_or(-1075);
+    let m = crate::exact::ldexp(x, i64::from(-e)); // in [1, 2)
+    let f = (m - 1.0) * 256.0;
+    let i = (f as usize).min(255);
+    let w = f - i as f64;
+    f64::from(e) + t[i] + (t[i + 1] - t[i]) * w
+}
+
+/// `2^(q/4)`.
+fn pow2_quarters(q: i64) -> f64 {
+    const FRAC: [f64; 4] = [
+        1.0,
+        1.189_207_115_002_721,
+        std::f64::consts::SQRT_2,
+        1.681_792_830_507_429,
+    ];
+    crate::exact::ldexp(FRAC[q.rem_euclid(4) as usize], q.div_euclid(4))
+}
+
+/// `ceil(4 x)` or `floor(4 x)`.
+fn quarters(x: f64, up: bool) -> i64 {
+    (if up {
+        (4.0 * x).ceil()
+    } else {
+        (4.0 * x).floor()
+    }) as i64
+}
+
+/// `log2 t` of line `i`: `t = min(2^-D exp((ln 2 s)^2 / 2), ||x||_1 / (k 2^e))` with `D`, `s`
+/// the mean and standard deviation of the depths `e - E(x)` (module doc); `n1 = log2(||x||_1
+/// 2^-e)`.
+fn log2_typical(lines: &Lines, i: usize, n1: f64, log2_k: f64) -> f64 {
+    let nz = lines.nonzeros[i] as f64;
+    let mean = lines.log_depth[i] as f64 / nz;
+    let var = (lines.log_depth_sq[i] as f64 / nz - mean * mean).max(0.0);
+    let lognormal = -mean + var * std::f64::consts::LN_2 / 2.0;
+    lognormal.min(n1 - log2_k)
+}
+
+/// The lines of one side reduced to what [`judge`] reads, their statistics rounded to quarter
+/// bits on the safe side (module doc, "Entry independence"): the weights `Y` (and `Y / M`)
+/// do not depend on the count; the steps are grouped by shift class and span, so each count
+/// costs one pass over the groups.
+#[derive(Debug, Clone, Default)]
+struct Side {
+    /// `max Y` and `max Y / M` over the nonzero lines.
+    weight: f64,
+    weight_over_allowance: f64,
+    /// Per (shift class, span): `max 1/t`, `max 1/(t M)`, `max depth`.
+    groups: Vec<Group>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Group {
+    bound: usize,
+    span: i32,
+    inv_typical: f64,
+    inv_typical_over_allowance: f64,
+    depth: i32,
+}
+
+fn side(lines: &Lines, bound_of: impl Fn(usize) -> u64, req: &Request) -> Side {
+    let sd = match req.quantizer {
+        Quantizer::Nearest => 1.0 / 12f64.sqrt(),
+        Quantizer::Truncate => 1.0 / 3f64.sqrt(),
+    };
+    let fix = f64::from(FIX_BITS);
+    let log2_k = log2_fast(req.k.max(1) as f64);
+    let normwise = req.accuracy == Accuracy::Normwise;
+    let floor = req.target_ulps * U / KAPPA;
+    let native = U * (req.k as f64 / 6.0).sqrt();
+    const SPANS: usize = (MAX_SHIFT + 7) as usize;
+    let mut slots: Vec<Option<Group>> = vec![None; crate::scaling::SHIFT_CLASSES * SPANS];
+    let mut out = Side::default();
+    for i in 0..lines.len() {
+        if lines.maxbits[i] == 0 || lines.nonzeros[i] == 0 {
+            continue;
+        }
+        // log2 of ||x||_1 2^-e and ||x||_2 2^-e
+        let n1 = log2_fast(lines.abs1[i].max(1) as f64) - fix;
+        let n2 = 0.5 * (log2_fast(lines.abs2[i].max(1) as f64) - fix);
+        let g = quarters((n2 - n1).min(0.0), false);
+        // c = 10^(-RELIABILITY_DIGITS / n_eff), n_eff = 2^(-2 g)
+        let log2_c = -RELIABILITY_DIGITS * std::f64::consts::LOG2_10 * pow2_quarters(2 * g);
+        let g_up = quarters((n2 - n1).min(0.0), true);
+        let weight = sd
+            * pow2_quarters(if normwise {
+                g_up
+            } else {
+                quarters(f64::from(g_up as i32) / 4.0 - log2_c, true)
+            });
+        let allowance = if req.accuracy == Accuracy::Default {
+            floor.max(native * pow2_quarters(g))
+        } else {
+            floor
+        };
+        let inv_typical = if normwise {
+            1.0
+        } else {
+            pow2_quarters(quarters(-log2_typical(lines, i, n1, log2_k), true))
+        };
+        out.weight = out.weight.max(weight);
+        out.weight_over_allowance = out.weight_over_allowance.max(weight / allowance);
+        let range = lines.range[i];
+        let bound = norm_class(bound_of(i));
+        let span = ((range >> 32) as i32).min(MAX_SHIFT + 6);
+        let depth = (range & 0xffff_ffff) as i32;
+        let slot = slots[bound * SPANS + span as usize].get_or_insert(Group {
+            bound,
+            span,
+            inv_typical: 0.0,
+            inv_typical_over_allowance: 0.0,
+            depth: 0,
+        });
+        slot.inv_typical = slot.inv_typical.max(inv_typical);
+        slot.inv_typical_over_allowance =
+            slot.inv_typical_over_allowance.max(inv_typical / allowance);
+        slot.depth = slot.depth.max(depth);
+    }
+    out.groups = slots.into_iter().flatten().collect();
+    out
+}
+
+/// How one count fares: the estimate (or bound) and whether it passes; `None` when a line
+/// is not covered.
+///
+/// Default and normwise: per line the step relative to its typical entry `X = step / t` (0 on
+/// a line that scales exactly), the weight `Y = sd ||x||_2 / (c ||x||_1)` and `M = max(T u /
+/// κ, u sqrt(k/6) g)`; every pair must have `κ (X_a Y_b + X_b Y_a) / u <= max(T, κ sqrt(k/6)
+/// min(g_a, g_b))`. Since `max(T', min(x, y)) = min(max(T', x), max(T', y))`, it suffices that
+/// each term is at most half of `min(M_a, M_b)`, which four per-side maxima decide.
+/// Guaranteed: the per-side maxima of `ε`.
+fn judge(a: &Side, b: &Side, r: usize, req: &Request) -> Option<(f64, bool)> {
+    if a.groups.is_empty() || b.groups.is_empty() {
+        return Some((0.0, true));
+    }
+    let budget = req.scaling.budget_bits(CrtPlan::get(r));
+    let half = match req.quantizer {
+        Quantizer::Nearest => 0.5,
+        Quantizer::Truncate => 1.0,
+    };
+    // per side: max X, max X / M (guaranteed: max ε)
+    let steps = |s: &Side| -> Option<(f64, f64)> {
+        let (mut x, mut xm) = (0.0f64, 0.0f64);
+        for gr in &s.groups {
+            let p = crate::scaling::shift_for_bound(budget, class_bound(gr.bound));
+            if gr.bound != 0 && p < MIN_SHIFT {
+                return None;
+            }
+            if p + COARSE_BITS - 1 >= gr.span {
+                continue; // scales exactly
+            }
+            if req.accuracy == Accuracy::Guaranteed {
+                x = x.max(half * 2f64.powi(gr.depth - p - COARSE_BITS + 1));
+            } else {
+                let step = 2f64.powi(-(p + COARSE_BITS - 1));
+                x = x.max(step * gr.inv_typical);
+                xm = xm.max(step * gr.inv_typical_over_allowance);
+            }
+        }
+        Some((x, xm))
+    };
+    let ((xa, xma), (xb, xmb)) = (steps(a)?, steps(b)?);
+    if req.accuracy == Accuracy::Guaranteed {
+        let bound = (xa + xb + xa * xb) * (1.0 + U) + U;
+        let g = crate::accuracy::gamma(req.k);
+        return Some((bound / g, bound <= g));
+    }
+    let ok = [
+        xma * b.weight,
+        xa * b.weight_over_allowance,
+        xmb * a.weight,
+        xb * a.weight_over_allowance,
+    ]
+    .iter()
+    .all(|&v| v <= 0.5);
+    Some((KAPPA / U * (xa * b.weight + xb * a.weight), ok))
+}
+
+/// The rule (module doc): the moduli count for op(A)'s rows `a` and op(B)'s columns `b`, or
+/// why the call must go to native fp64. Checks, in order: NaN/Inf, the product's exponent
+/// range, a forced count's validity and coverage, then the accuracy mode.
+pub fn choose(a: Lines, b: Lines, req: &Request) -> Result<Choice, Fallback> {
+    let top = |s: &Lines| s.maxbits.iter().copied().max().unwrap_or(0);
+    let (ta, tb) = (top(&a), top(&b));
+    if ta >= NON_FINITE_BITS || tb >= NON_FINITE_BITS {
+        return Err(Fallback::NonFinite);
+    }
+    if let (Some(ea), Some(eb)) = (exponent_of_bits(ta), exponent_of_bits(tb))
+        && ea + eb + clog2(req.k.max(1) as u64) + 8 > 1023
+    {
+        return Err(Fallback::ExponentRange);
+    }
+    if let Some(r) = req.forced
+        && !(MIN_MODULI..=MAX_MODULI).contains(&r)
+    {
+        return Err(Fallback::InvalidModuli { moduli: r });
+    }
+    let fast = 4096 * req.k.max(1) as u64;
+    let (ca, cb) = match req.bounds {
+        Bounds::Fast => (side(&a, |_| fast, req), side(&b, |_| fast, req)),
+        Bounds::Norm => (
+            side(&a, |i| a.coarse_sq[i], req),
+            side(&b, |i| b.coarse_sq[i], req),
+        ),
+        Bounds::Given(ra, rb) => (side(&a, |i| ra[i], req), side(&b, |i| rb[i], req)),
+    };
+    if let Some(r) = req.forced {
+        return match judge(&ca, &cb, r, req) {
+            Some((estimate, _)) => Ok(Choice {
+                moduli: r,
+                estimate,
+            }),
+            None => Err(Fallback::SpreadNotCoverable { moduli: r }),
+        };
+    }
+    for r in MIN_MODULI..=MAX_MODULI {
+        if let Some((estimate, true)) = judge(&ca, &cb, r, req) {
+            return Ok(Choice {
+                moduli: r,
+                estimate,
+            });
+        }
+    }
+    let last = judge(&ca, &cb, MAX_MODULI, req).map_or(f64::INFINITY, |(e, _)| e);
+    Err(match req.accuracy {
+        Accuracy::Guaranteed => Fallback::BoundUnreachable { bound_gammas: last },
+        _ => Fallback::AccuracyUnreachable {
+            estimate_ulps: last,
+        },
+    })
+}
+
+/// The count the rule takes for lines of standard normal entries at inner dimension `k`
+/// (what the engine prices a call at before it sees the data): the rule applied to the
+/// statistics of a seeded normal line of `min(k, 4096)` entries scaled to length k.
+pub fn typical_moduli(scaling: ScalingMode, k: usize) -> usize {
+    static CACHE: std::sync::Mutex<Vec<((ScalingMode, usize), usize)>> =
+        std::sync::Mutex::new(Vec::new());
+    let k = k.max(1);
+    if let Some(&(_, r)) = CACHE
+        .lock()
+        .ok()
+        .and_then(|c| c.iter().find(|(key, _)| *key == (scaling, k)).copied())
+        .as_ref()
+    {
+        return r;
+    }
+    let len = k.min(4096);
+    let mut rng = crate::testutil::Rng::new(0x6f7a_616b);
+    let line = crate::testutil::matrix(crate::testutil::Family::Normal, len, 1, &mut rng);
+    let mut s = LineStat::of(&line);
+    // lengthen to k: the sums grow with the line, the maxima and depths stay
+    let grow = |x: u64| (x as f64 * k as f64 / len as f64).round() as u64;
+    s.coarse_sq = grow(s.coarse_sq);
+    s.abs1 = grow(s.abs1);
+    s.abs2 = grow(s.abs2);
+    s.log_depth = grow(s.log_depth);
+    s.log_depth_sq = grow(s.log_depth_sq);
+    s.nonzeros = grow(s.nonzeros);
+    let t = LineTable {
+        maxbits: vec![s.maxbits],
+        coarse_sq: vec![s.coarse_sq],
+        abs1: vec![s.abs1],
+        abs2: vec![s.abs2],
+        log_depth: vec![s.log_depth],
+        log_depth_sq: vec![s.log_depth_sq],
+        nonzeros: vec![s.nonzeros],
+        range: vec![s.range],
+    };
+    let r = choose(t.view(), t.view(), &Request::new(k, scaling)).map_or(MAX_MODULI, |c| c.moduli);
+    if let Ok(mut c) = CACHE.lock() {
+        if c.len() > 256 {
+            c.clear();
+        }
+        c.push(((scaling, k), r));
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowest_bits_and_exponents() {
+        for (x, lsb) in [
+            (1.0f64, 0),
+            (3.0, 0),
+            (0.75, -2),
+            (6.0, 1),
+            (5e-324, -1074),
+            (1.0 + f64::EPSILON, -52),
+        ] {
+            assert_eq!(lowest_bit_exponent(x.to_bits()), lsb, "{x}");
+        }
+        assert_eq!(exponent_of_bits(0.75f64.to_bits()), Some(-1));
+        assert_eq!(exponent_of_bits(0), None);
+    }
+
+    #[test]
+    fn accuracy_names_round_trip() {
+        for a in [Accuracy::Default, Accuracy::Normwise, Accuracy::Guaranteed] {
+            assert_eq!(a.name().parse::<Accuracy>(), Ok(a));
+        }
+        assert!("exact".parse::<Accuracy>().is_err());
+    }
+}

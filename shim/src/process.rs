@@ -1,0 +1,89 @@
+//! Process events: the load-time constructor, the `fork` handlers and the `exit` handler.
+//!
+//! Everything here is called by the loader or libc, so each function runs its work inside
+//! `catch_unwind` (a panic must not unwind into them).
+//!
+//! The load-time set-up ([`ensure_loaded`]) runs once, from the constructor or from whichever
+//! BLAS call comes first: another preloaded library's constructor may call BLAS before ours
+//! has run, and that call must already see this process's pid and clock origin (otherwise
+//! its trace would call it a fork child).
+//!
+//! `fork` handlers, in order: the prepare handler holds new calls back and waits for the calls
+//! in flight (bounded, [`crate::lazy::FORK_WAIT`]), takes the trace sink's lock, then waits
+//! for any lazy initialiser to finish ([`crate::lazy`]), so the child copies nothing half
+//! done; the parent and child handlers release them in the opposite order, the child's
+//! resetting the sink for its own trace first.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// [`ensure_loaded`]'s progress: 0 not started, 1 running, 2 done.
+static LOADED: AtomicU8 = AtomicU8::new(0);
+
+/// Runs `f`, swallowing a panic (these functions are called from C).
+fn shielded(f: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(f));
+}
+
+/// Takes the trace clock origin and this process's pid and registers the `fork` and `exit`
+/// handlers, once per process; cheap after the first call.
+pub fn ensure_loaded() {
+    if LOADED.load(Ordering::Acquire) == 2 {
+        return;
+    }
+    if LOADED
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // Another thread is setting up (a few instructions' worth); its origin is the one.
+        while LOADED.load(Ordering::Acquire) == 1 {
+            std::hint::spin_loop();
+        }
+        return;
+    }
+    shielded(|| {
+        crate::trace_sink::on_load();
+        // SAFETY: the handlers are `extern "C" fn()` that live for the whole process and
+        // catch every panic.
+        unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork_parent),
+                Some(after_fork_child),
+            );
+            libc::atexit(flush_at_exit);
+        }
+    });
+    LOADED.store(2, Ordering::Release);
+}
+
+/// Runs when the library is loaded.
+extern "C" fn on_load() {
+    ensure_loaded();
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static ON_LOAD: extern "C" fn() = on_load;
+
+extern "C" fn before_fork() {
+    shielded(crate::lazy::quiesce_calls);
+    shielded(crate::trace_sink::before_fork);
+    shielded(crate::lazy::before_fork);
+}
+
+extern "C" fn after_fork_parent() {
+    shielded(crate::lazy::after_fork);
+    shielded(crate::trace_sink::after_fork_parent);
+    shielded(crate::lazy::resume_calls);
+}
+
+extern "C" fn after_fork_child() {
+    shielded(crate::lazy::after_fork);
+    shielded(crate::trace_sink::after_fork_child);
+    shielded(crate::lazy::reset_calls_in_child);
+}
+
+extern "C" fn flush_at_exit() {
+    shielded(crate::trace_sink::flush_at_exit);
+}

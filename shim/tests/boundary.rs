@@ -1,0 +1,356 @@
+//! The C boundary under what real programs and vendors do at its edges: every vendor's own
+//! argument checks and error reports, error handlers that throw or `longjmp`, `fork` during
+//! the first call, C with huge leading dimensions, BLAS calls made by library constructors.
+//!
+//! The argument and handler clients run over Debian's reference BLAS and Debian's OpenBLAS
+//! (pinned per process by library folder), each without the shim and with it on every CPU
+//! route: the program must see exactly what its BLAS gives it.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The vendor BLAS libraries the clients run over: (name, folder with its libblas.so.3).
+fn vendors() -> Vec<(&'static str, &'static str)> {
+    let mut v = vec![("reference", "/usr/lib/x86_64-linux-gnu/blas")];
+    let openblas = "/usr/lib/x86_64-linux-gnu/openblas-pthread";
+    if require(
+        Path::new(openblas).join("libblas.so.3").exists(),
+        "Debian's OpenBLAS",
+        "apt-get install libopenblas0-pthread",
+    ) {
+        v.push(("openblas", openblas));
+    }
+    v
+}
+
+/// `cmd` with `vendor`'s folder as the only library path (so its libblas.so.3 is the BLAS).
+fn over(mut cmd: Command, vendor: &str) -> Command {
+    cmd.env("LD_LIBRARY_PATH", vendor)
+        .env("OPENBLAS_NUM_THREADS", "1");
+    cmd
+}
+
+/// Compiles `tests/c/<src>` with `compiler` into `dir/<out>`; `None` after a visible skip when
+/// the compiler is missing.
+fn compile(dir: &Path, compiler: &str, src: &str, out: &str, args: &[&str]) -> Option<PathBuf> {
+    if !require(
+        runs(compiler, &["--version"]),
+        &format!("the compiler {compiler}"),
+        "apt-get install build-essential",
+    ) || !require(
+        have_blas_dev(),
+        "the reference BLAS (-lblas)",
+        "apt-get install libblas-dev",
+    ) {
+        return None;
+    }
+    let c_dir = repo_root().join("tests/c");
+    let target = dir.join(out);
+    let o = Command::new(compiler)
+        .args(["-O2", "-Wall", "-pthread", "-I"])
+        .arg(&c_dir)
+        .arg("-o")
+        .arg(&target)
+        .arg(c_dir.join(src))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "compiling {src}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(target)
+}
+
+/// Runs `cmd`, killing it after `limit`; `None` when it had to be killed.
+fn run_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `text` without the C hash of the cases the shim computes itself (named "... legal"): a
+/// non-vendor route may round those differently; every other line must be the vendor's.
+fn without_computed_results(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut computed = false;
+    for line in text.lines() {
+        if let Some(name) = line.strip_prefix("case ") {
+            computed = name.ends_with(" legal") || name.ends_with(" legal row");
+        } else if computed && line.trim_start().starts_with("c=") {
+            continue;
+        }
+        out.push(line);
+    }
+    out.join("\n")
+}
+
+#[test]
+fn illegal_and_degenerate_arguments_give_what_each_vendor_gives_on_every_route() {
+    let dir = work_dir("vendor-args");
+    let Some(prog) = compile(
+        &dir,
+        "cc",
+        "vendor_args.c",
+        "vendor_args",
+        &["-lblas", "-lm"],
+    ) else {
+        return;
+    };
+    for (name, folder) in vendors() {
+        let without = run_ok(&mut over(plain(&prog), folder));
+        let want = stdout(&without);
+        let cases: usize = want
+            .lines()
+            .find_map(|l| l.strip_prefix("cases "))
+            .and_then(|n| n.parse().ok())
+            .expect("the client prints its case count");
+        for route in ["vendor", "auto", "builtin", "cpu-ozaki"] {
+            let trace = dir.join(format!("{name}-{route}.jsonl"));
+            let mut cmd = over(shimmed(&prog, Some(&trace)), folder);
+            let got = stdout(&run_ok(cmd.env("OZAKI_ROUTE", route)));
+            let what = format!("{name} BLAS, OZAKI_ROUTE={route}");
+            if route == "vendor" || route == "auto" {
+                assert_same_output(&what, want.as_bytes(), got.as_bytes());
+            } else {
+                assert_same_output(
+                    &what,
+                    without_computed_results(&want).as_bytes(),
+                    without_computed_results(&got).as_bytes(),
+                );
+            }
+            let t = read_trace(&trace);
+            assert_eq!(
+                calls_in_order(&t).len(),
+                cases,
+                "{what}: one record per call"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_throwing_cxx_xerbla_reaches_the_programs_catch() {
+    let dir = work_dir("xerbla-throw");
+    let Some(prog) = compile(&dir, "g++", "xerbla_throw.cpp", "xerbla_throw", &["-lblas"]) else {
+        return;
+    };
+    for (name, folder) in vendors() {
+        let want = stdout(&run_ok(&mut over(plain(&prog), folder)));
+        assert_eq!(want.matches(": caught ").count(), 5, "{name}: {want}");
+        for route in ["vendor", "builtin"] {
+            let trace = dir.join(format!("{name}-{route}.jsonl"));
+            let mut cmd = over(shimmed(&prog, Some(&trace)), folder);
+            let got = run_ok(cmd.env("OZAKI_ROUTE", route));
+            assert_same_output(
+                &format!("{name} BLAS, OZAKI_ROUTE={route}"),
+                want.as_bytes(),
+                &got.stdout,
+            );
+        }
+    }
+}
+
+#[test]
+fn a_longjmp_out_of_xerbla_leaves_later_calls_intercepted() {
+    let dir = work_dir("xerbla-longjmp");
+    let Some(prog) = compile(
+        &dir,
+        "cc",
+        "xerbla_longjmp.c",
+        "xerbla_longjmp",
+        &["-lblas", "-lm"],
+    ) else {
+        return;
+    };
+    for (name, folder) in vendors() {
+        let want = stdout(&run_ok(&mut over(plain(&prog), folder)));
+        assert!(want.contains("jumps 2"), "{name}: {want}");
+        let trace = dir.join(format!("{name}.jsonl"));
+        let mut cmd = over(shimmed(&prog, Some(&trace)), folder);
+        let got = run_ok(cmd.env("OZAKI_ROUTE", "builtin"));
+        let what = format!("{name} BLAS");
+        assert_same_output(&what, want.as_bytes(), &got.stdout);
+        let t = read_trace(&trace);
+        let calls = calls_in_order(&t);
+        let legal: Vec<_> = calls.iter().filter(|c| c.route != "xerbla").collect();
+        assert!(
+            legal.iter().all(|c| c.route == "builtin"),
+            "{what}: every legal call after a longjmp is routed as OZAKI_ROUTE says"
+        );
+        let seen: Vec<_> = legal.iter().map(|c| observed(c)).collect();
+        assert_eq!(
+            seen,
+            expectations(&want),
+            "{what}: every legal call after a longjmp is traced, once"
+        );
+    }
+}
+
+#[test]
+fn children_forked_during_the_first_call_finish_their_own() {
+    let dir = work_dir("fork-race");
+    let Some(prog) = compile(&dir, "cc", "fork_race.c", "fork_race", &["-lblas", "-lm"]) else {
+        return;
+    };
+    let trace = dir.join("t-%p.jsonl");
+    for route in ["auto", "vendor"] {
+        let mut cmd = shimmed(&prog, Some(&trace));
+        cmd.args(["48", "75"]).env("OZAKI_ROUTE", route);
+        let out = run_within(&mut cmd, Duration::from_secs(240))
+            .expect("the fork-race client finishes (each child has 5 s)");
+        let text = stdout(&out);
+        assert!(
+            text.contains("trials 48 hung 0"),
+            "OZAKI_ROUTE={route}: children hung at their first call: {text}"
+        );
+    }
+}
+
+#[test]
+fn a_strided_c_is_touched_only_in_its_block() {
+    let dir = work_dir("strided-c");
+    let Some(prog) = compile(&dir, "cc", "strided_c.c", "strided_c", &["-lblas", "-lm"]) else {
+        return;
+    };
+    let results = |o: &Output| -> Vec<String> {
+        stdout(o)
+            .lines()
+            .filter(|l| l.starts_with("result "))
+            .map(String::from)
+            .collect()
+    };
+    let time = |o: &Output| -> f64 {
+        stdout(o)
+            .lines()
+            .find_map(|l| l.strip_prefix("time ms="))
+            .and_then(|t| t.parse().ok())
+            .expect("a timing line")
+    };
+    let without = run_ok(&mut plain(&prog));
+    assert_eq!(results(&without).len(), 5);
+    let vendor_ms = time(&without);
+    // The GPU routes fall back to the vendor where no GPU is; on the GPU machine they compute
+    // on the packed block.
+    for (route, ab) in [
+        ("vendor", None),
+        ("builtin", None),
+        ("cpu-ozaki", None),
+        ("builtin", Some("1")),
+        ("gpu-native", None),
+        ("gpu-ozaki", None),
+    ] {
+        let mut cmd = shimmed(&prog, None);
+        cmd.env("OZAKI_ROUTE", route);
+        if let Some(ab) = ab {
+            cmd.env("OZAKI_AB", ab);
+        }
+        // A read or write of the gaps between C's columns is a SIGSEGV here.
+        let with = run_ok(&mut cmd);
+        assert_eq!(
+            results(&with),
+            results(&without),
+            "OZAKI_ROUTE={route} OZAKI_AB={ab:?}: exact integer results"
+        );
+        if route == "builtin" && ab.is_none() {
+            let builtin_ms = time(&with);
+            eprintln!(
+                "8 x 2000 (k = 16) with ldc = 20000: vendor {vendor_ms:.3} ms, builtin {builtin_ms:.3} ms"
+            );
+            assert!(
+                builtin_ms < 20.0 * vendor_ms + 20.0,
+                "the built-in route copies more than the block: {builtin_ms} ms vs the vendor's {vendor_ms} ms"
+            );
+        }
+    }
+}
+
+/// Builds `tests/c/<src>` as a shared library `dir/<out>`.
+fn shared_lib(dir: &Path, src: &str, out: &str, libs: &[&str]) -> Option<PathBuf> {
+    let mut args = vec!["-shared", "-fPIC"];
+    args.extend_from_slice(libs);
+    compile(dir, "cc", src, out, &args)
+}
+
+#[test]
+fn a_call_from_a_constructor_that_runs_before_ours_is_this_processs_own() {
+    let dir = work_dir("early-call");
+    let (Some(prog), Some(early)) = (
+        compile(&dir, "cc", "one_call.c", "one_call", &["-lblas"]),
+        shared_lib(&dir, "early_blas.c", "libearly_blas.so", &["-lblas"]),
+    ) else {
+        return;
+    };
+    let trace = dir.join("trace.jsonl");
+    // The loader runs the later preload's constructor first.
+    let preload = format!("{} {}", shim_lib().display(), early.display());
+    let out = run_ok(shimmed(&prog, Some(&trace)).env("LD_PRELOAD", preload));
+    assert!(
+        stdout(&out).contains("early c = 1 2 3 4"),
+        "{}",
+        stdout(&out)
+    );
+    let t = read_trace(&trace);
+    assert_eq!(
+        t.headers.len(),
+        1,
+        "one header, in the file named (not a child's)"
+    );
+    let h = &t.headers[0];
+    assert_eq!(h.parent_pid, None, "the process is not a fork child");
+    assert!(
+        h.start_unix_s > 1.0e9,
+        "a real start time: {}",
+        h.start_unix_s
+    );
+    assert_eq!(
+        calls_in_order(&t).len(),
+        2,
+        "the constructor's call and main's"
+    );
+}
+
+#[test]
+fn a_vendor_calling_dgemm_from_its_constructor_does_not_hang() {
+    let dir = work_dir("ctor-vendor");
+    let (Some(prog), Some(vendor)) = (
+        compile(&dir, "cc", "one_call.c", "one_call", &["-lblas"]),
+        shared_lib(&dir, "ctor_vendor.c", "libctor_vendor.so", &[]),
+    ) else {
+        return;
+    };
+    let want = stdout(&run_ok(&mut plain(&prog)));
+    let mut cmd = shimmed(&prog, None);
+    cmd.env("OZAKI_VENDOR_BLAS", &vendor)
+        .env("OZAKI_ROUTE", "vendor");
+    let out = run_within(&mut cmd, Duration::from_secs(30))
+        .expect("the program finishes (its vendor calls dgemm_ while the shim loads it)");
+    let got = stdout(&out);
+    assert!(out.status.success(), "{got}");
+    assert!(
+        got.contains("vendor constructor c = 2 4 6 8"),
+        "the constructor's own call is computed: {got}"
+    );
+    assert!(got.contains(want.trim()), "main's call: {got} vs {want}");
+}
