@@ -30,6 +30,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod crt;
+pub mod cuda_lib_dirs;
 pub mod device;
 mod early_write;
 pub mod error;

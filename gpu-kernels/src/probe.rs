@@ -28,13 +28,20 @@ impl Libraries {
     /// load does not change while it runs).
     pub fn detect() -> Libraries {
         static FOUND: OnceLock<Libraries> = OnceLock::new();
-        // SAFETY: is_culib_present only dlopens candidate names and drops the handle.
-        *FOUND.get_or_init(|| unsafe {
-            Libraries {
-                driver: driver_present(),
-                cublas: cudarc::cublas::sys::is_culib_present(),
-                cublaslt: cudarc::cublaslt::sys::is_culib_present(),
-                nvrtc: cudarc::nvrtc::sys::is_culib_present(),
+        *FOUND.get_or_init(|| {
+            // pip's CUDA wheels first, so that the names below find them (cuda_lib_dirs.rs);
+            // without a driver they would be loaded for nothing.
+            if driver_present() {
+                crate::cuda_lib_dirs::preload();
+            }
+            // SAFETY: is_culib_present only dlopens candidate names and drops the handle.
+            unsafe {
+                Libraries {
+                    driver: driver_present(),
+                    cublas: cudarc::cublas::sys::is_culib_present(),
+                    cublaslt: cudarc::cublaslt::sys::is_culib_present(),
+                    nvrtc: cudarc::nvrtc::sys::is_culib_present(),
+                }
             }
         })
     }

@@ -83,9 +83,18 @@ fn replace_rank(pattern: &str, rank: u32) -> String {
 /// every rank would truncate and write the same file. `%r` goes before the extension
 /// (`app.jsonl` -> `app-%r.jsonl`). `None` when the template needs no change.
 pub fn per_rank_pattern(pattern: &str, program: &OsStr) -> Option<String> {
-    let has = |t: &str| pattern.replace("%%", "").contains(t);
     let ranks = is_launcher_name(program) || LauncherEnv::from_process_env().world_rank.is_some();
-    if !ranks || has("%r") || has("%p") {
+    if !ranks {
+        return None;
+    }
+    rank_pattern(pattern)
+}
+
+/// `pattern` with `%r` inserted when it has neither `%r` nor `%p`, for a trace written by
+/// several MPI ranks; `None` when it already names one file per process.
+pub fn rank_pattern(pattern: &str) -> Option<String> {
+    let has = |t: &str| pattern.replace("%%", "").contains(t);
+    if has("%r") || has("%p") {
         return None;
     }
     Some(insert_rank(pattern))

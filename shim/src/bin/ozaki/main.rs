@@ -10,9 +10,11 @@ mod ab_report;
 mod accuracy;
 mod bench;
 mod calibrate;
+mod env;
 mod explain;
 mod fortran_dgemm;
 mod launcher;
+mod preload;
 mod progress;
 mod replay;
 mod report;
@@ -33,6 +35,11 @@ const SUBCOMMANDS: &[Subcommand] = &[
         name: "run",
         about: "run a program with the shim preloaded, then summarise its BLAS calls",
         main: run::main,
+    },
+    Subcommand {
+        name: "env",
+        about: "the variables that preload the shim, for mpirun -x / srun --export",
+        main: env::main,
     },
     Subcommand {
         name: "summary",

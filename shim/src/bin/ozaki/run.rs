@@ -1,9 +1,8 @@
 //! `ozaki run [--trace FILE] [--route ROUTE] -- CMD ARGS...`: run an unmodified program with
 //! the shim preloaded, then summarise its BLAS calls (issue #2).
 //!
-//! The shim library is looked up next to this executable (`libozaki_shim.so`, then
-//! `../lib/libozaki_shim.so`, the layouts of `target/release/` and of an installed prefix)
-//! and prepended to `LD_PRELOAD`. The program's stdout is left alone: the summary goes to
+//! The shim library is found next to this executable (`preload.rs`) and prepended to
+//! `LD_PRELOAD`. The program's stdout is left alone: the summary goes to
 //! stderr, after the program has exited, and the program's exit status is passed through
 //! (a death by signal N becomes 128 + N, as in a shell), so `ozaki run` can stand in front
 //! of any command in a script.
@@ -28,7 +27,7 @@
 use anyhow::Context as _;
 use clap::Parser;
 use ozaki_core::route::RouteRequest;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
@@ -36,10 +35,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::launcher;
+use crate::preload::{find_shim, prepend_preload};
 use crate::summary;
-
-/// File name of the shim library.
-const SHIM_LIB: &str = "libozaki_shim.so";
 
 /// Run a program with the ozaki shim preloaded, then print a summary of its BLAS calls.
 #[derive(Debug, Parser)]
@@ -255,34 +252,6 @@ fn join_parts(parts: &Path, file: &Path, since: std::time::SystemTime) {
     }
 }
 
-/// Finds `libozaki_shim.so` next to this executable, or in `../lib/`; returns an absolute path.
-fn find_shim() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot locate the ozaki executable")?;
-    let dir = exe.parent().unwrap_or(Path::new("/"));
-    let candidates = [dir.join(SHIM_LIB), dir.join("../lib").join(SHIM_LIB)];
-    for c in &candidates {
-        if c.is_file() {
-            return Ok(c.canonicalize().unwrap_or_else(|_| c.clone()));
-        }
-    }
-    let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
-    anyhow::bail!(
-        "cannot find {SHIM_LIB} (looked in {}); build it with `cargo build --release` and run the ozaki \
-         binary from the same directory",
-        looked.join(", ")
-    )
-}
-
-/// `LD_PRELOAD` with the shim first, so it wins over anything else preloaded.
-fn prepend_preload(shim: &Path, existing: Option<&OsStr>) -> OsString {
-    let mut v = shim.as_os_str().to_os_string();
-    if let Some(e) = existing.filter(|e| !e.is_empty()) {
-        v.push(":");
-        v.push(e);
-    }
-    v
-}
-
 /// A fresh directory only this user can enter, so nobody can plant files where the trace goes.
 fn private_temp_dir() -> anyhow::Result<PathBuf> {
     let base = std::env::temp_dir();
@@ -485,19 +454,5 @@ mod tests {
         assert!(m("app.jsonl", "app.jsonl.4242"));
         assert!(!m("app.jsonl", "app.jsonl.x"));
         assert!(!m("app.jsonl", "app.json"));
-    }
-
-    #[test]
-    fn preload_keeps_existing_entries_after_the_shim() {
-        let shim = Path::new("/x/libozaki_shim.so");
-        assert_eq!(prepend_preload(shim, None), "/x/libozaki_shim.so");
-        assert_eq!(
-            prepend_preload(shim, Some(OsStr::new(""))),
-            "/x/libozaki_shim.so"
-        );
-        assert_eq!(
-            prepend_preload(shim, Some(OsStr::new("/y/liba.so"))),
-            "/x/libozaki_shim.so:/y/liba.so"
-        );
     }
 }

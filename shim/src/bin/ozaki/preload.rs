@@ -1,0 +1,61 @@
+//! Where the shim library is, and the `LD_PRELOAD` value that puts it in front of a program.
+//!
+//! The library is looked up next to this executable (`libozaki_shim.so`, then
+//! `../lib/libozaki_shim.so`). The first is the layout of `target/release/`; the second that
+//! of an installed prefix and of the pip wheel, whose binary is
+//! `site-packages/ozaki_shim/bin/ozaki` beside `site-packages/ozaki_shim/lib/`. The path is
+//! made absolute, so it stays valid in whatever directory the program changes to.
+
+use anyhow::Context as _;
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+/// File name of the shim library.
+pub const SHIM_LIB: &str = "libozaki_shim.so";
+
+/// Finds `libozaki_shim.so` next to this executable, or in `../lib/`; returns an absolute path.
+pub fn find_shim() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot locate the ozaki executable")?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidates = [dir.join(SHIM_LIB), dir.join("../lib").join(SHIM_LIB)];
+    for c in &candidates {
+        if c.is_file() {
+            return Ok(c.canonicalize().unwrap_or_else(|_| c.clone()));
+        }
+    }
+    let looked: Vec<String> = candidates.iter().map(|c| c.display().to_string()).collect();
+    anyhow::bail!(
+        "cannot find {SHIM_LIB} (looked in {}); build it with `cargo build --release` and run the ozaki \
+         binary from the same directory, or reinstall the ozaki-shim wheel",
+        looked.join(", ")
+    )
+}
+
+/// `LD_PRELOAD` with the shim first, so it wins over anything else preloaded.
+pub fn prepend_preload(shim: &Path, existing: Option<&OsStr>) -> OsString {
+    let mut v = shim.as_os_str().to_os_string();
+    if let Some(e) = existing.filter(|e| !e.is_empty()) {
+        v.push(":");
+        v.push(e);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preload_keeps_existing_entries_after_the_shim() {
+        let shim = Path::new("/x/libozaki_shim.so");
+        assert_eq!(prepend_preload(shim, None), "/x/libozaki_shim.so");
+        assert_eq!(
+            prepend_preload(shim, Some(OsStr::new(""))),
+            "/x/libozaki_shim.so"
+        );
+        assert_eq!(
+            prepend_preload(shim, Some(OsStr::new("/y/liba.so"))),
+            "/x/libozaki_shim.so:/y/liba.so"
+        );
+    }
+}
