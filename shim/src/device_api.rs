@@ -55,12 +55,14 @@ fn run(canon: &Canon, call: DeviceCall, stream: *mut c_void) -> c_int {
     let cfg = config::get();
     let opts = crate::route::gpu::ozaki_options(cfg);
     let stream = stream as gpu_kernels::device::Stream;
+    // Decided before the GPU lock is taken: the engine's first build looks up the GPU's
+    // name through that same lock, so deciding under it would deadlock the first call.
+    let emulate = call.alpha != 0.0
+        && call.k != 0
+        && emulates(cfg.route, || device_decision(canon, cfg.moduli));
     let attempt = gpu_kernels::probe::contain("device entry point", || {
         let mut g = gpu()?;
-        if call.alpha != 0.0
-            && call.k != 0
-            && emulates(cfg.route, || device_decision(canon, cfg.moduli))
-        {
+        if emulate {
             // SAFETY: the device entry point's contract: the caller's device pointers cover
             // the checked matrices on this context and stay valid for the call.
             match unsafe { ozaki::gemm(&mut g, stream, &call, opts) } {
