@@ -201,8 +201,11 @@ fn cpu_ozaki_leaves_the_fp_flags_numpy_sees_as_the_vendor_does() {
         let trace_path = dir.join("trace.jsonl");
         let without = run_ok(plain(python).arg(&script));
         let with = run_ok(
+            // The accuracy rule declines these wide-range lines (their small entries cannot
+            // keep fp64 accuracy); a forced count runs the internal scaling under test.
             shimmed(python, Some(&trace_path))
                 .env("OZAKI_ROUTE", "cpu-ozaki")
+                .env("OZAKI_MODULI", "20")
                 .arg(&script),
         );
         assert_same_output(
