@@ -524,7 +524,7 @@ fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
     assert_eq!(diff, 0, "{diff} of {} entries differ from cpu-ozaki", m * n);
 }
 
-/// Norm scaling (the GPU default, issue #4): the coarse square sums of the `line_stats_*`
+/// Norm scaling (the GPU default): the coarse square sums of the `line_stats_*`
 /// kernels and the per-line shifts give ozaki-core's bits for the same moduli, over both
 /// storage orders of each operand (transposes), exponents spread within and across lines,
 /// zero rows and columns, beta != 0, and dsyrk's triangles.

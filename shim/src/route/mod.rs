@@ -142,7 +142,7 @@ impl Choice {
 
 /// Picks the route for a call. Forced routes are taken as they are (a forced GPU route in a
 /// process with several GPU slots gets the engine's split decision); `auto` asks the
-/// per-record engine ([`choose::auto`], issue #5). Both price the canonical call.
+/// per-record engine ([`choose::auto`]). Both price the canonical call.
 pub fn choose(request: RouteRequest, canon: &Canon, config: &Config) -> Choice {
     match request {
         RouteRequest::Forced(route @ (Route::GpuNative | Route::GpuOzaki)) => {

@@ -534,7 +534,7 @@ impl Summary {
         t.write(out)
     }
 
-    /// Per-rank totals when the files come from MPI ranks (issue #7), so load imbalance and
+    /// Per-rank totals when the files come from MPI ranks, so load imbalance and
     /// a rank that missed the shim show up. A file counts for the rank in its first header.
     fn write_per_rank(&self, out: &mut dyn Write) -> std::io::Result<()> {
         let mut by_rank: BTreeMap<(Option<u32>, &str), Totals> = BTreeMap::new();
@@ -568,7 +568,7 @@ impl Summary {
         t.write(out)
     }
 
-    /// Per-GPU counts (issue #7): every call a GPU route ran, by host and device ordinal; a
+    /// Per-GPU counts: every call a GPU route ran, by host and device ordinal; a
     /// split call counts on each of its devices (`split calls`). Absent when no call ran on
     /// a GPU.
     fn write_per_device(&self, out: &mut dyn Write) -> std::io::Result<()> {
