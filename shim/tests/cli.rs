@@ -208,6 +208,27 @@ fn help_explains_the_commands() {
 }
 
 #[test]
+fn every_command_answers_help_with_success() {
+    let o = run_ok(ozaki().arg("--help"));
+    let commands: Vec<String> = text(&o.stdout)
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert!(commands.len() >= 8, "too few commands listed: {commands:?}");
+    for cmd in &commands {
+        let o = ozaki().args([cmd.as_str(), "--help"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "`ozaki {cmd} --help` failed");
+        assert!(!o.stdout.is_empty(), "`ozaki {cmd} --help` printed nothing");
+    }
+    // `ozaki help run` is `ozaki run --help`, not the top-level help.
+    let o = run_ok(ozaki().args(["help", "run"]));
+    assert!(text(&o.stdout).contains("--trace"), "{}", text(&o.stdout));
+}
+
+#[test]
 fn run_summarises_every_process_of_a_forking_program() {
     let dir = work_dir("cli-fork");
     let Some(prog) = build_c(&dir, "fork", &["-lblas"]) else {

@@ -106,9 +106,18 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     if matches!(name.as_str(), "-h" | "--help" | "help") {
-        print_help();
-        return ExitCode::SUCCESS;
+        // `ozaki help CMD` is `ozaki CMD --help`.
+        match args.get(2).filter(|_| name == "help") {
+            Some(sub) if SUBCOMMANDS.iter().any(|s| s.name == sub.as_str()) => {
+                args = vec![args[0].clone(), sub.clone(), "--help".into()];
+            }
+            _ => {
+                print_help();
+                return ExitCode::SUCCESS;
+            }
+        }
     }
+    let name = args[1].clone();
     if matches!(name.as_str(), "-V" | "--version") {
         println!("ozaki {}", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
@@ -123,6 +132,16 @@ fn main() -> ExitCode {
     match (cmd.main)(args) {
         Ok(code) => code,
         Err(e) => {
+            // `--help` and `--version` reach here as clap "errors": they are answers.
+            if let Some(clap) = e.downcast_ref::<clap::Error>()
+                && matches!(
+                    clap.kind(),
+                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                )
+            {
+                let _ = clap.print();
+                return ExitCode::SUCCESS;
+            }
             if e.chain().any(|c| {
                 c.downcast_ref::<std::io::Error>()
                     .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
