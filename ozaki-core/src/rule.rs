@@ -364,6 +364,20 @@ impl<'a> Lines<'a> {
         }
     }
 
+    /// An owned copy.
+    pub fn to_table(&self) -> LineTable {
+        LineTable {
+            maxbits: self.maxbits.to_vec(),
+            coarse_sq: self.coarse_sq.to_vec(),
+            abs1: self.abs1.to_vec(),
+            abs2: self.abs2.to_vec(),
+            log_depth: self.log_depth.to_vec(),
+            log_depth_sq: self.log_depth_sq.to_vec(),
+            nonzeros: self.nonzeros.to_vec(),
+            range: self.range.to_vec(),
+        }
+    }
+
     /// The line exponents `e` (None for zero lines).
     pub fn exponents(&self) -> Vec<Option<i32>> {
         self.maxbits.iter().map(|&b| exponent_of_bits(b)).collect()

@@ -307,6 +307,22 @@ fn scan_lines(
 /// the same table twice) and the seconds the two passes took on `stream`: what the accuracy
 /// rule reads, for tests against the host mirror (`ozaki_core::rule::LineTable::push`) and
 /// for measuring what the rule costs.
+/// The rule's view of the statistics buffer the scan kernels fill: [`STAT_SLOTS`] slots of
+/// `nb_rows` u64s each, one per statistic (slot 1, the scan's sum |x|, is not the rule's).
+fn stat_lines(slots: &[u64], nb_rows: usize) -> Lines<'_> {
+    let slot = |s: usize| &slots[s * nb_rows..(s + 1) * nb_rows];
+    Lines {
+        maxbits: slot(0),
+        coarse_sq: slot(2),
+        abs1: slot(3),
+        abs2: slot(4),
+        log_depth: slot(5),
+        log_depth_sq: slot(6),
+        nonzeros: slot(7),
+        range: slot(8),
+    }
+}
+
 pub fn line_statistics(
     gpu: &mut Gpu,
     stream: sys::CUstream,
@@ -331,24 +347,12 @@ pub fn line_statistics(
     }
     .result()
     .ctx("cuMemcpyDtoH")?;
-    let table = |r: std::ops::Range<usize>| {
-        let slot = |s: usize| host[s * nb_rows + r.start..s * nb_rows + r.end].to_vec();
-        LineTable {
-            maxbits: slot(0),
-            coarse_sq: slot(2),
-            abs1: slot(3),
-            abs2: slot(4),
-            log_depth: slot(5),
-            log_depth_sq: slot(6),
-            nonzeros: slot(7),
-            range: slot(8),
-        }
-    };
-    let a = table(0..call.m);
+    let all = stat_lines(&host, nb_rows);
+    let a = all.slice(0..call.m).to_table();
     let b = if syrk {
         a.clone()
     } else {
-        table(call.m..nb_rows)
+        all.slice(call.m..nb_rows).to_table()
     };
     Ok((a, b, secs))
 }
@@ -509,19 +513,8 @@ pub unsafe fn enqueue(
     fence.wait()?;
     // SAFETY: the copy has completed; the buffer is page-aligned and holds STAT_SLOTS slots
     // of nb_rows u64s.
-    let slot = |s: usize| unsafe {
-        std::slice::from_raw_parts(host.add(8 * s * nb_rows) as *const u64, nb_rows)
-    };
-    let all = Lines {
-        maxbits: slot(0),
-        coarse_sq: slot(2),
-        abs1: slot(3),
-        abs2: slot(4),
-        log_depth: slot(5),
-        log_depth_sq: slot(6),
-        nonzeros: slot(7),
-        range: slot(8),
-    };
+    let slots = unsafe { std::slice::from_raw_parts(host as *const u64, STAT_SLOTS * nb_rows) };
+    let all = stat_lines(slots, nb_rows);
     let a_stats = all.slice(0..m);
     let b_stats = if syrk { a_stats } else { all.slice(m..nb_rows) };
     // the shifts themselves come from the device (`line_shifts`, the same function of the lines)
