@@ -126,7 +126,7 @@ pub fn adjust(
 
 impl Adjusted {
     /// `route` as it is, nothing corrected.
-    fn plain(route: Route) -> Adjusted {
+    pub fn plain(route: Route) -> Adjusted {
         Adjusted {
             route,
             correction: None,
