@@ -201,17 +201,22 @@ impl Nvml {
         type ByPci = unsafe extern "C" fn(*const c_char, *mut Device) -> NvmlReturn;
         type Query = unsafe extern "C" fn(Device, *mut c_ulonglong) -> NvmlReturn;
         type ErrorString = unsafe extern "C" fn(NvmlReturn) -> *const c_char;
-        // SAFETY (each symbol): the types are nvml.h's signatures.
+        // SAFETY: the types are nvml.h's signatures of these symbols.
         let init: Init = unsafe { symbol(lib, "nvmlInit_v2") }?;
+        // SAFETY: as above.
         let shutdown: Init = unsafe { symbol(lib, "nvmlShutdown") }?;
+        // SAFETY: as above.
         let error_string: Option<ErrorString> = unsafe { symbol(lib, "nvmlErrorString") }.ok();
+        // SAFETY: as above.
         let energy: Query = unsafe { symbol(lib, "nvmlDeviceGetTotalEnergyConsumption") }?;
+        // SAFETY: as above (the event-reasons name is the newer drivers' alias).
         let reasons: Query = unsafe { symbol(lib, "nvmlDeviceGetCurrentClocksThrottleReasons") }
+            // SAFETY: as above.
             .or_else(|_| unsafe { symbol(lib, "nvmlDeviceGetCurrentClocksEventReasons") })?;
         let why = |what: &str, rc: NvmlReturn| {
             let text = error_string
-                // SAFETY: nvmlErrorString returns a static NUL-terminated string.
                 .map(|f| {
+                    // SAFETY: nvmlErrorString returns a static NUL-terminated string.
                     unsafe { CStr::from_ptr(f(rc)) }
                         .to_string_lossy()
                         .into_owned()
@@ -234,12 +239,14 @@ impl Nvml {
         };
         let rc = match pci_bus_id {
             Some(id) => {
+                // SAFETY: nvml.h's signature of the symbol.
                 let by_pci: ByPci = unsafe { symbol(lib, "nvmlDeviceGetHandleByPciBusId_v2") }?;
                 let c = CString::new(id).map_err(|_| "PCI bus id with a NUL".to_string())?;
                 // SAFETY: c is NUL-terminated; the device is an out-parameter.
                 unsafe { by_pci(c.as_ptr(), &mut nvml.device) }
             }
             None => {
+                // SAFETY: nvml.h's signature of the symbol.
                 let by_index: ByIndex = unsafe { symbol(lib, "nvmlDeviceGetHandleByIndex_v2") }?;
                 // SAFETY: out-parameter.
                 unsafe { by_index(index, &mut nvml.device) }

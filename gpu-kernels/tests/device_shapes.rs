@@ -8,9 +8,9 @@ mod support;
 use gpu_kernels::host::{self, Engine};
 use gpu_kernels::ozaki::Options;
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo};
-use ozaki_core::emulate::{self, EmulationConfig, Moduli, Reconstruction, ScalingMode};
+use ozaki_core::emulate::{self, ScalingMode};
 use ozaki_core::testutil::Rng;
-use support::{centered, device_product, skip};
+use support::{bits_differ, centered, device_product, dims, same_numerics, skip};
 
 /// Whether a GPU is usable; otherwise prints `skipped: <test>: no GPU (why)`.
 fn gpu_or_skip(test: &str) -> bool {
@@ -21,13 +21,6 @@ fn gpu_or_skip(test: &str) -> bool {
             false
         }
     }
-}
-
-fn same_bits(x: &[f64], y: &[f64]) -> usize {
-    x.iter()
-        .zip(y)
-        .filter(|(a, b)| a.to_bits() != b.to_bits())
-        .count()
 }
 
 fn aligned(align: usize, max_block: usize) -> Options {
@@ -63,14 +56,14 @@ fn padded_products_equal_unpadded_ones_bit_for_bit() {
             c
         };
         let unpadded = run(aligned(1, 0));
-        assert_ne!(same_bits(&unpadded, &c0), 0, "{m}x{n}x{k}: C not written");
+        assert_ne!(bits_differ(&unpadded, &c0), 0, "{m}x{n}x{k}: C not written");
         for opts in [
             aligned(0, 0),
             aligned(64, 0),
             aligned(0, 48),
             aligned(1, 48),
         ] {
-            let diff = same_bits(&unpadded, &run(opts));
+            let diff = bits_differ(&unpadded, &run(opts));
             assert_eq!(diff, 0, "{m}x{n}x{k} {opts:?}: {diff} entries differ");
         }
     }
@@ -91,8 +84,8 @@ fn padded_odd_shapes_equal_the_cpu_reference_route_bit_for_bit() {
         (Trans::No, Trans::Yes),
         (Trans::Yes, Trans::Yes),
     ] {
-        let (ra, ca) = if transa == Trans::No { (m, k) } else { (k, m) };
-        let (rb, cb) = if transb == Trans::No { (k, n) } else { (n, k) };
+        let (ra, ca) = dims(transa, m, k);
+        let (rb, cb) = dims(transb, k, n);
         let a = centered(&mut rng, ra * ca);
         let b = centered(&mut rng, rb * cb);
         let c0 = centered(&mut rng, m * n);
@@ -111,23 +104,12 @@ fn padded_odd_shapes_equal_the_cpu_reference_route_bit_for_bit() {
             ldc: m,
         };
         for scaling in [ScalingMode::Fast, ScalingMode::Norm] {
-            let r = 14;
+            let (engine, cfg) = same_numerics(scaling, 14);
             let mut cpu = c0.clone();
-            let cfg = EmulationConfig {
-                moduli: Moduli::Fixed(r),
-                scaling,
-                reconstruction: Reconstruction::Exact,
-                ..Default::default()
-            };
             emulate::gemm(&g, &mut cpu, &cfg).expect("cpu-ozaki");
             let mut dev = c0.clone();
-            let opts = Options {
-                moduli: Some(r),
-                scaling: Some(scaling),
-                ..Options::default()
-            };
-            host::gemm(&g, &mut dev, Engine::Ozaki(opts)).unwrap();
-            let diff = same_bits(&cpu, &dev);
+            host::gemm(&g, &mut dev, engine).unwrap();
+            let diff = bits_differ(&cpu, &dev);
             assert_eq!(diff, 0, "{transa:?}{transb:?} {scaling:?}: {diff} differ");
         }
     }
@@ -144,8 +126,8 @@ fn padded_syrk_triangles_equal_unpadded_ones_bit_for_bit() {
     let (n, k) = (301, 77);
     for trans in [Trans::No, Trans::Yes] {
         for uplo in [Uplo::Upper, Uplo::Lower] {
-            let lda = if trans == Trans::No { n } else { k };
-            let a = centered(&mut rng, lda * if trans == Trans::No { k } else { n });
+            let (lda, ca) = dims(trans, n, k);
+            let a = centered(&mut rng, lda * ca);
             let c0 = centered(&mut rng, n * n);
             let s = SyrkArgs {
                 uplo,
@@ -166,7 +148,7 @@ fn padded_syrk_triangles_equal_unpadded_ones_bit_for_bit() {
             let unpadded = run(aligned(1, 0));
             for opts in [aligned(0, 0), aligned(0, 50), aligned(32, 100)] {
                 let c = run(opts);
-                let diff = same_bits(&unpadded, &c);
+                let diff = bits_differ(&unpadded, &c);
                 assert_eq!(diff, 0, "{uplo:?}{trans:?} {opts:?}: {diff} differ");
             }
             for j in 0..n {

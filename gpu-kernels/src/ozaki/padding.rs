@@ -72,7 +72,7 @@ impl Padded {
     /// offset `start` of a dimension padded to `padded_len`: `len` rounded up, never beyond
     /// the planes.
     pub fn extent(&self, start: usize, len: usize, padded_len: usize) -> usize {
-        debug_assert!(start % self.align == 0 && start + len <= padded_len);
+        debug_assert!(start.is_multiple_of(self.align) && start + len <= padded_len);
         round_up(len, self.align).min(padded_len - start)
     }
 }
