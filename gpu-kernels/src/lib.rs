@@ -24,6 +24,7 @@
 //! | [`start_gate`] | steps of the GPU start that a process exit waits for |
 //! | [`warm_up`] | the first call's one-off costs, paid on the background start's thread |
 //! | [`measure`] | rates and baselines for `ozaki bench` |
+//! | [`energy`] | joules per call and power-cap state from NVML (`ozaki bench`) |
 
 // CUstream / CUdeviceptr-like handles are opaque values passed through to the driver, never
 // dereferenced by this crate; clippy cannot tell them from data pointers.
@@ -33,6 +34,7 @@ pub mod crt;
 pub mod cuda_lib_dirs;
 pub mod device;
 mod early_write;
+pub mod energy;
 pub mod error;
 pub mod host;
 pub mod host_copy;

@@ -15,7 +15,7 @@ use gpu_kernels::measure::entry_errors;
 use gpu_kernels::ozaki::Options;
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo};
 use ozaki_core::testutil::Rng;
-use support::{centered, device_product, have_gpu, integers};
+use support::{bits_differ, centered, device_product, dims, have_gpu, integers, same_numerics};
 
 fn op(x: &[f64], ld: usize, t: Trans, i: usize, l: usize) -> f64 {
     match t {
@@ -46,14 +46,6 @@ fn worst_error(g: &GemmArgs, c0: &[f64], c: &[f64]) -> f64 {
         }
     }
     worst
-}
-
-fn dims(t: Trans, rows: usize, cols: usize) -> (usize, usize) {
-    if t == Trans::No {
-        (rows, cols)
-    } else {
-        (cols, rows)
-    }
 }
 
 #[test]
@@ -394,31 +386,7 @@ fn row_quads_equal_the_cpu_reference_route_bit_for_bit() {
     }
 }
 
-use ozaki_core::emulate::{self, EmulationConfig, Moduli, Reconstruction, ScalingMode};
-
-/// The GPU route's and ozaki-core's settings for the same moduli count and scaling.
-fn same_numerics(scaling: ScalingMode, r: usize) -> (Engine, EmulationConfig) {
-    (
-        Engine::Ozaki(Options {
-            moduli: Some(r),
-            scaling: Some(scaling),
-            ..Default::default()
-        }),
-        EmulationConfig {
-            moduli: Moduli::Fixed(r),
-            scaling,
-            reconstruction: Reconstruction::Exact,
-            ..Default::default()
-        },
-    )
-}
-
-fn bits_differ(cpu: &[f64], dev: &[f64]) -> usize {
-    cpu.iter()
-        .zip(dev)
-        .filter(|(x, y)| x.to_bits() != y.to_bits())
-        .count()
-}
+use ozaki_core::emulate::{self, ScalingMode};
 
 /// C = alpha op(A) op(B) + beta C0 through the GPU route and ozaki-core with the same moduli
 /// and scaling, on operands whose exponents are spread so the shifts differ per row and

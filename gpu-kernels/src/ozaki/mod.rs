@@ -46,6 +46,7 @@ use ozaki_core::blas::{Trans, Uplo};
 use ozaki_core::trace::Phases;
 
 mod moduli_guess;
+pub mod padding;
 mod plan;
 
 pub use ozaki_core::rule::{Accuracy, LineTable, Lines};
@@ -176,6 +177,9 @@ pub struct Options {
     pub accuracy: Accuracy,
     /// Largest column block (for tests of the blocked path; 0 = as memory allows).
     pub max_block: usize,
+    /// Alignment of the int8 products' m, n and k ([`padding::alignment`]: 0 is
+    /// [`padding::ALIGN`], 1 leaves m and n unpadded); the result is the same bits at any.
+    pub align: usize,
 }
 
 /// Residue and CRT tables for r = 0..=20 moduli (index r), built once per process.
@@ -200,10 +204,6 @@ fn written_c(e: GpuError) -> GpuError {
         }
         e => e,
     }
-}
-
-fn round_up(x: usize, to: usize) -> usize {
-    x.div_ceil(to) * to
 }
 
 /// Runs the emulated call on `stream` and waits for it. On error C is untouched unless the
@@ -387,7 +387,8 @@ pub unsafe fn enqueue(
     if m > i32::MAX as usize || n > i32::MAX as usize {
         return Err(GpuError::Unsupported("dimension beyond int32".into()));
     }
-    let kpad = round_up(k, 16);
+    let pad = padding::padded(m, n, k, padding::alignment(opts.align));
+    let kpad = pad.k;
     let syrk = matches!(call.op, Op::Syrk { .. });
     // Element (i, l) of op(A) is contiguous along l when A is transposed.
     let (a_contig, b_operand) = operands(call);
@@ -437,8 +438,8 @@ pub unsafe fn enqueue(
     } else {
         shifts_dev + 4 * m as u64
     };
-    let plane_a = m * kpad;
-    let plane_b = n * kpad;
+    let plane_a = pad.m * kpad;
+    let plane_b = pad.n * kpad;
     // 3. shifts and residues of all moduli for r moduli; returns the plane buffers
     let convert = |gpu: &mut Gpu, r: usize| -> Result<(u64, u64), GpuError> {
         // the previous upload of the table (this call's guess, or an earlier call's) is done
@@ -465,7 +466,7 @@ pub unsafe fn enqueue(
         let rtab = &tables()[r].0;
         let kern = gpu.kernels()?;
         // SAFETY: the statistics hold nb_rows lines, the shifts slot nb_rows shifts and the
-        // table; plane buffers hold r planes of rows x kpad bytes.
+        // table; plane buffers hold r planes of padded rows x kpad bytes.
         unsafe {
             kern.line_shifts(
                 stream,
@@ -479,7 +480,7 @@ pub unsafe fn enqueue(
                 call.a,
                 call.lda as i64,
                 a_contig,
-                m as i32,
+                (m as i32, pad.m as i32),
                 k as i32,
                 kpad as i32,
                 sigma_dev,
@@ -493,7 +494,7 @@ pub unsafe fn enqueue(
                     b,
                     ldb as i64,
                     contig,
-                    n as i32,
+                    (n as i32, pad.n as i32),
                     k as i32,
                     kpad as i32,
                     tau_dev,
@@ -544,7 +545,7 @@ pub unsafe fn enqueue(
     marks.mark(Phase::Convert)?;
 
     // 4 + 5. products and reconstruction per column block, as large as free memory allows
-    let per_col = r * m * 4;
+    let per_col = r * pad.m * 4;
     let mut nb = n;
     if syrk && n >= 2048 {
         nb = nb.div_ceil(4); // triangle blocks skip the other triangle's products
@@ -555,7 +556,10 @@ pub unsafe fn enqueue(
     if opts.max_block > 0 {
         nb = nb.min(opts.max_block);
     }
-    let prod = match gpu.workspace.get("products", per_col * nb) {
+    nb = pad.block_width(nb, n);
+    // a block's products cover its padded columns
+    let block_cols = |nb: usize| pad.extent(0, nb.min(n), pad.n);
+    let prod = match gpu.workspace.get("products", per_col * block_cols(nb)) {
         Ok(p) => p,
         Err(GpuError::OutOfMemory { .. }) => {
             // measure what is really free now (the slot was released) and tile to fit
@@ -565,13 +569,14 @@ pub unsafe fn enqueue(
             if nb > 256 {
                 nb = nb / 256 * 256;
             }
+            nb = nb / pad.align * pad.align;
             if nb == 0 {
                 return Err(GpuError::OutOfMemory {
-                    needed: per_col + crate::memory::DEVICE_RESERVE,
+                    needed: per_col * pad.align + crate::memory::DEVICE_RESERVE,
                     free,
                 });
             }
-            gpu.workspace.get("products", per_col * nb)?
+            gpu.workspace.get("products", per_col * block_cols(nb))?
         }
         Err(e) => return Err(e),
     };
@@ -587,12 +592,16 @@ pub unsafe fn enqueue(
             2 => (j0, m - j0),
             _ => (0, m),
         };
+        // the products run at the padded extents (zero rows and columns), the
+        // reconstruction reads their real block
+        let (rows_pad, cols_pad) = (pad.extent(row0, rows, pad.m), pad.extent(j0, cols, pad.n));
+        let plane_d = rows_pad * cols_pad;
         let shape = Shape {
-            m: rows as u64,
-            n: cols as u64,
+            m: rows_pad as u64,
+            n: cols_pad as u64,
             k: kpad as u64,
             batch: r as u32,
-            strides: (plane_a as i64, plane_b as i64, (rows * cols) as i64),
+            strides: (plane_a as i64, plane_b as i64, plane_d as i64),
         };
         lt_int8::batched(
             gpu,
@@ -604,12 +613,12 @@ pub unsafe fn enqueue(
         )?;
         marks.mark(Phase::Products)?;
         let kern = gpu.kernels()?;
-        // SAFETY: prod holds r planes of rows x cols int32; C covers ldc x n doubles.
+        // SAFETY: prod holds r planes of rows_pad x cols_pad int32; C covers ldc x n doubles.
         unsafe {
             kern.reconstruct(
                 stream,
                 prod,
-                (rows * cols) as i64,
+                (plane_d as i64, rows_pad as i32),
                 rows as i32,
                 cols as i32,
                 sigma_dev + 4 * row0 as u64,
