@@ -73,7 +73,7 @@ pub mod ab;
 pub mod abi;
 pub mod config;
 /// The cuBLAS hook: the program's own fp64 cuBLAS calls, traced and routed.
-mod cublas_hook;
+pub mod cublas_hook;
 pub mod entry;
 #[rustfmt::skip]
 mod exports;

@@ -54,6 +54,20 @@ use ozaki_core::route::{Route, RouteRequest};
 use ozaki_core::trace::Phases;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+/// The cuBLAS names the shim exports (include/ozaki_shim.h leaves them to cublas_v2.h).
+pub const NAMES: [&str; 10] = [
+    "cublasDgemm_v2",
+    "cublasDgemm_v2_64",
+    "cublasGemmEx",
+    "cublasGemmEx_64",
+    "cublasDgemmStridedBatched",
+    "cublasDgemmStridedBatched_64",
+    "cublasGemmStridedBatchedEx",
+    "cublasGemmStridedBatchedEx_64",
+    "cublasDsyrk_v2",
+    "cublasDsyrk_v2_64",
+];
+
 /// `cublasHandle_t`.
 pub(crate) type Handle = *mut c_void;
 /// `cublasStatus_t`.
