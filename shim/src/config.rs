@@ -358,6 +358,21 @@ mod tests {
     }
 
     #[test]
+    fn ozaki_cublas_is_on_unless_0() {
+        let with = |v: Option<&str>| {
+            Config::from_raw(&RawConfig {
+                cublas: v.map(Into::into),
+                ..RawConfig::default()
+            })
+        };
+        assert!(with(None).0.cublas && with(Some("1")).0.cublas);
+        assert!(!with(Some(" 0")).0.cublas);
+        let (c, p) = with(Some("off"));
+        assert!(c.cublas);
+        assert!(p.len() == 1 && p[0].contains("OZAKI_CUBLAS"), "{p:?}");
+    }
+
+    #[test]
     fn ozaki_gpu_start_is_background_unless_blocking_is_asked() {
         let with = |v: Option<&str>| {
             Config::from_raw(&RawConfig {

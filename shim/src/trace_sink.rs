@@ -930,6 +930,52 @@ mod tests {
     }
 
     #[test]
+    fn cublas_records_name_the_entry_point_and_say_device_resident() {
+        let s = shape(Routine::Dgemm);
+        let record = |batch| {
+            let e = Entry {
+                sym: Sym::Cublas {
+                    name: "cublasGemmStridedBatchedEx",
+                    batch,
+                },
+                shape: &s,
+                route: "gpu-native",
+                fallback: Some("stream capturing into a graph: cuBLAS records the call"),
+                outcome: None,
+                engine: None,
+                info: None,
+                ab: None,
+            };
+            let text = line(&e);
+            match parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) {
+                Line::Call(c) => *c,
+                other => panic!("{other:?}"),
+            }
+        };
+        let c = record(8);
+        assert_eq!(c.sym, "cublasGemmStridedBatchedEx");
+        assert!(c.device_resident);
+        assert_eq!(c.batch, Some(8));
+        assert_eq!(record(1).batch, None, "a single product has no batch field");
+        // a host record stays as it was: no device_resident, no batch
+        let host = Entry {
+            sym: SymId::DSYRK.into(),
+            shape: &s,
+            route: "vendor",
+            fallback: None,
+            outcome: None,
+            engine: None,
+            info: None,
+            ab: None,
+        };
+        let text = line(&host);
+        assert!(
+            !text.contains("device_resident") && !text.contains("batch"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn templates_expand_and_children_get_their_own_name() {
         assert_eq!(
             expand("/t/run-%p-%h-r%r.jsonl", 42, "node1", "3", false),
