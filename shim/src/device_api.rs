@@ -96,11 +96,16 @@ fn run(canon: &Canon, call: DeviceCall, stream: *mut c_void) -> c_int {
     let emulate = emulation_chosen(canon, &call);
     let attempt = gpu_kernels::probe::contain("device entry point", || {
         let mut g = gpu()?;
-        // SAFETY (both): the device entry point's contract: the caller's device pointers
-        // cover the checked matrices on this context and stay valid for the call.
-        if emulate && let Emulation::Done(_) = unsafe { run_emulation(&mut g, stream, &call) }? {
-            return Ok(0);
+        // The device entry point's contract (both calls): the caller's device pointers cover
+        // the checked matrices on this context and stay valid for the call.
+        if emulate {
+            // SAFETY: as above.
+            let ran = unsafe { run_emulation(&mut g, stream, &call) }?;
+            if let Emulation::Done(_) = ran {
+                return Ok(0);
+            }
         }
+        // SAFETY: as above.
         unsafe { gpu_kernels::native::device_call(&g, stream, &call) }?;
         gpu_kernels::device::sync(stream)?;
         Ok(1)

@@ -55,7 +55,7 @@ type Dsyrk64 = unsafe extern "C" fn(Handle, c_int, c_int, i64, i64, *const f64, 
 /// cuBLAS's contract for this entry point.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasDgemm_v2(handle: Handle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const f64, a: *const f64, lda: c_int, b: *const f64, ldb: c_int, beta: *const f64, c: *mut f64, ldc: c_int) -> Status {
-    // SAFETY (each forward): the caller's arguments, unchanged, to the real entry point.
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasDgemm_v2: Dgemm).map_or_else(|| missing("cublasDgemm_v2"), |f| unsafe { f(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) });
     gemm("cublasDgemm_v2", handle, [transa, transb], [m, n, k].map(i64::from), (alpha, beta), (a.cast(), lda.into()), (b.cast(), ldb.into()), (c.cast(), ldc.into()), (false, Batch::ONE), &forward)
 }
@@ -66,6 +66,7 @@ pub unsafe extern "C" fn cublasDgemm_v2(handle: Handle, transa: c_int, transb: c
 /// cuBLAS's contract for this entry point.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasDgemm_v2_64(handle: Handle, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *const f64, a: *const f64, lda: i64, b: *const f64, ldb: i64, beta: *const f64, c: *mut f64, ldc: i64) -> Status {
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasDgemm_v2_64: Dgemm64).map_or_else(|| missing("cublasDgemm_v2_64"), |f| unsafe { f(handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) });
     gemm("cublasDgemm_v2_64", handle, [transa, transb], [m, n, k], (alpha, beta), (a.cast(), lda), (b.cast(), ldb), (c.cast(), ldc), (true, Batch::ONE), &forward)
 }
@@ -76,6 +77,7 @@ pub unsafe extern "C" fn cublasDgemm_v2_64(handle: Handle, transa: c_int, transb
 /// cuBLAS's contract for this entry point.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasGemmEx(handle: Handle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, atype: c_int, lda: c_int, b: *const c_void, btype: c_int, ldb: c_int, beta: *const c_void, c: *mut c_void, ctype: c_int, ldc: c_int, compute: c_int, algo: c_int) -> Status {
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasGemmEx: GemmEx).map_or_else(|| missing("cublasGemmEx"), |f| unsafe { f(handle, transa, transb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc, compute, algo) });
     if !decode::fp64(atype, btype, ctype, compute) {
         return forward();
@@ -89,6 +91,7 @@ pub unsafe extern "C" fn cublasGemmEx(handle: Handle, transa: c_int, transb: c_i
 /// cuBLAS's contract for this entry point.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasGemmEx_64(handle: Handle, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *const c_void, a: *const c_void, atype: c_int, lda: i64, b: *const c_void, btype: c_int, ldb: i64, beta: *const c_void, c: *mut c_void, ctype: c_int, ldc: i64, compute: c_int, algo: c_int) -> Status {
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasGemmEx_64: GemmEx64).map_or_else(|| missing("cublasGemmEx_64"), |f| unsafe { f(handle, transa, transb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc, compute, algo) });
     if !decode::fp64(atype, btype, ctype, compute) {
         return forward();
@@ -103,6 +106,7 @@ pub unsafe extern "C" fn cublasGemmEx_64(handle: Handle, transa: c_int, transb: 
 /// cuBLAS's contract for this entry point.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasDgemmStridedBatched(handle: Handle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const f64, a: *const f64, lda: c_int, sa: i64, b: *const f64, ldb: c_int, sb: i64, beta: *const f64, c: *mut f64, ldc: c_int, sc: i64, count: c_int) -> Status {
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasDgemmStridedBatched: DgemmStrided).map_or_else(|| missing("cublasDgemmStridedBatched"), |f| unsafe { f(handle, transa, transb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count) });
     let batch = Batch { count: count.into(), strides: [sa, sb, sc] };
     gemm("cublasDgemmStridedBatched", handle, [transa, transb], [m, n, k].map(i64::from), (alpha, beta), (a.cast(), lda.into()), (b.cast(), ldb.into()), (c.cast(), ldc.into()), (false, batch), &forward)
@@ -114,6 +118,7 @@ pub unsafe extern "C" fn cublasDgemmStridedBatched(handle: Handle, transa: c_int
 /// cuBLAS's contract for this entry point.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasDgemmStridedBatched_64(handle: Handle, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *const f64, a: *const f64, lda: i64, sa: i64, b: *const f64, ldb: i64, sb: i64, beta: *const f64, c: *mut f64, ldc: i64, sc: i64, count: i64) -> Status {
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasDgemmStridedBatched_64: DgemmStrided64).map_or_else(|| missing("cublasDgemmStridedBatched_64"), |f| unsafe { f(handle, transa, transb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count) });
     let batch = Batch { count, strides: [sa, sb, sc] };
     gemm("cublasDgemmStridedBatched_64", handle, [transa, transb], [m, n, k], (alpha, beta), (a.cast(), lda), (b.cast(), ldb), (c.cast(), ldc), (true, batch), &forward)
@@ -125,6 +130,7 @@ pub unsafe extern "C" fn cublasDgemmStridedBatched_64(handle: Handle, transa: c_
 /// cuBLAS's contract for this entry point.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasGemmStridedBatchedEx(handle: Handle, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, atype: c_int, lda: c_int, sa: i64, b: *const c_void, btype: c_int, ldb: c_int, sb: i64, beta: *const c_void, c: *mut c_void, ctype: c_int, ldc: c_int, sc: i64, count: c_int, compute: c_int, algo: c_int) -> Status {
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasGemmStridedBatchedEx: GemmStridedEx).map_or_else(|| missing("cublasGemmStridedBatchedEx"), |f| unsafe { f(handle, transa, transb, m, n, k, alpha, a, atype, lda, sa, b, btype, ldb, sb, beta, c, ctype, ldc, sc, count, compute, algo) });
     if !decode::fp64(atype, btype, ctype, compute) {
         return forward();
@@ -139,6 +145,7 @@ pub unsafe extern "C" fn cublasGemmStridedBatchedEx(handle: Handle, transa: c_in
 /// cuBLAS's contract for this entry point.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasGemmStridedBatchedEx_64(handle: Handle, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *const c_void, a: *const c_void, atype: c_int, lda: i64, sa: i64, b: *const c_void, btype: c_int, ldb: i64, sb: i64, beta: *const c_void, c: *mut c_void, ctype: c_int, ldc: i64, sc: i64, count: i64, compute: c_int, algo: c_int) -> Status {
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasGemmStridedBatchedEx_64: GemmStridedEx64).map_or_else(|| missing("cublasGemmStridedBatchedEx_64"), |f| unsafe { f(handle, transa, transb, m, n, k, alpha, a, atype, lda, sa, b, btype, ldb, sb, beta, c, ctype, ldc, sc, count, compute, algo) });
     if !decode::fp64(atype, btype, ctype, compute) {
         return forward();
@@ -159,6 +166,7 @@ fn syrk(name: &'static str, handle: Handle, [uplo, trans]: [c_int; 2], [n, k]: [
 /// cuBLAS's contract for this entry point.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasDsyrk_v2(handle: Handle, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *const f64, a: *const f64, lda: c_int, beta: *const f64, c: *mut f64, ldc: c_int) -> Status {
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasDsyrk_v2: Dsyrk).map_or_else(|| missing("cublasDsyrk_v2"), |f| unsafe { f(handle, uplo, trans, n, k, alpha, a, lda, beta, c, ldc) });
     syrk("cublasDsyrk_v2", handle, [uplo, trans], [n, k].map(i64::from), (alpha, beta), (a, lda.into()), (c, ldc.into()), false, &forward)
 }
@@ -169,6 +177,7 @@ pub unsafe extern "C" fn cublasDsyrk_v2(handle: Handle, uplo: c_int, trans: c_in
 /// cuBLAS's contract for this entry point.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasDsyrk_v2_64(handle: Handle, uplo: c_int, trans: c_int, n: i64, k: i64, alpha: *const f64, a: *const f64, lda: i64, beta: *const f64, c: *mut f64, ldc: i64) -> Status {
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasDsyrk_v2_64: Dsyrk64).map_or_else(|| missing("cublasDsyrk_v2_64"), |f| unsafe { f(handle, uplo, trans, n, k, alpha, a, lda, beta, c, ldc) });
     syrk("cublasDsyrk_v2_64", handle, [uplo, trans], [n, k], (alpha, beta), (a, lda), (c, ldc), true, &forward)
 }

@@ -187,7 +187,7 @@ fn route(call: &Call<'_>, request: RouteRequest, shape: &mut Option<crate::abi::
         Verdict::Illegal(bad) => {
             return Done::Forward {
                 fallback: None,
-                info: Some(bad.info as i64),
+                info: Some(bad.info),
             };
         }
         Verdict::Quick => {
