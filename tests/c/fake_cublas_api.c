@@ -146,19 +146,22 @@ int cublasDgemmStridedBatched_64(handle_t *h, int ta, int tb, int64_t m, int64_t
     return 0;
 }
 
+#define STRIDED_EX_BODY(NAME, FMT_INT)                                                        \
+    fprintf(log_file(),                                                                       \
+            NAME " h=%d ta=%d tb=%d m=" FMT_INT " n=" FMT_INT " k=" FMT_INT " A=%p/%d lda=" FMT_INT \
+                 " sa=%lld B=%p/%d ldb=" FMT_INT " sb=%lld C=%p/%d ldc=" FMT_INT                  \
+                 " sc=%lld batch=" FMT_INT " compute=%d algo=%d\n",                              \
+            h->id, ta, tb, m, n, k, a, atype, lda, sa, b, btype, ldb, sb, c, ctype, ldc, sc,     \
+            count, compute, algo);                                                            \
+    (void)alpha, (void)beta;                                                                  \
+    return 0;
+
 int cublasGemmStridedBatchedEx(handle_t *h, int ta, int tb, int m, int n, int k,
                                const void *alpha, const void *a, int atype, int lda,
                                long long sa, const void *b, int btype, int ldb, long long sb,
                                const void *beta, void *c, int ctype, int ldc, long long sc,
                                int count, int compute, int algo) {
-    fprintf(log_file(),
-            "cublasGemmStridedBatchedEx h=%d ta=%d tb=%d m=%d n=%d k=%d A=%p/%d lda=%d "
-            "sa=%lld B=%p/%d ldb=%d sb=%lld C=%p/%d ldc=%d sc=%lld batch=%d compute=%d "
-            "algo=%d\n",
-            h->id, ta, tb, m, n, k, a, atype, lda, sa, b, btype, ldb, sb, c, ctype, ldc, sc,
-            count, compute, algo);
-    (void)alpha, (void)beta;
-    return 0;
+    STRIDED_EX_BODY("cublasGemmStridedBatchedEx", "%d")
 }
 
 int cublasGemmStridedBatchedEx_64(handle_t *h, int ta, int tb, int64_t m, int64_t n, int64_t k,
@@ -167,14 +170,7 @@ int cublasGemmStridedBatchedEx_64(handle_t *h, int ta, int tb, int64_t m, int64_
                                   long long sb, const void *beta, void *c, int ctype,
                                   int64_t ldc, long long sc, int64_t count, int compute,
                                   int algo) {
-    fprintf(log_file(),
-            "cublasGemmStridedBatchedEx_64 h=%d ta=%d tb=%d m=%ld n=%ld k=%ld A=%p/%d lda=%ld "
-            "sa=%lld B=%p/%d ldb=%ld sb=%lld C=%p/%d ldc=%ld sc=%lld batch=%ld compute=%d "
-            "algo=%d\n",
-            h->id, ta, tb, m, n, k, a, atype, lda, sa, b, btype, ldb, sb, c, ctype, ldc, sc,
-            count, compute, algo);
-    (void)alpha, (void)beta;
-    return 0;
+    STRIDED_EX_BODY("cublasGemmStridedBatchedEx_64", "%ld")
 }
 
 #define SYRK_BODY(NAME, FMT_INT)                                                              \
