@@ -35,7 +35,6 @@
 //!   rounds a second time when the result is subnormal (below 2^-1022); normal results are
 //!   correctly rounded.
 
-use crate::crt::{CrtTable, MAX_MODULI, ResidueTable};
 use crate::device::{Gpu, sync};
 use crate::error::{Context, GpuError};
 use crate::kernels::PerLine;
@@ -43,6 +42,8 @@ use crate::lt_int8::{self, MAX_K, Shape};
 use crate::timing::{Marks, Phase};
 use cudarc::driver::sys;
 use ozaki_core::blas::{Trans, Uplo};
+use ozaki_core::crt_tables::{CrtTable, ResidueTable};
+use ozaki_core::moduli::MAX_MODULI;
 use ozaki_core::trace::Phases;
 
 mod moduli_guess;
