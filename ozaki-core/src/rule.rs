@@ -919,16 +919,21 @@ mod tests {
         assert_eq!(exponent_of_bits(0), None);
     }
 
-    /// The threaded host step gives exactly the one-pass sides (same maxima, same groups),
-    /// on lines of several kinds so that chunks hold different groups.
+    /// The threaded host step gives exactly the one-pass sides (same maxima, same groups):
+    /// the first chunk holds the deep (phi = 2) lines, the last ordinary and integer ones, so
+    /// chunks share some groups with different maxima and hold others alone.
     #[test]
     fn threaded_sides_equal_one_pass() {
         use crate::testutil::{Family, Rng, matrix};
         let k = 64;
         let mut rng = Rng::new(7);
         let mut x = Vec::new();
-        for fam in [Family::Normal, Family::Spread(2.0), Family::Integer(9)] {
-            x.extend(matrix(fam, k, 3 * LINES_PER_THREAD, &mut rng));
+        for (fam, lines) in [
+            (Family::Spread(2.0), 3 * LINES_PER_THREAD),
+            (Family::Normal, 4 * LINES_PER_THREAD),
+            (Family::Integer(9), 2 * LINES_PER_THREAD),
+        ] {
+            x.extend(matrix(fam, k, lines, &mut rng));
         }
         let lines = x.len() / k;
         let t = LineTable::of_packed(&x, lines, k);
