@@ -284,7 +284,7 @@ __device__ __forceinline__ void crt_add(double (&acc)[WL], int t, int p, const C
 //   the lift to [ceil(M/2) - M, ceil(M/2)) (ozaki-core's symmetric range) by one comparison of
 //   |R| with half_m (R >= 0) or neg_lift (R < 0) and at most one M - |R|;
 // then one correctly rounded conversion times 2^e, and alpha v + beta c_old (c_old read only
-// when beta != 0). The host twin is CrtTable::reconstruct_fp64 in src/crt.rs.
+// when beta != 0). The host twin is CrtTable::reconstruct_fp64 in ozaki-core/src/crt_tables.rs.
 template <int WL>
 __device__ __forceinline__ double crt_finish(const double (&acc)[WL], const CrtTable& tab, int e, double alpha,
                                              double beta, const double* cp) {

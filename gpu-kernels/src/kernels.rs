@@ -1,9 +1,9 @@
 //! The emulation kernels of `kernels/ozaki.cu`: compiled (or fetched from the private cache)
 //! for this device's architecture, loaded once, launched with typed arguments.
 
-use crate::crt::{CrtTable, ResidueTable};
 use crate::error::{Context, GpuError};
 use cudarc::driver::sys;
+use ozaki_core::crt_tables::{CrtTable, ResidueTable};
 use std::ffi::{CString, c_void};
 
 /// CUDA source of the emulation kernels (compiled at run time, issue #4).

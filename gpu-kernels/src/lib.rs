@@ -11,7 +11,6 @@
 //! | [`device`] | the process-wide [`Gpu`]: context, handles, kernels, reusable buffers |
 //! | [`nvrtc_cache`] | NVRTC compilation to CUBIN and the private disk cache |
 //! | [`kernels`] | `kernels/ozaki.cu` entry points |
-//! | [`crt`] | residue and CRT tables passed to the kernels |
 //! | [`lt_int8`] | batched int8 products through cuBLASLt |
 //! | [`native`] | cuBLAS DGEMM / DSYRK |
 //! | [`ozaki`] | the emulated pipeline on device memory; its host plan and moduli rule |
@@ -30,7 +29,6 @@
 // dereferenced by this crate; clippy cannot tell them from data pointers.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-pub mod crt;
 pub mod cuda_lib_dirs;
 pub mod device;
 mod early_write;

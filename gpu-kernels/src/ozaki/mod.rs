@@ -35,7 +35,6 @@
 //!   rounds a second time when the result is subnormal (below 2^-1022); normal results are
 //!   correctly rounded.
 
-use crate::crt::{CrtTable, MAX_MODULI, ResidueTable};
 use crate::device::{Gpu, sync};
 use crate::error::{Context, GpuError};
 use crate::kernels::PerLine;
@@ -43,6 +42,8 @@ use crate::lt_int8::{self, MAX_K, Shape};
 use crate::timing::{Marks, Phase};
 use cudarc::driver::sys;
 use ozaki_core::blas::{Trans, Uplo};
+use ozaki_core::crt_tables::{CrtTable, ResidueTable};
+use ozaki_core::moduli::MAX_MODULI;
 use ozaki_core::trace::Phases;
 
 mod moduli_guess;
@@ -260,12 +261,14 @@ fn operands(call: &DeviceCall) -> (bool, Option<(u64, usize, bool)>) {
 
 /// Stage 1 of a call: the exponent scan and the line statistics of op(A)'s rows and op(B)'s
 /// columns into `stats` (device memory of [`STAT_SLOTS`] u64 slots of m (+ n) lines, op(A)'s
-/// rows first), enqueued on `stream`.
+/// rows first), enqueued on `stream`; `between` (if any) gets a mark between the scan and the
+/// statistics pass.
 fn scan_lines(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
     stats: u64,
+    mut between: Option<&mut Marks>,
 ) -> Result<(), GpuError> {
     let (m, n, k) = (call.m, call.n, call.k);
     let (a_contig, b_operand) = operands(call);
@@ -286,6 +289,11 @@ fn scan_lines(
         operands.push((b, ldb as i64, contig, n as i32, m as u64));
     }
     for (pass, out) in [(PerLine::Scan, abssum), (PerLine::LineStats, coarse_sq)] {
+        if pass == PerLine::LineStats
+            && let Some(m) = between.as_deref_mut()
+        {
+            m.mark(Phase::Convert)?;
+        }
         for &(x, ld, contig, rows, slot) in &operands {
             // SAFETY: A (and B) cover the BLAS-checked extents for their leading
             // dimensions; the stats have m (+ n) lines in every slot.
@@ -303,10 +311,6 @@ fn scan_lines(
     Ok(())
 }
 
-/// The line statistics the GPU computes for a call (op(A)'s rows, op(B)'s columns; syrk:
-/// the same table twice) and the seconds the two passes took on `stream`: what the accuracy
-/// rule reads, for tests against the host mirror (`ozaki_core::rule::LineTable::push`) and
-/// for measuring what the rule costs.
 /// The rule's view of the statistics buffer the scan kernels fill: [`STAT_SLOTS`] slots of
 /// `nb_rows` u64s each, one per statistic (slot 1, the scan's sum |x|, is not the rule's).
 fn stat_lines(slots: &[u64], nb_rows: usize) -> Lines<'_> {
@@ -323,38 +327,58 @@ fn stat_lines(slots: &[u64], nb_rows: usize) -> Lines<'_> {
     }
 }
 
+/// What stage 1 of a call cost on the GPU, in seconds (CUDA events on the call's stream).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageOneCost {
+    /// The exponent scan (every scaling needs the line maxima): zeroing the buffer and the
+    /// max |x| pass.
+    pub scan: f64,
+    /// The second per-line pass: norm scaling's `S` and the accuracy rule's sums.
+    pub statistics: f64,
+    /// The statistics' copy to pinned host memory, as the route makes it.
+    pub download: f64,
+}
+
+/// The line statistics the GPU computes for a call (op(A)'s rows, op(B)'s columns; syrk:
+/// the same table twice) and what computing and downloading them cost, as the route does
+/// it: what the accuracy rule reads, for tests against the host mirror
+/// (`ozaki_core::rule::LineTable::push`) and for measuring what the rule costs.
 pub fn line_statistics(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
-) -> Result<(LineTable, LineTable, f64), GpuError> {
+) -> Result<(LineTable, LineTable, StageOneCost), GpuError> {
     let syrk = matches!(call.op, Op::Syrk { .. });
     let nb_rows = if syrk { call.m } else { call.m + call.n };
-    let stats = gpu.workspace.get("scan", 8 * STAT_SLOTS * nb_rows)?;
+    let bytes = 8 * STAT_SLOTS * nb_rows;
+    let stats = gpu.workspace.get("scan", bytes)?;
+    let mut pinned = crate::memory::PinnedBuffer::new(bytes)?;
+    let mut marks = Marks::start(stream)?;
+    scan_lines(gpu, stream, call, stats, Some(&mut marks))?;
+    marks.mark(Phase::Convert)?;
+    // SAFETY: pinned holds `bytes` bytes and outlives the copy (synchronised below).
+    unsafe { sys::cuMemcpyDtoHAsync_v2(pinned.as_mut_ptr() as *mut _, stats, bytes, stream) }
+        .result()
+        .ctx("cuMemcpyDtoH")?;
+    marks.mark(Phase::Convert)?;
     sync(stream)?;
-    let t = std::time::Instant::now();
-    scan_lines(gpu, stream, call, stats)?;
-    sync(stream)?;
-    let secs = t.elapsed().as_secs_f64();
-    let mut host = vec![0u64; STAT_SLOTS * nb_rows];
-    // SAFETY: the workspace slot holds STAT_SLOTS * nb_rows u64s; the stream is idle.
-    unsafe {
-        sys::cuMemcpyDtoH_v2(
-            host.as_mut_ptr() as *mut std::ffi::c_void,
-            stats,
-            std::mem::size_of_val(host.as_slice()),
-        )
-    }
-    .result()
-    .ctx("cuMemcpyDtoH")?;
-    let all = stat_lines(&host, nb_rows);
+    let spans = marks.spans()?;
+    let cost = StageOneCost {
+        scan: spans[0],
+        statistics: spans[1],
+        download: spans[2],
+    };
+    // SAFETY: the copy has completed; the buffer is page-aligned and holds STAT_SLOTS slots
+    // of nb_rows u64s.
+    let host = unsafe { std::slice::from_raw_parts(pinned.as_mut_ptr() as *const u64, bytes / 8) };
+    let all = stat_lines(host, nb_rows);
     let a = all.slice(0..call.m).to_table();
     let b = if syrk {
         a.clone()
     } else {
         all.slice(call.m..nb_rows).to_table()
     };
-    Ok((a, b, secs))
+    Ok((a, b, cost))
 }
 
 /// [`gemm`] without the final wait: returns once the plan accepted the operands and the
@@ -411,7 +435,7 @@ pub unsafe fn enqueue(
     //    sums) from the row exponents
     let stats = gpu.workspace.get("scan", STATS * nb_rows)?;
     let (maxbits, coarse_sq) = (stats, stats + 16 * nb_rows as u64);
-    scan_lines(gpu, stream, call, stats)?;
+    scan_lines(gpu, stream, call, stats, None)?;
     // 2. The statistics go to the host for the plan; meanwhile the GPU already forms the shifts
     //    and residues for the moduli count the plan is expected to choose (forced, or this
     //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
