@@ -792,7 +792,9 @@ fn line_statistics_equal_the_host_mirror() {
         };
         let mut g = gpu_kernels::gpu().unwrap();
         let s = g.stream();
-        let (ga, gb, _) = ozaki::line_statistics(&mut g, s, &call).unwrap();
+        // SAFETY: `g`'s context is current on this thread and `s` is its stream; `da`, `db`
+        // hold op(A) and op(B) at these leading dimensions and outlive the call.
+        let (ga, gb, _) = unsafe { ozaki::line_statistics(&mut g, s, &call) }.unwrap();
         let rows: Vec<f64> = (0..m)
             .flat_map(|i| (0..k).map(move |l| (i, l)))
             .map(|(i, l)| a[i + l * m])
@@ -821,7 +823,8 @@ fn line_statistics_equal_the_host_mirror() {
             unsafe { ozaki::gemm(&mut g, s, &call, opts) }.unwrap(); // warm
             let (mut stats, mut whole, mut host) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
             for _ in 0..5 {
-                let (ga, gb, secs) = ozaki::line_statistics(&mut g, s, &call).unwrap();
+                // SAFETY: as for the warm-up call above.
+                let (ga, gb, secs) = unsafe { ozaki::line_statistics(&mut g, s, &call) }.unwrap();
                 stats = stats.min(secs);
                 let t = std::time::Instant::now();
                 let plan = ozaki::plan(

@@ -261,7 +261,12 @@ fn operands(call: &DeviceCall) -> (bool, Option<(u64, usize, bool)>) {
 /// Stage 1 of a call: the exponent scan and the line statistics of op(A)'s rows and op(B)'s
 /// columns into `stats` (device memory of [`STAT_SLOTS`] u64 slots of m (+ n) lines, op(A)'s
 /// rows first), enqueued on `stream`.
-fn scan_lines(
+///
+/// # Safety
+/// - as [`line_statistics`], and `stats` is device memory of that context of
+///   `8 * STAT_SLOTS * (m + n)` bytes (syrk: m lines), written by nobody else until the
+///   stream has passed the work.
+unsafe fn scan_lines(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
@@ -303,10 +308,6 @@ fn scan_lines(
     Ok(())
 }
 
-/// The line statistics the GPU computes for a call (op(A)'s rows, op(B)'s columns; syrk:
-/// the same table twice) and the seconds the two passes took on `stream`: what the accuracy
-/// rule reads, for tests against the host mirror (`ozaki_core::rule::LineTable::push`) and
-/// for measuring what the rule costs.
 /// The rule's view of the statistics buffer the scan kernels fill: [`STAT_SLOTS`] slots of
 /// `nb_rows` u64s each, one per statistic (slot 1, the scan's sum |x|, is not the rule's).
 fn stat_lines(slots: &[u64], nb_rows: usize) -> Lines<'_> {
@@ -323,7 +324,17 @@ fn stat_lines(slots: &[u64], nb_rows: usize) -> Lines<'_> {
     }
 }
 
-pub fn line_statistics(
+/// The line statistics the GPU computes for a call (op(A)'s rows, op(B)'s columns; syrk:
+/// the same table twice) and the seconds the two passes took on `stream`: what the accuracy
+/// rule reads, for tests against the host mirror (`ozaki_core::rule::LineTable::push`) and
+/// for measuring what the rule costs.
+///
+/// # Safety
+/// - `gpu`'s context is current on this thread and `stream` belongs to it;
+/// - `call.a` (and gemm's B) are device memory of that context covering op(A) (and op(B))
+///   with their leading dimensions, valid until this returns (it synchronises `stream`);
+///   C is not touched.
+pub unsafe fn line_statistics(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
@@ -333,7 +344,8 @@ pub fn line_statistics(
     let stats = gpu.workspace.get("scan", 8 * STAT_SLOTS * nb_rows)?;
     sync(stream)?;
     let t = std::time::Instant::now();
-    scan_lines(gpu, stream, call, stats)?;
+    // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
+    unsafe { scan_lines(gpu, stream, call, stats) }?;
     sync(stream)?;
     let secs = t.elapsed().as_secs_f64();
     let mut host = vec![0u64; STAT_SLOTS * nb_rows];
@@ -410,7 +422,8 @@ pub unsafe fn enqueue(
     //    sums) from the row exponents
     let stats = gpu.workspace.get("scan", STATS * nb_rows)?;
     let (maxbits, coarse_sq) = (stats, stats + 16 * nb_rows as u64);
-    scan_lines(gpu, stream, call, stats)?;
+    // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
+    unsafe { scan_lines(gpu, stream, call, stats) }?;
     // 2. The statistics go to the host for the plan; meanwhile the GPU already forms the shifts
     //    and residues for the moduli count the plan is expected to choose (forced, or this
     //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
@@ -594,14 +607,19 @@ pub unsafe fn enqueue(
             batch: r as u32,
             strides: (plane_a as i64, plane_b as i64, (rows * cols) as i64),
         };
-        lt_int8::batched(
-            gpu,
-            stream,
-            shape,
-            planes_a + (row0 * kpad) as u64,
-            planes_b + (j0 * kpad) as u64,
-            prod,
-        )?;
+        // SAFETY: the plane buffers hold r planes of kpad x m (n) int8 at these strides,
+        // prod r planes of rows x cols int32, all on this context, kept until the stream is
+        // passed (the caller's contract).
+        unsafe {
+            lt_int8::batched(
+                gpu,
+                stream,
+                shape,
+                planes_a + (row0 * kpad) as u64,
+                planes_b + (j0 * kpad) as u64,
+                prod,
+            )
+        }?;
         marks.mark(Phase::Products)?;
         let kern = gpu.kernels()?;
         // SAFETY: prod holds r planes of rows x cols int32; C covers ldc x n doubles.

@@ -310,10 +310,12 @@ impl Starter {
 /// gate and waits for the step under way, at most [`EXIT_WAIT`]. Registered twice, it acts
 /// once; in a forked child it does nothing (no start thread there).
 extern "C" fn at_exit() {
-    if START_PID.load(Ordering::Relaxed) != pid() || gpu_kernels::start_gate::closed() {
-        return;
-    }
-    let _ = catch_unwind(|| gpu_kernels::start_gate::close(EXIT_WAIT));
+    crate::process::shielded(|| {
+        if START_PID.load(Ordering::Relaxed) != pid() || gpu_kernels::start_gate::closed() {
+            return;
+        }
+        gpu_kernels::start_gate::close(EXIT_WAIT);
+    });
 }
 
 /// Destroyed by `exit()` on the main thread before any `atexit` handler runs (glibc's
@@ -341,7 +343,9 @@ thread_local! {
 
 /// Arms [`MainExitGuard`] on the loading thread (first access registers its destructor).
 extern "C" fn arm_main_exit_guard() {
-    let _ = MAIN_EXIT_GUARD.try_with(|_| {});
+    crate::process::shielded(|| {
+        let _ = MAIN_EXIT_GUARD.try_with(|_| {});
+    });
 }
 
 #[used]
