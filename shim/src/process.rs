@@ -50,6 +50,7 @@ pub fn ensure_loaded() {
     }
     shielded(|| {
         crate::trace_sink::on_load();
+        ozaki_core::kernel::on_worker_start(crate::helper_thread::block_signals_here);
         // SAFETY: the handlers are `extern "C" fn()` that live for the whole process and
         // catch every panic.
         unsafe {

@@ -263,18 +263,16 @@ impl Starter {
         }
         let job = Arc::new(Mutex::new(Some(job)));
         let theirs = Arc::clone(&job);
-        let spawned = std::thread::Builder::new()
-            .name("ozaki-gpu-start".into())
-            .spawn(move || {
-                let job = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(job) = job {
-                    self.run(job);
-                }
-                // Kept, not ended: see the module doc (per-thread state of the CUDA libraries).
-                loop {
-                    std::thread::park();
-                }
-            });
+        let spawned = crate::helper_thread::spawn("ozaki-gpu-start", move || {
+            let job = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(job) = job {
+                self.run(job);
+            }
+            // Kept, not ended: see the module doc (per-thread state of the CUDA libraries).
+            loop {
+                std::thread::park();
+            }
+        });
         if let Err(e) = spawned {
             tracing::info!("auto: no thread to start the GPU on ({e}); starting it on this call");
             let job = job.lock().unwrap_or_else(|p| p.into_inner()).take();
