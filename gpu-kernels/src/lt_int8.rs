@@ -142,8 +142,11 @@ impl Problem {
     }
 
     /// Product p of the batch with `algo`.
+    ///
+    /// # Safety
+    /// - as [`batched`], for plane `p`.
     #[allow(clippy::too_many_arguments)]
-    fn run(
+    unsafe fn run(
         &self,
         gpu: &Gpu,
         stream: cudarc::driver::sys::CUstream,
@@ -154,8 +157,9 @@ impl Problem {
         let (sa, sb, sd) = self.strides;
         let (alpha, beta) = (1i32, 0i32);
         let dp = d + 4 * (p as i64 * sd) as u64;
-        // SAFETY: all descriptors are live; pointers are device buffers of the sizes in the
-        // shape; the workspace is LT_WORKSPACE bytes as promised to the heuristic.
+        // SAFETY: all descriptors are live; the caller's contract: the addresses are device
+        // buffers of the sizes in the shape; the workspace is LT_WORKSPACE bytes as promised
+        // to the heuristic.
         unsafe {
             result::matmul(
                 gpu.lt,
@@ -183,6 +187,13 @@ impl Problem {
 /// D_p = A_p^T B_p for p < batch, on `stream`. Pointers are device addresses of int8 planes
 /// (A, B) and int32 planes (D) with the strides in `shape`.
 ///
+/// # Safety
+/// - `gpu`'s context is current on this thread and `stream` belongs to it;
+/// - `a` and `b` are device memory of that context holding `batch` int8 planes of
+///   `k x m` and `k x n` bytes (column-major, leading dimension k) at their strides, `d`
+///   `batch` int32 planes of `m x n`, valid (and `d` written by nobody else) until the stream
+///   has passed the work.
+///
 /// Measured on the H200 (BENCHMARKS.md): one cuBLASLt call per modulus reaches 1277-1456
 /// TOPS where a single strided-batched call reaches 1149-1241, so the moduli are issued as
 /// back-to-back single products sharing one descriptor set and one cached algorithm: the
@@ -191,7 +202,7 @@ impl Problem {
 /// the first choice, which was within noise of the fastest at 4096, 8192 and 16384 x 4096 x
 /// 16384 (`ozaki bench --int8-sweep`, BENCHMARKS.md, session 2 kernel tuning): the int8
 /// products run under the board's power cap, so one cold product does not rank them.
-pub fn batched(
+pub unsafe fn batched(
     gpu: &mut Gpu,
     stream: cudarc::driver::sys::CUstream,
     shape: Shape,
@@ -212,7 +223,8 @@ pub fn batched(
     }
     let c = &gpu.algo_cache[&shape];
     for p in 0..shape.batch as usize {
-        c.prob.run(gpu, stream, &c.algo, (a, b, d), p)?;
+        // SAFETY: the caller's contract.
+        unsafe { c.prob.run(gpu, stream, &c.algo, (a, b, d), p) }?;
     }
     Ok(())
 }
@@ -276,7 +288,11 @@ fn config_u32(
 /// one [`batched`] uses), `batch` back-to-back products per repetition as the route issues
 /// them, on random int8 planes; for `ozaki bench --int8-sweep` (issue #4: why the int8 rate
 /// drops at n = 16384).
-pub fn sweep(
+///
+/// # Safety
+/// - `a`, `b`, `d` as in [`batched`], for `gpu`'s own stream (the timing synchronises it, so
+///   they need to stay valid only until this returns).
+pub unsafe fn sweep(
     gpu: &Gpu,
     shape: Shape,
     max_algos: usize,
@@ -292,7 +308,10 @@ pub fn sweep(
     for (rank, cand) in found.iter().enumerate() {
         let algo = cand.algo;
         let t = crate::measure::time_median(stream, reps, || {
-            (0..shape.batch as usize).try_for_each(|p| prob.run(gpu, stream, &algo, (a, b, d), p))
+            (0..shape.batch as usize).try_for_each(|p| {
+                // SAFETY: the caller's contract.
+                unsafe { prob.run(gpu, stream, &algo, (a, b, d), p) }
+            })
         });
         let Ok(t) = t else { continue };
         out.push(AlgoRate {

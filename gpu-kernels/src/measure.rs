@@ -114,7 +114,9 @@ pub fn int8_rates(
         strides: (nn, nn, nn),
     };
     let t_lt = time_median(stream, reps, || {
-        crate::lt_int8::batched(gpu, stream, shape, a.ptr(), b.ptr(), d.ptr())
+        // SAFETY: the context is current; a, b, d are live device buffers of `batch` n x n
+        // planes, and the timing synchronises the stream before they are freed.
+        unsafe { crate::lt_int8::batched(gpu, stream, shape, a.ptr(), b.ptr(), d.ptr()) }
     })?;
     let (alpha, beta) = (1i32, 0i32);
     let blas = gpu.blas;
@@ -188,7 +190,9 @@ pub fn int8_sweep(
         batch: batch as u32,
         strides: ((m * k) as i64, (k * n) as i64, (m * n) as i64),
     };
-    crate::lt_int8::sweep(gpu, shape, max_algos, reps, (a.ptr(), b.ptr(), d.ptr()))
+    // SAFETY: a, b, d are live device buffers of `batch` planes of the shape's sizes, freed
+    // only after the sweep returned.
+    unsafe { crate::lt_int8::sweep(gpu, shape, max_algos, reps, (a.ptr(), b.ptr(), d.ptr())) }
 }
 
 /// Fills device bytes with a fixed pseudo-random pattern (through a pinned host buffer).

@@ -761,7 +761,9 @@ fn line_statistics_equal_the_host_mirror() {
         };
         let mut g = gpu_kernels::gpu().unwrap();
         let s = g.stream();
-        let (ga, gb, _) = ozaki::line_statistics(&mut g, s, &call).unwrap();
+        // SAFETY: `g`'s context is current on this thread and `s` is its stream; `da`, `db`
+        // hold op(A) and op(B) at these leading dimensions and outlive the call.
+        let (ga, gb, _) = unsafe { ozaki::line_statistics(&mut g, s, &call) }.unwrap();
         let rows: Vec<f64> = (0..m)
             .flat_map(|i| (0..k).map(move |l| (i, l)))
             .map(|(i, l)| a[i + l * m])
@@ -792,7 +794,8 @@ fn line_statistics_equal_the_host_mirror() {
             let best = |x: &mut f64, y: f64| *x = x.min(y);
             let (mut scan, mut stats, mut down, mut host, mut whole) = [f64::INFINITY; 5].into();
             for _ in 0..5 {
-                let (ga, gb, cost) = ozaki::line_statistics(&mut g, s, &call).unwrap();
+                // SAFETY: as for the warm-up call above.
+                let (ga, gb, cost) = unsafe { ozaki::line_statistics(&mut g, s, &call) }.unwrap();
                 best(&mut scan, cost.scan);
                 best(&mut stats, cost.statistics);
                 best(&mut down, cost.download);

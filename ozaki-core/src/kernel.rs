@@ -9,6 +9,18 @@
 
 use crate::blas::Uplo;
 use crate::residues::{K_BLOCK, reduce_i32};
+use std::sync::OnceLock;
+
+/// What each worker thread runs first ([`on_worker_start`]).
+static WORKER_START: OnceLock<fn()> = OnceLock::new();
+
+/// Makes every worker thread of the parallel loops run `f` before its share of the work
+/// (once per process; a later call is ignored). A library that calls these loops on a
+/// program's behalf blocks the program's signals in them with it, so a program's handler
+/// runs on the program's own threads, not on ours.
+pub fn on_worker_start(f: fn()) {
+    let _ = WORKER_START.set(f);
+}
 
 /// Columns per work item (keeps a B panel of `COL_BLOCK * k` in cache while rows stream).
 const COL_BLOCK: usize = 16;
@@ -76,6 +88,9 @@ fn par_columns<T: Send>(
         for work in per_thread {
             let body = &body;
             s.spawn(move || {
+                if let Some(start) = WORKER_START.get() {
+                    start();
+                }
                 for (blk, chunk) in work {
                     let j0 = blk * COL_BLOCK;
                     body(j0, (j0 + COL_BLOCK).min(n), chunk);

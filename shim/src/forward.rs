@@ -186,26 +186,30 @@ unsafe extern "C" fn visit(
     _size: usize,
     data: *mut c_void,
 ) -> c_int {
-    // SAFETY: `data` is the `Walk` passed by `in_loaded_objects`, `info` is valid for this callback.
-    let (walk, path) = unsafe { (&mut *(data as *mut Walk<'_>), (*info).dlpi_name) };
-    // SAFETY: dlpi_name is NULL or a NUL-terminated string.
-    if path.is_null() || unsafe { *path } == 0 {
-        return 0; // the main program (already covered by the global lookup) or the vDSO
-    }
-    // SAFETY: RTLD_NOLOAD only returns a handle for an object that is already loaded.
-    let handle = unsafe { libc::dlopen(path, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if handle.is_null() {
-        return 0;
-    }
-    // SAFETY: valid handle and name.
-    let p = unsafe { libc::dlsym(handle, walk.name.as_ptr()) } as *const c_void;
-    if !p.is_null() && !is_ours(p) {
-        walk.found = p;
-        return 1; // keep the handle: the library stays loaded while we hold its address
-    }
-    // SAFETY: balances the dlopen above.
-    unsafe { libc::dlclose(handle) };
-    0
+    // Called by the loader: a panic must not unwind into it (0 goes on with the walk).
+    crate::process::shielded_or(0, || {
+        // SAFETY: `data` is the `Walk` passed by `in_loaded_objects`, `info` is valid for this
+        // callback.
+        let (walk, path) = unsafe { (&mut *(data as *mut Walk<'_>), (*info).dlpi_name) };
+        // SAFETY: dlpi_name is NULL or a NUL-terminated string.
+        if path.is_null() || unsafe { *path } == 0 {
+            return 0; // the main program (already covered by the global lookup) or the vDSO
+        }
+        // SAFETY: RTLD_NOLOAD only returns a handle for an object that is already loaded.
+        let handle = unsafe { libc::dlopen(path, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            return 0;
+        }
+        // SAFETY: valid handle and name.
+        let p = unsafe { libc::dlsym(handle, walk.name.as_ptr()) } as *const c_void;
+        if !p.is_null() && !is_ours(p) {
+            walk.found = p;
+            return 1; // keep the handle: the library stays loaded while we hold its address
+        }
+        // SAFETY: balances the dlopen above.
+        unsafe { libc::dlclose(handle) };
+        0
+    })
 }
 
 fn in_loaded_objects(name: &CStr) -> Option<*const c_void> {

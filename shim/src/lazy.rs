@@ -5,7 +5,8 @@
 //! inside its initialiser stays "running" in the child forever, and the child hangs at its
 //! first call. Initialisation also happens outside these cells, in the crates the routes call
 //! (`ozaki_core`'s CRT plans, `gpu_kernels`' tables and probes, their locks). So both count
-//! as shim work in flight ([`InFlight`]: every call of ours, every [`Lazy`] initialiser),
+//! as shim work in flight ([`InFlight`]: every call of ours, every [`Lazy`] initialiser, in
+//! one atomic word that also gives the engine its count of calls in flight),
 //! and the `fork` prepare handler ([`crate::process`]) holds new calls back and waits until
 //! no other thread has any in flight, for at most [`FORK_WAIT`]: the child then copies
 //! nothing half done. Work that runs longer (a large GPU call) lets the fork proceed after
@@ -17,61 +18,91 @@
 
 use std::cell::Cell;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a fork waits for the work in flight on other threads.
 pub const FORK_WAIT: Duration = Duration::from_secs(1);
 
-/// Shim work in flight in the process ([`InFlight`]).
-static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Shim work in flight in the process ([`InFlight`]), packed into one word so a call
+/// touches one atomic: calls in the low 32 bits, initialisers in the high 32 bits. The calls
+/// are also what `OZAKI_ROUTE=auto` prices the vendor's share of the CPU with
+/// ([`calls_in_flight`]).
+static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 /// Forks between their prepare and after handlers: new work waits meanwhile.
 static FORKING: AtomicUsize = AtomicUsize::new(0);
 
+/// One call, in [`IN_FLIGHT`]'s packing.
+const CALL: u64 = 1;
+/// One initialiser, in [`IN_FLIGHT`]'s packing.
+const INITIALISER: u64 = 1 << 32;
+
+/// Calls plus initialisers of a packed count.
+fn total(packed: u64) -> u64 {
+    (packed & 0xffff_ffff) + (packed >> 32)
+}
+
 thread_local! {
-    /// How much of the work in flight is this thread's.
-    static MINE: Cell<usize> = const { Cell::new(0) };
+    /// How much of the work in flight is this thread's (packed as [`IN_FLIGHT`]).
+    static MINE: Cell<u64> = const { Cell::new(0) };
 }
 
 /// A token naming the current thread (the address of one of its thread-locals).
 fn me() -> usize {
-    MINE.with(|m| m as *const Cell<usize> as usize)
+    MINE.with(|m| m as *const Cell<u64> as usize)
+}
+
+/// Shim calls in flight in the process now (each between its entry and its end, the
+/// caller's own included when it is one).
+pub fn calls_in_flight() -> u32 {
+    // Relaxed: a count for pricing, synchronising nothing.
+    (IN_FLIGHT.load(Ordering::Relaxed) & 0xffff_ffff) as u32
 }
 
 /// Shim work in flight (a call, an initialiser), until dropped (see the module doc).
-pub struct InFlight(());
+pub struct InFlight(u64);
 
+// Orderings. The fork's prepare handler raises FORKING and then reads IN_FLIGHT; new work
+// raises IN_FLIGHT and then reads FORKING. Each side stores one variable and loads the
+// other, so only sequential consistency on both (the increment, the FORKING load, the
+// FORKING increment and the IN_FLIGHT load in `quiesce`) guarantees that at least one side
+// sees the other: with acquire/release alone both could miss each other and a call start
+// while the fork copies the process. The end of work needs only Release: it publishes what
+// the work wrote (an initialised cell) to the prepare handler's load that sees it end. On
+// x86-64 the read-modify-writes are one locked instruction whatever their ordering and the
+// loads plain moves, so this costs nothing over Relaxed there.
 impl InFlight {
     /// Counts a call in; waits (at most [`FORK_WAIT`]) while a fork is being prepared.
     pub fn begin() -> InFlight {
-        Self::count(true)
+        Self::count(CALL, true)
     }
 
     /// Counts an initialiser in, without waiting for a fork being prepared: the work the fork
     /// waits for may itself wait for this initialiser (a call waiting for the GPU start's).
     fn initialiser() -> InFlight {
-        Self::count(false)
+        Self::count(INITIALISER, false)
     }
 
-    fn count(hold_back: bool) -> InFlight {
-        let since = Instant::now();
-        loop {
-            IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-            if !hold_back || FORKING.load(Ordering::SeqCst) == 0 || since.elapsed() > FORK_WAIT {
-                break;
+    fn count(what: u64, hold_back: bool) -> InFlight {
+        IN_FLIGHT.fetch_add(what, Ordering::SeqCst);
+        if hold_back && FORKING.load(Ordering::SeqCst) != 0 {
+            // Rare: the clock is read only here, off the hot path.
+            let since = Instant::now();
+            while FORKING.load(Ordering::SeqCst) != 0 && since.elapsed() <= FORK_WAIT {
+                IN_FLIGHT.fetch_sub(what, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_micros(50));
+                IN_FLIGHT.fetch_add(what, Ordering::SeqCst);
             }
-            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_micros(50));
         }
-        MINE.with(|m| m.set(m.get() + 1));
-        InFlight(())
+        MINE.with(|m| m.set(m.get() + what));
+        InFlight(what)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        MINE.with(|m| m.set(m.get().saturating_sub(1)));
-        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        MINE.with(|m| m.set(m.get().saturating_sub(self.0)));
+        IN_FLIGHT.fetch_sub(self.0, Ordering::Release);
     }
 }
 
@@ -79,9 +110,9 @@ impl Drop for InFlight {
 /// [`FORK_WAIT`]) until the other threads have none in flight.
 pub fn quiesce() {
     FORKING.fetch_add(1, Ordering::SeqCst);
-    let mine = MINE.with(Cell::get);
+    let mine = total(MINE.with(Cell::get));
     let since = Instant::now();
-    while IN_FLIGHT.load(Ordering::SeqCst) > mine && since.elapsed() < FORK_WAIT {
+    while total(IN_FLIGHT.load(Ordering::SeqCst)) > mine && since.elapsed() < FORK_WAIT {
         std::thread::sleep(Duration::from_micros(20));
     }
 }

@@ -34,6 +34,7 @@
 //! | [`abi`] | the only reader of raw caller pointers: reference-BLAS argument checks, xerbla, row-major conversion |
 //! | [`forward`] | finding the real BLAS per symbol: `OZAKI_VENDOR_BLAS`, `RTLD_NEXT`, loaded objects |
 //! | [`guard`] | per-thread re-entrancy guard (reference `cblas_dgemm` calls `dgemm_`), robust to handlers that `longjmp` or throw |
+//! | [`helper_thread`] | the shim's own threads, with every signal blocked (a program's handler never runs on them) |
 //! | [`lazy`] | fork-safe lazy initialisation of every process-wide state |
 //! | [`process`] | the load-time constructor and the `fork`/`exit` handlers |
 //! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, `cpu_ozaki` and `gpu` |
@@ -81,6 +82,7 @@ mod exports;
 mod device_api;
 pub mod forward;
 pub mod guard;
+pub mod helper_thread;
 pub mod lazy;
 pub mod process;
 pub mod route;

@@ -354,3 +354,52 @@ fn a_vendor_calling_dgemm_from_its_constructor_does_not_hang() {
     );
     assert!(got.contains(want.trim()), "main's call: {got} vs {want}");
 }
+
+/// A program's signal handlers that call BLAS: a process-directed signal never runs its
+/// handler on one of the shim's own threads (which may hold the trace sink's lock), and a
+/// timer's handler calling `dgemm_` while the main thread is inside the shim, on every CPU
+/// route with a trace, gets the vendor's C (nested calls go straight to the vendor), the
+/// main thread's calls are right, and the program ends.
+#[test]
+fn blas_calls_from_signal_handlers_are_answered_on_the_programs_threads() {
+    let dir = work_dir("signal-blas");
+    let Some(prog) = compile(&dir, "cc", "signal_blas.c", "signal_blas", &["-lblas"]) else {
+        return;
+    };
+    // (cpu-ozaki emulates every call, the handler's too: fewer calls, a slower timer)
+    for (route, calls, every_us) in [
+        ("vendor", "3000", "50"),
+        ("auto", "3000", "50"),
+        ("builtin", "3000", "50"),
+        ("cpu-ozaki", "100", "2000"),
+    ] {
+        let mut without = plain(&prog);
+        let want = stdout(&run_ok(without.args([calls, every_us])));
+        assert!(
+            want.contains("ran on the main thread: yes") && want.contains("handler calls: some"),
+            "{want}"
+        );
+        let trace = dir.join(format!("{route}.jsonl"));
+        let mut cmd = shimmed(&prog, Some(&trace));
+        cmd.args([calls, every_us]).env("OZAKI_ROUTE", route);
+        let out = run_within(&mut cmd, Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("OZAKI_ROUTE={route}: the program hung"));
+        assert!(out.status.success(), "OZAKI_ROUTE={route}: {out:?}");
+        let got = stdout(&out);
+        if route == "cpu-ozaki" {
+            // The handler's calls that interrupt the shim get the vendor's C, the others the
+            // emulation's, which may round differently: only the main thread's are compared.
+            let usr1 = want.lines().next().unwrap();
+            assert!(
+                got.contains(usr1) && got.contains("main calls wrong: 0;"),
+                "OZAKI_ROUTE={route}: {got} vs {want}"
+            );
+        } else {
+            assert_same_output(
+                &format!("OZAKI_ROUTE={route}"),
+                want.as_bytes(),
+                got.as_bytes(),
+            );
+        }
+    }
+}

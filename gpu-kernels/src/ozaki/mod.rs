@@ -263,7 +263,12 @@ fn operands(call: &DeviceCall) -> (bool, Option<(u64, usize, bool)>) {
 /// columns into `stats` (device memory of [`STAT_SLOTS`] u64 slots of m (+ n) lines, op(A)'s
 /// rows first), enqueued on `stream`; `between` (if any) gets a mark between the scan and the
 /// statistics pass.
-fn scan_lines(
+///
+/// # Safety
+/// - as [`line_statistics`], and `stats` is device memory of that context of
+///   `8 * STAT_SLOTS * (m + n)` bytes (syrk: m lines), written by nobody else until the
+///   stream has passed the work.
+unsafe fn scan_lines(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
@@ -343,7 +348,13 @@ pub struct StageOneCost {
 /// the same table twice) and what computing and downloading them cost, as the route does
 /// it: what the accuracy rule reads, for tests against the host mirror
 /// (`ozaki_core::rule::LineTable::push`) and for measuring what the rule costs.
-pub fn line_statistics(
+///
+/// # Safety
+/// - `gpu`'s context is current on this thread and `stream` belongs to it;
+/// - `call.a` (and gemm's B) are device memory of that context covering op(A) (and op(B))
+///   with their leading dimensions, valid until this returns (it synchronises `stream`);
+///   C is not touched.
+pub unsafe fn line_statistics(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
@@ -354,7 +365,8 @@ pub fn line_statistics(
     let stats = gpu.workspace.get("scan", bytes)?;
     let mut pinned = crate::memory::PinnedBuffer::new(bytes)?;
     let mut marks = Marks::start(stream)?;
-    scan_lines(gpu, stream, call, stats, Some(&mut marks))?;
+    // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
+    unsafe { scan_lines(gpu, stream, call, stats, Some(&mut marks)) }?;
     marks.mark(Phase::Convert)?;
     // SAFETY: pinned holds `bytes` bytes and outlives the copy (synchronised below).
     unsafe { sys::cuMemcpyDtoHAsync_v2(pinned.as_mut_ptr() as *mut _, stats, bytes, stream) }
@@ -435,7 +447,8 @@ pub unsafe fn enqueue(
     //    sums) from the row exponents
     let stats = gpu.workspace.get("scan", STATS * nb_rows)?;
     let (maxbits, coarse_sq) = (stats, stats + 16 * nb_rows as u64);
-    scan_lines(gpu, stream, call, stats, None)?;
+    // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
+    unsafe { scan_lines(gpu, stream, call, stats, None) }?;
     // 2. The statistics go to the host for the plan; meanwhile the GPU already forms the shifts
     //    and residues for the moduli count the plan is expected to choose (forced, or this
     //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
@@ -627,14 +640,19 @@ pub unsafe fn enqueue(
             batch: r as u32,
             strides: (plane_a as i64, plane_b as i64, plane_d as i64),
         };
-        lt_int8::batched(
-            gpu,
-            stream,
-            shape,
-            planes_a + (row0 * kpad) as u64,
-            planes_b + (j0 * kpad) as u64,
-            prod,
-        )?;
+        // SAFETY: the plane buffers hold r planes of kpad x m (n) int8 at these strides,
+        // prod r planes of rows x cols int32, all on this context, kept until the stream is
+        // passed (the caller's contract).
+        unsafe {
+            lt_int8::batched(
+                gpu,
+                stream,
+                shape,
+                planes_a + (row0 * kpad) as u64,
+                planes_b + (j0 * kpad) as u64,
+                prod,
+            )
+        }?;
         marks.mark(Phase::Products)?;
         let kern = gpu.kernels()?;
         // SAFETY: prod holds r planes of rows_pad x cols_pad int32; C covers ldc x n doubles.

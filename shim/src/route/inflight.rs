@@ -1,15 +1,16 @@
 //! Calls in flight in this process and the GPU's queue, for `OZAKI_ROUTE=auto`
-//! (`ozaki_core::engine::load`): two relaxed atomics, touched only by calls the engine
-//! decides.
+//! (`ozaki_core::engine::load`).
 //!
-//! [`Flight::enter`] counts a call from its decision to its end; [`Flight::queue_gpu`] adds
+//! The calls in flight are the count every call already keeps for `fork`
+//! ([`crate::lazy::calls_in_flight`]: each call is in it from its entry to its end, a call
+//! `auto` decides runs its route inside that span); [`Flight::enter`] reads it at the
+//! decision. [`Flight::queue_gpu`] adds
 //! the GPU time predicted for a call sent to the GPU, and the call's end takes it off again,
 //! so [`gpu_wait_s`] is the predicted GPU time of the calls in flight on the GPU, the wait a
 //! new GPU call is priced with.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-static IN_FLIGHT: AtomicU32 = AtomicU32::new(0);
 static GPU_QUEUE_NS: AtomicU64 = AtomicU64::new(0);
 
 /// One call from its decision to its end (drop).
@@ -19,10 +20,11 @@ pub struct Flight {
 }
 
 impl Flight {
-    /// Counts this call in; `concurrent` is then the calls in flight, itself included.
+    /// This call's flight, decided now: `concurrent` is the calls in flight, itself
+    /// included (at least 1).
     pub fn enter() -> Flight {
         Flight {
-            concurrent: IN_FLIGHT.fetch_add(1, Ordering::Relaxed).saturating_add(1),
+            concurrent: crate::lazy::calls_in_flight().max(1),
             queued_ns: 0,
         }
     }
@@ -42,7 +44,6 @@ impl Flight {
 
 impl Drop for Flight {
     fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
         if self.queued_ns > 0 {
             GPU_QUEUE_NS.fetch_sub(self.queued_ns, Ordering::Relaxed);
         }
@@ -58,17 +59,23 @@ pub fn gpu_wait_s() -> f64 {
 mod tests {
     use super::*;
 
+    use crate::lazy::InFlight;
+
+    /// The engine's count is the calls counted in flight for `fork`: one counter per call.
     #[test]
-    fn flights_count_and_queue_while_they_live() {
-        // (other unit tests may hold flights: compare with what was there before)
+    fn flights_see_the_calls_in_flight_and_queue_while_they_live() {
+        // (other unit tests may hold calls: compare with what was there before)
+        let _first = InFlight::begin();
         let a = Flight::enter();
+        let second = InFlight::begin();
         let mut b = Flight::enter();
         assert!(b.concurrent() > a.concurrent());
         let before = gpu_wait_s();
         b.queue_gpu(0.25);
         assert!(gpu_wait_s() >= before + 0.25 - 1e-9);
         drop(b);
+        drop(second);
         let c = Flight::enter();
-        assert_eq!(c.concurrent(), a.concurrent() + 1);
+        assert!(c.concurrent() < a.concurrent() + 1, "the second call ended");
     }
 }

@@ -279,18 +279,16 @@ impl Starter {
         }
         let job = Arc::new(Mutex::new(Some(job)));
         let theirs = Arc::clone(&job);
-        let spawned = std::thread::Builder::new()
-            .name("ozaki-gpu-start".into())
-            .spawn(move || {
-                let job = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(job) = job {
-                    self.run(job);
-                }
-                // Kept, not ended: see the module doc (per-thread state of the CUDA libraries).
-                loop {
-                    std::thread::park();
-                }
-            });
+        let spawned = crate::helper_thread::spawn("ozaki-gpu-start", move || {
+            let job = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(job) = job {
+                self.run(job);
+            }
+            // Kept, not ended: see the module doc (per-thread state of the CUDA libraries).
+            loop {
+                std::thread::park();
+            }
+        });
         if let Err(e) = spawned {
             tracing::info!("auto: no thread to start the GPU on ({e}); starting it on this call");
             let job = job.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -326,10 +324,12 @@ impl Starter {
 /// gate and waits for the step under way, at most [`EXIT_WAIT`]. Registered twice, it acts
 /// once; in a forked child it does nothing (no start thread there).
 extern "C" fn at_exit() {
-    if START_PID.load(Ordering::Relaxed) != pid() || gpu_kernels::start_gate::closed() {
-        return;
-    }
-    let _ = catch_unwind(|| gpu_kernels::start_gate::close(EXIT_WAIT));
+    crate::process::shielded(|| {
+        if START_PID.load(Ordering::Relaxed) != pid() || gpu_kernels::start_gate::closed() {
+            return;
+        }
+        gpu_kernels::start_gate::close(EXIT_WAIT);
+    });
 }
 
 /// Destroyed by `exit()` on the main thread before any `atexit` handler runs (glibc's
@@ -357,7 +357,9 @@ thread_local! {
 
 /// Arms [`MainExitGuard`] on the loading thread (first access registers its destructor).
 extern "C" fn arm_main_exit_guard() {
-    let _ = MAIN_EXIT_GUARD.try_with(|_| {});
+    crate::process::shielded(|| {
+        let _ = MAIN_EXIT_GUARD.try_with(|_| {});
+    });
 }
 
 #[used]
