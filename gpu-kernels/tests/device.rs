@@ -1,4 +1,4 @@
-//! GPU routes on a real device (issue #4). Each test skips itself visibly with
+//! GPU routes on a real device. Each test skips itself visibly with
 //! "skipped: no CUDA driver" where there is no GPU (CI), and runs in `scripts/gpu-check`.
 //!
 //! What a user relies on: results right for every transpose/alpha/beta/leading-dimension
@@ -339,7 +339,7 @@ fn more_moduli_never_hurt_and_default_is_at_least_fp64_grade() {
     let e = worst_error(&g, &c, &c);
     // ACCURACY.md's contract for the default choice: at most 2 max(native's error, u). cuBLAS
     // sums this short, wide product (64 x 64 x 2048) in blocks, so its error (5.3e-17 on the
-    // H200) is well below u; norm scaling's 14 moduli gave 1.5e-16 there (session 2).
+    // H200) is well below u; norm scaling's 14 moduli gave 1.5e-16 there (BENCHMARKS.md, "GPU routes on one H200").
     let u = f64::EPSILON / 2.0;
     assert!(
         e <= 2.0 * e_native.max(u),

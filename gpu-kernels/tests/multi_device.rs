@@ -1,4 +1,4 @@
-//! A host-resident dgemm split across device slots (issue #7) against the same call on one
+//! A host-resident dgemm split across device slots against the same call on one
 //! slot. Skips itself visibly with "skipped: no CUDA driver" without a GPU; the `0,1` case
 //! skips visibly with fewer than two GPUs. Runs in the GPU round.
 //!

@@ -1,5 +1,5 @@
 //! The measured engine: profile loading order, the choice rule under the accuracy contract,
-//! the decision cache, and calibration fits/validation (issue #5).
+//! the decision cache, and calibration fits/validation.
 
 use ozaki_core::engine::calibrate::{
     self, CpuSamples, Direction, GpuMeasurements, HostMemory, LinkSample, Measurements, Plan,

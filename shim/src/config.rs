@@ -14,7 +14,7 @@
 //! | `OZAKI_ACCURACY=default\|normwise\|guaranteed` | the accuracy rule of the emulated routes (`ozaki_core::rule`): the componentwise estimate against native fp64, Ozaki-II's normwise bound, or the deterministic componentwise bound within fp64's `γ_k` | `default` |
 //! | `OZAKI_VENDOR_BLAS=/path/lib.so` | the BLAS to forward to, before any other lookup | found automatically |
 //! | `OZAKI_LOG=FILTER` | `tracing` filter for diagnostics on stderr (e.g. `info`, `ozaki_shim=debug`) | silent |
-//! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles (issue #7) | the engine decides |
+//! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles | the engine decides |
 //! | `OZAKI_GPU_START=background\|blocking` | with `auto`, how the first call that may use the GPU starts it: on a background thread while calls run on the vendor BLAS, or inside that call, which waits for it (`route::start`) | `background` |
 //! | `OZAKI_EXPLORE=0\|1` | with `auto`, run the runner-up route on a small fraction of the calls whose predictions are close, so measurement can correct a wrong profile (`route::adjust`); `0` never | `1` |
 
@@ -92,7 +92,7 @@ pub struct Config {
     pub vendor_blas: Option<PathBuf>,
     /// Diagnostics filter (`OZAKI_LOG`).
     pub log: Option<String>,
-    /// Whether GPU calls are split over several GPU slots (`OZAKI_SPLIT`, issue #7).
+    /// Whether GPU calls are split over several GPU slots (`OZAKI_SPLIT`).
     pub split: SplitMode,
     /// How `auto` starts the GPU (`OZAKI_GPU_START`).
     pub gpu_start: GpuStart,
@@ -109,15 +109,15 @@ pub enum GpuStart {
     /// `background` (default): the first call that may use the GPU starts it on a background
     /// thread, and calls run on the vendor BLAS until it is up unless waiting pays.
     Background,
-    /// `blocking`: that call waits for the start, as before session 4. For programs whose
+    /// `blocking`: that call waits for the start. For programs whose
     /// first calls are many and mid-sized on a machine whose CUDA libraries are not in the
     /// page cache, where the vendor calls made during the start ran 1.2-6x slower than priced
-    /// (BENCHMARKS.md, session 4 run 5).
+    /// (BENCHMARKS.md, "GPU start-up off the first call").
     Blocking,
 }
 
 /// `OZAKI_SPLIT`: who decides whether a host-resident dgemm is split over the process's GPU
-/// slots (issue #7).
+/// slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitMode {
     /// Unset: the engine splits when the priced split beats one GPU
@@ -136,7 +136,7 @@ impl Config {
         let mut problems = Vec::new();
         let text = |v: &Option<OsString>| v.as_ref().map(|s| s.to_string_lossy().into_owned());
         let route = match text(&raw.route) {
-            // Issue #5: the per-record engine chooses unless a route is forced.
+            // The per-record engine chooses unless a route is forced.
             None => RouteRequest::Auto,
             Some(s) => s.parse().unwrap_or_else(|e| {
                 problems.push(format!("OZAKI_ROUTE: {e}; using the vendor BLAS"));

@@ -39,7 +39,7 @@
 //! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, `cpu_ozaki` and `gpu` |
 //! | [`config`] | `OZAKI_*` environment variables, read once |
 //! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
-//! | [`ab`] | `OZAKI_AB`: the vendor beside the chosen route on a private copy of C, differences and times in the trace (issue #6) |
+//! | [`ab`] | `OZAKI_AB`: the vendor beside the chosen route on a private copy of C, differences and times in the trace |
 //!
 //! ## Guarantees
 //! - No panic crosses into C (every profile keeps `panic = "unwind"`); any failure of a
@@ -74,7 +74,7 @@ pub mod config;
 pub mod entry;
 #[rustfmt::skip]
 mod exports;
-/// Device-resident C entry points (`ozaki_dgemm_device`, `ozaki_dsyrk_device`), issue #4.
+/// Device-resident C entry points (`ozaki_dgemm_device`, `ozaki_dsyrk_device`).
 mod device_api;
 pub mod forward;
 pub mod guard;

@@ -1,4 +1,4 @@
-//! The committed application traces (`traces/*.jsonl.gz`, issue #6) load through the CLI and
+//! The committed application traces (`traces/*.jsonl.gz`) load through the CLI and
 //! still give the call-size statistics `traces/README.md` quotes next to the paper's
 //! (Ozaki 2.5, section 6.1): a guard on the traces, the gzip reader and the statistics.
 

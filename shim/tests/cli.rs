@@ -1,4 +1,4 @@
-//! `ozaki run` and `ozaki summary` as a user runs them (issue #2): the program's output and
+//! `ozaki run` and `ozaki summary` as a user runs them: the program's output and
 //! exit status pass through untouched, the summary lands on stderr, and bad input gives a
 //! message with file and line and exit status 2, never a panic.
 

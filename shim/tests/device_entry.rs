@@ -1,5 +1,5 @@
-//! The device-resident C entry points `ozaki_dgemm_device` and `ozaki_dsyrk_device` (issue
-//! #4) computing on a real GPU: what a program whose matrices live in device memory gets back
+//! The device-resident C entry points `ozaki_dgemm_device` and `ozaki_dsyrk_device`
+//! computing on a real GPU: what a program whose matrices live in device memory gets back
 //! (return value 0 = emulated, 1 = cuBLAS fp64), C's m x n block (or one triangle) right, and
 //! nothing else of C written. Their argument checks and quick returns are unit tests in
 //! `device_api.rs`; these need a GPU and skip themselves visibly ("skipped: no CUDA driver")

@@ -1,4 +1,4 @@
-//! `ozaki report` end to end (issue #6): the page is generated from a small fixture trace,
+//! `ozaki report` end to end: the page is generated from a small fixture trace,
 //! its PNGs are real images of the advertised size, and a headless Chromium loads the page
 //! and finds every embedded image decoded (naturalWidth > 0) and the screenshot not blank.
 //!

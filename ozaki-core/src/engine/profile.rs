@@ -1,6 +1,6 @@
 //! The machine profile: everything the cost model knows about one machine, as versioned JSON.
 //!
-//! Where the shim gets its profile (issue #5), first match wins:
+//! Where the shim gets its profile, first match wins:
 //! 1. `OZAKI_PROFILE=FILE`;
 //! 2. the per-GPU default `<cache>/ozaki/profile-<gpu-slug>.json`, where `<cache>` is
 //!    `$XDG_CACHE_HOME` or `~/.cache` (written by `ozaki calibrate`);
@@ -12,9 +12,9 @@
 //! the GPU name, driver, CUDA and the vendor BLAS it was measured with.
 //!
 //! Version history (additive only; every older version still loads):
-//! - 1: one GPU (`gpu`), the CPU BLAS, choice rules, end-to-end corrections (issue #5);
+//! - 1: one GPU (`gpu`), the CPU BLAS, choice rules, end-to-end corrections;
 //! - 2: `devices`, one entry per GPU of the host as calibration surveyed it, and
-//!   `host_share`, the host side of a split over them (issue #7). Both are optional: a
+//!   `host_share`, the host side of a split over them. Both are optional: a
 //!   version-1 profile is a machine with one priced GPU and no split pricing.
 
 use super::model::{Correction, WorkModel};
@@ -48,16 +48,16 @@ pub struct Profile {
     /// End-to-end corrections per route name, fitted from whole-route timings.
     #[serde(default)]
     pub corrections: BTreeMap<String, Correction>,
-    /// Every GPU calibration surveyed (version 2, issue #7); `devices[0]` is the device the
+    /// Every GPU calibration surveyed (version 2); `devices[0]` is the device the
     /// full `gpu` model was measured on. Empty in version-1 profiles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceProfile>,
-    /// What the host pays when several GPUs copy at once (version 2, issue #7).
+    /// What the host pays when several GPUs copy at once (version 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_share: Option<HostShare>,
 }
 
-/// One GPU of the host, as `ozaki calibrate` surveyed it (issue #7: "the machine profile
+/// One GPU of the host, as `ozaki calibrate` surveyed it ("the machine profile
 /// records each GPU; calibration runs per device"). The rates are what the engine scales
 /// the full `gpu` model by when it prices a tile of a split on this device.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -90,7 +90,7 @@ pub struct DeviceId {
     pub free_bytes: u64,
 }
 
-/// The host side of a split (issue #7). Whether splitting one call over GPUs pays is
+/// The host side of a split. Whether splitting one call over GPUs pays is
 /// decided here rather than by the GPUs: every tile's operands and result cross the same
 /// host memory, so a split is priced with the bandwidth all devices reach *together*, plus
 /// the executor's own host work.

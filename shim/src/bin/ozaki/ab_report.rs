@@ -1,4 +1,4 @@
-//! `ozaki ab-report TRACE...`: what the A/B comparison (`OZAKI_AB`, issue #6) found.
+//! `ozaki ab-report TRACE...`: what the A/B comparison (`OZAKI_AB`) found.
 //!
 //! With `OZAKI_AB` set, the shim runs the vendor BLAS beside the chosen route on a private
 //! copy of C for each sampled call and records both times and the differences in the

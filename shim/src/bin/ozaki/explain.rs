@@ -1,9 +1,9 @@
 //! `ozaki explain m n k [...]`: the engine's predicted time of every route for one call
 //! shape, each term with how it was derived from the profile, and the choice with its reason
-//! (issue #5). With `--platform NAME` it shows the paper's reduced model on that platform
+//!. With `--platform NAME` it shows the paper's reduced model on that platform
 //! instead (rates per route and storage mode). With two or more GPU slots (`--devices`,
 //! `OZAKI_DEVICES`, or this machine's GPUs) it also shows each GPU route priced split over
-//! them, per device and with the host terms, and whether the split is taken (issue #7).
+//! them, per device and with the host terms, and whether the split is taken.
 
 use anyhow::Context;
 use clap::Parser;

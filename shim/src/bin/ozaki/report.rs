@@ -1,11 +1,11 @@
 //! `ozaki report TRACE... --out DIR`: a self-contained HTML page with PNG plots, for people
-//! deciding whether the GPU routes would help their program (issue #6).
+//! deciding whether the GPU routes would help their program.
 //!
 //! The page holds, for every trace (one "workload" each):
 //! - the FLOP-weighted histogram of call sizes nbar = 2mn/(m+n) in log2 buckets, drawn like
 //!   the paper's Fig. 8 (Ozaki 2.5, section 6.1) with its crossover band 128 <= nbar < 512;
 //! - the route mix (share of FLOPs each route computed);
-//! - the speedup per workload: predicted by the engine's replay (issue #5; the machine
+//! - the speedup per workload: predicted by the engine's replay (the machine
 //!   profile or paper platform chosen as for `ozaki replay`, `--no-predict` to leave it out),
 //!   and measured from the A/B fields (vendor time / route time over the compared calls)
 //!   when the trace has them;

@@ -1,5 +1,5 @@
 //! `ozaki run [--trace FILE] [--route ROUTE] -- CMD ARGS...`: run an unmodified program with
-//! the shim preloaded, then summarise its BLAS calls (issue #2).
+//! the shim preloaded, then summarise its BLAS calls.
 //!
 //! The shim library is found next to this executable (`preload.rs`) and prepended to
 //! `LD_PRELOAD`. The program's stdout is left alone: the summary goes to
@@ -20,7 +20,7 @@
 //! A part whose process is still running is left in place and named. A program killed by a
 //! signal is said to have a trace that may be incomplete.
 //!
-//! MPI (issue #7): both `mpirun -n 4 ozaki run -- ./prog` (each rank summarises its own
+//! MPI: both `mpirun -n 4 ozaki run -- ./prog` (each rank summarises its own
 //! trace) and `ozaki run -- mpirun -n 4 ./prog` (one summary of every rank's trace) work;
 //! see `launcher.rs` for how the environment crosses Open MPI's launcher.
 
@@ -89,7 +89,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             (dir.join("trace-%p.jsonl"), Some(dir))
         }
     };
-    // Several MPI ranks must not share one trace file (issue #7).
+    // Several MPI ranks must not share one trace file.
     let (pattern, joined) =
         match launcher::per_rank_pattern(&pattern.to_string_lossy(), &args.command[0]) {
             Some(p) => {
