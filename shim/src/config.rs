@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `OZAKI_TRACE=FILE` | write a JSON Lines trace; `%p` pid, `%h` host name, `%r` MPI rank, `%%` a `%` | no trace |
 //! | `OZAKI_TRACE_ARGV=0` | leave the command line out of the trace header (it can hold secrets); `0`, `false`, `no`, `off` leave it out, `1`, `true`, `yes`, `on` keep it, anything else is reported and leaves it out | argv recorded |
-//! | `OZAKI_ROUTE=ROUTE` | `auto` or a route name (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`) | `vendor` |
+//! | `OZAKI_ROUTE=ROUTE` | `auto` or a route name (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`); a bad name means `vendor` | `auto` |
 //! | `OZAKI_MODULI=N` | forced number of moduli for the emulated routes, 2 to 20 (other values are reported and ignored) | the route's choice |
 //! | `OZAKI_THREADS=N` | worker threads of the CPU emulation (`cpu-ozaki`) | the vendor BLAS's own thread count (`route::threads`: OpenBLAS/MKL/OpenMP limits, threadpoolctl's included), else `OPENBLAS_NUM_THREADS`/`MKL_NUM_THREADS`/`OMP_NUM_THREADS`, else every core |
 //! | `OZAKI_SCALING=fast\|norm\|accurate` | scaling bound of the emulated routes (`ozaki_core::scaling`; gpu-ozaki runs `accurate` as `norm`) | `norm` |

@@ -70,7 +70,7 @@ fn check(got: &[f64], want: &[f64], c0: &[f64], outside: impl Fn(usize) -> bool,
 
 #[test]
 fn dgemm_device_computes_c_and_writes_nothing_else() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(43);
@@ -169,7 +169,7 @@ fn dgemm_device(
 
 #[test]
 fn dsyrk_device_writes_one_triangle() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(47);

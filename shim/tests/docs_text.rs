@@ -48,7 +48,9 @@ fn diary_reference(line: &str) -> Option<String> {
         }
         let rest = &b[i + 2..];
         let len = rest.iter().take_while(|c| c.is_ascii_lowercase()).count();
-        let ends = rest.get(len).is_none_or(|c| !(c.is_ascii_alphanumeric() || *c == b'_'));
+        let ends = rest
+            .get(len)
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || *c == b'_'));
         if len >= 2 && ends {
             return Some(lower[i..i + 2 + len].to_string());
         }
@@ -83,7 +85,9 @@ fn tracked_files(root: &Path) -> Option<Vec<PathBuf>> {
 fn no_tracked_line_names_a_tracker_number_a_session_or_a_work_branch() {
     let root = repo_root();
     let Some(files) = tracked_files(&root) else {
-        eprintln!(
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
             "skipped: no_tracked_line_names_a_tracker_number_a_session_or_a_work_branch: not a git checkout"
         );
         return;
@@ -103,7 +107,12 @@ fn no_tracked_line_names_a_tracker_number_a_session_or_a_work_branch() {
         }
         for (n, line) in text.lines().enumerate() {
             if let Some(what) = diary_reference(line) {
-                found.push(format!("{}:{}: {what:?}: {}", rel.display(), n + 1, line.trim()));
+                found.push(format!(
+                    "{}:{}: {what:?}: {}",
+                    rel.display(),
+                    n + 1,
+                    line.trim()
+                ));
             }
         }
     }

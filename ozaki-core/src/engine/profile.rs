@@ -521,8 +521,36 @@ pub fn default_path_in(cache: &Path, gpu_name: Option<&str>) -> PathBuf {
     cache.join(format!("profile-{slug}.json"))
 }
 
+/// What [`resolve`] says about a profile that was not measured on this machine: one short
+/// line, meant to be shown once per process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The line itself, without a program prefix.
+    pub text: String,
+    /// The expected case of a machine nobody calibrated yet: the built-in profile made for
+    /// this GPU model by a real calibration. It prices every route, so a program under the
+    /// shim need not hear of it (the shim logs it at `info`, shown with `OZAKI_LOG=info`);
+    /// every other notice means the engine chooses with less than it could and is printed.
+    pub routine: bool,
+}
+
+impl Notice {
+    fn loud(text: String) -> Notice {
+        Notice {
+            text,
+            routine: false,
+        }
+    }
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
 /// Resolves the profile to use (see the module docs for the order). Returns the profile,
-/// where it came from, and a warning to print once when it is not one measured here.
+/// where it came from, and a notice when it is not one measured here.
 ///
 /// # Errors
 /// `OZAKI_PROFILE` names a file that cannot be read or parsed (an explicit request that
@@ -530,7 +558,7 @@ pub fn default_path_in(cache: &Path, gpu_name: Option<&str>) -> PathBuf {
 pub fn resolve(
     env_profile: Option<&str>,
     gpu_name: Option<&str>,
-) -> Result<(Profile, ProfileSource, Option<String>), String> {
+) -> Result<(Profile, ProfileSource, Option<Notice>), String> {
     resolve_in(env_profile, gpu_name, cache_dir().as_deref())
 }
 
@@ -542,7 +570,7 @@ pub fn resolve_in(
     env_profile: Option<&str>,
     gpu_name: Option<&str>,
     cache: Option<&Path>,
-) -> Result<(Profile, ProfileSource, Option<String>), String> {
+) -> Result<(Profile, ProfileSource, Option<Notice>), String> {
     if let Some(p) = env_profile.filter(|p| !p.is_empty()) {
         let path = PathBuf::from(p);
         return Profile::load(&path)
@@ -557,8 +585,11 @@ pub fn resolve_in(
             Err(e) => {
                 // A broken cached profile falls through to the built-in one, loudly.
                 let (prof, src, w) = built_in_fallback(gpu_name);
-                let w = format!("ignoring unreadable profile {e}; {}", w.unwrap_or_default());
-                return Ok((prof, src, Some(w)));
+                let w = format!(
+                    "ignoring unusable profile {e}; {}",
+                    w.map(|w| w.text).unwrap_or_default()
+                );
+                return Ok((prof, src, Some(Notice::loud(w))));
             }
         }
     }
@@ -580,24 +611,30 @@ fn trusted(path: &Path) -> Result<(), String> {
     check_owned_file(&meta, euid, 0o022).map_err(|e| format!("{shown}: {e}"))
 }
 
-fn built_in_fallback(gpu_name: Option<&str>) -> (Profile, ProfileSource, Option<String>) {
+fn built_in_fallback(gpu_name: Option<&str>) -> (Profile, ProfileSource, Option<Notice>) {
     if let Some(g) = gpu_name
         && let Some((name, prof)) = Profile::built_in_for_gpu(g)
     {
-        let w = format!(
-            "no calibrated profile for {g} on this machine; using the built-in {name} profile ({}); run `ozaki calibrate` for one measured here",
-            prof.source
-        );
+        let w = Notice {
+            text: format!(
+                "using the built-in {name} profile for {g} (`ozaki calibrate` measures this machine)"
+            ),
+            routine: true,
+        };
         return (prof, ProfileSource::BuiltIn(name), Some(w));
     }
     let prof = Profile::built_in("cpu-only").expect("cpu-only profile ships");
     let w = match gpu_name {
         Some(g) => format!(
-            "no profile for GPU {g}; using the CPU-only built-in profile (GPU routes never chosen); run `ozaki calibrate`"
+            "no profile for {g}: GPU routes are never chosen until `ozaki calibrate` measures this machine"
         ),
         None => "no GPU and no calibrated profile; using the CPU-only built-in profile".to_string(),
     };
-    (prof, ProfileSource::BuiltIn("cpu-only"), Some(w))
+    (
+        prof,
+        ProfileSource::BuiltIn("cpu-only"),
+        Some(Notice::loud(w)),
+    )
 }
 
 #[cfg(test)]
@@ -648,7 +685,7 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
         let (_, src, warning) = resolve_in(None, None, Some(&dir)).unwrap();
         assert_eq!(src, ProfileSource::BuiltIn("cpu-only"));
-        assert!(warning.is_some_and(|w| w.contains("lets other users in")));
+        assert!(warning.is_some_and(|w| w.text.contains("lets other users in") && !w.routine));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

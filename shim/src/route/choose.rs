@@ -81,10 +81,12 @@ fn build() -> Engine {
     let env = std::env::var("OZAKI_PROFILE").ok();
     let mut prof = match profile::resolve(env.as_deref(), gpu.as_deref()) {
         Ok((p, src, warn)) => {
-            // Without a GPU there is nothing to choose between: no user-facing line.
+            // Without a GPU there is nothing to choose between, and the built-in profile of
+            // this GPU model prices every route: neither needs a line on every process's
+            // stderr (`OZAKI_LOG=info` shows them). This runs once per process.
             match (warn, &gpu) {
-                (Some(w), Some(_)) => notice(&w),
-                (Some(w), None) => tracing::info!("auto: {w}"),
+                (Some(w), Some(_)) if !w.routine => notice(&w.text),
+                (Some(w), _) => tracing::info!("auto: {w}"),
                 _ => {}
             }
             let src = match src {
