@@ -162,7 +162,7 @@ impl RouteAb {
             // seeing it beside "PASS" must be able to tell why it passed.
             match self.worst_bound_ratio {
                 Some(r) => format!(
-                    "{route}: PASS, agrees with the vendor BLAS to fp64 accuracy on {} calls (tolerance: each call's fp64 rounding bound 2 gamma_k+2 on the data's scale, worst difference {:.2} of it{}; worst normwise {:.1e})",
+                    "{route}: PASS, agrees with the vendor BLAS to fp64 accuracy on {} calls (worst difference {:.2} of the fp64 rounding bound 2 gamma_k+2 of its call on the data's scale, the tolerance{}; worst normwise {:.1e})",
                     self.compared,
                     r,
                     if self.compared > self.bounded {
@@ -452,8 +452,8 @@ mod tests {
         let v = s.routes["gpu-ozaki"].verdict("gpu-ozaki", DEFAULT_TOL);
         assert!(v.starts_with("gpu-ozaki: PASS"), "{v}");
         assert!(
-            v.contains("tolerance: each call's fp64 rounding bound")
-                && v.contains("0.30 of it")
+            v.contains("0.30 of the fp64 rounding bound")
+                && v.contains("the tolerance")
                 && v.contains("worst normwise 1.4e-9")
                 && v.contains(&format!("normwise <= {DEFAULT_TOL:.0e}")),
             "{v}"
