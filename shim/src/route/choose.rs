@@ -228,8 +228,10 @@ fn before_engine(
     let status = match STARTER.status() {
         Status::Idle => {
             // The start begins once the gains priced so far cover what it costs.
+            // Only calls the GPU is priced well ahead on count (`start::GAIN_RATIO`): a
+            // margin-close price is the kind the profile gets wrong.
             let gain = match d.gpu {
-                Some((_, g)) if vendor_s >= margin * g => vendor_s - g,
+                Some((_, g)) if vendor_s >= start::GAIN_RATIO.max(margin) * g => vendor_s - g,
                 _ => 0.0,
             };
             let gained = LEDGER.add(gain);
