@@ -32,6 +32,25 @@ build_shim() {
 # LAPACK calls dgemm_ through the PLT, so its internal GEMMs are visible (OpenBLAS's are not).
 REFERENCE_LIBS="/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack"
 
+# A committed trace names no folder of the capturing machine: paths under the repository
+# become relative to it, paths under the home folder start with ~/ and paths under the
+# temporary folder with $TMPDIR/ (system paths such as /usr/bin/python3 stay;
+# shim/tests/app_traces.rs checks the committed traces).
+portable_paths() {
+    python3 - "$1" "$ROOT" "${HOME:-}" "${TMPDIR:-/tmp}" <<'PY'
+import sys
+path, root, home, tmp = sys.argv[1:5]
+prefixes = [(root.rstrip("/") + "/", ""), (tmp.rstrip("/") + "/", "$TMPDIR/")]
+if home.rstrip("/"):
+    prefixes.append((home.rstrip("/") + "/", "~/"))
+with open(path) as f:
+    for line in f:
+        for old, new in prefixes:
+            line = line.replace('"' + old, '"' + new)
+        sys.stdout.write(line)
+PY
+}
+
 # capture NAME CMD...: runs CMD with the shim preloaded, writes traces/NAME.jsonl.gz and
 # prints the statistics. LD_LIBRARY_PATH from the caller's environment is kept.
 capture() {
@@ -43,7 +62,7 @@ capture() {
     local t0=$SECONDS
     env LD_PRELOAD="$SHIM" OZAKI_TRACE="$raw" OZAKI_ROUTE=vendor "$@"
     echo "capture $name: $((SECONDS - t0)) s" >&2
-    gzip -9 -n -c "$raw" >"$ROOT/traces/$name.jsonl.gz"
+    portable_paths "$raw" | gzip -9 -n -c >"$ROOT/traces/$name.jsonl.gz"
     rm -f "$raw"
     "$OZAKI" report "$ROOT/traces/$name.jsonl.gz" --out "$WORK/$name-report" --title "$name" --profile "$ROOT/profiles/h200.json"
 }

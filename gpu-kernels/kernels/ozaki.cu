@@ -1,4 +1,4 @@
-// Ozaki scheme II on INT8 tensor cores: the SIMT stages around the int8 products (issue #4).
+// Ozaki scheme II on INT8 tensor cores: the SIMT stages around the int8 products.
 //
 // Compiled at run time by NVRTC for the device's own architecture (sm_90a on the H200) and
 // cached as CUBIN (see src/nvrtc_cache.rs). The pipeline per call is
@@ -554,7 +554,7 @@ extern "C" __global__ void line_stats_strided(const double* __restrict__ x, long
     line_flush(t, stats, stride, row);
 }
 
-// ---- Shifts on the device (issue #4): sigma_i = table[class(S_i)] - e_i per line ----
+// ---- Shifts on the device: sigma_i = table[class(S_i)] - e_i per line ----
 // The shift of a line depends on its coarse square sum S only through its class (0 for S = 0,
 // clog2(S) + 1 otherwise; `norm_class` in src/ozaki.rs), so the host sends a 66-entry table,
 // p(class) + COARSE_BITS - 1 for the call's moduli count (fast scaling: one value for every

@@ -1,8 +1,8 @@
 //! The process-wide GPU: found and initialised once, shared behind a lock.
 //!
-//! Initialisation order (issue #4): library presence first ([`Libraries::detect`]), then the
+//! Initialisation order: library presence first ([`Libraries::detect`]), then the
 //! driver, the primary context of device `OZAKI_GPU` (default: by MPI local rank from
-//! `OZAKI_DEVICES` or all devices, `ozaki_core::devices`, issue #7), cuBLAS and cuBLASLt handles,
+//! `OZAKI_DEVICES` or all devices, `ozaki_core::devices`), cuBLAS and cuBLASLt handles,
 //! and the NVRTC-compiled kernels. Each step that can panic inside cudarc runs in
 //! [`contain`]. A missing piece disables the routes that need it, with the reason kept for the
 //! one stderr line and the trace's `fallback` field. Missing NVRTC/cuBLASLt only disables
@@ -99,7 +99,7 @@ fn lock(cell: &'static Cell) -> Result<MutexGuard<'static, Gpu>, GpuError> {
     }
 }
 
-/// The `Gpu` of one slot of a split plan (issue #7): device `ordinal`, `replica`-th slot on
+/// The `Gpu` of one slot of a split plan: device `ordinal`, `replica`-th slot on
 /// that device (`OZAKI_DEVICES=0,0` has replicas 0 and 1 of device 0). Each slot is its own
 /// `Gpu`, so it has its own streams, workspace and staging buffers and slots run
 /// concurrently. Replica 0 of the default device is the process-wide [`gpu()`] (no second
@@ -356,7 +356,7 @@ fn find_device(explicit: Option<u32>) -> Result<Found, GpuError> {
     unsafe { sys::cuDeviceGetCount(&mut count) }
         .result()
         .ctx("cuDeviceGetCount")?;
-    // Issue #7: without OZAKI_GPU, an MPI rank takes the first GPU of its local-rank block
+    // Without OZAKI_GPU, an MPI rank takes the first GPU of its local-rank block
     // of the host's pool (OZAKI_DEVICES, else all devices). Only that first slot is used
     // until the route executes multi-slot split plans.
     let ordinal = match explicit {

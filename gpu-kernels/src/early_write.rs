@@ -1,10 +1,10 @@
 //! Writing C into the caller's memory while the rest of a host-resident call still runs
-//! (issue #4's host-resident bound, issue #7's split).
+//! (the host-resident path and the split over several GPUs).
 //!
 //! The pipelined host path ([`crate::host::staged_gemm`]) can leave C in pinned staging for
 //! the caller to copy into its own memory afterwards: at 32768² that serial tail is 8.6 GB,
-//! about 0.1 s of a 0.85 s split, and 7-8 ms of a 40 ms call at 8192 (session 3, helper
-//! host3). When beta == 0 the call never reads C, so each column block can be written as soon
+//! about 0.1 s of a 0.85 s split, and 7-8 ms of a 40 ms call at 8192 (BENCHMARKS.md,
+//! "Host-resident path and split"). When beta == 0 the call never reads C, so each column block can be written as soon
 //! as it is downloaded, under two rules that keep what the program sees exactly as before:
 //! - **No write before the whole call is accepted.** Writing starts only once every
 //!   data-dependent check of the call has passed: at once for gpu-native (which has none),

@@ -1,5 +1,5 @@
 //! Why a GPU route could not run. Every variant is recoverable: the shim answers any of them by
-//! taking the vendor route (issue #4: never a failure seen by the program).
+//! taking the vendor route (never a failure seen by the program).
 
 use std::fmt;
 

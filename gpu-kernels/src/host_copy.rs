@@ -1,4 +1,4 @@
-//! Large copies between the caller's pageable memory and pinned staging (issues #4 and #7).
+//! Large copies between the caller's pageable memory and pinned staging.
 //!
 //! Host-resident calls are bound by host memory bandwidth, not by the link (BENCHMARKS.md,
 //! "Pipelined host-resident path"): every staged byte is read from one buffer and written to

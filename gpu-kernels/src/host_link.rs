@@ -1,4 +1,4 @@
-//! Host-memory and host-link microbenchmarks (`ozaki bench --host-link`; issues #4 and #7).
+//! Host-memory and host-link microbenchmarks (`ozaki bench --host-link`).
 //!
 //! Host-resident calls are bound by moving A, B and C between the caller's pageable memory
 //! and the GPUs, not by the GPUs (BENCHMARKS.md). Which way of moving them is fastest

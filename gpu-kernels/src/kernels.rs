@@ -6,7 +6,7 @@ use cudarc::driver::sys;
 use ozaki_core::crt_tables::{CrtTable, ResidueTable};
 use std::ffi::{CString, c_void};
 
-/// CUDA source of the emulation kernels (compiled at run time, issue #4).
+/// CUDA source of the emulation kernels (compiled at run time).
 pub const SOURCE: &str = include_str!("../kernels/ozaki.cu");
 
 /// The `void*` argument array `cuLaunchKernel` takes: one pointer to each (local, mutable)

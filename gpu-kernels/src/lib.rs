@@ -1,4 +1,4 @@
-//! GPU routes of ozaki-shim (issue #4): `gpu-native` (cuBLAS fp64) and `gpu-ozaki` (Ozaki
+//! GPU routes of ozaki-shim: `gpu-native` (cuBLAS fp64) and `gpu-ozaki` (Ozaki
 //! scheme II on the INT8 tensor cores), for device-resident and host-resident operands.
 //!
 //! cudarc is used with dynamic loading, so this crate builds and its tests run on machines
@@ -18,7 +18,7 @@
 //! | `early_write` | with beta = 0, blocks of C written as they arrive once the call is accepted |
 //! | [`host_copy`] | streaming (non-temporal) copies between pageable and pinned memory |
 //! | [`host_link`] | host-memory and host-link microbenchmarks (`ozaki bench --host-link`) |
-//! | [`multi`] | one host-resident dgemm split across several device slots (issue #7) |
+//! | [`multi`] | one host-resident dgemm split across several device slots |
 //! | [`timing`] | phase times from CUDA events |
 //! | [`start_gate`] | steps of the GPU start that a process exit waits for |
 //! | [`warm_up`] | the first call's one-off costs, paid on the background start's thread |

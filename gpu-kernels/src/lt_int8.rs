@@ -1,5 +1,5 @@
 //! The int8 x int8 -> int32 products of the emulated route: one cuBLASLt strided-batched
-//! matmul for all moduli of a call (issue #4), with the heuristic's algorithm cached per
+//! matmul for all moduli of a call, with the heuristic's algorithm cached per
 //! shape so steady-state calls skip the search.
 //!
 //! Layout ("TN", what Hopper's IMMA/IGMMA kernels take): A planes hold op(A) row by row
@@ -32,7 +32,7 @@ pub struct Shape {
 }
 
 /// Descriptors and the heuristic's algorithm per shape: a steady-state call builds neither
-/// (issue #4: per-call host time counts against the 4096^3 target, where a call takes about
+/// (per-call host time counts against the 4096^3 target, where a call takes about
 /// 2 ms).
 pub type AlgoCache = HashMap<Shape, Cached>;
 
@@ -200,7 +200,7 @@ impl Problem {
 /// heuristic's first choice. Timing the top candidates on first use (one product each, as
 /// before) picked algorithms that ran the 15 back-to-back products up to 11 % slower than
 /// the first choice, which was within noise of the fastest at 4096, 8192 and 16384 x 4096 x
-/// 16384 (`ozaki bench --int8-sweep`, BENCHMARKS.md, session 2 kernel tuning): the int8
+/// 16384 (`ozaki bench --int8-sweep`, BENCHMARKS.md, "Kernel tuning"): the int8
 /// products run under the board's power cap, so one cold product does not rank them.
 pub unsafe fn batched(
     gpu: &mut Gpu,
@@ -286,7 +286,7 @@ fn config_u32(
 
 /// Times up to `max_algos` of the heuristic's algorithms for one product shape (rank 0 is the
 /// one [`batched`] uses), `batch` back-to-back products per repetition as the route issues
-/// them, on random int8 planes; for `ozaki bench --int8-sweep` (issue #4: why the int8 rate
+/// them, on random int8 planes; for `ozaki bench --int8-sweep` (why the int8 rate
 /// drops at n = 16384).
 ///
 /// # Safety

@@ -1,5 +1,5 @@
 //! Device and pinned host buffers: RAII owners of raw CUDA allocations, plus the grow-only
-//! workspace and staging pools reused across calls (issue #4: workspace sized from the
+//! workspace and staging pools reused across calls (workspace sized from the
 //! memory really free, pinned staging reused).
 
 use crate::error::{Context, GpuError};
@@ -120,7 +120,7 @@ impl PinnedBuffer {
 
     /// Allocates `bytes` of pinned host memory that every context of the process can DMA
     /// from (`CU_MEMHOSTALLOC_PORTABLE`): one staged copy of a shared operand serves all
-    /// GPUs of a split (issue #7).
+    /// GPUs of a split.
     pub fn portable(bytes: usize) -> Result<PinnedBuffer, GpuError> {
         PinnedBuffer::with_flags(bytes, sys::CU_MEMHOSTALLOC_PORTABLE)
     }

@@ -1,4 +1,4 @@
-//! One host-resident dgemm split across several device slots (issue #7).
+//! One host-resident dgemm split across several device slots.
 //!
 //! `ozaki_core::devices::split_c` decides the tiles of C; this module runs them: one thread
 //! per tile, each on its own slot's [`Gpu`](crate::device::Gpu) ([`gpu_slot`]: own streams, workspace and
@@ -14,7 +14,7 @@
 //! tile leaves its result in its slot's pinned staging; the threads then meet at a barrier,
 //! and only when **every** tile succeeded does each write its own tile of the caller's C,
 //! straight from its staging (tiles are disjoint), so a failure anywhere leaves C untouched
-//! and the shim can still run the vendor BLAS (the route contract of issue #4). With
+//! and the shim can still run the vendor BLAS (the route contract). With
 //! beta == 0 each tile instead writes its blocks as they arrive through its slot's download
 //! ring, once every tile's data-dependent checks passed (`early_write`: the same guarantee
 //! for every failure the data can cause).

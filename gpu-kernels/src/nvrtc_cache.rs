@@ -1,5 +1,5 @@
 //! Run-time compilation of `kernels/*.cu` to CUBIN for the device's own architecture, with a
-//! disk cache (issue #4).
+//! disk cache.
 //!
 //! The cache lives in `$XDG_CACHE_HOME/ozaki` or `~/.cache/ozaki`, created 0700. A cached
 //! binary runs on the GPU with the user's rights, so one is loaded only when both it and its

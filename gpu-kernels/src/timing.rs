@@ -1,5 +1,5 @@
 //! Phase timing with CUDA events recorded on the call's stream: no extra synchronisation,
-//! read once the call has finished (trace field `phases`, issue #4).
+//! read once the call has finished (trace field `phases`).
 
 use crate::error::{Context, GpuError};
 use cudarc::driver::sys;

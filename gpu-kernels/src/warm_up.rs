@@ -2,7 +2,7 @@
 //! work.
 //!
 //! The first host-resident 4096² gpu-native call of a NumPy process spent 58 ms in its
-//! products phase against 2.4 ms later (H200, session 4 lead's run 1): cuBLAS loads the
+//! products phase against 2.4 ms later (H200, BENCHMARKS.md "GPU start-up off the first call"): cuBLAS loads the
 //! kernels it picks on their first launch (CUDA lazy loading), and the host path's events,
 //! streams and small buffers are set up on first use. The shim's background start
 //! (`route::start`) runs [`warm_up`] on its thread after the initialisation, while calls still

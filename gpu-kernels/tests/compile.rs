@@ -2,13 +2,13 @@
 //! non-"a" architecture, export every entry point, and do not spill to local memory.
 //! Needs libnvrtc: `scripts/setup-debian` installs the pip wheel nvidia-cuda-nvrtc==13.0.88 in
 //! the test venv and `scripts/test-all` puts its library folder on LD_LIBRARY_PATH. Without it
-//! each test prints "skipped: no libnvrtc ..." and passes, except under
+//! each test prints "skipped: <test>: no libnvrtc ..." and passes, except under
 //! `OZAKI_TEST_REQUIRE_ALL=1` (CI), where a missing NVRTC fails.
 
 use gpu_kernels::kernels::SOURCE;
 use gpu_kernels::nvrtc_cache::{compile_cubin, resource_report};
 
-fn nvrtc() -> bool {
+fn nvrtc(test: &str) -> bool {
     // SAFETY: only dlopens candidate library names.
     let present = unsafe { cudarc::nvrtc::sys::is_culib_present() };
     if !present {
@@ -17,14 +17,14 @@ fn nvrtc() -> bool {
             panic!("{msg}; OZAKI_TEST_REQUIRE_ALL=1 forbids skipping");
         }
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), "skipped: {msg}");
+        let _ = writeln!(std::io::stderr(), "skipped: {test}: {msg}");
     }
     present
 }
 
 #[test]
 fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
-    if !nvrtc() {
+    if !nvrtc("kernels_compile_to_cubin_for_sm90a_with_every_entry_point") {
         return;
     }
     for arch in ["sm_90a", "sm_80"] {
@@ -53,7 +53,7 @@ fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
 
 #[test]
 fn no_kernel_uses_a_stack_frame_or_spills() {
-    if !nvrtc() {
+    if !nvrtc("no_kernel_uses_a_stack_frame_or_spills") {
         return;
     }
     let log = resource_report(SOURCE, "ozaki.cu", "sm_90a").expect("compiles");

@@ -1,4 +1,4 @@
-//! GPU routes on a real device (issue #4). Each test skips itself visibly with
+//! GPU routes on a real device. Each test skips itself visibly with
 //! "skipped: no CUDA driver" where there is no GPU (CI), and runs in `scripts/gpu-check`.
 //!
 //! What a user relies on: results right for every transpose/alpha/beta/leading-dimension
@@ -50,7 +50,7 @@ fn worst_error(g: &GemmArgs, c0: &[f64], c: &[f64]) -> f64 {
 
 #[test]
 fn gemm_both_routes_all_transposes_alpha_beta_and_padding() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(7);
@@ -110,7 +110,7 @@ fn gemm_both_routes_all_transposes_alpha_beta_and_padding() {
 
 #[test]
 fn emulation_is_exact_on_integer_data_and_beats_fp64_on_cancellation() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(11);
@@ -160,7 +160,7 @@ fn emulation_is_exact_on_integer_data_and_beats_fp64_on_cancellation() {
 
 #[test]
 fn nan_or_inf_input_is_refused_and_c_is_untouched() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(3);
@@ -185,7 +185,7 @@ fn nan_or_inf_input_is_refused_and_c_is_untouched() {
 
 #[test]
 fn syrk_writes_one_triangle_with_the_gemm_values() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(5);
@@ -252,7 +252,7 @@ fn syrk_writes_one_triangle_with_the_gemm_values() {
 
 #[test]
 fn tiling_and_residency_do_not_change_a_single_bit() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(9);
@@ -299,7 +299,7 @@ fn tiling_and_residency_do_not_change_a_single_bit() {
 
 #[test]
 fn more_moduli_never_hurt_and_default_is_at_least_fp64_grade() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(13);
@@ -331,7 +331,7 @@ fn more_moduli_never_hurt_and_default_is_at_least_fp64_grade() {
     let e = worst_error(&g, &c, &c);
     // ACCURACY.md's contract for the default choice: at most 2 max(native's error, u). cuBLAS
     // sums this short, wide product (64 x 64 x 2048) in blocks, so its error (5.3e-17 on the
-    // H200) is well below u; norm scaling's 14 moduli gave 1.5e-16 there (session 2).
+    // H200) is well below u; norm scaling's 14 moduli gave 1.5e-16 there (BENCHMARKS.md, "GPU routes on one H200").
     let u = f64::EPSILON / 2.0;
     assert!(
         e <= 2.0 * e_native.max(u),
@@ -341,7 +341,7 @@ fn more_moduli_never_hurt_and_default_is_at_least_fp64_grade() {
 
 #[test]
 fn equals_the_cpu_reference_route_bit_for_bit() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(17);
@@ -365,7 +365,7 @@ fn equals_the_cpu_reference_route_bit_for_bit() {
 /// widest inputs of the residue formula), r = 17 and 20 the 5-limb weights.
 #[test]
 fn row_quads_equal_the_cpu_reference_route_bit_for_bit() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(31);
@@ -457,7 +457,7 @@ fn gemm_bits_differ(
 /// the CPU reference route's bits.
 #[test]
 fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(23);
@@ -498,7 +498,7 @@ fn wide_c_with_fifteen_moduli_equals_the_cpu_reference_route_bit_for_bit() {
 /// zero rows and columns, beta != 0, and dsyrk's triangles.
 #[test]
 fn norm_scaling_equals_the_cpu_reference_route_bit_for_bit() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(29);
@@ -580,7 +580,7 @@ fn norm_scaling_sees_exact_coarse_square_sums() {
         Scaling::new(budget, &exps, &s).sigma,
         Scaling::new(budget, &exps, &off).sigma
     );
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(31);
@@ -647,7 +647,7 @@ fn norm_scaling_sees_exact_coarse_square_sums() {
 /// scalings; and a NaN call refused after the speculative residues leaves C untouched.
 #[test]
 fn automatic_moduli_equal_forced_ones_whatever_the_previous_call_chose() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(41);
@@ -706,7 +706,7 @@ fn automatic_moduli_equal_forced_ones_whatever_the_previous_call_chose() {
 fn line_statistics_equal_the_host_mirror() {
     use gpu_kernels::measure::upload;
     use gpu_kernels::ozaki::{self, DeviceCall, LineTable, Op};
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(41);
@@ -847,4 +847,11 @@ fn transpose(x: &[f64], rows: usize, cols: usize) -> Vec<f64> {
         }
     }
     t
+}
+
+/// A skipped test's line names it (`scripts/test-totals` counts such lines as skipped).
+#[test]
+fn skip_lines_name_their_test() {
+    assert_eq!(support::test_name!(), "skip_lines_name_their_test");
+    assert_eq!(support::function_name("device::a_test::here"), "a_test");
 }

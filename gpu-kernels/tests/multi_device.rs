@@ -1,4 +1,4 @@
-//! A host-resident dgemm split across device slots (issue #7) against the same call on one
+//! A host-resident dgemm split across device slots against the same call on one
 //! slot. Skips itself visibly with "skipped: no CUDA driver" without a GPU; the `0,1` case
 //! skips visibly with fewer than two GPUs. Runs in the GPU round.
 //!
@@ -14,7 +14,7 @@ use gpu_kernels::multi;
 use gpu_kernels::ozaki::Options;
 use ozaki_core::blas::{GemmArgs, Trans};
 use ozaki_core::devices::{SplitParams, split_c};
-use support::{centered_seeded as vec, have_gpu, skip};
+use support::{centered_seeded as vec, have_gpu, skip, test_name};
 
 /// Random operands of a (transa, transb) m x n x k call with padded leading dimensions.
 struct Operands {
@@ -186,20 +186,20 @@ fn compare(slots: &[u32]) {
 }
 
 /// Whether two CUDA devices are present (saying why not when they are not).
-fn have_two_gpus() -> bool {
-    if !have_gpu() {
+fn have_two_gpus(test: &str) -> bool {
+    if !support::gpu_for(test) {
         return false;
     }
     let count = gpu_kernels::device::device_count().unwrap_or(0);
     if count < 2 {
-        skip(format_args!("{count} CUDA device(s), need 2"));
+        skip(test, format_args!("{count} CUDA device(s), need 2"));
     }
     count >= 2
 }
 
 #[test]
 fn split_on_one_gpu_twice_matches_one_device() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     compare(&[0, 0]);
@@ -207,7 +207,7 @@ fn split_on_one_gpu_twice_matches_one_device() {
 
 #[test]
 fn split_on_two_gpus_matches_one_device() {
-    if !have_two_gpus() {
+    if !have_two_gpus(test_name!()) {
         return;
     }
     compare(&[0, 1]);
@@ -215,7 +215,7 @@ fn split_on_two_gpus_matches_one_device() {
 
 #[test]
 fn a_failing_tile_leaves_c_untouched() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let (m, n, k) = (512usize, 512usize, 64usize);
@@ -255,7 +255,7 @@ fn a_failing_tile_leaves_c_untouched() {
 /// download ring smaller than C), ragged last block and panel.
 #[test]
 fn pipelined_host_gemm_matches_one_block() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let _ring = small_ring();
@@ -311,7 +311,7 @@ fn pipelined_host_gemm_matches_one_block() {
 /// download must then wait for a go that never comes without hanging the call.
 #[test]
 fn a_nan_in_the_last_block_leaves_c_untouched() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let _ring = small_ring();
@@ -363,7 +363,7 @@ fn a_nan_in_the_last_block_leaves_c_untouched() {
 /// next split call works.
 #[test]
 fn a_failing_tile_on_two_gpus_leaves_c_untouched() {
-    if !have_two_gpus() {
+    if !have_two_gpus(test_name!()) {
         return;
     }
     let (m, n, k) = (512usize, 1024usize, 96usize);
@@ -418,7 +418,7 @@ fn a_failing_tile_on_two_gpus_leaves_c_untouched() {
 /// and beta != 0.
 #[test]
 fn pipelined_automatic_moduli_per_block_equal_the_blocks_alone() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     let (m, n, k) = (384usize, 1024usize, 256usize);

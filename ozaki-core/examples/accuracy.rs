@@ -1,4 +1,4 @@
-//! Regenerates ACCURACY.md (issue #3):
+//! Regenerates ACCURACY.md:
 //!
 //! ```text
 //! cargo run --release -p ozaki-core --example accuracy > ACCURACY.md          # ~1 min
@@ -347,7 +347,7 @@ fn main() {
 }
 
 /// The norm-scaling section: every scaling mode at the moduli counts that decide the GPU's
-/// speed, on the inputs of the issue #4 benchmarks, next to native's error on the same
+/// speed, on the inputs of the GPU benchmarks, next to native's error on the same
 /// entries. Rows and columns of a large product have the same errors as in this 48 x 48
 /// sample of it (the shifts of a line depend on that line alone).
 fn norm_study(quick: bool) {
@@ -417,7 +417,7 @@ fn norm_study(quick: bool) {
 }
 
 const NORM_HEADER: &str = r#"
-## Norm scaling (issue #4; the GPU route's default)
+## Norm scaling (the GPU route's default)
 
 Fast scaling bounds every coarse product `G_ij = sum_l ā_il b̄_lj` by `4096 k`; accurate
 scaling computes `G` (one extra integer GEMM); **norm** scaling bounds it by Cauchy-Schwarz,

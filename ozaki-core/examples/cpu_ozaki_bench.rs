@@ -1,5 +1,5 @@
 //! Times the `cpu-ozaki` emulation on square products, side by side with a plain fp64
-//! triple loop in the same run (issue #3: 1024^3 in under 10 s on 2 cores).
+//! triple loop in the same run (the goal: 1024^3 in under 10 s on 2 cores).
 //!
 //! ```text
 //! cargo run --release -p ozaki-core --example cpu_ozaki_bench -- [n] [threads]

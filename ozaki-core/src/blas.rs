@@ -151,7 +151,7 @@ impl SyrkArgs<'_> {
 }
 
 // -------------------------------------------------------------------------------------------
-// Built-in kernels (issue #2): the route used when no vendor BLAS exists anywhere.
+// Built-in kernels: the route used when no vendor BLAS exists anywhere.
 //
 // Reference-BLAS semantics exactly: quick return when m == 0, n == 0, or
 // (alpha == 0 or k == 0) and beta == 1; beta == 0 sets C to zero without reading it (NaN in C

@@ -1,4 +1,4 @@
-//! Which GPUs a process uses, and how one large call's C is split across them (issue #7).
+//! Which GPUs a process uses, and how one large call's C is split across them.
 //!
 //! ozaki-shim builds no distribution layer of its own: a user who outgrows one machine runs
 //! MPI + ScaLAPACK (or ELPA, SLATE), and the shim sits under every rank. Two questions
@@ -37,7 +37,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// The environment variable that names the host's device pool (issue #7 contract).
+/// The environment variable that names the host's device pool (a user-facing name).
 pub const DEVICES_VAR: &str = "OZAKI_DEVICES";
 
 /// Launcher variables holding the rank in the whole job, first match wins:
@@ -269,7 +269,7 @@ fn balanced_block(total: usize, parts: usize, i: usize) -> (usize, usize) {
     (i * q + i.min(rem), q + usize::from(i < rem))
 }
 
-/// Limits on the tiles of a split (issue #7: "minimum tile sizes").
+/// Limits on the tiles of a split (minimum tile sizes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplitParams {
     /// Smallest number of rows of C a tile may have.
@@ -364,7 +364,7 @@ fn cut(len: u64, parts: usize, min: u64, align: u64) -> Option<Vec<(u64, u64)>> 
     blocks.iter().all(|&(_, l)| l >= min).then_some(blocks)
 }
 
-/// Splits C (`m x n`) over the given slots (issue #7).
+/// Splits C (`m x n`) over the given slots.
 ///
 /// Uses as many slots as possible (from `slots.len()` down to 1) such that some grid
 /// `pr x pc = used` keeps every tile at least `min_rows` tall when rows are cut and at
@@ -438,7 +438,7 @@ pub struct SplitPrice {
     pub total_s: f64,
 }
 
-/// Prices a split with the engine's own single-device model (issue #7: "the engine's cost
+/// Prices a split with the engine's own single-device model ("the engine's cost
 /// model knows the device count and prices the split").
 ///
 /// `tile_cost(tile)` returns the predicted seconds for that tile alone on its device
@@ -654,7 +654,7 @@ mod tests {
 
     #[test]
     fn the_issue_benchmark_call_splits_in_two_halves_of_columns() {
-        // 32768^2 dgemm on 2 GPUs (issue #7 benchmark): two 32768 x 16384 tiles.
+        // 32768^2 dgemm on 2 GPUs (the split benchmark): two 32768 x 16384 tiles.
         let plan = split_c(32768, 32768, &[0, 1], &SplitParams::default());
         assert_eq!((plan.grid_rows, plan.grid_cols), (1, 2));
         assert_eq!(

@@ -1,5 +1,5 @@
 //! fp64 dgemm / dsyrk by Ozaki scheme II on exact small-integer products: the CPU
-//! reference route `cpu-ozaki` (issue #3; paper brief §1).
+//! reference route `cpu-ozaki` (paper brief §1).
 //!
 //! # Pipeline (one call)
 //! 1. **Quick returns** with reference-BLAS semantics: `m = 0` or `n = 0` does nothing; a

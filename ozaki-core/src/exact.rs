@@ -1,6 +1,6 @@
 //! Exact arithmetic on fp64 values: dyadic decomposition, correctly rounded conversions of
 //! big integers and rationals to fp64, a correctly rounded `ldexp`, and an exact
-//! dot-product accumulator (the reference the accuracy suite measures against; issue #3).
+//! dot-product accumulator (the reference the accuracy suite measures against).
 //!
 //! Every finite fp64 `x` is a dyadic rational `x = mant · 2^exp` with `|mant| < 2^53`, so a
 //! dot product of fp64 vectors is exactly an integer times a power of two. [`ExactAcc`]

@@ -1,5 +1,5 @@
 //! The FP8 (e4m3) modulus sets S, A, E, D of the Ozaki 2.5 paper and their plane
-//! encodings, as data shared by any later FP8 route and by the engine (issue #3; paper
+//! encodings, as data shared by any later FP8 route and by the engine (paper
 //! brief §1.5, §2, §3.2, Lemma 1).
 //!
 //! On Hopper the INT8 route ([`crate::moduli`]) is the production path (brief §9.2); this

@@ -1,5 +1,5 @@
 //! The exact small-integer products of the CPU route: per-modulus residue products with
-//! k-blocking, and the coarse magnitude product `G` of accurate scaling (issue #3).
+//! k-blocking, and the coarse magnitude product `G` of accurate scaling.
 //!
 //! Operands are *packed*: op(A) row-major (`a[i * k + l]`), op(B) column-major
 //! (`b[j * k + l]`), so every output is a dot product of two contiguous `i16` slices. The

@@ -6,12 +6,12 @@
 //! | [`route`] | route names (`vendor`, `cpu-ozaki`, `gpu-ozaki`, ...) |
 //! | [`trace`] | the JSON Lines trace schema (header and call records) |
 //! | [`blas`] | the built-in cache-blocked fp64 dgemm/dsyrk (used when no vendor BLAS exists) |
-//! | [`moduli`], [`scaling`], [`residues`], [`reconstruct`], [`emulate`], [`select`], [`exact`] | Ozaki scheme II (issue #3) |
+//! | [`moduli`], [`scaling`], [`residues`], [`reconstruct`], [`emulate`], [`select`], [`exact`] | Ozaki scheme II |
 //! | [`crt_tables`] | the residue and CRT tables the GPU kernels take by value (`#[repr(C)]`) |
 //! | [`write_back`] | the final `C = alpha ĉ + beta C` with the reference BLAS's signed zeros |
-//! | [`kernel`], [`fp8`], [`accuracy`], [`testutil`] | CPU integer kernels, the FP8 sets S/A/E/D and plane encodings, the exact-reference error measure, seeded test data (issue #3) |
+//! | [`kernel`], [`fp8`], [`accuracy`], [`testutil`] | CPU integer kernels, the FP8 sets S/A/E/D and plane encodings, the exact-reference error measure, seeded test data |
 //! | [`stats`] | FLOP-weighted quantiles of call sizes (nbar) for summaries and reports |
-//! | [`engine`] | machine profile, cost model and per-call route choice, trace replay (issue #5) |
+//! | [`engine`] | machine profile, cost model and per-call route choice, trace replay |
 //! | [`private_path`] | whether a file and the folders above it can be trusted by this user (trace, kernel cache, profiles) |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

@@ -1,6 +1,6 @@
 //! The INT8 modulus set of the Ozaki-II route and its precomputed CRT constants.
 //!
-//! # Definition (shared by the CPU reference route and the GPU route; issue #3)
+//! # Definition (shared by the CPU reference route and the GPU route)
 //!
 //! The moduli are, in the order they are used,
 //!

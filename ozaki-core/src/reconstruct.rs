@@ -1,5 +1,5 @@
 //! Reconstruction of `c'_ij` from its residues, unscaling and the single rounding to fp64
-//! (Ozaki-II steps 4-5; paper brief §1.4, §9.4; issue #3).
+//! (Ozaki-II steps 4-5; paper brief §1.4, §9.4).
 //!
 //! Input: the centred residues `c_t = C^(t)_ij`, `t < r`, of an integer `C'` with
 //! `|C'| < M_r/2`, and the shift `s = σ_i + τ_j` ([`crate::scaling`]). Output: an fp64

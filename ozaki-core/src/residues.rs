@@ -1,5 +1,5 @@
 //! Centred residues of the scaled integers, and the k-blocking rule for the exact residue
-//! products (Ozaki-II steps 2-3; paper brief §1.2-1.3, issue #3).
+//! products (Ozaki-II steps 2-3; paper brief §1.2-1.3).
 //!
 //! # Definition
 //! For each modulus `m_t` (in the order of [`crate::moduli::INT8_MODULI`]) the residue

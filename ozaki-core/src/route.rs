@@ -10,11 +10,11 @@ pub enum Route {
     Vendor,
     /// The shim's own cache-blocked fp64 kernel, used when no vendor BLAS exists.
     Builtin,
-    /// Ozaki scheme II emulation on the CPU (the exact reference route, issue #3).
+    /// Ozaki scheme II emulation on the CPU (the exact reference route).
     CpuOzaki,
-    /// cuBLAS fp64 on the GPU (issue #4).
+    /// cuBLAS fp64 on the GPU.
     GpuNative,
-    /// Ozaki scheme II on the GPU's INT8 tensor cores (issue #4).
+    /// Ozaki scheme II on the GPU's INT8 tensor cores.
     GpuOzaki,
 }
 
@@ -49,7 +49,7 @@ impl fmt::Display for Route {
 /// What `OZAKI_ROUTE` asks for: one forced route, or the engine's choice per call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RouteRequest {
-    /// Let the per-record engine choose (issue #5).
+    /// Let the per-record engine choose.
     Auto,
     /// Always use this route (falling back to the vendor BLAS on failure).
     Forced(Route),

@@ -1,4 +1,4 @@
-//! Scaling of op(A) and op(B) to integers (Ozaki-II step 1; paper brief §1.1, issue #3).
+//! Scaling of op(A) and op(B) to integers (Ozaki-II step 1; paper brief §1.1).
 //!
 //! # Definition (the GPU route must reproduce this bit for bit)
 //!
@@ -25,7 +25,7 @@
 //!    - **norm**: `G` is not computed; `R_i = S_i = sum_l ā_il^2` and
 //!      `K_j = T_j = sum_l b̄_lj^2`, the squared 2-norms of the coarse lines (exact integers
 //!      `<= 4096 k`), so `G_ij <= sqrt(S_i T_j)` is the Cauchy-Schwarz inequality. No extra
-//!      product, one more pass over the operands (issue #4).
+//!      product, one more pass over the operands.
 //!
 //!    `clog2(x) = ceil(log2 x)` for integers `x >= 1`;
 //!    `p_i = min(56, floor((L - clog2 R_i) / 2))` and `q_j = min(56, floor((L - clog2 K_j) / 2))`

@@ -4,12 +4,12 @@
 //! The paper characterises a workload by the distribution of nbar = 2mn/(m+n) weighted by
 //! FLOPs, not by call count: a million 8x8 calls matter less than one 4096^3 call. So every
 //! quantile here is a *weighted* quantile, and the share of work below a size threshold is
-//! the share of weight, not of calls (issue #2, "FLOP-weighted median and quartiles").
+//! the share of weight, not of calls ("FLOP-weighted median and quartiles").
 
 use crate::trace::CallRecord;
 
 /// The nbar threshold below which emulation rarely pays off; summaries report the share of
-/// work at or below it (issue #2).
+/// work at or below it.
 pub const SMALL_NBAR: f64 = 256.0;
 
 /// A set of `(value, weight)` samples sorted by value, ready for weighted quantile queries.

@@ -1,7 +1,7 @@
 //! Deterministic random inputs for tests, the accuracy suite and benchmarks (no external
 //! RNG crate: results must be reproducible from a seed on every machine).
 //!
-//! The matrix families follow issue #3: uniform, normal, exponent spread
+//! The matrix families of the accuracy suite: uniform, normal, exponent spread
 //! `(u - 0.5) · exp(φ z)` (GEMMul8's `make_matrix`, φ = 0.5 ... 8), rank-1 plus noise
 //! (heavy cancellation), and small integers; and the reference BLAS's loops, literally, to
 //! test results against (values, NaN/Inf propagation and signed zeros).
@@ -45,7 +45,7 @@ impl Rng {
     }
 }
 
-/// A family of test matrices (issue #3 accuracy suite).
+/// A family of test matrices (accuracy suite).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Family {
     /// Entries uniform in `[0, 1)`.

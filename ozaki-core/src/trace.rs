@@ -3,7 +3,7 @@
 //!
 //! A trace file is one [`Header`] line followed by one [`CallRecord`] line per intercepted
 //! call, each a JSON object tagged by `"type"`. The field names are a user-facing contract
-//! (issue #2): fields are only ever added, never renamed, and every addition that changes
+//!: fields are only ever added, never renamed, and every addition that changes
 //! meaning bumps [`SCHEMA_VERSION`]. Readers accept any version up to their own and ignore
 //! unknown fields, so a newer shim's trace still loads in an older report tool.
 //!
@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 
 /// Version of the trace schema written in [`Header::schema`].
 ///
-/// History: 1 = issue #2 fields (+ optional route/engine/GPU/A-B extensions, and `scaling`
-/// of the emulated routes, issue #4); 2 = optional `devices` on a call split over several
-/// GPUs (issue #7). A version-1 reader refuses version-2 files, since it would count a split
+/// History: 1 = the original fields (+ optional route/engine/GPU/A-B extensions, and `scaling`
+/// of the emulated routes); 2 = optional `devices` on a call split over several
+/// GPUs. A version-1 reader refuses version-2 files, since it would count a split
 /// call's work on one GPU only. Version 2 later gained the optional `engine.gpu_start`
 /// ([`StartNote`]), which older readers ignore without miscounting anything. 3 = the engine
 /// prices each call under the load it was decided in: `engine.concurrent` (calls in flight
@@ -129,7 +129,7 @@ pub struct Phases {
     pub reconstruct_ns: u64,
 }
 
-/// The engine's prediction for one call (issue #5).
+/// The engine's prediction for one call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Prediction {
     /// Predicted seconds per route name (`vendor`, `gpu-native`, `gpu-ozaki`, ...).
@@ -139,7 +139,7 @@ pub struct Prediction {
     #[serde(default)]
     pub reason: String,
     /// The GPU start as this call found it, for calls decided before the GPU was up
-    /// (`OZAKI_ROUTE=auto`, issue #4): what `ozaki summary` adds up as the start's cost.
+    /// (`OZAKI_ROUTE=auto`): what `ozaki summary` adds up as the start's cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_start: Option<StartNote>,
     /// Calls in flight in the process when this one was decided, itself included (schema
@@ -187,7 +187,7 @@ pub enum DuringStart {
     Failed,
 }
 
-/// A/B comparison of the chosen route against the vendor BLAS (issue #6).
+/// A/B comparison of the chosen route against the vendor BLAS.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AbResult {
     /// max_ij |C_route - C_vendor| / |C_vendor| (componentwise, 0/0 counted as 0; a
@@ -295,7 +295,7 @@ pub struct CallRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<u32>,
     /// GPU ordinal of each tile when the call was split over several GPUs (schema 2,
-    /// issue #7); absent for a call that ran on one device.
+    ///); absent for a call that ran on one device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devices: Option<Vec<u32>>,
     /// Measured GPU phases.

@@ -1,10 +1,10 @@
-//! The accuracy contract of the default emulation (issue #3), on small instances of every
+//! The accuracy contract of the default emulation, on small instances of every
 //! family of the accuracy suite: with the moduli chosen per call, the componentwise error
 //! never exceeds the standard fp64 bound `γ_k |A||B|` and is at most
 //! [`NATIVE_FACTOR`] times native DGEMM's largest error (floored at `u`, the final
 //! rounding both carry); when that cannot be promised the call falls back to native.
 //! Both reconstructions (exact Garner and the fp64 CRT) are held to it, and so is the norm
-//! scaling (the GPU route's default, issue #4).
+//! scaling (the GPU route's default).
 
 use ozaki_core::accuracy::Reference;
 use ozaki_core::blas::{SyrkArgs, Trans, Uplo};
@@ -22,7 +22,7 @@ fn check(name: &str, a: &[f64], b: &[f64], m: usize, n: usize, k: usize, syrk: b
     let native = reference.native_errors(k, keep);
     let mut used = 0;
     // The default (accurate scaling) with both reconstructions, and the norm scaling the GPU
-    // route uses (issue #4) with the exact CRT the GPU computes.
+    // route uses with the exact CRT the GPU computes.
     for (reconstruction, scaling) in [
         (Reconstruction::Exact, ScalingMode::Accurate),
         (Reconstruction::Fp64, ScalingMode::Accurate),

@@ -1,4 +1,4 @@
-//! IEEE edge cases through the whole emulation (issue #3): subnormal and very large
+//! IEEE edge cases through the whole emulation: subnormal and very large
 //! exponents inside the guard, zero lines, signed zeros, NaN in an unread C, and the
 //! exponent-range fallback at the edge of fp64.
 

@@ -1,5 +1,5 @@
 //! The measured engine: profile loading order, the choice rule under the accuracy contract,
-//! the decision cache, and calibration fits/validation (issue #5).
+//! the decision cache, and calibration fits/validation.
 
 use ozaki_core::engine::calibrate::{
     self, CpuSamples, Direction, GpuMeasurements, HostMemory, LinkSample, Measurements, Plan,
@@ -41,11 +41,24 @@ fn built_in_profiles_load_and_match_their_gpu() {
 #[test]
 fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
     let dir = tmpdir("resolve");
-    // Built-in for the detected GPU, with a warning naming `ozaki calibrate`.
+    // Built-in for the detected GPU: a short, routine notice naming `ozaki calibrate`, which
+    // the shim keeps off stderr.
     let (p, src, warn) = profile::resolve_in(None, Some("NVIDIA H200"), Some(&dir)).unwrap();
     assert_eq!(src, ProfileSource::BuiltIn("h200"));
     assert!(p.gpu.is_some());
-    assert!(warn.unwrap().contains("ozaki calibrate"));
+    let warn = warn.unwrap();
+    assert!(
+        warn.text.contains("ozaki calibrate") && warn.routine,
+        "{warn:?}"
+    );
+    assert!(
+        warn.text.len() <= 120 && !warn.text.contains('\n'),
+        "one short line: {warn:?}"
+    );
+    // A GPU no built-in profile describes: the GPU routes are off, and the notice says so.
+    let (p, _, warn) = profile::resolve_in(None, Some("NVIDIA A100"), Some(&dir)).unwrap();
+    let warn = warn.unwrap();
+    assert!(p.gpu.is_none() && !warn.routine && warn.text.contains("never chosen"));
     // No GPU: CPU-only built-in.
     let (p, _, warn) = profile::resolve_in(None, None, Some(&dir)).unwrap();
     assert!(p.gpu.is_none() && warn.is_some());

@@ -1,5 +1,5 @@
 //! The reduced model with the paper's platform constants reproduces the Ozaki 2.5 paper's
-//! tabulated rates, knees and crossovers (issue #5: within 1%; the numbers are the ones the
+//! tabulated rates, knees and crossovers (within 1%; the numbers are the ones the
 //! scripts in `shared/reference/paper-model-checks/` re-evaluate, cited per test by the
 //! brief's section). Printed values are rounded to whole TF or to the knee's two significant
 //! figures, so a value matches when it is within 1% or within half of the printed unit.

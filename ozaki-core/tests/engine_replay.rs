@@ -1,4 +1,4 @@
-//! Trace replay: per-record rows, composites and the CSV (issue #5).
+//! Trace replay: per-record rows, composites and the CSV.
 
 use ozaki_core::engine::choose::Engine;
 use ozaki_core::engine::platforms;

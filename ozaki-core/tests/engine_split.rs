@@ -1,4 +1,4 @@
-//! Issue #7 in the engine: the profile's per-device survey (version 2, additive), its
+//! Several GPUs in the engine: the profile's per-device survey (version 2, additive), its
 //! parsing and merging from calibration measurements, and the engine's choice to split a
 //! host-resident dgemm over the process's GPUs only when the priced split beats one GPU.
 
@@ -89,7 +89,7 @@ fn measured_split(n: u64, seconds: f64) -> SplitSample {
 
 #[test]
 fn a_version_1_profile_still_loads_without_devices() {
-    // the shipped profile as session 1 wrote it: format 1, no survey keys
+    // a profile in format 1, no survey keys
     let mut v1: serde_json::Value =
         serde_json::from_str(include_str!("../../profiles/h200.json")).unwrap();
     v1["version"] = 1.into();
@@ -252,7 +252,7 @@ fn split_decisions_are_cached_like_any_other() {
     assert!(sp.seconds >= one_tile, "{} vs {one_tile}", sp.seconds);
 }
 
-/// What `ozaki calibrate --survey-only` recorded on 2x H200 (session 2): one staged transfer
+/// What `ozaki calibrate --survey-only` recorded on 2x H200 (BENCHMARKS.md, "Several GPUs and MPI"): one staged transfer
 /// size per device and one for both at once. A single size must still fit a bandwidth
 /// (it fitted none before, so the profile said 0 GB/s and no shared-link entry).
 #[test]
@@ -289,7 +289,7 @@ fn a_survey_with_one_transfer_size_fits_every_link() {
     );
 }
 
-/// Splits measured faster than the two-link measurement prices them (2x H200, session 2:
+/// Splits measured faster than the two-link measurement prices them (2x H200, BENCHMARKS.md "Several GPUs and MPI":
 /// the links said "shared", 22.6 GB/s together vs 25.4 alone, yet 16384^3 and 32768^3 split
 /// ran in 0.168 s and 0.967 s, 1.48x and 1.73x one GPU): the fitted share believes the
 /// splits, and the engine then takes the large split.

@@ -1,6 +1,6 @@
 //! Table 11 of the Ozaki 2.5 paper (brief §6): the switched dispatch's FLOP-weighted harmonic
 //! composites "vs ship" (S0) and "vs native" on Rubin and GB300, replayed by our reduced
-//! model on the six call-shape traces re-captured in `traces/` (issue #6). The traces are
+//! model on the six call-shape traces re-captured in `traces/`. The traces are
 //! re-captures, not the paper's files (call counts differ by ~1%), so the check is within 2%
 //! for the speedups and the implied composite rates, 0.5 native-x for the rounded "≈N×".
 

@@ -1,5 +1,5 @@
 //! Integer-valued inputs small enough for the chosen moduli give the exact product, bit for
-//! bit, through the whole pipeline (issue #3, "Exactness").
+//! bit, through the whole pipeline ("Exactness").
 
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo};
 use ozaki_core::emulate::{self, EmulationConfig, Moduli, Quantizer, Reconstruction, ScalingMode};

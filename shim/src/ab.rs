@@ -1,4 +1,4 @@
-//! A/B comparison against the vendor BLAS (issue #6): `OZAKI_AB`.
+//! A/B comparison against the vendor BLAS: `OZAKI_AB`.
 //!
 //! For each chosen call whose route is not the vendor itself, the vendor BLAS also computes
 //! the call, and the trace record gets an [`AbResult`]: the largest componentwise and the

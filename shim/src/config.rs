@@ -7,14 +7,14 @@
 //! |---|---|---|
 //! | `OZAKI_TRACE=FILE` | write a JSON Lines trace; `%p` pid, `%h` host name, `%r` MPI rank, `%%` a `%` | no trace |
 //! | `OZAKI_TRACE_ARGV=0` | leave the command line out of the trace header (it can hold secrets); `0`, `false`, `no`, `off` leave it out, `1`, `true`, `yes`, `on` keep it, anything else is reported and leaves it out | argv recorded |
-//! | `OZAKI_ROUTE=ROUTE` | `auto` or a route name (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`) | `vendor` |
+//! | `OZAKI_ROUTE=ROUTE` | `auto` or a route name (`vendor`, `builtin`, `cpu-ozaki`, `gpu-native`, `gpu-ozaki`); a bad name means `vendor` | `auto` |
 //! | `OZAKI_MODULI=N` | forced number of moduli for the emulated routes, 2 to 20 (other values are reported and ignored) | the route's choice |
 //! | `OZAKI_THREADS=N` | worker threads of the CPU emulation (`cpu-ozaki`) | the vendor BLAS's own thread count (`route::threads`: OpenBLAS/MKL/OpenMP limits, threadpoolctl's included), else `OPENBLAS_NUM_THREADS`/`MKL_NUM_THREADS`/`OMP_NUM_THREADS`, else every core |
 //! | `OZAKI_SCALING=fast\|norm\|accurate` | scaling bound of the emulated routes (`ozaki_core::scaling`; gpu-ozaki runs `accurate` as `norm`) | `norm` |
 //! | `OZAKI_ACCURACY=default\|normwise\|guaranteed` | the accuracy rule of the emulated routes (`ozaki_core::rule`): the componentwise estimate against native fp64, Ozaki-II's normwise bound, or the deterministic componentwise bound within fp64's `γ_k` | `default` |
 //! | `OZAKI_VENDOR_BLAS=/path/lib.so` | the BLAS to forward to, before any other lookup | found automatically |
 //! | `OZAKI_LOG=FILTER` | `tracing` filter for diagnostics on stderr (e.g. `info`, `ozaki_shim=debug`) | silent |
-//! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles (issue #7) | the engine decides |
+//! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles | the engine decides |
 //! | `OZAKI_GPU_START=background\|blocking` | with `auto`, how the first call that may use the GPU starts it: on a background thread while calls run on the vendor BLAS, or inside that call, which waits for it (`route::start`) | `background` |
 //! | `OZAKI_EXPLORE=0\|1` | with `auto`, run the runner-up route on a small fraction of the calls whose predictions are close, so measurement can correct a wrong profile (`route::adjust`); `0` never | `1` |
 //! | `OZAKI_CUBLAS=0\|1` | the cuBLAS hook (`cublas_hook`): `1` traces and routes the program's own fp64 cuBLAS calls, `0` hands every one to cuBLAS untouched and unrecorded | `1` |
@@ -96,7 +96,7 @@ pub struct Config {
     pub vendor_blas: Option<PathBuf>,
     /// Diagnostics filter (`OZAKI_LOG`).
     pub log: Option<String>,
-    /// Whether GPU calls are split over several GPU slots (`OZAKI_SPLIT`, issue #7).
+    /// Whether GPU calls are split over several GPU slots (`OZAKI_SPLIT`).
     pub split: SplitMode,
     /// How `auto` starts the GPU (`OZAKI_GPU_START`).
     pub gpu_start: GpuStart,
@@ -116,15 +116,15 @@ pub enum GpuStart {
     /// `background` (default): the first call that may use the GPU starts it on a background
     /// thread, and calls run on the vendor BLAS until it is up unless waiting pays.
     Background,
-    /// `blocking`: that call waits for the start, as before session 4. For programs whose
+    /// `blocking`: that call waits for the start. For programs whose
     /// first calls are many and mid-sized on a machine whose CUDA libraries are not in the
     /// page cache, where the vendor calls made during the start ran 1.2-6x slower than priced
-    /// (BENCHMARKS.md, session 4 run 5).
+    /// (BENCHMARKS.md, "GPU start-up off the first call").
     Blocking,
 }
 
 /// `OZAKI_SPLIT`: who decides whether a host-resident dgemm is split over the process's GPU
-/// slots (issue #7).
+/// slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitMode {
     /// Unset: the engine splits when the priced split beats one GPU
@@ -143,7 +143,7 @@ impl Config {
         let mut problems = Vec::new();
         let text = |v: &Option<OsString>| v.as_ref().map(|s| s.to_string_lossy().into_owned());
         let route = match text(&raw.route) {
-            // Issue #5: the per-record engine chooses unless a route is forced.
+            // The per-record engine chooses unless a route is forced.
             None => RouteRequest::Auto,
             Some(s) => s.parse().unwrap_or_else(|e| {
                 problems.push(format!("OZAKI_ROUTE: {e}; using the vendor BLAS"));

@@ -1,4 +1,4 @@
-//! Device-resident C entry points (issue #4): `ozaki_dgemm_device` and `ozaki_dsyrk_device`
+//! Device-resident C entry points: `ozaki_dgemm_device` and `ozaki_dsyrk_device`
 //! for programs whose matrices already live on the GPU. They take device pointers
 //! (column-major, as cuBLAS) and a CUDA stream, and run on that stream either Ozaki-II on
 //! the INT8 tensor cores or cuBLAS fp64: the engine's decision for the device-resident call

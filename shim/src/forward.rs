@@ -2,7 +2,7 @@
 //!
 //! Each [`SymId`] has one fork-safe lazy slot ([`crate::lazy`]), filled at the symbol's first call and never in a
 //! constructor: under Python the BLAS is loaded after the shim, behind an extension module
-//! (`ecosystem-facts.md` §0, §3). Resolution order (issue #2):
+//! (`ecosystem-facts.md` §0, §3). Resolution order:
 //!
 //! 1. `OZAKI_VENDOR_BLAS=/path/lib.so`: that library, opened once with `libloading`. A
 //!    library that cannot be loaded, or that defines none of the forwarded names (a typo

@@ -41,7 +41,7 @@
 //! | `cublas_hook` | the exported fp64 cuBLAS entry points: a GPU-resident program's calls through the device-resident decision |
 //! | [`config`] | `OZAKI_*` environment variables, read once |
 //! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
-//! | [`ab`] | `OZAKI_AB`: the vendor beside the chosen route on a private copy of C, differences and times in the trace (issue #6) |
+//! | [`ab`] | `OZAKI_AB`: the vendor beside the chosen route on a private copy of C, differences and times in the trace |
 //!
 //! ## Guarantees
 //! - No panic crosses into C (every profile keeps `panic = "unwind"`); any failure of a
@@ -78,7 +78,7 @@ pub mod cublas_hook;
 pub mod entry;
 #[rustfmt::skip]
 mod exports;
-/// Device-resident C entry points (`ozaki_dgemm_device`, `ozaki_dsyrk_device`), issue #4.
+/// Device-resident C entry points (`ozaki_dgemm_device`, `ozaki_dsyrk_device`).
 mod device_api;
 pub mod forward;
 pub mod guard;

@@ -2,7 +2,7 @@
 //!
 //! One row per exported name. A name is `prefix + base + suffix`, where the suffix is `64_`
 //! for ILP64 rows and empty for LP64 rows, so the table gives exactly the names real clients
-//! call (issue #2, `ecosystem-facts.md` §0):
+//! call (`ecosystem-facts.md` §0):
 //!
 //! | client | names |
 //! |---|---|

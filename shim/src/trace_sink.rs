@@ -725,7 +725,7 @@ fn hostname() -> String {
 }
 
 /// MPI rank from the launcher's environment (Open MPI, MPICH/PMI, PMIx, Slurm, MVAPICH2;
-/// the list is `ozaki_core::devices::WORLD_RANK_VARS`, shared with the GPU mapping, issue #7).
+/// the list is `ozaki_core::devices::WORLD_RANK_VARS`, shared with the GPU mapping).
 pub fn rank() -> Option<u32> {
     ozaki_core::devices::LauncherEnv::from_process_env().world_rank
 }

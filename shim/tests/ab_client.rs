@@ -1,4 +1,4 @@
-//! `OZAKI_AB` end to end (issue #6), with the shim preloaded under a C client
+//! `OZAKI_AB` end to end, with the shim preloaded under a C client
 //! (`tests/apps/ab_client.c`: one dgemm_ and one dsyrk_ with beta != 0, printing every
 //! element's bits, including the parts of C the calls must not touch).
 //!

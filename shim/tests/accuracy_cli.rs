@@ -79,7 +79,11 @@ fn bad_arguments_exit_2() {
 fn gpu_route_without_a_gpu_is_skipped_with_exit_0() {
     if gpu_kernels::device::available().is_ok() {
         // On a GPU machine the route is measured (scripts/gpu-check, stage accuracy).
-        eprintln!("skipped: gpu_route_without_a_gpu_is_skipped_with_exit_0 (a GPU is present)");
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: gpu_route_without_a_gpu_is_skipped_with_exit_0: a GPU is present"
+        );
         return;
     }
     let o = accuracy(&["--route", "gpu-ozaki", "--quick"], &[]);

@@ -1,4 +1,4 @@
-//! The committed application traces (`traces/*.jsonl.gz`, issue #6) load through the CLI and
+//! The committed application traces (`traces/*.jsonl.gz`) load through the CLI and
 //! still give the call-size statistics `traces/README.md` quotes next to the paper's
 //! (Ozaki 2.5, section 6.1): a guard on the traces, the gzip reader and the statistics.
 
@@ -48,4 +48,53 @@ fn committed_traces_give_the_statistics_in_their_readme() {
     for (_, row) in expected {
         assert!(text.lines().any(|l| l == row), "missing {row:?} in\n{text}");
     }
+}
+
+/// Where a committed trace may name an absolute path: system folders, which say which
+/// program and library ran. Anything else (a work tree, a home or temporary folder) is the
+/// capturing machine's layout, which `scripts/capture-common.sh` rewrites before committing.
+const SYSTEM_FOLDERS: [&str; 6] = ["/usr/", "/lib/", "/lib64/", "/bin/", "/opt/", "/etc/"];
+
+#[test]
+fn committed_traces_name_no_folder_of_the_capturing_machine() {
+    use std::io::{BufRead as _, BufReader};
+    let traces = common::repo_root().join("traces");
+    let mut seen = 0;
+    let mut leaks = Vec::new();
+    for entry in std::fs::read_dir(&traces).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with(".jsonl.gz") {
+            continue;
+        }
+        let reader = BufReader::new(flate2::read::GzDecoder::new(
+            std::fs::File::open(&path).unwrap(),
+        ));
+        for line in reader.lines() {
+            let line = line.unwrap();
+            // Only headers carry paths (exe, argv, vendor libraries); one per process.
+            if !line.contains(r#""type":"header""#) {
+                continue;
+            }
+            seen += 1;
+            let header: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let mut strings: Vec<&str> = vec![header["exe"].as_str().unwrap_or("")];
+            if let Some(argv) = header["argv"].as_array() {
+                strings.extend(argv.iter().filter_map(|a| a.as_str()));
+            }
+            if let Some(vendor) = header["vendor"].as_object() {
+                strings.extend(vendor.values().filter_map(|v| v.as_str()));
+            }
+            for s in strings {
+                if s.starts_with('/') && !SYSTEM_FOLDERS.iter().any(|f| s.starts_with(f)) {
+                    leaks.push(format!("{}: {s}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(seen >= 6, "read the committed traces' headers ({seen})");
+    assert!(
+        leaks.is_empty(),
+        "paths of the capturing machine:\n{}",
+        leaks.join("\n")
+    );
 }

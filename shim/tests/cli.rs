@@ -1,4 +1,4 @@
-//! `ozaki run` and `ozaki summary` as a user runs them (issue #2): the program's output and
+//! `ozaki run` and `ozaki summary` as a user runs them: the program's output and
 //! exit status pass through untouched, the summary lands on stderr, and bad input gives a
 //! message with file and line and exit status 2, never a panic.
 
@@ -452,4 +452,77 @@ fn summary_streams_a_large_trace_in_a_fraction_of_its_size() {
         peak >> 20,
         size >> 20
     );
+}
+
+#[test]
+fn explain_refuses_a_transpose_letter_blas_does_not_know() {
+    for flag in ["--transa", "--transb"] {
+        let o = ozaki()
+            .args(["explain", "64", "64", "64", flag, "X"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{flag} X: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("not a transpose letter"),
+            "{flag} X: {}",
+            text(&o.stderr)
+        );
+        assert!(o.stdout.is_empty(), "nothing priced for {flag} X");
+    }
+    // The letters BLAS accepts, in either case, still price the call.
+    for letter in ["N", "t", "C"] {
+        let o = ozaki()
+            .args(["explain", "64", "64", "64", "--transa", letter, "--json"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{letter}: {}", text(&o.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            json["shape"]["transa"],
+            serde_json::Value::Bool(letter != "N"),
+            "{letter}: {json}"
+        );
+    }
+}
+
+#[test]
+fn run_of_a_program_that_fails_before_any_blas_call_says_so_without_naming_a_deleted_file() {
+    // A script that stops where a python3 without NumPy stops: before any BLAS call.
+    let dir = work_dir("cli-no-numpy");
+    let fake = dir.join("python3");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'numpy'\" >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = ozaki()
+        .args(["run", "--"])
+        .arg(&fake)
+        .args(["-c", "import numpy"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("exited with status 1"), "{err}");
+    assert!(err.contains("import numpy"), "says how to check: {err}");
+    assert!(
+        !err.contains("%p") && !err.contains("trace-"),
+        "the private trace, never written and already removed, is not named: {err}"
+    );
+    // A kept trace is named, as the user wrote it.
+    let kept = dir.join("kept-%p.jsonl");
+    let o = ozaki()
+        .args(["run", "--trace"])
+        .arg(&kept)
+        .args(["--", "sh", "-c", "exit 0"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("no file matches") && err.contains("kept-%p.jsonl"),
+        "{err}"
+    );
+    assert!(err.contains("made no dgemm/dsyrk call"), "{err}");
 }

@@ -1,4 +1,4 @@
-//! Real C and Fortran programs under the shim (issue #2): results bit-identical to the run
+//! Real C and Fortran programs under the shim: results bit-identical to the run
 //! without the shim, and a trace that holds exactly one correct record per call.
 //!
 //! The clients live in `tests/c/` and `tests/fortran/`; each prints a hash of every result

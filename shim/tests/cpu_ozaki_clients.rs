@@ -1,5 +1,5 @@
 //! The reference BLAS Level-3 testers (Debian's `libblas-test`) under the shim with
-//! `OZAKI_ROUTE=cpu-ozaki` (issue #3): every computational dgemm/dsyrk call is emulated by
+//! `OZAKI_ROUTE=cpu-ozaki`: every computational dgemm/dsyrk call is emulated by
 //! Ozaki scheme II, and the testers' own accuracy checks must all pass. The trace must show
 //! the route, the moduli used and no fallback (the testers' data is finite and benign).
 

@@ -1,5 +1,5 @@
-//! The device-resident C entry points `ozaki_dgemm_device` and `ozaki_dsyrk_device` (issue
-//! #4) computing on a real GPU: what a program whose matrices live in device memory gets back
+//! The device-resident C entry points `ozaki_dgemm_device` and `ozaki_dsyrk_device`
+//! computing on a real GPU: what a program whose matrices live in device memory gets back
 //! (return value 0 = emulated, 1 = cuBLAS fp64), C's m x n block (or one triangle) right, and
 //! nothing else of C written. Their argument checks and quick returns are unit tests in
 //! `device_api.rs`; these need a GPU and skip themselves visibly ("skipped: no CUDA driver")
@@ -83,7 +83,7 @@ fn check(got: &[f64], want: &[f64], c0: &[f64], outside: impl Fn(usize) -> bool,
 
 #[test]
 fn dgemm_device_computes_c_and_writes_nothing_else() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     force_emulation();
@@ -183,7 +183,7 @@ fn dgemm_device(
 
 #[test]
 fn dsyrk_device_writes_one_triangle() {
-    if !have_gpu() {
+    if !have_gpu!() {
         return;
     }
     force_emulation();

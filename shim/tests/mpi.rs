@@ -1,4 +1,4 @@
-//! Issue #7: MPI ranks under the shim. Builds the ScaLAPACK `pdgemm` and `pdgetrf`
+//! MPI ranks under the shim. Builds the ScaLAPACK `pdgemm` and `pdgetrf`
 //! programs of `tests/mpi/` and runs `tests/mpi/run.sh`, which starts them on 2 and 4
 //! ranks without the shim, as `mpirun -n R ozaki run -- PROG` and as
 //! `ozaki run -- mpirun -n R PROG`, and checks that the results are bit-identical, that every

@@ -1,4 +1,4 @@
-//! NumPy and SciPy under the shim (issue #2): Debian's python3-numpy/python3-scipy (reference
+//! NumPy and SciPy under the shim: Debian's python3-numpy/python3-scipy (reference
 //! BLAS, reached through `cblas_dgemm`/`dgemm_`) and the pip wheels in a venv (bundled
 //! OpenBLAS, reached through `scipy_cblas_dgemm64_`/`scipy_dgemm_`). Results must be
 //! bit-identical to the run without the shim and each BLAS call recorded exactly once

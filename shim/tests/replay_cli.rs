@@ -1,6 +1,6 @@
-//! `ozaki replay` as a user runs it (issue #5): a trace from `traces/` priced with a
+//! `ozaki replay` as a user runs it: a trace from `traces/` priced with a
 //! measured profile gives the same per-record CSV and the same composites as the engine gave
-//! when the fixtures were recorded (session 4, before the replay priced each record once
+//! when the fixtures were recorded (before the replay priced each record once
 //! instead of twice). The engine is deterministic for a given profile and thread count, so
 //! any change in a chosen route, a predicted time, a reason or a composite shows here.
 //!

@@ -1,4 +1,4 @@
-//! `ozaki report` end to end (issue #6): the page is generated from a small fixture trace,
+//! `ozaki report` end to end: the page is generated from a small fixture trace,
 //! its PNGs are real images of the advertised size, and a headless Chromium loads the page
 //! and finds every embedded image decoded (naturalWidth > 0) and the screenshot not blank.
 //!
@@ -185,4 +185,30 @@ fn chromium_renders_every_plot() {
     assert_eq!(w, 1000);
     assert!(colours > 50, "screenshot looks blank ({colours} colours)");
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn report_priced_without_a_gpu_says_which_flags_give_predictions() {
+    let profiles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiles");
+    for (profile, note) in [("cpu-only.json", true), ("h200.json", false)] {
+        let out = temp_dir(&format!("note-{profile}"));
+        let o = Command::new(env!("CARGO_BIN_EXE_ozaki"))
+            .args(["report", FIXTURE, "--out"])
+            .arg(&out)
+            .arg("--profile")
+            .arg(profiles.join(profile))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{profile}: {err}");
+        let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+        for (what, text) in [("stderr", err.as_ref()), ("page", html.as_str())] {
+            assert_eq!(
+                text.contains("prices no GPU route") && text.contains("--platform"),
+                note,
+                "{profile}, {what}: {text}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
 }

@@ -1,4 +1,4 @@
-//! `ozaki explain --devices` as a user runs it (issue #7): with several GPU slots the engine
+//! `ozaki explain --devices` as a user runs it: with several GPU slots the engine
 //! shows each GPU route priced split over them, per device, and takes the split only when
 //! the profile's survey says it beats one GPU. Runs without a GPU (the profile says what the
 //! machine is).

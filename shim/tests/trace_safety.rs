@@ -54,8 +54,10 @@ fn private_file(path: &Path, text: &str) {
 #[test]
 fn a_file_planted_by_another_user_is_refused_and_kept() {
     if !is_root() {
-        eprintln!(
-            "skipped: a_file_planted_by_another_user_is_refused_and_kept (needs root to play another user)"
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: a_file_planted_by_another_user_is_refused_and_kept: needs root to play another user"
         );
         return;
     }
@@ -87,8 +89,10 @@ fn a_hard_link_at_the_trace_path_is_refused_and_its_target_kept() {
 #[test]
 fn a_symlinked_folder_of_another_user_is_not_followed() {
     if !is_root() {
-        eprintln!(
-            "skipped: a_symlinked_folder_of_another_user_is_not_followed (needs root to play another user)"
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: a_symlinked_folder_of_another_user_is_not_followed: needs root to play another user"
         );
         return;
     }

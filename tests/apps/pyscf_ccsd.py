@@ -1,7 +1,7 @@
 """PySCF RHF + CCSD: trace #4 of the Ozaki 2.5 paper (benzene / cc-pVDZ, CCSD capped at six
 iterations), and a small water / cc-pVDZ variant that is quick enough for tests.
 
-PySCF's CCSD contractions run in its C libraries (libcc, libao2mo, libnp_helper), which call
+PySCF's CCSD contractions run in its C libraries (libcc, libao2mo and the others in pyscf/lib), which call
 plain dgemm_ from the OpenBLAS bundled with the wheel; numpy.dot/einsum in Python go through
 numpy's own BLAS. The shim traces both.
 

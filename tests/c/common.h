@@ -1,4 +1,4 @@
-/* Shared helpers for the C client programs in tests/c/.
+/* What the C client programs in tests/c/.
  *
  * Each client calls BLAS the way a real program does (linked against -lblas, no shim
  * headers) and prints to stdout:

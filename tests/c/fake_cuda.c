@@ -8,7 +8,7 @@
  * their teardown as an exit handler, then takes FAKE_LOAD_MS milliseconds (cuBLAS's load took
  * 350-410 ms on the H200 machine). Library code running after that teardown aborts the
  * process, as a use of destroyed statics may crash a real one (which happened to 5 of 10
- * NumPy scripts that exited while the shim's start thread loaded cuBLAS, session 4).
+ * NumPy scripts that exited while the shim's start thread loaded cuBLAS).
  */
 #include <stdio.h>
 #include <stdlib.h>

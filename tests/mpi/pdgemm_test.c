@@ -1,4 +1,4 @@
-/* ScaLAPACK pdgemm under the shim (issue #7).
+/* ScaLAPACK pdgemm under the shim.
  *
  * Usage: mpirun -n P ./pdgemm_test [n=256] [nb=32]
  *

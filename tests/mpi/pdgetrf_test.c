@@ -1,4 +1,4 @@
-/* ScaLAPACK pdgetrf (LU with partial pivoting) under the shim (issue #7).
+/* ScaLAPACK pdgetrf (LU with partial pivoting) under the shim.
  *
  * Usage: mpirun -n P ./pdgetrf_test [n=256] [nb=32]
  *

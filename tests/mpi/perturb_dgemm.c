@@ -1,4 +1,4 @@
-/* Negative control for the MPI driver (issue #7): an LD_PRELOAD library whose dgemm_
+/* Negative control for the MPI driver: an LD_PRELOAD library whose dgemm_
  * forwards to the real one and then flips the lowest bit of C(1,1). If the driver's
  * fingerprints did not change under it, the comparison (or the preload through mpirun)
  * would be blind, and the with/without-shim check would prove nothing. */

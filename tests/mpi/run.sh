@@ -1,5 +1,5 @@
 #!/bin/sh
-# Issue #7 driver: ScaLAPACK pdgemm/pdgetrf on several MPI ranks with and without the shim.
+# MPI driver: ScaLAPACK pdgemm/pdgetrf on several MPI ranks with and without the shim.
 #
 # Usage: tests/mpi/run.sh OZAKI BUILD_DIR [RANKS...]      (default ranks: 2 4)
 #   OZAKI      the `ozaki` executable (libozaki_shim.so next to it)

@@ -1,4 +1,4 @@
-/* Shared helpers of the ScaLAPACK example programs (issue #7): BLACS/ScaLAPACK prototypes,
+/* What the ScaLAPACK example programs: BLACS/ScaLAPACK prototypes,
  * block-cyclic index arithmetic and an order-independent fingerprint of a distributed
  * matrix, so that runs with and without the shim can be compared bit for bit. */
 #ifndef OZAKI_SCALAPACK_COMMON_H

@@ -2,7 +2,7 @@
 
 Prints one line per library (API, file name, version), sorted, so the run with the shim
 preloaded can be compared with the run without it: the shim must not hide the real BLAS
-from tools that look for it (issue #2).
+from tools that look for it.
 """
 import os
 

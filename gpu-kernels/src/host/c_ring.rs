@@ -4,8 +4,8 @@
 //! Why: that buffer grows with the largest C a process has seen, and growing it is
 //! `cuMemHostAlloc` of the whole C: with main's staging the first 8192^2 product of a NumPy
 //! session took 234-328 ms, 214-308 ms of it in transfers, against 44-58 ms for the next
-//! ones, and every new larger size paid again (BENCHMARKS.md, "Session 4: C without
-//! full-size pinned staging"). The ring's size comes from the tuning ([`Tuning::c_ring`]),
+//! ones, and every new larger size paid again (BENCHMARKS.md, "C without full-size
+//! pinned staging"). The ring's size comes from the tuning ([`Tuning::c_ring`]),
 //! not from C.
 //!
 //! The protocol: the download thread takes a free slot for each piece (whole columns of a
@@ -14,7 +14,7 @@
 //! threads take the filled slots in order; each writes its slot into the caller's C once the
 //! slot's event fired and only then gives the slot back ([`empty_slots`]). Before the call
 //! is accepted the writer writes nothing and gives nothing back, so the download waits with
-//! the remaining blocks still on the device, which holds all of C anyway (issue #4's
+//! the remaining blocks still on the device, which holds all of C anyway (the route's
 //! contract is unchanged). A writer that will not write (the call was refused, or a write
 //! failed) gives every slot back unwritten, so the download never waits for a slot that
 //! cannot come.
@@ -132,8 +132,8 @@ pub(crate) fn fill_slot(
 /// Each piece is written whole by one thread, so the threads never wait for each other: a
 /// crew of threads sharing out every piece (a barrier per piece) made NumPy's calls 3-47 ms
 /// slower than main (NumPy's C is freshly allocated memory on every call, faulted in by the
-/// writes), while this pool made them as fast or faster (BENCHMARKS.md, "Session 4: C
-/// without full-size pinned staging").
+/// writes), while this pool made them as fast or faster (BENCHMARKS.md, "C without
+/// full-size pinned staging").
 pub(crate) fn empty_slots(
     filled: Receiver<Filled>,
     free: Giver,

@@ -62,7 +62,7 @@ pub const PANEL_MIN_ROWS: usize = 256;
 
 /// Row panels of op(A) a pipelined gemm uploads one after the other, so that the first
 /// products start once the first panel and the first block of op(B) are on the device
-/// instead of all of A (issue #4: at 8192 the GPU waited about 15 ms for A): 1 for calls
+/// instead of all of A (at 8192 the GPU waited about 15 ms for A): 1 for calls
 /// that are not pipelined, else [`Tuning::panels`] for the route, each panel at least
 /// [`PANEL_MIN_ROWS`] rows.
 ///
@@ -83,7 +83,7 @@ pub fn pipeline_panels(args: &GemmArgs, engine: Engine) -> usize {
 /// [`pipeline_panels`] per slot (slot i uploads panels i, i + slots, ...), at most one per
 /// row. Each slot thus uploads as many panels as one GPU alone would: with 2 GPUs at
 /// 32768, 8 panels for `gpu-native` took the split from 0.886 to 0.847 s (BENCHMARKS.md,
-/// "Session 3 host path and split").
+/// "Host-resident path and split").
 pub(crate) fn shared_panels(args: &GemmArgs, engine: Engine, slots: usize) -> usize {
     let slots = slots.max(1);
     let want = pipeline_panels(args, engine) * slots;

@@ -1,7 +1,7 @@
 //! Host-resident calls (everything LD_PRELOAD sees): operands are staged through pinned
 //! buffers reused across calls, moved to the device, computed by the native or emulated
 //! route, and C is copied back into the caller's memory only once the device work
-//! succeeded, or with beta = 0 once the call was accepted (issue #4, `early_write`). Any
+//! succeeded, or with beta = 0 once the call was accepted (`early_write`). Any
 //! failure the data can cause leaves the caller's C untouched, so the shim can still run the
 //! vendor BLAS on the original data.
 //!
@@ -68,7 +68,7 @@ pub struct HostOutcome {
 
 /// When each stage of a pipelined host-resident gemm was done, in ms after it began staging
 /// (CUDA events on its streams; the write-back is host-timed): `ozaki bench --pipeline`
-/// prints it to show which stage bounds the call (issue #4).
+/// prints it to show which stage bounds the call.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Timeline {
     /// Per column block: its operands were on the device.
@@ -256,12 +256,12 @@ fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
 
 /// Runs C = alpha op(A) op(B) + beta C on `gpu`. With beta != 0 the result is left in pinned
 /// staging (the caller writes it into its C only once it knows the whole call, or every
-/// tile of a split, succeeded: issue #4's contract); `c_in` is the call's span of the
+/// tile of a split, succeeded: the route's contract); `c_in` is the call's span of the
 /// caller's C. With `early` and beta == 0, the blocks come home through C's download ring
 /// ([`c_ring`]) and are written into the caller's C as they arrive once the call is accepted
 /// ([`early_write`]); the returned [`StagedC`] says where C is.
 ///
-/// The pipeline (issue #4, "transfers tiled and overlapped with conversion and compute"):
+/// The pipeline ("transfers tiled and overlapped with conversion and compute"):
 /// C is cut into `grid.blocks` column blocks and op(A) into `grid.panels` row panels. An
 /// upload thread stages, through a ring of pinned buffers onto the copy stream, the first
 /// panel of A with the first block's columns of op(B) (all of B at once when B is

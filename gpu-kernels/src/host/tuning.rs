@@ -5,14 +5,14 @@
 use crate::host_copy::CopyKind;
 
 /// Knobs of the host-resident path. The defaults are what `ozaki bench --pipeline` and
-/// `--split` measured best on the H200 host (BENCHMARKS.md, "Session 3 host path and
+/// `--split` measured best on the H200 host (BENCHMARKS.md, "Host-resident path and
 /// split"); `--tuning` runs those benchmarks under other values side by side.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tuning {
     /// How the upload ring's copies from the caller's memory write pinned staging
     /// (`crate::host_copy`). `memcpy`: its lines stay in the host's cache (the H200 host has
     /// 300 MiB of L3, the ring 96 MiB) for the DMA to read; streaming them to memory made the
-    /// uploads slower (BENCHMARKS.md, "Session 3 host path and split").
+    /// uploads slower (BENCHMARKS.md, "Host-resident path and split").
     pub upload: CopyKind,
     /// How C is written from pinned staging into the caller's memory. Streaming: nothing reads
     /// it soon, and skipping the read for ownership made the write-back 1.1-1.45x faster.
@@ -38,7 +38,7 @@ pub struct Tuning {
     /// Slots of C's download ring and the bytes of each (`super::c_ring`): with beta = 0,
     /// C comes home through this ring instead of a pinned buffer the size of C. Each slot is
     /// written into the caller's C by one writer thread, so about as many slots as writer
-    /// threads keep them all busy (BENCHMARKS.md, "Session 4: C without full-size pinned
+    /// threads keep them all busy (BENCHMARKS.md, "C without full-size pinned
     /// staging").
     pub c_ring: (usize, usize),
 }

@@ -1,5 +1,5 @@
 //! The `gpu-ozaki` route on device-resident operands: Ozaki scheme II with byte moduli on the
-//! INT8 tensor cores (issue #4; paper brief §1 and §9.3-9.5).
+//! INT8 tensor cores (paper brief §1 and §9.3-9.5).
 //!
 //! Stages, all on the caller's stream:
 //! 1. exponent scan of op(A) rows and op(B) columns (one pass each, NaN/Inf detected), then a
@@ -19,7 +19,7 @@
 //! C is written only in stage 5, after every earlier stage succeeded; a failure before it
 //! leaves C untouched, so the caller can still run the native route on the same memory.
 //!
-//! # Same numerics as `ozaki-core` (issue #3), and where they differ
+//! # Same numerics as `ozaki-core`, and where they differ
 //! Moduli ([`MODULI`] = `ozaki_core::moduli::INT8_MODULI`), shifts (ozaki-core's *norm*
 //! scaling by default, or its *fast* scaling, [`Options::scaling`] / `OZAKI_SCALING`),
 //! quantiser (round to nearest even, `rint`) and reconstruction (exact CRT, one correctly
@@ -69,7 +69,7 @@ use plan::shift_table;
 /// blocks of [`LARGE_BLOCK`]: the int8 products run under the board's power cap (SM clock
 /// down to 1.4 GHz at 16384^3), and the memory-bound reconstruction of one block between the
 /// products of the next lets them run faster: 105.1 ms instead of 112-113 ms at 16384^3,
-/// r = 15 (1.50x native instead of 1.38-1.40x; BENCHMARKS.md, session 2 kernel tuning).
+/// r = 15 (1.50x native instead of 1.38-1.40x; BENCHMARKS.md, "Kernel tuning").
 pub const LARGE: usize = 16384;
 
 /// Column block of C for calls with m, n >= [`LARGE`].
@@ -452,7 +452,7 @@ pub unsafe fn enqueue(
     // 2. The statistics go to the host for the plan; meanwhile the GPU already forms the shifts
     //    and residues for the moduli count the plan is expected to choose (forced, or this
     //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
-    //    between the scan and the residues (BENCHMARKS.md, session 3 kernel work). When the plan
+    //    between the scan and the residues (BENCHMARKS.md, "Kernel tuning"). When the plan
     //    chooses another count, both are formed again; C is written only after the plan.
     let table_at = STATS * nb_rows;
     let table_bytes = 4 * SHIFT_CLASSES;

@@ -12,24 +12,50 @@ use ozaki_core::blas::Trans;
 use ozaki_core::emulate::{EmulationConfig, Moduli, Reconstruction, ScalingMode};
 use ozaki_core::testutil::Rng;
 
-/// Whether a GPU is usable; otherwise prints a visible skip line ([`skip`]). CI has no GPU, so this never fails a run: the GPU machine
-/// runs these through `scripts/gpu-check`.
-pub fn have_gpu() -> bool {
+/// The name of the test function it expands in, for its skip line. libtest's thread name
+/// is not always the test's (with one test thread the tests run on the main thread), so the
+/// name comes from the type name of a function item declared in place.
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        $crate::support::function_name(std::any::type_name_of_val(&here))
+    }};
+}
+pub(crate) use test_name;
+
+/// Whether a GPU is usable; otherwise the test prints its skip line ([`skip`]) and returns.
+/// CI has no GPU, so this never fails a run: the GPU machine runs these through
+/// `scripts/gpu-check`.
+macro_rules! have_gpu {
+    () => {
+        $crate::support::gpu_for($crate::support::test_name!())
+    };
+}
+pub(crate) use have_gpu;
+
+/// The last path segment of `here`'s type name (`device::some_test::here`): the test's name.
+pub fn function_name(here: &'static str) -> &'static str {
+    let path = here.strip_suffix("::here").unwrap_or(here);
+    path.rsplit("::").next().unwrap_or(path)
+}
+
+/// [`have_gpu!`] for the test named `test`.
+pub fn gpu_for(test: &str) -> bool {
     match gpu_kernels::device::available() {
         Ok(()) => true,
         Err(e) => {
-            skip(format_args!("no CUDA driver ({e})"));
+            skip(test, format_args!("{e}"));
             false
         }
     }
 }
 
-/// Prints `skipped: <why>` where a passing run shows it (`scripts/test-all` counts these):
-/// straight to stderr, which the harness does not capture, in one write so that parallel
-/// tests do not interleave inside the line.
-pub fn skip(why: std::fmt::Arguments<'_>) {
+/// Prints `skipped: <test>: <why>`, the one line `scripts/test-all` counts as a skipped
+/// test: straight to stderr, which the harness does not capture, in one write so that
+/// parallel tests do not interleave inside the line.
+pub fn skip(test: &str, why: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
-    let _ = std::io::stderr().write_all(format!("skipped: {why}\n").as_bytes());
+    let _ = std::io::stderr().write_all(format!("skipped: {test}: {why}\n").as_bytes());
 }
 
 /// `n` entries uniform in `[-0.5, 0.5)`.

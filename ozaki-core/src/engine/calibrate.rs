@@ -1,4 +1,4 @@
-//! Calibration, the pure parts (issue #5): the measurement plan, the raw-measurement format
+//! Calibration, the pure parts: the measurement plan, the raw-measurement format
 //! `ozaki calibrate` writes, the fits that turn measurements into a [`Profile`], and the
 //! held-out validation report (predicted vs measured per route, auto vs oracle).
 //!
@@ -322,15 +322,15 @@ pub struct Measurements {
     #[serde(default)]
     pub routes: Vec<RouteSample>,
     /// The per-device survey, `devices[0]` being the device `gpu` was measured on
-    /// (issue #7; absent in measurements written before it).
+    /// (absent in measurements written before it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceMeasurements>,
-    /// All surveyed devices copying at once, and measured splits (issue #7).
+    /// All surveyed devices copying at once, and measured splits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<ShareMeasurements>,
 }
 
-/// One GPU of the host, surveyed (issue #7: calibration runs per device). Short on purpose:
+/// One GPU of the host, surveyed (calibration runs per device). Short on purpose:
 /// the full model is measured once, on `devices[0]`; every device gets the rates that scale
 /// it (one large DGEMM and one INT8 GEMM, device-resident) and its staged host link alone.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -347,7 +347,7 @@ pub struct DeviceMeasurements {
     pub link: Vec<LinkSample>,
 }
 
-/// What the host does when all surveyed devices work at once (issue #7).
+/// What the host does when all surveyed devices work at once.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ShareMeasurements {
     /// The ordinals that ran together.
@@ -580,7 +580,7 @@ fn survey_rate(samples: &[Sample]) -> f64 {
         .map_or(0.0, |s| 2.0 * (s.m * s.n * s.k) as f64 / s.seconds)
 }
 
-/// The profile entries of a device survey (issue #7).
+/// The profile entries of a device survey.
 pub fn fit_devices(devices: &[DeviceMeasurements]) -> Vec<DeviceProfile> {
     devices
         .iter()
@@ -655,7 +655,7 @@ fn priced_splits<'a>(
 /// measurement prices them: the link share (between that measurement's and 1) whose split
 /// prices best match the measured splits (least squares in log time). Splits slower than
 /// priced are left to the host terms fitted after this. The two-link measurement alone
-/// misjudged this on 2x H200 (session 2): it put the share at 0.45 and priced a 32768^3
+/// misjudged this on 2x H200 (BENCHMARKS.md, "Several GPUs and MPI"): it put the share at 0.45 and priced a 32768^3
 /// split at 0.67x one GPU, where the executor measured 1.73x.
 fn fit_share_to_splits(
     profile: &mut Profile,
@@ -840,7 +840,7 @@ pub struct ValidationReport {
 }
 
 /// Scores a profile on held-out end-to-end timings: per-route median absolute relative error
-/// and auto's total measured time against the oracle's (issue #5 targets: ≤ 15% and ≤ 5%).
+/// and auto's total measured time against the oracle's (targets: ≤ 15% and ≤ 5%).
 /// `moduli` gives the moduli count per shape, as the shim would choose it.
 pub fn validate(
     profile: &Profile,

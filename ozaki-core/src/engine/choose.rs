@@ -1,10 +1,10 @@
-//! The per-call choice (issue #5, `OZAKI_ROUTE=auto`): the fastest route that meets the
+//! The per-call choice (`OZAKI_ROUTE=auto`): the fastest route that meets the
 //! accuracy contract, leaving the vendor route only when the predicted gain clears the
 //! profile's switch margin (take-away 2), and a per-shape decision cache so that a repeated
 //! shape costs one hash lookup (tiny calls must cost no more than the vendor call plus the
 //! interposer overhead).
 //!
-//! Split over GPUs (issue #7): an engine built [`Engine::with_slots`] for a process that owns
+//! Split over GPUs: an engine built [`Engine::with_slots`] for a process that owns
 //! two or more device slots also prices each GPU route split over them
 //! ([`super::split::price`]). A split replaces the one-device price of its route only when
 //! it is faster by the same switch margin, so a split is taken only when the priced split
@@ -30,7 +30,7 @@ pub struct Decision {
     pub moduli: Option<u32>,
     /// What goes into the trace record's `engine` field.
     pub prediction: Prediction,
-    /// Splits priced for this call (issue #7), one per GPU route that could be split;
+    /// Splits priced for this call, one per GPU route that could be split;
     /// empty for a process with one device slot.
     pub splits: Vec<SplitEstimate>,
     /// The concurrency class the vendor was priced at ([`super::load::concurrency_class`]).
@@ -242,7 +242,7 @@ const CACHE_CAPACITY: usize = 1 << 16;
 pub struct Engine {
     profile: Profile,
     threads: u32,
-    /// This process's device slots (issue #7); splits are priced when there are two or more.
+    /// This process's device slots; splits are priced when there are two or more.
     slots: Vec<u32>,
     split_params: SplitParams,
     cache: Mutex<Cache>,
@@ -262,7 +262,7 @@ impl Engine {
 
     /// The same engine for a process owning these device slots (CUDA ordinal per slot,
     /// `devices::DeviceAssignment::slots`): with two or more, host-resident dgemm calls
-    /// are also priced split over them (issue #7).
+    /// are also priced split over them.
     pub fn with_slots(mut self, slots: Vec<u32>) -> Engine {
         self.slots = slots;
         self

@@ -1,4 +1,4 @@
-//! The per-record engine (issue #5): for each call it predicts the time of every route on
+//! The per-record engine: for each call it predicts the time of every route on
 //! this machine and takes the fastest one that meets the accuracy contract.
 //!
 //! The paper's engine (Ozaki 2.5 brief §5, Alg. 4) prices device-resident data with
@@ -18,7 +18,7 @@
 //! | [`declines`] | lock-free memory of the accuracy rule declining a class of calls |
 //! | [`replay`] | per-record rows and the composites of a trace replayed through either model |
 //! | [`calibrate`] | the measurement plan, the raw-measurement format and the fits that turn it into a profile |
-//! | [`split`] | a host-resident dgemm split over several GPUs, priced per device with the shared host link (issue #7) |
+//! | [`split`] | a host-resident dgemm split over several GPUs, priced per device with the shared host link |
 
 pub mod calibrate;
 pub mod choose;

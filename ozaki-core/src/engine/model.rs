@@ -1,4 +1,4 @@
-//! Cost terms per route, derived from a measured [`Profile`] (issue #5 "say how each term is
+//! Cost terms per route, derived from a measured [`Profile`] ("say how each term is
 //! derived from the profile").
 //!
 //! Every route is a list of kernels/steps, each priced by its own measured coefficient and
@@ -336,7 +336,7 @@ impl RouteEstimate {
     }
 }
 
-/// The routes the engine prices for `auto` (issue #5): vendor CPU, GPU native, GPU Ozaki.
+/// The routes the engine prices for `auto`: vendor CPU, GPU native, GPU Ozaki.
 pub const PRICED_ROUTES: [Route; 3] = [Route::Vendor, Route::GpuNative, Route::GpuOzaki];
 
 /// Predicts `route` for `shape` on the machine described by `profile`.

@@ -1,4 +1,4 @@
-//! Built-in parameter sets for what-if projections (issue #5): the Ozaki 2.5 paper's
+//! Built-in parameter sets for what-if projections: the Ozaki 2.5 paper's
 //! platforms (Rubin, GB300, B200) and the H200 datasheet, evaluated by the paper's reduced
 //! model ([`super::reduced`]). Device-resident, datasheet constants: projections, never
 //! measurements (brief caveat 1). Values and their sources are in the brief §4.11 and §9.1.

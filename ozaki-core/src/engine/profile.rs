@@ -1,6 +1,6 @@
 //! The machine profile: everything the cost model knows about one machine, as versioned JSON.
 //!
-//! Where the shim gets its profile (issue #5), first match wins:
+//! Where the shim gets its profile, first match wins:
 //! 1. `OZAKI_PROFILE=FILE`;
 //! 2. the per-GPU default `<cache>/ozaki/profile-<gpu-slug>.json`, where `<cache>` is
 //!    `$XDG_CACHE_HOME` or `~/.cache` (written by `ozaki calibrate`);
@@ -12,9 +12,9 @@
 //! the GPU name, driver, CUDA and the vendor BLAS it was measured with.
 //!
 //! Version history (additive only; every older version still loads):
-//! - 1: one GPU (`gpu`), the CPU BLAS, choice rules, end-to-end corrections (issue #5);
+//! - 1: one GPU (`gpu`), the CPU BLAS, choice rules, end-to-end corrections;
 //! - 2: `devices`, one entry per GPU of the host as calibration surveyed it, and
-//!   `host_share`, the host side of a split over them (issue #7). Both are optional: a
+//!   `host_share`, the host side of a split over them. Both are optional: a
 //!   version-1 profile is a machine with one priced GPU and no split pricing;
 //! - 3: `device_corrections`, end-to-end corrections of the routes on device-resident
 //!   operands (the `ozaki_*_device` entry points), fitted from device-resident timings of
@@ -57,16 +57,16 @@ pub struct Profile {
     /// [`Profile::corrections`] entry.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub device_corrections: BTreeMap<String, Correction>,
-    /// Every GPU calibration surveyed (version 2, issue #7); `devices[0]` is the device the
+    /// Every GPU calibration surveyed (version 2); `devices[0]` is the device the
     /// full `gpu` model was measured on. Empty in version-1 profiles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceProfile>,
-    /// What the host pays when several GPUs copy at once (version 2, issue #7).
+    /// What the host pays when several GPUs copy at once (version 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_share: Option<HostShare>,
 }
 
-/// One GPU of the host, as `ozaki calibrate` surveyed it (issue #7: "the machine profile
+/// One GPU of the host, as `ozaki calibrate` surveyed it ("the machine profile
 /// records each GPU; calibration runs per device"). The rates are what the engine scales
 /// the full `gpu` model by when it prices a tile of a split on this device.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -99,7 +99,7 @@ pub struct DeviceId {
     pub free_bytes: u64,
 }
 
-/// The host side of a split (issue #7). Whether splitting one call over GPUs pays is
+/// The host side of a split. Whether splitting one call over GPUs pays is
 /// decided here rather than by the GPUs: every tile's operands and result cross the same
 /// host memory, so a split is priced with the bandwidth all devices reach *together*, plus
 /// the executor's own host work.
@@ -530,8 +530,36 @@ pub fn default_path_in(cache: &Path, gpu_name: Option<&str>) -> PathBuf {
     cache.join(format!("profile-{slug}.json"))
 }
 
+/// What [`resolve`] says about a profile that was not measured on this machine: one short
+/// line, meant to be shown once per process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The line itself, without a program prefix.
+    pub text: String,
+    /// The expected case of a machine nobody calibrated yet: the built-in profile made for
+    /// this GPU model by a real calibration. It prices every route, so a program under the
+    /// shim need not hear of it (the shim logs it at `info`, shown with `OZAKI_LOG=info`);
+    /// every other notice means the engine chooses with less than it could and is printed.
+    pub routine: bool,
+}
+
+impl Notice {
+    fn loud(text: String) -> Notice {
+        Notice {
+            text,
+            routine: false,
+        }
+    }
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
 /// Resolves the profile to use (see the module docs for the order). Returns the profile,
-/// where it came from, and a warning to print once when it is not one measured here.
+/// where it came from, and a notice when it is not one measured here.
 ///
 /// # Errors
 /// `OZAKI_PROFILE` names a file that cannot be read or parsed (an explicit request that
@@ -539,7 +567,7 @@ pub fn default_path_in(cache: &Path, gpu_name: Option<&str>) -> PathBuf {
 pub fn resolve(
     env_profile: Option<&str>,
     gpu_name: Option<&str>,
-) -> Result<(Profile, ProfileSource, Option<String>), String> {
+) -> Result<(Profile, ProfileSource, Option<Notice>), String> {
     resolve_in(env_profile, gpu_name, cache_dir().as_deref())
 }
 
@@ -551,7 +579,7 @@ pub fn resolve_in(
     env_profile: Option<&str>,
     gpu_name: Option<&str>,
     cache: Option<&Path>,
-) -> Result<(Profile, ProfileSource, Option<String>), String> {
+) -> Result<(Profile, ProfileSource, Option<Notice>), String> {
     if let Some(p) = env_profile.filter(|p| !p.is_empty()) {
         let path = PathBuf::from(p);
         return Profile::load(&path)
@@ -566,8 +594,11 @@ pub fn resolve_in(
             Err(e) => {
                 // A broken cached profile falls through to the built-in one, loudly.
                 let (prof, src, w) = built_in_fallback(gpu_name);
-                let w = format!("ignoring unreadable profile {e}; {}", w.unwrap_or_default());
-                return Ok((prof, src, Some(w)));
+                let w = format!(
+                    "ignoring unusable profile {e}; {}",
+                    w.map(|w| w.text).unwrap_or_default()
+                );
+                return Ok((prof, src, Some(Notice::loud(w))));
             }
         }
     }
@@ -589,24 +620,30 @@ fn trusted(path: &Path) -> Result<(), String> {
     check_owned_file(&meta, euid, 0o022).map_err(|e| format!("{shown}: {e}"))
 }
 
-fn built_in_fallback(gpu_name: Option<&str>) -> (Profile, ProfileSource, Option<String>) {
+fn built_in_fallback(gpu_name: Option<&str>) -> (Profile, ProfileSource, Option<Notice>) {
     if let Some(g) = gpu_name
         && let Some((name, prof)) = Profile::built_in_for_gpu(g)
     {
-        let w = format!(
-            "no calibrated profile for {g} on this machine; using the built-in {name} profile ({}); run `ozaki calibrate` for one measured here",
-            prof.source
-        );
+        let w = Notice {
+            text: format!(
+                "using the built-in {name} profile for {g} (`ozaki calibrate` measures this machine)"
+            ),
+            routine: true,
+        };
         return (prof, ProfileSource::BuiltIn(name), Some(w));
     }
     let prof = Profile::built_in("cpu-only").expect("cpu-only profile ships");
     let w = match gpu_name {
         Some(g) => format!(
-            "no profile for GPU {g}; using the CPU-only built-in profile (GPU routes never chosen); run `ozaki calibrate`"
+            "no profile for {g}: GPU routes are never chosen until `ozaki calibrate` measures this machine"
         ),
         None => "no GPU and no calibrated profile; using the CPU-only built-in profile".to_string(),
     };
-    (prof, ProfileSource::BuiltIn("cpu-only"), Some(w))
+    (
+        prof,
+        ProfileSource::BuiltIn("cpu-only"),
+        Some(Notice::loud(w)),
+    )
 }
 
 #[cfg(test)]
@@ -657,7 +694,7 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
         let (_, src, warning) = resolve_in(None, None, Some(&dir)).unwrap();
         assert_eq!(src, ProfileSource::BuiltIn("cpu-only"));
-        assert!(warning.is_some_and(|w| w.contains("lets other users in")));
+        assert!(warning.is_some_and(|w| w.text.contains("lets other users in") && !w.routine));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,4 +1,4 @@
-//! Trace replay (issue #5, `ozaki replay`): one row per call record (route chosen, predicted
+//! Trace replay (`ozaki replay`): one row per call record (route chosen, predicted
 //! time per route, storage mode, reconstruction host, rate) and the composites of the paper's
 //! §6.1 conventions (brief §5.5): work-weighted harmonic speedups — Σ t_baseline / Σ t_auto,
 //! which is the FLOP-weighted harmonic composition of rates — against running every record

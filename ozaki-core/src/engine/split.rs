@@ -1,4 +1,4 @@
-//! Pricing one host-resident dgemm split over several GPUs (issue #7: "the engine's cost
+//! Pricing one host-resident dgemm split over several GPUs ("the engine's cost
 //! model knows the device count and prices the split").
 //!
 //! A split runs each tile of C ([`crate::devices::split_c`]) as an ordinary host-resident

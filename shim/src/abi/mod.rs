@@ -28,7 +28,7 @@
 //! function types are `extern "C-unwind"`: an exception a C++ error handler throws inside the
 //! vendor unwinds through to the program.
 //!
-//! ## Reference error numbering (issue #2)
+//! ## Reference error numbering
 //! Fortran `dgemm`: 1 transa, 2 transb, 3 m, 4 n, 5 k, 8 lda, 10 ldb, 13 ldc; `dsyrk`: 1 uplo,
 //! 2 trans, 3 n, 4 k, 7 lda, 10 ldc (the table `arg`, which every decoder here and the
 //! device-resident entry points read).
@@ -503,7 +503,7 @@ fn uplo_letter(ch: u8) -> Option<Uplo> {
     }
 }
 
-/// Reference argument positions (issue #2): the INFO each check of LAPACK 3.11 `dgemm.f` /
+/// Reference argument positions: the INFO each check of LAPACK 3.11 `dgemm.f` /
 /// `dsyrk.f` passes to `xerbla`, which `ozaki_*_device` return negated and CBLAS shifts by
 /// its leading layout argument ([`arg::cblas`]). Every decoder takes its numbers from here.
 mod arg {

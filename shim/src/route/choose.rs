@@ -1,9 +1,9 @@
-//! `OZAKI_ROUTE=auto` (issue #5): the per-record engine picks the route of each call.
+//! `OZAKI_ROUTE=auto`: the per-record engine picks the route of each call.
 //!
 //! The engine ([`ozaki_core::engine::choose::Engine`]) is built once, at the first `auto`
 //! call, from the profile that `OZAKI_PROFILE`, the per-GPU profile in the cache directory
 //! or the built-in profile of the detected GPU gives (one stderr line when it is not one
-//! measured on this machine), for the GPU slots this process owns (issue #7: with two or
+//! measured on this machine), for the GPU slots this process owns (with two or
 //! more it also prices splits over them). Decisions are cached per shape and moduli count, so a
 //! repeated shape costs one hash lookup; the prediction is copied into the trace record
 //! only when tracing is on.
@@ -83,10 +83,12 @@ fn build() -> Engine {
     let env = std::env::var("OZAKI_PROFILE").ok();
     let mut prof = match profile::resolve(env.as_deref(), gpu.as_deref()) {
         Ok((p, src, warn)) => {
-            // Without a GPU there is nothing to choose between: no user-facing line.
+            // Without a GPU there is nothing to choose between, and the built-in profile of
+            // this GPU model prices every route: neither needs a line on every process's
+            // stderr (`OZAKI_LOG=info` shows them). This runs once per process.
             match (warn, &gpu) {
-                (Some(w), Some(_)) => notice(&w),
-                (Some(w), None) => tracing::info!("auto: {w}"),
+                (Some(w), Some(_)) if !w.routine => notice(&w.text),
+                (Some(w), _) => tracing::info!("auto: {w}"),
                 _ => {}
             }
             let src = match src {
@@ -108,7 +110,7 @@ fn build() -> Engine {
         );
     }
     let engine = engine_for(prof);
-    // Issue #7: with two or more GPU slots the engine also prices splits over them.
+    // With two or more GPU slots the engine also prices splits over them.
     let slots = if gpu.is_some() {
         gpu_kernels::multi::slots().to_vec()
     } else {

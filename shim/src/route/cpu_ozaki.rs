@@ -1,4 +1,4 @@
-//! The `cpu-ozaki` route: Ozaki scheme II emulation on the CPU (issue #3), a thin adapter
+//! The `cpu-ozaki` route: Ozaki scheme II emulation on the CPU, a thin adapter
 //! over [`ozaki_core::emulate`], which holds the numerics and their documentation.
 //!
 //! - `OZAKI_MODULI=N` forces the moduli count (`2..=20`; other values fall back with the

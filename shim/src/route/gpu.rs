@@ -1,5 +1,5 @@
 //! The GPU routes `gpu-native` (cuBLAS fp64) and `gpu-ozaki` (Ozaki-II on INT8 tensor
-//! cores), issue #4, for the host-resident operands every intercepted call has.
+//! cores), for the host-resident operands every intercepted call has.
 //!
 //! The work is `gpu_kernels::host`: operands staged through reused pinned buffers, computed
 //! on the device, C copied back into the caller's memory only after the device work succeeded
@@ -103,7 +103,7 @@ pub fn gemm(
 ) -> Result<RouteOutcome, RouteError> {
     needs_product(args.alpha, args.k)?;
     let engine = engine(route, config);
-    // Issue #7: in a process owning several GPU slots, a call the engine prices faster split
+    // In a process owning several GPU slots, a call the engine prices faster split
     // (or any large call with OZAKI_SPLIT=1) runs as C tiles, one per slot
     // (gpu_kernels::multi; the plan is the call's decision, `super::split`); the trace
     // records every tile's device.

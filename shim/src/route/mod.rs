@@ -8,10 +8,10 @@
 //!
 //! | route | module | status |
 //! |---|---|---|
-//! | `vendor` | [`vendor`] | forwards the original arguments to the real BLAS (issue #2) |
-//! | `builtin` | [`builtin`] | `ozaki_core::blas` cache-blocked fp64 kernels (issue #2) |
-//! | `cpu-ozaki` | [`cpu_ozaki`] | Ozaki-II on the CPU through `ozaki_core::emulate` (issue #3) |
-//! | `gpu-native`, `gpu-ozaki` | [`gpu`] | cuBLAS fp64 / Ozaki-II on INT8 tensor cores through `gpu_kernels` (issue #4) |
+//! | `vendor` | [`vendor`] | forwards the original arguments to the real BLAS |
+//! | `builtin` | [`builtin`] | `ozaki_core::blas` cache-blocked fp64 kernels |
+//! | `cpu-ozaki` | [`cpu_ozaki`] | Ozaki-II on the CPU through `ozaki_core::emulate` |
+//! | `gpu-native`, `gpu-ozaki` | [`gpu`] | cuBLAS fp64 / Ozaki-II on INT8 tensor cores through `gpu_kernels` |
 //!
 //! ## Contract for a non-vendor route
 //! A route is a function `fn(&GemmArgs, &mut [f64], &Config) -> Result<RouteOutcome,
@@ -25,9 +25,9 @@
 //! (moduli, device, phases), which the trace record carries.
 //!
 //! ## Seams
-//! - `OZAKI_ROUTE=auto` (issue #5): [`choose()`] asks the per-record engine in
+//! - `OZAKI_ROUTE=auto`: [`choose()`] asks the per-record engine in
 //!   [`choose::auto`](mod@choose), which starts the GPU in the background ([`start`]).
-//! - The A/B comparison (issue #6, `crate::ab`) wraps [`execute`].
+//! - The A/B comparison (`crate::ab`) wraps [`execute`].
 
 pub mod adjust;
 pub mod builtin;
@@ -63,7 +63,7 @@ pub struct RouteOutcome {
     pub scaling: Option<&'static str>,
     /// GPU ordinal a GPU route used (a split call: its first tile's).
     pub device: Option<u32>,
-    /// GPU ordinal of each tile of a call split over several GPUs (issue #7).
+    /// GPU ordinal of each tile of a call split over several GPUs.
     pub devices: Option<Vec<u32>>,
     /// Measured GPU phase times.
     pub phases: Option<Phases>,

@@ -1,4 +1,4 @@
-//! Whether a GPU dgemm runs split over this process's GPU slots (issue #7).
+//! Whether a GPU dgemm runs split over this process's GPU slots.
 //!
 //! The slots are `gpu_kernels::multi::slots()`: `OZAKI_DEVICES` (or every visible GPU),
 //! dealt out by MPI local rank (`ozaki_core::devices`); a process with one slot, or with

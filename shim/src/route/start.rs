@@ -5,7 +5,7 @@
 //! handles, the kernels from the disk cache; 2.7 s on a fresh machine whose cache was empty,
 //! NVRTC compiling). When the start blocked the first call that could use the GPU, NumPy's one
 //! 4096² product took 1104 ms under the shim against 136-195 ms on OpenBLAS alone (H200,
-//! session 4 lead's run 1): a short script was 7x slower. So [`super::choose`](mod@super::choose) starts the GPU
+//! BENCHMARKS.md "GPU start-up off the first call"): a short script was 7x slower. So [`super::choose`](mod@super::choose) starts the GPU
 //! here, once per process, at the first call the GPU might win, and that call and the next ones
 //! run on the vendor BLAS until it is up, except a call big enough that waiting for the rest
 //! of the start and then running on the GPU beats the vendor BLAS by [`WAIT_MARGIN`]
@@ -19,7 +19,7 @@
 //!   `cuInit`. `exit()` then runs the exit handlers that the CUDA libraries' constructors
 //!   registered (their C++ static objects' teardown) while the thread still loads or uses
 //!   them: 5 of 10 NumPy scripts that ended 0.2 s into the start died of SIGSEGV (H200,
-//!   session 4 run 1, cuBLAS's load taking 350-410 ms). So the exit first closes
+//!   cuBLAS's load taking 350-410 ms). So the exit first closes
 //!   `gpu_kernels::start_gate` (`at_exit`): no further step starts and the exit waits for
 //!   the step under way, at most [`EXIT_WAIT`], before any library's handler runs. That takes
 //!   running before handlers registered later than ours, which `atexit` cannot do (handlers
@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 /// What starting the GPU costs a process, in seconds, when the profile does not say: the
 /// first 4096² call under the shim took 1104 ms, of which 141 ms were the pinned staging's
 /// first growth, 58 ms cuBLAS loading its kernel and 20 ms the product itself (H200 machine,
-/// session 4 lead's run 1, kernels in the disk cache; session 2 measured 0.5-0.9 s of CUDA
-/// context creation alone).
+/// kernels in the disk cache; CUDA context creation alone took 0.5-0.9 s; BENCHMARKS.md
+/// "GPU start-up off the first call").
 pub const START_S: f64 = 0.9;
 
 /// A call waits for the start under way only when the vendor BLAS is priced this much slower
@@ -406,7 +406,7 @@ mod tests {
         assert_eq!(remaining_s(0.9, 2.0), 2.0);
     }
 
-    /// Prices as the built-in H200 profile gives them before the start (session 4 run 1's
+    /// Prices as the built-in H200 profile gives them before the start (a measured
     /// trace): 4096² vendor 246 ms vs gpu-native 14.4 ms; 8192² about 8x both.
     #[test]
     fn small_gains_run_on_the_vendor_and_a_big_call_waits() {

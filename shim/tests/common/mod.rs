@@ -1,4 +1,4 @@
-//! Shared helpers for the client tests: build the C/Fortran clients, run a program with and
+//! What the client tests share: build the C/Fortran clients, run a program with and
 //! without the shim, read its trace and compare it with what the program says it called.
 //!
 //! A client that needs a system package which is not installed skips with a visible

@@ -1,4 +1,4 @@
-//! `ozaki ab-report TRACE...`: what the A/B comparison (`OZAKI_AB`, issue #6) found.
+//! `ozaki ab-report TRACE...`: what the A/B comparison (`OZAKI_AB`) found.
 //!
 //! With `OZAKI_AB` set, the shim runs the vendor BLAS beside the chosen route on a private
 //! copy of C for each sampled call and records both times and the differences in the
@@ -122,6 +122,8 @@ pub struct RouteAb {
     pub worst_bound_ratio: Option<f64>,
     /// Calls whose `rel_scaled` exceeds their bound.
     pub over_bound: usize,
+    /// Calls judged against their own bound (they record `rel_scaled`).
+    pub bounded: usize,
     /// Calls decided by `--tol` (no `rel_scaled` in the record) that exceed it.
     pub over_tol: usize,
 }
@@ -155,14 +157,24 @@ impl RouteAb {
                 self.compared
             )
         } else if self.passes(tol) {
+            // The tolerance each PASS was judged against is part of the verdict: a normwise
+            // difference of 1e-9 can be within a long call's rounding bound, and a reader
+            // seeing it beside "PASS" must be able to tell why it passed.
             match self.worst_bound_ratio {
                 Some(r) => format!(
-                    "{route}: PASS, agrees with the vendor BLAS to fp64 accuracy on {} calls (worst difference {:.2} of the fp64 rounding bound 2 gamma_k+2)",
-                    self.compared, r
+                    "{route}: PASS, agrees with the vendor BLAS to fp64 accuracy on {} calls (worst difference {:.2} of the fp64 rounding bound 2 gamma_k+2 of its call on the data's scale, the tolerance{}; worst normwise {:.1e})",
+                    self.compared,
+                    r,
+                    if self.compared > self.bounded {
+                        format!(", calls without that bound normwise <= {tol:.0e}")
+                    } else {
+                        String::new()
+                    },
+                    self.worst_norm
                 ),
                 None => format!(
-                    "{route}: PASS, agrees with the vendor BLAS to fp64 accuracy on {} calls (worst normwise {:.1e} <= {:.0e})",
-                    self.compared, self.worst_norm, tol
+                    "{route}: PASS, agrees with the vendor BLAS to fp64 accuracy on {} calls (tolerance: normwise <= {:.0e}, worst normwise {:.1e})",
+                    self.compared, tol, self.worst_norm
                 ),
             }
         } else {
@@ -228,6 +240,7 @@ impl<'a> AbSummary<'a> {
             r.hist_comp[bucket(ab.max_rel_comp)] += 1;
             match ab.rel_scaled {
                 Some(x) => {
+                    r.bounded += 1;
                     r.hist_scaled[bucket(x)] += 1;
                     let ratio = x / ab_scaled_bound(c.k);
                     r.worst_bound_ratio = Some(r.worst_bound_ratio.map_or(ratio, |w| w.max(ratio)));
@@ -425,6 +438,36 @@ mod tests {
         assert_eq!(bucket_label(0), "0");
         assert_eq!(bucket_label(2), "1e-16");
         assert_eq!(bucket_label(BUCKETS - 1), ">1e-6");
+    }
+
+    #[test]
+    fn a_pass_shows_the_tolerance_it_was_judged_against() {
+        // A long call's normwise difference of 1.4e-9, within its own rounding bound.
+        let mut within = ab(1.4e-9, 1e-6, 1000, 1000).unwrap();
+        within.rel_scaled = Some(0.3 * ab_scaled_bound(4096));
+        let mut c = call(0, "gpu-ozaki", Some(within));
+        c.k = 4096;
+        let calls = vec![c, call(1, "gpu-ozaki", ab(1e-16, 1e-15, 1000, 1000))];
+        let s = AbSummary::of(&calls, DEFAULT_TOL);
+        let v = s.routes["gpu-ozaki"].verdict("gpu-ozaki", DEFAULT_TOL);
+        assert!(v.starts_with("gpu-ozaki: PASS"), "{v}");
+        assert!(
+            v.contains("0.30 of the fp64 rounding bound")
+                && v.contains("the tolerance")
+                && v.contains("worst normwise 1.4e-9")
+                && v.contains(&format!("normwise <= {DEFAULT_TOL:.0e}")),
+            "{v}"
+        );
+        // Without recorded bounds the normwise tolerance is the one shown.
+        let calls = vec![call(0, "cpu-ozaki", ab(2e-16, 1e-15, 1000, 1000))];
+        let v = AbSummary::of(&calls, DEFAULT_TOL).routes["cpu-ozaki"]
+            .verdict("cpu-ozaki", DEFAULT_TOL);
+        assert!(
+            v.contains(&format!(
+                "tolerance: normwise <= {DEFAULT_TOL:.0e}, worst normwise 2.0e-16"
+            )),
+            "{v}"
+        );
     }
 
     #[test]

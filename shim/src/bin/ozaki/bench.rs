@@ -1,5 +1,5 @@
 //! `ozaki bench`: the GPU routes against the best peers on this machine, side by side in one
-//! run (issue #4). Per shape: cuBLAS native DGEMM, cuBLAS's own fp64 emulation (fixed-point,
+//! run. Per shape: cuBLAS native DGEMM, cuBLAS's own fp64 emulation (fixed-point,
 //! eager), ours device-resident (per moduli count), ours host-resident end to end (emulated
 //! and native), NVBLAS host-resident when given a CPU BLAS, each with its error against the
 //! exact dot products on sampled entries. Also the int8 GEMM rates (cuBLASLt and
@@ -76,7 +76,7 @@ struct Args {
     /// NVBLAS library to load.
     #[arg(long, default_value = "libnvblas.so.13")]
     nvblas: String,
-    /// Only compare one GPU with C split across these device slots (e.g. `0,1`; issue #7),
+    /// Only compare one GPU with C split across these device slots (e.g. `0,1`),
     /// for --shapes (default here: 16384,32768), with --reps interleaved repetitions.
     #[arg(long)]
     split: Option<String>,

@@ -1,5 +1,5 @@
 //! `ozaki calibrate [--out FILE]`: measures this machine and writes its engine profile
-//! (issue #5). The plan, the measurement format and the fits are in
+//!. The plan, the measurement format and the fits are in
 //! `ozaki_core::engine::calibrate`; this file only times things.
 //!
 //! CPU side: the vendor BLAS is opened with `dlopen` (`--blas`, else the usual sonames, else
@@ -10,7 +10,7 @@
 //! usable GPU the profile is CPU-only and says so.
 //!
 //! Every GPU of the host (or of `OZAKI_DEVICES`) is surveyed after the full measurement of
-//! the first one (issue #7): one large DGEMM and INT8 GEMM and its staged host link alone,
+//! the first one: one large DGEMM and INT8 GEMM and its staged host link alone,
 //! then all of them copying at once and a few calls split over them by the real executor;
 //! the profile's `devices` and `host_share` come from these (`--no-survey` skips it).
 //!
@@ -61,10 +61,10 @@ struct Args {
     /// Skip the GPU even when one is present.
     #[arg(long)]
     cpu_only: bool,
-    /// Skip the per-device survey (issue #7) even with several GPUs.
+    /// Skip the per-device survey even with several GPUs.
     #[arg(long)]
     no_survey: bool,
-    /// Only survey the GPUs (issue #7: each device's rates and staged link, all of them
+    /// Only survey the GPUs (each device's rates and staged link, all of them
     /// copying at once, measured splits) and merge that into an existing profile (`--base`,
     /// else the one this machine resolves: OZAKI_PROFILE, the cache, or the built-in one);
     /// seconds instead of minutes.

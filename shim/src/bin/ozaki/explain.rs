@@ -1,9 +1,9 @@
 //! `ozaki explain m n k [...]`: the engine's predicted time of every route for one call
 //! shape, each term with how it was derived from the profile, and the choice with its reason
-//! (issue #5). With `--platform NAME` it shows the paper's reduced model on that platform
+//!. With `--platform NAME` it shows the paper's reduced model on that platform
 //! instead (rates per route and storage mode). With two or more GPU slots (`--devices`,
 //! `OZAKI_DEVICES`, or this machine's GPUs) it also shows each GPU route priced split over
-//! them, per device and with the host terms, and whether the split is taken (issue #7).
+//! them, per device and with the host terms, and whether the split is taken.
 
 use anyhow::Context;
 use clap::Parser;
@@ -95,6 +95,20 @@ impl ModelArgs {
     }
 }
 
+/// Whether an operand is transposed, from the BLAS letter (`N`, `T` or `C`, either case).
+#[derive(Debug, Clone, Copy)]
+struct Transposed(bool);
+
+/// The BLAS transpose letters; anything else is refused (clap's error, exit status 2), as the
+/// reference BLAS refuses it, rather than priced as `N`.
+fn transposed(s: &str) -> Result<Transposed, String> {
+    match s {
+        "N" | "n" => Ok(Transposed(false)),
+        "T" | "t" | "C" | "c" => Ok(Transposed(true)),
+        _ => Err(format!("{s:?} is not a transpose letter (N, T or C)")),
+    }
+}
+
 /// Print the predicted time of every route for one call shape, and the choice.
 #[derive(Parser, Debug)]
 #[command(about = "predicted time of every route for one call shape, and the choice")]
@@ -108,12 +122,12 @@ struct Args {
     /// dgemm or dsyrk (dsyrk uses n and k; m is ignored).
     #[arg(long, default_value = "dgemm")]
     routine: String,
-    /// transa (N or T).
-    #[arg(long, default_value = "N")]
-    transa: String,
-    /// transb (N or T).
-    #[arg(long, default_value = "N")]
-    transb: String,
+    /// transa: N (op(A) = A), T or C (op(A) = A^T); for dsyrk, trans.
+    #[arg(long, default_value = "N", value_parser = transposed)]
+    transa: Transposed,
+    /// transb: N, T or C.
+    #[arg(long, default_value = "N", value_parser = transposed)]
+    transb: Transposed,
     /// beta is nonzero (C is read, so it is uploaded too).
     #[arg(long)]
     beta: bool,
@@ -191,13 +205,12 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         "dsyrk" => Routine::Dsyrk,
         other => anyhow::bail!("unknown routine {other:?} (dgemm or dsyrk)"),
     };
-    let is_t = |s: &str| s.eq_ignore_ascii_case("T") || s.eq_ignore_ascii_case("C");
     let mut shape = match routine {
         Routine::Dgemm => CallShape::gemm(a.m, a.n, a.k),
         Routine::Dsyrk => CallShape::syrk(a.n, a.k),
     };
-    shape.transa = is_t(&a.transa);
-    shape.transb = is_t(&a.transb);
+    shape.transa = a.transa.0;
+    shape.transb = a.transb.0;
     shape.beta_zero = !a.beta;
     if a.device_resident {
         shape.residency = Residency::Device;

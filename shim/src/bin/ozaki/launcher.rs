@@ -1,4 +1,4 @@
-//! `ozaki run` in front of an MPI launcher (issue #7): `ozaki run -- mpirun -n 4 ./prog`.
+//! `ozaki run` in front of an MPI launcher: `ozaki run -- mpirun -n 4 ./prog`.
 //!
 //! On its own host `mpirun` starts the ranks with its own environment, so the shim's
 //! `LD_PRELOAD` and `OZAKI_*` variables reach them. Ranks on *other* hosts are started by

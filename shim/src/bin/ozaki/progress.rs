@@ -1,5 +1,5 @@
 //! A one-line progress indicator for long runs (reading and replaying large traces,
-//! calibration), issue #6: "long runs show progress on a terminal".
+//! calibration): long runs show progress on a terminal.
 //!
 //! It draws only when stderr is a terminal, so pipes, CI logs and test output stay clean,
 //! and redraws at most every 100 ms, so a tight loop calling [`Progress::set`] per record

@@ -1,11 +1,11 @@
 //! `ozaki report TRACE... --out DIR`: a self-contained HTML page with PNG plots, for people
-//! deciding whether the GPU routes would help their program (issue #6).
+//! deciding whether the GPU routes would help their program.
 //!
 //! The page holds, for every trace (one "workload" each):
 //! - the FLOP-weighted histogram of call sizes nbar = 2mn/(m+n) in log2 buckets, drawn like
 //!   the paper's Fig. 8 (Ozaki 2.5, section 6.1) with its crossover band 128 <= nbar < 512;
 //! - the route mix (share of FLOPs each route computed);
-//! - the speedup per workload: predicted by the engine's replay (issue #5; the machine
+//! - the speedup per workload: predicted by the engine's replay (the machine
 //!   profile or paper platform chosen as for `ozaki replay`, `--no-predict` to leave it out),
 //!   and measured from the A/B fields (vendor time / route time over the compared calls)
 //!   when the trace has them;
@@ -17,6 +17,7 @@
 //! page alone can be mailed or attached to an issue.
 
 mod html;
+mod paths;
 mod plot;
 
 use crate::ab_report::{self, AbSummary};
@@ -79,6 +80,13 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         tol: args.tol,
     };
     let page = report.write(&args.out)?;
+    if let Some(note) = report
+        .workloads
+        .iter()
+        .find_map(|w| w.predicted.as_ref()?.no_gpu_note())
+    {
+        eprintln!("ozaki report: {note}");
+    }
     print!("{}", report.markdown_table());
     println!("wrote {}", page.display());
     Ok(ExitCode::SUCCESS)
@@ -108,6 +116,25 @@ pub struct Predicted {
     pub speedup: f64,
     /// FLOP share per route the engine would choose.
     pub work_share: Vec<(String, f64)>,
+    /// Whether the model prices any GPU route. A profile without a GPU (the CPU-only one a
+    /// machine without a GPU resolves to) keeps every call on the vendor BLAS, so its
+    /// speedups are 1.00x by construction, not a finding.
+    pub gpu_routes: bool,
+}
+
+impl Predicted {
+    /// What the reader must be told when the speedups cannot show anything: that a profile
+    /// or platform with a GPU gives predictions.
+    pub fn no_gpu_note(&self) -> Option<String> {
+        (!self.gpu_routes).then(|| {
+            format!(
+                "{} prices no GPU route, so every predicted speedup is 1.00x; pass --profile FILE \
+                 (a GPU machine's, e.g. profiles/h200.json) or --platform NAME (rubin, gb300, b200, \
+                 h200-datasheet) for predictions",
+                self.model
+            )
+        })
+    }
 }
 
 /// Replays `calls` through `model` as `ozaki replay` does (records without a product are
@@ -127,6 +154,10 @@ pub fn predict(calls: &[CallRecord], model: &Model) -> Predicted {
             .get(&(s.m, s.n, s.k))
             .copied()
             .or(Some(MODULI_WITHOUT_DATA))
+    };
+    let gpu_routes = match model {
+        Model::Measured(engine, _) => engine.profile().gpu.is_some(),
+        Model::Reduced(..) => true,
     };
     let (desc, baseline, rm) = match model {
         Model::Measured(engine, src) => (
@@ -157,6 +188,7 @@ pub fn predict(calls: &[CallRecord], model: &Model) -> Predicted {
         baseline: baseline.into(),
         speedup,
         work_share: c.work_share,
+        gpu_routes,
     }
 }
 

@@ -1,5 +1,5 @@
 //! `ozaki run [--trace FILE] [--route ROUTE] -- CMD ARGS...`: run an unmodified program with
-//! the shim preloaded, then summarise its BLAS calls (issue #2).
+//! the shim preloaded, then summarise its BLAS calls.
 //!
 //! The shim library is found next to this executable (`preload.rs`) and prepended to
 //! `LD_PRELOAD`. The program's stdout is left alone: the summary goes to
@@ -20,7 +20,7 @@
 //! A part whose process is still running is left in place and named. A program killed by a
 //! signal is said to have a trace that may be incomplete.
 //!
-//! MPI (issue #7): both `mpirun -n 4 ozaki run -- ./prog` (each rank summarises its own
+//! MPI: both `mpirun -n 4 ozaki run -- ./prog` (each rank summarises its own
 //! trace) and `ozaki run -- mpirun -n 4 ./prog` (one summary of every rank's trace) work;
 //! see `launcher.rs` for how the environment crosses Open MPI's launcher.
 
@@ -89,7 +89,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             (dir.join("trace-%p.jsonl"), Some(dir))
         }
     };
-    // Several MPI ranks must not share one trace file (issue #7).
+    // Several MPI ranks must not share one trace file.
     let (pattern, joined) =
         match launcher::per_rank_pattern(&pattern.to_string_lossy(), &args.command[0]) {
             Some(p) => {
@@ -143,7 +143,11 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         None => pattern,
     };
     if !args.no_summary {
-        print_summary(&pattern, started, temp_dir.is_none());
+        let run = Finished {
+            program: &args.command[0],
+            code,
+        };
+        print_summary(&pattern, started, temp_dir.is_none(), &run);
     }
     if let Some(dir) = temp_dir {
         let _ = std::fs::remove_dir_all(dir);
@@ -400,9 +404,53 @@ fn host_name() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// The program `ozaki run` started, once it has exited.
+struct Finished<'a> {
+    /// The command as given (`python3`, `./solver`).
+    program: &'a std::ffi::OsStr,
+    /// Its exit status (128 + N after a death by signal N).
+    code: i32,
+}
+
+/// What to say when no trace file appeared. A trace in the private temporary folder is not
+/// named (it never existed, and the folder is gone by the time the user reads this); a
+/// program that failed is the likely reason, and a Python program the likely failure: a
+/// `python3` on `PATH` without NumPy, whose calls then never reach any BLAS.
+fn no_trace_message(pattern: &Path, keep: bool, run: &Finished<'_>) -> String {
+    let mut m = String::from("ozaki run: no BLAS call was traced");
+    if keep {
+        m.push_str(&format!(" (no file matches {})", pattern.display()));
+    }
+    if run.code == 0 {
+        m.push_str(
+            ": the program made no dgemm/dsyrk call, or the shim could not create the trace \
+             (see any message above)",
+        );
+    } else {
+        m.push_str(&format!(
+            ": the program exited with status {} before any dgemm/dsyrk call (see its own \
+             messages above)",
+            run.code
+        ));
+        let name = Path::new(run.program)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with("python") {
+            m.push_str(&format!(
+                ". If it could not import NumPy or SciPy, this {name} lacks them: check with \
+                 `{0} -c 'import numpy'`, and use a Python that has them (Debian's is \
+                 /usr/bin/python3 with python3-numpy; or a venv's bin/python)",
+                run.program.to_string_lossy()
+            ));
+        }
+    }
+    m
+}
+
 /// Prints the summary of the run's traces to stderr; problems are reported, never fatal,
 /// because the program's exit code is what the caller is waiting for.
-fn print_summary(pattern: &Path, since: std::time::SystemTime, keep: bool) {
+fn print_summary(pattern: &Path, since: std::time::SystemTime, keep: bool, run: &Finished<'_>) {
     let stderr = std::io::stderr();
     let mut err = stderr.lock();
     use std::io::Write as _;
@@ -410,12 +458,7 @@ fn print_summary(pattern: &Path, since: std::time::SystemTime, keep: bool) {
     let since = since - std::time::Duration::from_secs(2);
     let files = trace_files(pattern, since);
     if files.is_empty() {
-        let _ = writeln!(
-            err,
-            "ozaki run: no trace {} was written: the program made no dgemm/dsyrk call, or the shim could not \
-             create the file (see any message above)",
-            pattern.display()
-        );
+        let _ = writeln!(err, "{}", no_trace_message(pattern, keep, run));
         return;
     }
     let mut all = summary::Summary::default();

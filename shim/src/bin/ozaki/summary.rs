@@ -1,11 +1,11 @@
-//! `ozaki summary TRACE...`: what a program asked of its BLAS (issue #2).
+//! `ozaki summary TRACE...`: what a program asked of its BLAS.
 //!
 //! Reads one or more trace files (JSON Lines, schema in `ozaki_core::trace`) and prints
 //! calls and GFLOP per routine, per exported symbol and per route, the time spent inside
 //! BLAS, the FLOP-weighted quartiles of nbar = 2mn/(m+n) with the share of work at
 //! nbar <= 256 (the paper's call-size statistic), and the shapes that carry most work.
 //! Traces from MPI ranks get a per-rank table, and GPU calls a per-GPU table in which a call
-//! split over several GPUs (trace field `devices`, issue #7) counts once on each.
+//! split over several GPUs (trace field `devices`) counts once on each.
 //! `ozaki run` prints the same summary after the program exits.
 //!
 //! Errors (an unreadable file, a file with no trace line at all, a schema newer than this

@@ -2,7 +2,7 @@
 //! (`gpu_kernels::host_link`): parallel memcpy between pageable and pinned memory, first-touch
 //! page faults, pinned / pageable / registered transfers per GPU, duplex, both GPUs at once,
 //! and the cost of `cuMemHostRegister`. These numbers decide how host-resident calls move
-//! their operands (issues #4 and #7); BENCHMARKS.md records them.
+//! their operands; BENCHMARKS.md records them.
 
 use anyhow::{Result, anyhow};
 use ozaki_core::devices::parse_devices;

@@ -1,6 +1,6 @@
 //! `ozaki bench --pipeline 1,2,4,8`: the host-resident pipeline of `gpu_kernels::host` with
 //! each given number of column blocks (and the automatic choice) against the host-link bound,
-//! both routes, side by side in one run (issue #4). Each timing is the whole host-resident
+//! both routes, side by side in one run. Each timing is the whole host-resident
 //! call, median of `--reps` after a warm-up; operands standard normal, beta = 0, automatic
 //! moduli for gpu-ozaki.
 

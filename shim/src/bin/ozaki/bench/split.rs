@@ -1,5 +1,5 @@
 //! `ozaki bench --split 0,1`: one host-resident dgemm on one GPU vs its C split across the
-//! given device slots (issue #7, target >= 1.8x on 2 GPUs at 32768^3), both routes,
+//! given device slots (target >= 1.8x on 2 GPUs at 32768^3), both routes,
 //! interleaved repetitions in one run so the two sides see the same machine state.
 //!
 //! The one-device side is `gpu_kernels::host::gemm` (the process's default GPU); the split

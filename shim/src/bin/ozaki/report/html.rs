@@ -67,6 +67,13 @@ pub fn page(report: &Report, figures: &[Figure]) -> String {
     );
     if let Some(p) = report.workloads.iter().find_map(|w| w.predicted.as_ref()) {
         let _ = writeln!(h, "<p>Predictions: {}.</p>", escape(&p.model));
+        if let Some(note) = p.no_gpu_note() {
+            let _ = writeln!(
+                h,
+                "<p class=\"note\"><strong>Note:</strong> {}.</p>",
+                escape(&note)
+            );
+        }
     }
     workloads_table(&mut h, report);
     for f in figures {
@@ -99,7 +106,11 @@ fn workloads_table(h: &mut String, report: &Report) {
             .trace
             .headers
             .first()
-            .map(|hd| hd.argv.as_ref().map_or(hd.exe.clone(), |a| a.join(" ")))
+            .map(|hd| {
+                super::paths::command_line(
+                    hd.argv.as_deref().unwrap_or(std::slice::from_ref(&hd.exe)),
+                )
+            })
             .unwrap_or_default();
         let blas_s: f64 = w.trace.calls.iter().map(|c| c.dur_ns as f64).sum::<f64>() / 1e9;
         let (nbar, small) = match &w.stats {
