@@ -16,7 +16,7 @@
 //! | [`native`] | cuBLAS DGEMM / DSYRK |
 //! | [`ozaki`] | the emulated pipeline on device memory; its host plan and moduli rule |
 //! | [`host`] | host-resident calls: staging, transfers, write-back after success |
-//! | `early_write` | with beta = 0, blocks of C written as they arrive once the call is accepted |
+//! | `host::early_write` | with beta = 0, blocks of C written as they arrive once the call is accepted |
 //! | [`host_copy`] | streaming (non-temporal) copies between pageable and pinned memory |
 //! | [`host_link`] | host-memory and host-link microbenchmarks (`ozaki bench --host-link`) |
 //! | [`multi`] | one host-resident dgemm split across several device slots (issue #7) |
@@ -32,7 +32,6 @@
 pub mod crt;
 pub mod cuda_lib_dirs;
 pub mod device;
-mod early_write;
 pub mod error;
 pub mod host;
 pub mod host_copy;

@@ -11,6 +11,7 @@
 //! | [`kernel`], [`fp8`], [`accuracy`], [`testutil`] | CPU integer kernels, the FP8 sets S/A/E/D and plane encodings, the exact-reference error measure, seeded test data (issue #3) |
 //! | [`stats`] | FLOP-weighted quantiles of call sizes (nbar) for summaries and reports |
 //! | [`engine`] | machine profile, cost model and per-call route choice, trace replay (issue #5) |
+//! | [`env`] | the one reader of the environment and the table of every `OZAKI_*` variable |
 //! | [`private_path`] | whether a file and the folders above it can be trusted by this user (trace, kernel cache, profiles) |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -20,6 +21,7 @@ pub mod blas;
 pub mod devices;
 pub mod emulate;
 pub mod engine;
+pub mod env;
 pub mod exact;
 pub mod fallback;
 pub mod fp8;

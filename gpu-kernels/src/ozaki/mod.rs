@@ -595,7 +595,7 @@ pub unsafe fn enqueue(
             strides: (plane_a as i64, plane_b as i64, (rows * cols) as i64),
         };
         lt_int8::batched(
-            gpu,
+            &mut gpu.lt,
             stream,
             shape,
             planes_a + (row0 * kpad) as u64,

@@ -17,7 +17,7 @@
 //!   `host_share`, the host side of a split over them (issue #7). Both are optional: a
 //!   version-1 profile is a machine with one priced GPU and no split pricing.
 
-use super::model::{Correction, WorkModel};
+use super::work_model::{Correction, WorkModel};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -486,9 +486,9 @@ pub fn utc_now() -> String {
 
 /// `$XDG_CACHE_HOME/ozaki` or `$HOME/.cache/ozaki` (the same folder the GPU kernel cache uses).
 pub fn cache_dir() -> Option<PathBuf> {
-    let base = match std::env::var_os("XDG_CACHE_HOME") {
+    let base = match crate::env::var_os("XDG_CACHE_HOME") {
         Some(x) if !x.is_empty() => PathBuf::from(x),
-        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
+        _ => PathBuf::from(crate::env::var_os("HOME")?).join(".cache"),
     };
     Some(base.join("ozaki"))
 }
