@@ -223,13 +223,14 @@ pub fn differences(pairs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
 pub unsafe fn execute<R: RawCall>(
     route: Route,
     plan: Option<&ozaki_core::devices::SplitPlan>,
+    on_decline: Route,
     id: SymId,
     raw: &R,
     canon: &Canon,
     config: &Config,
 ) -> (Executed, Option<AbResult>) {
     // SAFETY: the caller's contract (this closure is every `route::execute` call below).
-    let plain = || unsafe { route::execute(route, plan, id, raw, canon, config) };
+    let plain = || unsafe { route::execute(route, plan, on_decline, id, raw, canon, config) };
     let Some(ab) = self::config() else {
         return (plain(), None);
     };

@@ -234,12 +234,22 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             let timed = choice.feedback.as_ref().map(|_| std::time::Instant::now());
             // SAFETY: the caller's contract; `canon` was decoded from `raw`. `ab::execute` is
             // `route::execute` plus the vendor comparison when OZAKI_AB picks the call.
-            let (done, ab) =
-                unsafe { crate::ab::execute(choice.route, plan.as_ref(), id, raw, &canon, config) };
+            let (done, ab) = unsafe {
+                crate::ab::execute(
+                    choice.route,
+                    plan.as_ref(),
+                    choice.on_decline,
+                    id,
+                    raw,
+                    &canon,
+                    config,
+                )
+            };
             if let Some(t) = timed {
                 let s = t.elapsed().as_secs_f64();
                 route::choose::feed(&choice, done.route, done.fallback.is_some(), s);
             }
+            route::choose::feed_decline(&choice, &done);
             progress.done.set(true);
             if let Some(start) = &start {
                 let entry = Entry {

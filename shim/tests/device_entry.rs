@@ -19,6 +19,19 @@ use ozaki_shim as _;
 mod support;
 use support::{centered, have_gpu};
 
+/// These tests check the emulated device path on small operands, which `auto` would send to
+/// cuBLAS: the route is forced to GPU Ozaki before the shim reads its configuration (at its
+/// first call), as a user would with `OZAKI_ROUTE=gpu-ozaki`.
+fn force_emulation() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: called before the first shim call of this process, from the test thread;
+        // the tests of this file set nothing else and read the environment only through
+        // the shim, which reads it once at its first call, after this.
+        unsafe { std::env::set_var("OZAKI_ROUTE", "gpu-ozaki") };
+    });
+}
+
 unsafe extern "C" {
     fn ozaki_dgemm_device(
         transa: c_char,
@@ -73,6 +86,7 @@ fn dgemm_device_computes_c_and_writes_nothing_else() {
     if !have_gpu() {
         return;
     }
+    force_emulation();
     let mut rng = Rng::new(43);
     let (m, n, k) = (37, 29, 70);
     for (ta, tb) in [(b'N', b'N'), (b'T', b'N'), (b'n', b'c')] {
@@ -172,6 +186,7 @@ fn dsyrk_device_writes_one_triangle() {
     if !have_gpu() {
         return;
     }
+    force_emulation();
     let mut rng = Rng::new(47);
     let (n, k) = (45, 33);
     for (ul, tr) in [(b'U', b'N'), (b'l', b'T')] {

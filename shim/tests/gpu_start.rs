@@ -207,11 +207,18 @@ fn ozaki_gpu_start_blocking_makes_the_first_call_wait_for_the_start() {
         1,
         "the failed start says so once: {err}"
     );
+    // By default the call runs on the vendor BLAS beside the start: at once, or (this
+    // profile's start is priced at 0.1 ms, already over) after waiting at most the few
+    // milliseconds in which the GPU could still have beaten the vendor.
     let (took, e, _) = first_call(None);
     assert!(took < Duration::from_millis(500), "{took:?}: {e:?}");
-    assert!(e.reason.contains("starting in the background"), "{e:?}");
+    assert!(
+        e.reason.contains("starting in the background") || e.reason.contains("then gave up"),
+        "{e:?}"
+    );
     let n = e.gpu_start.expect("trace field engine.gpu_start");
-    assert_eq!((n.during, n.waited_s), (DuringStart::Vendor, None));
+    assert_eq!(n.during, DuringStart::Vendor);
+    assert!(n.waited_s.is_none_or(|w| w < 0.05), "{n:?}");
 }
 
 /// Whether a run of `gpu_start` under the fake driver found its cuInit under way at exit:

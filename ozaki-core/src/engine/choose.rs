@@ -11,7 +11,6 @@
 //! beats one device; [`Decision::split`] then holds the plan the GPU route executes.
 
 use super::CallShape;
-use super::correct::Corrections;
 use super::load::concurrency_class;
 use super::model::{self, RouteEstimate};
 use super::profile::{ChoiceRules, Profile};
@@ -247,8 +246,6 @@ pub struct Engine {
     slots: Vec<u32>,
     split_params: SplitParams,
     cache: Mutex<Cache>,
-    /// What measured calls say about the predictions ([`super::correct`]).
-    corrections: Corrections,
 }
 
 impl Engine {
@@ -260,7 +257,6 @@ impl Engine {
             slots: Vec::new(),
             split_params: SplitParams::default(),
             cache: Mutex::new(Cache::default()),
-            corrections: Corrections::default(),
         }
     }
 
@@ -306,11 +302,6 @@ impl Engine {
     /// CPU BLAS threads priced.
     pub fn threads(&self) -> u32 {
         self.threads
-    }
-
-    /// The corrections measured calls fed in this process.
-    pub fn corrections(&self) -> &Corrections {
-        &self.corrections
     }
 
     /// Every route's estimate with its terms (uncached; for `ozaki explain`).

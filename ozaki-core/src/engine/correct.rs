@@ -55,7 +55,7 @@ impl ClassKey {
     }
 
     /// (slot index, 16-bit tag) of the class.
-    fn place(&self) -> (usize, u64) {
+    pub(crate) fn place(&self) -> (usize, u64) {
         let r = Route::ALL
             .iter()
             .position(|&x| x == self.route)

@@ -16,6 +16,7 @@
 //! | [`choose`] | per-call choice under the accuracy contract, with a per-shape decision cache |
 //! | [`load`] | what runs beside a call: the vendor's share of the CPU under concurrent callers, the GPU's queue |
 //! | [`correct`] | lock-free per-class corrections of the predictions from measured calls |
+//! | [`declines`] | lock-free memory of the accuracy rule declining a class of calls |
 //! | [`replay`] | per-record rows and the composites of a trace replayed through either model |
 //! | [`calibrate`] | the measurement plan, the raw-measurement format and the fits that turn it into a profile |
 //! | [`split`] | a host-resident dgemm split over several GPUs, priced per device with the shared host link (issue #7) |
@@ -23,6 +24,7 @@
 pub mod calibrate;
 pub mod choose;
 pub mod correct;
+pub mod declines;
 pub mod load;
 pub mod model;
 pub mod platforms;

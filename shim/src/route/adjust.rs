@@ -1,5 +1,6 @@
 //! What `auto` does to the engine's cached decision for one call: the corrections measured
-//! calls of its classes fed (`ozaki_core::engine::correct`), the wait behind the GPU's queue
+//! calls of its classes fed (`ozaki_core::engine::correct`), the classes the emulation
+//! declined (`ozaki_core::engine::declines`), the wait behind the GPU's queue
 //! (`super::inflight`), and bounded exploration of the runner-up.
 //!
 //! The cached decision compares the vendor with the best GPU route. When the two are priced
@@ -10,10 +11,17 @@
 //! thousands of times slower on the GPU) is neither corrected nor timed: no correction the
 //! table allows could change it, and untimed it costs nothing.
 //!
+//! Declines: a call that would run GPU Ozaki in a class whose last calls the accuracy rule
+//! declined is priced with cuBLAS fp64 in its place (the decline memory says for how many
+//! calls). A call that does run GPU Ozaki carries what to run if the rule declines it:
+//! cuBLAS fp64 on the operands already staged when that is priced faster than the vendor,
+//! else the vendor BLAS.
+//!
 //! Exploration: when the corrected predictions are within [`EXPLORE_WITHIN`], one call in
 //! [`EXPLORE_EVERY`] runs the runner-up instead, so a route the profile prices wrongly gets
 //! measured too. `OZAKI_EXPLORE=0` turns it off.
 
+use super::learned::Learned;
 use ozaki_core::engine::CallShape;
 use ozaki_core::engine::choose::Decision;
 use ozaki_core::engine::correct::{ClassKey, Corrections};
@@ -45,53 +53,132 @@ pub struct Adjusted {
     pub feedback: Option<(ClassKey, f64)>,
     /// Why the route differs from the cached decision's.
     pub note: Option<String>,
+    /// What runs when the accuracy rule declines a GPU Ozaki call: `GpuNative` or `Vendor`.
+    pub on_decline: Route,
+    /// The class whose decline memory a GPU Ozaki call's outcome feeds.
+    pub decline_key: Option<ClassKey>,
 }
 
-/// The route for a call of `shape` whose cached decision is `d`, given the corrections,
-/// the switch margin, whether to explore, the predicted GPU queue wait and an exploration
-/// counter (called once per call eligible for exploration).
+/// The route for a call of `shape` whose cached decision is `d`, given what the process
+/// learned, the switch margin, whether to explore, the predicted GPU queue wait and an
+/// exploration counter (called once per call eligible for exploration).
 pub fn adjust(
-    corr: &Corrections,
+    learned: &Learned,
     d: &Decision,
     shape: &CallShape,
     margin: f64,
     explore: bool,
     wait_s: f64,
-    tick: impl FnOnce() -> u32,
+    mut tick: impl FnMut() -> u32,
 ) -> Adjusted {
-    let mut out = Adjusted {
-        route: d.route,
-        correction: None,
-        queue_s: None,
-        explore: false,
-        feedback: None,
-        note: None,
+    let corr = &learned.corrections;
+    let key = |r: Route| ClassKey::new(r, shape.routine, shape.m, shape.n, shape.k, d.concurrent);
+    let native_s = d
+        .prediction
+        .predicted_s
+        .get(Route::GpuNative.name())
+        .copied()
+        .filter(|s| s.is_finite());
+    let first = pick(
+        corr, d, d.route, d.gpu, &key, margin, explore, wait_s, &mut tick,
+    );
+    if first.route != Route::GpuOzaki {
+        return first;
+    }
+    let kz = key(Route::GpuOzaki);
+    if learned.declines.skips(&kz) {
+        // Priced with cuBLAS fp64 in the emulation's place (module doc).
+        let run = learned.declines.run(&kz);
+        let vs = d.vendor_s;
+        let mut out = match native_s {
+            Some(ns) => {
+                let cached = if !vs.is_finite() || vs >= margin * ns {
+                    Route::GpuNative
+                } else {
+                    Route::Vendor
+                };
+                let gpu = Some((Route::GpuNative, ns));
+                pick(corr, d, cached, gpu, &key, margin, false, wait_s, &mut tick)
+            }
+            None => Adjusted::plain(Route::Vendor),
+        };
+        let why = format!(
+            "{}: gpu-ozaki declined the last {run} call(s) of this class, priced with gpu-native",
+            out.route
+        );
+        out.note = Some(match out.note {
+            Some(n) => format!("{why}; {n}"),
+            None => why,
+        });
+        return out;
+    }
+    let mut out = first;
+    out.decline_key = Some(kz);
+    let (vc, _) = corr.corrected(&key(Route::Vendor), d.vendor_s);
+    out.on_decline = match native_s {
+        Some(ns) if vc >= margin * (corr.corrected(&key(Route::GpuNative), ns).0 + wait_s) => {
+            Route::GpuNative
+        }
+        _ => Route::Vendor,
     };
-    let (Some((g, gs)), vs) = (d.gpu, d.vendor_s) else {
+    out
+}
+
+impl Adjusted {
+    /// `route` as it is, nothing corrected.
+    fn plain(route: Route) -> Adjusted {
+        Adjusted {
+            route,
+            correction: None,
+            queue_s: None,
+            explore: false,
+            feedback: None,
+            note: None,
+            on_decline: Route::Vendor,
+            decline_key: None,
+        }
+    }
+}
+
+/// The corrected choice between the vendor and the GPU route `gpu` (its prediction) for a
+/// decision whose cached route is `cached`.
+#[allow(clippy::too_many_arguments)]
+fn pick(
+    corr: &Corrections,
+    d: &Decision,
+    cached: Route,
+    gpu: Option<(Route, f64)>,
+    key: &dyn Fn(Route) -> ClassKey,
+    margin: f64,
+    explore: bool,
+    wait_s: f64,
+    tick: &mut dyn FnMut() -> u32,
+) -> Adjusted {
+    let mut out = Adjusted::plain(cached);
+    let (Some((g, gs)), vs) = (gpu, d.vendor_s) else {
         return out;
     };
     if !vs.is_finite() || !gs.is_finite() {
         return out;
     }
     if vs.max(gs) > CORRECTABLE * vs.min(gs) {
-        if d.route != Route::Vendor && !keeps_gpu(vs, gs, wait_s, margin) {
+        if cached != Route::Vendor && !keeps_gpu(vs, gs, wait_s, margin) {
             out.route = Route::Vendor;
             out.note = Some(format!(
                 "vendor: {g} would wait {wait_s:.4} s behind the GPU's queue"
             ));
-        } else if d.route != Route::Vendor && wait_s > 0.0 {
+        } else if cached != Route::Vendor && wait_s > 0.0 {
             out.queue_s = Some(wait_s);
         }
         return out;
     }
-    let key = |r: Route| ClassKey::new(r, shape.routine, shape.m, shape.n, shape.k, d.concurrent);
     let (kv, kg) = (key(Route::Vendor), key(g));
     let (vc, fv) = corr.corrected(&kv, vs);
     let (gc, fg) = corr.corrected(&kg, gs);
     let gq = gc + wait_s;
-    let gpu = vc >= margin * gq;
-    out.route = if gpu { g } else { Route::Vendor };
-    if out.route != d.route {
+    let on_gpu = vc >= margin * gq;
+    out.route = if on_gpu { g } else { Route::Vendor };
+    if out.route != cached {
         out.note = Some(format!(
             "{}: measured calls corrected vendor ×{fv:.2} to {vc:.4} s and {g} ×{fg:.2} to \
              {gc:.4} s{}",
@@ -105,18 +192,18 @@ pub fn adjust(
     }
     if explore && vc.max(gq) <= EXPLORE_WITHIN * vc.min(gq) && tick().is_multiple_of(EXPLORE_EVERY)
     {
-        out.route = if gpu { Route::Vendor } else { g };
+        out.route = if on_gpu { Route::Vendor } else { g };
         out.explore = true;
         out.note = Some(format!(
             "{}: exploring the runner-up (vendor {vc:.4} s, {g} {gq:.4} s corrected, within {EXPLORE_WITHIN}x)",
             out.route
         ));
     }
-    let on_gpu = out.route != Route::Vendor;
-    let f = if on_gpu { fg } else { fv };
+    let ran_gpu = out.route != Route::Vendor;
+    let f = if ran_gpu { fg } else { fv };
     out.correction = (f != 1.0).then_some(f);
-    out.queue_s = (on_gpu && wait_s > 0.0).then_some(wait_s);
-    out.feedback = Some(if on_gpu { (kg, gs + wait_s) } else { (kv, vs) });
+    out.queue_s = (ran_gpu && wait_s > 0.0).then_some(wait_s);
+    out.feedback = Some(if ran_gpu { (kg, gs + wait_s) } else { (kv, vs) });
     out
 }
 
@@ -125,6 +212,7 @@ mod tests {
     use super::*;
     use ozaki_core::engine::choose::Engine;
     use ozaki_core::engine::correct::MIN_SAMPLES;
+    use ozaki_core::engine::declines::BASE_SKIP;
     use ozaki_core::engine::profile::Profile;
 
     fn engine() -> Engine {
@@ -136,9 +224,10 @@ mod tests {
     #[test]
     fn a_far_decision_is_neither_corrected_nor_timed() {
         let e = engine();
+        let l = Learned::default();
         let s = CallShape::gemm(8, 8, 8);
         let d = e.decide(&s, Some(14));
-        let a = adjust(e.corrections(), &d, &s, MARGIN, true, 0.0, || 0);
+        let a = adjust(&l, &d, &s, MARGIN, true, 0.0, || 0);
         assert_eq!(
             (a.route, a.feedback, a.explore),
             (Route::Vendor, None, false)
@@ -148,17 +237,18 @@ mod tests {
     #[test]
     fn a_vendor_class_measured_slow_sends_its_calls_to_the_gpu() {
         let e = engine();
+        let l = Learned::default();
         let s = CallShape::gemm(1953, 123, 1953);
         let d = e.decide(&s, Some(14));
         assert_eq!(d.route, Route::Vendor, "{}", d.prediction.reason);
-        let a = adjust(e.corrections(), &d, &s, MARGIN, false, 0.0, || 0);
+        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 0);
         assert_eq!(a.route, Route::Vendor);
         let (key, pred) = a.feedback.expect("close: timed");
         // The program's calls take 35x their prediction (16 callers at once).
         for _ in 0..MIN_SAMPLES {
-            e.corrections().record(&key, 35.0 * pred, pred);
+            l.corrections.record(&key, 35.0 * pred, pred);
         }
-        let a = adjust(e.corrections(), &d, &s, MARGIN, false, 0.0, || 0);
+        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 0);
         assert_ne!(a.route, Route::Vendor, "{a:?}");
         assert!(a.note.unwrap().contains("corrected"));
         assert_eq!(a.correction, None, "the GPU class itself is uncorrected");
@@ -167,29 +257,99 @@ mod tests {
     #[test]
     fn exploration_runs_the_runner_up_on_one_call_in_sixteen_and_only_when_on() {
         let e = engine();
+        let l = Learned::default();
         let s = CallShape::gemm(1953, 123, 1953);
         let d = e.decide(&s, Some(14));
         let runs: Vec<Route> = (0..32)
-            .map(|i| adjust(e.corrections(), &d, &s, MARGIN, true, 0.0, || i).route)
+            .map(|i| adjust(&l, &d, &s, MARGIN, true, 0.0, || i).route)
             .collect();
         assert_eq!(runs.iter().filter(|&&r| r != Route::Vendor).count(), 2);
-        assert!((0..32).all(
-            |i| adjust(e.corrections(), &d, &s, MARGIN, false, 0.0, || i).route == Route::Vendor
-        ));
+        assert!(
+            (0..32).all(|i| adjust(&l, &d, &s, MARGIN, false, 0.0, || i).route == Route::Vendor)
+        );
     }
 
     #[test]
     fn a_long_gpu_queue_keeps_a_big_call_off_the_gpu() {
         let e = engine();
+        let l = Learned::default();
         let s = CallShape::gemm(8192, 8192, 8192);
         let d = e.decide(&s, Some(14));
         assert_ne!(d.route, Route::Vendor);
-        let free = adjust(e.corrections(), &d, &s, MARGIN, false, 0.0, || 1);
+        let free = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
         assert_eq!(free.route, d.route);
-        let queued = adjust(e.corrections(), &d, &s, MARGIN, false, 0.1, || 1);
+        let queued = adjust(&l, &d, &s, MARGIN, false, 0.1, || 1);
         assert_eq!(queued.route, d.route);
         assert_eq!(queued.queue_s, Some(0.1));
-        let jammed = adjust(e.corrections(), &d, &s, MARGIN, false, 5.0, || 1);
+        let jammed = adjust(&l, &d, &s, MARGIN, false, 5.0, || 1);
         assert_eq!(jammed.route, Route::Vendor, "{jammed:?}");
+    }
+
+    /// A decision for 540x441x441 priced as a 12-caller CCSD contraction was: GPU Ozaki
+    /// 1.9 ms, cuBLAS fp64 2.1 ms, the vendor `vendor_ms`.
+    fn ozaki_decision(vendor_ms: f64) -> (Decision, CallShape) {
+        let s = CallShape::gemm(540, 441, 441);
+        let mut prediction = ozaki_core::trace::Prediction::default();
+        for (r, t) in [("gpu-ozaki", 1.9e-3), ("gpu-native", 2.1e-3)] {
+            prediction.predicted_s.insert(r.into(), t);
+        }
+        prediction
+            .predicted_s
+            .insert("vendor".into(), vendor_ms * 1e-3);
+        let d = Decision {
+            route: Route::GpuOzaki,
+            moduli: Some(14),
+            prediction,
+            splits: Vec::new(),
+            concurrent: 8,
+            vendor_s: vendor_ms * 1e-3,
+            gpu: Some((Route::GpuOzaki, 1.9e-3)),
+        };
+        (d, s)
+    }
+
+    #[test]
+    fn a_declined_class_is_priced_with_cublas_until_its_skips_run_out() {
+        let l = Learned::default();
+        let (d, s) = ozaki_decision(4.4);
+        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        assert_eq!(a.route, Route::GpuOzaki);
+        let key = a
+            .decline_key
+            .expect("a GPU Ozaki call feeds the decline memory");
+        l.declines.declined(&key);
+        let runs: Vec<Adjusted> = (0..=BASE_SKIP)
+            .map(|_| adjust(&l, &d, &s, MARGIN, false, 0.0, || 1))
+            .collect();
+        for a in &runs[..BASE_SKIP as usize] {
+            assert_eq!(a.route, Route::GpuNative, "{a:?}");
+            assert!(a.note.as_deref().unwrap().contains("declined"), "{a:?}");
+            assert_eq!(a.decline_key, None);
+        }
+        // The skips used up, the next call tries the emulation again.
+        assert_eq!(runs[BASE_SKIP as usize].route, Route::GpuOzaki);
+    }
+
+    #[test]
+    fn a_declined_class_goes_to_the_vendor_when_cublas_does_not_beat_it() {
+        let l = Learned::default();
+        // The vendor at 2.4 ms: GPU Ozaki wins by 1.26x, cuBLAS fp64 would not by the margin.
+        let (d, s) = ozaki_decision(2.4);
+        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        assert_eq!((a.route, a.on_decline), (Route::GpuOzaki, Route::Vendor));
+        l.declines.declined(&a.decline_key.unwrap());
+        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        assert_eq!(a.route, Route::Vendor, "{a:?}");
+    }
+
+    #[test]
+    fn a_declined_call_runs_cublas_where_cublas_beats_the_vendor() {
+        let l = Learned::default();
+        let (d, s) = ozaki_decision(4.4);
+        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        assert_eq!(a.on_decline, Route::GpuNative);
+        let (d, s) = ozaki_decision(2.4);
+        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        assert_eq!(a.on_decline, Route::Vendor);
     }
 }

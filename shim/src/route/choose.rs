@@ -32,6 +32,7 @@
 //!   BLAS.
 
 use super::inflight::{self, Flight};
+use super::learned::learned;
 use super::start::{self, Ledger, Starter, Status, WhileStarting};
 use super::{Choice, adjust};
 use crate::abi::Canon;
@@ -39,6 +40,7 @@ use crate::config::{Config, GpuStart, notice};
 use crate::lazy::Lazy;
 use ozaki_core::blas::Trans;
 use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
+use ozaki_core::engine::correct::ClassKey;
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
@@ -161,9 +163,14 @@ fn pre_engine() -> Option<&'static Engine> {
 
 /// What the pre-engine decided for a call, before the engine is built.
 enum Early {
-    /// The vendor BLAS, with the pre-engine's decision, why, and what the call did about the
-    /// GPU start (for the trace).
-    Vendor(Arc<Decision>, String, Option<StartNote>),
+    /// The vendor BLAS, with the pre-engine's decision, why, what the call did about the
+    /// GPU start (for the trace), and the class its measured time feeds.
+    Vendor(
+        Arc<Decision>,
+        String,
+        Option<StartNote>,
+        Option<(ClassKey, f64)>,
+    ),
     /// The engine decides (it is up, or being built here); `Some`: the call waited for the
     /// background start.
     Engine(Option<StartNote>),
@@ -193,8 +200,23 @@ fn before_engine(
     let d = pre.decide_loaded(cs, moduli, || Some(priced_moduli(cs.k, moduli)), in_flight);
     if is_clearly_vendor(&d) {
         let why = format!("{}{PRICED_BEFORE}", d.prediction.reason);
-        return Early::Vendor(d, why, None);
+        return Early::Vendor(d, why, None, None);
     }
+    // The vendor's price as this process's vendor calls measured it (`super::learned`): a
+    // vendor running slower than the profile says makes the GPU's gain, and so its start,
+    // come sooner. Calls priced close enough for that to matter are timed.
+    let kv = ClassKey::new(Route::Vendor, cs.routine, cs.m, cs.n, cs.k, d.concurrent);
+    let (vendor_s, fv) = learned().corrections.corrected(&kv, d.vendor_s);
+    let feedback = d
+        .gpu
+        .filter(|&(_, g)| d.vendor_s.max(g) <= adjust::CORRECTABLE * d.vendor_s.min(g))
+        .map(|_| (kv, d.vendor_s));
+    let corrected = if fv != 1.0 {
+        format!(" (vendor corrected ×{fv:.2} by this process's calls)")
+    } else {
+        String::new()
+    };
+    let margin = pre.profile().choice.min_gain;
     let expected = pre
         .profile()
         .gpu
@@ -205,7 +227,7 @@ fn before_engine(
         Status::Idle => {
             // The start begins once the gains priced so far cover what it costs.
             let gain = match d.gpu {
-                Some((_, g)) if d.route != Route::Vendor => d.vendor_s - g,
+                Some((_, g)) if vendor_s >= margin * g => vendor_s - g,
                 _ => 0.0,
             };
             let gained = LEDGER.add(gain);
@@ -213,9 +235,9 @@ fn before_engine(
             if gained < cost {
                 let why = format!(
                     "vendor: the GPU is not started: the calls so far priced {gained:.4} s of \
-                     gain on it, short of the {cost:.4} s a start costs{PRICED_BEFORE}"
+                     gain on it, short of the {cost:.4} s a start costs{corrected}{PRICED_BEFORE}"
                 );
-                return Early::Vendor(d, why, None);
+                return Early::Vendor(d, why, None, feedback);
             }
             start::register_exit_handler();
             let shape = (cs.m as usize, cs.n as usize, cs.k as usize);
@@ -224,7 +246,9 @@ fn before_engine(
         s => s,
     };
     let p = &d.prediction.predicted_s;
-    let vendor = p.get(Route::Vendor.name()).copied();
+    let vendor = p
+        .get(Route::Vendor.name())
+        .map(|_| vendor_s * start::VENDOR_SLOWDOWN_WHILE_STARTING);
     let best = p
         .iter()
         .filter(|(r, _)| r.as_str() != Route::Vendor.name())
@@ -234,7 +258,7 @@ fn before_engine(
         Status::Ready => return Early::Engine(None),
         Status::Failed | Status::Idle => {
             let why = format!("vendor: the GPU could not be started{PRICED_BEFORE}");
-            return Early::Vendor(d, why, note(DuringStart::Failed, 0.0, None));
+            return Early::Vendor(d, why, note(DuringStart::Failed, 0.0, None), feedback);
         }
         Status::Starting { elapsed_s } => elapsed_s,
     };
@@ -248,14 +272,14 @@ fn before_engine(
         WhileStarting::Vendor => {
             let why = format!(
                 "vendor: the GPU is starting in the background ({elapsed_s:.2} s in, about \
-                 {:.2} s left); {} priced {:.4} s against the vendor's {:.4} s, not worth \
-                 waiting for{PRICED_BEFORE}",
+                 {:.2} s left); {} priced {:.4} s against the vendor's {:.4} s beside the start, \
+                 not worth waiting for{corrected}{PRICED_BEFORE}",
                 start::remaining_s(expected, elapsed_s),
                 best.as_ref().map_or("no GPU route", |b| b.0.as_str()),
                 best.as_ref().map_or(f64::NAN, |b| b.1),
                 vendor.unwrap_or(f64::NAN),
             );
-            Early::Vendor(d, why, note(DuringStart::Vendor, elapsed_s, None))
+            Early::Vendor(d, why, note(DuringStart::Vendor, elapsed_s, None), feedback)
         }
         WhileStarting::Wait => {
             let t = std::time::Instant::now();
@@ -286,7 +310,7 @@ fn before_engine(
                     DuringStart::Failed,
                 ),
             };
-            Early::Vendor(d, why, note(during, elapsed_s, Some(waited)))
+            Early::Vendor(d, why, note(during, elapsed_s, Some(waited)), feedback)
         }
     }
 }
@@ -422,7 +446,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         && let Some(pre) = pre_engine()
     {
         match before_engine(pre, &cs, config.moduli, config.gpu_start, in_flight) {
-            Early::Vendor(d, why, start) => {
+            Early::Vendor(d, why, start, feedback) => {
                 let engine = config.tracing().then(|| {
                     let mut p = d.prediction.clone();
                     p.reason = why;
@@ -434,8 +458,10 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                     route: Route::Vendor,
                     engine,
                     decision: Some(d),
-                    feedback: None,
+                    feedback,
                     flight: Some(flight),
+                    on_decline: Route::Vendor,
+                    decline_key: None,
                 };
             }
             Early::Engine(w) => waited = w,
@@ -450,11 +476,13 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
             decision: None,
             feedback: None,
             flight: None,
+            on_decline: Route::Vendor,
+            decline_key: None,
         };
     }
     let d = decide(e, &cs, config.moduli, in_flight);
     let a = adjust::adjust(
-        e.corrections(),
+        learned(),
         &d,
         &cs,
         e.profile().choice.min_gain,
@@ -490,6 +518,8 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         decision: Some(d),
         feedback: a.feedback,
         flight: Some(flight),
+        on_decline: a.on_decline,
+        decline_key: a.decline_key,
     }
 }
 
@@ -542,10 +572,21 @@ pub fn feed(choice: &Choice, produced: Route, fallback: bool, seconds: f64) {
     if let Some((key, predicted)) = &choice.feedback
         && key.route == produced
         && !fallback
-        && let Some(e) = ENGINE.get()
     {
-        e.corrections()
+        learned()
+            .corrections
             .record(key, seconds, predicted.max(f64::MIN_POSITIVE));
+    }
+}
+
+/// Feeds what the accuracy rule did with a GPU Ozaki call into its class's decline memory.
+pub fn feed_decline(choice: &Choice, done: &super::Executed) {
+    if let Some(key) = &choice.decline_key {
+        if done.declined {
+            learned().declines.declined(key);
+        } else if done.route == Route::GpuOzaki {
+            learned().declines.accepted(key);
+        }
     }
 }
 

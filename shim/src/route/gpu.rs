@@ -52,7 +52,7 @@ fn error(route: Route, e: GpuError) -> RouteError {
         }
         e @ GpuError::OutOfMemory { .. } => RouteError::Unavailable(e.to_string()),
         GpuError::NonFinite => RouteError::NonFinite,
-        GpuError::Unsupported(why) => RouteError::Failed(why),
+        GpuError::Unsupported(why) => RouteError::Declined(why),
         GpuError::Cuda(what) => RouteError::Failed(what),
     }
 }

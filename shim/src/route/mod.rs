@@ -35,6 +35,7 @@ pub mod choose;
 pub mod cpu_ozaki;
 pub mod gpu;
 pub mod inflight;
+pub mod learned;
 pub mod split;
 pub mod start;
 pub mod threads;
@@ -77,6 +78,9 @@ pub enum RouteError {
     Unavailable(String),
     /// The inputs hold NaN, Inf or exponents the emulation cannot represent exactly.
     NonFinite,
+    /// The emulation declined the call: its accuracy rule cannot meet the contract on these
+    /// operands, or it does not handle the shape. C is untouched.
+    Declined(String),
     /// Anything else the route detected.
     Failed(String),
     /// The route panicked (caught at the boundary).
@@ -90,7 +94,7 @@ impl RouteError {
             RouteError::NoVendor => format!("{route}: no vendor BLAS found"),
             RouteError::Unavailable(why) => format!("{route}: unavailable: {why}"),
             RouteError::NonFinite => format!("{route}: non-finite or out-of-range input"),
-            RouteError::Failed(why) => format!("{route}: {why}"),
+            RouteError::Declined(why) | RouteError::Failed(why) => format!("{route}: {why}"),
             RouteError::Panicked => format!("{route}: panicked"),
         }
     }
@@ -120,6 +124,11 @@ pub struct Choice {
     pub feedback: Option<(ClassKey, f64)>,
     /// The call counted in flight (auto mode) until the choice is dropped.
     pub flight: Option<inflight::Flight>,
+    /// What runs when the emulation declines the call ([`execute`]): `GpuNative` when
+    /// `auto` priced cuBLAS fp64 faster than the vendor, else `Vendor`.
+    pub on_decline: Route,
+    /// The class whose decline memory a GPU Ozaki call's outcome feeds (auto mode).
+    pub decline_key: Option<ClassKey>,
 }
 
 impl Choice {
@@ -131,6 +140,8 @@ impl Choice {
             decision,
             feedback: None,
             flight: None,
+            on_decline: Route::Vendor,
+            decline_key: None,
         }
     }
 
@@ -162,10 +173,14 @@ pub struct Executed {
     pub fallback: Option<String>,
     /// The producing route's report.
     pub outcome: RouteOutcome,
+    /// The emulation declined the call (its accuracy rule, or a shape it does not handle).
+    pub declined: bool,
 }
 
 /// Runs `route` for a checked call, falling back as the module doc says; a GPU dgemm runs
-/// split over the GPU slots when `plan` (the decision's split for this route) says so.
+/// split over the GPU slots when `plan` (the decision's split for this route) says so. A
+/// GPU Ozaki call the emulation declines runs `on_decline` first when that is `GpuNative`
+/// (cuBLAS fp64 on the GPU, one device), then the vendor BLAS if that fails too.
 ///
 /// # Safety
 /// - `raw` are the caller's arguments of the exported name `id`, and `canon` was decoded from
@@ -173,47 +188,67 @@ pub struct Executed {
 pub unsafe fn execute<R: RawCall>(
     route: Route,
     plan: Option<&SplitPlan>,
+    on_decline: Route,
     id: SymId,
     raw: &R,
     canon: &Canon,
     config: &Config,
 ) -> Executed {
+    // SAFETY: the caller's contract; no raw pointer is used while the slices live.
+    let guarded = |r: Route, plan: Option<&SplitPlan>| {
+        let run = || unsafe { run_safe(r, plan, canon, config) };
+        catch_unwind(AssertUnwindSafe(run)).unwrap_or(Err(RouteError::Panicked))
+    };
     let first = match route {
         // SAFETY: the caller's contract.
         Route::Vendor => unsafe { vendor::call(id, raw) },
-        other => {
-            // SAFETY: the caller's contract; no raw pointer is used while the slices live.
-            let run = || unsafe { run_safe(other, plan, canon, config) };
-            catch_unwind(AssertUnwindSafe(run)).unwrap_or(Err(RouteError::Panicked))
-        }
+        other => guarded(other, plan),
     };
-    match first {
-        Ok(outcome) => Executed {
-            route,
-            fallback: None,
-            outcome,
-        },
-        Err(err) => {
-            let reason = err.reason(route);
-            if route != Route::Vendor {
-                // SAFETY: the caller's contract; C is untouched by the failed route.
-                if unsafe { vendor::call(id, raw) }.is_ok() {
-                    return Executed {
-                        route: Route::Vendor,
-                        fallback: Some(reason),
-                        outcome: RouteOutcome::default(),
-                    };
-                }
-            }
-            vendor::report_missing(id);
-            // SAFETY: the caller's contract.
-            let outcome = unsafe { builtin::run(canon) };
-            Executed {
-                route: Route::Builtin,
-                fallback: Some(reason),
+    let err = match first {
+        Ok(outcome) => {
+            return Executed {
+                route,
+                fallback: None,
                 outcome,
-            }
+                declined: false,
+            };
         }
+        Err(err) => err,
+    };
+    let declined = matches!(err, RouteError::Declined(_));
+    let mut reason = err.reason(route);
+    if declined && route == Route::GpuOzaki && on_decline == Route::GpuNative {
+        match guarded(Route::GpuNative, None) {
+            Ok(outcome) => {
+                return Executed {
+                    route: Route::GpuNative,
+                    fallback: Some(reason),
+                    outcome,
+                    declined,
+                };
+            }
+            Err(e) => reason = format!("{reason}; {}", e.reason(Route::GpuNative)),
+        }
+    }
+    if route != Route::Vendor {
+        // SAFETY: the caller's contract; C is untouched by the failed route.
+        if unsafe { vendor::call(id, raw) }.is_ok() {
+            return Executed {
+                route: Route::Vendor,
+                fallback: Some(reason),
+                outcome: RouteOutcome::default(),
+                declined,
+            };
+        }
+    }
+    vendor::report_missing(id);
+    // SAFETY: the caller's contract.
+    let outcome = unsafe { builtin::run(canon) };
+    Executed {
+        route: Route::Builtin,
+        fallback: Some(reason),
+        outcome,
+        declined,
     }
 }
 
@@ -331,7 +366,17 @@ mod tests {
         };
         let config = Config::from_raw(&RawConfig::default()).0;
         // SAFETY: the buffers outlive the call and match the shapes in `canon`.
-        let done = unsafe { execute(route, None, SymId::DGEMM, &NoVendorCall, &canon, &config) };
+        let done = unsafe {
+            execute(
+                route,
+                None,
+                Route::Vendor,
+                SymId::DGEMM,
+                &NoVendorCall,
+                &canon,
+                &config,
+            )
+        };
         (done, c, want)
     }
 

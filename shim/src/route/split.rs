@@ -89,6 +89,8 @@ mod tests {
             decision: Some(e.decide(&shape, Some(14))),
             feedback: None,
             flight: None,
+            on_decline: Route::Vendor,
+            decline_key: None,
         }
     }
 

@@ -1,0 +1,28 @@
+//! What this process learned from its own calls: the per-class corrections of the
+//! predictions (`ozaki_core::engine::correct`) and the classes the accuracy rule declined
+//! (`ozaki_core::engine::declines`).
+//!
+//! One table per process, shared by the pre-engine (which prices calls before the GPU is
+//! initialised) and the engine built once it is: the vendor calls timed while the GPU was
+//! not up yet are what tells the start gate, and then the engine, how this program's vendor
+//! calls really run.
+
+use crate::lazy::Lazy;
+use ozaki_core::engine::correct::Corrections;
+use ozaki_core::engine::declines::Declines;
+
+/// The process's learned state.
+#[derive(Debug, Default)]
+pub struct Learned {
+    /// Measured / predicted time per class.
+    pub corrections: Corrections,
+    /// Classes the emulation declined recently.
+    pub declines: Declines,
+}
+
+static LEARNED: Lazy<Learned> = Lazy::new();
+
+/// This process's learned state.
+pub fn learned() -> &'static Learned {
+    LEARNED.get_or_init(Learned::default)
+}
