@@ -133,8 +133,11 @@ extern "C" __global__ void scan_rows_strided(const double* __restrict__ x, long 
 // y RN(1/m) lies within |y/m| 2^-53 < 2^-21 of y/m, while y/m is at least 1/(2m) >= 2^-9 away
 // from every half-integer (m odd), so q = floor(y/m + 1/2) exactly (no ties), and t = y - m q
 // is the unique residue in [-m/2, m/2): ozaki-core's `centred`, bit for bit.
-extern "C" __global__ void residues(const double* __restrict__ x, long long ld, int contig, int rows, int kdim,
-                                    int kpad, const int* __restrict__ shift, ResidueTable tab,
+//
+// Rows from `rows` up to `rows_out` (the products' padded extent) get zero residues: a zero
+// line adds nothing to any product, so the padded products hold the same integers.
+extern "C" __global__ void residues(const double* __restrict__ x, long long ld, int contig, int rows, int rows_out,
+                                    int kdim, int kpad, const int* __restrict__ shift, ResidueTable tab,
                                     signed char* __restrict__ out, long long plane_stride) {
     __shared__ double tile[32][129];
     int r0 = blockIdx.y * 32, l0 = blockIdx.x * 128;
@@ -162,8 +165,8 @@ extern "C" __global__ void residues(const double* __restrict__ x, long long ld, 
     for (int i = 0; i < 4; ++i) {
         int a = ty + 8 * i;
         int row = r0 + a, l = l0 + 4 * tx;
-        if (row >= rows || l >= kpad) continue;
-        int sh = shift[row];
+        if (row >= rows_out || l >= kpad) continue;
+        int sh = row < rows ? shift[row] : 0;
         double hi[4], lo[4];
         u32 hi_i[4], lo_i[4];
 #pragma unroll
@@ -281,7 +284,7 @@ __device__ __forceinline__ void crt_add(double (&acc)[WL], int t, int p, const C
 //   the lift to [ceil(M/2) - M, ceil(M/2)) (ozaki-core's symmetric range) by one comparison of
 //   |R| with half_m (R >= 0) or neg_lift (R < 0) and at most one M - |R|;
 // then one correctly rounded conversion times 2^e, and alpha v + beta c_old (c_old read only
-// when beta != 0). The host twin is CrtTable::reconstruct_fp64 in src/crt.rs.
+// when beta != 0). The host twin is CrtTable::reconstruct_fp64 in ozaki-core/src/crt_tables.rs.
 template <int WL>
 __device__ __forceinline__ double crt_finish(const double (&acc)[WL], const CrtTable& tab, int e, double alpha,
                                              double beta, const double* cp) {
@@ -329,15 +332,17 @@ __device__ __forceinline__ double crt_finish(const double (&acc)[WL], const CrtT
     return out;
 }
 
-// One thread per output element of a column block. prod: r planes of rows x cols int32
-// (column-major, leading dimension rows, planes prod_stride apart). sigma indexes rows,
+// One thread per output element of a column block. prod: r planes of int32 (column-major,
+// leading dimension prod_ld >= rows, the products' padded rows; planes prod_stride apart), of
+// which the rows x cols block is read. sigma indexes rows,
 // tau the block's columns; (row_off, col_off) place the block in C (for the triangle test).
 // uplo: 0 whole block, 1 upper (i <= j), 2 lower (i >= j).
 // WL: 32-bit limbs of the weights W_p < M that can be nonzero (4 while M < 2^128, i.e. up to
 // 16 moduli; 5 for up to 20): the multiply-adds of the always-zero top limbs are skipped (the
 // per-modulus limb products are what bounds this kernel), the sum is the same integer.
 template <int WL>
-__device__ __forceinline__ void reconstruct_impl(const int* __restrict__ prod, long long prod_stride, int rows, int cols,
+__device__ __forceinline__ void reconstruct_impl(const int* __restrict__ prod, long long prod_stride, int prod_ld,
+                                                 int rows, int cols,
                                                  const int* __restrict__ sigma, const int* __restrict__ tau, const CrtTable& tab,
                                                  double alpha, double beta, double* __restrict__ c, long long ldc,
                                                  int uplo, int row_off, int col_off) {
@@ -351,25 +356,28 @@ __device__ __forceinline__ void reconstruct_impl(const int* __restrict__ prod, l
     double acc[WL];
 #pragma unroll
     for (int l = 0; l < WL; ++l) acc[l] = 0.0;
-    for (int p = 0; p < tab.r; ++p) crt_add<WL>(acc, prod[p * prod_stride + idx], p, tab);
+    long long at = i + (long long)j * prod_ld;
+    for (int p = 0; p < tab.r; ++p) crt_add<WL>(acc, prod[p * prod_stride + at], p, tab);
     double* cp = c + i + (long long)j * ldc;
     *cp = crt_finish<WL>(acc, tab, -(sigma[i] + tau[j]), alpha, beta, cp);
 }
 
-// Four consecutive rows i..i+3 of one column per thread (rows % 4 == 0, so a quad never
-// straddles columns and every plane offset is 16-byte aligned): one 16-byte streaming load per
+// Four consecutive rows i..i+3 of one column per thread over the padded rows (prod_ld % 4 ==
+// 0, so a quad never straddles columns and every plane offset is 16-byte aligned; rows at or
+// beyond `rows` are read but not written, a ragged last quad included): one 16-byte streaming load per
 // plane, issued four planes at a time, keeps enough bytes in flight to run near the memory
 // rate (the one-element kernel waits on one 4-byte load per modulus). Same arithmetic per entry.
 template <int WL>
-__device__ __forceinline__ void reconstruct_quad_impl(const int* __restrict__ prod, long long prod_stride, int rows,
-                                                      int cols, const int* __restrict__ sigma,
+__device__ __forceinline__ void reconstruct_quad_impl(const int* __restrict__ prod, long long prod_stride,
+                                                      int prod_ld, int rows, int cols, const int* __restrict__ sigma,
                                                       const int* __restrict__ tau, const CrtTable& tab, double alpha,
                                                       double beta, double* __restrict__ c, long long ldc, int uplo,
                                                       int row_off, int col_off) {
     long long idx = 4 * (blockIdx.x * (long long)blockDim.x + threadIdx.x);
-    if (idx >= (long long)rows * cols) return;
-    int i = (int)(idx % rows);
-    int j = (int)(idx / rows);
+    if (idx >= (long long)prod_ld * cols) return;
+    int i = (int)(idx % prod_ld);
+    int j = (int)(idx / prod_ld);
+    if (i >= rows) return;  // a quad of padding rows only
     int gi = i + row_off, gj = j + col_off;
     // whole quad outside the triangle: nothing to do
     if ((uplo == 1 && gi > gj) || (uplo == 2 && gi + 3 < gj)) return;
@@ -405,16 +413,17 @@ __device__ __forceinline__ void reconstruct_quad_impl(const int* __restrict__ pr
     double* cp = c + i + (long long)j * ldc;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-        if ((uplo == 1 && gi + e > gj) || (uplo == 2 && gi + e < gj)) continue;
+        if (i + e >= rows || (uplo == 1 && gi + e > gj) || (uplo == 2 && gi + e < gj)) continue;
         cp[e] = crt_finish<WL>(acc[e], tab, -(sigma[i + e] + tj), alpha, beta, cp + e);
     }
 }
 
 #define RECONSTRUCT_ARGS                                                                                      \
-    const int *__restrict__ prod, long long prod_stride, int rows, int cols, const int *__restrict__ sigma, \
-        const int *__restrict__ tau, CrtTable tab, double alpha, double beta, double *__restrict__ c,       \
+    const int *__restrict__ prod, long long prod_stride, int prod_ld, int rows, int cols,                    \
+        const int *__restrict__ sigma, const int *__restrict__ tau, CrtTable tab, double alpha, double beta,  \
+        double *__restrict__ c,                                                                               \
         long long ldc, int uplo, int row_off, int col_off
-#define RECONSTRUCT_PASS prod, prod_stride, rows, cols, sigma, tau, tab, alpha, beta, c, ldc, uplo, row_off, col_off
+#define RECONSTRUCT_PASS prod, prod_stride, prod_ld, rows, cols, sigma, tau, tab, alpha, beta, c, ldc, uplo, row_off, col_off
 
 // Up to 20 moduli (M < 2^160: weights have 5 limbs).
 extern "C" __global__ void reconstruct(RECONSTRUCT_ARGS) { reconstruct_impl<5>(RECONSTRUCT_PASS); }

@@ -266,6 +266,26 @@ impl Gpu {
             .ctx("cuCtxSetCurrent")
     }
 
+    /// Whether a caller whose thread had `caller` current (from [`current_context`], taken
+    /// before [`gpu()`] made this GPU's context current) works in this GPU's context on
+    /// `stream`: a program's own stream, such as a cuBLAS handle's, may belong to another
+    /// device. The NULL, legacy and per-thread stream handles mean the caller's context.
+    pub fn serves(&self, caller: sys::CUcontext, stream: Stream) -> Result<bool, GpuError> {
+        if caller != self.ctx {
+            return Ok(false);
+        }
+        // 0: NULL stream, 1: CU_STREAM_LEGACY, 2: CU_STREAM_PER_THREAD.
+        if (stream as usize) <= 2 {
+            return Ok(true);
+        }
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: `stream` is a live stream handle of the caller (its cuBLAS handle's).
+        unsafe { sys::cuStreamGetCtx(stream, &mut ctx) }
+            .result()
+            .ctx("cuStreamGetCtx")?;
+        Ok(ctx == self.ctx)
+    }
+
     /// The kernels, or why gpu-ozaki cannot run.
     pub(crate) fn kernels(&self) -> Result<&Kernels, GpuError> {
         self.kernels.as_ref().map_err(Clone::clone)
@@ -395,4 +415,30 @@ fn new_stream() -> Result<sys::CUstream, GpuError> {
         .result()
         .ctx("cuStreamCreate")?;
     Ok(s)
+}
+
+/// The context current on the calling thread (NULL when none): the one a program's own
+/// CUDA calls on this thread use. A missing driver is an `Err`, never a panic.
+pub fn current_context() -> Result<sys::CUcontext, GpuError> {
+    contain("cuCtxGetCurrent", || {
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: writes one context handle; needs no initialised driver state beyond the
+        // library (an uninitialised driver reports an error).
+        unsafe { sys::cuCtxGetCurrent(&mut ctx) }
+            .result()
+            .ctx("cuCtxGetCurrent")?;
+        Ok(ctx)
+    })
+}
+
+/// Makes `ctx` current on this thread again, as [`current_context`] found it (a NULL `ctx`
+/// leaves none current).
+pub fn restore_context(ctx: sys::CUcontext) -> Result<(), GpuError> {
+    contain("cuCtxSetCurrent", || {
+        // SAFETY: `ctx` was current on this thread and its owner still holds it (the caller is
+        // inside a call on it); NULL unbinds.
+        unsafe { sys::cuCtxSetCurrent(ctx) }
+            .result()
+            .ctx("cuCtxSetCurrent")
+    })
 }

@@ -1,9 +1,9 @@
 //! The emulation kernels of `kernels/ozaki.cu`: compiled (or fetched from the private cache)
 //! for this device's architecture, loaded once, launched with typed arguments.
 
-use crate::crt::{CrtTable, ResidueTable};
 use crate::error::{Context, GpuError};
 use cudarc::driver::sys;
+use ozaki_core::crt_tables::{CrtTable, ResidueTable};
 use std::ffi::{CString, c_void};
 
 /// CUDA source of the emulation kernels (compiled at run time, issue #4).
@@ -154,8 +154,9 @@ impl Kernels {
         unsafe { launch(self.line_shifts, grid, (256, 1, 1), stream, &mut args) }
     }
 
-    /// r int8 residue planes of one operand, inner dimension padded to `kpad` (a multiple of
-    /// 16) with zeros.
+    /// r int8 residue planes of one operand, `(rows, rows_out)`: the operand's rows and the
+    /// planes' (padded) rows, `rows_out >= rows`, the rows beyond `rows` zero; inner dimension
+    /// padded to `kpad` (a multiple of 16) with zeros.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn residues(
         &self,
@@ -163,7 +164,7 @@ impl Kernels {
         x: sys::CUdeviceptr,
         ld: i64,
         contig: bool,
-        rows: i32,
+        (rows, rows_out): (i32, i32),
         kdim: i32,
         kpad: i32,
         shift: sys::CUdeviceptr,
@@ -176,6 +177,7 @@ impl Kernels {
             mut ld,
             mut contig,
             mut rows,
+            mut rows_out,
             mut kdim,
             mut kpad,
             mut shift,
@@ -187,6 +189,7 @@ impl Kernels {
             ld,
             contig as i32,
             rows,
+            rows_out,
             kdim,
             kpad,
             shift,
@@ -194,19 +197,27 @@ impl Kernels {
             out,
             plane_stride,
         );
-        let grid = ((kpad as u32).div_ceil(128), (rows as u32).div_ceil(32), 1);
-        let mut args = kernel_args![x, ld, contig, rows, kdim, kpad, shift, table, out, ps];
+        let grid = (
+            (kpad as u32).div_ceil(128),
+            (rows_out as u32).div_ceil(32),
+            1,
+        );
+        let mut args = kernel_args![
+            x, ld, contig, rows, rows_out, kdim, kpad, shift, table, out, ps
+        ];
         // SAFETY: as above; the table is passed by value (#[repr(C)] mirror of the CUDA struct).
         unsafe { launch(self.residues, grid, (32, 8, 1), stream, &mut args) }
     }
 
-    /// CRT reconstruction of a column block into C with the alpha/beta epilogue.
+    /// CRT reconstruction of a column block into C with the alpha/beta epilogue: the
+    /// `rows x cols` block of product planes with leading dimension `prod_ld >= rows` (the
+    /// products' padded rows), `prod_stride` elements apart.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn reconstruct(
         &self,
         stream: sys::CUstream,
         prod: sys::CUdeviceptr,
-        prod_stride: i64,
+        (prod_stride, prod_ld): (i64, i32),
         rows: i32,
         cols: i32,
         sigma: sys::CUdeviceptr,
@@ -222,6 +233,7 @@ impl Kernels {
         let (
             mut prod,
             mut ps,
+            mut pld,
             mut rows,
             mut cols,
             mut sigma,
@@ -235,6 +247,7 @@ impl Kernels {
         ) = (
             prod,
             prod_stride,
+            prod_ld,
             rows,
             cols,
             sigma,
@@ -247,13 +260,18 @@ impl Kernels {
             uplo,
         );
         let (mut row_off, mut col_off) = offsets;
-        // rows % 4 == 0 (and 16-byte aligned planes): four rows per thread with 16-byte loads
-        // (`reconstruct_quad`)
-        let quad = rows % 4 == 0 && prod % 16 == 0;
-        let total = rows as u64 * cols as u64 / if quad { 4 } else { 1 };
+        // prod_ld % 4 == 0 (and 16-byte aligned planes): four rows per thread with 16-byte
+        // loads over the padded rows (`reconstruct_quad`)
+        let quad = pld % 4 == 0 && ps % 4 == 0 && prod % 16 == 0;
+        let total = if quad {
+            pld as u64 * cols as u64 / 4
+        } else {
+            rows as u64 * cols as u64
+        };
         let grid = (total.div_ceil(256) as u32, 1, 1);
         let mut args = kernel_args![
-            prod, ps, rows, cols, sigma, tau, table, alpha, beta, c, ldc, uplo, row_off, col_off
+            prod, ps, pld, rows, cols, sigma, tau, table, alpha, beta, c, ldc, uplo, row_off,
+            col_off
         ];
         // SAFETY: as above.
         // the 4-limb variants skip weight limbs that are zero for this table (same integer)

@@ -11,7 +11,6 @@
 //! | [`device`] | the process-wide [`Gpu`]: context, handles, kernels, reusable buffers |
 //! | [`nvrtc_cache`] | NVRTC compilation to CUBIN and the private disk cache |
 //! | [`kernels`] | `kernels/ozaki.cu` entry points |
-//! | [`crt`] | residue and CRT tables passed to the kernels |
 //! | [`lt_int8`] | batched int8 products through cuBLASLt |
 //! | [`native`] | cuBLAS DGEMM / DSYRK |
 //! | [`ozaki`] | the emulated pipeline on device memory; its host plan and moduli rule |
@@ -24,14 +23,15 @@
 //! | [`start_gate`] | steps of the GPU start that a process exit waits for |
 //! | [`warm_up`] | the first call's one-off costs, paid on the background start's thread |
 //! | [`measure`] | rates and baselines for `ozaki bench` |
+//! | [`energy`] | joules per call and power-cap state from NVML (`ozaki bench`) |
 
 // CUstream / CUdeviceptr-like handles are opaque values passed through to the driver, never
 // dereferenced by this crate; clippy cannot tell them from data pointers.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-pub mod crt;
 pub mod cuda_lib_dirs;
 pub mod device;
+pub mod energy;
 pub mod error;
 pub mod host;
 pub mod host_copy;

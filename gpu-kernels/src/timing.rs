@@ -106,6 +106,20 @@ impl Marks {
         Ok(())
     }
 
+    /// The seconds between consecutive marks, in order; call after the stream has been
+    /// synchronised.
+    pub fn spans(&self) -> Result<Vec<f64>, GpuError> {
+        self.events
+            .windows(2)
+            .map(|w| {
+                // SAFETY: both events were recorded and have completed (stream synchronised).
+                unsafe { cudarc::driver::result::event::elapsed(w[0].0, w[1].0) }
+                    .ctx("cuEventElapsedTime")
+                    .map(|ms| f64::from(ms).max(0.0) * 1e-3)
+            })
+            .collect()
+    }
+
     /// Sums the spans per phase, in ns; call after the stream has been synchronised.
     pub fn phases(&self) -> Result<ozaki_core::trace::Phases, GpuError> {
         let mut p = ozaki_core::trace::Phases::default();

@@ -98,6 +98,14 @@ struct Args {
     /// Also write one JSON object per measurement to this file.
     #[arg(long)]
     json: Option<String>,
+    /// Seconds of back-to-back calls over which the board's energy counter (NVML) is read
+    /// for cuBLAS native and our first --moduli column (0: no energy columns).
+    #[arg(long, default_value_t = 0.5)]
+    energy_secs: f64,
+    /// Alignment of our int8 products' m, n, k (`gpu_kernels::ozaki::Options::align`; 0:
+    /// the route's default, 1: unpadded m and n), to compare padded and unpadded products.
+    #[arg(long, default_value_t = 0)]
+    align: usize,
 }
 
 fn random_matrix(len: usize, phi: f64, seed: u64) -> Vec<f64> {
@@ -215,6 +223,49 @@ fn load_nvblas(lib: &str, cpu_blas: &str) -> Result<Nvblas> {
     // SAFETY: dgemm_ has the Fortran BLAS signature declared above.
     let f: NvblasDgemm = unsafe { *l.get::<NvblasDgemm>(b"dgemm_\0")? };
     Ok(Nvblas { _lib: l, dgemm: f })
+}
+
+/// Joules per call of `f` over `secs` of back-to-back calls (at least `reps`), where NVML
+/// was opened (`None` otherwise).
+fn energy_per_call(
+    nvml: Option<&gpu_kernels::energy::Nvml>,
+    secs: f64,
+    reps: usize,
+    f: impl FnMut() -> Result<()>,
+) -> Result<Option<gpu_kernels::energy::Energy>> {
+    match nvml {
+        Some(n) => gpu_kernels::energy::measure(n, reps, secs, f),
+        None => Ok(None),
+    }
+}
+
+/// A table cell for an energy reading: joules per call, `capped` when the board was
+/// power-capped during the run, `n/a` without a reading.
+fn fmt_energy(e: Option<&gpu_kernels::energy::Energy>) -> String {
+    match e {
+        Some(e) if e.power_capped => format!("{:.3} (capped)", e.joules_per_call),
+        Some(e) => format!("{:.3}", e.joules_per_call),
+        None => "n/a".into(),
+    }
+}
+
+/// The JSON fields of an energy reading (nulls without one).
+fn energy_json(e: Option<&gpu_kernels::energy::Energy>) -> serde_json::Value {
+    serde_json::json!({
+        "joules_per_call": e.map(|e| e.joules_per_call),
+        "watts": e.map(|e| e.watts()),
+        "power_capped": e.map(|e| e.power_capped),
+        "clock_reasons": e.map(|e| e.reasons),
+        "energy_calls": e.map(|e| e.calls),
+    })
+}
+
+/// `record` with the fields of `extra` (an object) added.
+fn with_fields(mut record: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    if let (Some(r), serde_json::Value::Object(x)) = (record.as_object_mut(), extra) {
+        r.extend(x);
+    }
+    record
 }
 
 fn median_wall(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -401,6 +452,20 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         })
         .collect::<Result<_>>()?;
 
+    let nvml = if args.energy_secs > 0.0 {
+        let ordinal = gpu_kernels::gpu()
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .ordinal;
+        match gpu_kernels::energy::Nvml::for_cuda_device(ordinal) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                println!("energy columns n/a: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     println!();
     let mut header = "| m x n x k | cuBLAS native TF/s (err) | cuBLAS emu (err) |".to_string();
     for (sc, r) in &moduli {
@@ -409,6 +474,9 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
             sc.map_or(String::new(), |s| format!("{}:", s.name())),
             r.map_or("auto".into(), |r| format!("r={r}"))
         );
+    }
+    if args.energy_secs > 0.0 {
+        header += " cuBLAS J/call | ours J/call |";
     }
     if !args.no_host {
         header += " ours host ozaki ms | ours host native ms | host-link bound ms |";
@@ -449,7 +517,7 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         let dc = measure::upload(&c).map_err(ge)?;
 
         // cuBLAS native
-        let t_native = median_wall(args.reps, || {
+        let native_call = || {
             // SAFETY: three live device buffers of the packed shapes; timed to completion.
             unsafe {
                 gpu_kernels::native::dgemm_packed(
@@ -461,14 +529,17 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
             }
             .and_then(|_| gpu_kernels::device::sync(stream))
             .map_err(ge)
-        })?;
+        };
+        let t_native = median_wall(args.reps, native_call)?;
+        let j_native = energy_per_call(nvml.as_ref(), args.energy_secs, args.reps, native_call)?;
         measure::download(&dc, &mut c).map_err(ge)?;
         let e_native = sampled_errors(&a, &b, &c, (m, n, k), &samples);
         let tf_native = flops / t_native / 1e12;
         row += &format!(" {tf_native:.1} ({}) |", fmt_err(e_native));
-        emit(
+        emit(with_fields(
             serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "cublas-native", "s": t_native, "tflops": tf_native, "err_comp": e_native.0, "err_ab": e_native.1}),
-        )?;
+            energy_json(j_native.as_ref()),
+        ))?;
 
         // cuBLAS emulation
         match &emulated {
@@ -489,35 +560,63 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
         }
 
         // ours, device-resident
-        for (scaling, r) in &moduli {
+        let mut j_ours = None;
+        for (mi, (scaling, r)) in moduli.iter().enumerate() {
             let call = DeviceCall::product((m, n, k), 1.0, (da.ptr(), db.ptr()), 0.0, dc.ptr());
             let opts = Options {
                 moduli: *r,
                 scaling: *scaling,
                 max_block: args.max_block,
+                align: args.align,
                 ..Options::default()
             };
             let mut last = None;
-            let res = median_wall(args.reps, || {
+            let mut ours_call = || {
                 // SAFETY: the call's buffers are live device copies; gemm waits for them.
                 last = Some(unsafe { ozaki::gemm(&mut g, stream, &call, opts) }.map_err(ge)?);
                 Ok(())
+            };
+            let res = median_wall(args.reps, &mut ours_call).and_then(|t| {
+                let energy = if mi == 0 {
+                    j_ours = energy_per_call(
+                        nvml.as_ref(),
+                        args.energy_secs,
+                        args.reps,
+                        &mut ours_call,
+                    )?;
+                    j_ours
+                } else {
+                    None
+                };
+                Ok((t, energy))
             });
             match res {
-                Ok(t) => {
+                Ok((t, energy)) => {
                     measure::download(&dc, &mut c).map_err(ge)?;
                     let e = sampled_errors(&a, &b, &c, (m, n, k), &samples);
                     let o = last.unwrap_or_default();
                     row += &format!(" {:.2}x r={} ({}) |", t_native / t, o.moduli, fmt_err(e));
-                    emit(
+                    emit(with_fields(
                         serde_json::json!({"kind": "gemm", "m": m, "n": n, "k": k, "method": "ours-device", "moduli": o.moduli,
                         "s": t, "tflops": flops / t / 1e12, "speedup_vs_native": t_native / t, "err_comp": e.0, "err_ab": e.1,
-                        "estimate": o.estimate, "scaling": o.scaling.map(|s| s.name()),
+                        "estimate": o.estimate, "scaling": o.scaling.map(|s| s.name()), "align": args.align,
                         "phases_ns": [o.phases.convert_ns, o.phases.products_ns, o.phases.reconstruct_ns]}),
-                    )?;
+                        if mi == 0 {
+                            energy_json(energy.as_ref())
+                        } else {
+                            serde_json::json!({})
+                        },
+                    ))?;
                 }
                 Err(e) => row += &format!(" failed: {e} |"),
             }
+        }
+        if args.energy_secs > 0.0 {
+            row += &format!(
+                " {} | {} |",
+                fmt_energy(j_native.as_ref()),
+                fmt_energy(j_ours.as_ref())
+            );
         }
         drop((da, db, dc));
         drop(g);
@@ -586,5 +685,11 @@ pub fn main(argv: Vec<String>) -> Result<ExitCode> {
     println!(
         "ratios = cuBLAS native time / method time (higher is faster); host columns in ms end to end."
     );
+    if args.energy_secs > 0.0 {
+        println!(
+            "J/call = the board's energy counter (NVML) over >= {} s of back-to-back calls, per call; ours: the first --moduli column; capped: the board hit its power cap meanwhile.",
+            args.energy_secs
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -511,6 +511,9 @@ fn measure(
     for &(mm, nn, kk) in &plan.route_shapes {
         routes.extend(time_routes((mm, nn, kk), blas, gpu.is_some())?);
     }
+    if gpu.is_some() {
+        routes.extend(gpu::time_device_routes(&plan.device_route_shapes));
+    }
     let (devices, share) = if survey && gpu.is_some() {
         gpu::survey(&gpu::pool(), plan)
     } else {
@@ -1355,6 +1358,78 @@ mod gpu {
             });
         }
         share
+    }
+
+    /// Device-resident end-to-end timings of cuBLAS DGEMM and the emulation at each shape
+    /// (wall clock around the call and its wait, median; operands already on the GPU, as
+    /// the `ozaki_*_device` entry points get them): what the device-resident corrections
+    /// are fitted to. A shape that does not fit in memory is skipped with a line.
+    pub fn time_device_routes(shapes: &[Mnk]) -> Vec<RouteSample> {
+        let mut out = Vec::new();
+        let Ok(mut g) = gpu_kernels::gpu() else {
+            return out;
+        };
+        let stream = g.stream();
+        for &(m, n, k) in shapes {
+            let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+            let mut one = || -> Result<[RouteSample; 2], gpu_kernels::GpuError> {
+                let a = measure::upload(&data(mu * ku, 7))?;
+                let b = measure::upload(&data(ku * nu, 8))?;
+                let c = DeviceBuffer::new(8 * mu * nu)?;
+                let mut err = None;
+                let native = time_median(|| {
+                    // SAFETY: live device buffers of the packed shapes; waited for below.
+                    let r = unsafe {
+                        gpu_kernels::native::dgemm_packed(
+                            &g,
+                            stream,
+                            (mu, nu, ku),
+                            [a.ptr(), b.ptr(), c.ptr()],
+                        )
+                    }
+                    .and_then(|()| gpu_kernels::device::sync(stream));
+                    err = err.take().or(r.err());
+                });
+                let call = DeviceCall::product((mu, nu, ku), 1.0, (a.ptr(), b.ptr()), 0.0, c.ptr());
+                let mut used = None;
+                let ours = time_median(|| {
+                    // SAFETY: the call's buffers are live device buffers; gemm waits.
+                    match unsafe { ozaki::gemm(&mut g, stream, &call, Options::default()) } {
+                        Ok(o) => used = Some(o.moduli),
+                        Err(e) => err = Some(e),
+                    }
+                });
+                if let Some(e) = err {
+                    return Err(e);
+                }
+                let sample = |route: &str, moduli, seconds| RouteSample {
+                    route: route.into(),
+                    m,
+                    n,
+                    k,
+                    residency: Residency::Device,
+                    moduli,
+                    seconds,
+                };
+                Ok([
+                    sample("gpu-native", None, native),
+                    sample("gpu-ozaki", used, ours),
+                ])
+            };
+            match one() {
+                Ok(s) => {
+                    eprintln!(
+                        "device-resident {m}x{n}x{k}: cuBLAS {:.3} ms, ozaki {:.3} ms ({:.2}x)",
+                        s[0].seconds * 1e3,
+                        s[1].seconds * 1e3,
+                        s[0].seconds / s[1].seconds
+                    );
+                    out.extend(s);
+                }
+                Err(e) => eprintln!("device-resident {m}x{n}x{k}: skipped ({e})"),
+            }
+        }
+        out
     }
 
     /// Host-resident end-to-end timings of the GPU routes at one shape (wall clock, median).

@@ -451,6 +451,9 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64]) {
         return;
     }
     let alpha = args.alpha;
+    if !alpha.is_finite() || (0..k).any(|l| (0..n).any(|i| !args.op_a(i, l).is_finite())) {
+        return syrk_columns_skipping_zeros(args, c, region);
+    }
     blocked(
         n,
         n,
@@ -461,6 +464,31 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64]) {
         args.ldc,
         region,
     );
+}
+
+/// The reference's dsyrk column loop for `trans = N` (after the beta scaling): for each
+/// column j and l in increasing order, `C(i,j) += (alpha A(j,l)) A(i,l)` over the triangle's
+/// rows, skipping a zero multiplier `A(j,l)`. The blocked kernel adds those skipped terms
+/// too; they are exact zeros, except that `Inf x 0` (an infinite alpha) or `0 x Inf` (an
+/// infinite or NaN `A(i,l)`) makes them NaN, so such calls run this loop instead.
+fn syrk_columns_skipping_zeros(args: &SyrkArgs<'_>, c: &mut [f64], region: Region) {
+    let (n, ldc) = (args.n, args.ldc);
+    for j in 0..n {
+        let (lo, hi) = match region {
+            Region::Upper => (0, j + 1),
+            _ => (j, n),
+        };
+        for l in 0..args.k {
+            let ajl = args.op_a(j, l);
+            if ajl == 0.0 {
+                continue;
+            }
+            let temp = args.alpha * ajl;
+            for i in lo..hi {
+                c[i + j * ldc] += temp * args.op_a(i, l);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -682,8 +710,9 @@ mod tests {
 
     /// Infinite alpha and zero signs follow the reference loops bit for bit on exact data:
     /// NaN only where the reference meets Inf x 0 (NN: any zero term; TN: a zero sum), and
-    /// -0 = alpha x (+0) in the dot form. (dsyrk with trans = N skips zero multipliers in the
-    /// reference, which the blocked kernel does not: it is compared on finite alpha only.)
+    /// -0 = alpha x (+0) in the dot form; dsyrk with trans = N skips zero multipliers, as the
+    /// reference does, where a skipped term would be NaN (infinite alpha, or an infinite
+    /// entry of A).
     #[test]
     fn infinite_alpha_and_signed_zeros_match_the_reference_loops() {
         let a = [1.0, 0.0, -0.0, 2.0, 3.0, -1.0, 0.0, 1.0, 1.0];
@@ -719,29 +748,37 @@ mod tests {
                         );
                     }
                 }
-                for trans in [Trans::No, Trans::Yes] {
-                    if trans == Trans::No && alpha.is_infinite() {
-                        continue;
-                    }
+                // A as given, and with an infinite entry beside zeros of its row and column
+                let mut with_inf = a;
+                with_inf[3] = f64::INFINITY;
+                for (trans, uplo, a) in [
+                    (Trans::No, Uplo::Lower, &a),
+                    (Trans::No, Uplo::Upper, &a),
+                    (Trans::Yes, Uplo::Lower, &a),
+                    (Trans::No, Uplo::Lower, &with_inf),
+                    (Trans::No, Uplo::Upper, &with_inf),
+                ] {
                     let args = SyrkArgs {
-                        uplo: Uplo::Lower,
+                        uplo,
                         trans,
                         n: 3,
                         k: 3,
                         alpha,
-                        a: &a,
+                        a,
                         lda: 3,
                         beta,
                         ldc: 3,
                     };
-                    let (mut got, mut want) = ([-0.0; 9], [-0.0; 9]);
-                    syrk(&args, &mut got);
-                    crate::testutil::reference_syrk(&args, &mut want);
-                    same(
-                        &got,
-                        &want,
-                        &format!("syrk {trans:?} alpha {alpha} beta {beta}"),
-                    );
+                    for c0 in [-0.0, 1.5] {
+                        let (mut got, mut want) = ([c0; 9], [c0; 9]);
+                        syrk(&args, &mut got);
+                        crate::testutil::reference_syrk(&args, &mut want);
+                        same(
+                            &got,
+                            &want,
+                            &format!("syrk {uplo:?} {trans:?} alpha {alpha} beta {beta} {a:?}"),
+                        );
+                    }
                 }
             }
         }

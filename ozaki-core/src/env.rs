@@ -48,6 +48,8 @@ pub const SPLIT: &str = "OZAKI_SPLIT";
 pub const GPU_START: &str = "OZAKI_GPU_START";
 /// `OZAKI_EXPLORE`: whether `auto` explores the runner-up route.
 pub const EXPLORE: &str = "OZAKI_EXPLORE";
+/// `OZAKI_CUBLAS`: whether the cuBLAS hook traces and routes the program's cuBLAS calls.
+pub const CUBLAS: &str = "OZAKI_CUBLAS";
 /// `OZAKI_AB`: the A/B comparison against the vendor.
 pub const AB: &str = "OZAKI_AB";
 /// `OZAKI_AB_KEEP`: which result an A/B-compared call returns.
@@ -125,6 +127,11 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: EXPLORE,
         meaning: "`0` stops `auto` from running the runner-up route on close calls",
+        default: "1",
+    },
+    Variable {
+        name: CUBLAS,
+        meaning: "`0` hands every cuBLAS call of the program to cuBLAS untouched and unrecorded",
         default: "1",
     },
     Variable {

@@ -7,6 +7,7 @@
 //! | [`trace`] | the JSON Lines trace schema (header and call records) |
 //! | [`blas`] | the built-in cache-blocked fp64 dgemm/dsyrk (used when no vendor BLAS exists) |
 //! | [`moduli`], [`scaling`], [`residues`], [`reconstruct`], [`emulate`], [`select`], [`exact`] | Ozaki scheme II (issue #3) |
+//! | [`crt_tables`] | the residue and CRT tables the GPU kernels take by value (`#[repr(C)]`) |
 //! | [`write_back`] | the final `C = alpha ĉ + beta C` with the reference BLAS's signed zeros |
 //! | [`kernel`], [`fp8`], [`accuracy`], [`testutil`] | CPU integer kernels, the FP8 sets S/A/E/D and plane encodings, the exact-reference error measure, seeded test data (issue #3) |
 //! | [`stats`] | FLOP-weighted quantiles of call sizes (nbar) for summaries and reports |
@@ -18,6 +19,7 @@
 
 pub mod accuracy;
 pub mod blas;
+pub mod crt_tables;
 pub mod devices;
 pub mod emulate;
 pub mod engine;

@@ -443,22 +443,38 @@ pub struct Choice {
     pub estimate: f64,
 }
 
+/// `2^n` for `n` in the normal range, from its bit pattern (exact).
+#[inline]
+fn pow2_normal(n: i64) -> Option<f64> {
+    (-1022..=1023)
+        .contains(&n)
+        .then(|| f64::from_bits(((n + 1023) as u64) << 52))
+}
+
 /// `log2 x` for finite `x > 0` from its exponent and a 256-entry table of the significand
 /// with linear interpolation (error below `2^-17`): the rule reads its statistics on
-/// quarter-bit grids, and this keeps the host step at a few nanoseconds per line.
+/// quarter-bit grids, and this keeps the host step at a few nanoseconds per line. The
+/// significand of a normal `x` comes from its bits (what `ldexp(x, -e)` gives, exactly).
+#[inline]
 fn log2_fast(x: f64) -> f64 {
     static TABLE: std::sync::OnceLock<[f64; 257]> = std::sync::OnceLock::new();
     let t = TABLE.get_or_init(|| std::array::from_fn(|i| (1.0 + i as f64 / 256.0).log2()));
     let bits = x.to_bits();
     let e = exponent_of_bits(bits).unwrap_or(-1075);
-    let m = crate::exact::ldexp(x, i64::from(-e)); // in [1, 2)
+    let m = if bits >> 52 != 0 {
+        f64::from_bits((bits & ((1u64 << 52) - 1)) | (1023u64 << 52)) // in [1, 2)
+    } else {
+        crate::exact::ldexp(x, i64::from(-e))
+    };
     let f = (m - 1.0) * 256.0;
     let i = (f as usize).min(255);
     let w = f - i as f64;
     f64::from(e) + t[i] + (t[i + 1] - t[i]) * w
 }
 
-/// `2^(q/4)`.
+/// `2^(q/4)`: the quarter's factor times a power of two, exact (and equal to
+/// `ldexp(factor, q div 4)`) wherever the result is normal.
+#[inline]
 fn pow2_quarters(q: i64) -> f64 {
     const FRAC: [f64; 4] = [
         1.0,
@@ -466,16 +482,26 @@ fn pow2_quarters(q: i64) -> f64 {
         std::f64::consts::SQRT_2,
         1.681_792_830_507_429,
     ];
-    crate::exact::ldexp(FRAC[q.rem_euclid(4) as usize], q.div_euclid(4))
+    let frac = FRAC[q.rem_euclid(4) as usize];
+    match pow2_normal(q.div_euclid(4)) {
+        Some(p) => frac * p,
+        None => crate::exact::ldexp(frac, q.div_euclid(4)),
+    }
 }
 
-/// `ceil(4 x)` or `floor(4 x)`.
+/// `ceil(4 x)` or `floor(4 x)` as an integer (saturating, NaN to 0, as `f64::ceil` and
+/// `f64::floor` then `as i64`), without a libm call: the truncation corrected by one.
+#[inline]
 fn quarters(x: f64, up: bool) -> i64 {
-    (if up {
-        (4.0 * x).ceil()
+    let y = 4.0 * x;
+    let t = y as i64;
+    if up && (t as f64) < y {
+        t.saturating_add(1)
+    } else if !up && (t as f64) > y {
+        t.saturating_sub(1)
     } else {
-        (4.0 * x).floor()
-    }) as i64
+        t
+    }
 }
 
 /// `log2 t` of line `i`: `t = min(2^-D exp((ln 2 s)^2 / 2), ||x||_1 / (k 2^e))` with `D`, `s`
@@ -495,7 +521,7 @@ fn log2_typical(lines: &Lines, i: usize, n1: f64, log2_k: f64) -> f64 {
 /// bits on the safe side (module doc, "Entry independence"): the weights `Y` (and `Y / M`)
 /// do not depend on the count; the steps are grouped by shift class and span, so each count
 /// costs one pass over the groups.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 struct Side {
     /// `max Y` and `max Y / M` over the nonzero lines.
     weight: f64,
@@ -504,7 +530,7 @@ struct Side {
     groups: Vec<Group>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Group {
     bound: usize,
     span: i32,
@@ -513,65 +539,208 @@ struct Group {
     depth: i32,
 }
 
-fn side(lines: &Lines, bound_of: impl Fn(usize) -> u64, req: &Request) -> Side {
-    let sd = match req.quantizer {
-        Quantizer::Nearest => 1.0 / 12f64.sqrt(),
-        Quantizer::Truncate => 1.0 / 3f64.sqrt(),
-    };
+/// The per-line terms that depend on the line's quarter-bit concentration only (`g =
+/// floor(4 log2(||x||_2 / ||x||_1))` and its ceiling `g_up`): the weight `Y`, the allowance
+/// `M` and `Y / M`, computed once per distinct `(g, g_up)` of a side.
+struct Concentration<'r> {
+    req: &'r Request<'r>,
+    sd: f64,
+    floor: f64,
+    native: f64,
+    /// Index `2 (g + OFFSET) + (g_up - g)`: `(Y, M, Y / M)`, `None` until first needed.
+    memo: [Option<(f64, f64, f64)>; 2 * Concentration::SPAN],
+}
+
+impl<'r> Concentration<'r> {
+    /// `g` from `-OFFSET` to 0 is memoised (`n2 - n1 >= -20 - log2 k`, so every k below
+    /// 2^40 fits); others are computed each time.
+    const OFFSET: i64 = 240;
+    const SPAN: usize = Self::OFFSET as usize + 1;
+
+    fn new(req: &'r Request<'r>) -> Self {
+        Concentration {
+            req,
+            sd: match req.quantizer {
+                Quantizer::Nearest => 1.0 / 12f64.sqrt(),
+                Quantizer::Truncate => 1.0 / 3f64.sqrt(),
+            },
+            floor: req.target_ulps * U / KAPPA,
+            native: U * (req.k as f64 / 6.0).sqrt(),
+            memo: [None; 2 * Self::SPAN],
+        }
+    }
+
+    fn compute(&self, g: i64, g_up: i64) -> (f64, f64, f64) {
+        // c = 10^(-RELIABILITY_DIGITS / n_eff), n_eff = 2^(-2 g)
+        let log2_c = -RELIABILITY_DIGITS * std::f64::consts::LOG2_10 * pow2_quarters(2 * g);
+        let weight = self.sd
+            * pow2_quarters(if self.req.accuracy == Accuracy::Normwise {
+                g_up
+            } else {
+                quarters(f64::from(g_up as i32) / 4.0 - log2_c, true)
+            });
+        let allowance = if self.req.accuracy == Accuracy::Default {
+            self.floor.max(self.native * pow2_quarters(g))
+        } else {
+            self.floor
+        };
+        (weight, allowance, weight / allowance)
+    }
+
+    #[inline]
+    fn of(&mut self, g: i64, g_up: i64) -> (f64, f64, f64) {
+        let at = g + Self::OFFSET;
+        if !(0..Self::SPAN as i64).contains(&at) || !(0..=1).contains(&(g_up - g)) {
+            return self.compute(g, g_up);
+        }
+        let i = 2 * at as usize + (g_up - g) as usize;
+        match self.memo[i] {
+            Some(v) => v,
+            None => {
+                let v = self.compute(g, g_up);
+                self.memo[i] = Some(v);
+                v
+            }
+        }
+    }
+}
+
+/// The shift bound of each line of one side: one for all (fast scaling) or per line.
+#[derive(Clone, Copy)]
+enum SideBounds<'a> {
+    All(u64),
+    Each(&'a [u64]),
+}
+
+impl SideBounds<'_> {
+    #[inline]
+    fn of(self, i: usize) -> u64 {
+        match self {
+            SideBounds::All(b) => b,
+            SideBounds::Each(b) => b[i],
+        }
+    }
+}
+
+/// Lines per thread from which [`sides`] splits the host step over threads.
+const LINES_PER_THREAD: usize = 1024;
+
+/// The threads the host step may use: the machine's, at most 8 (read once; the query reads
+/// cgroup files).
+fn host_threads() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
+}
+
+/// [`side`] of op(A)'s rows and of op(B)'s columns. Large calls split the lines into chunks
+/// of at least [`LINES_PER_THREAD`] over [`host_threads`] scoped threads and merge the
+/// chunks' maxima ([`Side::merge`]); maxima do not depend on the order, so the result is
+/// the same as one pass.
+fn sides<'a>(
+    (a, ba): (&Lines<'a>, SideBounds<'a>),
+    (b, bb): (&Lines<'a>, SideBounds<'a>),
+    req: &Request,
+) -> (Side, Side) {
+    let lines = a.len() + b.len();
+    let threads = host_threads().min(lines / LINES_PER_THREAD);
+    if threads <= 1 {
+        return (side(a, ba, 0..a.len(), req), side(b, bb, 0..b.len(), req));
+    }
+    let chunk = lines.div_ceil(threads);
+    std::thread::scope(|s| {
+        let mut handles = [Vec::new(), Vec::new()];
+        for (h, (x, bx)) in handles.iter_mut().zip([(*a, ba), (*b, bb)]) {
+            for c in 0..x.len().div_ceil(chunk) {
+                let r = c * chunk..x.len().min((c + 1) * chunk);
+                h.push(s.spawn(move || side(&x, bx, r, req)));
+            }
+        }
+        let [ha, hb] = handles.map(|h| {
+            h.into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .reduce(Side::merge)
+                .unwrap_or_default()
+        });
+        (ha, hb)
+    })
+}
+
+impl Side {
+    /// The side of the union of two sets of lines.
+    fn merge(mut self, other: Side) -> Side {
+        self.weight = self.weight.max(other.weight);
+        self.weight_over_allowance = self.weight_over_allowance.max(other.weight_over_allowance);
+        for g in other.groups {
+            match self
+                .groups
+                .iter_mut()
+                .find(|h| (h.bound, h.span) == (g.bound, g.span))
+            {
+                Some(h) => {
+                    h.inv_typical = h.inv_typical.max(g.inv_typical);
+                    h.inv_typical_over_allowance = h
+                        .inv_typical_over_allowance
+                        .max(g.inv_typical_over_allowance);
+                    h.depth = h.depth.max(g.depth);
+                }
+                None => self.groups.push(g),
+            }
+        }
+        self
+    }
+}
+
+/// The [`Side`] of lines `range` of one side.
+fn side(lines: &Lines, bounds: SideBounds, range: std::ops::Range<usize>, req: &Request) -> Side {
     let fix = f64::from(FIX_BITS);
     let log2_k = log2_fast(req.k.max(1) as f64);
     let normwise = req.accuracy == Accuracy::Normwise;
-    let floor = req.target_ulps * U / KAPPA;
-    let native = U * (req.k as f64 / 6.0).sqrt();
+    let mut concentration = Concentration::new(req);
     const SPANS: usize = (MAX_SHIFT + 7) as usize;
-    let mut slots: Vec<Option<Group>> = vec![None; crate::scaling::SHIFT_CLASSES * SPANS];
+    // (shift class, span) -> 1 + index into `out.groups` (0: no line yet); on the stack and
+    // zeroed per call, so the lines cost no allocation beyond the few groups they form
+    let mut slot_of = [0u16; crate::scaling::SHIFT_CLASSES * SPANS];
     let mut out = Side::default();
-    for i in 0..lines.len() {
+    for i in range {
         if lines.maxbits[i] == 0 || lines.nonzeros[i] == 0 {
             continue;
         }
         // log2 of ||x||_1 2^-e and ||x||_2 2^-e
         let n1 = log2_fast(lines.abs1[i].max(1) as f64) - fix;
         let n2 = 0.5 * (log2_fast(lines.abs2[i].max(1) as f64) - fix);
-        let g = quarters((n2 - n1).min(0.0), false);
-        // c = 10^(-RELIABILITY_DIGITS / n_eff), n_eff = 2^(-2 g)
-        let log2_c = -RELIABILITY_DIGITS * std::f64::consts::LOG2_10 * pow2_quarters(2 * g);
-        let g_up = quarters((n2 - n1).min(0.0), true);
-        let weight = sd
-            * pow2_quarters(if normwise {
-                g_up
-            } else {
-                quarters(f64::from(g_up as i32) / 4.0 - log2_c, true)
-            });
-        let allowance = if req.accuracy == Accuracy::Default {
-            floor.max(native * pow2_quarters(g))
-        } else {
-            floor
-        };
+        let (g, g_up) = (
+            quarters((n2 - n1).min(0.0), false),
+            quarters((n2 - n1).min(0.0), true),
+        );
+        let (weight, allowance, weight_over_allowance) = concentration.of(g, g_up);
         let inv_typical = if normwise {
             1.0
         } else {
             pow2_quarters(quarters(-log2_typical(lines, i, n1, log2_k), true))
         };
         out.weight = out.weight.max(weight);
-        out.weight_over_allowance = out.weight_over_allowance.max(weight / allowance);
+        out.weight_over_allowance = out.weight_over_allowance.max(weight_over_allowance);
         let range = lines.range[i];
-        let bound = norm_class(bound_of(i));
+        let bound = norm_class(bounds.of(i));
         let span = ((range >> 32) as i32).min(MAX_SHIFT + 6);
         let depth = (range & 0xffff_ffff) as i32;
-        let slot = slots[bound * SPANS + span as usize].get_or_insert(Group {
-            bound,
-            span,
-            inv_typical: 0.0,
-            inv_typical_over_allowance: 0.0,
-            depth: 0,
-        });
+        let key = &mut slot_of[bound * SPANS + span as usize];
+        if *key == 0 {
+            out.groups.push(Group {
+                bound,
+                span,
+                inv_typical: 0.0,
+                inv_typical_over_allowance: 0.0,
+                depth: 0,
+            });
+            *key = out.groups.len() as u16;
+        }
+        let slot = &mut out.groups[usize::from(*key) - 1];
         slot.inv_typical = slot.inv_typical.max(inv_typical);
         slot.inv_typical_over_allowance =
             slot.inv_typical_over_allowance.max(inv_typical / allowance);
         slot.depth = slot.depth.max(depth);
     }
-    out.groups = slots.into_iter().flatten().collect();
     out
 }
 
@@ -601,7 +770,7 @@ fn judge(a: &Side, b: &Side, r: usize, req: &Request) -> Option<(f64, bool)> {
             if gr.bound != 0 && p < MIN_SHIFT {
                 return None;
             }
-            if p + COARSE_BITS - 1 >= gr.span {
+            if p + COARSE_BITS > gr.span {
                 continue; // scales exactly
             }
             if req.accuracy == Accuracy::Guaranteed {
@@ -651,14 +820,12 @@ pub fn choose(a: Lines, b: Lines, req: &Request) -> Result<Choice, Fallback> {
         return Err(Fallback::InvalidModuli { moduli: r });
     }
     let fast = 4096 * req.k.max(1) as u64;
-    let (ca, cb) = match req.bounds {
-        Bounds::Fast => (side(&a, |_| fast, req), side(&b, |_| fast, req)),
-        Bounds::Norm => (
-            side(&a, |i| a.coarse_sq[i], req),
-            side(&b, |i| b.coarse_sq[i], req),
-        ),
-        Bounds::Given(ra, rb) => (side(&a, |i| ra[i], req), side(&b, |i| rb[i], req)),
+    let (ba, bb) = match req.bounds {
+        Bounds::Fast => (SideBounds::All(fast), SideBounds::All(fast)),
+        Bounds::Norm => (SideBounds::Each(a.coarse_sq), SideBounds::Each(b.coarse_sq)),
+        Bounds::Given(ra, rb) => (SideBounds::Each(ra), SideBounds::Each(rb)),
     };
+    let (ca, cb) = sides((&a, ba), (&b, bb), req);
     if let Some(r) = req.forced {
         return match judge(&ca, &cb, r, req) {
             Some((estimate, _)) => Ok(Choice {
@@ -750,6 +917,42 @@ mod tests {
         }
         assert_eq!(exponent_of_bits(0.75f64.to_bits()), Some(-1));
         assert_eq!(exponent_of_bits(0), None);
+    }
+
+    /// The threaded host step gives exactly the one-pass sides (same maxima, same groups):
+    /// the first chunk holds the deep (phi = 2) lines, the last ordinary and integer ones, so
+    /// chunks share some groups with different maxima and hold others alone.
+    #[test]
+    fn threaded_sides_equal_one_pass() {
+        use crate::testutil::{Family, Rng, matrix};
+        let k = 64;
+        let mut rng = Rng::new(7);
+        let mut x = Vec::new();
+        for (fam, lines) in [
+            (Family::Spread(2.0), 3 * LINES_PER_THREAD),
+            (Family::Normal, 4 * LINES_PER_THREAD),
+            (Family::Integer(9), 2 * LINES_PER_THREAD),
+        ] {
+            x.extend(matrix(fam, k, lines, &mut rng));
+        }
+        let lines = x.len() / k;
+        let t = LineTable::of_packed(&x, lines, k);
+        let v = t.view();
+        let (b, req) = (
+            SideBounds::Each(v.coarse_sq),
+            Request::new(k, ScalingMode::Norm),
+        );
+        let one = side(&v, b, 0..lines, &req);
+        let (mut ta, mut tb) = sides((&v, b), (&v.slice(0..lines / 3), b), &req);
+        let mut tb_one = side(&v.slice(0..lines / 3), b, 0..lines / 3, &req);
+        for s in [&mut ta, &mut tb, &mut tb_one] {
+            s.groups.sort_by_key(|g| (g.bound, g.span));
+        }
+        let mut one_sorted = one.clone();
+        one_sorted.groups.sort_by_key(|g| (g.bound, g.span));
+        assert!(one.groups.len() > 3, "{} groups", one.groups.len());
+        assert_eq!(ta, one_sorted);
+        assert_eq!(tb, tb_one);
     }
 
     #[test]

@@ -26,8 +26,12 @@ use std::collections::BTreeMap;
 /// `engine.queue_s` (predicted wait behind the calls in flight on the GPU), `engine.explore`
 /// (the call ran the runner-up to measure it); the header gains `cpus` and `blas_threads`
 /// (the machine the trace was recorded on, which `ozaki replay` prices with). A version-2
-/// reader would replay such a trace as if every call had the machine to itself.
-pub const SCHEMA_VERSION: u32 = 3;
+/// reader would replay such a trace as if every call had the machine to itself. 4 = calls a
+/// program made through cuBLAS on device-resident operands: `device_resident` (true on
+/// them; the `sym` is the cuBLAS entry point, such as `cublasGemmEx`) and `batch` (the member
+/// count of a strided-batched call, whose record describes one member's shape). A version-3
+/// reader would count such a call as one host-resident product.
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Which BLAS routine a record describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -311,6 +315,12 @@ pub struct CallRecord {
     /// was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vendor: Option<String>,
+    /// The operands lived in device memory: a cuBLAS call of the program (schema 4).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub device_resident: bool,
+    /// Members of a strided-batched call, each of the shape the record describes (schema 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
 }
 
 /// JSON has no NaN or infinities: finite values are numbers, the others the strings `"NaN"`,

@@ -427,3 +427,73 @@ fn validate_scores_a_perfect_model_as_perfect_and_a_biased_one_as_biased() {
         rep.oracle_total_s
     );
 }
+
+/// Device-resident route timings fit the device-resident corrections alone: a skinny call
+/// measured 20x slower emulated than the physical terms say (and a square 0.7x) moves the
+/// device-resident predictions there, and leaves the overlap, the host-side overheads and
+/// every host-resident prediction as the host-resident timings alone fit them.
+#[test]
+fn device_resident_timings_fit_their_own_corrections_only() {
+    let mut truth = smooth_truth();
+    truth.device_corrections.clear();
+    let host_shapes = [
+        (16, 16, 16),
+        (1024, 1024, 1024),
+        (4096, 4096, 4096),
+        (65536, 64, 64),
+    ];
+    let host_only = synthetic(&truth, &host_shapes);
+    let mut meas = host_only.clone();
+    let device = |m, n, k| CallShape::gemm(m, n, k).with_residency(Residency::Device);
+    for ((m, n, k), slow) in [((110592, 64, 64), 20.0), ((8192, 8192, 8192), 0.7)] {
+        for r in [Route::GpuNative, Route::GpuOzaki] {
+            let base = predict(&truth, &device(m, n, k), r, Some(14), 16).seconds;
+            meas.routes.push(RouteSample {
+                route: r.name().into(),
+                m,
+                n,
+                k,
+                residency: Residency::Device,
+                moduli: Some(14),
+                seconds: if r == Route::GpuOzaki {
+                    base * slow
+                } else {
+                    base
+                },
+            });
+        }
+    }
+    let plain = calibrate::fit_profile(&host_only, "plain", "synthetic").unwrap();
+    let fitted = calibrate::fit_profile(&meas, "fitted", "synthetic").unwrap();
+    assert_eq!(plain.corrections, fitted.corrections);
+    assert_eq!(
+        plain.gpu, fitted.gpu,
+        "overlap and overheads from host timings only"
+    );
+    assert_eq!(
+        fitted.device_corrections["gpu-ozaki"].points.len(),
+        2,
+        "{:?}",
+        fitted.device_corrections
+    );
+    let ratio = |p: &Profile, s: &CallShape| {
+        predict(p, s, Route::GpuOzaki, Some(14), 16).seconds
+            / predict(p, s, Route::GpuNative, Some(14), 16).seconds
+    };
+    let skinny = device(110592, 64, 64);
+    assert!(
+        ratio(&fitted, &skinny) > 10.0 * ratio(&plain, &skinny),
+        "{} vs {}",
+        ratio(&fitted, &skinny),
+        ratio(&plain, &skinny)
+    );
+    let square = device(8192, 8192, 8192);
+    assert!(ratio(&fitted, &square) < 0.8 * ratio(&plain, &square));
+    // host-resident calls at the same shapes keep the host-resident predictions
+    for s in [
+        CallShape::gemm(110592, 64, 64),
+        CallShape::gemm(8192, 8192, 8192),
+    ] {
+        assert_eq!(ratio(&fitted, &s), ratio(&plain, &s));
+    }
+}

@@ -17,6 +17,7 @@
 //! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles (issue #7) | the engine decides |
 //! | `OZAKI_GPU_START=background\|blocking` | with `auto`, how the first call that may use the GPU starts it: on a background thread while calls run on the vendor BLAS, or inside that call, which waits for it (`route::start`) | `background` |
 //! | `OZAKI_EXPLORE=0\|1` | with `auto`, run the runner-up route on a small fraction of the calls whose predictions are close, so measurement can correct a wrong profile (`route::adjust`); `0` never | `1` |
+//! | `OZAKI_CUBLAS=0\|1` | the cuBLAS hook (`cublas_hook`): `1` traces and routes the program's own fp64 cuBLAS calls, `0` hands every one to cuBLAS untouched and unrecorded | `1` |
 
 use crate::lazy::Lazy;
 use ozaki_core::route::{Route, RouteRequest};
@@ -50,6 +51,8 @@ pub struct RawConfig {
     pub explore: Option<OsString>,
     /// `OZAKI_THREADS`.
     pub threads: Option<OsString>,
+    /// `OZAKI_CUBLAS`.
+    pub cublas: Option<OsString>,
 }
 
 impl RawConfig {
@@ -69,6 +72,7 @@ impl RawConfig {
             gpu_start: var("OZAKI_GPU_START"),
             explore: var("OZAKI_EXPLORE"),
             threads: var("OZAKI_THREADS"),
+            cublas: var("OZAKI_CUBLAS"),
         }
     }
 }
@@ -101,6 +105,9 @@ pub struct Config {
     /// Worker threads of the CPU emulation (`OZAKI_THREADS`; `None`: `route::threads` asks the
     /// vendor and the usual variables).
     pub threads: Option<usize>,
+    /// Whether the cuBLAS hook traces and routes the program's fp64 cuBLAS calls
+    /// (`OZAKI_CUBLAS`, default on).
+    pub cublas: bool,
 }
 
 /// `OZAKI_GPU_START`: how `auto` starts the GPU (`route::start`).
@@ -211,16 +218,13 @@ impl Config {
                 GpuStart::Background
             }
         };
-        let explore = match text(&raw.explore).as_deref().map(str::trim) {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(other) => {
-                problems.push(format!(
-                    "OZAKI_EXPLORE={other:?} is neither 0 nor 1; exploring"
-                ));
-                true
-            }
-        };
+        let explore = on_unless_0(&raw.explore, "OZAKI_EXPLORE", "exploring", &mut problems);
+        let cublas = on_unless_0(
+            &raw.cublas,
+            "OZAKI_CUBLAS",
+            "the cuBLAS hook stays on",
+            &mut problems,
+        );
         let config = Config {
             trace: text(&raw.trace),
             trace_argv,
@@ -234,6 +238,7 @@ impl Config {
             gpu_start,
             explore,
             threads,
+            cublas,
         };
         (config, problems)
     }
@@ -241,6 +246,25 @@ impl Config {
     /// Whether calls are recorded.
     pub fn tracing(&self) -> bool {
         self.trace.is_some()
+    }
+}
+
+/// A switch that is on unless set to `0`: `1` or unset is on, anything else is reported
+/// (`then` says what happens) and leaves it on.
+fn on_unless_0(
+    value: &Option<OsString>,
+    var: &str,
+    then: &str,
+    problems: &mut Vec<String>,
+) -> bool {
+    let text = value.as_ref().map(|s| s.to_string_lossy().into_owned());
+    match text.as_deref().map(str::trim) {
+        None | Some("1") => true,
+        Some("0") => false,
+        Some(other) => {
+            problems.push(format!("{var}={other:?} is neither 0 nor 1; {then}"));
+            true
+        }
     }
 }
 
@@ -331,6 +355,21 @@ mod tests {
         let (c, p) = with(Some("yes"));
         assert_eq!(c.split, SplitMode::Engine);
         assert!(p.len() == 1 && p[0].contains("OZAKI_SPLIT"), "{p:?}");
+    }
+
+    #[test]
+    fn ozaki_cublas_is_on_unless_0() {
+        let with = |v: Option<&str>| {
+            Config::from_raw(&RawConfig {
+                cublas: v.map(Into::into),
+                ..RawConfig::default()
+            })
+        };
+        assert!(with(None).0.cublas && with(Some("1")).0.cublas);
+        assert!(!with(Some(" 0")).0.cublas);
+        let (c, p) = with(Some("off"));
+        assert!(c.cublas);
+        assert!(p.len() == 1 && p[0].contains("OZAKI_CUBLAS"), "{p:?}");
     }
 
     #[test]

@@ -48,27 +48,61 @@ fn device_decision(canon: &Canon, moduli: Option<u32>) -> Route {
         .route
 }
 
-/// Runs the call on the GPU: emulation where [`emulates`] says so unless declined, else
+/// What an emulation attempt on a device-resident call did.
+#[derive(Debug)]
+pub(crate) enum Emulation {
+    /// C computed on the stream by Ozaki-II.
+    Done(ozaki::Outcome),
+    /// The emulation declined the call (NaN/Inf input, a shape it does not handle): why. C
+    /// untouched.
+    Declined(String),
+}
+
+/// The one decision of every device-resident call (these entry points and the cuBLAS hook),
+/// [`emulates`]: alpha = 0 and k = 0 are never emulated. Taken before the GPU lock: the
+/// engine's first build looks up the GPU's name through that same lock, so deciding under it
+/// would deadlock the first call.
+pub(crate) fn emulation_chosen(canon: &Canon, call: &DeviceCall) -> bool {
+    let cfg = config::get();
+    call.alpha != 0.0 && call.k != 0 && emulates(cfg.route, || device_decision(canon, cfg.moduli))
+}
+
+/// Ozaki-II on `stream` with the configured options, waited for.
+///
+/// # Safety
+/// - `call`'s addresses are device memory of `g`'s context (current under its lock) covering
+///   the checked matrices, valid for the call, and `stream` is a stream of that context.
+pub(crate) unsafe fn run_emulation(
+    g: &mut gpu_kernels::Gpu,
+    stream: gpu_kernels::device::Stream,
+    call: &DeviceCall,
+) -> Result<Emulation, GpuError> {
+    let opts = crate::route::gpu::ozaki_options(config::get());
+    // SAFETY: the caller's contract.
+    match unsafe { ozaki::gemm(g, stream, call, opts) } {
+        Ok(o) => Ok(Emulation::Done(o)),
+        Err(e @ (GpuError::NonFinite | GpuError::Unsupported(_))) => {
+            Ok(Emulation::Declined(e.to_string()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs the call on the GPU: emulation where [`emulation_chosen`] unless declined, else
 /// cuBLAS.
 fn run(canon: &Canon, call: DeviceCall, stream: *mut c_void) -> c_int {
     let _flags = fp_flags::KeepFpFlags::new();
-    let cfg = config::get();
-    let opts = crate::route::gpu::ozaki_options(cfg);
     let stream = stream as gpu_kernels::device::Stream;
-    // Decided before the GPU lock is taken: the engine's first build looks up the GPU's
-    // name through that same lock, so deciding under it would deadlock the first call.
-    let emulate = call.alpha != 0.0
-        && call.k != 0
-        && emulates(cfg.route, || device_decision(canon, cfg.moduli));
+    let emulate = emulation_chosen(canon, &call);
     let attempt = gpu_kernels::probe::contain("device entry point", || {
         let mut g = gpu()?;
+        // The device entry point's contract (both calls): the caller's device pointers cover
+        // the checked matrices on this context and stay valid for the call.
         if emulate {
-            // SAFETY: the device entry point's contract: the caller's device pointers cover
-            // the checked matrices on this context and stay valid for the call.
-            match unsafe { ozaki::gemm(&mut g, stream, &call, opts) } {
-                Ok(_) => return Ok(0),
-                Err(GpuError::NonFinite | GpuError::Unsupported(_)) => {}
-                Err(e) => return Err(e),
+            // SAFETY: as above.
+            let ran = unsafe { run_emulation(&mut g, stream, &call) }?;
+            if let Emulation::Done(_) = ran {
+                return Ok(0);
             }
         }
         // SAFETY: as above.
@@ -94,7 +128,7 @@ fn answer(verdict: Verdict, stream: *mut c_void) -> c_int {
 }
 
 /// A checked call on device addresses.
-fn device_call(call: Canon) -> DeviceCall {
+pub(crate) fn device_call(call: Canon) -> DeviceCall {
     let (op, (m, n, k), (alpha, a, lda), (beta, c, ldc)) = match call {
         Canon::Gemm {
             transa,

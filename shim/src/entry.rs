@@ -124,7 +124,7 @@ struct Pending {
 impl Pending {
     fn record(&self) {
         let entry = Entry {
-            sym: self.id,
+            sym: self.id.into(),
             shape: &self.shape,
             route: self.route,
             fallback: None,
@@ -253,7 +253,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             progress.done.set(true);
             if let Some(start) = &start {
                 let entry = Entry {
-                    sym: id,
+                    sym: id.into(),
                     shape: &shape,
                     route: done.route.name(),
                     fallback: done.fallback.as_deref(),
@@ -343,7 +343,7 @@ unsafe fn recover<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
     shielded(|| {
         if let Some((shape, start)) = progress.traced.get() {
             let entry = Entry {
-                sym: id,
+                sym: id.into(),
                 shape: &shape,
                 route: route.name(),
                 fallback: Some("shim: internal error"),

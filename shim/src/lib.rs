@@ -37,6 +37,7 @@
 //! | [`lazy`] | fork-safe lazy initialisation of every process-wide state |
 //! | [`process`] | the load-time constructor and the `fork`/`exit` handlers |
 //! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, `cpu_ozaki` and `gpu` |
+//! | `cublas_hook` | the exported fp64 cuBLAS entry points: a GPU-resident program's calls through the device-resident decision |
 //! | [`config`] | `OZAKI_*` environment variables, read once |
 //! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
 //! | [`ab`] | `OZAKI_AB`: the vendor beside the chosen route on a private copy of C, differences and times in the trace (issue #6) |
@@ -71,6 +72,8 @@
 pub mod ab;
 pub mod abi;
 pub mod config;
+/// The cuBLAS hook: the program's own fp64 cuBLAS calls, traced and routed.
+pub mod cublas_hook;
 pub mod entry;
 #[rustfmt::skip]
 mod exports;

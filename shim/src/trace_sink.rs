@@ -122,11 +122,42 @@ pub fn start() -> Start {
     }
 }
 
+/// The exported name a call came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sym {
+    /// A host BLAS name of the [`crate::symbols`] table.
+    Blas(SymId),
+    /// A cuBLAS entry point of the hook (`crate::cublas_hook`): operands in device memory,
+    /// `batch` members of the recorded shape (1 for a single product).
+    Cublas {
+        /// The cuBLAS name, such as `cublasGemmEx`.
+        name: &'static str,
+        /// Members of a strided-batched call.
+        batch: u64,
+    },
+}
+
+impl From<SymId> for Sym {
+    fn from(id: SymId) -> Sym {
+        Sym::Blas(id)
+    }
+}
+
+impl Sym {
+    /// The name the record's `sym` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sym::Blas(id) => id.name(),
+            Sym::Cublas { name, .. } => name,
+        }
+    }
+}
+
 /// What one call record says besides its sequence number and times.
 #[derive(Debug, Clone, Copy)]
 pub struct Entry<'a> {
     /// Exported name that was hit.
-    pub sym: SymId,
+    pub sym: Sym,
     /// The call in the caller's terms.
     pub shape: &'a Shape,
     /// Route that produced C, or `quick` / `xerbla`.
@@ -280,6 +311,14 @@ fn format_body(out: &mut Vec<u8>, seq: u64, t_ns: u64, dur_ns: u64, tid: u64, e:
     push_f64(out, s.beta);
     field(out, "ilp64");
     out.extend_from_slice(if s.ilp64 { b"true" } else { b"false" });
+    if let Sym::Cublas { batch, .. } = e.sym {
+        field(out, "device_resident");
+        out.extend_from_slice(b"true");
+        if batch != 1 {
+            field(out, "batch");
+            push_u64(out, batch);
+        }
+    }
     field(out, "route");
     push_str(out, e.route);
     if let Some(f) = e.fallback {
@@ -411,7 +450,7 @@ impl std::ops::DerefMut for Locked {
     }
 }
 
-fn append(sym: SymId, body: &[u8]) {
+fn append(sym: Sym, body: &[u8]) {
     let mut sink = lock();
     if sink.state == State::Closed {
         sink.open();
@@ -423,7 +462,10 @@ fn append(sym: SymId, body: &[u8]) {
         sink.oldest_ns = now_ns();
     }
     sink.buf.extend_from_slice(body);
-    if !sink.announced[sym.index()]
+    // A host symbol's first record names its vendor library (a cuBLAS call's library is
+    // the one the program loaded).
+    if let Sym::Blas(sym) = sym
+        && !sink.announced[sym.index()]
         && let Some(lib) = forward::resolved_library(sym)
     {
         sink.announced[sym.index()] = true;
@@ -809,7 +851,7 @@ mod tests {
             phases: Some(Default::default()),
         };
         let e = Entry {
-            sym: SymId::SCIPY_CBLAS_DGEMM64,
+            sym: SymId::SCIPY_CBLAS_DGEMM64.into(),
             shape: &s,
             route: "vendor",
             fallback: Some("gpu-ozaki: route \"x\" not available\n"),
@@ -865,7 +907,7 @@ mod tests {
         s.alpha = f64::NAN;
         s.beta = f64::NEG_INFINITY;
         let e = Entry {
-            sym: SymId::DSYRK,
+            sym: SymId::DSYRK.into(),
             shape: &s,
             route: "xerbla",
             fallback: None,
@@ -885,6 +927,52 @@ mod tests {
         );
         assert_eq!((c.m, c.route.as_str(), c.info), (0, "xerbla", Some(2)));
         assert!(c.alpha.is_nan() && c.beta == f64::NEG_INFINITY);
+    }
+
+    #[test]
+    fn cublas_records_name_the_entry_point_and_say_device_resident() {
+        let s = shape(Routine::Dgemm);
+        let record = |batch| {
+            let e = Entry {
+                sym: Sym::Cublas {
+                    name: "cublasGemmStridedBatchedEx",
+                    batch,
+                },
+                shape: &s,
+                route: "gpu-native",
+                fallback: Some("stream capturing into a graph: cuBLAS records the call"),
+                outcome: None,
+                engine: None,
+                info: None,
+                ab: None,
+            };
+            let text = line(&e);
+            match parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) {
+                Line::Call(c) => *c,
+                other => panic!("{other:?}"),
+            }
+        };
+        let c = record(8);
+        assert_eq!(c.sym, "cublasGemmStridedBatchedEx");
+        assert!(c.device_resident);
+        assert_eq!(c.batch, Some(8));
+        assert_eq!(record(1).batch, None, "a single product has no batch field");
+        // a host record stays as it was: no device_resident, no batch
+        let host = Entry {
+            sym: SymId::DSYRK.into(),
+            shape: &s,
+            route: "vendor",
+            fallback: None,
+            outcome: None,
+            engine: None,
+            info: None,
+            ab: None,
+        };
+        let text = line(&host);
+        assert!(
+            !text.contains("device_resident") && !text.contains("batch"),
+            "{text}"
+        );
     }
 
     #[test]

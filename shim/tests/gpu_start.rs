@@ -31,7 +31,13 @@ fn fake_cuda(dir: &Path) -> PathBuf {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     write_profile(&fake.join("quick-start.json"), |p| {
-        p["gpu"]["start_s"] = serde_json::json!(1e-4)
+        p["gpu"]["start_s"] = serde_json::json!(1e-4);
+        // A CPU BLAS 10x slower: the GPU is priced well ahead (the start only counts such
+        // gains), so these tests' products of 384² start it.
+        for b in p["cpu"]["blas"].as_array_mut().unwrap() {
+            let s = b["model"]["s_per_mnk"].as_f64().unwrap();
+            b["model"]["s_per_mnk"] = serde_json::json!(s * 10.0);
+        }
     });
     fake
 }
@@ -44,8 +50,8 @@ fn write_profile(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     std::fs::write(path, serde_json::to_string(&p).unwrap()).unwrap();
 }
 
-/// `cmd` with `fake` first on the library path, and a profile whose GPU starts in 0.1 ms:
-/// any gain priced for the GPU covers its start, so the calls of these tests start it (the
+/// `cmd` with `fake` first on the library path, and a profile whose GPU starts in 0.1 ms and
+/// whose CPU BLAS is 10x slow: any call priced on the GPU covers its start, so the calls of these tests start it (the
 /// start's own rule has tests of its own below).
 fn with_fake(mut cmd: Command, fake: &Path) -> Command {
     cmd.env("OZAKI_PROFILE", fake.join("quick-start.json"));
@@ -349,6 +355,45 @@ fn calls_that_never_gain_enough_never_start_the_gpu() {
     for c in &calls {
         assert_eq!(c.route, "vendor");
         let e = c.engine.as_ref().expect("engine field");
+        assert!(e.reason.contains("not started"), "{}", e.reason);
+    }
+}
+
+/// A gain priced by a GPU only a little faster than the vendor does not count toward the
+/// start, however cheap the start: with a start priced at 0.1 ms, products of 384² priced
+/// 1.5x faster on the GPU (the shipped profile) leave cuInit untouched.
+#[test]
+fn calls_priced_only_a_little_faster_on_the_gpu_never_start_it() {
+    let dir = work_dir("gpu-start-close");
+    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+        return;
+    };
+    let fake = fake_cuda(&dir);
+    let cheap = dir.join("cheap-start.json");
+    write_profile(&cheap, |p| p["gpu"]["start_s"] = serde_json::json!(1e-4));
+    let trace = dir.join("t.jsonl");
+    let marks = CuInitMarks::new(&dir, "close");
+    let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
+    cmd.args(["1", "4"])
+        .env("OZAKI_PROFILE", &cheap)
+        .env("FAKE_CUINIT_MARK", &marks.0);
+    let (o, _) = run(cmd);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        !marks.entered(),
+        "the GPU was started on margin-close gains"
+    );
+    for c in &read_trace(&trace).calls {
+        let e = c.engine.as_ref().expect("engine field");
+        let p = &e.predicted_s;
+        assert!(
+            p["vendor"] < 2.0 * p["gpu-ozaki"],
+            "{p:?}: not margin-close"
+        );
+        assert!(
+            p["vendor"] > 1.2 * p["gpu-ozaki"],
+            "{p:?}: not a gain at all"
+        );
         assert!(e.reason.contains("not started"), "{}", e.reason);
     }
 }

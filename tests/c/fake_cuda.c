@@ -64,3 +64,18 @@ int cuGetErrorName(int error, const char **s) {
     *s = error == 100 ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_UNKNOWN";
     return 0;
 }
+
+/* What the shim's cuBLAS hook asks the driver (shim/tests/cublas_hook.rs): the calling
+ * thread's context (none) and whether a stream is being captured into a graph, which
+ * FAKE_CAPTURING=1 says of every stream (CU_STREAM_CAPTURE_STATUS_ACTIVE = 1). */
+int cuCtxGetCurrent(void **ctx) {
+    *ctx = 0;
+    return 0;
+}
+
+int cuStreamIsCapturing(void *stream, int *status) {
+    (void)stream;
+    const char *c = getenv("FAKE_CAPTURING");
+    *status = c && c[0] == '1';
+    return 0;
+}

@@ -35,7 +35,6 @@
 //!   rounds a second time when the result is subnormal (below 2^-1022); normal results are
 //!   correctly rounded.
 
-use crate::crt::{CrtTable, MAX_MODULI, ResidueTable};
 use crate::device::{Gpu, sync};
 use crate::error::{Context, GpuError};
 use crate::kernels::PerLine;
@@ -43,9 +42,12 @@ use crate::lt_int8::{self, MAX_K, Shape};
 use crate::timing::{Marks, Phase};
 use cudarc::driver::sys;
 use ozaki_core::blas::{Trans, Uplo};
+use ozaki_core::crt_tables::{CrtTable, ResidueTable};
+use ozaki_core::moduli::MAX_MODULI;
 use ozaki_core::trace::Phases;
 
 mod moduli_guess;
+pub mod padding;
 mod plan;
 
 pub use ozaki_core::rule::{Accuracy, LineTable, Lines};
@@ -176,6 +178,9 @@ pub struct Options {
     pub accuracy: Accuracy,
     /// Largest column block (for tests of the blocked path; 0 = as memory allows).
     pub max_block: usize,
+    /// Alignment of the int8 products' m, n and k ([`padding::alignment`]: 0 is
+    /// [`padding::ALIGN`], 1 leaves m and n unpadded); the result is the same bits at any.
+    pub align: usize,
 }
 
 /// Residue and CRT tables for r = 0..=20 moduli (index r), built once per process.
@@ -200,10 +205,6 @@ fn written_c(e: GpuError) -> GpuError {
         }
         e => e,
     }
-}
-
-fn round_up(x: usize, to: usize) -> usize {
-    x.div_ceil(to) * to
 }
 
 /// Runs the emulated call on `stream` and waits for it. On error C is untouched unless the
@@ -260,12 +261,14 @@ fn operands(call: &DeviceCall) -> (bool, Option<(u64, usize, bool)>) {
 
 /// Stage 1 of a call: the exponent scan and the line statistics of op(A)'s rows and op(B)'s
 /// columns into `stats` (device memory of [`STAT_SLOTS`] u64 slots of m (+ n) lines, op(A)'s
-/// rows first), enqueued on `stream`.
+/// rows first), enqueued on `stream`; `between` (if any) gets a mark between the scan and the
+/// statistics pass.
 fn scan_lines(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
     stats: u64,
+    mut between: Option<&mut Marks>,
 ) -> Result<(), GpuError> {
     let (m, n, k) = (call.m, call.n, call.k);
     let (a_contig, b_operand) = operands(call);
@@ -286,6 +289,11 @@ fn scan_lines(
         operands.push((b, ldb as i64, contig, n as i32, m as u64));
     }
     for (pass, out) in [(PerLine::Scan, abssum), (PerLine::LineStats, coarse_sq)] {
+        if pass == PerLine::LineStats
+            && let Some(m) = between.as_deref_mut()
+        {
+            m.mark(Phase::Convert)?;
+        }
         for &(x, ld, contig, rows, slot) in &operands {
             // SAFETY: A (and B) cover the BLAS-checked extents for their leading
             // dimensions; the stats have m (+ n) lines in every slot.
@@ -303,10 +311,6 @@ fn scan_lines(
     Ok(())
 }
 
-/// The line statistics the GPU computes for a call (op(A)'s rows, op(B)'s columns; syrk:
-/// the same table twice) and the seconds the two passes took on `stream`: what the accuracy
-/// rule reads, for tests against the host mirror (`ozaki_core::rule::LineTable::push`) and
-/// for measuring what the rule costs.
 /// The rule's view of the statistics buffer the scan kernels fill: [`STAT_SLOTS`] slots of
 /// `nb_rows` u64s each, one per statistic (slot 1, the scan's sum |x|, is not the rule's).
 fn stat_lines(slots: &[u64], nb_rows: usize) -> Lines<'_> {
@@ -323,38 +327,58 @@ fn stat_lines(slots: &[u64], nb_rows: usize) -> Lines<'_> {
     }
 }
 
+/// What stage 1 of a call cost on the GPU, in seconds (CUDA events on the call's stream).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageOneCost {
+    /// The exponent scan (every scaling needs the line maxima): zeroing the buffer and the
+    /// max |x| pass.
+    pub scan: f64,
+    /// The second per-line pass: norm scaling's `S` and the accuracy rule's sums.
+    pub statistics: f64,
+    /// The statistics' copy to pinned host memory, as the route makes it.
+    pub download: f64,
+}
+
+/// The line statistics the GPU computes for a call (op(A)'s rows, op(B)'s columns; syrk:
+/// the same table twice) and what computing and downloading them cost, as the route does
+/// it: what the accuracy rule reads, for tests against the host mirror
+/// (`ozaki_core::rule::LineTable::push`) and for measuring what the rule costs.
 pub fn line_statistics(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
-) -> Result<(LineTable, LineTable, f64), GpuError> {
+) -> Result<(LineTable, LineTable, StageOneCost), GpuError> {
     let syrk = matches!(call.op, Op::Syrk { .. });
     let nb_rows = if syrk { call.m } else { call.m + call.n };
-    let stats = gpu.workspace.get("scan", 8 * STAT_SLOTS * nb_rows)?;
+    let bytes = 8 * STAT_SLOTS * nb_rows;
+    let stats = gpu.workspace.get("scan", bytes)?;
+    let mut pinned = crate::memory::PinnedBuffer::new(bytes)?;
+    let mut marks = Marks::start(stream)?;
+    scan_lines(gpu, stream, call, stats, Some(&mut marks))?;
+    marks.mark(Phase::Convert)?;
+    // SAFETY: pinned holds `bytes` bytes and outlives the copy (synchronised below).
+    unsafe { sys::cuMemcpyDtoHAsync_v2(pinned.as_mut_ptr() as *mut _, stats, bytes, stream) }
+        .result()
+        .ctx("cuMemcpyDtoH")?;
+    marks.mark(Phase::Convert)?;
     sync(stream)?;
-    let t = std::time::Instant::now();
-    scan_lines(gpu, stream, call, stats)?;
-    sync(stream)?;
-    let secs = t.elapsed().as_secs_f64();
-    let mut host = vec![0u64; STAT_SLOTS * nb_rows];
-    // SAFETY: the workspace slot holds STAT_SLOTS * nb_rows u64s; the stream is idle.
-    unsafe {
-        sys::cuMemcpyDtoH_v2(
-            host.as_mut_ptr() as *mut std::ffi::c_void,
-            stats,
-            std::mem::size_of_val(host.as_slice()),
-        )
-    }
-    .result()
-    .ctx("cuMemcpyDtoH")?;
-    let all = stat_lines(&host, nb_rows);
+    let spans = marks.spans()?;
+    let cost = StageOneCost {
+        scan: spans[0],
+        statistics: spans[1],
+        download: spans[2],
+    };
+    // SAFETY: the copy has completed; the buffer is page-aligned and holds STAT_SLOTS slots
+    // of nb_rows u64s.
+    let host = unsafe { std::slice::from_raw_parts(pinned.as_mut_ptr() as *const u64, bytes / 8) };
+    let all = stat_lines(host, nb_rows);
     let a = all.slice(0..call.m).to_table();
     let b = if syrk {
         a.clone()
     } else {
         all.slice(call.m..nb_rows).to_table()
     };
-    Ok((a, b, secs))
+    Ok((a, b, cost))
 }
 
 /// [`gemm`] without the final wait: returns once the plan accepted the operands and the
@@ -387,7 +411,8 @@ pub unsafe fn enqueue(
     if m > i32::MAX as usize || n > i32::MAX as usize {
         return Err(GpuError::Unsupported("dimension beyond int32".into()));
     }
-    let kpad = round_up(k, 16);
+    let pad = padding::padded(m, n, k, padding::alignment(opts.align));
+    let kpad = pad.k;
     let syrk = matches!(call.op, Op::Syrk { .. });
     // Element (i, l) of op(A) is contiguous along l when A is transposed.
     let (a_contig, b_operand) = operands(call);
@@ -410,7 +435,7 @@ pub unsafe fn enqueue(
     //    sums) from the row exponents
     let stats = gpu.workspace.get("scan", STATS * nb_rows)?;
     let (maxbits, coarse_sq) = (stats, stats + 16 * nb_rows as u64);
-    scan_lines(gpu, stream, call, stats)?;
+    scan_lines(gpu, stream, call, stats, None)?;
     // 2. The statistics go to the host for the plan; meanwhile the GPU already forms the shifts
     //    and residues for the moduli count the plan is expected to choose (forced, or this
     //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
@@ -437,8 +462,8 @@ pub unsafe fn enqueue(
     } else {
         shifts_dev + 4 * m as u64
     };
-    let plane_a = m * kpad;
-    let plane_b = n * kpad;
+    let plane_a = pad.m * kpad;
+    let plane_b = pad.n * kpad;
     // 3. shifts and residues of all moduli for r moduli; returns the plane buffers
     let convert = |gpu: &mut Gpu, r: usize| -> Result<(u64, u64), GpuError> {
         // the previous upload of the table (this call's guess, or an earlier call's) is done
@@ -465,7 +490,7 @@ pub unsafe fn enqueue(
         let rtab = &tables()[r].0;
         let kern = gpu.kernels()?;
         // SAFETY: the statistics hold nb_rows lines, the shifts slot nb_rows shifts and the
-        // table; plane buffers hold r planes of rows x kpad bytes.
+        // table; plane buffers hold r planes of padded rows x kpad bytes.
         unsafe {
             kern.line_shifts(
                 stream,
@@ -479,7 +504,7 @@ pub unsafe fn enqueue(
                 call.a,
                 call.lda as i64,
                 a_contig,
-                m as i32,
+                (m as i32, pad.m as i32),
                 k as i32,
                 kpad as i32,
                 sigma_dev,
@@ -493,7 +518,7 @@ pub unsafe fn enqueue(
                     b,
                     ldb as i64,
                     contig,
-                    n as i32,
+                    (n as i32, pad.n as i32),
                     k as i32,
                     kpad as i32,
                     tau_dev,
@@ -544,7 +569,7 @@ pub unsafe fn enqueue(
     marks.mark(Phase::Convert)?;
 
     // 4 + 5. products and reconstruction per column block, as large as free memory allows
-    let per_col = r * m * 4;
+    let per_col = r * pad.m * 4;
     let mut nb = n;
     if syrk && n >= 2048 {
         nb = nb.div_ceil(4); // triangle blocks skip the other triangle's products
@@ -555,7 +580,10 @@ pub unsafe fn enqueue(
     if opts.max_block > 0 {
         nb = nb.min(opts.max_block);
     }
-    let prod = match gpu.workspace.get("products", per_col * nb) {
+    nb = pad.block_width(nb, n);
+    // a block's products cover its padded columns
+    let block_cols = |nb: usize| pad.extent(0, nb.min(n), pad.n);
+    let prod = match gpu.workspace.get("products", per_col * block_cols(nb)) {
         Ok(p) => p,
         Err(GpuError::OutOfMemory { .. }) => {
             // measure what is really free now (the slot was released) and tile to fit
@@ -565,13 +593,14 @@ pub unsafe fn enqueue(
             if nb > 256 {
                 nb = nb / 256 * 256;
             }
+            nb = nb / pad.align * pad.align;
             if nb == 0 {
                 return Err(GpuError::OutOfMemory {
-                    needed: per_col + crate::memory::DEVICE_RESERVE,
+                    needed: per_col * pad.align + crate::memory::DEVICE_RESERVE,
                     free,
                 });
             }
-            gpu.workspace.get("products", per_col * nb)?
+            gpu.workspace.get("products", per_col * block_cols(nb))?
         }
         Err(e) => return Err(e),
     };
@@ -587,12 +616,16 @@ pub unsafe fn enqueue(
             2 => (j0, m - j0),
             _ => (0, m),
         };
+        // the products run at the padded extents (zero rows and columns), the
+        // reconstruction reads their real block
+        let (rows_pad, cols_pad) = (pad.extent(row0, rows, pad.m), pad.extent(j0, cols, pad.n));
+        let plane_d = rows_pad * cols_pad;
         let shape = Shape {
-            m: rows as u64,
-            n: cols as u64,
+            m: rows_pad as u64,
+            n: cols_pad as u64,
             k: kpad as u64,
             batch: r as u32,
-            strides: (plane_a as i64, plane_b as i64, (rows * cols) as i64),
+            strides: (plane_a as i64, plane_b as i64, plane_d as i64),
         };
         lt_int8::batched(
             &mut gpu.lt,
@@ -604,12 +637,12 @@ pub unsafe fn enqueue(
         )?;
         marks.mark(Phase::Products)?;
         let kern = gpu.kernels()?;
-        // SAFETY: prod holds r planes of rows x cols int32; C covers ldc x n doubles.
+        // SAFETY: prod holds r planes of rows_pad x cols_pad int32; C covers ldc x n doubles.
         unsafe {
             kern.reconstruct(
                 stream,
                 prod,
-                (rows * cols) as i64,
+                (plane_d as i64, rows_pad as i32),
                 rows as i32,
                 cols as i32,
                 sigma_dev + 4 * row0 as u64,

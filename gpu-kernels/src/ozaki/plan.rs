@@ -3,9 +3,9 @@
 //! the device turns into the same shifts. The scaling modes' defaults live here too, since
 //! the plan is where a mode takes effect.
 
-use crate::crt::MAX_MODULI;
 use crate::error::GpuError;
 use ozaki_core::fallback::Fallback;
+use ozaki_core::moduli::MAX_MODULI;
 use ozaki_core::rule::{self, Accuracy, Lines};
 use ozaki_core::scaling::{COARSE_BITS, SHIFT_CLASSES};
 

@@ -4,9 +4,12 @@
 //! on device-resident copies.
 #![allow(dead_code)] // each test program uses its part
 
+use gpu_kernels::host::Engine;
 use gpu_kernels::measure::{download, upload};
 use gpu_kernels::ozaki::{self, DeviceCall, Options, Outcome};
 use gpu_kernels::{GpuError, gpu};
+use ozaki_core::blas::Trans;
+use ozaki_core::emulate::{EmulationConfig, Moduli, Reconstruction, ScalingMode};
 use ozaki_core::testutil::Rng;
 
 /// Whether a GPU is usable; otherwise prints a visible skip line ([`skip`]). CI has no GPU, so this never fails a run: the GPU machine
@@ -66,4 +69,38 @@ pub fn device_product(
     let mut c = vec![0.0f64; m * n];
     download(&dc, &mut c).unwrap();
     (out, c)
+}
+
+/// (rows, columns) of an operand stored as op^-1 of a `rows x cols` op(X).
+pub fn dims(t: Trans, rows: usize, cols: usize) -> (usize, usize) {
+    if t == Trans::No {
+        (rows, cols)
+    } else {
+        (cols, rows)
+    }
+}
+
+/// The GPU route's and ozaki-core's settings for the same moduli count and scaling.
+pub fn same_numerics(scaling: ScalingMode, r: usize) -> (Engine, EmulationConfig) {
+    (
+        Engine::Ozaki(Options {
+            moduli: Some(r),
+            scaling: Some(scaling),
+            ..Default::default()
+        }),
+        EmulationConfig {
+            moduli: Moduli::Fixed(r),
+            scaling,
+            reconstruction: Reconstruction::Exact,
+            ..Default::default()
+        },
+    )
+}
+
+/// How many entries of two results differ in any bit.
+pub fn bits_differ(x: &[f64], y: &[f64]) -> usize {
+    x.iter()
+        .zip(y)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count()
 }

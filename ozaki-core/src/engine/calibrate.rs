@@ -42,6 +42,10 @@ pub struct Plan {
     pub route_shapes: Vec<Mnk>,
     /// Held-out validation shapes (never used to fit).
     pub validation_shapes: Vec<Mnk>,
+    /// Device-resident end-to-end route timings (fit [`Profile::device_corrections`]):
+    /// squares, where emulation wins, beside tall-skinny and k-heavy calls, where it loses.
+    #[serde(default)]
+    pub device_route_shapes: Vec<Mnk>,
 }
 
 impl Plan {
@@ -110,6 +114,7 @@ impl Plan {
             stream_moduli: vec![8, 14, 18],
             route_shapes,
             validation_shapes: validation_shapes(),
+            device_route_shapes: device_route_shapes(),
         };
         if quick {
             plan.gpu_shapes.retain(|&(m, n, k)| m * n * k <= 1 << 30);
@@ -118,9 +123,31 @@ impl Plan {
             plan.validation_shapes
                 .retain(|&(m, n, k)| m * n * k <= 1 << 28);
             plan.link_bytes.retain(|&b| b <= 1 << 24);
+            plan.device_route_shapes
+                .retain(|&(m, n, k)| m * n * k <= 1 << 30);
         }
         plan
     }
+}
+
+/// The device-resident route shapes (m, n, k): squares from 4096 (where emulation runs at
+/// 1.1-1.6x cuBLAS), a k-heavy C (1024 x 1024, k = 65536: 0.7x), tall-skinny (110592 x 64,
+/// k = 64: 0.03x) and a tiny C with a long k (64 x 64, k = 110592: 0.05x), plus shapes
+/// between them, so the correction interpolates rather than extrapolates.
+pub fn device_route_shapes() -> Vec<Mnk> {
+    vec![
+        (1024, 1024, 1024),
+        (4096, 4096, 4096),
+        (8192, 8192, 8192),
+        (16384, 16384, 16384),
+        (3000, 5000, 7000),
+        (4096, 4096, 16384),
+        (1024, 1024, 65536),
+        (110592, 64, 64),
+        (16384, 256, 256),
+        (64, 64, 110592),
+        (256, 256, 16384),
+    ]
 }
 
 /// The held-out validation set: ≥ 40 shapes, tiny to large, square, tall/skinny, wide,
@@ -536,6 +563,7 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
         gpu,
         choice: ChoiceRules::default(),
         corrections: BTreeMap::new(),
+        device_corrections: BTreeMap::new(),
         devices: Vec::new(),
         host_share: None,
     };
@@ -712,7 +740,14 @@ fn fit_overlap_and_corrections(profile: &mut Profile, routes: &[RouteSample]) {
     if routes.is_empty() {
         return;
     }
-    if profile.gpu.is_some() {
+    // The overlap credit and the host-side overheads are properties of host-resident calls:
+    // device-resident timings only feed their own corrections.
+    let host: Vec<RouteSample> = routes
+        .iter()
+        .filter(|s| s.residency == Residency::Host)
+        .cloned()
+        .collect();
+    if profile.gpu.is_some() && !host.is_empty() {
         // Overlap and per-route overheads are fitted together: for each overlap fraction the
         // overheads are refitted, and the pair with the smallest median log error is kept.
         let set = |p: &mut Profile, ov: f64| {
@@ -725,16 +760,16 @@ fn fit_overlap_and_corrections(profile: &mut Profile, routes: &[RouteSample]) {
         for i in 0..=20 {
             let ov = i as f64 / 20.0;
             set(profile, ov);
-            fit_route_overheads(profile, routes);
-            let e = gpu_log_error(profile, routes);
+            fit_route_overheads(profile, &host);
+            let e = gpu_log_error(profile, &host);
             if e < best.1 - 1e-12 {
                 best = (ov, e);
             }
         }
         set(profile, best.0);
-        fit_route_overheads(profile, routes);
+        fit_route_overheads(profile, &host);
     }
-    let mut corr: BTreeMap<String, Correction> = BTreeMap::new();
+    let (mut corr, mut device) = (BTreeMap::new(), BTreeMap::new());
     for s in routes {
         let Ok(route) = s.route.parse::<Route>() else {
             continue;
@@ -744,7 +779,11 @@ fn fit_overlap_and_corrections(profile: &mut Profile, routes: &[RouteSample]) {
         if !(p.is_finite() && p > 0.0 && s.seconds > 0.0) {
             continue;
         }
-        corr.entry(s.route.clone())
+        let map: &mut BTreeMap<String, Correction> = match s.residency {
+            Residency::Host => &mut corr,
+            Residency::Device => &mut device,
+        };
+        map.entry(s.route.clone())
             .or_default()
             .points
             .push(CorrectionPoint {
@@ -755,6 +794,7 @@ fn fit_overlap_and_corrections(profile: &mut Profile, routes: &[RouteSample]) {
             });
     }
     profile.corrections = corr;
+    profile.device_corrections = device;
 }
 
 fn median(v: &mut [f64]) -> Option<f64> {

@@ -114,7 +114,7 @@ pub fn predict_loaded(
         }
     };
     if est.excluded.is_none()
-        && let Some(c) = profile.corrections.get(route.name())
+        && let Some((c, residency)) = end_to_end(profile, shape, route)
     {
         let f = c.factor(shape.m, shape.n, shape.k);
         if (f - 1.0).abs() > 1e-9 {
@@ -122,7 +122,7 @@ pub fn predict_loaded(
                 name: "end-to-end",
                 seconds: est.seconds * (f - 1.0),
                 how: format!(
-                    "×{f:.3} from end-to-end {} timings near this shape",
+                    "×{f:.3} from end-to-end {residency} {} timings near this shape",
                     route.name()
                 ),
             });
@@ -130,6 +130,27 @@ pub fn predict_loaded(
         }
     }
     est
+}
+
+/// The end-to-end correction of `route` for `shape` and the residency of the timings it was
+/// fitted from: a device-resident call takes the device-resident one where the profile has
+/// it (skinny and k-heavy calls run at rates the host-resident timings do not show), every
+/// other call the host-resident one.
+fn end_to_end<'p>(
+    profile: &'p Profile,
+    shape: &CallShape,
+    route: Route,
+) -> Option<(&'p Correction, &'static str)> {
+    let device = match shape.residency {
+        Residency::Device => profile.device_corrections.get(route.name()),
+        Residency::Host => None,
+    };
+    device.map(|c| (c, "device-resident")).or_else(|| {
+        profile
+            .corrections
+            .get(route.name())
+            .map(|c| (c, "host-resident"))
+    })
 }
 
 /// [`predict`] for every route in [`PRICED_ROUTES`].
@@ -278,8 +299,11 @@ fn gpu_route(
             gpu.sync_s * 1e6
         ),
     });
+    // The host-side fixed cost (staging buffers, the host pipeline's set-up) is fitted from
+    // host-resident timings; a device-resident call does not pay it.
     if let Some(&o) = gpu.route_overhead_s.get(route.name())
         && o > 0.0
+        && shape.residency == Residency::Host
     {
         terms.push(Term {
             name: "overhead",
@@ -398,5 +422,75 @@ fn gpu_route(
         } else {
             None
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The device-resident decisions of the built-in H200 profile follow the measured
+    /// ratios: cuBLAS for tall-skinny, tiny-C-long-k and k-heavy calls (emulation at 0.03x,
+    /// 0.05x and 0.7x of cuBLAS), emulation for large squares (1.5x at 8192^3).
+    #[test]
+    fn built_in_h200_sends_skinny_and_k_heavy_device_calls_to_cublas_and_squares_to_emulation() {
+        let engine =
+            crate::engine::choose::Engine::new(Profile::built_in("h200").expect("ships"), 16);
+        let device = |m, n, k| {
+            engine
+                .decide_device(&CallShape::gemm(m, n, k), Some(14))
+                .route
+        };
+        for (m, n, k) in [(110592, 64, 64), (64, 64, 110592), (1024, 1024, 65536)] {
+            assert_eq!(device(m, n, k), Route::GpuNative, "{m}x{n}x{k}");
+        }
+        for s in [8192, 16384] {
+            assert_eq!(device(s, s, s), Route::GpuOzaki, "{s}^3");
+        }
+        assert_eq!(
+            device(4096, 4096, 16384),
+            Route::GpuOzaki,
+            "4096x4096x16384"
+        );
+    }
+
+    /// A device-resident call takes the device-resident correction where the profile has
+    /// one for the route, and the host-resident one otherwise; a host-resident call never
+    /// takes the device-resident one. The host-side overhead is a host-resident term.
+    #[test]
+    fn device_resident_calls_take_their_own_corrections_and_no_host_overhead() {
+        let mut p = Profile::built_in("h200").expect("ships");
+        let point = |ln_ratio: f64| Correction {
+            points: vec![CorrectionPoint {
+                m: 2048,
+                n: 2048,
+                k: 2048,
+                ln_ratio,
+            }],
+        };
+        p.corrections.insert("gpu-ozaki".into(), point(0.5));
+        p.device_corrections.clear();
+        let shape = CallShape::gemm(2048, 2048, 2048);
+        let dev = shape.with_residency(Residency::Device);
+        let seconds = |p: &Profile, s: &CallShape| predict(p, s, Route::GpuOzaki, Some(14), 1);
+        let fallback = seconds(&p, &dev);
+        assert!(fallback.terms.iter().all(|t| t.name != "overhead"));
+        p.device_corrections.insert("gpu-ozaki".into(), point(-0.5));
+        let own = seconds(&p, &dev);
+        // e^0.5 against e^-0.5 at the point, less the prior's pull towards 1
+        assert!(
+            fallback.seconds / own.seconds > 2.5,
+            "{} vs {}",
+            fallback.seconds,
+            own.seconds
+        );
+        let host = seconds(&p, &shape);
+        let end_to_end = host.terms.iter().find(|t| t.name == "end-to-end").unwrap();
+        assert!(
+            end_to_end.how.contains("host-resident"),
+            "{}",
+            end_to_end.how
+        );
+        assert!(end_to_end.seconds > 0.0);
     }
 }

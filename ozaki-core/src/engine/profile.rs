@@ -15,7 +15,11 @@
 //! - 1: one GPU (`gpu`), the CPU BLAS, choice rules, end-to-end corrections (issue #5);
 //! - 2: `devices`, one entry per GPU of the host as calibration surveyed it, and
 //!   `host_share`, the host side of a split over them (issue #7). Both are optional: a
-//!   version-1 profile is a machine with one priced GPU and no split pricing.
+//!   version-1 profile is a machine with one priced GPU and no split pricing;
+//! - 3: `device_corrections`, end-to-end corrections of the routes on device-resident
+//!   operands (the `ozaki_*_device` entry points), fitted from device-resident timings of
+//!   square, skinny and k-heavy shapes. Optional: without them a device-resident call takes
+//!   the host-resident corrections, as before.
 
 use super::work_model::{Correction, WorkModel};
 use serde::{Deserialize, Serialize};
@@ -23,7 +27,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Version of the profile format; a newer file is refused, older ones load.
-pub const PROFILE_VERSION: u32 = 2;
+pub const PROFILE_VERSION: u32 = 3;
 
 /// A machine profile (see the module docs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,6 +52,11 @@ pub struct Profile {
     /// End-to-end corrections per route name, fitted from whole-route timings.
     #[serde(default)]
     pub corrections: BTreeMap<String, Correction>,
+    /// End-to-end corrections per route name for device-resident calls (version 3), fitted
+    /// from device-resident whole-route timings; a route absent here takes its
+    /// [`Profile::corrections`] entry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub device_corrections: BTreeMap<String, Correction>,
     /// Every GPU calibration surveyed (version 2, issue #7); `devices[0]` is the device the
     /// full `gpu` model was measured on. Empty in version-1 profiles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -103,7 +103,7 @@ pub fn adjust(
             None => Adjusted::plain(Route::Vendor),
         };
         let why = format!(
-            "{}: gpu-ozaki declined the last {run} call(s) of this class, priced with gpu-native",
+            "{}: gpu-ozaki declined {run} call(s) of this class in a row; priced with gpu-native in its place",
             out.route
         );
         out.note = Some(match out.note {
@@ -126,7 +126,7 @@ pub fn adjust(
 
 impl Adjusted {
     /// `route` as it is, nothing corrected.
-    fn plain(route: Route) -> Adjusted {
+    pub fn plain(route: Route) -> Adjusted {
         Adjusted {
             route,
             correction: None,

@@ -197,9 +197,13 @@ fn before_engine(
     mode: GpuStart,
     in_flight: u32,
 ) -> Early {
-    let d = pre.decide_loaded(cs, moduli, || Some(priced_moduli(cs.k, moduli)), in_flight);
+    let (d, bound) = decide_by_class(pre, cs, moduli, in_flight);
     if is_clearly_vendor(&d) {
-        let why = format!("{}{PRICED_BEFORE}", d.prediction.reason);
+        let why = format!(
+            "{}{}{PRICED_BEFORE}",
+            d.prediction.reason,
+            bound_note(bound)
+        );
         return Early::Vendor(d, why, None, None);
     }
     // The vendor's price as this process's vendor calls measured it (`super::learned`): a
@@ -226,8 +230,10 @@ fn before_engine(
     let status = match STARTER.status() {
         Status::Idle => {
             // The start begins once the gains priced so far cover what it costs.
+            // Only calls the GPU is priced well ahead on count (`start::GAIN_RATIO`): a
+            // margin-close price is the kind the profile gets wrong.
             let gain = match d.gpu {
-                Some((_, g)) if vendor_s >= margin * g => vendor_s - g,
+                Some((_, g)) if vendor_s >= start::GAIN_RATIO.max(margin) * g => vendor_s - g,
                 _ => 0.0,
             };
             let gained = LEDGER.add(gain);
@@ -480,16 +486,21 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
             decline_key: None,
         };
     }
-    let d = decide(e, &cs, config.moduli, in_flight);
-    let a = adjust::adjust(
-        learned(),
-        &d,
-        &cs,
-        e.profile().choice.min_gain,
-        config.explore,
-        inflight::gpu_wait_s(),
-        || EXPLORE_TICK.fetch_add(1, Ordering::Relaxed),
-    );
+    let (d, bound) = decide(e, &cs, config.moduli, in_flight);
+    // Priced at its class's bound (clearly the vendor's): nothing to correct, and the
+    // bound's prediction is not this call's to time.
+    let a = match bound {
+        Some(_) => adjust::Adjusted::plain(Route::Vendor),
+        None => adjust::adjust(
+            learned(),
+            &d,
+            &cs,
+            e.profile().choice.min_gain,
+            config.explore,
+            inflight::gpu_wait_s(),
+            || EXPLORE_TICK.fetch_add(1, Ordering::Relaxed),
+        ),
+    };
     if a.route != Route::Vendor
         && let Some((_, g)) = d.gpu
     {
@@ -497,6 +508,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     }
     let engine = config.tracing().then(|| {
         let mut p = d.prediction.clone();
+        p.reason.push_str(&bound_note(bound));
         if let Some(note) = &a.note {
             p.reason = format!("{note}; engine: {}", p.reason);
         }
@@ -526,14 +538,13 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
 thread_local! {
     /// This thread's last decision and what it was for: a thread repeating one shape (the
     /// common case in a loop of small products) skips the shared cache's lock.
-    static LAST: RefCell<Option<((CallShape, Option<u32>, u32), Arc<Decision>)>> =
-        const { RefCell::new(None) };
+    static LAST: RefCell<Option<(LastKey, Priced)>> = const { RefCell::new(None) };
 }
 
 /// The engine's decision for `cs` with `in_flight` calls in flight, through this thread's
 /// last decision, then the engine's cache (the moduli count depends on k and `OZAKI_MODULI`
 /// only; it is computed on a miss).
-fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> Arc<Decision> {
+fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> Priced {
     let key = (
         *cs,
         moduli,
@@ -547,20 +558,76 @@ fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> Ar
                 .ok()?
                 .as_ref()
                 .filter(|(k, _)| *k == key)
-                .map(|(_, d)| Arc::clone(d))
+                .map(|(_, d)| d.clone())
         })
         .ok()
         .flatten();
     if let Some(d) = hit {
         return d;
     }
-    let d = e.decide_loaded(cs, moduli, || Some(priced_moduli(cs.k, moduli)), in_flight);
+    let d = decide_by_class(e, cs, moduli, in_flight);
     let _ = LAST.try_with(|l| {
         if let Ok(mut l) = l.try_borrow_mut() {
-            *l = Some((key, Arc::clone(&d)));
+            *l = Some((key, d.clone()));
         }
     });
     d
+}
+
+/// What [`decide`] remembers per thread: (shape, forced moduli, concurrency class).
+type LastKey = (CallShape, Option<u32>, u32);
+
+/// A decision and the size class's bound it was priced at, if any ([`decide_by_class`]).
+type Priced = (Arc<Decision>, Option<CallShape>);
+
+/// Calls with m n k at most this are first priced at their size class's bound (m, n, k
+/// rounded up to powers of two), so that a program whose small calls all differ in shape
+/// (reference LAPACK's recursive panels: 4095 x 1 x 1, 4094 x 2 x 2, ...) prices each class
+/// once instead of each call: an uncached decision costs about 10 µs, several times the
+/// vendor's own time for such a call.
+const SMALL_MNK: u64 = 1 << 24;
+
+/// The engine's decision for `cs`: the decision at its size class's bound when `cs` is small
+/// and that one is clearly the vendor (a bigger call gains more from the GPU than a smaller
+/// one of its class, so the call itself is even more clearly the vendor's), then that bound;
+/// else the call's own decision and `None`.
+fn decide_by_class(
+    e: &Engine,
+    cs: &CallShape,
+    moduli: Option<u32>,
+    in_flight: u32,
+) -> (Arc<Decision>, Option<CallShape>) {
+    if cs.m.saturating_mul(cs.n).saturating_mul(cs.k) <= SMALL_MNK {
+        let bound = CallShape {
+            m: cs.m.next_power_of_two(),
+            n: cs.n.next_power_of_two(),
+            k: cs.k.next_power_of_two(),
+            ..*cs
+        };
+        if bound != *cs {
+            let d = e.decide_loaded(
+                &bound,
+                moduli,
+                || Some(priced_moduli(bound.k, moduli)),
+                in_flight,
+            );
+            if is_clearly_vendor(&d) {
+                return (d, Some(bound));
+            }
+        }
+    }
+    let d = e.decide_loaded(cs, moduli, || Some(priced_moduli(cs.k, moduli)), in_flight);
+    (d, None)
+}
+
+/// The trace's note for a decision priced at a size class's bound.
+fn bound_note(bound: Option<CallShape>) -> String {
+    bound.map_or_else(String::new, |b| {
+        format!(
+            " (priced at its size class's bound {}x{}x{})",
+            b.m, b.n, b.k
+        )
+    })
 }
 
 /// Counts the calls eligible for exploration ([`adjust`]).

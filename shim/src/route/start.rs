@@ -110,6 +110,15 @@ pub fn while_starting(
     }
 }
 
+/// How much faster than the vendor (as measured so far) the GPU must be priced for a call's
+/// gain to count toward the start ([`Ledger`]). Calls priced only a little faster are the ones
+/// the profile misprices: SciPy LOBPCG with block 64, whose 64 x 64 x 110592 products were
+/// priced 1.7x faster on the GPU and ran 1.1x slower there, started the GPU on such gains
+/// and lost 1.2 s of a 5 s run to the start; NumPy's 4096² (17x), PySCF's 1953 x 122 x 1953
+/// (4x once its vendor calls were measured) keep starting it (BENCHMARKS.md "Real programs
+/// under the shim").
+pub const GAIN_RATIO: f64 = 2.0;
+
 /// How much slower a vendor call runs beside a background start than alone: the start's
 /// thread takes a core and memory bandwidth from a vendor BLAS using all of them. NumPy's
 /// 4096² products beside the start took 382 and 369 ms against 246 ms priced (16-thread

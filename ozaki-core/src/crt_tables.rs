@@ -1,6 +1,7 @@
-//! Constant tables the emulation kernels take by value: per-modulus reciprocals for residue
-//! formation, and the CRT weights for reconstruction, as `#[repr(C)]` mirrors of the structs
-//! in `kernels/ozaki.cu`.
+//! Constant tables the GPU emulation kernels take by value: per-modulus reciprocals for
+//! residue formation, and the CRT weights for reconstruction, as `#[repr(C)]` mirrors of the
+//! structs in `gpu-kernels/kernels/ozaki.cu`. Pure numerics (exact integers, no device code):
+//! gpu-kernels passes them to its launches.
 //!
 //! Reconstruction evaluates x = sum_p u_p W_p mod M with W_p = (M/m_p)((M/m_p)^-1 mod m_p),
 //! u_p in [0, m_p), in exact 32-bit-limb integer arithmetic (about 5 multiply-adds per
@@ -10,8 +11,7 @@
 use num_bigint::BigUint;
 use num_traits::{One, ToPrimitive, Zero};
 
-/// Most moduli a call can use (the INT8 set has 20).
-pub use ozaki_core::moduli::MAX_MODULI;
+use crate::moduli::MAX_MODULI;
 /// 32-bit limbs of the reconstruction state: sum_p u_p W_p < 20 * 256 * M < 2^173.
 pub const LIMBS: usize = 6;
 
@@ -103,7 +103,7 @@ impl ResidueTable {
 
     /// The centred residue of the integer-valued `z` (|z| <= 2^62) modulo m_p, computed with
     /// exactly the operations of the `residues` kernel (split at 2^32, fma, MAGIC rounding,
-    /// wrapping 32-bit arithmetic); for tests against `ozaki_core::moduli::centred`.
+    /// wrapping 32-bit arithmetic); for tests against `crate::moduli::centred`.
     pub fn centred(&self, p: usize, z: f64) -> i8 {
         let lo32 = |v: f64| v.to_bits() as u32;
         let hi = (z * 2f64.powi(-32)).floor();
@@ -150,7 +150,7 @@ impl CrtTable {
             t.inv_m[p] = 1.0 / m as f64;
             let mp = &big_m / m;
             let mp_mod = (&mp % m).to_u64().unwrap_or(0);
-            let w = mp * ozaki_core::moduli::inv_mod(mp_mod, m as u64);
+            let w = mp * crate::moduli::inv_mod(mp_mod, m as u64);
             t.wd[p] = as_doubles(limbs(&(w % &big_m)));
         }
         t
@@ -457,7 +457,7 @@ mod tests {
     /// m/2 (the ties of the centring), and on random integers of every magnitude.
     #[test]
     fn kernel_residue_formula_is_the_centred_residue() {
-        use ozaki_core::moduli::centred;
+        use crate::moduli::centred;
         let t = ResidueTable::new(&SET);
         let mut zs: Vec<i64> = vec![0, 1, -1, 1 << 62, -(1 << 62), (1 << 62) - 1, 1 - (1 << 62)];
         for e in [31, 32, 33, 40, 51, 52, 53, 61, 62] {

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""GPU-resident programs with and without the shim's cuBLAS hook, side by side in one run.
+
+Each case runs in its own process twice: without the shim, and with LD_PRELOAD=libozaki_shim.so
+(OZAKI_ROUTE from GPU_CHECK_CUBLAS_ROUTE, default auto; a trace per case). A case times its
+operation (median of 3 after one warm-up, the device synchronised around each), and measures
+the error of the result on sampled entries against an exact reference (each sampled entry's
+dot product summed exactly, in Python integers, from the fp64 inputs). The table shows both
+runs' times and errors, the speed ratio (time without / time with) and the hook's trace records
+(count and routes). A framework that is not installed, or a case whose calls never reach the
+hook (JAX: XLA resolves cuBLAS with dlsym), says so.
+
+Usage: cublas-apps.py --shim LIB --out DIR [--cases a,b,...]
+       cublas-apps.py --case NAME --result FILE      (one measurement, used by the driver)
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from fractions import Fraction
+
+SAMPLES = 16
+SEED = 20240607
+
+
+# Every fp64 value is an integer over 2^1074 at most, so every product of two is an integer
+# over 2^2148: the dot products below are summed exactly in Python integers.
+SCALE = 1 << 2148
+
+
+def exact_dot(xs, ys):
+    total = 0
+    for x, y in zip(xs, ys):
+        nx, dx = float(x).as_integer_ratio()
+        ny, dy = float(y).as_integer_ratio()
+        total += nx * ny * (SCALE // (dx * dy))
+    return Fraction(total, SCALE)
+
+
+def rel_error(got, xs, ys, extra=0.0):
+    """|got - (x . y + extra)| / (|x| . |y| + |extra|), the reference exact."""
+    want = exact_dot(xs, ys) + Fraction(extra)
+    scale = sum(abs(float(x) * float(y)) for x, y in zip(xs, ys)) + abs(extra)
+    return float(abs(Fraction(float(got)) - want)) / scale if scale else 0.0
+
+
+def timed(run, sync):
+    run()
+    sync()
+    times = []
+    for _ in range(3):
+        sync()
+        t = time.perf_counter()
+        out = run()
+        sync()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def pairs(rows, cols, rng):
+    return [(int(rng.integers(rows)), int(rng.integers(cols))) for _ in range(SAMPLES)]
+
+
+def product_error(a, b, c, rng):
+    """Max sampled error of C = A B (host copies)."""
+    return max(rel_error(c[i, j], a[i, :], b[:, j]) for i, j in pairs(c.shape[0], c.shape[1], rng))
+
+
+# ---------------------------------------------------------------------------- cases
+
+def cupy_case(kind, n):
+    import cupy as cp
+    import numpy as np
+    rng = np.random.default_rng(SEED)
+    g = cp.random.default_rng(SEED)
+    sync = cp.cuda.Device().synchronize
+    if kind == "matmul":
+        a, b = g.standard_normal((n, n)), g.standard_normal((n, n))
+        t, c = timed(lambda: a @ b, sync)
+        return t, product_error(cp.asnumpy(a), cp.asnumpy(b), cp.asnumpy(c), rng)
+    if kind == "batched":
+        a, b = g.standard_normal((16, n, n)), g.standard_normal((16, n, n))
+        t, c = timed(lambda: cp.matmul(a, b), sync)
+        ah, bh, ch = cp.asnumpy(a), cp.asnumpy(b), cp.asnumpy(c)
+        err = max(product_error(ah[m], bh[m], ch[m], rng) for m in (0, 7, 15))
+        return t, err
+    if kind == "cholesky":
+        x = g.standard_normal((n, n))
+        spd = x @ x.T / n + cp.eye(n)
+        t, l = timed(lambda: cp.linalg.cholesky(spd), sync)
+        lh, ah = cp.asnumpy(l), cp.asnumpy(spd)
+        # entries of L L^T - A
+        err = max(rel_error(ah[i, j], lh[i, :], lh[j, :]) for i, j in pairs(n, n, rng))
+        return t, err
+    if kind == "solve":
+        a = g.standard_normal((n, n)) + n ** 0.5 * cp.eye(n)
+        b = g.standard_normal((n, 1))
+        t, x = timed(lambda: cp.linalg.solve(a, b), sync)
+        ah, bh, xh = cp.asnumpy(a), cp.asnumpy(b), cp.asnumpy(x)
+        err = max(rel_error(bh[i, 0], ah[i, :], xh[:, 0]) for i, _ in pairs(n, 1, rng))
+        return t, err
+    if kind == "qr":
+        a = g.standard_normal((n, n))
+        t, (q, r) = timed(lambda: cp.linalg.qr(a), sync)
+        qh, rh, ah = cp.asnumpy(q), cp.asnumpy(r), cp.asnumpy(a)
+        err = max(rel_error(ah[i, j], qh[i, :], rh[:, j]) for i, j in pairs(n, n, rng))
+        return t, err
+    if kind == "graph":
+        # a product captured into a CUDA graph, replayed on new data: right only if the
+        # captured call does not freeze a plan made from the capture-time operands
+        a, b = g.standard_normal((n, n)), g.standard_normal((n, n))
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            c = a @ b  # warm-up outside the capture (plans, handles)
+            s.synchronize()
+            s.begin_capture()
+            cp.matmul(a, b, out=c)
+            graph = s.end_capture()
+        a[...] = g.standard_normal((n, n)) * 1e3
+        s.synchronize()
+        t, _ = timed(lambda: graph.launch(s), s.synchronize)
+        return t, product_error(cp.asnumpy(a), cp.asnumpy(b), cp.asnumpy(c), rng)
+    raise ValueError(kind)
+
+
+def torch_case(kind, n):
+    import numpy as np
+    import torch
+    rng = np.random.default_rng(SEED)
+    gen = torch.Generator(device="cuda").manual_seed(SEED)
+    sync = torch.cuda.synchronize
+    shape = (n, n) if kind == "matmul" else (16, n, n)
+    a = torch.randn(shape, dtype=torch.float64, device="cuda", generator=gen)
+    b = torch.randn(shape, dtype=torch.float64, device="cuda", generator=gen)
+    op = torch.matmul if kind == "matmul" else torch.bmm
+    t, c = timed(lambda: op(a, b), sync)
+    ah, bh, ch = a.cpu().numpy(), b.cpu().numpy(), c.cpu().numpy()
+    if kind == "matmul":
+        return t, product_error(ah, bh, ch, rng)
+    return t, max(product_error(ah[m], bh[m], ch[m], rng) for m in (0, 15))
+
+
+def jax_case(n):
+    import numpy as np
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    rng = np.random.default_rng(SEED)
+    a = jnp.asarray(rng.standard_normal((n, n)))
+    b = jnp.asarray(rng.standard_normal((n, n)))
+    f = jax.jit(jnp.matmul)
+    t, c = timed(lambda: f(a, b).block_until_ready(), lambda: None)
+    return t, product_error(np.asarray(a), np.asarray(b), np.asarray(c), rng)
+
+
+CASES = {
+    "cupy-matmul-4096": lambda: cupy_case("matmul", 4096),
+    "cupy-matmul-8192": lambda: cupy_case("matmul", 8192),
+    "cupy-matmul-16384": lambda: cupy_case("matmul", 16384),
+    "cupy-batched-16x2048": lambda: cupy_case("batched", 2048),
+    "torch-matmul-8192": lambda: torch_case("matmul", 8192),
+    "torch-bmm-16x2048": lambda: torch_case("bmm", 2048),
+    "jax-matmul-8192": lambda: jax_case(8192),
+    "cupy-cholesky-8192": lambda: cupy_case("cholesky", 8192),
+    "cupy-solve-8192": lambda: cupy_case("solve", 8192),
+    "cupy-qr-8192": lambda: cupy_case("qr", 8192),
+    "cupy-graph-4096": lambda: cupy_case("graph", 4096),
+}
+
+
+def measure(name, result):
+    try:
+        t, err = CASES[name]()
+        out = {"time_s": t, "error": err}
+    except ImportError as e:
+        out = {"missing": str(e)}
+    with open(result, "w") as f:
+        json.dump(out, f)
+
+
+# ---------------------------------------------------------------------------- driver
+
+def hook_records(trace):
+    """(count, {route: count}, {sym: count}) of the trace's device-resident records."""
+    routes, syms, n = {}, {}, 0
+    if not os.path.exists(trace):
+        return n, routes, syms
+    with open(trace) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("type") == "call" and r.get("device_resident"):
+                n += 1
+                routes[r["route"]] = routes.get(r["route"], 0) + 1
+                syms[r["sym"]] = syms.get(r["sym"], 0) + 1
+    return n, routes, syms
+
+
+def run_case(name, shim, out):
+    res = {}
+    for side in ("without", "with"):
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        result = os.path.join(out, f"{name}.{side}.json")
+        trace = os.path.join(out, f"{name}.trace.jsonl")
+        if side == "with":
+            env["LD_PRELOAD"] = shim
+            env["OZAKI_ROUTE"] = os.environ.get("GPU_CHECK_CUBLAS_ROUTE", "auto")
+            env["OZAKI_TRACE"] = trace
+            if os.path.exists(trace):
+                os.remove(trace)
+        try:
+            p = subprocess.run([sys.executable, __file__, "--case", name, "--result", result],
+                               env=env, capture_output=True, text=True,
+                               timeout=int(os.environ.get("GPU_CHECK_CUBLAS_TIMEOUT", "300")))
+            if p.returncode != 0:
+                res[side] = {"failed": (p.stderr or p.stdout).strip().splitlines()[-1:]}
+            else:
+                with open(result) as f:
+                    res[side] = json.load(f)
+            if p.stderr.strip():
+                with open(os.path.join(out, f"{name}.{side}.stderr"), "w") as f:
+                    f.write(p.stderr)
+        except subprocess.TimeoutExpired:
+            res[side] = {"failed": ["timeout"]}
+    res["hook"] = hook_records(os.path.join(out, f"{name}.trace.jsonl"))
+    return res
+
+
+def row(name, r):
+    w, s = r["without"], r["with"]
+    n, routes, syms = r["hook"]
+    hook = f"{n} ({', '.join(f'{k} {v}' for k, v in sorted(routes.items()))})" if n else "not reached"
+    for side in (w, s):
+        if "missing" in side:
+            return f"| {name} | not installed: {side['missing']} | | | | | |"
+        if "failed" in side:
+            return f"| {name} | failed: {' '.join(side['failed'])} | | | | | {hook} |"
+    ratio = w["time_s"] / s["time_s"]
+    return (f"| {name} | {w['time_s']:.4f} | {s['time_s']:.4f} | {ratio:.2f}x | "
+            f"{w['error']:.2e} | {s['error']:.2e} | {hook} |")
+
+
+def drive(shim, out, cases):
+    os.makedirs(out, exist_ok=True)
+    print("| program | without s | with s | ratio | error without | error with | hook records |")
+    print("|---|---|---|---|---|---|---|")
+    results = {}
+    for name in cases:
+        results[name] = run_case(name, shim, out)
+        print(row(name, results[name]), flush=True)
+    with open(os.path.join(out, "cublas-apps.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    print("errors: max |computed - exact| / (|a| . |b|) over "
+          f"{SAMPLES} sampled entries (cholesky/qr: of the factors' product against A; "
+          "solve: of the residual rows); hook records: device-resident trace records and routes")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shim")
+    ap.add_argument("--out", default="/tmp/cublas-apps")
+    ap.add_argument("--cases", default=os.environ.get("GPU_CHECK_CUBLAS_CASES", ",".join(CASES)))
+    ap.add_argument("--case")
+    ap.add_argument("--result")
+    a = ap.parse_args()
+    if a.case:
+        measure(a.case, a.result)
+    else:
+        drive(os.path.abspath(a.shim), a.out, [c for c in a.cases.split(",") if c])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,323 @@
+//! The cuBLAS hook: the shim exports the fp64 entry points of cuBLAS, so programs whose
+//! matrices live on the GPU (CuPy, PyTorch, cuSOLVER's internal products) get the same
+//! device-resident decision as `ozaki_dgemm_device`.
+//!
+//! | module | what it does |
+//! |---|---|
+//! | `exports` | the `#[no_mangle]` entry points, one per cuBLAS name |
+//! | [`real`] | the real entry points, resolved from the loaded library's own handle |
+//! | [`reentry`] | per-thread guard: a call made from inside a hooked call goes straight to cuBLAS |
+//! | [`decode`] | cuBLAS enums and types in the BLAS decoder's terms; strided-batched members |
+//! | [`handle`] | the caller's handle: stream, pointer mode, math mode |
+//! | [`capture`] | the graph-capture rule |
+//!
+//! A call goes to the real cuBLAS with its arguments untouched (the handle, its stream,
+//! workspace and atomics mode as the caller set them) unless all of these hold: the hook is
+//! on (`OZAKI_CUBLAS`, default on), the call is fp64 (`cublasGemmEx` with other types or
+//! compute types is forwarded at once, unrecorded), its arguments pass the reference checks
+//! and it is no quick return, alpha and beta are host values (pointer mode host), the math
+//! mode leaves fp64 alone (not pedantic), the stream is not being captured into a graph,
+//! `OZAKI_ROUTE` is `auto` or `gpu-ozaki`, and the one device-resident decision
+//! ([`crate::device_api::emulation_chosen`]) picks the emulation. Then Ozaki-II runs on the
+//! caller's stream in its context (operands of another device's context are declined), and
+//! NaN/Inf input or any GPU failure before C is written sends the call to cuBLAS. The
+//! emulation plans each call from its operands' statistics, read back on the host, so an
+//! emulated call returns with its stream synchronised; a forwarded one adds nothing.
+//!
+//! A strided-batched call is decided once for its shape: all members emulated (a member the
+//! emulation declines runs on cuBLAS fp64 in turn) or the whole batch forwarded.
+//!
+//! Every hooked fp64 call writes one trace record (`sym` the cuBLAS name,
+//! `device_resident: true`, `batch` for batches): `route` `gpu-ozaki` or `gpu-native` (cuBLAS),
+//! `fallback` saying why a call the emulation could have taken went to cuBLAS. alpha and beta
+//! in device memory show as NaN.
+
+pub(crate) mod capture;
+pub(crate) mod decode;
+#[rustfmt::skip]
+mod exports;
+pub(crate) mod handle;
+pub(crate) mod real;
+pub(crate) mod reentry;
+
+use crate::abi::{Decoded, Verdict};
+use crate::config;
+use crate::device_api::{Emulation, device_call, emulation_chosen, run_emulation};
+use crate::route::RouteOutcome;
+use crate::trace_sink::{self, Entry, Sym};
+use core::ffi::{c_int, c_void};
+use decode::Batch;
+use gpu_kernels::device::{current_context, restore_context};
+use gpu_kernels::ozaki::DeviceCall;
+use gpu_kernels::{GpuError, gpu};
+use ozaki_core::route::{Route, RouteRequest};
+use ozaki_core::trace::Phases;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// The cuBLAS names the shim exports (include/ozaki_shim.h leaves them to cublas_v2.h).
+pub const NAMES: [&str; 10] = [
+    "cublasDgemm_v2",
+    "cublasDgemm_v2_64",
+    "cublasGemmEx",
+    "cublasGemmEx_64",
+    "cublasDgemmStridedBatched",
+    "cublasDgemmStridedBatched_64",
+    "cublasGemmStridedBatchedEx",
+    "cublasGemmStridedBatchedEx_64",
+    "cublasDsyrk_v2",
+    "cublasDsyrk_v2_64",
+];
+
+/// `cublasHandle_t`.
+pub(crate) type Handle = *mut c_void;
+/// `cublasStatus_t`.
+pub(crate) type Status = c_int;
+
+/// `CUBLAS_STATUS_SUCCESS`.
+const SUCCESS: Status = 0;
+/// `CUBLAS_STATUS_NOT_INITIALIZED`: no loaded cuBLAS defines the entry point.
+pub(crate) const NOT_INITIALIZED: Status = 1;
+/// `CUBLAS_STATUS_EXECUTION_FAILED`: a batch member failed after others were written.
+const EXECUTION_FAILED: Status = 13;
+
+/// One hooked fp64 call as its entry point received it.
+pub(crate) struct Call<'a> {
+    /// The cuBLAS name.
+    pub name: &'static str,
+    /// The caller's handle.
+    pub handle: Handle,
+    /// alpha and beta as passed (host or device pointers, as the pointer mode says).
+    pub scalars: (*const f64, *const f64),
+    /// The members of a strided-batched call ([`Batch::ONE`] otherwise).
+    pub batch: Batch,
+    /// The call decoded with alpha and beta's values (NaN when they are in device memory).
+    pub decode: &'a dyn Fn(f64, f64) -> Decoded,
+    /// The same call on the real cuBLAS, arguments untouched.
+    pub forward: &'a dyn Fn() -> Status,
+}
+
+/// What the hook did with a call.
+enum Done {
+    /// Handed to cuBLAS: why, when the emulation could have taken it; the reference error
+    /// position of an illegal call.
+    Forward {
+        fallback: Option<String>,
+        info: Option<i64>,
+    },
+    /// C computed on the GPU (every member emulated but `declined`, which ran on cuBLAS
+    /// fp64), or failed after part of it was written.
+    Gpu {
+        outcome: RouteOutcome,
+        fallback: Option<String>,
+        status: Status,
+    },
+}
+
+fn forward(why: impl Into<String>) -> Done {
+    Done::Forward {
+        fallback: Some(why.into()),
+        info: None,
+    }
+}
+
+/// The entry points' body: straight to cuBLAS when nested or off, else routed and recorded.
+pub(crate) fn dispatch(call: &Call<'_>) -> Status {
+    let Some(_inside) = reentry::enter() else {
+        return (call.forward)();
+    };
+    let Ok(cfg) = catch_unwind(config::get) else {
+        return (call.forward)();
+    };
+    if !cfg.cublas {
+        return (call.forward)();
+    }
+    let start = cfg.tracing().then(trace_sink::start);
+    let mut shape = None;
+    let done = catch_unwind(AssertUnwindSafe(|| route(call, cfg.route, &mut shape)))
+        .unwrap_or_else(|_| forward("gpu-ozaki: panicked"));
+    let (status, route, fallback, outcome, info) = match done {
+        Done::Forward { fallback, info } => {
+            ((call.forward)(), Route::GpuNative, fallback, None, info)
+        }
+        Done::Gpu {
+            outcome,
+            fallback,
+            status,
+        } => (status, Route::GpuOzaki, fallback, Some(outcome), None),
+    };
+    if let (Some(start), Some(shape)) = (start, shape) {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            let sym = Sym::Cublas {
+                name: call.name,
+                batch: call.batch.count.max(0) as u64,
+            };
+            trace_sink::record(
+                &start,
+                &Entry {
+                    sym,
+                    shape: &shape,
+                    route: route.name(),
+                    fallback: fallback.as_deref(),
+                    outcome: outcome.as_ref(),
+                    engine: None,
+                    info,
+                    ab: None,
+                },
+            );
+        }));
+    }
+    status
+}
+
+/// The hook's decision for one call (and the emulation, where decided); `shape` receives
+/// what the trace records.
+fn route(call: &Call<'_>, request: RouteRequest, shape: &mut Option<crate::abi::Shape>) -> Done {
+    let state = handle::state(call.handle);
+    let device_scalars = state.as_ref().is_ok_and(|s| s.device_scalars);
+    let (alpha, beta) = match call.scalars {
+        (a, b) if !device_scalars && !a.is_null() && !b.is_null() => {
+            // SAFETY: host pointer mode: alpha and beta are host scalars (cuBLAS's contract).
+            unsafe { (*a, *b) }
+        }
+        _ => (f64::NAN, f64::NAN),
+    };
+    let decoded = (call.decode)(alpha, beta);
+    *shape = Some(decoded.shape);
+    let canon = match decoded.verdict {
+        Verdict::Illegal(bad) => {
+            return Done::Forward {
+                fallback: None,
+                info: Some(bad.info),
+            };
+        }
+        Verdict::Quick => {
+            return Done::Forward {
+                fallback: None,
+                info: None,
+            };
+        }
+        Verdict::Compute(canon) => canon,
+    };
+    let state = match state {
+        Ok(s) => s,
+        Err(why) => return forward(why),
+    };
+    if call.batch.count <= 0 {
+        return Done::Forward {
+            fallback: None,
+            info: None,
+        };
+    }
+    if matches!(request, RouteRequest::Forced(r) if r != Route::GpuOzaki) {
+        return Done::Forward {
+            fallback: None,
+            info: None,
+        };
+    }
+    match capture::of(state.stream) {
+        capture::Capture::No => {}
+        capture::Capture::Yes => {
+            return forward("stream capturing into a graph: cuBLAS records the call");
+        }
+        capture::Capture::Unknown => return forward("capture state of the stream unknown: cuBLAS"),
+    }
+    if device_scalars || alpha.is_nan() {
+        return forward("alpha and beta in device memory (pointer mode device): cuBLAS");
+    }
+    if state.math_forbids {
+        return forward("the handle's math mode asks for cuBLAS's own fp64");
+    }
+    let first = device_call(canon);
+    if !emulation_chosen(&canon, &first) {
+        return Done::Forward {
+            fallback: None,
+            info: None,
+        };
+    }
+    emulate(&first, call.batch, state.stream)
+}
+
+/// Runs every member of the call through the emulation on the caller's stream, in the
+/// caller's context (which is current again afterwards).
+fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
+    let caller = match current_context() {
+        Ok(c) => c,
+        Err(e) => return forward(gpu_failure(e)),
+    };
+    let done = gpu_kernels::probe::contain("cuBLAS hook", || {
+        let mut g = gpu()?;
+        let stream = stream as gpu_kernels::device::Stream;
+        if !g.serves(caller, stream)? {
+            return Ok(forward(
+                "the operands belong to another device's context: cuBLAS",
+            ));
+        }
+        let mut phases = Phases::default();
+        let (mut moduli, mut scaling, mut declined) = (0, None, 0u64);
+        for i in 0..batch.count {
+            let member = batch.member(first, i);
+            // SAFETY: cuBLAS's contract: the member's matrices are device memory of the
+            // caller's context (checked to be this GPU's) valid for the call, on `stream`.
+            let ran = unsafe { run_emulation(&mut g, stream, &member) };
+            match ran {
+                Ok(Emulation::Done(o)) => {
+                    add(&mut phases, &o.phases);
+                    moduli = moduli.max(o.moduli);
+                    scaling = o.scaling.map(|s| s.name());
+                }
+                // Nothing of this call written yet: all of it to cuBLAS.
+                Ok(Emulation::Declined(why)) if i == 0 => {
+                    return Ok(forward(format!("gpu-ozaki: {why}")));
+                }
+                Err(e) if i == 0 => return Err(e),
+                Ok(Emulation::Declined(_)) => {
+                    declined += 1;
+                    // SAFETY: as above.
+                    unsafe { gpu_kernels::native::device_call(&g, stream, &member) }?;
+                }
+                Err(e) => {
+                    return Ok(Done::Gpu {
+                        outcome: RouteOutcome::default(),
+                        fallback: Some(format!(
+                            "member {i} failed after earlier members were written: {e}"
+                        )),
+                        status: EXECUTION_FAILED,
+                    });
+                }
+            }
+        }
+        Ok(Done::Gpu {
+            outcome: RouteOutcome {
+                moduli: Some(moduli),
+                scaling,
+                device: Some(g.ordinal),
+                devices: None,
+                phases: Some(phases),
+            },
+            fallback: (declined > 0)
+                .then(|| format!("{declined} members declined by gpu-ozaki ran on cuBLAS fp64")),
+            status: SUCCESS,
+        })
+    });
+    let _ = restore_context(caller);
+    done.unwrap_or_else(|e| forward(gpu_failure(e)))
+}
+
+/// A GPU failure as the trace's fallback, said once on stderr.
+fn gpu_failure(e: GpuError) -> String {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let why = format!("gpu-ozaki: unavailable: {e}");
+    SAID.call_once(|| {
+        config::notice(&format!(
+            "cuBLAS hook: {e}; fp64 cuBLAS calls run on cuBLAS"
+        ))
+    });
+    why
+}
+
+fn add(total: &mut Phases, p: &Phases) {
+    total.transfer_ns += p.transfer_ns;
+    total.convert_ns += p.convert_ns;
+    total.products_ns += p.products_ns;
+    total.reconstruct_ns += p.reconstruct_ns;
+}

@@ -1,0 +1,270 @@
+//! The cuBLAS hook seen from a GPU program, on a machine without a GPU: a fake cuBLAS
+//! (tests/c/fake_cublas_api.c, built as libcublas.so.13, over the fake driver of
+//! tests/c/fake_cuda.c) logs every call it receives with all its arguments, and a client
+//! library that links it is loaded `RTLD_LOCAL` (as Python loads PyTorch and CuPy), so the
+//! hook must find the real entry points by the library's handle. The fake driver's GPU
+//! never starts, so every routed call ends on cuBLAS: what cuBLAS receives must be exactly
+//! what it receives without the shim, each real entry point reached once per call (the
+//! fake's fp64 `cublasGemmEx` calls its own exported `cublasDgemm_v2`, which the hook must
+//! pass straight through), and the trace must hold one record per fp64 call, naming it, and
+//! saying why it stayed on cuBLAS.
+
+mod common;
+
+use common::*;
+use ozaki_core::trace::CallRecord;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The fp64 calls of tests/c/cublas_user.c in order, with their batch counts (the last
+/// with alpha and beta in device memory).
+const FP64_CALLS: [(&str, Option<u64>); 11] = [
+    ("cublasDgemm_v2", None),
+    ("cublasGemmEx", None),
+    ("cublasDgemmStridedBatched", Some(3)),
+    ("cublasGemmStridedBatchedEx", Some(2)),
+    ("cublasDsyrk_v2", None),
+    ("cublasDgemm_v2_64", None),
+    ("cublasGemmEx_64", None),
+    ("cublasDgemmStridedBatched_64", Some(4)),
+    ("cublasGemmStridedBatchedEx_64", Some(2)),
+    ("cublasDsyrk_v2_64", None),
+    ("cublasDgemm_v2", None),
+];
+
+fn cc(args: &[&str], dir: &Path) {
+    let o = Command::new("cc")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Builds the fake driver and cuBLAS, the client library and the client into `dir`; `None`
+/// (after a visible skip) without a C compiler.
+fn build(dir: &Path) -> Option<PathBuf> {
+    if !require(
+        runs("cc", &["--version"]),
+        "a C compiler (cc)",
+        "apt-get install gcc",
+    ) {
+        return None;
+    }
+    let src = repo_root().join("tests/c");
+    let s = |name: &str| src.join(name).to_string_lossy().into_owned();
+    cc(
+        &[
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            "libcuda.so.1",
+            &s("fake_cuda.c"),
+        ],
+        dir,
+    );
+    std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
+    cc(
+        &[
+            "-O2",
+            "-Wall",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcublas.so.13",
+            "-o",
+            "libcublas.so.13",
+            &s("fake_cublas_api.c"),
+            "-Wl,--no-as-needed",
+            "./libcuda.so.1",
+        ],
+        dir,
+    );
+    cc(
+        &[
+            "-O2",
+            "-Wall",
+            "-shared",
+            "-fPIC",
+            "-o",
+            "libcublas_user.so",
+            &s("cublas_user.c"),
+            "./libcublas.so.13",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+        dir,
+    );
+    cc(
+        &[
+            "-O2",
+            "-Wall",
+            "-o",
+            "cublas_client",
+            &s("cublas_client.c"),
+            "-ldl",
+        ],
+        dir,
+    );
+    Some(dir.join("cublas_client"))
+}
+
+/// What one run of the client left: the fake's call log, the trace's call records and
+/// stderr.
+struct Run {
+    log: String,
+    calls: Vec<CallRecord>,
+    stderr: String,
+}
+
+/// Runs the client in `dir` (with the shim when `shim`), `env` added.
+fn run(dir: &Path, prog: &Path, shim: bool, env: &[(&str, &str)], tag: &str) -> Run {
+    let log = dir.join(format!("{tag}.log"));
+    let trace = dir.join(format!("{tag}.jsonl"));
+    let mut cmd = if shim {
+        shimmed(prog, Some(&trace))
+    } else {
+        plain(prog)
+    };
+    cmd.arg(dir)
+        .current_dir(dir)
+        .env("FAKE_CUBLAS_LOG", &log)
+        .env("LD_LIBRARY_PATH", dir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = run_ok(&mut cmd);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "done\n",
+        "{tag}: every call succeeded"
+    );
+    let calls = if trace.exists() {
+        calls_in_order(&read_trace(&trace))
+            .into_iter()
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Run {
+        log: std::fs::read_to_string(&log).unwrap(),
+        calls,
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// The client's run without the shim, the reference for what cuBLAS must receive.
+fn reference(name: &str) -> Option<(PathBuf, PathBuf, Run)> {
+    let dir = work_dir(name);
+    let prog = build(&dir)?;
+    let plain = run(&dir, &prog, false, &[], "plain");
+    assert_eq!(
+        plain.log.lines().count(),
+        13,
+        "the fake logged every call:\n{}",
+        plain.log
+    );
+    Some((dir, prog, plain))
+}
+
+/// The record names, batches and the device-resident mark, in call order.
+fn described(calls: &[CallRecord]) -> Vec<(String, Option<u64>)> {
+    for c in calls {
+        assert!(c.device_resident, "{}: device_resident", c.sym);
+    }
+    calls.iter().map(|c| (c.sym.clone(), c.batch)).collect()
+}
+
+/// [`FP64_CALLS`] as [`described`] shows them.
+fn expected_calls() -> Vec<(String, Option<u64>)> {
+    FP64_CALLS
+        .iter()
+        .map(|&(s, b)| (s.to_string(), b))
+        .collect()
+}
+
+#[test]
+fn cublas_receives_every_call_unchanged_once_and_each_fp64_call_is_recorded_once() {
+    let Some((dir, prog, plain)) = reference("cublas-hook-forward") else {
+        return;
+    };
+    let with = run(&dir, &prog, true, &[("OZAKI_ROUTE", "gpu-ozaki")], "shim");
+    assert_eq!(
+        with.log, plain.log,
+        "what cuBLAS received, without vs with the shim"
+    );
+    // the fp32 cublasGemmEx has no record; the fp64 cublasGemmEx's inner cublasDgemm_v2
+    // (the library's own call) has none either
+    assert_eq!(described(&with.calls), expected_calls());
+    let dgemm = &with.calls[0];
+    assert_eq!((dgemm.m, dgemm.n, dgemm.k, dgemm.ldc), (96, 80, 64, 100));
+    assert_eq!((dgemm.alpha, dgemm.beta), (1.5, 0.25));
+    assert!(with.calls[5].ilp64 && !dgemm.ilp64);
+    assert_eq!(with.calls[4].routine, ozaki_core::trace::Routine::Dsyrk);
+    for c in &with.calls[..10] {
+        assert_eq!(c.route, "gpu-native", "{}: no GPU, so cuBLAS", c.sym);
+        let why = c.fallback.as_deref().unwrap_or("");
+        assert!(
+            why.contains("unavailable"),
+            "{}: the GPU did not start: {why}",
+            c.sym
+        );
+    }
+    // alpha and beta in device memory: not read (the made-up addresses would crash), cuBLAS
+    let device = &with.calls[10];
+    assert!(device.alpha.is_nan() && device.beta.is_nan());
+    let why = device.fallback.as_deref().unwrap_or("");
+    assert!(why.contains("pointer mode device"), "{why}");
+}
+
+#[test]
+fn ozaki_cublas_0_hands_every_call_to_cublas_unrecorded() {
+    let Some((dir, prog, plain)) = reference("cublas-hook-off") else {
+        return;
+    };
+    let off = run(
+        &dir,
+        &prog,
+        true,
+        &[("OZAKI_CUBLAS", "0"), ("OZAKI_ROUTE", "gpu-ozaki")],
+        "off",
+    );
+    assert_eq!(off.log, plain.log);
+    assert!(
+        off.calls.is_empty(),
+        "no record with the hook off: {:?}",
+        described(&off.calls)
+    );
+    assert!(!off.stderr.contains("cuBLAS hook"), "{}", off.stderr);
+}
+
+#[test]
+fn a_capturing_stream_goes_to_cublas_with_nothing_decided_or_started() {
+    let Some((dir, prog, plain)) = reference("cublas-hook-capture") else {
+        return;
+    };
+    let env = [("FAKE_CAPTURING", "1"), ("OZAKI_ROUTE", "gpu-ozaki")];
+    let captured = run(&dir, &prog, true, &env, "capture");
+    assert_eq!(captured.log, plain.log);
+    assert_eq!(described(&captured.calls), expected_calls());
+    for c in &captured.calls[..10] {
+        let why = c.fallback.as_deref().unwrap_or("");
+        assert!(why.contains("capturing"), "{}: {why}", c.sym);
+        assert!(
+            c.engine.is_none() && c.moduli.is_none(),
+            "{}: nothing decided",
+            c.sym
+        );
+    }
+    // no GPU start was attempted (it would have said on stderr that it found no GPU)
+    assert!(
+        !captured.stderr.contains("cuBLAS hook"),
+        "{}",
+        captured.stderr
+    );
+}
