@@ -23,7 +23,7 @@ need_apt() {
 
 # The shim and the ozaki CLI, release build.
 build_shim() {
-    (cd "$ROOT" && cargo build --release -q -p ozaki-shim)
+    (cd "$ROOT" && cargo build --release -q -p ozaki-shim -p ozaki-cli)
     SHIM="$ROOT/target/release/libozaki_shim.so"
     OZAKI="$ROOT/target/release/ozaki"
 }

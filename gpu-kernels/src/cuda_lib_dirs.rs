@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// The variable with extra directories to look in (colon-separated).
-pub const DIRS_VAR: &str = "OZAKI_CUDA_LIB_DIRS";
+pub const DIRS_VAR: &str = ozaki_core::env::CUDA_LIB_DIRS;
 
 /// File names to load, in dependency order (cuBLAS needs cuBLASLt; NVRTC opens its builtins
 /// library by name when it compiles). A name ending in `.` is a prefix: NVRTC's builtins carry
@@ -39,7 +39,7 @@ pub fn preload() -> &'static [PathBuf] {
     static LOADED: OnceLock<Vec<PathBuf>> = OnceLock::new();
     LOADED.get_or_init(|| {
         let dirs = search_dirs(
-            std::env::var_os(DIRS_VAR).as_deref(),
+            ozaki_core::env::var_os(DIRS_VAR).as_deref(),
             own_object_path().as_deref(),
         );
         let loaded: Vec<PathBuf> = find_libraries(&dirs)

@@ -12,16 +12,13 @@ use crate::error::{Context, GpuError};
 use crate::kernels::Kernels;
 use crate::memory::{PinnedBuffer, Workspace};
 use crate::probe::{Libraries, contain};
+pub use crate::timing::sync;
 use cudarc::cublas::sys as cublas;
-use cudarc::cublaslt::sys as lt;
 use cudarc::driver::sys;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// A CUDA stream handle as C callers pass it (`cudaStream_t` and `CUstream` are the same).
 pub type Stream = sys::CUstream;
-
-/// Size of the cuBLASLt workspace (the value cuBLASLt recommends on Hopper).
-pub const LT_WORKSPACE: usize = 32 << 20;
 
 /// An initialised GPU with its library handles, kernels and reusable buffers.
 pub struct Gpu {
@@ -43,8 +40,8 @@ pub struct Gpu {
     /// Second stream, for transfers overlapping compute.
     pub(crate) copy_stream: sys::CUstream,
     pub(crate) blas: cublas::cublasHandle_t,
-    pub(crate) lt: lt::cublasLtHandle_t,
-    pub(crate) lt_workspace: crate::memory::DeviceBuffer,
+    /// cuBLASLt: handle, workspace and per-shape algorithms of the int8 products.
+    pub(crate) lt: crate::lt_int8::Lt,
     /// The emulation kernels, or why they are unavailable.
     pub(crate) kernels: Result<Kernels, GpuError>,
     pub(crate) workspace: Workspace,
@@ -54,7 +51,6 @@ pub struct Gpu {
     /// is done: the host waits for it before writing `small` again, since a host-resident
     /// pipeline returns from a call before its stream finished (`ozaki::enqueue`).
     pub(crate) small_busy: Option<crate::timing::Fence>,
-    pub(crate) algo_cache: crate::lt_int8::AlgoCache,
 }
 
 // SAFETY: the raw handles are only used while the Mutex around the Gpu is held, and each
@@ -174,12 +170,12 @@ impl Gpu {
         if let Some(missing) = libs.native_missing() {
             return Err(GpuError::Unavailable(missing.into()));
         }
-        let explicit: Option<u32> = match (pin, std::env::var("OZAKI_GPU")) {
+        let explicit: Option<u32> = match (pin, ozaki_core::env::var(ozaki_core::env::GPU)) {
             (Some(o), _) => Some(o),
-            (None, Ok(v)) => Some(v.trim().parse().map_err(|_| {
+            (None, Some(v)) => Some(v.trim().parse().map_err(|_| {
                 GpuError::Unavailable(format!("OZAKI_GPU={v:?} is not a device number"))
             })?),
-            (None, Err(_)) => None,
+            (None, None) => None,
         };
         // Each step runs inside the start gate, which a process exit closes and waits on
         // (`start_gate`: the shim may run this on a background thread).
@@ -213,7 +209,7 @@ impl Gpu {
             Ok((
                 blas,
                 cublas_version,
-                crate::memory::DeviceBuffer::new(LT_WORKSPACE)?,
+                crate::memory::DeviceBuffer::new(crate::lt_int8::LT_WORKSPACE)?,
             ))
         })?;
         let lt = if libs.cublaslt {
@@ -253,14 +249,12 @@ impl Gpu {
             stream,
             copy_stream,
             blas,
-            lt,
-            lt_workspace,
+            lt: crate::lt_int8::Lt::new(lt, lt_workspace),
             kernels,
             workspace: Workspace::default(),
             staging: Vec::new(),
             small: step("pinned table", || PinnedBuffer::new(1 << 20))?,
             small_busy: None,
-            algo_cache: Default::default(),
         })
     }
 
@@ -363,7 +357,7 @@ fn find_device(explicit: Option<u32>) -> Result<Found, GpuError> {
         Some(o) => o,
         None => {
             use ozaki_core::devices::{DEVICES_VAR, DeviceAssignment, LauncherEnv};
-            let pool = std::env::var(DEVICES_VAR).ok();
+            let pool = ozaki_core::env::var(DEVICES_VAR);
             DeviceAssignment::resolve(
                 pool.as_deref(),
                 count.max(0) as u32,
@@ -447,12 +441,4 @@ pub fn restore_context(ctx: sys::CUcontext) -> Result<(), GpuError> {
             .result()
             .ctx("cuCtxSetCurrent")
     })
-}
-
-/// Waits for `stream` and reports a failed kernel or copy as an error.
-pub fn sync(stream: sys::CUstream) -> Result<(), GpuError> {
-    // SAFETY: a live stream of the current context.
-    unsafe { sys::cuStreamSynchronize(stream) }
-        .result()
-        .ctx("cuStreamSynchronize")
 }

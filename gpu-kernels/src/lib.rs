@@ -15,7 +15,7 @@
 //! | [`native`] | cuBLAS DGEMM / DSYRK |
 //! | [`ozaki`] | the emulated pipeline on device memory; its host plan and moduli rule |
 //! | [`host`] | host-resident calls: staging, transfers, write-back after success |
-//! | `early_write` | with beta = 0, blocks of C written as they arrive once the call is accepted |
+//! | `host::early_write` | with beta = 0, blocks of C written as they arrive once the call is accepted |
 //! | [`host_copy`] | streaming (non-temporal) copies between pageable and pinned memory |
 //! | [`host_link`] | host-memory and host-link microbenchmarks (`ozaki bench --host-link`) |
 //! | [`multi`] | one host-resident dgemm split across several device slots |
@@ -31,7 +31,6 @@
 
 pub mod cuda_lib_dirs;
 pub mod device;
-mod early_write;
 pub mod energy;
 pub mod error;
 pub mod host;

@@ -7,11 +7,33 @@
 //! column-major int32 m x n (ld = m). With |residue| <= 128 every product term is <= 2^14,
 //! so the int32 sums are exact for kpad <= 2^17 (checked by the caller).
 
-use crate::device::{Gpu, LT_WORKSPACE};
 use crate::error::{Context, GpuError};
+use crate::memory::DeviceBuffer;
 use cudarc::cublaslt::{result, sys};
 use std::collections::HashMap;
 use std::ffi::c_void;
+
+/// Size of the cuBLASLt workspace (the value cuBLASLt recommends on Hopper).
+pub const LT_WORKSPACE: usize = 32 << 20;
+
+/// One GPU's cuBLASLt state: its handle (null when cuBLASLt is unavailable), the workspace
+/// promised to the heuristic, and the algorithm chosen per product shape.
+pub struct Lt {
+    pub(crate) handle: sys::cublasLtHandle_t,
+    pub(crate) workspace: DeviceBuffer,
+    pub(crate) cache: AlgoCache,
+}
+
+impl Lt {
+    /// The state around `handle` (null: no cuBLASLt) and its workspace, with an empty cache.
+    pub(crate) fn new(handle: sys::cublasLtHandle_t, workspace: DeviceBuffer) -> Lt {
+        Lt {
+            handle,
+            workspace,
+            cache: AlgoCache::default(),
+        }
+    }
+}
 
 /// Largest inner dimension whose int32 sums of 128 x 128 terms cannot overflow.
 pub const MAX_K: usize = 1 << 17;
@@ -148,7 +170,7 @@ impl Problem {
     #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         &self,
-        gpu: &Gpu,
+        lt: &Lt,
         stream: cudarc::driver::sys::CUstream,
         algo: &sys::cublasLtMatmulAlgo_t,
         (a, b, d): (u64, u64, u64),
@@ -162,7 +184,7 @@ impl Problem {
         // to the heuristic.
         unsafe {
             result::matmul(
-                gpu.lt,
+                lt.handle,
                 self.desc.0,
                 &alpha as *const i32 as *const c_void,
                 &beta as *const i32 as *const c_void,
@@ -175,7 +197,7 @@ impl Problem {
                 dp as *mut c_void,
                 self.ld.0,
                 algo,
-                gpu.lt_workspace.ptr() as *mut c_void,
+                lt.workspace.ptr() as *mut c_void,
                 LT_WORKSPACE,
                 stream as sys::cudaStream_t,
             )
@@ -203,28 +225,28 @@ impl Problem {
 /// 16384 (`ozaki bench --int8-sweep`, BENCHMARKS.md, "Kernel tuning"): the int8
 /// products run under the board's power cap, so one cold product does not rank them.
 pub unsafe fn batched(
-    gpu: &mut Gpu,
+    lt: &mut Lt,
     stream: cudarc::driver::sys::CUstream,
     shape: Shape,
     a: u64,
     b: u64,
     d: u64,
 ) -> Result<(), GpuError> {
-    if gpu.lt.is_null() {
+    if lt.handle.is_null() {
         return Err(GpuError::Unavailable("no cuBLASLt handle".into()));
     }
-    if !gpu.algo_cache.contains_key(&shape) {
+    if !lt.cache.contains_key(&shape) {
         let prob = Problem::new(shape)?;
-        let algo = candidates(gpu.lt, &prob, 1)?[0].algo;
-        if gpu.algo_cache.len() >= CACHE_SHAPES {
-            gpu.algo_cache.clear();
+        let algo = candidates(lt.handle, &prob, 1)?[0].algo;
+        if lt.cache.len() >= CACHE_SHAPES {
+            lt.cache.clear();
         }
-        gpu.algo_cache.insert(shape, Cached { prob, algo });
+        lt.cache.insert(shape, Cached { prob, algo });
     }
-    let c = &gpu.algo_cache[&shape];
+    let c = &lt.cache[&shape];
     for p in 0..shape.batch as usize {
         // SAFETY: the caller's contract.
-        unsafe { c.prob.run(gpu, stream, &c.algo, (a, b, d), p) }?;
+        unsafe { c.prob.run(lt, stream, &c.algo, (a, b, d), p) }?;
     }
     Ok(())
 }
@@ -290,27 +312,27 @@ fn config_u32(
 /// drops at n = 16384).
 ///
 /// # Safety
-/// - `a`, `b`, `d` as in [`batched`], for `gpu`'s own stream (the timing synchronises it, so
-///   they need to stay valid only until this returns).
+/// - `a`, `b`, `d` as in [`batched`], for `stream` (the timing synchronises it, so they need
+///   to stay valid only until this returns).
 pub unsafe fn sweep(
-    gpu: &Gpu,
+    lt: &Lt,
+    stream: cudarc::driver::sys::CUstream,
     shape: Shape,
     max_algos: usize,
     reps: usize,
     (a, b, d): (u64, u64, u64),
 ) -> Result<Vec<AlgoRate>, GpuError> {
     use sys::cublasLtMatmulAlgoConfigAttributes_t as C;
-    let stream = gpu.stream;
     let prob = Problem::new(shape)?;
-    let found = candidates(gpu.lt, &prob, max_algos)?;
+    let found = candidates(lt.handle, &prob, max_algos)?;
     let ops = 2.0 * (shape.m * shape.n * shape.k) as f64 * shape.batch as f64;
     let mut out = Vec::new();
     for (rank, cand) in found.iter().enumerate() {
         let algo = cand.algo;
-        let t = crate::measure::time_median(stream, reps, || {
+        let t = crate::timing::time_median(stream, reps, || {
             (0..shape.batch as usize).try_for_each(|p| {
                 // SAFETY: the caller's contract.
-                unsafe { prob.run(gpu, stream, &algo, (a, b, d), p) }
+                unsafe { prob.run(lt, stream, &algo, (a, b, d), p) }
             })
         });
         let Ok(t) = t else { continue };

@@ -3,66 +3,14 @@
 //! emulated DGEMM baselines, and the pinned host-link bandwidth. All timings are medians of
 //! CUDA-event-timed repetitions after one warm-up.
 
-use crate::device::{Gpu, sync};
+use crate::device::Gpu;
 use crate::error::{Context, GpuError};
 use crate::memory::{DeviceBuffer, PinnedBuffer};
+use crate::timing::sync;
+pub use crate::timing::{time_median, time_once};
 use cudarc::cublas::sys as cb;
 use cudarc::driver::sys;
 use std::ffi::c_void;
-
-/// Median seconds of `reps` runs of `f` on `stream` (after one untimed warm-up).
-pub fn time_median(
-    stream: sys::CUstream,
-    reps: usize,
-    mut f: impl FnMut() -> Result<(), GpuError>,
-) -> Result<f64, GpuError> {
-    f()?;
-    sync(stream)?;
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps.max(1) {
-        let ev = sys::CUevent_flags::CU_EVENT_DEFAULT;
-        let e0 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
-        let e1 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
-        // SAFETY: fresh events on a live stream; destroyed below.
-        let ms = unsafe {
-            cudarc::driver::result::event::record(e0, stream).ctx("cuEventRecord")?;
-            let r = f();
-            cudarc::driver::result::event::record(e1, stream).ctx("cuEventRecord")?;
-            sync(stream)?;
-            let ms = cudarc::driver::result::event::elapsed(e0, e1).ctx("cuEventElapsedTime");
-            let _ = cudarc::driver::result::event::destroy(e0);
-            let _ = cudarc::driver::result::event::destroy(e1);
-            r?;
-            ms?
-        };
-        times.push(ms as f64 * 1e-3);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
-}
-
-/// Seconds of one run of `f` on `stream`, timed with events (no warm-up).
-pub fn time_once(
-    stream: sys::CUstream,
-    f: impl FnOnce() -> Result<(), GpuError>,
-) -> Result<f64, GpuError> {
-    let ev = sys::CUevent_flags::CU_EVENT_DEFAULT;
-    let e0 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
-    let e1 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
-    // SAFETY: fresh events on a live stream; destroyed below.
-    unsafe {
-        let r = (|| {
-            cudarc::driver::result::event::record(e0, stream).ctx("cuEventRecord")?;
-            f()?;
-            cudarc::driver::result::event::record(e1, stream).ctx("cuEventRecord")?;
-            sync(stream)?;
-            cudarc::driver::result::event::elapsed(e0, e1).ctx("cuEventElapsedTime")
-        })();
-        let _ = cudarc::driver::result::event::destroy(e0);
-        let _ = cudarc::driver::result::event::destroy(e1);
-        r.map(|ms| ms as f64 * 1e-3)
-    }
-}
 
 /// Device buffer filled from host data (synchronous copy; for benchmarks and tests).
 pub fn upload<T: Copy>(data: &[T]) -> Result<DeviceBuffer, GpuError> {
@@ -116,7 +64,7 @@ pub fn int8_rates(
     let t_lt = time_median(stream, reps, || {
         // SAFETY: the context is current; a, b, d are live device buffers of `batch` n x n
         // planes, and the timing synchronises the stream before they are freed.
-        unsafe { crate::lt_int8::batched(gpu, stream, shape, a.ptr(), b.ptr(), d.ptr()) }
+        unsafe { crate::lt_int8::batched(&mut gpu.lt, stream, shape, a.ptr(), b.ptr(), d.ptr()) }
     })?;
     let (alpha, beta) = (1i32, 0i32);
     let blas = gpu.blas;
@@ -192,7 +140,16 @@ pub fn int8_sweep(
     };
     // SAFETY: a, b, d are live device buffers of `batch` planes of the shape's sizes, freed
     // only after the sweep returned.
-    unsafe { crate::lt_int8::sweep(gpu, shape, max_algos, reps, (a.ptr(), b.ptr(), d.ptr())) }
+    unsafe {
+        crate::lt_int8::sweep(
+            &gpu.lt,
+            gpu.stream,
+            shape,
+            max_algos,
+            reps,
+            (a.ptr(), b.ptr(), d.ptr()),
+        )
+    }
 }
 
 /// Fills device bytes with a fixed pseudo-random pattern (through a pinned host buffer).

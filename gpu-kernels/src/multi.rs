@@ -210,7 +210,7 @@ pub fn gemm(
     let barrier = std::sync::Barrier::new(tiles.len());
     // beta == 0: each tile writes its blocks of C as they arrive, once every tile's checks
     // passed (early_write's module doc); otherwise every tile commits after the barrier
-    let gate = crate::early_write::Gate::new(tiles.len());
+    let gate = crate::host::early_write::Gate::new(tiles.len());
     let early_ok = args.beta == 0.0;
     let commit_threads = (host::write_threads() / tiles.len().max(1)).max(1);
     /// A tile's outcome and its commit time, ns.
@@ -274,7 +274,7 @@ pub fn gemm(
                             // write only their own elements; with beta != 0 no thread writes
                             // C before the barrier below.
                             let (c_in, early): (&[f64], _) = if early_ok {
-                                let early = crate::early_write::EarlyC {
+                                let early = crate::host::early_write::EarlyC {
                                     // SAFETY: off + c_span <= shared.len (checked above).
                                     c: host::SendPtr(unsafe { shared.ptr.add(off) }),
                                     threads: commit_threads,
@@ -406,13 +406,13 @@ pub fn slots() -> &'static [u32] {
     use ozaki_core::devices::{DEVICES_VAR, DeviceAssignment, LauncherEnv};
     static SLOTS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
     SLOTS.get_or_init(|| {
-        if std::env::var_os("OZAKI_GPU").is_some() {
+        if ozaki_core::env::var_os(ozaki_core::env::GPU).is_some() {
             return Vec::new();
         }
         let Ok(count) = crate::device::device_count() else {
             return Vec::new();
         };
-        let pool = std::env::var(DEVICES_VAR).ok();
+        let pool = ozaki_core::env::var(DEVICES_VAR);
         DeviceAssignment::resolve(pool.as_deref(), count, &LauncherEnv::from_process_env())
             .map(|a| a.slots)
             .unwrap_or_default()

@@ -44,11 +44,11 @@ pub fn cache_key(parts: &[&[u8]]) -> u64 {
 
 /// The cache folder this process would use (not created).
 pub fn cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    let base = ozaki_core::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| {
-            std::env::var_os("HOME")
+            ozaki_core::env::var_os("HOME")
                 .filter(|v| !v.is_empty())
                 .map(|h| PathBuf::from(h).join(".cache"))
         })?;

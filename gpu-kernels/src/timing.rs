@@ -4,6 +4,68 @@
 use crate::error::{Context, GpuError};
 use cudarc::driver::sys;
 
+/// Waits for `stream` and reports a failed kernel or copy as an error.
+pub fn sync(stream: sys::CUstream) -> Result<(), GpuError> {
+    // SAFETY: a live stream of the current context.
+    unsafe { sys::cuStreamSynchronize(stream) }
+        .result()
+        .ctx("cuStreamSynchronize")
+}
+
+/// Median seconds of `reps` runs of `f` on `stream` (after one untimed warm-up).
+pub fn time_median(
+    stream: sys::CUstream,
+    reps: usize,
+    mut f: impl FnMut() -> Result<(), GpuError>,
+) -> Result<f64, GpuError> {
+    f()?;
+    sync(stream)?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let ev = sys::CUevent_flags::CU_EVENT_DEFAULT;
+        let e0 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
+        let e1 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
+        // SAFETY: fresh events on a live stream; destroyed below.
+        let ms = unsafe {
+            cudarc::driver::result::event::record(e0, stream).ctx("cuEventRecord")?;
+            let r = f();
+            cudarc::driver::result::event::record(e1, stream).ctx("cuEventRecord")?;
+            sync(stream)?;
+            let ms = cudarc::driver::result::event::elapsed(e0, e1).ctx("cuEventElapsedTime");
+            let _ = cudarc::driver::result::event::destroy(e0);
+            let _ = cudarc::driver::result::event::destroy(e1);
+            r?;
+            ms?
+        };
+        times.push(ms as f64 * 1e-3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Seconds of one run of `f` on `stream`, timed with events (no warm-up).
+pub fn time_once(
+    stream: sys::CUstream,
+    f: impl FnOnce() -> Result<(), GpuError>,
+) -> Result<f64, GpuError> {
+    let ev = sys::CUevent_flags::CU_EVENT_DEFAULT;
+    let e0 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
+    let e1 = cudarc::driver::result::event::create(ev).ctx("cuEventCreate")?;
+    // SAFETY: fresh events on a live stream; destroyed below.
+    unsafe {
+        let r = (|| {
+            cudarc::driver::result::event::record(e0, stream).ctx("cuEventRecord")?;
+            f()?;
+            cudarc::driver::result::event::record(e1, stream).ctx("cuEventRecord")?;
+            sync(stream)?;
+            cudarc::driver::result::event::elapsed(e0, e1).ctx("cuEventElapsedTime")
+        })();
+        let _ = cudarc::driver::result::event::destroy(e0);
+        let _ = cudarc::driver::result::event::destroy(e1);
+        r.map(|ms| ms as f64 * 1e-3)
+    }
+}
+
 /// Events recorded in stream order, each tagged with the phase that ends at it.
 pub struct Marks {
     stream: sys::CUstream,

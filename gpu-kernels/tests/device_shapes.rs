@@ -10,18 +10,7 @@ use gpu_kernels::ozaki::Options;
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo};
 use ozaki_core::emulate::{self, ScalingMode};
 use ozaki_core::testutil::Rng;
-use support::{bits_differ, centered, device_product, dims, same_numerics, skip};
-
-/// Whether a GPU is usable; otherwise prints `skipped: <test>: no GPU (why)`.
-fn gpu_or_skip(test: &str) -> bool {
-    match gpu_kernels::device::available() {
-        Ok(()) => true,
-        Err(e) => {
-            skip(format_args!("{test}: no GPU ({e})"));
-            false
-        }
-    }
-}
+use support::{bits_differ, centered, device_product, dims, have_gpu, same_numerics};
 
 fn aligned(align: usize, max_block: usize) -> Options {
     Options {
@@ -37,7 +26,7 @@ fn aligned(align: usize, max_block: usize) -> Options {
 /// not declined).
 #[test]
 fn padded_products_equal_unpadded_ones_bit_for_bit() {
-    if !gpu_or_skip("padded_products_equal_unpadded_ones_bit_for_bit") {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(41);
@@ -73,7 +62,7 @@ fn padded_products_equal_unpadded_ones_bit_for_bit() {
 /// reconstruction, same moduli and scaling) on odd shapes and every transpose: bit for bit.
 #[test]
 fn padded_odd_shapes_equal_the_cpu_reference_route_bit_for_bit() {
-    if !gpu_or_skip("padded_odd_shapes_equal_the_cpu_reference_route_bit_for_bit") {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(43);
@@ -119,7 +108,7 @@ fn padded_odd_shapes_equal_the_cpu_reference_route_bit_for_bit() {
 /// other triangle untouched.
 #[test]
 fn padded_syrk_triangles_equal_unpadded_ones_bit_for_bit() {
-    if !gpu_or_skip("padded_syrk_triangles_equal_unpadded_ones_bit_for_bit") {
+    if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(47);

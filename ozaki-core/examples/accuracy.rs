@@ -81,7 +81,7 @@ with norm scaling.
 
 ## Running the adversarial suite
 ```sh
-cargo build --release -p ozaki-shim
+cargo build --release -p ozaki-shim -p ozaki-cli
 target/release/ozaki accuracy --list                      # the families
 target/release/ozaki accuracy --quick                     # CI: every family, small sizes (~10 s on 2 cores)
 target/release/ozaki accuracy                             # cpu-ozaki at 128x128x1024 and 384x320x2048 (~2 min)
@@ -98,7 +98,7 @@ are the host-resident forced `gpu-ozaki`, the device-resident pipeline of
 1 when any call breaks the contract (`**BREAKS**` in its row), 0 otherwise; without a GPU,
 `--route gpu-ozaki` prints `skipped: no GPU (...)` and exits 0. The route's environment
 applies (`OZAKI_MODULI=12 ozaki accuracy --families normal` breaks the contract and exits 1).
-CI runs the quick suite (`shim/tests/accuracy_cli.rs`); `scripts/gpu-check` runs the GPU
+CI runs the quick suite (`ozaki-cli/tests/accuracy_cli.rs`); `scripts/gpu-check` runs the GPU
 route (stage `accuracy`, tables in `$OUT/accuracy-gpu.md`).
 
 The families: normal, uniform [0, 1), integers (exact: every sum fits fp64, so the error must

@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// The environment variable that names the host's device pool (a user-facing name).
-pub const DEVICES_VAR: &str = "OZAKI_DEVICES";
+pub const DEVICES_VAR: &str = crate::env::DEVICES;
 
 /// Launcher variables holding the rank in the whole job, first match wins:
 /// Open MPI, MPICH/Intel MPI (Hydra, PMI-1/2), PMIx launchers, Slurm `srun`, MVAPICH2.
@@ -84,7 +84,7 @@ pub struct LauncherEnv {
 }
 
 impl LauncherEnv {
-    /// Reads the launcher variables through `get` (normally `|k| std::env::var(k).ok()`;
+    /// Reads the launcher variables through `get` (normally `crate::env::var`;
     /// tests pass a map). Unparsable values count as absent: a launcher we misread must
     /// not stop the program, it only loses the rank-aware device choice.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> LauncherEnv {
@@ -101,7 +101,7 @@ impl LauncherEnv {
 
     /// Reads the launcher variables of this process.
     pub fn from_process_env() -> LauncherEnv {
-        LauncherEnv::from_lookup(|k| std::env::var(k).ok())
+        LauncherEnv::from_lookup(crate::env::var)
     }
 }
 

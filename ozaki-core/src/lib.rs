@@ -12,6 +12,7 @@
 //! | [`kernel`], [`fp8`], [`accuracy`], [`testutil`] | CPU integer kernels, the FP8 sets S/A/E/D and plane encodings, the exact-reference error measure, seeded test data |
 //! | [`stats`] | FLOP-weighted quantiles of call sizes (nbar) for summaries and reports |
 //! | [`engine`] | machine profile, cost model and per-call route choice, trace replay |
+//! | [`env`] | the one reader of the environment and the table of every `OZAKI_*` variable |
 //! | [`private_path`] | whether a file and the folders above it can be trusted by this user (trace, kernel cache, profiles) |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -22,6 +23,7 @@ pub mod crt_tables;
 pub mod devices;
 pub mod emulate;
 pub mod engine;
+pub mod env;
 pub mod exact;
 pub mod fallback;
 pub mod fp8;

@@ -122,7 +122,7 @@ pub fn config() -> Option<&'static AbConfig> {
     static CONFIG: crate::lazy::Lazy<Option<AbConfig>> = crate::lazy::Lazy::new();
     CONFIG
         .get_or_init(|| {
-            let var = |name: &str| std::env::var(name).ok();
+            let var = ozaki_core::env::var;
             let (config, problems) = AbConfig::parse(
                 var("OZAKI_AB").as_deref(),
                 var("OZAKI_AB_KEEP").as_deref(),

@@ -58,7 +58,7 @@ pub struct RawConfig {
 impl RawConfig {
     /// Reads the process environment.
     pub fn from_env() -> RawConfig {
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let var = |name: &str| ozaki_core::env::var_os(name).filter(|v| !v.is_empty());
         RawConfig {
             trace: var("OZAKI_TRACE"),
             trace_argv: var("OZAKI_TRACE_ARGV"),

@@ -1,5 +1,8 @@
 //! Process events: the load-time constructor, the `fork` handlers and the `exit` handler.
 //!
+//! The constructor is `DT_INIT` of the cdylib only (`_ozaki_shim_on_load`, named by
+//! `build.rs`), so a program that links this crate as a Rust library runs none of it.
+//!
 //! Everything here is called by the loader or libc, so each function runs its work inside
 //! `catch_unwind` (a panic must not unwind into them).
 //!
@@ -65,17 +68,20 @@ pub fn ensure_loaded() {
     LOADED.store(2, Ordering::Release);
 }
 
-/// Runs when the library is loaded.
-extern "C" fn on_load() {
-    shielded(ensure_loaded);
+/// The library's load-time constructor: the loader runs it as `DT_INIT` when it loads
+/// `libozaki_shim.so` (`build.rs` links the cdylib with `-init` naming it), before the
+/// first BLAS call can arrive through the library's exports. It is not an `.init_array`
+/// entry on purpose: the `ozaki` command links this crate as an ordinary library and must
+/// not start the interposer in its own process. Sets up the process state
+/// ([`ensure_loaded`]), then arms the main-thread exit guard of the GPU start
+/// ([`crate::route::start`]) on the loading thread.
+#[unsafe(no_mangle)]
+extern "C" fn _ozaki_shim_on_load() {
+    shielded(|| {
+        ensure_loaded();
+        crate::route::start::arm_main_exit_guard();
+    });
 }
-
-/// (Not under Miri, which runs the unit tests of the unsafe layer and cannot register libc
-/// handlers.)
-#[cfg(not(miri))]
-#[used]
-#[unsafe(link_section = ".init_array")]
-static ON_LOAD: extern "C" fn() = on_load;
 
 extern "C" fn before_fork() {
     shielded(crate::lazy::quiesce);

@@ -1,4 +1,4 @@
-/* A small BLAS client for the A/B tests (shim/tests/ab_client.rs): one dgemm_ and one
+/* A small BLAS client for the A/B tests (ozaki-cli/tests/ab_client.rs): one dgemm_ and one
  * dsyrk_ on fixed pseudo-random data with beta != 0 (so C's old values matter), printing
  * every element of both results as the hex of its bits, one per line, so two runs can be
  * compared bit for bit.

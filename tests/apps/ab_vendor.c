@@ -1,4 +1,4 @@
-/* A stand-in "vendor BLAS" for the A/B tests (shim/tests/ab_client.rs): dgemm_ and dsyrk_
+/* A stand-in "vendor BLAS" for the A/B tests (ozaki-cli/tests/ab_client.rs): dgemm_ and dsyrk_
  * computed correctly but with the inner sum in reverse order and alpha applied last, so
  * its results differ from the reference BLAS (and from the shim's built-in route, which
  * follows the reference's order) in the last bits. That makes "the program got the

@@ -8,7 +8,7 @@
  *   - one "expect" line per call describing the trace record the shim must write for it:
  *     expect SYM ROUTINE LAYOUT OP1 OP2 M N K LDA LDB LDC ALPHA BETA ILP64
  *     (OP1 OP2 = transa transb for dgemm, uplo trans for dsyrk; ldb is 0 for dsyrk).
- * shim/tests/clients.rs compiles and runs them.
+ * ozaki-cli/tests/clients.rs compiles and runs them.
  */
 #ifndef OZAKI_TEST_COMMON_H
 #define OZAKI_TEST_COMMON_H

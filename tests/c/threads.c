@@ -2,7 +2,7 @@
  * per-thread calls: the trace must hold every call, none lost, no line torn.
  *
  * Thread t (0-based) makes `calls` calls with m = t + 1, n = 1 + i % 5, k = 1 + i % 3
- * (i = 0, 1, ...), so shim/tests/clients.rs can check each thread's records in order.
+ * (i = 0, 1, ...), so ozaki-cli/tests/clients.rs can check each thread's records in order.
  * Prints one hash per thread over all its results (identical with and without the shim).
  *
  * Usage: threads [THREADS [CALLS]]   (default 8 x 10000)

@@ -3,7 +3,7 @@
 !
 ! Output as the C clients (tests/c/common.h): a "result" line per call with every element
 ! of C in hexadecimal (padding rows included, they must stay untouched) and an "expect"
-! line describing the trace record the shim must write. shim/tests/clients.rs runs it with
+! line describing the trace record the shim must write. ozaki-cli/tests/clients.rs runs it with
 ! and without the shim and compares.
 program fclient
   implicit none

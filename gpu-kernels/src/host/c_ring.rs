@@ -1,4 +1,4 @@
-//! C's download ring: with beta = 0 (early writes, [`crate::early_write`]) each block of C
+//! C's download ring: with beta = 0 (early writes, [`crate::host::early_write`]) each block of C
 //! comes home in pieces through a few pinned slots instead of a pinned buffer the size of C.
 //!
 //! Why: that buffer grows with the largest C a process has seen, and growing it is

@@ -16,6 +16,7 @@
 
 mod c_ring;
 mod download;
+pub(crate) mod early_write;
 mod grid;
 mod share;
 mod tuning;
@@ -23,7 +24,6 @@ mod upload;
 mod write_back;
 
 use crate::device::{Gpu, gpu, sync};
-use crate::early_write::{self, EarlyC};
 use crate::error::{Context, GpuError};
 use crate::ozaki::{self, DeviceCall, Op, Options};
 use crate::timing::{Marks, Phase};
@@ -31,6 +31,7 @@ use c_ring::free_slots;
 pub(crate) use c_ring::{CRing, Filled, Giver, empty_slots};
 use cudarc::driver::sys;
 use download::{Download, Sink, drain};
+use early_write::EarlyC;
 pub(crate) use grid::{CBlock, shared_panels};
 pub use grid::{Grid, PANEL_MIN_ROWS, PIPELINE_MIN_BYTES, pipeline_blocks, pipeline_panels};
 use grid::{panel_places, row_panels};

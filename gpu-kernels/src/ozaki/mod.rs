@@ -645,7 +645,7 @@ pub unsafe fn enqueue(
         // passed (the caller's contract).
         unsafe {
             lt_int8::batched(
-                gpu,
+                &mut gpu.lt,
                 stream,
                 shape,
                 planes_a + (row0 * kpad) as u64,

@@ -8,11 +8,12 @@
 //! validation measures interpolation, not recall.
 
 use super::choose::Engine;
-use super::model::{Correction, CorrectionPoint, Sample, WorkModel, predict};
+use super::model::predict;
 use super::profile::{
     ChoiceRules, CpuProfile, CpuRate, DeviceId, DeviceProfile, GpuProfile, HostLink, HostShare,
     Machine, PROFILE_VERSION, PerElement, Profile, Reached,
 };
+use super::work_model::{Correction, CorrectionPoint, Sample, WorkModel};
 use super::{CallShape, Residency};
 use crate::route::Route;
 use serde::{Deserialize, Serialize};

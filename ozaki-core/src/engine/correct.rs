@@ -220,7 +220,7 @@ pub fn fold_into_profile(profile: &mut super::profile::Profile, calls: &[CallRec
         let corr = profile.corrections.entry(route.clone()).or_default();
         let ln = corr.factor(m, n, k).ln() + sum / count as f64;
         corr.points.retain(|p| (p.m, p.n, p.k) != (m, n, k));
-        corr.points.push(super::model::CorrectionPoint {
+        corr.points.push(super::work_model::CorrectionPoint {
             m,
             n,
             k,

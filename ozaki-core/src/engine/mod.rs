@@ -8,7 +8,8 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`model`] | cost terms per route from a [`profile::Profile`]: work-term fits, transfers, conversion, r INT8 products, reconstruction, latencies |
+//! | [`work_model`] | a kernel's seconds as priced work terms, fitted to timings, with its local correction |
+//! | [`model`] | cost terms per route from a [`profile::Profile`]: work models, transfers, conversion, r INT8 products, reconstruction, latencies |
 //! | [`profile`] | the versioned JSON machine profile: load/save, `OZAKI_PROFILE`, the per-GPU default in the cache dir, built-in fallbacks |
 //! | [`platforms`] | the paper's platforms (GB300, B200, Rubin) and the H200 datasheet, for what-if projections |
 //! | [`reduced`] | the paper's reduced model (Alg. 4 `rate_rec`, storage modes, ComputeRate) evaluated on a platform |
@@ -31,6 +32,7 @@ pub mod profile;
 pub mod reduced;
 pub mod replay;
 pub mod split;
+pub mod work_model;
 
 use crate::trace::{CallRecord, Routine};
 

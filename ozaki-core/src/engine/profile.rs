@@ -21,7 +21,7 @@
 //!   square, skinny and k-heavy shapes. Optional: without them a device-resident call takes
 //!   the host-resident corrections, as before.
 
-use super::model::{Correction, WorkModel};
+use super::work_model::{Correction, WorkModel};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -495,9 +495,9 @@ pub fn utc_now() -> String {
 
 /// `$XDG_CACHE_HOME/ozaki` or `$HOME/.cache/ozaki` (the same folder the GPU kernel cache uses).
 pub fn cache_dir() -> Option<PathBuf> {
-    let base = match std::env::var_os("XDG_CACHE_HOME") {
+    let base = match crate::env::var_os("XDG_CACHE_HOME") {
         Some(x) if !x.is_empty() => PathBuf::from(x),
-        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
+        _ => PathBuf::from(crate::env::var_os("HOME")?).join(".cache"),
     };
     Some(base.join("ozaki"))
 }

@@ -80,7 +80,7 @@ pub fn gpu_name() -> Option<String> {
 
 fn build() -> Engine {
     let gpu = gpu_name();
-    let env = std::env::var("OZAKI_PROFILE").ok();
+    let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
     let mut prof = match profile::resolve(env.as_deref(), gpu.as_deref()) {
         Ok((p, src, warn)) => {
             // Without a GPU there is nothing to choose between, and the built-in profile of
@@ -128,7 +128,7 @@ pub fn machine_threads() -> (u32, u32) {
     static T: OnceLock<(u32, u32)> = OnceLock::new();
     *T.get_or_init(|| {
         let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        (avail, blas_threads(|v| std::env::var(v).ok(), avail))
+        (avail, blas_threads(ozaki_core::env::var, avail))
     })
 }
 
@@ -152,7 +152,7 @@ fn pre_engine() -> Option<&'static Engine> {
             if !gpu_kernels::probe::driver_present() {
                 return None;
             }
-            let env = std::env::var("OZAKI_PROFILE").ok();
+            let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
             let prof = match env.as_deref().filter(|p| !p.is_empty()) {
                 Some(p) => Profile::load(std::path::Path::new(p)).ok()?,
                 None => Profile::built_in_for_gpu("H200")?.1,

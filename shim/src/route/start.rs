@@ -355,16 +355,11 @@ thread_local! {
     static MAIN_EXIT_GUARD: MainExitGuard = const { MainExitGuard };
 }
 
-/// Arms [`MainExitGuard`] on the loading thread (first access registers its destructor).
-extern "C" fn arm_main_exit_guard() {
-    crate::process::shielded(|| {
-        let _ = MAIN_EXIT_GUARD.try_with(|_| {});
-    });
+/// Arms [`MainExitGuard`] on the loading thread (first access registers its destructor);
+/// called by the library's load-time constructor (`crate::process`).
+pub(crate) fn arm_main_exit_guard() {
+    let _ = MAIN_EXIT_GUARD.try_with(|_| {});
 }
-
-#[used]
-#[unsafe(link_section = ".init_array")]
-static ARM_MAIN_EXIT_GUARD: extern "C" fn() = arm_main_exit_guard;
 
 /// Registers `at_exit` (see the module doc for why twice).
 pub fn register_exit_handler() {

@@ -38,7 +38,7 @@ static QUERY: AtomicUsize = AtomicUsize::new(0);
 /// Worker threads for one emulated call (`forced`: `OZAKI_THREADS`).
 pub fn count(forced: Option<usize>) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    pick(forced, vendor_threads(), |v| std::env::var(v).ok(), cores)
+    pick(forced, vendor_threads(), ozaki_core::env::var, cores)
 }
 
 /// The rule of the module docs, on given answers.

@@ -18,17 +18,29 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The `ozaki` binary cargo built for this test run.
+/// The `ozaki` binary cargo built for this test run. Only the tests of the `ozaki-cli`
+/// package, which builds the binary, may call this.
 pub fn ozaki_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_ozaki"))
+    PathBuf::from(
+        option_env!("CARGO_BIN_EXE_ozaki").expect("only ozaki-cli's tests run the ozaki binary"),
+    )
+}
+
+/// `target/<profile>/`: the test executable runs from its `deps/` folder.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/TEST")
+        .to_path_buf()
 }
 
 /// The shim library of this build. `cargo test` rebuilds the cdylib in `target/<profile>/deps/`
-/// but only `cargo build` copies it up next to the `ozaki` binary, so the newer of the two
+/// but only `cargo build` copies it up to `target/<profile>/`, so the newer of the two
 /// is the one that matches the code under test.
 pub fn shim_lib() -> PathBuf {
-    let up = ozaki_bin().with_file_name("libozaki_shim.so");
-    let deps = ozaki_bin().with_file_name("deps").join("libozaki_shim.so");
+    let up = profile_dir().join("libozaki_shim.so");
+    let deps = profile_dir().join("deps").join("libozaki_shim.so");
     let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let lib = match (mtime(&up), mtime(&deps)) {
         (Some(a), Some(b)) if b > a => deps,

@@ -5,10 +5,11 @@
 //! load (bytes of the file read). Decompression stops with an error past
 //! [`MAX_GZIP_RATIO`] times the compressed size: traces compress 10-20x, so a file that
 //! expands further is not a trace and would only exhaust memory. Parsing, with its
-//! tolerance for torn lines, is `summary::load`, which reads through [`open`].
+//! tolerance for torn lines, is [`load`], which reads through [`open`].
 
 use crate::progress::Progress;
 use anyhow::Context;
+use ozaki_core::trace::{SkippedLine, Trace};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -90,13 +91,69 @@ impl<R: Read> Read for Capped<R> {
     }
 }
 
-/// Reads one trace file (see [`crate::summary::load`]); what the reader tolerated (a torn
+/// One trace file, read and checked.
+pub struct Loaded {
+    /// Its contents.
+    pub trace: Trace,
+    /// Things the reader tolerated (a torn last line, an empty file).
+    pub notes: Vec<String>,
+}
+
+/// Notes listed per file before the rest are only counted.
+const MAX_SKIP_NOTES: usize = 5;
+
+/// Reads one trace file; errors carry `path:line:`. Lines that do not parse are skipped with
+/// a note (`ozaki_core::trace::Trace::read_lenient`).
+pub fn load(path: &Path) -> anyhow::Result<Loaded> {
+    let reader = open(path)?;
+    let (trace, skipped) = Trace::read_lenient(reader)
+        .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.line, e.message))?;
+    let empty = trace.headers.is_empty() && trace.calls.is_empty();
+    Ok(Loaded {
+        trace,
+        notes: notes(path, &skipped, empty),
+    })
+}
+
+/// What the reader tolerated in one file, as notes for the user.
+pub(crate) fn notes(path: &Path, skipped: &[SkippedLine], empty: bool) -> Vec<String> {
+    let shown = path.display();
+    let mut notes: Vec<String> = skipped
+        .iter()
+        .take(MAX_SKIP_NOTES)
+        .map(|s| {
+            if s.terminated {
+                format!(
+                    "{shown}:{}: torn or invalid line skipped ({})",
+                    s.line, s.message
+                )
+            } else {
+                format!(
+                    "{shown}:{}: incomplete last line skipped (the program was probably killed)",
+                    s.line
+                )
+            }
+        })
+        .collect();
+    if skipped.len() > MAX_SKIP_NOTES {
+        notes.push(format!(
+            "{shown}: {} more invalid lines skipped",
+            skipped.len() - MAX_SKIP_NOTES
+        ));
+    }
+    if empty {
+        notes.push(format!("{shown}: empty trace"));
+    }
+    notes
+}
+
+/// Reads one trace file (see [`load`]); what the reader tolerated (a torn
 /// last line) goes to stderr.
 ///
 /// # Errors
 /// - as [`read_text`], and malformed lines, with the file and line number.
 pub fn read(path: &Path) -> anyhow::Result<ozaki_core::trace::Trace> {
-    let loaded = crate::summary::load(path)?;
+    let loaded = load(path)?;
     for note in &loaded.notes {
         eprintln!("ozaki: {note}");
     }

@@ -9,7 +9,8 @@
 //! that overlapped in one file; `routes` maps each route to its `calls`, `gflop` and `s`, and
 //! `fallbacks` each fallback reason to its number of calls.
 
-use crate::summary::{Loaded, Totals};
+use super::Totals;
+use crate::tracefile::Loaded;
 use ozaki_core::trace::CallRecord;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -106,7 +107,7 @@ mod tests {
             .map(|(i, lines)| {
                 let p: PathBuf = dir.join(format!("t{i}.jsonl"));
                 std::fs::write(&p, format!("{HEADER}\n{}\n", lines.join("\n"))).unwrap();
-                crate::summary::load(&p).unwrap()
+                crate::tracefile::load(&p).unwrap()
             })
             .collect();
         let mut out = Vec::new();

@@ -6,6 +6,7 @@
 //! `apt-get install -y chromium`; `scripts/setup-debian` installs it, and under
 //! `OZAKI_TEST_REQUIRE_ALL=1` a missing browser fails the test instead).
 
+#[path = "../../shim/tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -60,9 +60,9 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let shim = find_shim()?;
     let mut vars: Vec<(String, OsString)> = vec![(
         "LD_PRELOAD".into(),
-        prepend_preload(&shim, std::env::var_os("LD_PRELOAD").as_deref()),
+        prepend_preload(&shim, ozaki_core::env::var_os("LD_PRELOAD").as_deref()),
     )];
-    let mut ozaki: Vec<(String, OsString)> = std::env::vars_os()
+    let mut ozaki: Vec<(String, OsString)> = ozaki_core::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
         .filter(|(k, _)| k.starts_with("OZAKI_"))
         .collect();

@@ -10,6 +10,7 @@
 //! libscalapack-openmpi-dev`, installed by `.ci/run`); without them the test says
 //! "skipped: ..." and passes.
 
+#[path = "../../shim/tests/common/mod.rs"]
 mod common;
 
 use common::{ozaki_bin, repo_root, require, runs, shim_lib};

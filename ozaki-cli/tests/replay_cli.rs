@@ -6,8 +6,9 @@
 //!
 //! To re-record after an intended change of the engine's numbers, from the repository root:
 //! `ozaki replay traces/lobpcg-b64.jsonl.gz --profile profiles/h200-x2.json --threads 16
-//! [--moduli 0 | --csv - | gzip -9n]` into `shim/tests/fixtures/replay-lobpcg-b64-h200-x2*`.
+//! [--moduli 0 | --csv - | gzip -9n]` into `ozaki-cli/tests/fixtures/replay-lobpcg-b64-h200-x2*`.
 
+#[path = "../../shim/tests/common/mod.rs"]
 mod common;
 
 use common::*;
@@ -36,7 +37,7 @@ fn replay(extra: &[&str]) -> String {
 }
 
 fn fixture(name: &str) -> String {
-    let path = repo_root().join("shim/tests/fixtures").join(name);
+    let path = repo_root().join("ozaki-cli/tests/fixtures").join(name);
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     if name.ends_with(".gz") {
         let mut s = String::new();

@@ -20,7 +20,6 @@ mod replay;
 mod report;
 mod run;
 mod summary;
-mod summary_json;
 mod tracefile;
 
 /// One subcommand: its name, a one-line summary for `ozaki --help`, and its entry point.

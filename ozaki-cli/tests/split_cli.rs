@@ -3,6 +3,7 @@
 //! the profile's survey says it beats one GPU. Runs without a GPU (the profile says what the
 //! machine is).
 
+#[path = "../../shim/tests/common/mod.rs"]
 mod common;
 
 use common::*;

@@ -2,6 +2,7 @@
 //! exit status pass through untouched, the summary lands on stderr, and bad input gives a
 //! message with file and line and exit status 2, never a panic.
 
+#[path = "../../shim/tests/common/mod.rs"]
 mod common;
 
 use common::*;

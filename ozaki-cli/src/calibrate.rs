@@ -198,7 +198,7 @@ fn from_trace(a: &Args) -> anyhow::Result<ExitCode> {
     let mut prof = match &a.base {
         Some(p) => Profile::load(p).map_err(anyhow::Error::msg)?,
         None => {
-            let env = std::env::var("OZAKI_PROFILE").ok();
+            let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
             let gpu = ozaki_shim::route::choose::gpu_name();
             let (p, _, warn) =
                 profile::resolve(env.as_deref(), gpu.as_deref()).map_err(anyhow::Error::msg)?;
@@ -210,7 +210,7 @@ fn from_trace(a: &Args) -> anyhow::Result<ExitCode> {
     };
     let mut calls = Vec::new();
     for path in &a.from_trace {
-        let loaded = crate::summary::load(path)?;
+        let loaded = crate::tracefile::load(path)?;
         for n in &loaded.notes {
             eprintln!("ozaki calibrate: {n}");
         }
@@ -245,7 +245,7 @@ fn survey_only(a: &Args) -> anyhow::Result<ExitCode> {
     let mut prof = match &a.base {
         Some(p) => Profile::load(p).map_err(anyhow::Error::msg)?,
         None => {
-            let env = std::env::var("OZAKI_PROFILE").ok();
+            let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
             let (p, src, warn) =
                 profile::resolve(env.as_deref(), Some(&gpu_name)).map_err(anyhow::Error::msg)?;
             if let Some(w) = warn {
@@ -1143,7 +1143,7 @@ mod gpu {
         let Ok(count) = gpu_kernels::device::device_count() else {
             return Vec::new();
         };
-        let var = std::env::var(DEVICES_VAR).ok();
+        let var = ozaki_core::env::var(DEVICES_VAR);
         let mut pool =
             match DeviceAssignment::resolve(var.as_deref(), count, &LauncherEnv::default()) {
                 Ok(a) => a.ordinals(),

@@ -35,7 +35,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let mut in_flight = Vec::new();
     let mut recorded_threads = None;
     for path in &a.traces {
-        let mut loaded = crate::summary::load(path)?;
+        let mut loaded = crate::tracefile::load(path)?;
         for n in &loaded.notes {
             eprintln!("ozaki replay: {n}");
         }

@@ -14,11 +14,12 @@
 //! unterminated last line, and a disk that filled up and was freed again leaves a torn line
 //! in the middle; neither should throw away the rest of a trace the user cannot regenerate.
 
+mod json;
+
+use crate::tracefile::{load, notes};
 use clap::Parser;
 use ozaki_core::stats::{NbarStats, SMALL_NBAR};
-use ozaki_core::trace::{
-    CallRecord, DuringStart, Header, Layout, Line, Routine, SkippedLine, Trace,
-};
+use ozaki_core::trace::{CallRecord, DuringStart, Header, Layout, Line, Routine, Trace};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -54,7 +55,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|p| load(p))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        crate::summary_json::render(&mut stdout.lock(), &loaded)?;
+        json::render(&mut stdout.lock(), &loaded)?;
     } else {
         let mut summary = Summary::default();
         for p in &args.traces {
@@ -63,62 +64,6 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         summary.write(&mut stdout.lock(), args.top)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// One trace file, read and checked.
-pub struct Loaded {
-    /// Its contents.
-    pub trace: Trace,
-    /// Things the reader tolerated (a torn last line, an empty file).
-    pub notes: Vec<String>,
-}
-
-/// Notes listed per file before the rest are only counted.
-const MAX_SKIP_NOTES: usize = 5;
-
-/// Reads one trace file; errors carry `path:line:`. Lines that do not parse are skipped with
-/// a note (`ozaki_core::trace::Trace::read_lenient`).
-pub fn load(path: &Path) -> anyhow::Result<Loaded> {
-    let reader = crate::tracefile::open(path)?;
-    let (trace, skipped) = Trace::read_lenient(reader)
-        .map_err(|e| anyhow::anyhow!("{}:{}: {}", path.display(), e.line, e.message))?;
-    let empty = trace.headers.is_empty() && trace.calls.is_empty();
-    Ok(Loaded {
-        trace,
-        notes: notes(path, &skipped, empty),
-    })
-}
-
-/// What the reader tolerated in one file, as notes for the user.
-fn notes(path: &Path, skipped: &[SkippedLine], empty: bool) -> Vec<String> {
-    let shown = path.display();
-    let mut notes: Vec<String> = skipped
-        .iter()
-        .take(MAX_SKIP_NOTES)
-        .map(|s| {
-            if s.terminated {
-                format!(
-                    "{shown}:{}: torn or invalid line skipped ({})",
-                    s.line, s.message
-                )
-            } else {
-                format!(
-                    "{shown}:{}: incomplete last line skipped (the program was probably killed)",
-                    s.line
-                )
-            }
-        })
-        .collect();
-    if skipped.len() > MAX_SKIP_NOTES {
-        notes.push(format!(
-            "{shown}: {} more invalid lines skipped",
-            skipped.len() - MAX_SKIP_NOTES
-        ));
-    }
-    if empty {
-        notes.push(format!("{shown}: empty trace"));
-    }
-    notes
 }
 
 /// Per-group totals.

@@ -4,6 +4,7 @@
 //! with a trace of their calls, `ozaki summary`, `ozaki env` (all in `scripts/test-wheel`,
 //! which prints one line per check).
 
+#[path = "../../shim/tests/common/mod.rs"]
 mod common;
 
 use common::*;

@@ -13,6 +13,7 @@
 //!
 //! Skips itself visibly when gcc or the reference BLAS (libblas-dev) is missing.
 
+#[path = "../../shim/tests/common/mod.rs"]
 mod common;
 
 use ozaki_core::trace::{CallRecord, Trace};

@@ -3,6 +3,7 @@
 //! exit 1 and name the family, and `--route gpu-ozaki` without a GPU says `skipped: no GPU`
 //! and exits 0.
 
+#[path = "../../shim/tests/common/mod.rs"]
 mod common;
 
 use common::*;

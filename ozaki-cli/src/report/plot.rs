@@ -1,6 +1,6 @@
 //! The report's plots, rendered to PNG in memory with plotters' bitmap backend.
 //!
-//! Text uses DejaVu Sans compiled into the binary (`shim/assets/`, registered with
+//! Text uses DejaVu Sans compiled into the binary (`ozaki-cli/assets/`, registered with
 //! plotters' `ab_glyph` backend), so a report renders the same on a headless CI machine
 //! with no fonts installed. Each function returns PNG bytes; a plot without data is still
 //! a valid image that says why it is empty, so the page layout never breaks.
@@ -18,7 +18,7 @@ pub fn stacked_height(rows: usize) -> u32 {
     SIZE.1.max(110 + 50 * rows as u32)
 }
 
-static FONT: &[u8] = include_bytes!("../../../../assets/DejaVuSans.ttf");
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
 fn register_font() {
     static ONCE: Once = Once::new();

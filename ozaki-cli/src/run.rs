@@ -81,7 +81,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let shim = find_shim()?;
 
     // Where the trace goes: --trace, else the caller's OZAKI_TRACE, else a private temp dir.
-    let (pattern, temp_dir) = match (&args.trace, std::env::var_os("OZAKI_TRACE")) {
+    let (pattern, temp_dir) = match (&args.trace, ozaki_core::env::var_os(ozaki_core::env::TRACE)) {
         (Some(p), _) => (absolute(Path::new(p))?, None),
         (None, Some(p)) if !p.is_empty() => (absolute(Path::new(&p))?, None),
         _ => {
@@ -108,7 +108,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let mut cmd = launcher::command(&args.command, forwarded);
     cmd.env(
         "LD_PRELOAD",
-        prepend_preload(&shim, std::env::var_os("LD_PRELOAD").as_deref()),
+        prepend_preload(&shim, ozaki_core::env::var_os("LD_PRELOAD").as_deref()),
     );
     cmd.env("OZAKI_TRACE", &pattern);
     if let Some(route) = &args.route {

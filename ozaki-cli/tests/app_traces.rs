@@ -2,6 +2,7 @@
 //! still give the call-size statistics `traces/README.md` quotes next to the paper's
 //! (Ozaki 2.5, section 6.1): a guard on the traces, the gzip reader and the statistics.
 
+#[path = "../../shim/tests/common/mod.rs"]
 mod common;
 
 use std::process::Command;

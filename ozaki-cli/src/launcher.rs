@@ -33,13 +33,17 @@ pub fn command(argv: &[OsString], set_here: &[&str]) -> Command {
     }
     let mut names: Vec<String> = set_here.iter().map(|s| s.to_string()).collect();
     names.extend(
-        std::env::vars_os()
+        ozaki_core::env::vars_os()
             .filter_map(|(k, _)| k.into_string().ok())
             .filter(|k| k.starts_with("OZAKI_")),
     );
     names.sort();
     names.dedup();
-    let f = forward_env(argv, &names, std::env::var_os(ENV_LIST_VAR).as_deref());
+    let f = forward_env(
+        argv,
+        &names,
+        ozaki_core::env::var_os(ENV_LIST_VAR).as_deref(),
+    );
     tracing::debug!(command = ?f.command, env_list = ?f.env_list, "Open MPI launcher: forwarding the shim's environment");
     let mut cmd = Command::new(&f.command[0]);
     cmd.args(&f.command[1..]);
@@ -238,7 +242,7 @@ fn resolve(program: &OsStr) -> Option<PathBuf> {
     if p.components().count() > 1 {
         return p.is_file().then(|| p.to_path_buf());
     }
-    std::env::split_paths(&std::env::var_os("PATH")?)
+    std::env::split_paths(&ozaki_core::env::var_os("PATH")?)
         .map(|d| d.join(p))
         .find(|c| c.is_file())
 }

@@ -5,6 +5,7 @@
 //! and an `expect` line per call (format in `tests/c/common.h`). Also here: the reference
 //! BLAS Level-3 testers from Debian's `libblas-test`, error exits included.
 
+#[path = "../../shim/tests/common/mod.rs"]
 mod common;
 
 use common::*;

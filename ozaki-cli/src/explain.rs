@@ -64,7 +64,7 @@ impl ModelArgs {
         }
         let threads = self.threads.unwrap_or_else(|| {
             let avail = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-            choose::blas_threads(|v| std::env::var(v).ok(), avail)
+            choose::blas_threads(ozaki_core::env::var, avail)
         });
         let (prof, src) = match &self.profile {
             Some(path) => (
@@ -75,9 +75,9 @@ impl ModelArgs {
                 let gpu = self
                     .gpu
                     .clone()
-                    .or_else(|| std::env::var("OZAKI_GPU_NAME").ok())
+                    .or_else(|| ozaki_core::env::var(ozaki_core::env::GPU_NAME))
                     .or_else(ozaki_shim::route::choose::gpu_name);
-                let env = std::env::var("OZAKI_PROFILE").ok();
+                let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
                 let (p, s, warn) =
                     profile::resolve(env.as_deref(), gpu.as_deref()).map_err(anyhow::Error::msg)?;
                 if let Some(w) = warn {
@@ -150,7 +150,7 @@ struct Args {
 
 /// The slots to price splits over (see `--devices`).
 fn slots(arg: Option<&str>) -> anyhow::Result<Vec<u32>> {
-    let var = std::env::var(ozaki_core::devices::DEVICES_VAR).ok();
+    let var = ozaki_core::env::var(ozaki_core::devices::DEVICES_VAR);
     match arg.or(var.as_deref().filter(|v| !v.trim().is_empty())) {
         Some(list) => ozaki_core::devices::parse_devices(list).map_err(anyhow::Error::msg),
         None => Ok(gpu_kernels::multi::slots().to_vec()),
