@@ -43,7 +43,7 @@ pub fn shown(word: &str, at: &Places<'_>) -> String {
 /// A recorded command line as the report shows it, with [`shown`] applied to every word,
 /// for the places of this process.
 pub fn command_line(words: &[String]) -> String {
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let home = ozaki_core::env::var_os("HOME").map(std::path::PathBuf::from);
     let tmp = std::env::temp_dir();
     let cwd = std::env::current_dir().ok();
     let at = Places {
