@@ -26,6 +26,7 @@ use crate::config;
 use crate::forward;
 use crate::guard;
 use crate::route::{self, RouteOutcome};
+use crate::shield::shielded;
 use crate::symbols::SymId;
 use crate::trace_sink::{self, Entry};
 use libc::c_void;
@@ -88,11 +89,6 @@ pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
     }
     guard::leave();
     std::hint::black_box(&frame);
-}
-
-/// Runs `f`, swallowing a panic.
-fn shielded(f: impl FnOnce()) {
-    let _ = catch_unwind(AssertUnwindSafe(f));
 }
 
 /// What a call needs after the decisions made inside `catch_unwind`.

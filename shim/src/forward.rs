@@ -187,7 +187,7 @@ unsafe extern "C" fn visit(
     data: *mut c_void,
 ) -> c_int {
     // Called by the loader: a panic must not unwind into it (0 goes on with the walk).
-    crate::process::shielded_or(0, || {
+    crate::shield::shielded_or(0, || {
         // SAFETY: `data` is the `Walk` passed by `in_loaded_objects`, `info` is valid for this
         // callback.
         let (walk, path) = unsafe { (&mut *(data as *mut Walk<'_>), (*info).dlpi_name) };

@@ -34,9 +34,10 @@
 //! | [`abi`] | the only reader of raw caller pointers: reference-BLAS argument checks, xerbla, row-major conversion |
 //! | [`forward`] | finding the real BLAS per symbol: `OZAKI_VENDOR_BLAS`, `RTLD_NEXT`, loaded objects |
 //! | [`guard`] | per-thread re-entrancy guard (reference `cblas_dgemm` calls `dgemm_`), robust to handlers that `longjmp` or throw |
-//! | [`helper_thread`] | the shim's own threads, with every signal blocked (a program's handler never runs on them) |
+//! | [`shim_thread`] | the shim's own threads, with every signal blocked (a program's handler never runs on them) |
 //! | [`lazy`] | fork-safe lazy initialisation of every process-wide state |
 //! | [`process`] | the load-time constructor and the `fork`/`exit` handlers |
+//! | `shield` | the `catch_unwind` wrapper of every function the loader, libc or the C runtime calls |
 //! | [`route`] | route dispatch and fallback; `vendor`, `builtin`, `cpu_ozaki` and `gpu` |
 //! | `cublas_hook` | the exported fp64 cuBLAS entry points: a GPU-resident program's calls through the device-resident decision |
 //! | [`config`] | `OZAKI_*` environment variables, read once |
@@ -82,9 +83,10 @@ mod exports;
 mod device_api;
 pub mod forward;
 pub mod guard;
-pub mod helper_thread;
 pub mod lazy;
 pub mod process;
 pub mod route;
+mod shield;
+pub mod shim_thread;
 pub mod symbols;
 pub mod trace_sink;

@@ -481,7 +481,7 @@ fn append(sym: Sym, body: &[u8]) {
     drop(sink);
     if start_flusher {
         // Without the thread the buffer is still written at FLUSH_BYTES and at exit.
-        let _ = crate::helper_thread::spawn("ozaki-trace-flush", flush_when_old);
+        let _ = crate::shim_thread::spawn("ozaki-trace-flush", flush_when_old);
     }
 }
 

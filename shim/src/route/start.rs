@@ -279,7 +279,7 @@ impl Starter {
         }
         let job = Arc::new(Mutex::new(Some(job)));
         let theirs = Arc::clone(&job);
-        let spawned = crate::helper_thread::spawn("ozaki-gpu-start", move || {
+        let spawned = crate::shim_thread::spawn("ozaki-gpu-start", move || {
             let job = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(job) = job {
                 self.run(job);
@@ -324,7 +324,7 @@ impl Starter {
 /// gate and waits for the step under way, at most [`EXIT_WAIT`]. Registered twice, it acts
 /// once; in a forked child it does nothing (no start thread there).
 extern "C" fn at_exit() {
-    crate::process::shielded(|| {
+    crate::shield::shielded(|| {
         if START_PID.load(Ordering::Relaxed) != pid() || gpu_kernels::start_gate::closed() {
             return;
         }

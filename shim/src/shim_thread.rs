@@ -5,7 +5,7 @@
 //! this, a program's handler could run on one of our threads, where it was never meant to
 //! run, and a handler that calls BLAS (a timer's, a profiler's) would then re-enter the shim
 //! on a thread that may hold the trace sink's lock: a deadlock. The program's own threads
-//! keep the masks it gave them; ours take none of its signals (as glibc's helper threads
+//! keep the masks it gave them; ours take none of its signals (as glibc's own threads
 //! do), and the threads they start inherit that mask. The worker threads that `cpu-ozaki`'s
 //! loops start from the caller's thread (`ozaki_core::kernel`) block them as their first
 //! step ([`block_signals_here`], installed at load): a signal that arrives in the few
@@ -64,9 +64,9 @@ mod tests {
     }
 
     #[test]
-    fn a_helper_blocks_every_signal_and_its_creator_keeps_its_mask() {
+    fn a_shim_thread_blocks_every_signal_and_its_creator_keeps_its_mask() {
         let before = blocked(libc::SIGALRM);
-        let inside = spawn("test-helper", || {
+        let inside = spawn("test-thread", || {
             [
                 libc::SIGALRM,
                 libc::SIGUSR1,
