@@ -34,12 +34,17 @@ fn fake_cuda(dir: &Path) -> PathBuf {
         p["gpu"]["start_s"] = serde_json::json!(1e-4);
         // A CPU BLAS 10x slower: the GPU is priced well ahead (the start only counts such
         // gains), so these tests' products of 384² start it.
-        for b in p["cpu"]["blas"].as_array_mut().unwrap() {
-            let s = b["model"]["s_per_mnk"].as_f64().unwrap();
-            b["model"]["s_per_mnk"] = serde_json::json!(s * 10.0);
-        }
+        slow_cpu_blas(p, 10.0);
     });
     fake
+}
+
+/// A profile's CPU BLAS work model made `factor` times slower.
+fn slow_cpu_blas(p: &mut serde_json::Value, factor: f64) {
+    for b in p["cpu"]["blas"].as_array_mut().unwrap() {
+        let s = b["model"]["s_per_mnk"].as_f64().unwrap();
+        b["model"]["s_per_mnk"] = serde_json::json!(s * factor);
+    }
 }
 
 /// The shipped H200 profile changed by `edit`, written to `path`.
@@ -327,6 +332,35 @@ fn a_program_that_exits_while_cublas_loads_waits_before_its_teardown() {
     }
 }
 
+/// Runs `gpu_start THREADS CALLS` traced, with the fake CUDA libraries and `profile`, asserts
+/// that the GPU start never reached cuInit (`what` names the calls that must not start it)
+/// and that every call says so, and returns the calls; `None` without a C compiler or BLAS.
+fn calls_that_leave_the_gpu_unstarted(
+    dir: &Path,
+    profile: &Path,
+    args: [&str; 2],
+    what: &str,
+) -> Option<Vec<ozaki_core::trace::CallRecord>> {
+    let prog = build_c(dir, "gpu_start", &["-lblas"])?;
+    let fake = fake_cuda(dir);
+    let trace = dir.join("t.jsonl");
+    let marks = CuInitMarks::new(dir, "unstarted");
+    let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
+    cmd.args(args)
+        .env("OZAKI_PROFILE", profile)
+        .env("FAKE_CUINIT_MARK", &marks.0);
+    let (o, _) = run(cmd);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!marks.entered(), "the GPU was started for {what}");
+    let calls = read_trace(&trace).calls;
+    for c in &calls {
+        assert_eq!(c.route, "vendor");
+        let e = c.engine.as_ref().expect("engine field");
+        assert!(e.reason.contains("not started"), "{}", e.reason);
+    }
+    Some(calls)
+}
+
 /// A process whose calls never price enough gain on the GPU to cover its start never loads
 /// the CUDA driver: 2 threads x 4 products of 384² with the shipped profile (each priced
 /// about 1 ms faster on the GPU, the start costing a quarter of 0.9 s) leave cuInit
@@ -334,28 +368,10 @@ fn a_program_that_exits_while_cublas_loads_waits_before_its_teardown() {
 #[test]
 fn calls_that_never_gain_enough_never_start_the_gpu() {
     let dir = work_dir("gpu-start-never-pays");
-    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
-        return;
-    };
-    let fake = fake_cuda(&dir);
-    let trace = dir.join("t.jsonl");
-    let marks = CuInitMarks::new(&dir, "never");
-    let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
-    cmd.args(["2", "4"])
-        .env("OZAKI_PROFILE", repo_root().join("profiles/h200.json"))
-        .env("FAKE_CUINIT_MARK", &marks.0);
-    let (o, _) = run(cmd);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(
-        !marks.entered(),
-        "the GPU was started for calls that never pay"
-    );
-    let calls = read_trace(&trace).calls;
-    assert_eq!(calls.len(), 8);
-    for c in &calls {
-        assert_eq!(c.route, "vendor");
-        let e = c.engine.as_ref().expect("engine field");
-        assert!(e.reason.contains("not started"), "{}", e.reason);
+    let shipped = repo_root().join("profiles/h200.json");
+    let what = "calls that never pay";
+    if let Some(calls) = calls_that_leave_the_gpu_unstarted(&dir, &shipped, ["2", "4"], what) {
+        assert_eq!(calls.len(), 8);
     }
 }
 
@@ -365,27 +381,15 @@ fn calls_that_never_gain_enough_never_start_the_gpu() {
 #[test]
 fn calls_priced_only_a_little_faster_on_the_gpu_never_start_it() {
     let dir = work_dir("gpu-start-close");
-    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
-        return;
-    };
-    let fake = fake_cuda(&dir);
     let cheap = dir.join("cheap-start.json");
     write_profile(&cheap, |p| p["gpu"]["start_s"] = serde_json::json!(1e-4));
-    let trace = dir.join("t.jsonl");
-    let marks = CuInitMarks::new(&dir, "close");
-    let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
-    cmd.args(["1", "4"])
-        .env("OZAKI_PROFILE", &cheap)
-        .env("FAKE_CUINIT_MARK", &marks.0);
-    let (o, _) = run(cmd);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(
-        !marks.entered(),
-        "the GPU was started on margin-close gains"
-    );
-    for c in &read_trace(&trace).calls {
-        let e = c.engine.as_ref().expect("engine field");
-        let p = &e.predicted_s;
+    let what = "margin-close gains";
+    let Some(calls) = calls_that_leave_the_gpu_unstarted(&dir, &cheap, ["1", "4"], what) else {
+        return;
+    };
+    assert_eq!(calls.len(), 4);
+    for c in &calls {
+        let p = &c.engine.as_ref().expect("engine field").predicted_s;
         assert!(
             p["vendor"] < 2.0 * p["gpu-ozaki"],
             "{p:?}: not margin-close"
@@ -394,7 +398,6 @@ fn calls_priced_only_a_little_faster_on_the_gpu_never_start_it() {
             p["vendor"] > 1.2 * p["gpu-ozaki"],
             "{p:?}: not a gain at all"
         );
-        assert!(e.reason.contains("not started"), "{}", e.reason);
     }
 }
 
@@ -409,12 +412,7 @@ fn one_call_whose_gain_covers_the_start_starts_it() {
     };
     let fake = fake_cuda(&dir);
     let slow = dir.join("slow-cpu.json");
-    write_profile(&slow, |p| {
-        for b in p["cpu"]["blas"].as_array_mut().unwrap() {
-            let s = b["model"]["s_per_mnk"].as_f64().unwrap();
-            b["model"]["s_per_mnk"] = serde_json::json!(s * 1000.0);
-        }
-    });
+    write_profile(&slow, |p| slow_cpu_blas(p, 1000.0));
     let marks = CuInitMarks::new(&dir, "pays");
     let mut cmd = with_fake(shimmed(&prog, None), &fake);
     cmd.args(["1", "1"])
