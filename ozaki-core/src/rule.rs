@@ -94,10 +94,11 @@
 
 use crate::fallback::Fallback;
 use crate::moduli::{CrtPlan, MAX_MODULI, MIN_MODULI};
-use crate::scaling::{
-    COARSE_BITS, MAX_SHIFT, MIN_SHIFT, Quantizer, ScalingMode, class_bound, clog2, coarse,
-    norm_class,
-};
+use crate::scaling::{COARSE_BITS, MIN_SHIFT, Quantizer, ScalingMode, class_bound, clog2, coarse};
+
+pub mod summary;
+
+pub use summary::{KeyParams, SideSummary, SummaryView};
 
 /// Fixed-point fraction bits of `abs1` and `abs2` (module doc, "Line statistics").
 pub const FIX_BITS: i32 = 40;
@@ -504,19 +505,6 @@ fn quarters(x: f64, up: bool) -> i64 {
     }
 }
 
-/// `log2 t` of line `i`: `t = min(2^-D exp((ln 2 s)^2 / 2), ||x||_1 / (k 2^e))` with `D`, `s`
-/// the mean and standard deviation of the depths `e - E(x)` (module doc); `n1 = log2(||x||_1
-/// 2^-e)`.
-fn log2_typical(lines: &Lines, i: usize, n1: f64, log2_k: f64) -> f64 {
-    let nz = lines.nonzeros[i] as f64;
-    let mean = lines.log_depth[i] as f64 / nz;
-    let var = (lines.log_depth_sq[i] as f64 / nz - mean * mean).max(0.0);
-    // the log-normal mean above the geometric one, at most LOGNORMAL_CAP_BITS: lines whose
-    // magnitudes spread over many binades in blocks are no log-normal sample
-    let lognormal = -mean + (var * std::f64::consts::LN_2 / 2.0).min(LOGNORMAL_CAP_BITS);
-    lognormal.min(n1 - log2_k)
-}
-
 /// The lines of one side reduced to what [`judge`] reads, their statistics rounded to quarter
 /// bits on the safe side (module doc, "Entry independence"): the weights `Y` (and `Y / M`)
 /// do not depend on the count; the steps are grouped by shift class and span, so each count
@@ -539,24 +527,17 @@ struct Group {
     depth: i32,
 }
 
-/// The per-line terms that depend on the line's quarter-bit concentration only (`g =
+/// The per-side terms that depend on a line's quarter-bit concentration only (`g =
 /// floor(4 log2(||x||_2 / ||x||_1))` and its ceiling `g_up`): the weight `Y`, the allowance
-/// `M` and `Y / M`, computed once per distinct `(g, g_up)` of a side.
+/// `M` and `Y / M`.
 struct Concentration<'r> {
     req: &'r Request<'r>,
     sd: f64,
     floor: f64,
     native: f64,
-    /// Index `2 (g + OFFSET) + (g_up - g)`: `(Y, M, Y / M)`, `None` until first needed.
-    memo: [Option<(f64, f64, f64)>; 2 * Concentration::SPAN],
 }
 
 impl<'r> Concentration<'r> {
-    /// `g` from `-OFFSET` to 0 is memoised (`n2 - n1 >= -20 - log2 k`, so every k below
-    /// 2^40 fits); others are computed each time.
-    const OFFSET: i64 = 240;
-    const SPAN: usize = Self::OFFSET as usize + 1;
-
     fn new(req: &'r Request<'r>) -> Self {
         Concentration {
             req,
@@ -566,11 +547,11 @@ impl<'r> Concentration<'r> {
             },
             floor: req.target_ulps * U / KAPPA,
             native: U * (req.k as f64 / 6.0).sqrt(),
-            memo: [None; 2 * Self::SPAN],
         }
     }
 
-    fn compute(&self, g: i64, g_up: i64) -> (f64, f64, f64) {
+    /// `(Y, M, Y / M)` of lines with concentration `(g, g_up)`.
+    fn of(&self, g: i64, g_up: i64) -> (f64, f64, f64) {
         // c = 10^(-RELIABILITY_DIGITS / n_eff), n_eff = 2^(-2 g)
         let log2_c = -RELIABILITY_DIGITS * std::f64::consts::LOG2_10 * pow2_quarters(2 * g);
         let weight = self.sd
@@ -585,23 +566,6 @@ impl<'r> Concentration<'r> {
             self.floor
         };
         (weight, allowance, weight / allowance)
-    }
-
-    #[inline]
-    fn of(&mut self, g: i64, g_up: i64) -> (f64, f64, f64) {
-        let at = g + Self::OFFSET;
-        if !(0..Self::SPAN as i64).contains(&at) || !(0..=1).contains(&(g_up - g)) {
-            return self.compute(g, g_up);
-        }
-        let i = 2 * at as usize + (g_up - g) as usize;
-        match self.memo[i] {
-            Some(v) => v,
-            None => {
-                let v = self.compute(g, g_up);
-                self.memo[i] = Some(v);
-                v
-            }
-        }
     }
 }
 
@@ -622,126 +586,31 @@ impl SideBounds<'_> {
     }
 }
 
-/// Lines per thread from which [`sides`] splits the host step over threads.
-const LINES_PER_THREAD: usize = 1024;
-
-/// The threads the host step may use: the machine's, at most 8 (read once; the query reads
-/// cgroup files).
-fn host_threads() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
-}
-
-/// [`side`] of op(A)'s rows and of op(B)'s columns. Large calls split the lines into chunks
-/// of at least [`LINES_PER_THREAD`] over [`host_threads`] scoped threads and merge the
-/// chunks' maxima ([`Side::merge`]); maxima do not depend on the order, so the result is
-/// the same as one pass.
-fn sides<'a>(
-    (a, ba): (&Lines<'a>, SideBounds<'a>),
-    (b, bb): (&Lines<'a>, SideBounds<'a>),
-    req: &Request,
-) -> (Side, Side) {
-    let lines = a.len() + b.len();
-    let threads = host_threads().min(lines / LINES_PER_THREAD);
-    if threads <= 1 {
-        return (side(a, ba, 0..a.len(), req), side(b, bb, 0..b.len(), req));
-    }
-    let chunk = lines.div_ceil(threads);
-    std::thread::scope(|s| {
-        let mut handles = [Vec::new(), Vec::new()];
-        for (h, (x, bx)) in handles.iter_mut().zip([(*a, ba), (*b, bb)]) {
-            for c in 0..x.len().div_ceil(chunk) {
-                let r = c * chunk..x.len().min((c + 1) * chunk);
-                h.push(s.spawn(move || side(&x, bx, r, req)));
-            }
-        }
-        let [ha, hb] = handles.map(|h| {
-            h.into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .reduce(Side::merge)
-                .unwrap_or_default()
-        });
-        (ha, hb)
-    })
-}
-
 impl Side {
-    /// The side of the union of two sets of lines.
-    fn merge(mut self, other: Side) -> Side {
-        self.weight = self.weight.max(other.weight);
-        self.weight_over_allowance = self.weight_over_allowance.max(other.weight_over_allowance);
-        for g in other.groups {
-            match self
-                .groups
-                .iter_mut()
-                .find(|h| (h.bound, h.span) == (g.bound, g.span))
-            {
-                Some(h) => {
-                    h.inv_typical = h.inv_typical.max(g.inv_typical);
-                    h.inv_typical_over_allowance = h
-                        .inv_typical_over_allowance
-                        .max(g.inv_typical_over_allowance);
-                    h.depth = h.depth.max(g.depth);
-                }
-                None => self.groups.push(g),
-            }
+    /// The side [`judge`] reads, from a side's summary ([`summary`], "Why the summary loses
+    /// nothing the rule uses"): the weights over the concentrations that occur, one group per
+    /// occupied cell.
+    fn of(s: &SummaryView, req: &Request) -> Side {
+        let conc = Concentration::new(req);
+        let mut out = Side::default();
+        for (g, g_up) in s.concentrations() {
+            let (weight, _, weight_over_allowance) = conc.of(g, g_up);
+            out.weight = out.weight.max(weight);
+            out.weight_over_allowance = out.weight_over_allowance.max(weight_over_allowance);
         }
-        self
-    }
-}
-
-/// The [`Side`] of lines `range` of one side.
-fn side(lines: &Lines, bounds: SideBounds, range: std::ops::Range<usize>, req: &Request) -> Side {
-    let fix = f64::from(FIX_BITS);
-    let log2_k = log2_fast(req.k.max(1) as f64);
-    let normwise = req.accuracy == Accuracy::Normwise;
-    let mut concentration = Concentration::new(req);
-    const SPANS: usize = (MAX_SHIFT + 7) as usize;
-    // (shift class, span) -> 1 + index into `out.groups` (0: no line yet); on the stack and
-    // zeroed per call, so the lines cost no allocation beyond the few groups they form
-    let mut slot_of = [0u16; crate::scaling::SHIFT_CLASSES * SPANS];
-    let mut out = Side::default();
-    for i in range {
-        if lines.maxbits[i] == 0 || lines.nonzeros[i] == 0 {
-            continue;
-        }
-        // log2 of ||x||_1 2^-e and ||x||_2 2^-e
-        let n1 = log2_fast(lines.abs1[i].max(1) as f64) - fix;
-        let n2 = 0.5 * (log2_fast(lines.abs2[i].max(1) as f64) - fix);
-        let (g, g_up) = (
-            quarters((n2 - n1).min(0.0), false),
-            quarters((n2 - n1).min(0.0), true),
-        );
-        let (weight, allowance, weight_over_allowance) = concentration.of(g, g_up);
-        let inv_typical = if normwise {
-            1.0
-        } else {
-            pow2_quarters(quarters(-log2_typical(lines, i, n1, log2_k), true))
-        };
-        out.weight = out.weight.max(weight);
-        out.weight_over_allowance = out.weight_over_allowance.max(weight_over_allowance);
-        let range = lines.range[i];
-        let bound = norm_class(bounds.of(i));
-        let span = ((range >> 32) as i32).min(MAX_SHIFT + 6);
-        let depth = (range & 0xffff_ffff) as i32;
-        let key = &mut slot_of[bound * SPANS + span as usize];
-        if *key == 0 {
+        for c in s.cells() {
+            let over_floor = c.qt_floor.map_or(0.0, |q| pow2_quarters(q) / conc.floor);
+            let over_native = c.qt_native.map_or(0.0, |q| pow2_quarters(q) / conc.native);
             out.groups.push(Group {
-                bound,
-                span,
-                inv_typical: 0.0,
-                inv_typical_over_allowance: 0.0,
-                depth: 0,
+                bound: c.class,
+                span: c.span as i32,
+                inv_typical: pow2_quarters(c.qt),
+                inv_typical_over_allowance: over_floor.max(over_native),
+                depth: c.depth as i32,
             });
-            *key = out.groups.len() as u16;
         }
-        let slot = &mut out.groups[usize::from(*key) - 1];
-        slot.inv_typical = slot.inv_typical.max(inv_typical);
-        slot.inv_typical_over_allowance =
-            slot.inv_typical_over_allowance.max(inv_typical / allowance);
-        slot.depth = slot.depth.max(depth);
+        out
     }
-    out
 }
 
 /// How one count fares: the estimate (or bound) and whether it passes; `None` when a line
@@ -801,11 +670,31 @@ fn judge(a: &Side, b: &Side, r: usize, req: &Request) -> Option<(f64, bool)> {
 }
 
 /// The rule (module doc): the moduli count for op(A)'s rows `a` and op(B)'s columns `b`, or
-/// why the call must go to native fp64. Checks, in order: NaN/Inf, the product's exponent
-/// range, a forced count's validity and coverage, then the accuracy mode.
+/// why the call must go to native fp64: [`choose_summarised`] on the lines' summaries.
 pub fn choose(a: Lines, b: Lines, req: &Request) -> Result<Choice, Fallback> {
-    let top = |s: &Lines| s.maxbits.iter().copied().max().unwrap_or(0);
-    let (ta, tb) = (top(&a), top(&b));
+    let fast = 4096 * req.k.max(1) as u64;
+    let (ba, bb) = match req.bounds {
+        Bounds::Fast => (SideBounds::All(fast), SideBounds::All(fast)),
+        Bounds::Norm => (SideBounds::Each(a.coarse_sq), SideBounds::Each(b.coarse_sq)),
+        Bounds::Given(ra, rb) => (SideBounds::Each(ra), SideBounds::Each(rb)),
+    };
+    let p = KeyParams::new(req);
+    let (sa, sb) = (
+        SideSummary::of_lines(&a, ba, &p),
+        SideSummary::of_lines(&b, bb, &p),
+    );
+    choose_summarised(sa.view(), sb.view(), req)
+}
+
+/// The rule on the two sides' summaries ([`summary`]; the GPU route's download, or
+/// [`SideSummary::of`]). Checks, in order: NaN/Inf, the product's exponent range, a forced
+/// count's validity and coverage, then the accuracy mode.
+pub fn choose_summarised(
+    a: SummaryView,
+    b: SummaryView,
+    req: &Request,
+) -> Result<Choice, Fallback> {
+    let (ta, tb) = (a.top(), b.top());
     if ta >= NON_FINITE_BITS || tb >= NON_FINITE_BITS {
         return Err(Fallback::NonFinite);
     }
@@ -819,13 +708,7 @@ pub fn choose(a: Lines, b: Lines, req: &Request) -> Result<Choice, Fallback> {
     {
         return Err(Fallback::InvalidModuli { moduli: r });
     }
-    let fast = 4096 * req.k.max(1) as u64;
-    let (ba, bb) = match req.bounds {
-        Bounds::Fast => (SideBounds::All(fast), SideBounds::All(fast)),
-        Bounds::Norm => (SideBounds::Each(a.coarse_sq), SideBounds::Each(b.coarse_sq)),
-        Bounds::Given(ra, rb) => (SideBounds::Each(ra), SideBounds::Each(rb)),
-    };
-    let (ca, cb) = sides((&a, ba), (&b, bb), req);
+    let (ca, cb) = (Side::of(&a, req), Side::of(&b, req));
     if let Some(r) = req.forced {
         return match judge(&ca, &cb, r, req) {
             Some((estimate, _)) => Ok(Choice {
@@ -901,6 +784,7 @@ pub fn typical_moduli(scaling: ScalingMode, k: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::summary::{CONC_OFFSET, LineKey};
     use super::*;
 
     #[test]
@@ -919,40 +803,203 @@ mod tests {
         assert_eq!(exponent_of_bits(0), None);
     }
 
-    /// The threaded host step gives exactly the one-pass sides (same maxima, same groups):
-    /// the first chunk holds the deep (phi = 2) lines, the last ordinary and integer ones, so
-    /// chunks share some groups with different maxima and hold others alone.
+    /// The side computed line by line: every line's weights and group values from its keys,
+    /// then the maxima. This is the definition the summary must reproduce.
+    fn per_line_side(keys: &[LineKey], req: &Request) -> Side {
+        let conc = Concentration::new(req);
+        let mut out = Side::default();
+        for k in keys {
+            let (weight, allowance, weight_over_allowance) = conc.of(k.g, k.g + i64::from(k.g_up));
+            out.weight = out.weight.max(weight);
+            out.weight_over_allowance = out.weight_over_allowance.max(weight_over_allowance);
+            let inv_typical = pow2_quarters(k.qt);
+            let at = out
+                .groups
+                .iter()
+                .position(|g| (g.bound, g.span) == (k.class, k.span as i32));
+            let at = at.unwrap_or_else(|| {
+                out.groups.push(Group {
+                    bound: k.class,
+                    span: k.span as i32,
+                    inv_typical: 0.0,
+                    inv_typical_over_allowance: 0.0,
+                    depth: 0,
+                });
+                out.groups.len() - 1
+            });
+            let g = &mut out.groups[at];
+            g.inv_typical = g.inv_typical.max(inv_typical);
+            g.inv_typical_over_allowance =
+                g.inv_typical_over_allowance.max(inv_typical / allowance);
+            g.depth = g.depth.max(k.depth as i32);
+        }
+        out.groups.sort_by_key(|g| (g.bound, g.span));
+        out
+    }
+
+    /// The summary's side has the per-line side's groups and weights, each maximum the same
+    /// up to the rounding of `2^((qt - g)/4) / N` against `2^(qt/4) / (N 2^(g/4))`, and never
+    /// smaller than it by more than that rounding: the reduction loses nothing the rule reads.
+    fn assert_summary_is_per_line(keys: &[LineKey], req: &Request, what: &str) {
+        let p = KeyParams::new(req);
+        let mut s = SideSummary::default();
+        for k in keys {
+            s.add(k, &p);
+        }
+        let mut got = Side::of(&s.view(), req);
+        got.groups.sort_by_key(|g| (g.bound, g.span));
+        let want = per_line_side(keys, req);
+        let close = |x: f64, y: f64| x >= y * (1.0 - 4e-16) && x <= y * (1.0 + 4e-16);
+        assert_eq!(got.weight, want.weight, "{what}: weight");
+        assert_eq!(
+            got.weight_over_allowance, want.weight_over_allowance,
+            "{what}"
+        );
+        assert_eq!(got.groups.len(), want.groups.len(), "{what}: groups");
+        for (g, w) in got.groups.iter().zip(&want.groups) {
+            assert_eq!(
+                (g.bound, g.span, g.depth),
+                (w.bound, w.span, w.depth),
+                "{what}"
+            );
+            assert_eq!(g.inv_typical, w.inv_typical, "{what}: 1/t");
+            assert!(
+                close(g.inv_typical_over_allowance, w.inv_typical_over_allowance),
+                "{what}: 1/(t M) {} against the per-line {}",
+                g.inv_typical_over_allowance,
+                w.inv_typical_over_allowance
+            );
+        }
+    }
+
+    fn keys_of(x: &[f64], lines: usize, k: usize, req: &Request) -> Vec<LineKey> {
+        let t = LineTable::of_packed(x, lines, k);
+        let p = KeyParams::new(req);
+        (0..lines)
+            .filter(|&i| t.nonzeros[i] > 0)
+            .map(|i| {
+                let input = summary::KeyInput {
+                    bound: t.coarse_sq[i],
+                    abs1: t.abs1[i],
+                    abs2: t.abs2[i],
+                    log_depth: t.log_depth[i],
+                    log_depth_sq: t.log_depth_sq[i],
+                    nonzeros: t.nonzeros[i],
+                    range: t.range[i],
+                };
+                LineKey::of(&input, &p)
+            })
+            .collect()
+    }
+
+    /// Lines of many kinds in one side (normal, deep, integer, one-entry, outliers, zeros),
+    /// every accuracy mode: the summary's side is the per-line side.
     #[test]
-    fn threaded_sides_equal_one_pass() {
+    fn summary_is_the_per_line_side() {
         use crate::testutil::{Family, Rng, matrix};
-        let k = 64;
+        let k = 256;
         let mut rng = Rng::new(7);
         let mut x = Vec::new();
         for (fam, lines) in [
-            (Family::Spread(2.0), 3 * LINES_PER_THREAD),
-            (Family::Normal, 4 * LINES_PER_THREAD),
-            (Family::Integer(9), 2 * LINES_PER_THREAD),
+            (Family::Spread(2.0), 40),
+            (Family::Normal, 60),
+            (Family::Integer(9), 20),
+            (Family::Spread(4.0), 10),
         ] {
             x.extend(matrix(fam, k, lines, &mut rng));
         }
+        let mut spike = vec![0.0; k];
+        spike[3] = 1.0;
+        x.extend(&spike); // one entry: n_eff = 1, the allowance's native branch
+        let mut outlier = matrix(Family::Normal, k, 1, &mut rng);
+        outlier[9] *= 1e8;
+        x.extend(outlier);
+        x.extend(vec![0.0; k]);
         let lines = x.len() / k;
-        let t = LineTable::of_packed(&x, lines, k);
-        let v = t.view();
-        let (b, req) = (
-            SideBounds::Each(v.coarse_sq),
-            Request::new(k, ScalingMode::Norm),
-        );
-        let one = side(&v, b, 0..lines, &req);
-        let (mut ta, mut tb) = sides((&v, b), (&v.slice(0..lines / 3), b), &req);
-        let mut tb_one = side(&v.slice(0..lines / 3), b, 0..lines / 3, &req);
-        for s in [&mut ta, &mut tb, &mut tb_one] {
-            s.groups.sort_by_key(|g| (g.bound, g.span));
+        for accuracy in [Accuracy::Default, Accuracy::Normwise, Accuracy::Guaranteed] {
+            for kk in [16, k, 1 << 20] {
+                let req = Request {
+                    accuracy,
+                    ..Request::new(kk, ScalingMode::Norm)
+                };
+                let keys = keys_of(&x, lines, k, &req);
+                assert!(keys.len() == lines - 1);
+                assert_summary_is_per_line(&keys, &req, &format!("{accuracy:?} k = {kk}"));
+            }
         }
-        let mut one_sorted = one.clone();
-        one_sorted.groups.sort_by_key(|g| (g.bound, g.span));
-        assert!(one.groups.len() > 3, "{} groups", one.groups.len());
-        assert_eq!(ta, one_sorted);
-        assert_eq!(tb, tb_one);
+    }
+
+    /// One cell holding a line whose allowance is the floor (large `qt`, small `g`) and one
+    /// whose allowance is native's (smaller `qt`, larger `qt - g`): the cell's `1/(t M)` is
+    /// the larger of the two lines' values, whichever line gives it. A summary keeping one
+    /// `max qt` (or only one branch) would understate one of the two cases.
+    #[test]
+    fn both_allowance_branches_reach_the_cell() {
+        let req = Request::new(1024, ScalingMode::Norm);
+        let p = KeyParams::new(&req);
+        assert!(p.g_star > -CONC_OFFSET && p.g_star < 0, "g* = {}", p.g_star);
+        let key = |g: i64, qt: i64| LineKey {
+            class: 20,
+            span: 62,
+            depth: 30,
+            g,
+            g_up: true,
+            qt,
+        };
+        for (a, b) in [
+            (key(p.g_star - 8, 40), key(0, 30)),
+            (key(p.g_star - 8, 40), key(0, 60)),
+            (key(p.g_star, 0), key(p.g_star + 1, 0)),
+        ] {
+            assert_summary_is_per_line(&[a, b], &req, &format!("{a:?} {b:?}"));
+            assert_summary_is_per_line(&[b, a], &req, &format!("{b:?} {a:?}"));
+        }
+    }
+
+    /// The summary's words decode to what was added: the largest maximum, the
+    /// concentrations, the classes and the cells.
+    #[test]
+    fn summary_words_round_trip() {
+        let req = Request::new(1024, ScalingMode::Norm);
+        let p = KeyParams::new(&req);
+        let mut s = SideSummary::default();
+        let k1 = LineKey {
+            class: 65,
+            span: 62,
+            depth: 7,
+            g: -CONC_OFFSET,
+            g_up: false,
+            qt: -3,
+        };
+        let k2 = LineKey {
+            class: 0,
+            span: 0,
+            depth: 0,
+            g: 0,
+            g_up: true,
+            qt: 9000,
+        };
+        s.add(&k1, &p);
+        s.add(&k2, &p);
+        let v = s.view();
+        assert_eq!(v.top(), 0);
+        assert_eq!(
+            v.concentrations().collect::<Vec<_>>(),
+            vec![(-CONC_OFFSET, -CONC_OFFSET), (0, 1)]
+        );
+        assert_eq!(v.classes().collect::<Vec<_>>(), vec![0, 65]);
+        let cells: Vec<_> = v.cells().collect();
+        assert_eq!(cells.len(), 2);
+        assert_eq!(
+            (cells[0].qt, cells[0].qt_native, cells[0].depth),
+            (9000, Some(9000), 0)
+        );
+        assert_eq!(
+            (cells[1].qt, cells[1].qt_floor, cells[1].depth),
+            (-3, Some(-3), 7)
+        );
+        assert_eq!(SideSummary::from_words(s.words()).as_ref(), Some(&s));
+        assert!(SummaryView::new(&s.words()[1..]).is_none());
     }
 
     #[test]
