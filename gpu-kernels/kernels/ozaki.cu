@@ -477,12 +477,15 @@ __device__ __forceinline__ void line_add(LineAcc& t, double v, int e) {
     u64 b = abs_bits(v);
     if (b == 0) return;
     double a = __longlong_as_double((long long)b);
-    double c = fmax(ceil(scalbn(a, 5 - e)), 1.0);
+    // scale2 is scalbn's value (exact, or one rounding of a subnormal result) with one
+    // multiplication where 2^(5 - e) etc. are normal: the pass is bound by these per-entry
+    // steps, not by memory
+    double c = fmax(ceil(scale2(a, 5 - e)), 1.0);
     t.s += (u64)(c * c);
-    t.a1 += (u64)floor(scalbn(a, FIX_BITS - e));
-    double y = scalbn(a, -e);
+    t.a1 += (u64)floor(scale2(a, FIX_BITS - e));
+    double y = scale2(a, -e);
     double y2 = __dmul_rn(y, y);
-    t.a2 += (u64)floor(scalbn(y2, FIX_BITS));
+    t.a2 += (u64)floor(scale2(y2, FIX_BITS));
     u32 d = (u32)(e - exponent_of_bits(b));
     t.ld += d;
     t.ld2 += (u64)d * d;
@@ -572,4 +575,103 @@ extern "C" __global__ void line_shifts(const u64* __restrict__ maxbits, const u6
     u64 s = sq[i];
     int cls = s == 0 ? 0 : (s == 1 ? 1 : 65 - __clzll((long long)(s - 1)));
     shift[i] = table[cls] - exponent_of_bits(mb);
+}
+
+// ---- The accuracy rule's side summaries (ozaki-core rule/summary.rs) ----
+// One thread per line: the line's keys from its statistics (the slots line_stats_* summed),
+// then atomic maxima / bit sets into its side's summary (op(A)'s rows: lines below `split`,
+// op(B)'s columns: the others), a fixed-size block of u32 words the host reads instead of the
+// per-line table. The keys are `LineKey::of` in summary.rs: the same IEEE operations in the
+// same order (the _rn intrinsics keep nvrtc from contracting them into fmas) and the same
+// log2 table (from the host), so the words equal the host's `SideSummary` for the same
+// statistics. Layout constants: summary.rs (checked by the gpu-kernels unit tests).
+#define SUMMARY_SPANS 63
+#define CONC_OFFSET 319
+#define CONC_AT 2
+#define CLASS_AT 22
+#define CELLS_AT 26
+#define SUMMARY_WORDS 16658
+#define KEY_BIAS (1ll << 30)
+
+struct SummaryParams {
+    double table[257];    // log2(1 + i/256)
+    double log2_k;        // log2_fast(k)
+    long long g_star;     // the last g whose allowance is the floor
+    int normwise;         // qt = 0
+    int fixed_class;      // >= 0: every line's shift class (fast scaling); -1: from S
+};
+
+__device__ __forceinline__ double log2_fast(double x, const SummaryParams& p) {
+    u64 bits = (u64)__double_as_longlong(x); // x >= 1: normal
+    int e = (int)(bits >> 52) - 1023;
+    double m = __longlong_as_double((long long)((bits & ((1ull << 52) - 1)) | (1023ull << 52)));
+    double f = __dmul_rn(__dsub_rn(m, 1.0), 256.0);
+    int i = min((int)f, 255);
+    double w = __dsub_rn(f, (double)i);
+    return __dadd_rn(__dadd_rn((double)e, p.table[i]), __dmul_rn(__dsub_rn(p.table[i + 1], p.table[i]), w));
+}
+
+// ceil(4 x) (up) or floor(4 x) as the rule's `quarters`.
+__device__ __forceinline__ long long quarters(double x, bool up) {
+    double y = __dmul_rn(4.0, x);
+    long long t = (long long)y;
+    if (up && (double)t < y) return t + 1;
+    if (!up && (double)t > y) return t - 1;
+    return t;
+}
+
+// atomicMax that first reads the word: most lines do not raise the maximum, and a stale
+// (older, so smaller) read only costs an atomic that was not needed.
+__device__ __forceinline__ void raise_to(u32* w, u32 v) {
+    if (__ldcg(w) < v) atomicMax(w, v);
+}
+
+__device__ __forceinline__ void set_bit(u32* w, int bit) {
+    u32 m = 1u << (bit & 31);
+    if (!(__ldcg(w + (bit >> 5)) & m)) atomicOr(w + (bit >> 5), m);
+}
+
+__device__ __forceinline__ u32 enc_key(long long v) {
+    v = v < 1 - KEY_BIAS ? 1 - KEY_BIAS : (v > KEY_BIAS - 1 ? KEY_BIAS - 1 : v);
+    return (u32)(v + KEY_BIAS);
+}
+
+// stats: STAT_SLOTS u64 slots of `stride` lines (maxbits, sum |x|, S, abs1, abs2, log_depth,
+// log_depth_sq, nonzeros, range); summaries: two blocks of SUMMARY_WORDS u32 (one for syrk).
+extern "C" __global__ void line_summary(const u64* __restrict__ stats, long long stride, int lines, int split,
+                                        SummaryParams p, u32* __restrict__ summaries) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= lines) return;
+    u32* w = summaries + (i < split ? 0 : SUMMARY_WORDS);
+    u64 mb = stats[i];
+    if (__ldcg((u64*)w) < mb) atomicMax((u64*)w, mb);
+    u64 nz = stats[7 * stride + i];
+    if (mb == 0 || mb >= 0x7ff0000000000000ull || nz == 0) return;
+    u64 s = stats[2 * stride + i], a1 = stats[3 * stride + i], a2 = stats[4 * stride + i];
+    u64 ld = stats[5 * stride + i], ld2 = stats[6 * stride + i], range = stats[8 * stride + i];
+    double n1 = __dsub_rn(log2_fast(__ull2double_rn(a1 > 1 ? a1 : 1), p), 40.0);
+    double n2 = __dmul_rn(0.5, __dsub_rn(log2_fast(__ull2double_rn(a2 > 1 ? a2 : 1), p), 40.0));
+    double d = fmin(__dsub_rn(n2, n1), 0.0);
+    long long g = quarters(d, false), g_up = quarters(d, true);
+    long long qt = 0;
+    if (!p.normwise) {
+        double nzd = __ull2double_rn(nz);
+        double mean = __ddiv_rn(__ull2double_rn(ld), nzd);
+        double var = fmax(__dsub_rn(__ddiv_rn(__ull2double_rn(ld2), nzd), __dmul_rn(mean, mean)), 0.0);
+        double lognormal = __dadd_rn(-mean, fmin(__ddiv_rn(__dmul_rn(var, 0.6931471805599453), 2.0), 4.0));
+        double typical = fmin(lognormal, __dsub_rn(n1, p.log2_k));
+        qt = quarters(-typical, true);
+    }
+    int cls = p.fixed_class >= 0 ? p.fixed_class : (s == 0 ? 0 : (s == 1 ? 1 : 65 - __clzll((long long)(s - 1))));
+    int span = (int)min(range >> 32, (u64)(SUMMARY_SPANS - 1));
+    u32 depth = (u32)(range & 0xffffffffull);
+    bool up = g_up > g;
+    if (g < -CONC_OFFSET) g = -CONC_OFFSET;
+    set_bit(w + CONC_AT, (int)(2 * (g + CONC_OFFSET)) + (up ? 1 : 0));
+    set_bit(w + CLASS_AT, cls);
+    u32* cell = w + CELLS_AT + 4 * (cls * SUMMARY_SPANS + span);
+    raise_to(cell, enc_key(qt));
+    if (g <= p.g_star) raise_to(cell + 1, enc_key(qt));
+    else raise_to(cell + 2, enc_key(qt - g));
+    raise_to(cell + 3, depth + 1);
 }

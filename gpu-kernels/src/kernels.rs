@@ -40,6 +40,33 @@ pub struct Kernels {
     norms_contig: sys::CUfunction,
     norms_strided: sys::CUfunction,
     line_shifts: sys::CUfunction,
+    line_summary: sys::CUfunction,
+}
+
+/// Mirror of `struct SummaryParams` in ozaki.cu: what the line keys need from the request
+/// (`ozaki_core::rule::KeyParams`, the `log2_fast` table, the fixed class of fast scaling).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SummaryParams {
+    table: [f64; 257],
+    log2_k: f64,
+    g_star: i64,
+    normwise: i32,
+    fixed_class: i32,
+}
+
+impl SummaryParams {
+    /// The kernel's parameters for a request's keys; `fixed_class` is every line's shift
+    /// class under fast scaling (`None`: each line's class from its `S`).
+    pub(crate) fn new(p: &ozaki_core::rule::KeyParams, fixed_class: Option<usize>) -> Self {
+        SummaryParams {
+            table: *ozaki_core::rule::log2_table(),
+            log2_k: p.log2_k,
+            g_star: p.g_star,
+            normwise: i32::from(p.normwise),
+            fixed_class: fixed_class.map_or(-1, |c| c as i32),
+        }
+    }
 }
 
 fn function(module: sys::CUmodule, name: &str) -> Result<sys::CUfunction, GpuError> {
@@ -86,6 +113,7 @@ impl Kernels {
             norms_contig: function(module, "line_stats_contig")?,
             norms_strided: function(module, "line_stats_strided")?,
             line_shifts: function(module, "line_shifts")?,
+            line_summary: function(module, "line_summary")?,
             _module: module,
         })
     }
@@ -152,6 +180,28 @@ impl Kernels {
         let mut args = kernel_args![maxbits, sq, lines, table, shift];
         // SAFETY: as above; the caller sized the buffers.
         unsafe { launch(self.line_shifts, grid, (256, 1, 1), stream, &mut args) }
+    }
+
+    /// The side summaries (`ozaki_core::rule::summary`) of `lines` lines of statistics
+    /// (`crate::ozaki::STAT_SLOTS` slots `stride` apart, as the per-line passes wrote them):
+    /// lines below `split` into the first block of `summaries`, the others into the second
+    /// (each `ozaki_core::rule::summary::SUMMARY_WORDS` u32s, zeroed first). Launch it after
+    /// the statistics pass on the same stream.
+    pub(crate) unsafe fn line_summary(
+        &self,
+        stream: sys::CUstream,
+        (stats, stride): (sys::CUdeviceptr, i64),
+        (lines, split): (i32, i32),
+        params: &SummaryParams,
+        summaries: sys::CUdeviceptr,
+    ) -> Result<(), GpuError> {
+        let (mut stats, mut stride, mut lines, mut split, mut params, mut summaries) =
+            (stats, stride, lines, split, *params, summaries);
+        let grid = ((lines as u32).div_ceil(256), 1, 1);
+        let mut args = kernel_args![stats, stride, lines, split, params, summaries];
+        // SAFETY: argument types match the kernel signature (the struct is its mirror); the
+        // caller sized the buffers.
+        unsafe { launch(self.line_summary, grid, (256, 1, 1), stream, &mut args) }
     }
 
     /// r int8 residue planes of one operand, `(rows, rows_out)`: the operand's rows and the
@@ -333,4 +383,47 @@ unsafe fn launch(
     }
     .result()
     .ctx("cuLaunchKernel")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ozaki_core::rule::summary::{
+        CELLS_AT, CLASS_AT, CONC_AT, CONC_OFFSET, KEY_BIAS, SPANS, SUMMARY_WORDS,
+    };
+
+    /// The value of `#define name value` in the kernel source.
+    fn define(name: &str) -> String {
+        let head = format!("#define {name} ");
+        SOURCE
+            .lines()
+            .find_map(|l| l.strip_prefix(&head))
+            .unwrap_or_else(|| panic!("no #define {name}"))
+            .trim()
+            .to_string()
+    }
+
+    /// `line_summary` writes the layout `ozaki_core::rule::summary` reads, and its parameter
+    /// struct has the size of the CUDA one (257 doubles, a double, a long long, two ints).
+    #[test]
+    fn summary_kernel_layout_is_ozaki_cores() {
+        for (name, value) in [
+            ("SUMMARY_SPANS", SPANS as i64),
+            ("CONC_OFFSET", CONC_OFFSET),
+            ("CONC_AT", CONC_AT as i64),
+            ("CLASS_AT", CLASS_AT as i64),
+            ("CELLS_AT", CELLS_AT as i64),
+            ("SUMMARY_WORDS", SUMMARY_WORDS as i64),
+        ] {
+            assert_eq!(define(name), value.to_string(), "{name}");
+        }
+        assert_eq!(
+            define("KEY_BIAS"),
+            format!("(1ll << {})", KEY_BIAS.trailing_zeros())
+        );
+        assert_eq!(std::mem::size_of::<SummaryParams>(), 257 * 8 + 8 + 8 + 8);
+        // the kernel's ln 2 literal is the host's constant, printed shortest
+        let ln2 = format!("{:?}", std::f64::consts::LN_2);
+        assert!(SOURCE.contains(&ln2), "the kernel's ln 2 is not {ln2}");
+    }
 }

@@ -42,6 +42,7 @@ fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
             "line_stats_contig",
             "line_stats_strided",
             "line_shifts",
+            "line_summary",
         ] {
             assert!(
                 cubin.windows(name.len()).any(|w| w == name.as_bytes()),

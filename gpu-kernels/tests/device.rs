@@ -697,11 +697,14 @@ fn automatic_moduli_equal_forced_ones_whatever_the_previous_call_chose() {
 }
 
 /// The accuracy rule reads the same statistics on both routes: the GPU's two per-line passes
-/// give exactly the host mirror's `LineTable` (every field an exact integer), for both
-/// storage orders of the operands and for inputs with outliers, subnormals and zeros. With
-/// `OZAKI_RULE_COST=1` it also prints what the rule costs next to the whole call at n = 4096
-/// and 8192 (`scripts/gpu-check` stage `rule`): the statistics pass and its download (CUDA
-/// events) and the host step (`plan_into`, as the route calls it), each the fastest of five.
+/// give exactly the host mirror's `LineTable` (every field an exact integer), and its
+/// `line_summary` kernel exactly the summaries `cpu-ozaki` forms from that table
+/// (`SideSummary::of`, every accuracy mode and both scalings), for both storage orders of the
+/// operands and for inputs with outliers, subnormals and zeros. With `OZAKI_RULE_COST=1` it
+/// also prints what the rule costs next to the whole call at n = 4096 and 8192
+/// (`scripts/gpu-check` stage `rule`): the statistics pass, the summary kernel and the
+/// summaries' download (CUDA events) and the host step (`plan_summarised`, as the route calls
+/// it), each the fastest of five.
 #[test]
 fn line_statistics_equal_the_host_mirror() {
     use gpu_kernels::measure::upload;
@@ -761,9 +764,38 @@ fn line_statistics_equal_the_host_mirror() {
         };
         let mut g = gpu_kernels::gpu().unwrap();
         let s = g.stream();
+        let opts = Options::default();
         // SAFETY: `g`'s context is current on this thread and `s` is its stream; `da`, `db`
         // hold op(A) and op(B) at these leading dimensions and outlive the call.
-        let (ga, gb, _) = unsafe { ozaki::line_statistics(&mut g, s, &call) }.unwrap();
+        let one = unsafe { ozaki::line_statistics(&mut g, s, &call, &opts) }.unwrap();
+        let (ga, gb) = (one.a.clone(), one.b.clone());
+        for accuracy in [
+            ozaki::Accuracy::Default,
+            ozaki::Accuracy::Normwise,
+            ozaki::Accuracy::Guaranteed,
+        ] {
+            for scaling in [ozaki::ScalingMode::Norm, ozaki::ScalingMode::Fast] {
+                let opts = Options {
+                    accuracy,
+                    scaling: Some(scaling),
+                    ..Options::default()
+                };
+                // SAFETY: as above.
+                let one = unsafe { ozaki::line_statistics(&mut g, s, &call, &opts) }.unwrap();
+                let req = ozaki_core::rule::Request {
+                    accuracy,
+                    ..ozaki_core::rule::Request::new(k, scaling)
+                };
+                let host = (
+                    ozaki::SideSummary::of(&one.a.view(), &req),
+                    ozaki::SideSummary::of(&one.b.view(), &req),
+                );
+                assert!(
+                    one.summaries == host,
+                    "{transa:?}{transb:?} {accuracy:?} {scaling:?}: GPU summaries differ from the host's"
+                );
+            }
+        }
         let rows: Vec<f64> = (0..m)
             .flat_map(|i| (0..k).map(move |l| (i, l)))
             .map(|(i, l)| a[i + l * m])
@@ -793,21 +825,24 @@ fn line_statistics_equal_the_host_mirror() {
             // the fastest of five of each part (a shared host may delay any one of them)
             let best = |x: &mut f64, y: f64| *x = x.min(y);
             let (mut scan, mut stats, mut down, mut host, mut whole) = [f64::INFINITY; 5].into();
+            let mut summary = f64::INFINITY;
             for _ in 0..5 {
                 // SAFETY: as for the warm-up call above.
-                let (ga, gb, cost) = unsafe { ozaki::line_statistics(&mut g, s, &call) }.unwrap();
+                let one = unsafe { ozaki::line_statistics(&mut g, s, &call, &opts) }.unwrap();
+                let cost = one.cost;
                 best(&mut scan, cost.scan);
-                best(&mut stats, cost.statistics);
+                best(&mut stats, cost.statistics + cost.summary);
+                best(&mut summary, cost.summary);
                 best(&mut down, cost.download);
-                // the route's host step: the plan without host shifts (the device forms them)
+                // the route's host step: the plan from the summaries (the device forms the
+                // shifts)
                 let t = std::time::Instant::now();
-                let plan = ozaki::plan_into(
-                    ga.view(),
-                    gb.view(),
+                let plan = ozaki::plan_summarised(
+                    one.summaries.0.view(),
+                    one.summaries.1.view(),
                     n,
                     (None, ozaki::Accuracy::Default),
                     ozaki::DEFAULT_SCALING,
-                    (&mut [], &mut []),
                 );
                 best(&mut host, t.elapsed().as_secs_f64());
                 assert!(plan.is_ok());
@@ -816,12 +851,14 @@ fn line_statistics_equal_the_host_mirror() {
                 unsafe { ozaki::gemm(&mut g, s, &call, opts) }.unwrap();
                 best(&mut whole, t.elapsed().as_secs_f64());
             }
-            // the rule's part: the statistics pass (it also forms norm scaling's S), their
-            // download and the host step; the scan's maxima every scaling needs
+            // the rule's part: the statistics pass (it also forms norm scaling's S) with the
+            // summary kernel, the summaries' download and the host step; the scan's maxima
+            // every scaling needs
             let rule = stats + down + host;
             println!(
-                "rule statistics n = {n}: statistics pass {:.3} ms + download {:.3} ms + host rule {:.3} ms = {:.3} ms of a {:.3} ms call ({:.1}%, {}); exponent scan {:.3} ms ({:.1}%)",
+                "rule statistics n = {n}: statistics pass {:.3} ms (summary kernel {:.3} ms of it) + download {:.3} ms + host rule {:.3} ms = {:.3} ms of a {:.3} ms call ({:.1}%, {}); exponent scan {:.3} ms ({:.1}%)",
                 stats * 1e3,
+                summary * 1e3,
                 down * 1e3,
                 host * 1e3,
                 rule * 1e3,

@@ -458,8 +458,7 @@ fn pow2_normal(n: i64) -> Option<f64> {
 /// significand of a normal `x` comes from its bits (what `ldexp(x, -e)` gives, exactly).
 #[inline]
 fn log2_fast(x: f64) -> f64 {
-    static TABLE: std::sync::OnceLock<[f64; 257]> = std::sync::OnceLock::new();
-    let t = TABLE.get_or_init(|| std::array::from_fn(|i| (1.0 + i as f64 / 256.0).log2()));
+    let t = log2_table();
     let bits = x.to_bits();
     let e = exponent_of_bits(bits).unwrap_or(-1075);
     let m = if bits >> 52 != 0 {
@@ -471,6 +470,13 @@ fn log2_fast(x: f64) -> f64 {
     let i = (f as usize).min(255);
     let w = f - i as f64;
     f64::from(e) + t[i] + (t[i + 1] - t[i]) * w
+}
+
+/// The table of `log2_fast`: `log2(1 + i / 256)` for i = 0..=256 (the GPU's summary kernel
+/// gets these values, so both evaluate the same function).
+pub fn log2_table() -> &'static [f64; 257] {
+    static TABLE: std::sync::OnceLock<[f64; 257]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| std::array::from_fn(|i| (1.0 + i as f64 / 256.0).log2()))
 }
 
 /// `2^(q/4)`: the quarter's factor times a power of two, exact (and equal to

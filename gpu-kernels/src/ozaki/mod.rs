@@ -44,15 +44,18 @@ use cudarc::driver::sys;
 use ozaki_core::blas::{Trans, Uplo};
 use ozaki_core::crt_tables::{CrtTable, ResidueTable};
 use ozaki_core::moduli::MAX_MODULI;
+use ozaki_core::rule::summary::SUMMARY_WORDS;
 use ozaki_core::trace::Phases;
 
 mod moduli_guess;
 pub mod padding;
 mod plan;
 
-pub use ozaki_core::rule::{Accuracy, LineTable, Lines};
+pub use ozaki_core::rule::{Accuracy, LineTable, Lines, SideSummary, SummaryView};
 pub use ozaki_core::scaling::SHIFT_CLASSES;
-pub use plan::{DEFAULT_SCALING, Plan, ScalingMode, decline, effective_scaling, plan, plan_into};
+pub use plan::{
+    DEFAULT_SCALING, Plan, ScalingMode, decline, effective_scaling, plan, plan_summarised,
+};
 
 /// The INT8 modulus set of `ozaki-core`, in the order moduli are taken: a call with r moduli
 /// uses the first r, so GPU and CPU routes share residues and CRT.
@@ -63,7 +66,7 @@ pub const MODULI: [u32; MAX_MODULI] = ozaki_core::moduli::INT8_MODULI;
 pub const STAT_SLOTS: usize = 9;
 
 use moduli_guess::{expected_moduli, remember_moduli};
-use plan::shift_table;
+use plan::{shift_table, summary_params};
 
 /// From this many rows and columns of C on, the products and reconstruction run in column
 /// blocks of [`LARGE_BLOCK`]: the int8 products run under the board's power cap (SM clock
@@ -316,6 +319,58 @@ unsafe fn scan_lines(
     Ok(())
 }
 
+/// Bytes of the two side summaries (`ozaki_core::rule::summary`) on the device.
+const SUMMARY_BYTES: usize = 2 * 4 * SUMMARY_WORDS;
+
+/// Stage 1's reduction: the side summaries of the statistics `scan_lines` wrote into
+/// `stats` (`nb_rows` lines, op(A)'s `m` rows first), into `summaries` (zeroed here), for a
+/// call of inner dimension `k` under `accuracy` and `scaling`.
+///
+/// # Safety
+/// - `stream` belongs to `gpu`'s context, current on this thread; `stats` holds the
+///   [`STAT_SLOTS`] slots of `nb_rows` lines the statistics pass writes before this on
+///   `stream`, and `summaries` is device memory of [`SUMMARY_BYTES`] bytes written by
+///   nobody else until the stream has passed the work.
+unsafe fn summarise(
+    gpu: &mut Gpu,
+    stream: sys::CUstream,
+    (stats, nb_rows, m): (u64, usize, usize),
+    (k, accuracy, scaling): (usize, Accuracy, ScalingMode),
+    summaries: u64,
+) -> Result<(), GpuError> {
+    // SAFETY: summaries holds SUMMARY_BYTES bytes on this device.
+    unsafe { sys::cuMemsetD8Async(summaries, 0, SUMMARY_BYTES, stream) }
+        .result()
+        .ctx("cuMemsetD8Async")?;
+    let params = summary_params(k, accuracy, scaling);
+    let kern = gpu.kernels()?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        kern.line_summary(
+            stream,
+            (stats, nb_rows as i64),
+            (nb_rows as i32, m as i32),
+            &params,
+            summaries,
+        )
+    }
+}
+
+/// The two side summaries in `words` (2 [`SUMMARY_WORDS`] u32s, op(A)'s first; syrk: op(B)
+/// is op(A)).
+fn summary_views(words: &[u32], syrk: bool) -> (SummaryView<'_>, SummaryView<'_>) {
+    let (a, b) = words.split_at(SUMMARY_WORDS);
+    let a = SummaryView::new(a).expect("SUMMARY_WORDS words");
+    (
+        a,
+        if syrk {
+            a
+        } else {
+            SummaryView::new(b).expect("SUMMARY_WORDS words")
+        },
+    )
+}
+
 /// The rule's view of the statistics buffer the scan kernels fill: [`STAT_SLOTS`] slots of
 /// `nb_rows` u64s each, one per statistic (slot 1, the scan's sum |x|, is not the rule's).
 fn stat_lines(slots: &[u64], nb_rows: usize) -> Lines<'_> {
@@ -340,14 +395,32 @@ pub struct StageOneCost {
     pub scan: f64,
     /// The second per-line pass: norm scaling's `S` and the accuracy rule's sums.
     pub statistics: f64,
-    /// The statistics' copy to pinned host memory, as the route makes it.
+    /// The reduction of the statistics to the two side summaries (`line_summary`).
+    pub summary: f64,
+    /// The summaries' copy to pinned host memory, as the route makes it.
     pub download: f64,
 }
 
-/// The line statistics the GPU computes for a call (op(A)'s rows, op(B)'s columns; syrk:
-/// the same table twice) and what computing and downloading them cost, as the route does
-/// it: what the accuracy rule reads, for tests against the host mirror
-/// (`ozaki_core::rule::LineTable::push`) and for measuring what the rule costs.
+/// What stage 1 computes for a call, read back: the per-line statistics (op(A)'s rows,
+/// op(B)'s columns; syrk: the same table twice), the side summaries the route downloads
+/// instead, and what each step cost.
+#[derive(Debug, Clone)]
+pub struct StageOne {
+    /// Rows of op(A).
+    pub a: LineTable,
+    /// Columns of op(B).
+    pub b: LineTable,
+    /// The summaries of `a` and `b` for the options' accuracy and scaling.
+    pub summaries: (SideSummary, SideSummary),
+    /// The cost of the route's steps.
+    pub cost: StageOneCost,
+}
+
+/// The line statistics and summaries the GPU computes for a call and what computing and
+/// downloading them cost, as the route does it (the per-line table is copied as well, after
+/// the timed steps): what the accuracy rule reads, for tests against the host mirror
+/// (`ozaki_core::rule::LineTable::push`, `SideSummary::of`) and for measuring what the rule
+/// costs.
 ///
 /// # Safety
 /// - `gpu`'s context is current on this thread and `stream` belongs to it;
@@ -358,39 +431,74 @@ pub unsafe fn line_statistics(
     gpu: &mut Gpu,
     stream: sys::CUstream,
     call: &DeviceCall,
-) -> Result<(LineTable, LineTable, StageOneCost), GpuError> {
+    opts: &Options,
+) -> Result<StageOne, GpuError> {
     let syrk = matches!(call.op, Op::Syrk { .. });
     let nb_rows = if syrk { call.m } else { call.m + call.n };
     let bytes = 8 * STAT_SLOTS * nb_rows;
     let stats = gpu.workspace.get("scan", bytes)?;
-    let mut pinned = crate::memory::PinnedBuffer::new(bytes)?;
+    let summaries = gpu.workspace.get("summaries", SUMMARY_BYTES)?;
+    let mut pinned = crate::memory::PinnedBuffer::new(bytes + SUMMARY_BYTES)?;
     let mut marks = Marks::start(stream)?;
     // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
     unsafe { scan_lines(gpu, stream, call, stats, Some(&mut marks)) }?;
     marks.mark(Phase::Convert)?;
-    // SAFETY: pinned holds `bytes` bytes and outlives the copy (synchronised below).
-    unsafe { sys::cuMemcpyDtoHAsync_v2(pinned.as_mut_ptr() as *mut _, stats, bytes, stream) }
+    let scaling = effective_scaling(opts.scaling);
+    // SAFETY: as above; `summaries` is the workspace slot of SUMMARY_BYTES.
+    unsafe {
+        summarise(
+            gpu,
+            stream,
+            (stats, nb_rows, call.m),
+            (call.k, opts.accuracy, scaling),
+            summaries,
+        )
+    }?;
+    marks.mark(Phase::Convert)?;
+    let host = pinned.as_mut_ptr();
+    // SAFETY: pinned holds bytes + SUMMARY_BYTES bytes and outlives both copies
+    // (synchronised below).
+    unsafe {
+        sys::cuMemcpyDtoHAsync_v2(host.add(bytes) as *mut _, summaries, SUMMARY_BYTES, stream)
+    }
+    .result()
+    .ctx("cuMemcpyDtoH")?;
+    marks.mark(Phase::Convert)?;
+    // SAFETY: as above.
+    unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, stats, bytes, stream) }
         .result()
         .ctx("cuMemcpyDtoH")?;
-    marks.mark(Phase::Convert)?;
     sync(stream)?;
     let spans = marks.spans()?;
     let cost = StageOneCost {
         scan: spans[0],
         statistics: spans[1],
-        download: spans[2],
+        summary: spans[2],
+        download: spans[3],
     };
-    // SAFETY: the copy has completed; the buffer is page-aligned and holds STAT_SLOTS slots
-    // of nb_rows u64s.
-    let host = unsafe { std::slice::from_raw_parts(pinned.as_mut_ptr() as *const u64, bytes / 8) };
-    let all = stat_lines(host, nb_rows);
+    // SAFETY: the copies have completed; the buffer is page-aligned and holds STAT_SLOTS
+    // slots of nb_rows u64s, then the summaries' u32s.
+    let (lines, words) = unsafe {
+        (
+            std::slice::from_raw_parts(host as *const u64, bytes / 8),
+            std::slice::from_raw_parts(host.add(bytes) as *const u32, SUMMARY_BYTES / 4),
+        )
+    };
+    let all = stat_lines(lines, nb_rows);
     let a = all.slice(0..call.m).to_table();
     let b = if syrk {
         a.clone()
     } else {
         all.slice(call.m..nb_rows).to_table()
     };
-    Ok((a, b, cost))
+    let (sa, sb) = summary_views(words, syrk);
+    let owned = |v: SummaryView| SideSummary::from_words(v.words()).expect("summary words");
+    Ok(StageOne {
+        a,
+        b,
+        summaries: (owned(sa), owned(sb)),
+        cost,
+    })
 }
 
 /// [`gemm`] without the final wait: returns once the plan accepted the operands and the
@@ -454,7 +562,18 @@ pub unsafe fn enqueue(
     //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
     //    between the scan and the residues (BENCHMARKS.md, "Kernel tuning"). When the plan
     //    chooses another count, both are formed again; C is written only after the plan.
-    let table_at = STATS * nb_rows;
+    let summaries = gpu.workspace.get("summaries", SUMMARY_BYTES)?;
+    // SAFETY: as above; `summaries` is the workspace slot of SUMMARY_BYTES.
+    unsafe {
+        summarise(
+            gpu,
+            stream,
+            (stats, nb_rows, m),
+            (k, opts.accuracy, scaling),
+            summaries,
+        )
+    }?;
+    let table_at = SUMMARY_BYTES;
     let table_bytes = 4 * SHIFT_CLASSES;
     if gpu.small.len() < table_at + table_bytes {
         // an upload from the old buffer may still be pending
@@ -462,8 +581,9 @@ pub unsafe fn enqueue(
         gpu.small = crate::memory::PinnedBuffer::new(table_at + table_bytes)?;
     }
     let host = gpu.small.as_mut_ptr();
-    // SAFETY: host is pinned memory of >= STATS nb_rows bytes; the copy completes at the fence.
-    unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, stats, STATS * nb_rows, stream) }
+    // SAFETY: host is pinned memory of >= SUMMARY_BYTES bytes; the copy completes at the
+    // fence.
+    unsafe { sys::cuMemcpyDtoHAsync_v2(host as *mut _, summaries, SUMMARY_BYTES, stream) }
         .result()
         .ctx("cuMemcpyDtoH")?;
     let fence = crate::timing::Fence::record(stream)?;
@@ -549,20 +669,16 @@ pub unsafe fn enqueue(
         .clamp(2, MAX_MODULI);
     let mut planes = convert(gpu, guess)?;
     fence.wait()?;
-    // SAFETY: the copy has completed; the buffer is page-aligned and holds STAT_SLOTS slots
-    // of nb_rows u64s.
-    let slots = unsafe { std::slice::from_raw_parts(host as *const u64, STAT_SLOTS * nb_rows) };
-    let all = stat_lines(slots, nb_rows);
-    let a_stats = all.slice(0..m);
-    let b_stats = if syrk { a_stats } else { all.slice(m..nb_rows) };
+    // SAFETY: the copy has completed; the buffer is page-aligned and holds the two summaries.
+    let words = unsafe { std::slice::from_raw_parts(host as *const u32, SUMMARY_BYTES / 4) };
+    let (a_summary, b_summary) = summary_views(words, syrk);
     // the shifts themselves come from the device (`line_shifts`, the same function of the lines)
-    let plan = match plan_into(
-        a_stats,
-        b_stats,
+    let plan = match plan_summarised(
+        a_summary,
+        b_summary,
         k,
         (opts.moduli, opts.accuracy),
         scaling,
-        (&mut [], &mut []),
     ) {
         Ok(p) => p,
         Err(e) => {

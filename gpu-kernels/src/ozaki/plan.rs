@@ -6,7 +6,7 @@
 use crate::error::GpuError;
 use ozaki_core::fallback::Fallback;
 use ozaki_core::moduli::MAX_MODULI;
-use ozaki_core::rule::{self, Accuracy, Lines};
+use ozaki_core::rule::{self, Accuracy, KeyParams, Lines, SideSummary, SummaryView};
 use ozaki_core::scaling::{COARSE_BITS, SHIFT_CLASSES};
 
 pub use ozaki_core::scaling::ScalingMode;
@@ -56,7 +56,37 @@ pub fn decline(f: Fallback) -> GpuError {
     }
 }
 
-/// Makes the plan from the line statistics of op(A) rows and op(B) columns.
+/// The rule's request for a call of inner dimension `k`.
+fn request(
+    k: usize,
+    (forced, accuracy): (Option<usize>, Accuracy),
+    scaling: ScalingMode,
+) -> rule::Request<'static> {
+    rule::Request {
+        forced,
+        accuracy,
+        ..rule::Request::new(k, effective_scaling(Some(scaling)))
+    }
+}
+
+/// What the device's `line_summary` kernel needs to reduce a call's line statistics to the
+/// rule's summaries: the request's key parameters and, for fast scaling, every line's class.
+pub(crate) fn summary_params(
+    k: usize,
+    accuracy: Accuracy,
+    scaling: ScalingMode,
+) -> crate::kernels::SummaryParams {
+    let req = request(k, (None, accuracy), scaling);
+    let fixed = match req.scaling {
+        ScalingMode::Fast => Some(ozaki_core::scaling::norm_class(4096 * k.max(1) as u64)),
+        _ => None,
+    };
+    crate::kernels::SummaryParams::new(&KeyParams::new(&req), fixed)
+}
+
+/// Makes the plan from the line statistics of op(A) rows and op(B) columns: their summaries
+/// ([`SideSummary::of`], what the device's `line_summary` kernel forms), then
+/// [`plan_summarised`], then the shifts.
 ///
 /// `scaling` is [`ScalingMode::Fast`] (bound `4096 k` for every line) or
 /// [`ScalingMode::Norm`] (the lines' own `S`, the default); the shifts are
@@ -71,61 +101,60 @@ pub fn plan(
     scaling: ScalingMode,
     accuracy: Accuracy,
 ) -> Result<Plan, GpuError> {
-    let (mut sigma, mut tau) = (vec![0; a.len()], vec![0; b.len()]);
-    let head = plan_into(a, b, k, (forced, accuracy), scaling, (&mut sigma, &mut tau))?;
-    Ok(Plan { sigma, tau, ..head })
+    let req = request(k, (forced, accuracy), scaling);
+    let (sa, sb) = (SideSummary::of(&a, &req), SideSummary::of(&b, &req));
+    let head = plan_summarised(sa.view(), sb.view(), k, (forced, accuracy), scaling)?;
+    let table = shift_table(head.scaling, head.moduli, k);
+    let shifts = |s: &Lines| -> Vec<i32> {
+        (0..s.len())
+            .map(|l| {
+                let class = match head.scaling {
+                    ScalingMode::Fast => 0,
+                    _ => ozaki_core::scaling::norm_class(s.coarse_sq[l]),
+                };
+                rule::exponent_of_bits(s.maxbits[l]).map_or(0, |e| table[class] - e)
+            })
+            .collect()
+    };
+    Ok(Plan {
+        sigma: shifts(&a),
+        tau: shifts(&b),
+        ..head
+    })
 }
 
-/// [`plan`] writing the shifts into `shifts` (sigma for op(A)'s rows, tau for op(B)'s
-/// columns; an empty slice skips a side) instead of new vectors: the route passes empty
-/// slices, its shifts come from `line_shifts` on the device. The returned plan's `sigma` and
-/// `tau` are empty.
-pub fn plan_into(
-    a: Lines,
-    b: Lines,
+/// The plan from the two sides' summaries (the device route's download): the rule's count
+/// (`ozaki_core::rule::choose_summarised`) and the bits of the scaled maxima; `sigma` and `tau`
+/// are empty (the device forms the shifts, `line_shifts`).
+pub fn plan_summarised(
+    a: SummaryView,
+    b: SummaryView,
     k: usize,
     (forced, accuracy): (Option<usize>, Accuracy),
     scaling: ScalingMode,
-    shifts: (&mut [i32], &mut [i32]),
 ) -> Result<Plan, GpuError> {
-    let scaling = effective_scaling(Some(scaling));
-    let req = rule::Request {
-        forced,
-        accuracy,
-        ..rule::Request::new(k, scaling)
-    };
-    let choice = rule::choose(a, b, &req).map_err(decline)?;
+    let req = request(k, (forced, accuracy), scaling);
+    let choice = rule::choose_summarised(a, b, &req).map_err(decline)?;
     let moduli = choice.moduli;
-    let budget = scaling.budget_bits(ozaki_core::moduli::CrtPlan::get(moduli));
-    let table = shift_table(scaling, moduli, k);
-    let class_of = |s: &Lines, l: usize| match scaling {
-        ScalingMode::Fast => 0,
-        _ => ozaki_core::scaling::norm_class(s.coarse_sq[l]),
-    };
-    // |a'| <= 2^(p + 6) on each line (p <= 56: within the residue kernel's |z| <= 2^62)
-    let mut bits = 0;
-    for s in [&a, &b] {
-        for l in 0..s.len() {
-            if s.maxbits[l] != 0 {
-                let p = table[class_of(s, l)] - (COARSE_BITS - 1);
-                bits = bits.max(p + COARSE_BITS);
-            }
-        }
-    }
+    let budget = req
+        .scaling
+        .budget_bits(ozaki_core::moduli::CrtPlan::get(moduli));
+    let table = shift_table(req.scaling, moduli, k);
+    // |a'| <= 2^(p + 6) on each line (p <= 56: within the residue kernel's |z| <= 2^62); fast
+    // scaling's table is the same for every class
+    let bits = a
+        .classes()
+        .chain(b.classes())
+        .map(|c| table[c] - (COARSE_BITS - 1) + COARSE_BITS)
+        .max()
+        .unwrap_or(0);
     debug_assert!(bits <= 62 && budget > 0);
-    let write = |s: &Lines, out: &mut [i32]| {
-        for (l, o) in out.iter_mut().enumerate() {
-            *o = rule::exponent_of_bits(s.maxbits[l]).map_or(0, |e| table[class_of(s, l)] - e);
-        }
-    };
-    write(&a, shifts.0);
-    write(&b, shifts.1);
     Ok(Plan {
         moduli,
         bits,
         sigma: Vec::new(),
         tau: Vec::new(),
-        scaling,
+        scaling: req.scaling,
         estimate: choice.estimate,
     })
 }
@@ -237,14 +266,7 @@ mod tests {
         let auto = (None, Accuracy::Default);
         for (a, b) in [(&nan, &one), (&one, &nan)] {
             assert_eq!(
-                plan_into(
-                    a.view(),
-                    b.view(),
-                    2,
-                    auto,
-                    ScalingMode::Norm,
-                    (&mut [], &mut [])
-                ),
+                plan(a.view(), b.view(), 2, auto.0, ScalingMode::Norm, auto.1),
                 Err(GpuError::NonFinite)
             );
         }

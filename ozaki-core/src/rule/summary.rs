@@ -24,6 +24,7 @@
 //! - `Y` and `Y / M` take one value per `(g, g_up)`: the summary keeps the set of values that
 //!   occur (a bitmap), and the rule takes the maxima over that set;
 //! - the depth: the cell keeps its maximum.
+//!
 //! `ozaki-core`'s tests compare the summary's [`super::Side`] with one computed line by line
 //! and require it to be at least as large in every maximum (`summary_is_the_per_line_side`).
 //!
@@ -314,6 +315,11 @@ impl<'a> SummaryView<'a> {
     /// A view of words in the summary layout (`None` unless there are [`SUMMARY_WORDS`]).
     pub fn new(words: &'a [u32]) -> Option<SummaryView<'a>> {
         (words.len() == SUMMARY_WORDS).then_some(SummaryView { words })
+    }
+
+    /// The words, in the layout of the module doc.
+    pub fn words(&self) -> &'a [u32] {
+        self.words
     }
 
     /// The largest `max |x|` bit pattern of the side.
