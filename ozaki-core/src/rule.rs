@@ -21,6 +21,16 @@
 //! One pass over the line once `e` is known (the GPU's second per-line pass, which also
 //! forms `S`).
 //!
+//! # Side summaries ([`summary`])
+//! The rule does not read the lines one by one: each line becomes a few integer keys (its
+//! shift class, span, depth, quarter-bit concentration and typical entry) and each side the
+//! maxima of those keys per (shift class, span) plus the set of concentrations that occur, a
+//! fixed-size block of words ([`SideSummary`]). Every per-side maximum the rule takes is a
+//! monotone function of one of these keys, so the summary gives exactly the maxima the lines
+//! give (the proof is in [`summary`]'s doc). The GPU forms the summaries on the device and
+//! downloads them instead of the per-line table; `cpu-ozaki` forms the same words from its
+//! own statistics ([`choose`]); both then call [`choose_summarised`].
+//!
 //! # The estimate (`OZAKI_ACCURACY=default`)
 //! With shift `p_i` a row's entries are quantised in steps of `2^(e_i - p_i - 5)`; rounding
 //! to nearest errs by a uniform fraction of a step, standard deviation `step / sqrt(12)`

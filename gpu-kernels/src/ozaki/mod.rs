@@ -4,10 +4,13 @@
 //! Stages, all on the caller's stream:
 //! 1. exponent scan of op(A) rows and op(B) columns (one pass each, NaN/Inf detected), then a
 //!    second pass for each line's statistics: norm scaling's coarse square sum `S_i` and the
-//!    accuracy rule's sums (`ozaki_core::rule`, "Line statistics");
-//! 2. the host reads the m + n row/column statistics (one small copy) and makes the [`Plan`]:
-//!    the accuracy rule's moduli count or decline (`ozaki_core::rule::choose`, the same
-//!    function `cpu-ozaki` calls on the same statistics); the power-of-two shifts are formed
+//!    accuracy rule's sums (`ozaki_core::rule`, "Line statistics"), then `line_summary`
+//!    reduces them to the rule's two side summaries (`ozaki_core::rule::summary`, a fixed
+//!    65 KiB each, whatever m and n);
+//! 2. the host reads the two summaries (one small copy) and makes the [`Plan`]: the accuracy
+//!    rule's moduli count or decline (`ozaki_core::rule::choose_summarised`, what
+//!    `cpu-ozaki`'s `choose` calls on the summaries of the same statistics, a few
+//!    microseconds); the power-of-two shifts are formed
 //!    on the device from the same statistics (`line_shifts`, from a per-class table of the
 //!    plan's shift rule). A declined call stops here, before any residue is used;
 //! 3. one pass over each fp64 operand forms the residues of all moduli (convert once). The
