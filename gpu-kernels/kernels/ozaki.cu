@@ -477,15 +477,17 @@ __device__ __forceinline__ void line_add(LineAcc& t, double v, int e) {
     u64 b = abs_bits(v);
     if (b == 0) return;
     double a = __longlong_as_double((long long)b);
-    // scale2 is scalbn's value (exact, or one rounding of a subnormal result) with one
-    // multiplication where 2^(5 - e) etc. are normal: the pass is bound by these per-entry
-    // steps, not by memory
-    double c = fmax(ceil(scale2(a, 5 - e)), 1.0);
-    t.s += (u64)(c * c);
-    t.a1 += (u64)floor(scale2(a, FIX_BITS - e));
+    // The pass is bound by these per-entry steps, not by memory: scale2 is scalbn's value
+    // (exact, or one rounding of a subnormal result) in one multiplication where 2^(5 - e)
+    // etc. are normal, and each ceil / floor is the conversion's own rounding mode (one
+    // instruction instead of a rounding and a conversion); abar <= 64, so abar^2 is integer
+    // arithmetic.
+    u32 c = max(__double2uint_ru(scale2(a, 5 - e)), 1u);
+    t.s += c * c;
+    t.a1 += __double2ull_rd(scale2(a, FIX_BITS - e));
     double y = scale2(a, -e);
     double y2 = __dmul_rn(y, y);
-    t.a2 += (u64)floor(scale2(y2, FIX_BITS));
+    t.a2 += __double2ull_rd(scale2(y2, FIX_BITS));
     u32 d = (u32)(e - exponent_of_bits(b));
     t.ld += d;
     t.ld2 += (u64)d * d;
@@ -525,6 +527,7 @@ extern "C" __global__ void line_stats_contig(const double* __restrict__ x, long 
     const double* p = x + (long long)row * ld;
     LineAcc t;
     line_acc_zero(t);
+#pragma unroll 4
     for (int l = lane; l < kdim; l += 32) line_add(t, p[l], e);
     for (int off = 16; off > 0; off >>= 1) {
         t.s += __shfl_xor_sync(0xffffffffu, t.s, off);
@@ -620,15 +623,27 @@ __device__ __forceinline__ long long quarters(double x, bool up) {
     return t;
 }
 
-// atomicMax that first reads the word: most lines do not raise the maximum, and a stale
-// (older, so smaller) read only costs an atomic that was not needed.
+// atomicMax that first reads the word: a stale (older, so smaller) read only costs an atomic
+// that was not needed.
 __device__ __forceinline__ void raise_to(u32* w, u32 v) {
     if (__ldcg(w) < v) atomicMax(w, v);
 }
 
-__device__ __forceinline__ void set_bit(u32* w, int bit) {
-    u32 m = 1u << (bit & 31);
-    if (!(__ldcg(w + (bit >> 5)) & m)) atomicOr(w + (bit >> 5), m);
+// The lanes of `live` (each calls this once, with its own word) that name the same word
+// combine their values first, and one of them updates it: all lines of a side tend to hit
+// the same few words, and one atomic per warp and word instead of one per line keeps them
+// from queueing on those words.
+__device__ __forceinline__ void warp_raise(unsigned live, u32* w, u32 v) {
+    unsigned group = __match_any_sync(live, (unsigned long long)w);
+    v = __reduce_max_sync(group, v);
+    if ((int)(threadIdx.x & 31) == __ffs(group) - 1) raise_to(w, v);
+}
+
+__device__ __forceinline__ void warp_set_bit(unsigned live, u32* w, int bit) {
+    u32* word = w + (bit >> 5);
+    unsigned group = __match_any_sync(live, (unsigned long long)word);
+    u32 m = __reduce_or_sync(group, 1u << (bit & 31));
+    if ((int)(threadIdx.x & 31) == __ffs(group) - 1 && (__ldcg(word) & m) != m) atomicOr(word, m);
 }
 
 __device__ __forceinline__ u32 enc_key(long long v) {
@@ -641,12 +656,21 @@ __device__ __forceinline__ u32 enc_key(long long v) {
 extern "C" __global__ void line_summary(const u64* __restrict__ stats, long long stride, int lines, int split,
                                         SummaryParams p, u32* __restrict__ summaries) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= lines) return;
+    // every lane of the warp is here (blocks of whole warps): the side maxima first, one
+    // atomic per warp and side (a u64 maximum is the maximum of the high halves, then of the
+    // low halves that go with it)
+    bool in = i < lines;
     u32* w = summaries + (i < split ? 0 : SUMMARY_WORDS);
-    u64 mb = stats[i];
-    if (__ldcg((u64*)w) < mb) atomicMax((u64*)w, mb);
-    u64 nz = stats[7 * stride + i];
-    if (mb == 0 || mb >= 0x7ff0000000000000ull || nz == 0) return;
+    u64 mb = in ? stats[i] : 0;
+    unsigned group = __match_any_sync(0xffffffffu, (unsigned long long)w);
+    u32 hi = __reduce_max_sync(group, (u32)(mb >> 32));
+    u32 lo = __reduce_max_sync(group, (u32)(mb >> 32) == hi ? (u32)mb : 0u);
+    u64 top = (u64)hi << 32 | lo;
+    if ((int)(threadIdx.x & 31) == __ffs(group) - 1 && __ldcg((u64*)w) < top) atomicMax((u64*)w, top);
+    u64 nz = in ? stats[7 * stride + i] : 0;
+    bool keyed = in && mb != 0 && mb < 0x7ff0000000000000ull && nz != 0;
+    unsigned live = __ballot_sync(0xffffffffu, keyed);
+    if (!keyed) return;
     u64 s = stats[2 * stride + i], a1 = stats[3 * stride + i], a2 = stats[4 * stride + i];
     u64 ld = stats[5 * stride + i], ld2 = stats[6 * stride + i], range = stats[8 * stride + i];
     double n1 = __dsub_rn(log2_fast(__ull2double_rn(a1 > 1 ? a1 : 1), p), 40.0);
@@ -667,11 +691,12 @@ extern "C" __global__ void line_summary(const u64* __restrict__ stats, long long
     u32 depth = (u32)(range & 0xffffffffull);
     bool up = g_up > g;
     if (g < -CONC_OFFSET) g = -CONC_OFFSET;
-    set_bit(w + CONC_AT, (int)(2 * (g + CONC_OFFSET)) + (up ? 1 : 0));
-    set_bit(w + CLASS_AT, cls);
+    warp_set_bit(live, w + CONC_AT, (int)(2 * (g + CONC_OFFSET)) + (up ? 1 : 0));
+    warp_set_bit(live, w + CLASS_AT, cls);
     u32* cell = w + CELLS_AT + 4 * (cls * SUMMARY_SPANS + span);
-    raise_to(cell, enc_key(qt));
-    if (g <= p.g_star) raise_to(cell + 1, enc_key(qt));
-    else raise_to(cell + 2, enc_key(qt - g));
-    raise_to(cell + 3, depth + 1);
+    warp_raise(live, cell, enc_key(qt));
+    // the allowance's branch (summary.rs): every live lane makes this one call
+    bool at_floor = g <= p.g_star;
+    warp_raise(live, cell + (at_floor ? 1 : 2), enc_key(at_floor ? qt : qt - g));
+    warp_raise(live, cell + 3, depth + 1);
 }
