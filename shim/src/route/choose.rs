@@ -476,6 +476,8 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                     p.reason = why;
                     p.gpu_start = start;
                     p.concurrent = Some(in_flight);
+                    let (_, fv) = vendor_factor(&cs, in_flight);
+                    p.correction = (fv != 1.0).then_some(fv);
                     p
                 });
                 return Choice {
@@ -656,8 +658,11 @@ fn decide_by_class(
 fn bound_note(bound: Option<CallShape>) -> String {
     bound.map_or_else(String::new, |b| {
         format!(
-            " (priced at its size class's bound {}x{}x{})",
-            b.m, b.n, b.k
+            " ({} {}x{}x{})",
+            ozaki_core::trace::CLASS_BOUND_NOTE,
+            b.m,
+            b.n,
+            b.k
         )
     })
 }
