@@ -21,6 +21,7 @@ mod grid;
 mod share;
 mod tuning;
 mod upload;
+mod whole_rule;
 mod write_back;
 
 use crate::device::{Gpu, gpu, sync};
@@ -42,6 +43,7 @@ pub(crate) use tuning::write_threads;
 pub use tuning::{Tuning, set_tuning, tuning};
 pub(crate) use upload::upload;
 use upload::{Piece, feed, panel_piece, ring};
+use whole_rule::{Verdict, WholeRule};
 pub(crate) use write_back::write_columns;
 use write_back::{copy_out, write_back};
 
@@ -138,11 +140,27 @@ pub fn gemm_grid(
         gate: None,
     });
     let c_in: &[f64] = if early.is_some() { &[] } else { &c[..c_span] };
-    let (mut out, staged) = staged_gemm(gpu, args, c_in, engine, grid, None, early)?;
+    let (mut out, mut staged) = staged_gemm(gpu, args, c_in, engine, grid, Tile::Whole, early)?;
+    if let (StagedC::Rerun(r), Engine::Ozaki(opts)) = (staged, engine) {
+        // the whole call's rule chose another count than its units ran with (`whole_rule`):
+        // the same cut again with that count, C still untouched
+        let forced = Engine::Ozaki(Options {
+            moduli: Some(r),
+            ..opts
+        });
+        let first = out.phases;
+        (out, staged) = staged_gemm(gpu, args, c_in, forced, grid, Tile::Whole, early)?;
+        out.phases.transfer_ns += first.transfer_ns;
+        out.phases.convert_ns += first.convert_ns;
+        out.phases.products_ns += first.products_ns;
+        out.phases.reconstruct_ns += first.reconstruct_ns;
+    }
     let ptr = match staged {
         StagedC::Written => return Ok(out),
         StagedC::Staged(ptr) => ptr,
-        StagedC::Withheld => return Err(GpuError::Cuda("early writes withheld".into())),
+        StagedC::Withheld | StagedC::Rerun(_) => {
+            return Err(GpuError::Cuda("early writes withheld".into()));
+        }
     };
     let t = std::time::Instant::now();
     // SAFETY: ptr points at c_span doubles of pinned staging owned by `gpu`, which this
@@ -167,6 +185,20 @@ pub(crate) enum StagedC {
     /// Neither: the early writes were not allowed to start (another tile of a split
     /// failed), so the call cannot be committed.
     Withheld,
+    /// Neither: the whole call's accuracy rule chose this other moduli count than its units
+    /// ran with ([`WholeRule`]); C is untouched and the call must run again with it.
+    Rerun(usize),
+}
+
+/// What part of a host-resident call a pipeline runs.
+#[derive(Clone, Copy)]
+pub(crate) enum Tile<'a> {
+    /// The whole call: with the automatic moduli count, the accuracy rule runs once on all
+    /// of it ([`WholeRule`]), so C does not depend on the cut.
+    Whole,
+    /// One tile of a split over several devices (its own call, with its own rule), with
+    /// the split's shared A when it has one.
+    Split(Option<&'a Share<'a>>),
 }
 
 /// Staging buffer that receives C when beta != 0 (with beta = 0, C comes home through its
@@ -282,9 +314,13 @@ pub(crate) fn staged_gemm(
     c_in: &[f64],
     engine: Engine,
     grid: Grid,
-    share: Option<&Share>,
+    tile: Tile<'_>,
     early: Option<EarlyC<'_>>,
 ) -> Result<(HostOutcome, StagedC), GpuError> {
+    let share = match tile {
+        Tile::Whole => None,
+        Tile::Split(share) => share,
+    };
     let t0 = std::time::Instant::now();
     let (m, n, k) = (args.m, args.n, args.k);
     let (ra, ca) = if args.transa == Trans::No {
@@ -398,6 +434,11 @@ pub(crate) fn staged_gemm(
         .collect();
     units.sort_by_key(|&(p, j)| (rank_panel[q_of[p]].max(rank_block[j]), j, p));
     let mut left_in_block = vec![places.len(); cols.len()];
+    let mut whole = match (tile, engine) {
+        (Tile::Whole, Engine::Ozaki(opts)) => WholeRule::new(opts, k, places.len(), cols.len()),
+        _ => None,
+    };
+    let mut rerun = None;
 
     let (ctx, copy_stream, stream) = (gpu.ctx, gpu.copy_stream, gpu.stream);
     let begin = res.event()?;
@@ -512,8 +553,18 @@ pub(crate) fn staged_gemm(
                             ldc: args.ldc,
                         };
                         // not waited for: the next unit's plan overlaps this unit's work
-                        // SAFETY: as for the native product above.
-                        pending.push(unsafe { ozaki::enqueue(gpu, stream, &call, opts) }?);
+                        let mut unit = match whole.as_ref() {
+                            // SAFETY: as for the native product above.
+                            Some(w) => unsafe {
+                                ozaki::enqueue_keeping_lines(gpu, stream, &call, w.unit_options())
+                            }?,
+                            // SAFETY: as for the native product above.
+                            None => unsafe { ozaki::enqueue(gpu, stream, &call, opts) }?,
+                        };
+                        if let (Some(w), Some(lines)) = (whole.as_mut(), unit.take_lines()) {
+                            w.keep(p, j, lines);
+                        }
+                        pending.push(unit);
                     }
                 }
                 left_in_block[j] -= 1;
@@ -538,10 +589,17 @@ pub(crate) fn staged_gemm(
                     .map_err(|_| GpuError::Cuda("download thread ended early".into()))?;
             }
             drop(down_tx);
+            // the whole call's rule, once every unit brought its lines; a decline is the
+            // call's error (no go: C untouched)
+            if let Some(w) = whole.take()
+                && let Verdict::Rerun(r) = w.verdict()?
+            {
+                rerun = Some(r);
+            }
             // gpu-ozaki: every unit's plan accepted its operands (early_write's module doc);
             // every group was uploaded before its units were enqueued
             if let (Some(e), Engine::Ozaki(_)) = (&early, engine) {
-                let _ = go.send(e.go(true));
+                let _ = go.send(if rerun.is_none() { e.go(true) } else { None });
             }
             sync(stream)?;
             down.join()
@@ -597,10 +655,11 @@ pub(crate) fn staged_gemm(
     result?;
     let device_ns = out.phases.convert_ns + out.phases.products_ns + out.phases.reconstruct_ns;
     out.phases.transfer_ns = (t0.elapsed().as_nanos() as u64).saturating_sub(device_ns);
-    let staged = match (c_ring.is_some(), written) {
-        (false, _) => StagedC::Staged(c_stage),
-        (true, true) => StagedC::Written,
-        (true, false) => StagedC::Withheld,
+    let staged = match (rerun, c_ring.is_some(), written) {
+        (Some(r), _, _) => StagedC::Rerun(r),
+        (None, false, _) => StagedC::Staged(c_stage),
+        (None, true, true) => StagedC::Written,
+        (None, true, false) => StagedC::Withheld,
     };
     Ok((out, staged))
 }
