@@ -26,6 +26,7 @@ mod write_back;
 
 use crate::device::{Gpu, gpu, sync};
 use crate::error::{Context, GpuError};
+use crate::ozaki::pieces::{Operand, Pieces};
 use crate::ozaki::{self, DeviceCall, Op, Options};
 use crate::timing::{Marks, Phase};
 use c_ring::free_slots;
@@ -43,7 +44,7 @@ pub(crate) use tuning::write_threads;
 pub use tuning::{Tuning, set_tuning, tuning};
 pub(crate) use upload::upload;
 use upload::{Piece, feed, panel_piece, ring};
-use whole_rule::{Verdict, WholeRule};
+use whole_rule::Verdict;
 pub(crate) use write_back::write_columns;
 use write_back::{copy_out, write_back};
 
@@ -186,15 +187,16 @@ pub(crate) enum StagedC {
     /// failed), so the call cannot be committed.
     Withheld,
     /// Neither: the whole call's accuracy rule chose this other moduli count than its units
-    /// ran with ([`WholeRule`]); C is untouched and the call must run again with it.
+    /// ran with (`whole_rule`); C is untouched and the call must run again with it.
     Rerun(usize),
 }
 
 /// What part of a host-resident call a pipeline runs.
 #[derive(Clone, Copy)]
 pub(crate) enum Tile<'a> {
-    /// The whole call: with the automatic moduli count, the accuracy rule runs once on all
-    /// of it ([`WholeRule`]), so C does not depend on the cut.
+    /// The whole call: gpu-ozaki converts each part of op(A) and op(B) once
+    /// (`ozaki::pieces`) and runs the accuracy rule once on all of it (`whole_rule`), so C
+    /// does not depend on the cut.
     Whole,
     /// One tile of a split over several devices (its own call, with its own rule), with
     /// the split's shared A when it has one.
@@ -227,18 +229,36 @@ unsafe impl<T> Sync for Handle<T> {}
 /// streams were synchronised or the call failed: destroying a pending event is allowed).
 struct CallResources {
     d2h: sys::CUstream,
+    /// gpu-ozaki's conversions of the parts of op(A) and op(B) (`ozaki::pieces`), beside
+    /// the products on the compute stream.
+    side: sys::CUstream,
     events: Vec<sys::CUevent>,
+}
+
+/// A non-blocking stream of the current context.
+fn new_stream() -> Result<sys::CUstream, GpuError> {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: out-parameter; the GPU's context is current.
+    unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }
+        .result()
+        .ctx("cuStreamCreate")?;
+    Ok(s)
 }
 
 impl CallResources {
     fn new() -> Result<CallResources, GpuError> {
-        let mut s = std::ptr::null_mut();
-        // SAFETY: out-parameter; the GPU's context is current.
-        unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }
-            .result()
-            .ctx("cuStreamCreate")?;
+        let d2h = new_stream()?;
+        let side = match new_stream() {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: created above, nothing enqueued on it.
+                let _ = unsafe { sys::cuStreamDestroy_v2(d2h) };
+                return Err(e);
+            }
+        };
         Ok(CallResources {
-            d2h: s,
+            d2h,
+            side,
             events: Vec::new(),
         })
     }
@@ -262,10 +282,12 @@ impl CallResources {
 
 impl Drop for CallResources {
     fn drop(&mut self) {
-        // SAFETY: the stream is drained first; each handle is destroyed once.
+        // SAFETY: the streams are drained first; each handle is destroyed once.
         unsafe {
-            let _ = sys::cuStreamSynchronize(self.d2h);
-            let _ = sys::cuStreamDestroy_v2(self.d2h);
+            for s in [self.d2h, self.side] {
+                let _ = sys::cuStreamSynchronize(s);
+                let _ = sys::cuStreamDestroy_v2(s);
+            }
             for &e in &self.events {
                 let _ = sys::cuEventDestroy_v2(e);
             }
@@ -434,8 +456,24 @@ pub(crate) fn staged_gemm(
         .collect();
     units.sort_by_key(|&(p, j)| (rank_panel[q_of[p]].max(rank_block[j]), j, p));
     let mut left_in_block = vec![places.len(); cols.len()];
-    let mut whole = match (tile, engine) {
-        (Tile::Whole, Engine::Ozaki(opts)) => WholeRule::new(opts, k, places.len(), cols.len()),
+    // gpu-ozaki on the whole call, in more than one unit: each part converted once
+    let side = res.side;
+    let mut pieces = match (tile, engine) {
+        (Tile::Whole, Engine::Ozaki(opts)) if units.len() > 1 => {
+            let panels: Vec<(usize, usize)> = places.iter().map(|p| (p.r0, p.rows)).collect();
+            // SAFETY: the GPU's context is current; its earlier calls were synchronised.
+            Some(unsafe {
+                Pieces::new(
+                    gpu,
+                    (side, gpu.stream),
+                    (m, n, k),
+                    &panels,
+                    &cols,
+                    whole_rule::unit_moduli(opts, k),
+                    opts,
+                )
+            }?)
+        }
         _ => None,
     };
     let mut rerun = None;
@@ -499,6 +537,9 @@ pub(crate) fn staged_gemm(
                     }
                     // groups are recorded in order on one copy stream
                     wait(stream, ups[g])?;
+                    if pieces.is_some() {
+                        wait(side, ups[g])?;
+                    }
                     waited = Some(g);
                 }
                 if let (false, false, Some(sh)) = (own(p), peer_waited[p], share) {
@@ -534,6 +575,32 @@ pub(crate) fn staged_gemm(
                         mk.mark(Phase::Products)?;
                         marks.push(mk);
                     }
+                    Engine::Ozaki(_) if pieces.is_some() => {
+                        let pc = pieces.as_mut().expect("checked");
+                        let a_part = Operand {
+                            x: a_p,
+                            ld: place.ld,
+                            contig: args.transa == Trans::Yes,
+                        };
+                        let b_part = Operand {
+                            x: db + b_off,
+                            ld: args.ldb,
+                            contig: args.transb == Trans::No,
+                        };
+                        // SAFETY: the staged device buffers hold this unit's A panel, B block
+                        // and C at these offsets, uploaded before the waits above, and stay
+                        // alive until the streams are waited for.
+                        unsafe {
+                            pc.unit(
+                                gpu,
+                                (side, stream),
+                                (p, a_part),
+                                (j, b_part),
+                                (args.alpha, args.beta),
+                                (dc + c_off, args.ldc),
+                            )
+                        }?;
+                    }
                     Engine::Ozaki(opts) => {
                         let call = DeviceCall {
                             op: Op::Gemm {
@@ -553,18 +620,8 @@ pub(crate) fn staged_gemm(
                             ldc: args.ldc,
                         };
                         // not waited for: the next unit's plan overlaps this unit's work
-                        let mut unit = match whole.as_ref() {
-                            // SAFETY: as for the native product above.
-                            Some(w) => unsafe {
-                                ozaki::enqueue_keeping_lines(gpu, stream, &call, w.unit_options())
-                            }?,
-                            // SAFETY: as for the native product above.
-                            None => unsafe { ozaki::enqueue(gpu, stream, &call, opts) }?,
-                        };
-                        if let (Some(w), Some(lines)) = (whole.as_mut(), unit.take_lines()) {
-                            w.keep(p, j, lines);
-                        }
-                        pending.push(unit);
+                        // SAFETY: as for the native product above.
+                        pending.push(unsafe { ozaki::enqueue(gpu, stream, &call, opts) }?);
                     }
                 }
                 left_in_block[j] -= 1;
@@ -589,12 +646,13 @@ pub(crate) fn staged_gemm(
                     .map_err(|_| GpuError::Cuda("download thread ended early".into()))?;
             }
             drop(down_tx);
-            // the whole call's rule, once every unit brought its lines; a decline is the
-            // call's error (no go: C untouched)
-            if let Some(w) = whole.take()
-                && let Verdict::Rerun(r) = w.verdict()?
-            {
-                rerun = Some(r);
+            // the whole call's rule, once every part's statistics are on the host (not
+            // waiting for the products); a decline is the call's error (no go: C untouched)
+            if let (Some(pc), Engine::Ozaki(opts)) = (pieces.as_mut(), engine) {
+                let plan = pc.plan(gpu, opts.moduli)?;
+                if let Verdict::Rerun(r) = whole_rule::verdict(opts, pc.moduli(), plan.moduli) {
+                    rerun = Some(r);
+                }
             }
             // gpu-ozaki: every unit's plan accepted its operands (early_write's module doc);
             // every group was uploaded before its units were enqueued
@@ -629,6 +687,14 @@ pub(crate) fn staged_gemm(
                 let p = mk.phases()?;
                 out.phases.products_ns += p.products_ns;
             }
+            if let Some(pc) = &pieces {
+                sync(side)?;
+                let p = pc.phases()?;
+                out.moduli = Some(pc.moduli() as u32);
+                out.phases.convert_ns += p.convert_ns;
+                out.phases.products_ns += p.products_ns;
+                out.phases.reconstruct_ns += p.reconstruct_ns;
+            }
             for p in pending {
                 let o = p.finish()?;
                 out.moduli = Some(out.moduli.map_or(o.moduli, |r| r.max(o.moduli)));
@@ -651,6 +717,7 @@ pub(crate) fn staged_gemm(
         // leave the streams idle before the staging buffers are reused
         let _ = sync(stream);
         let _ = sync(copy_stream);
+        let _ = sync(side);
     }
     result?;
     let device_ns = out.phases.convert_ns + out.phases.products_ns + out.phases.reconstruct_ns;

@@ -27,11 +27,12 @@ pub struct Tuning {
     pub ring_chunk: usize,
     /// Target bytes of op(B) per column block of the pipeline.
     pub block_bytes: usize,
-    /// Most column blocks for `gpu-native` and for `gpu-ozaki` (whose every block converts
-    /// all of op(A) again).
+    /// Most column blocks for `gpu-native` and for `gpu-ozaki`. A whole gpu-ozaki call
+    /// converts each block of op(B) and panel of op(A) once (`crate::ozaki::pieces`); a tile
+    /// of a split runs each unit as an emulated call of its own, converting its operands
+    /// again.
     pub max_blocks: (usize, usize),
-    /// Row panels of op(A) for `gpu-native` and for `gpu-ozaki` (whose every unit of work
-    /// scans, plans and converts its operands again), see [`pipeline_panels`].
+    /// Row panels of op(A) for `gpu-native` and for `gpu-ozaki`, see [`pipeline_panels`].
     ///
     /// [`pipeline_panels`]: super::pipeline_panels
     pub panels: (usize, usize),

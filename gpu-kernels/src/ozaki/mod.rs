@@ -48,6 +48,7 @@ use ozaki_core::trace::Phases;
 
 mod moduli_guess;
 pub mod padding;
+pub(crate) mod pieces;
 mod plan;
 
 pub use ozaki_core::rule::{Accuracy, LineTable, Lines};
@@ -232,7 +233,6 @@ pub unsafe fn gemm(
 pub struct Pending {
     outcome: Outcome,
     marks: Marks,
-    lines: Option<(LineTable, LineTable)>,
 }
 
 impl Pending {
@@ -243,12 +243,6 @@ impl Pending {
             phases: self.marks.phases()?,
             ..self.outcome
         })
-    }
-
-    /// The line statistics the call's plan read (op(A)'s rows, op(B)'s columns), when it
-    /// was enqueued by [`enqueue_keeping_lines`]; taken once.
-    pub(crate) fn take_lines(&mut self) -> Option<(LineTable, LineTable)> {
-        self.lines.take()
     }
 }
 
@@ -416,37 +410,6 @@ pub unsafe fn enqueue(
     call: &DeviceCall,
     opts: Options,
 ) -> Result<Pending, GpuError> {
-    // SAFETY: the caller's contract.
-    unsafe { enqueue_with(gpu, stream, call, opts, false) }
-}
-
-/// [`enqueue`] keeping a copy of the line statistics its plan read ([`Pending::take_lines`]),
-/// so a host pipeline that runs a call as several units can run the accuracy rule once on
-/// the whole call's lines (`host::whole_rule`).
-///
-/// # Safety
-/// As [`enqueue`].
-pub(crate) unsafe fn enqueue_keeping_lines(
-    gpu: &mut Gpu,
-    stream: sys::CUstream,
-    call: &DeviceCall,
-    opts: Options,
-) -> Result<Pending, GpuError> {
-    // SAFETY: the caller's contract.
-    unsafe { enqueue_with(gpu, stream, call, opts, true) }
-}
-
-/// [`enqueue`], keeping the plan's line statistics when `keep_lines`.
-///
-/// # Safety
-/// As [`enqueue`].
-unsafe fn enqueue_with(
-    gpu: &mut Gpu,
-    stream: sys::CUstream,
-    call: &DeviceCall,
-    opts: Options,
-    keep_lines: bool,
-) -> Result<Pending, GpuError> {
     let (m, n, k) = (call.m, call.n, call.k);
     if m == 0 || n == 0 || k == 0 || call.alpha == 0.0 {
         return Err(GpuError::Unsupported(
@@ -613,7 +576,6 @@ unsafe fn enqueue_with(
     if opts.moduli.is_none() {
         remember_moduli(scaling, r);
     }
-    let lines = keep_lines.then(|| (a_stats.to_table(), b_stats.to_table()));
     if r != guess {
         planes = convert(gpu, r)?;
     }
@@ -730,7 +692,6 @@ unsafe fn enqueue_with(
             scaling: Some(plan.scaling),
         },
         marks,
-        lines,
     })
 }
 
