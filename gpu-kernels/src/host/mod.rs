@@ -456,10 +456,11 @@ pub(crate) fn staged_gemm(
         .collect();
     units.sort_by_key(|&(p, j)| (rank_panel[q_of[p]].max(rank_block[j]), j, p));
     let mut left_in_block = vec![places.len(); cols.len()];
-    // gpu-ozaki on the whole call, in more than one unit: each part converted once
+    // gpu-ozaki on the whole call, in more than one unit: each part converted once (alpha
+    // = 0 is refused by the unit's own emulated call, as for any call)
     let side = res.side;
     let mut pieces = match (tile, engine) {
-        (Tile::Whole, Engine::Ozaki(opts)) if units.len() > 1 => {
+        (Tile::Whole, Engine::Ozaki(opts)) if units.len() > 1 && args.alpha != 0.0 => {
             let panels: Vec<(usize, usize)> = places.iter().map(|p| (p.r0, p.rows)).collect();
             // SAFETY: the GPU's context is current; its earlier calls were synchronised.
             Some(unsafe {
