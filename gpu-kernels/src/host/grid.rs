@@ -5,6 +5,7 @@
 use super::Engine;
 use super::tuning::tuning;
 use ozaki_core::blas::{GemmArgs, Trans, span};
+use ozaki_core::host_pipeline::{CutRule, column_blocks};
 
 /// How a pipelined gemm is cut: C into `blocks` column blocks, op(A) into `panels` row
 /// panels. One panel times one block is a unit of device work, started as soon as both are
@@ -27,38 +28,27 @@ impl Grid {
     }
 }
 
-/// Smallest host-resident gemm (bytes of A, B and C) that [`pipeline_blocks`] pipelines:
-/// below it a call is over in a few milliseconds and the extra stream, events and copy
-/// threads cost more than the overlap gains.
-pub const PIPELINE_MIN_BYTES: usize = 96 << 20;
+pub use ozaki_core::host_pipeline::{PANEL_MIN_ROWS, PIPELINE_MIN_BYTES};
 
-/// Column blocks a host-resident gemm is pipelined over: 1 below [`PIPELINE_MIN_BYTES`],
-/// else enough for blocks of op(B) of about [`Tuning::block_bytes`] (small enough that the
-/// first product starts soon after A is on the device and the last block's download is a
-/// short tail, large enough that each block's product keeps the GPU busy), at least 2, at
-/// most [`Tuning::max_blocks`], and never narrower than 256 columns.
+/// Column blocks a host-resident gemm is pipelined over:
+/// `ozaki_core::host_pipeline::column_blocks` under the tuning's [`Tuning::block_bytes`] and
+/// the route's [`Tuning::max_blocks`] (the engine prices the same cut under the default
+/// tuning).
 ///
 /// [`Tuning::block_bytes`]: super::Tuning::block_bytes
 /// [`Tuning::max_blocks`]: super::Tuning::max_blocks
 pub fn pipeline_blocks(args: &GemmArgs, engine: Engine) -> usize {
-    let (m, n, k) = (args.m, args.n, args.k);
-    let bytes = 8 * (m * k + k * n + m * n);
-    if bytes < PIPELINE_MIN_BYTES || n < 512 {
-        return 1;
-    }
     let t = tuning();
-    let cap = match engine {
-        Engine::Native => t.max_blocks.0,
-        Engine::Ozaki(_) => t.max_blocks.1,
+    let rule = CutRule {
+        block_bytes: t.block_bytes,
+        max_blocks: match engine {
+            Engine::Native => t.max_blocks.0,
+            Engine::Ozaki(_) => t.max_blocks.1,
+        },
+        panels: 1,
     };
-    (8 * k * n)
-        .div_ceil(t.block_bytes)
-        .clamp(2, cap)
-        .min(n / 256)
+    column_blocks(args.m, args.n, args.k, &rule)
 }
-
-/// Fewest rows of a row panel of op(A) that [`pipeline_panels`] cuts.
-pub const PANEL_MIN_ROWS: usize = 256;
 
 /// Row panels of op(A) a pipelined gemm uploads one after the other, so that the first
 /// products start once the first panel and the first block of op(B) are on the device

@@ -46,15 +46,17 @@ pub struct Tuning {
 
 impl Default for Tuning {
     fn default() -> Tuning {
+        // the cut the engine prices host-resident calls with
+        let (native, ozaki) = ozaki_core::host_pipeline::DEFAULT_CUTS;
         Tuning {
             upload: CopyKind::Memcpy,
             write_back: CopyKind::Stream,
             copy_threads: 0,
             write_threads: 0,
             ring_chunk: 32 << 20,
-            block_bytes: 64 << 20,
-            max_blocks: (16, 4),
-            panels: (4, 1),
+            block_bytes: native.block_bytes,
+            max_blocks: (native.max_blocks, ozaki.max_blocks),
+            panels: (native.panels, ozaki.panels),
             c_ring: (24, 4 << 20),
         }
     }
