@@ -121,9 +121,10 @@ pub fn gemm_on(
 
 /// [`gemm_on`] cut into a given [`Grid`]; for tests and benchmarks of the pipeline itself.
 /// The result does not depend on the grid for `gpu-native` up to cuBLAS's choice of kernel
-/// per unit shape, and not at all for `gpu-ozaki` with a fixed moduli count (each entry
-/// depends only on its row of op(A) and column of op(B)); with the automatic count each
-/// unit chooses its own (see `staged_gemm`).
+/// per unit shape, and not at all for `gpu-ozaki`: each entry depends only on its row of
+/// op(A), its column of op(B) and the moduli count, which is the whole call's (`whole_rule`).
+/// When the whole call's rule chooses another count than the units ran with, the call runs
+/// again with that count (C untouched until then).
 pub fn gemm_grid(
     gpu: &mut Gpu,
     args: &GemmArgs,
@@ -322,9 +323,12 @@ fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
 /// panel of A with the first block's columns of op(B) (all of B at once when B is
 /// transposed: its rows are not contiguous) and of C, then the other panels, then per block
 /// the columns of op(B) and C, with an event after each group. The compute stream computes
-/// each panel x block unit as soon as its group's event has fired (cuBLAS, or the emulated
-/// route on the sub-problem: each unit chooses its own moduli count when it is automatic,
-/// and the outcome reports the largest), and a download stream copies C_j home (into pinned
+/// each panel x block unit as soon as its group's event has fired (cuBLAS; or for the whole
+/// call's emulation the int8 products of the unit's panel and block, each part converted
+/// once on a side stream when it arrived, `ozaki::pieces`, with the rule run once on all
+/// lines, `whole_rule`; a tile of a split runs the emulated route on each unit's
+/// sub-problem, each choosing its own count, the outcome reporting the largest), and a
+/// download stream copies C_j home (into pinned
 /// staging, or through C's ring into the caller's C) while block j + 1 is computed. So host copies, both link directions and the GPU
 /// all run at once; what is left serial is the first panel's upload and the last block's
 /// download (and with beta != 0 the write-back from staging). In a split (`share`), this
