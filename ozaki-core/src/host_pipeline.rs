@@ -30,21 +30,29 @@ pub struct CutRule {
     pub max_blocks: usize,
     /// Row panels of op(A) wanted.
     pub panels: usize,
+    /// Fewest rows of a panel (at least [`PANEL_MIN_ROWS`]).
+    pub panel_rows: usize,
 }
 
 /// The cut rules of `gpu-native` and `gpu-ozaki` in the host path's default tuning (what
 /// `ozaki bench --pipeline` measured best on the H200 host, BENCHMARKS.md "Host-resident
-/// path and split").
+/// path and split" and "Host-resident calls at the link bound"). gpu-ozaki converts each
+/// part once, so its cut follows the link: at 16384 8 blocks x 4 panels took 150 ms against
+/// 173 ms for 4 x 1, while at 8192 8 x 4 (panels of 2048 rows, whose strided uploads ran at
+/// under 20 GB/s) took 94 ms against 46 ms for 4 x 1; so its blocks hold 128 MiB of op(B)
+/// (4 at 8192) and its panels at least 4096 rows.
 pub const DEFAULT_CUTS: (CutRule, CutRule) = (
     CutRule {
         block_bytes: 64 << 20,
         max_blocks: 16,
         panels: 4,
+        panel_rows: PANEL_MIN_ROWS,
     },
     CutRule {
-        block_bytes: 64 << 20,
-        max_blocks: 4,
-        panels: 1,
+        block_bytes: 128 << 20,
+        max_blocks: 8,
+        panels: 4,
+        panel_rows: 4096,
     },
 );
 
@@ -76,13 +84,15 @@ pub struct Cut {
 
 impl Cut {
     /// The cut of an m x n x k gemm under `rule`: [`column_blocks`], and the rule's panels
-    /// (each at least [`PANEL_MIN_ROWS`] rows) when it is pipelined, else one.
+    /// (each at least `rule.panel_rows` rows) when it is pipelined, else one.
     pub fn of(m: usize, n: usize, k: usize, rule: &CutRule) -> Cut {
         let blocks = column_blocks(m, n, k, rule);
         let panels = if blocks == 1 {
             1
         } else {
-            rule.panels.min(m / PANEL_MIN_ROWS).max(1)
+            rule.panels
+                .min(m / rule.panel_rows.max(PANEL_MIN_ROWS))
+                .max(1)
         };
         Cut { blocks, panels }
     }
@@ -152,11 +162,17 @@ mod tests {
             cut(8192, 8192, 8192, false),
             Cut {
                 blocks: 4,
-                panels: 1
+                panels: 2
             }
         );
         assert_eq!(cut(16384, 16384, 16384, true).blocks, 16);
-        assert_eq!(cut(16384, 16384, 16384, false).blocks, 4);
+        assert_eq!(
+            cut(16384, 16384, 16384, false),
+            Cut {
+                blocks: 8,
+                panels: 4
+            }
+        );
         assert_eq!(cut(4096, 600, 65536, true).blocks, 2);
         assert_eq!(
             cut(300, 65536, 8192, true),

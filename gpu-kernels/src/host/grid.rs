@@ -31,7 +31,7 @@ impl Grid {
 pub use ozaki_core::host_pipeline::{PANEL_MIN_ROWS, PIPELINE_MIN_BYTES};
 
 /// Column blocks a host-resident gemm is pipelined over:
-/// `ozaki_core::host_pipeline::column_blocks` under the tuning's [`Tuning::block_bytes`] and
+/// `ozaki_core::host_pipeline::column_blocks` under the route's [`Tuning::block_bytes`] and
 /// the route's [`Tuning::max_blocks`] (the engine prices the same cut under the default
 /// tuning).
 ///
@@ -39,13 +39,15 @@ pub use ozaki_core::host_pipeline::{PANEL_MIN_ROWS, PIPELINE_MIN_BYTES};
 /// [`Tuning::max_blocks`]: super::Tuning::max_blocks
 pub fn pipeline_blocks(args: &GemmArgs, engine: Engine) -> usize {
     let t = tuning();
+    let (block_bytes, max_blocks) = match engine {
+        Engine::Native => (t.block_bytes.0, t.max_blocks.0),
+        Engine::Ozaki(_) => (t.block_bytes.1, t.max_blocks.1),
+    };
     let rule = CutRule {
-        block_bytes: t.block_bytes,
-        max_blocks: match engine {
-            Engine::Native => t.max_blocks.0,
-            Engine::Ozaki(_) => t.max_blocks.1,
-        },
+        block_bytes,
+        max_blocks,
         panels: 1,
+        panel_rows: PANEL_MIN_ROWS,
     };
     column_blocks(args.m, args.n, args.k, &rule)
 }
@@ -62,11 +64,11 @@ pub fn pipeline_panels(args: &GemmArgs, engine: Engine) -> usize {
         return 1;
     }
     let t = tuning();
-    let want = match engine {
-        Engine::Native => t.panels.0,
-        Engine::Ozaki(_) => t.panels.1,
+    let (want, rows) = match engine {
+        Engine::Native => (t.panels.0, t.panel_rows.0),
+        Engine::Ozaki(_) => (t.panels.1, t.panel_rows.1),
     };
-    fit_panels(args.m, want.min(args.m / PANEL_MIN_ROWS), 1)
+    fit_panels(args.m, want.min(args.m / rows.max(PANEL_MIN_ROWS)), 1)
 }
 
 /// Panels of a split's shared A over `slots` devices (`crate::multi`): the route's
@@ -194,13 +196,13 @@ mod tests {
         let args = |m, n, k| GemmArgs::product(m, n, k, &a, &b);
         assert_eq!(pipeline_panels(&args(1024, 1024, 1024), Engine::Native), 1);
         assert_eq!(pipeline_panels(&args(8192, 8192, 8192), Engine::Native), 4);
-        assert_eq!(pipeline_panels(&args(8192, 8192, 8192), oz), 1);
+        assert_eq!(pipeline_panels(&args(8192, 8192, 8192), oz), 2);
         assert_eq!(pipeline_panels(&args(600, 65536, 8192), Engine::Native), 2);
         assert_eq!(
             shared_panels(&args(32768, 16384, 32768), Engine::Native, 2),
             8
         );
-        assert_eq!(shared_panels(&args(32768, 16384, 32768), oz, 2), 2);
+        assert_eq!(shared_panels(&args(32768, 16384, 32768), oz, 2), 8);
         assert_eq!(
             shared_panels(&args(32768, 16384, 32768), Engine::Native, 3),
             12
@@ -219,7 +221,7 @@ mod tests {
         assert_eq!(blocks(8192, 8192, 8192, Engine::Native), 8);
         assert_eq!(blocks(8192, 8192, 8192, oz), 4);
         assert_eq!(blocks(16384, 16384, 16384, Engine::Native), 16);
-        assert_eq!(blocks(16384, 16384, 16384, oz), 4);
+        assert_eq!(blocks(16384, 16384, 16384, oz), 8);
         assert_eq!(blocks(4096, 600, 65536, Engine::Native), 2);
     }
 
