@@ -325,7 +325,7 @@ pub fn gemm(
                                 c_in,
                                 engine,
                                 grid,
-                                share.as_ref(),
+                                host::Tile::Split(share.as_ref()),
                                 early,
                             )?;
                             Ok(Some((o, st, c_span)))
@@ -356,7 +356,7 @@ pub fn gemm(
                             commit_tile(shared, args.ldc, t, staged, commit_threads);
                         },
                         // only when another tile failed, which `failed` said above
-                        host::StagedC::Withheld => {
+                        host::StagedC::Withheld | host::StagedC::Rerun(_) => {
                             return Err(GpuError::Cuda("early writes withheld".into()));
                         }
                     }

@@ -411,74 +411,70 @@ fn a_failing_tile_on_two_gpus_leaves_c_untouched() {
     assert!(worst <= 1e-12, "split after a failure differs by {worst:e}");
 }
 
-/// gpu-ozaki with the automatic moduli count in a pipeline whose blocks need different counts
-/// (the last block's columns of B spread over 2^-12..2^12, so its plan takes more moduli and
-/// the plane buffers grow while earlier units may still run, `ozaki::enqueue`): every block
-/// of C equals the same columns computed alone, bit for bit, with beta = 0 (early writes)
-/// and beta != 0.
+/// gpu-ozaki with the automatic moduli count in a pipeline whose blocks would need different
+/// counts on their own (the last quarter of B's columns spread over 2^-12..2^12): the
+/// accuracy rule runs once on the whole call, so every cut (column blocks x row panels) gives
+/// the untiled call's count and C bit for bit, with beta = 0 (early writes) and beta != 0,
+/// a padded ldc whose padding stays untouched, both when the units' expected count is
+/// wrong (the first pipelined call after a call on plain data: the call runs again with the
+/// whole call's count) and when it is right (the calls after it).
 #[test]
-fn pipelined_automatic_moduli_per_block_equal_the_blocks_alone() {
+fn pipelined_automatic_moduli_are_the_whole_calls() {
     if !have_gpu!() {
         return;
     }
     let (m, n, k) = (384usize, 1024usize, 256usize);
+    let ldc = m + 5;
     let a = vec(21, m * k);
-    let mut b = vec(22, k * n);
+    let plain = vec(22, k * n);
+    let mut b = plain.clone();
     let wide = 3 * n / 4;
     let mut r = ozaki_core::testutil::Rng::new(23);
     for x in &mut b[wide * k..] {
         *x *= 2f64.powi((r.uniform() * 24.0) as i32 - 12);
     }
-    let c0 = vec(24, m * n);
+    let c0 = vec(24, ldc * n);
+    let auto = Engine::Ozaki(Options::default());
+    let grid = |blocks, panels| host::Grid { blocks, panels };
+    let mut g = gpu_kernels::gpu().expect("gpu");
     for beta in [0.0, 0.5] {
         let args = GemmArgs {
             beta,
+            ldc,
             ..GemmArgs::product(m, n, k, &a, &b)
         };
-        let mut g = gpu_kernels::gpu().expect("gpu");
-        let grid = host::Grid {
-            blocks: 4,
-            panels: 1,
-        };
-        let mut piped = c0.clone();
-        let o = host::gemm_grid(
-            &mut g,
-            &args,
-            &mut piped,
-            Engine::Ozaki(Options::default()),
-            grid,
-        )
-        .expect("pipelined");
-        for j0 in (0..n).step_by(n / 4) {
-            let cols = GemmArgs {
-                n: n / 4,
-                b: &b[j0 * k..],
-                ..args
-            };
-            let mut alone = c0[j0 * m..(j0 + n / 4) * m].to_vec();
-            let one = host::Grid {
-                blocks: 1,
-                panels: 1,
-            };
-            let oa = host::gemm_grid(
-                &mut g,
-                &cols,
-                &mut alone,
-                Engine::Ozaki(Options::default()),
-                one,
-            )
-            .expect("block alone");
-            assert!(
-                oa.moduli <= o.moduli,
-                "the outcome reports the largest count"
-            );
-            assert!(
-                alone
-                    .iter()
-                    .zip(&piped[j0 * m..(j0 + n / 4) * m])
-                    .all(|(x, y)| x.to_bits() == y.to_bits()),
-                "block at column {j0} differs from the same columns alone (beta {beta})"
-            );
+        let mut untiled = c0.clone();
+        let whole = host::gemm_grid(&mut g, &args, &mut untiled, auto, grid(1, 1))
+            .expect("untiled")
+            .moduli;
+        for (blocks, panels) in [(4, 1), (4, 2), (3, 3)] {
+            for expected in ["wrong", "right"] {
+                if expected == "wrong" {
+                    // a call on plain data: the next call expects its (smaller) count
+                    let plain_args = GemmArgs { b: &plain, ..args };
+                    let mut c = c0.clone();
+                    let o = host::gemm_grid(&mut g, &plain_args, &mut c, auto, grid(1, 1))
+                        .expect("plain call");
+                    assert!(o.moduli < whole, "plain data takes fewer moduli");
+                }
+                let mut piped = c0.clone();
+                let o = host::gemm_grid(&mut g, &args, &mut piped, auto, grid(blocks, panels))
+                    .expect("pipelined");
+                let what = format!("{blocks} x {panels}, beta {beta}, expected count {expected}");
+                assert_eq!(o.moduli, whole, "{what}: not the whole call's count");
+                assert!(
+                    untiled
+                        .iter()
+                        .zip(&piped)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{what}: C differs from the untiled call"
+                );
+                for j in 0..n {
+                    for i in m..ldc {
+                        assert_eq!(piped[i + j * ldc].to_bits(), c0[i + j * ldc].to_bits());
+                    }
+                }
+            }
         }
     }
 }

@@ -84,7 +84,8 @@ struct Args {
     #[arg(long)]
     host_link: Option<String>,
     /// Only time the host-resident pipeline with these column-block counts (`auto` = its
-    /// own choice), for --shapes (default here: 8192,16384), both routes.
+    /// own choice, `none` = not pipelined), for --shapes (default here: 8192,16384), both
+    /// routes.
     #[arg(long)]
     pipeline: Option<String>,
     /// Host-path tunings that --pipeline and --split compare side by side, `;` separated,

@@ -12,6 +12,7 @@
 //! | [`kernel`], [`fp8`], [`accuracy`], [`testutil`] | CPU integer kernels, the FP8 sets S/A/E/D and plane encodings, the exact-reference error measure, seeded test data |
 //! | [`stats`] | FLOP-weighted quantiles of call sizes (nbar) for summaries and reports |
 //! | [`engine`] | machine profile, cost model and per-call route choice, trace replay |
+//! | [`host_pipeline`] | how a host-resident gemm is cut into pipelined parts on a GPU, and what that costs |
 //! | [`env`] | the one reader of the environment and the table of every `OZAKI_*` variable |
 //! | [`private_path`] | whether a file and the folders above it can be trusted by this user (trace, kernel cache, profiles) |
 #![forbid(unsafe_code)]
@@ -27,6 +28,7 @@ pub mod env;
 pub mod exact;
 pub mod fallback;
 pub mod fp8;
+pub mod host_pipeline;
 pub mod kernel;
 pub mod moduli;
 pub mod private_path;

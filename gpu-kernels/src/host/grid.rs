@@ -5,6 +5,7 @@
 use super::Engine;
 use super::tuning::tuning;
 use ozaki_core::blas::{GemmArgs, Trans, span};
+use ozaki_core::host_pipeline::{CutRule, column_blocks};
 
 /// How a pipelined gemm is cut: C into `blocks` column blocks, op(A) into `panels` row
 /// panels. One panel times one block is a unit of device work, started as soon as both are
@@ -27,38 +28,29 @@ impl Grid {
     }
 }
 
-/// Smallest host-resident gemm (bytes of A, B and C) that [`pipeline_blocks`] pipelines:
-/// below it a call is over in a few milliseconds and the extra stream, events and copy
-/// threads cost more than the overlap gains.
-pub const PIPELINE_MIN_BYTES: usize = 96 << 20;
+pub use ozaki_core::host_pipeline::{PANEL_MIN_ROWS, PIPELINE_MIN_BYTES};
 
-/// Column blocks a host-resident gemm is pipelined over: 1 below [`PIPELINE_MIN_BYTES`],
-/// else enough for blocks of op(B) of about [`Tuning::block_bytes`] (small enough that the
-/// first product starts soon after A is on the device and the last block's download is a
-/// short tail, large enough that each block's product keeps the GPU busy), at least 2, at
-/// most [`Tuning::max_blocks`], and never narrower than 256 columns.
+/// Column blocks a host-resident gemm is pipelined over:
+/// `ozaki_core::host_pipeline::column_blocks` under the route's [`Tuning::block_bytes`] and
+/// the route's [`Tuning::max_blocks`] (the engine prices the same cut under the default
+/// tuning).
 ///
 /// [`Tuning::block_bytes`]: super::Tuning::block_bytes
 /// [`Tuning::max_blocks`]: super::Tuning::max_blocks
 pub fn pipeline_blocks(args: &GemmArgs, engine: Engine) -> usize {
-    let (m, n, k) = (args.m, args.n, args.k);
-    let bytes = 8 * (m * k + k * n + m * n);
-    if bytes < PIPELINE_MIN_BYTES || n < 512 {
-        return 1;
-    }
     let t = tuning();
-    let cap = match engine {
-        Engine::Native => t.max_blocks.0,
-        Engine::Ozaki(_) => t.max_blocks.1,
+    let (block_bytes, max_blocks) = match engine {
+        Engine::Native => (t.block_bytes.0, t.max_blocks.0),
+        Engine::Ozaki(_) => (t.block_bytes.1, t.max_blocks.1),
     };
-    (8 * k * n)
-        .div_ceil(t.block_bytes)
-        .clamp(2, cap)
-        .min(n / 256)
+    let rule = CutRule {
+        block_bytes,
+        max_blocks,
+        panels: 1,
+        panel_rows: PANEL_MIN_ROWS,
+    };
+    column_blocks(args.m, args.n, args.k, &rule)
 }
-
-/// Fewest rows of a row panel of op(A) that [`pipeline_panels`] cuts.
-pub const PANEL_MIN_ROWS: usize = 256;
 
 /// Row panels of op(A) a pipelined gemm uploads one after the other, so that the first
 /// products start once the first panel and the first block of op(B) are on the device
@@ -72,11 +64,11 @@ pub fn pipeline_panels(args: &GemmArgs, engine: Engine) -> usize {
         return 1;
     }
     let t = tuning();
-    let want = match engine {
-        Engine::Native => t.panels.0,
-        Engine::Ozaki(_) => t.panels.1,
+    let (want, rows) = match engine {
+        Engine::Native => (t.panels.0, t.panel_rows.0),
+        Engine::Ozaki(_) => (t.panels.1, t.panel_rows.1),
     };
-    fit_panels(args.m, want.min(args.m / PANEL_MIN_ROWS), 1)
+    fit_panels(args.m, want.min(args.m / rows.max(PANEL_MIN_ROWS)), 1)
 }
 
 /// Panels of a split's shared A over `slots` devices (`crate::multi`): the route's
@@ -204,13 +196,13 @@ mod tests {
         let args = |m, n, k| GemmArgs::product(m, n, k, &a, &b);
         assert_eq!(pipeline_panels(&args(1024, 1024, 1024), Engine::Native), 1);
         assert_eq!(pipeline_panels(&args(8192, 8192, 8192), Engine::Native), 4);
-        assert_eq!(pipeline_panels(&args(8192, 8192, 8192), oz), 1);
+        assert_eq!(pipeline_panels(&args(8192, 8192, 8192), oz), 2);
         assert_eq!(pipeline_panels(&args(600, 65536, 8192), Engine::Native), 2);
         assert_eq!(
             shared_panels(&args(32768, 16384, 32768), Engine::Native, 2),
             8
         );
-        assert_eq!(shared_panels(&args(32768, 16384, 32768), oz, 2), 2);
+        assert_eq!(shared_panels(&args(32768, 16384, 32768), oz, 2), 8);
         assert_eq!(
             shared_panels(&args(32768, 16384, 32768), Engine::Native, 3),
             12
@@ -229,7 +221,7 @@ mod tests {
         assert_eq!(blocks(8192, 8192, 8192, Engine::Native), 8);
         assert_eq!(blocks(8192, 8192, 8192, oz), 4);
         assert_eq!(blocks(16384, 16384, 16384, Engine::Native), 16);
-        assert_eq!(blocks(16384, 16384, 16384, oz), 4);
+        assert_eq!(blocks(16384, 16384, 16384, oz), 8);
         assert_eq!(blocks(4096, 600, 65536, Engine::Native), 2);
     }
 

@@ -21,10 +21,12 @@ mod grid;
 mod share;
 mod tuning;
 mod upload;
+mod whole_rule;
 mod write_back;
 
 use crate::device::{Gpu, gpu, sync};
 use crate::error::{Context, GpuError};
+use crate::ozaki::pieces::{Operand, Pieces};
 use crate::ozaki::{self, DeviceCall, Op, Options};
 use crate::timing::{Marks, Phase};
 use c_ring::free_slots;
@@ -42,6 +44,7 @@ pub(crate) use tuning::write_threads;
 pub use tuning::{Tuning, set_tuning, tuning};
 pub(crate) use upload::upload;
 use upload::{Piece, feed, panel_piece, ring};
+use whole_rule::Verdict;
 pub(crate) use write_back::write_columns;
 use write_back::{copy_out, write_back};
 
@@ -118,9 +121,10 @@ pub fn gemm_on(
 
 /// [`gemm_on`] cut into a given [`Grid`]; for tests and benchmarks of the pipeline itself.
 /// The result does not depend on the grid for `gpu-native` up to cuBLAS's choice of kernel
-/// per unit shape, and not at all for `gpu-ozaki` with a fixed moduli count (each entry
-/// depends only on its row of op(A) and column of op(B)); with the automatic count each
-/// unit chooses its own (see `staged_gemm`).
+/// per unit shape, and not at all for `gpu-ozaki`: each entry depends only on its row of
+/// op(A), its column of op(B) and the moduli count, which is the whole call's (`whole_rule`).
+/// When the whole call's rule chooses another count than the units ran with, the call runs
+/// again with that count (C untouched until then).
 pub fn gemm_grid(
     gpu: &mut Gpu,
     args: &GemmArgs,
@@ -138,11 +142,27 @@ pub fn gemm_grid(
         gate: None,
     });
     let c_in: &[f64] = if early.is_some() { &[] } else { &c[..c_span] };
-    let (mut out, staged) = staged_gemm(gpu, args, c_in, engine, grid, None, early)?;
+    let (mut out, mut staged) = staged_gemm(gpu, args, c_in, engine, grid, Tile::Whole, early)?;
+    if let (StagedC::Rerun(r), Engine::Ozaki(opts)) = (staged, engine) {
+        // the whole call's rule chose another count than its units ran with (`whole_rule`):
+        // the same cut again with that count, C still untouched
+        let forced = Engine::Ozaki(Options {
+            moduli: Some(r),
+            ..opts
+        });
+        let first = out.phases;
+        (out, staged) = staged_gemm(gpu, args, c_in, forced, grid, Tile::Whole, early)?;
+        out.phases.transfer_ns += first.transfer_ns;
+        out.phases.convert_ns += first.convert_ns;
+        out.phases.products_ns += first.products_ns;
+        out.phases.reconstruct_ns += first.reconstruct_ns;
+    }
     let ptr = match staged {
         StagedC::Written => return Ok(out),
         StagedC::Staged(ptr) => ptr,
-        StagedC::Withheld => return Err(GpuError::Cuda("early writes withheld".into())),
+        StagedC::Withheld | StagedC::Rerun(_) => {
+            return Err(GpuError::Cuda("early writes withheld".into()));
+        }
     };
     let t = std::time::Instant::now();
     // SAFETY: ptr points at c_span doubles of pinned staging owned by `gpu`, which this
@@ -167,6 +187,21 @@ pub(crate) enum StagedC {
     /// Neither: the early writes were not allowed to start (another tile of a split
     /// failed), so the call cannot be committed.
     Withheld,
+    /// Neither: the whole call's accuracy rule chose this other moduli count than its units
+    /// ran with (`whole_rule`); C is untouched and the call must run again with it.
+    Rerun(usize),
+}
+
+/// What part of a host-resident call a pipeline runs.
+#[derive(Clone, Copy)]
+pub(crate) enum Tile<'a> {
+    /// The whole call: gpu-ozaki converts each part of op(A) and op(B) once
+    /// (`ozaki::pieces`) and runs the accuracy rule once on all of it (`whole_rule`), so C
+    /// does not depend on the cut.
+    Whole,
+    /// One tile of a split over several devices (its own call, with its own rule), with
+    /// the split's shared A when it has one.
+    Split(Option<&'a Share<'a>>),
 }
 
 /// Staging buffer that receives C when beta != 0 (with beta = 0, C comes home through its
@@ -195,18 +230,36 @@ unsafe impl<T> Sync for Handle<T> {}
 /// streams were synchronised or the call failed: destroying a pending event is allowed).
 struct CallResources {
     d2h: sys::CUstream,
+    /// gpu-ozaki's conversions of the parts of op(A) and op(B) (`ozaki::pieces`), beside
+    /// the products on the compute stream.
+    side: sys::CUstream,
     events: Vec<sys::CUevent>,
+}
+
+/// A non-blocking stream of the current context.
+fn new_stream() -> Result<sys::CUstream, GpuError> {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: out-parameter; the GPU's context is current.
+    unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }
+        .result()
+        .ctx("cuStreamCreate")?;
+    Ok(s)
 }
 
 impl CallResources {
     fn new() -> Result<CallResources, GpuError> {
-        let mut s = std::ptr::null_mut();
-        // SAFETY: out-parameter; the GPU's context is current.
-        unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }
-            .result()
-            .ctx("cuStreamCreate")?;
+        let d2h = new_stream()?;
+        let side = match new_stream() {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: created above, nothing enqueued on it.
+                let _ = unsafe { sys::cuStreamDestroy_v2(d2h) };
+                return Err(e);
+            }
+        };
         Ok(CallResources {
-            d2h: s,
+            d2h,
+            side,
             events: Vec::new(),
         })
     }
@@ -230,10 +283,12 @@ impl CallResources {
 
 impl Drop for CallResources {
     fn drop(&mut self) {
-        // SAFETY: the stream is drained first; each handle is destroyed once.
+        // SAFETY: the streams are drained first; each handle is destroyed once.
         unsafe {
-            let _ = sys::cuStreamSynchronize(self.d2h);
-            let _ = sys::cuStreamDestroy_v2(self.d2h);
+            for s in [self.d2h, self.side] {
+                let _ = sys::cuStreamSynchronize(s);
+                let _ = sys::cuStreamDestroy_v2(s);
+            }
             for &e in &self.events {
                 let _ = sys::cuEventDestroy_v2(e);
             }
@@ -268,9 +323,12 @@ fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
 /// panel of A with the first block's columns of op(B) (all of B at once when B is
 /// transposed: its rows are not contiguous) and of C, then the other panels, then per block
 /// the columns of op(B) and C, with an event after each group. The compute stream computes
-/// each panel x block unit as soon as its group's event has fired (cuBLAS, or the emulated
-/// route on the sub-problem: each unit chooses its own moduli count when it is automatic,
-/// and the outcome reports the largest), and a download stream copies C_j home (into pinned
+/// each panel x block unit as soon as its group's event has fired (cuBLAS; or for the whole
+/// call's emulation the int8 products of the unit's panel and block, each part converted
+/// once on a side stream when it arrived, `ozaki::pieces`, with the rule run once on all
+/// lines, `whole_rule`; a tile of a split runs the emulated route on each unit's
+/// sub-problem, each choosing its own count, the outcome reporting the largest), and a
+/// download stream copies C_j home (into pinned
 /// staging, or through C's ring into the caller's C) while block j + 1 is computed. So host copies, both link directions and the GPU
 /// all run at once; what is left serial is the first panel's upload and the last block's
 /// download (and with beta != 0 the write-back from staging). In a split (`share`), this
@@ -282,9 +340,13 @@ pub(crate) fn staged_gemm(
     c_in: &[f64],
     engine: Engine,
     grid: Grid,
-    share: Option<&Share>,
+    tile: Tile<'_>,
     early: Option<EarlyC<'_>>,
 ) -> Result<(HostOutcome, StagedC), GpuError> {
+    let share = match tile {
+        Tile::Whole => None,
+        Tile::Split(share) => share,
+    };
     let t0 = std::time::Instant::now();
     let (m, n, k) = (args.m, args.n, args.k);
     let (ra, ca) = if args.transa == Trans::No {
@@ -398,6 +460,28 @@ pub(crate) fn staged_gemm(
         .collect();
     units.sort_by_key(|&(p, j)| (rank_panel[q_of[p]].max(rank_block[j]), j, p));
     let mut left_in_block = vec![places.len(); cols.len()];
+    // gpu-ozaki on the whole call, in more than one unit: each part converted once (alpha
+    // = 0 is refused by the unit's own emulated call, as for any call)
+    let side = res.side;
+    let mut pieces = match (tile, engine) {
+        (Tile::Whole, Engine::Ozaki(opts)) if units.len() > 1 && args.alpha != 0.0 => {
+            let panels: Vec<(usize, usize)> = places.iter().map(|p| (p.r0, p.rows)).collect();
+            // SAFETY: the GPU's context is current; its earlier calls were synchronised.
+            Some(unsafe {
+                Pieces::new(
+                    gpu,
+                    (side, gpu.stream),
+                    (m, n, k),
+                    &panels,
+                    &cols,
+                    whole_rule::unit_moduli(opts, k),
+                    opts,
+                )
+            }?)
+        }
+        _ => None,
+    };
+    let mut rerun = None;
 
     let (ctx, copy_stream, stream) = (gpu.ctx, gpu.copy_stream, gpu.stream);
     let begin = res.event()?;
@@ -458,6 +542,9 @@ pub(crate) fn staged_gemm(
                     }
                     // groups are recorded in order on one copy stream
                     wait(stream, ups[g])?;
+                    if pieces.is_some() {
+                        wait(side, ups[g])?;
+                    }
                     waited = Some(g);
                 }
                 if let (false, false, Some(sh)) = (own(p), peer_waited[p], share) {
@@ -492,6 +579,32 @@ pub(crate) fn staged_gemm(
                         }?;
                         mk.mark(Phase::Products)?;
                         marks.push(mk);
+                    }
+                    Engine::Ozaki(_) if pieces.is_some() => {
+                        let pc = pieces.as_mut().expect("checked");
+                        let a_part = Operand {
+                            x: a_p,
+                            ld: place.ld,
+                            contig: args.transa == Trans::Yes,
+                        };
+                        let b_part = Operand {
+                            x: db + b_off,
+                            ld: args.ldb,
+                            contig: args.transb == Trans::No,
+                        };
+                        // SAFETY: the staged device buffers hold this unit's A panel, B block
+                        // and C at these offsets, uploaded before the waits above, and stay
+                        // alive until the streams are waited for.
+                        unsafe {
+                            pc.unit(
+                                gpu,
+                                (side, stream),
+                                (p, a_part),
+                                (j, b_part),
+                                (args.alpha, args.beta),
+                                (dc + c_off, args.ldc),
+                            )
+                        }?;
                     }
                     Engine::Ozaki(opts) => {
                         let call = DeviceCall {
@@ -538,10 +651,18 @@ pub(crate) fn staged_gemm(
                     .map_err(|_| GpuError::Cuda("download thread ended early".into()))?;
             }
             drop(down_tx);
+            // the whole call's rule, once every part's statistics are on the host (not
+            // waiting for the products); a decline is the call's error (no go: C untouched)
+            if let (Some(pc), Engine::Ozaki(opts)) = (pieces.as_mut(), engine) {
+                let plan = pc.plan(gpu, opts.moduli)?;
+                if let Verdict::Rerun(r) = whole_rule::verdict(opts, pc.moduli(), plan.moduli) {
+                    rerun = Some(r);
+                }
+            }
             // gpu-ozaki: every unit's plan accepted its operands (early_write's module doc);
             // every group was uploaded before its units were enqueued
             if let (Some(e), Engine::Ozaki(_)) = (&early, engine) {
-                let _ = go.send(e.go(true));
+                let _ = go.send(if rerun.is_none() { e.go(true) } else { None });
             }
             sync(stream)?;
             down.join()
@@ -571,6 +692,14 @@ pub(crate) fn staged_gemm(
                 let p = mk.phases()?;
                 out.phases.products_ns += p.products_ns;
             }
+            if let Some(pc) = &pieces {
+                sync(side)?;
+                let p = pc.phases()?;
+                out.moduli = Some(pc.moduli() as u32);
+                out.phases.convert_ns += p.convert_ns;
+                out.phases.products_ns += p.products_ns;
+                out.phases.reconstruct_ns += p.reconstruct_ns;
+            }
             for p in pending {
                 let o = p.finish()?;
                 out.moduli = Some(out.moduli.map_or(o.moduli, |r| r.max(o.moduli)));
@@ -593,14 +722,16 @@ pub(crate) fn staged_gemm(
         // leave the streams idle before the staging buffers are reused
         let _ = sync(stream);
         let _ = sync(copy_stream);
+        let _ = sync(side);
     }
     result?;
     let device_ns = out.phases.convert_ns + out.phases.products_ns + out.phases.reconstruct_ns;
     out.phases.transfer_ns = (t0.elapsed().as_nanos() as u64).saturating_sub(device_ns);
-    let staged = match (c_ring.is_some(), written) {
-        (false, _) => StagedC::Staged(c_stage),
-        (true, true) => StagedC::Written,
-        (true, false) => StagedC::Withheld,
+    let staged = match (rerun, c_ring.is_some(), written) {
+        (Some(r), _, _) => StagedC::Rerun(r),
+        (None, false, _) => StagedC::Staged(c_stage),
+        (None, true, true) => StagedC::Written,
+        (None, true, false) => StagedC::Withheld,
     };
     Ok((out, staged))
 }

@@ -25,16 +25,20 @@ pub struct Tuning {
     pub write_threads: usize,
     /// Bytes per slot of the upload ring.
     pub ring_chunk: usize,
-    /// Target bytes of op(B) per column block of the pipeline.
-    pub block_bytes: usize,
-    /// Most column blocks for `gpu-native` and for `gpu-ozaki` (whose every block converts
-    /// all of op(A) again).
+    /// Target bytes of op(B) per column block of the pipeline, for `gpu-native` and for
+    /// `gpu-ozaki`.
+    pub block_bytes: (usize, usize),
+    /// Most column blocks for `gpu-native` and for `gpu-ozaki`. A whole gpu-ozaki call
+    /// converts each block of op(B) and panel of op(A) once (`crate::ozaki::pieces`); a tile
+    /// of a split runs each unit as an emulated call of its own, converting its operands
+    /// again.
     pub max_blocks: (usize, usize),
-    /// Row panels of op(A) for `gpu-native` and for `gpu-ozaki` (whose every unit of work
-    /// scans, plans and converts its operands again), see [`pipeline_panels`].
+    /// Row panels of op(A) for `gpu-native` and for `gpu-ozaki`, see [`pipeline_panels`].
     ///
     /// [`pipeline_panels`]: super::pipeline_panels
     pub panels: (usize, usize),
+    /// Fewest rows of a panel for `gpu-native` and for `gpu-ozaki`.
+    pub panel_rows: (usize, usize),
     /// Slots of C's download ring and the bytes of each (`super::c_ring`): with beta = 0,
     /// C comes home through this ring instead of a pinned buffer the size of C. Each slot is
     /// written into the caller's C by one writer thread, so about as many slots as writer
@@ -45,15 +49,18 @@ pub struct Tuning {
 
 impl Default for Tuning {
     fn default() -> Tuning {
+        // the cut the engine prices host-resident calls with
+        let (native, ozaki) = ozaki_core::host_pipeline::DEFAULT_CUTS;
         Tuning {
             upload: CopyKind::Memcpy,
             write_back: CopyKind::Stream,
             copy_threads: 0,
             write_threads: 0,
             ring_chunk: 32 << 20,
-            block_bytes: 64 << 20,
-            max_blocks: (16, 4),
-            panels: (4, 1),
+            block_bytes: (native.block_bytes, ozaki.block_bytes),
+            max_blocks: (native.max_blocks, ozaki.max_blocks),
+            panels: (native.panels, ozaki.panels),
+            panel_rows: (native.panel_rows, ozaki.panel_rows),
             c_ring: (24, 4 << 20),
         }
     }
@@ -63,7 +70,8 @@ impl std::str::FromStr for Tuning {
     type Err = String;
     /// `key=value` pairs, comma separated, over the defaults: `up=memcpy|stream` (upload
     /// copies), `back=memcpy|stream` (write-back), `copy=...` (both), `threads=N`, `write=N`,
-    /// `ring=MiB`, `block=MiB`, `native=N`, `ozaki=N` (most blocks), `panels=N`,
+    /// `ring=MiB`, `block=MiB` (both routes), `ozaki_block=MiB`, `native=N`, `ozaki=N` (most
+    /// blocks), `panel_rows=N`, `ozaki_panel_rows=N` (fewest rows per panel), `panels=N`,
     /// `ozaki_panels=N`, `cslots=N`, `cslot=MiB` (C's download ring)
     /// (`default` alone: the defaults).
     fn from_str(spec: &str) -> Result<Tuning, String> {
@@ -87,7 +95,10 @@ impl std::str::FromStr for Tuning {
                 "threads" => t.copy_threads = num()?,
                 "write" => t.write_threads = num()?,
                 "ring" => t.ring_chunk = num()?.max(1) << 20,
-                "block" => t.block_bytes = num()?.max(1) << 20,
+                "block" => t.block_bytes = (num()?.max(1) << 20, num()?.max(1) << 20),
+                "ozaki_block" => t.block_bytes.1 = num()?.max(1) << 20,
+                "panel_rows" => t.panel_rows.0 = num()?.max(1),
+                "ozaki_panel_rows" => t.panel_rows.1 = num()?.max(1),
                 "native" => t.max_blocks.0 = num()?.max(1),
                 "ozaki" => t.max_blocks.1 = num()?.max(1),
                 "panels" => t.panels.0 = num()?.max(1),
@@ -161,7 +172,18 @@ mod tests {
             (CopyKind::Memcpy, CopyKind::Memcpy)
         );
         assert_eq!((t.copy_threads, t.write_threads), (24, 8));
-        assert_eq!((t.ring_chunk, t.block_bytes), (16 << 20, 64 << 20));
+        assert_eq!(
+            (t.ring_chunk, t.block_bytes),
+            (16 << 20, (64 << 20, 64 << 20))
+        );
+        let oz: Tuning = "ozaki_block=256,ozaki_panel_rows=2048".parse().unwrap();
+        assert_eq!(
+            (oz.block_bytes, oz.panel_rows),
+            (
+                (Tuning::default().block_bytes.0, 256 << 20),
+                (Tuning::default().panel_rows.0, 2048)
+            )
+        );
         assert_eq!(t.max_blocks, (16, 2));
         let ring: Tuning = "cslots=2,cslot=1".parse().unwrap();
         assert_eq!(ring.c_ring, (2, 1 << 20));

@@ -52,6 +52,7 @@ use ozaki_core::trace::Phases;
 
 mod moduli_guess;
 pub mod padding;
+pub(crate) mod pieces;
 mod plan;
 
 pub use ozaki_core::rule::{Accuracy, LineTable, Lines, SideSummary, SummaryView};
@@ -68,7 +69,7 @@ pub const MODULI: [u32; MAX_MODULI] = ozaki_core::moduli::INT8_MODULI;
 /// `ozaki_core::rule::LineTable`'s fields from `coarse_sq` on (`line_stats_*`).
 pub const STAT_SLOTS: usize = 9;
 
-use moduli_guess::{expected_moduli, remember_moduli};
+pub(crate) use moduli_guess::{expected_moduli, remember_moduli};
 use plan::{shift_table, summary_params};
 
 /// From this many rows and columns of C on, the products and reconstruction run in column

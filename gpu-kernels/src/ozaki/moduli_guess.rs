@@ -12,7 +12,7 @@ static LAST_MODULI: [std::sync::atomic::AtomicUsize; 2] = [
 
 /// The previous automatic choice, else the rule's count for normal lines
 /// (`ozaki_core::rule::typical_moduli`).
-pub(super) fn expected_moduli(scaling: ScalingMode, k: usize) -> usize {
+pub(crate) fn expected_moduli(scaling: ScalingMode, k: usize) -> usize {
     match LAST_MODULI[(scaling == ScalingMode::Fast) as usize]
         .load(std::sync::atomic::Ordering::Relaxed)
     {
@@ -21,7 +21,7 @@ pub(super) fn expected_moduli(scaling: ScalingMode, k: usize) -> usize {
     }
 }
 
-pub(super) fn remember_moduli(scaling: ScalingMode, r: usize) {
+pub(crate) fn remember_moduli(scaling: ScalingMode, r: usize) {
     LAST_MODULI[(scaling == ScalingMode::Fast) as usize]
         .store(r, std::sync::atomic::Ordering::Relaxed);
 }

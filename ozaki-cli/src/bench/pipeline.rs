@@ -1,8 +1,10 @@
-//! `ozaki bench --pipeline 1,2,4,8`: the host-resident pipeline of `gpu_kernels::host` with
-//! each given number of column blocks (and the automatic choice) against the host-link bound,
-//! both routes, side by side in one run. Each timing is the whole host-resident
-//! call, median of `--reps` after a warm-up; operands standard normal, beta = 0, automatic
-//! moduli for gpu-ozaki.
+//! `ozaki bench --pipeline none,1,2,4,8,auto`: the host-resident pipeline of
+//! `gpu_kernels::host` with each given number of column blocks (`auto`: its own choice;
+//! `none`: not pipelined, one block and one panel, every upload before the product and the
+//! download after it) against the host-link bound, both routes, side by side in one run.
+//! Each timing is the whole host-resident call, median of `--reps` after a warm-up; operands
+//! standard normal, beta = 0, automatic moduli for gpu-ozaki. With `none` among the counts,
+//! each row also gives its speed-up over the unpipelined call of its route.
 
 use super::{median_wall, parse_shape, random_matrix};
 use anyhow::{Result, anyhow};
@@ -19,11 +21,12 @@ pub fn run(
     emit: &mut dyn FnMut(serde_json::Value) -> Result<()>,
 ) -> Result<()> {
     let ge = |e: gpu_kernels::GpuError| anyhow!("{e}");
-    let counts: Vec<Option<usize>> = blocks
+    let counts: Vec<Count> = blocks
         .split(',')
         .map(|s| match s.trim() {
-            "auto" => Ok(None),
-            s => s.parse().map(Some),
+            "auto" => Ok(Count::Auto),
+            "none" => Ok(Count::Unpipelined),
+            s => s.parse().map(Count::Blocks),
         })
         .collect::<Result<_, _>>()?;
     let (h2d, describe) = {
@@ -33,9 +36,9 @@ pub fn run(
     };
     println!("# ozaki bench --pipeline {blocks}: {describe}; pinned H2D {h2d:.1} GB/s");
     println!(
-        "| shape | tuning | route | blocks | ms | link bound ms | bound / time | moduli | timeline of the last call (ms) |"
+        "| shape | tuning | route | blocks | ms | link bound ms | bound / time | vs unpipelined | moduli | timeline of the last call (ms) |"
     );
-    println!("|---|---|---|---:|---:|---:|---:|---|---|");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---|---|");
     for shape in shapes.split(',').filter(|s| !s.trim().is_empty()) {
         let (m, n, k) = parse_shape(shape.trim())?;
         let a = random_matrix(m * k, 0.0, 21);
@@ -49,10 +52,21 @@ pub fn run(
                 ("gpu-native", Engine::Native),
                 ("gpu-ozaki", Engine::Ozaki(Options::default())),
             ] {
-                for &count in &counts {
-                    let grid = host::Grid {
-                        blocks: count.unwrap_or_else(|| host::pipeline_blocks(&args, engine)),
-                        panels: host::pipeline_panels(&args, engine),
+                // the unpipelined call first, so every row of the route can compare with it
+                let mut order = counts.clone();
+                order.sort_by_key(|c| *c != Count::Unpipelined);
+                let mut unpipelined = None;
+                for &count in &order {
+                    let grid = match count {
+                        Count::Unpipelined => host::Grid {
+                            blocks: 1,
+                            panels: 1,
+                        },
+                        Count::Blocks(b) => host::Grid {
+                            blocks: b,
+                            panels: host::pipeline_panels(&args, engine),
+                        },
+                        Count::Auto => host::Grid::of(&args, engine),
                     };
                     let blocks = grid.blocks;
                     let mut last = None;
@@ -65,21 +79,28 @@ pub fn run(
                     let last = last.unwrap_or_default();
                     let moduli = last.moduli;
                     let blocks_label = match count {
-                        None => format!("auto ({blocks}) x {}", grid.panels),
-                        Some(b) => format!("{b} x {}", grid.panels),
+                        Count::Unpipelined => "none (1 x 1)".to_string(),
+                        Count::Auto => format!("auto ({blocks}) x {}", grid.panels),
+                        Count::Blocks(b) => format!("{b} x {}", grid.panels),
                     };
+                    if count == Count::Unpipelined {
+                        unpipelined = Some(t);
+                    }
+                    let speedup = unpipelined.map(|u| u / t);
                     println!(
-                        "| {m}x{n}x{k} | {label} | {name} | {blocks_label} | {:.1} | {:.1} | {:.2} | {} | {} |",
+                        "| {m}x{n}x{k} | {label} | {name} | {blocks_label} | {:.1} | {:.1} | {:.2} | {} | {} | {} |",
                         t * 1e3,
                         bound * 1e3,
                         bound / t,
+                        speedup.map_or("-".into(), |x| format!("{x:.2}x")),
                         moduli.map_or("-".into(), |r| r.to_string()),
                         super::timeline_text(last.timeline.as_ref())
                     );
                     let tl = last.timeline.as_ref();
                     emit(
                         serde_json::json!({"kind": "pipeline", "m": m, "n": n, "k": k, "route": name, "tuning": label,
-                    "blocks": blocks, "panels": grid.panels, "auto": count.is_none(), "s": t, "link_bound_s": bound, "moduli": moduli,
+                    "blocks": blocks, "panels": grid.panels, "auto": count == Count::Auto,
+                    "unpipelined": count == Count::Unpipelined, "vs_unpipelined": speedup, "s": t, "link_bound_s": bound, "moduli": moduli,
                     "uploaded_ms": tl.map(|t| t.uploaded_ms.clone()), "computed_ms": tl.map(|t| t.computed_ms.clone()),
                     "downloaded_ms": tl.map(|t| t.downloaded_ms), "write_ms": tl.map(|t| t.write_ms)}),
                     )?;
@@ -89,4 +110,15 @@ pub fn run(
         host::set_tuning(None);
     }
     Ok(())
+}
+
+/// One column-block count of the sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Count {
+    /// One block and one panel: not pipelined.
+    Unpipelined,
+    /// This many column blocks, the route's row panels.
+    Blocks(usize),
+    /// The pipeline's own choice ([`host::Grid::of`]).
+    Auto,
 }

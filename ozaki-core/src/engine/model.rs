@@ -20,7 +20,8 @@
 
 use super::profile::{GpuProfile, Profile};
 pub use super::work_model::{Correction, CorrectionPoint, Sample, WorkModel};
-use super::{CallShape, Residency};
+use super::{CallShape, Residency, Routine};
+use crate::host_pipeline::{Cut, DEFAULT_CUTS, Stages, pipelined_seconds};
 use crate::route::Route;
 use serde::Serialize;
 
@@ -311,10 +312,10 @@ fn gpu_route(
             how: "host-side fixed cost per call, from the smallest end-to-end timings".into(),
         });
     }
-    let mut xfer = 0.0;
+    let (mut xfer, mut t_h2d) = (0.0, 0.0);
     if shape.residency == Residency::Host {
         let (h2d, d2h) = transfer_bytes(shape);
-        let t_h2d = gpu.link.latency_s + h2d / gpu.link.h2d_staged;
+        t_h2d = gpu.link.latency_s + h2d / gpu.link.h2d_staged;
         let t_d2h = gpu.link.latency_s + d2h / gpu.link.d2h_staged;
         terms.push(Term {
             name: "h2d",
@@ -388,7 +389,29 @@ fn gpu_route(
             conv + prod + rec
         }
     };
-    if xfer > 0.0 && gpu.overlap > 0.0 {
+    let cut = host_cut(shape, route);
+    if xfer > 0.0 && cut.blocks > 1 {
+        // a pipelined gemm: fill, then the busier of the link and the device, then drain
+        let a_share = 8.0 * (shape.m * shape.k) as f64 / transfer_bytes(shape).0.max(1.0);
+        let stages = Stages {
+            upload_a: t_h2d * a_share,
+            upload_rest: t_h2d * (1.0 - a_share),
+            download: xfer - t_h2d,
+            compute,
+        };
+        let credit = xfer + compute - pipelined_seconds(&stages, cut);
+        terms.push(Term {
+            name: "overlap",
+            seconds: -credit,
+            how: format!(
+                "pipelined in {} column blocks x {} row panels: the first panel and block's upload, then the busier of the link ({:.3} ms) and the device ({:.3} ms), then the last unit and block's download",
+                cut.blocks,
+                cut.panels,
+                xfer * 1e3,
+                compute * 1e3
+            ),
+        });
+    } else if xfer > 0.0 && gpu.overlap > 0.0 {
         let credit = gpu.overlap * xfer.min(compute);
         terms.push(Term {
             name: "overlap",
@@ -423,6 +446,30 @@ fn gpu_route(
             None
         },
     }
+}
+
+/// How the GPU host path cuts a host-resident call of `route` under its default tuning
+/// (`crate::host_pipeline`): dgemm only; a dsyrk, a device-resident call or another route is
+/// one piece.
+fn host_cut(shape: &CallShape, route: Route) -> Cut {
+    let rule = match route {
+        Route::GpuNative => DEFAULT_CUTS.0,
+        Route::GpuOzaki => DEFAULT_CUTS.1,
+        _ => {
+            return Cut {
+                blocks: 1,
+                panels: 1,
+            };
+        }
+    };
+    if shape.residency != Residency::Host || shape.routine != Routine::Dgemm {
+        return Cut {
+            blocks: 1,
+            panels: 1,
+        };
+    }
+    let dim = |x: u64| usize::try_from(x).unwrap_or(usize::MAX / 64);
+    Cut::of(dim(shape.m), dim(shape.n), dim(shape.k), &rule)
 }
 
 #[cfg(test)]
@@ -492,5 +539,65 @@ mod tests {
             end_to_end.how
         );
         assert!(end_to_end.seconds > 0.0);
+    }
+
+    /// A large host-resident gemm is priced as the host path pipelines it: the steps' sum
+    /// less the overlap equals `host_pipeline::pipelined_seconds` of its cut (so a route with
+    /// less compute wins by that compute when the device is the bottleneck, and by its fill
+    /// and drain when the link is); a call too small to be pipelined keeps the calibrated
+    /// overlap fraction.
+    #[test]
+    fn large_host_resident_gemms_are_priced_as_pipelined() {
+        let p = Profile::built_in("h200").expect("ships");
+        let gpu = p.gpu.as_ref().expect("a GPU");
+        let term = |e: &RouteEstimate, name: &str| {
+            e.terms
+                .iter()
+                .filter(|t| t.name == name)
+                .map(|t| t.seconds)
+                .sum::<f64>()
+        };
+        for (s, route) in [
+            (16384u64, Route::GpuNative),
+            (16384, Route::GpuOzaki),
+            (8192, Route::GpuNative),
+        ] {
+            let shape = CallShape::gemm(s, s, s);
+            let e = gpu_route(gpu, &shape, route, Some(14));
+            let compute = ["fp64-gemm", "convert", "products", "reconstruct"]
+                .iter()
+                .map(|n| term(&e, n))
+                .sum::<f64>();
+            let (h2d, d2h) = (term(&e, "h2d"), term(&e, "d2h"));
+            let cut = host_cut(&shape, route);
+            assert!(cut.blocks > 1, "{s} {route:?} is pipelined");
+            let want = pipelined_seconds(
+                &Stages {
+                    upload_a: h2d / 2.0,
+                    upload_rest: h2d / 2.0,
+                    download: d2h,
+                    compute,
+                },
+                cut,
+            );
+            let got = h2d + d2h + compute + term(&e, "overlap");
+            assert!(
+                (got - want).abs() < 1e-9 * want,
+                "{s} {route:?}: {got} vs {want}"
+            );
+            assert!(got >= (h2d + d2h).max(compute) && got < h2d + d2h + compute);
+        }
+        let small = CallShape::gemm(1024, 1024, 1024);
+        let e = gpu_route(gpu, &small, Route::GpuNative, None);
+        let (xfer, compute) = (term(&e, "h2d") + term(&e, "d2h"), term(&e, "fp64-gemm"));
+        let credit = -term(&e, "overlap");
+        assert!((credit - gpu.overlap * xfer.min(compute)).abs() < 1e-15);
+        // the device-resident call pays no link and no overlap
+        let dev = gpu_route(gpu, &shape_on_device(16384), Route::GpuNative, None);
+        assert_eq!(term(&dev, "overlap"), 0.0);
+    }
+
+    fn shape_on_device(s: u64) -> CallShape {
+        CallShape::gemm(s, s, s).with_residency(Residency::Device)
     }
 }
