@@ -9,6 +9,7 @@
 //! | [`reentry`] | per-thread guard: a call made from inside a hooked call goes straight to cuBLAS |
 //! | [`decode`] | cuBLAS enums and types in the BLAS decoder's terms; strided-batched members |
 //! | [`handle`] | the caller's handle: stream, pointer mode, math mode |
+//! | [`lt`] | `cublasLtMatmul`'s descriptor and layouts, and which of its calls are plain fp64 products |
 //! | [`capture`] | the graph-capture rule |
 //!
 //! A call goes to the real cuBLAS with its arguments untouched (the handle, its stream,
@@ -24,6 +25,12 @@
 //! emulation plans each call from its operands' statistics, read back on the host, so an
 //! emulated call returns with its stream synchronised; a forwarded one adds nothing.
 //!
+//! `cublasLtMatmul` is routed the same way when it is a plain fp64 product ([`lt`]: no
+//! epilogue, bias or other cuBLASLt feature, column-major layouts, C the same matrix as D
+//! unless beta = 0); its stream is its argument and its pointer mode the descriptor's. Other
+//! types go to cuBLASLt at once, unrecorded; other fp64 calls go to it with a record saying
+//! why.
+//!
 //! A strided-batched call is decided once for its shape: all members emulated (a member the
 //! emulation declines runs on cuBLAS fp64 in turn) or the whole batch forwarded.
 //!
@@ -37,6 +44,7 @@ pub(crate) mod decode;
 #[rustfmt::skip]
 mod exports;
 pub(crate) mod handle;
+pub(crate) mod lt;
 pub(crate) mod real;
 pub(crate) mod reentry;
 
@@ -55,7 +63,7 @@ use ozaki_core::trace::Phases;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// The cuBLAS names the shim exports (include/ozaki_shim.h leaves them to cublas_v2.h).
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "cublasDgemm_v2",
     "cublasDgemm_v2_64",
     "cublasGemmEx",
@@ -66,6 +74,7 @@ pub const NAMES: [&str; 10] = [
     "cublasGemmStridedBatchedEx_64",
     "cublasDsyrk_v2",
     "cublasDsyrk_v2_64",
+    "cublasLtMatmul",
 ];
 
 /// `cublasHandle_t`.
@@ -84,8 +93,9 @@ const EXECUTION_FAILED: Status = 13;
 pub(crate) struct Call<'a> {
     /// The cuBLAS name.
     pub name: &'static str,
-    /// The caller's handle.
-    pub handle: Handle,
+    /// What the caller set on its handle (for cuBLASLt, the stream argument and the
+    /// descriptor's pointer mode), read only when the call is decoded.
+    pub state: &'a dyn Fn() -> Result<handle::HandleState, String>,
     /// alpha and beta as passed (host or device pointers, as the pointer mode says).
     pub scalars: (*const f64, *const f64),
     /// The members of a strided-batched call ([`Batch::ONE`] otherwise).
@@ -94,6 +104,9 @@ pub(crate) struct Call<'a> {
     pub decode: &'a dyn Fn(f64, f64) -> Decoded,
     /// The same call on the real cuBLAS, arguments untouched.
     pub forward: &'a dyn Fn() -> Status,
+    /// Why the hook cannot compute this fp64 call (a cuBLASLt feature the emulation does
+    /// not have), if it cannot: it goes to cuBLAS and its record says why.
+    pub refused: Option<String>,
 }
 
 /// What the hook did with a call.
@@ -172,7 +185,7 @@ pub(crate) fn dispatch(call: &Call<'_>) -> Status {
 /// The hook's decision for one call (and the emulation, where decided); `shape` receives
 /// what the trace records.
 fn route(call: &Call<'_>, request: RouteRequest, shape: &mut Option<crate::abi::Shape>) -> Done {
-    let state = handle::state(call.handle);
+    let state = (call.state)();
     let device_scalars = state.as_ref().is_ok_and(|s| s.device_scalars);
     let (alpha, beta) = match call.scalars {
         (a, b) if !device_scalars && !a.is_null() && !b.is_null() => {
@@ -183,6 +196,10 @@ fn route(call: &Call<'_>, request: RouteRequest, shape: &mut Option<crate::abi::
     };
     let decoded = (call.decode)(alpha, beta);
     *shape = Some(decoded.shape);
+    // Not a plain product (its layouts need not pass the BLAS argument checks either).
+    if let Some(why) = &call.refused {
+        return forward(why.clone());
+    }
     let canon = match decoded.verdict {
         Verdict::Illegal(bad) => {
             return Done::Forward {
