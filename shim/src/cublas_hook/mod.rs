@@ -261,6 +261,7 @@ fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
         Ok(c) => c,
         Err(e) => return forward(gpu_failure(e)),
     };
+    let _relaxed = capture::Relaxed::enter();
     let done = gpu_kernels::probe::contain("cuBLAS hook", || {
         let mut g = gpu()?;
         let stream = stream as gpu_kernels::device::Stream;
