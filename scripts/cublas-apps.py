@@ -2,7 +2,8 @@
 """GPU-resident programs with and without the shim's cuBLAS hook, side by side in one run.
 
 Each case runs in its own process twice: without the shim, and with LD_PRELOAD=libozaki_shim.so
-(OZAKI_ROUTE from GPU_CHECK_CUBLAS_ROUTE, default auto; a trace per case). A case times its
+(OZAKI_ROUTE from GPU_CHECK_CUBLAS_ROUTE, default auto; a trace per case; OZAKI_AB from
+GPU_CHECK_CUBLAS_AB when set, its comparisons summed up in the hook column). A case times its
 operation (median of 3 after one warm-up, the device synchronised around each), and measures
 the error of the result on sampled entries against an exact reference (each sampled entry's
 dot product summed exactly, in Python integers, from the fp64 inputs). The table shows both
@@ -198,10 +199,12 @@ def measure(name, result):
 # ---------------------------------------------------------------------------- driver
 
 def hook_records(trace):
-    """(count, {route: count}, {sym: count}) of the trace's device-resident records."""
+    """(count, {route: count}, {sym: count}, ab) of the trace's device-resident records; ab:
+    (records compared, largest rel_scaled, largest max_rel_comp, skip reasons) under OZAKI_AB."""
     routes, syms, n = {}, {}, 0
+    ab = [0, 0.0, 0.0, []]
     if not os.path.exists(trace):
-        return n, routes, syms
+        return n, routes, syms, ab
     with open(trace) as f:
         for line in f:
             r = json.loads(line)
@@ -209,7 +212,14 @@ def hook_records(trace):
                 n += 1
                 routes[r["route"]] = routes.get(r["route"], 0) + 1
                 syms[r["sym"]] = syms.get(r["sym"], 0) + 1
-    return n, routes, syms
+                c = r.get("ab")
+                if c and c.get("skipped"):
+                    ab[3].append(c["skipped"])
+                elif c:
+                    ab[0] += 1
+                    ab[1] = max(ab[1], float(c.get("rel_scaled") or 0))
+                    ab[2] = max(ab[2], float(c["max_rel_comp"]))
+    return n, routes, syms, ab
 
 
 def run_case(name, shim, out):
@@ -223,6 +233,8 @@ def run_case(name, shim, out):
             env["LD_PRELOAD"] = shim
             env["OZAKI_ROUTE"] = os.environ.get("GPU_CHECK_CUBLAS_ROUTE", "auto")
             env["OZAKI_TRACE"] = trace
+            if os.environ.get("GPU_CHECK_CUBLAS_AB"):
+                env["OZAKI_AB"] = os.environ["GPU_CHECK_CUBLAS_AB"]
             if os.path.exists(trace):
                 os.remove(trace)
         try:
@@ -245,9 +257,12 @@ def run_case(name, shim, out):
 
 def row(name, r):
     w, s = r["without"], r["with"]
-    n, routes, syms = r["hook"]
+    n, routes, syms, ab = r["hook"]
     hook = (f"{n} ({', '.join(f'{k} {v}' for k, v in sorted(routes.items()))}; "
             f"{', '.join(f'{k} {v}' for k, v in sorted(syms.items()))})") if n else "not reached"
+    if ab[0] or ab[3]:
+        hook += (f"; OZAKI_AB vs cuBLAS: {ab[0]} compared, max rel_scaled {ab[1]:.2e}, "
+                 f"max componentwise {ab[2]:.2e}, {len(ab[3])} skipped {sorted(set(ab[3]))[:2]}")
     for side in (w, s):
         if "missing" in side:
             return f"| {name} | not installed: {side['missing']} | | | | | |"

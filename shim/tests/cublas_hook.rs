@@ -328,3 +328,23 @@ fn a_capturing_stream_goes_to_cublas_with_nothing_decided_or_started() {
         captured.stderr
     );
 }
+
+#[test]
+fn ozaki_ab_compares_nothing_that_stays_on_cublas() {
+    let Some((dir, prog, plain)) = reference("cublas-hook-ab") else {
+        return;
+    };
+    let env = [("OZAKI_AB", "1"), ("OZAKI_ROUTE", "gpu-ozaki")];
+    let ab = run(&dir, &prog, true, &env, "ab");
+    // cuBLAS received every call once, unchanged: no second, comparing computation
+    assert_eq!(ab.log, plain.log);
+    assert_eq!(described(&ab.calls), expected_calls());
+    for c in &ab.calls {
+        assert_eq!(c.route, "gpu-native", "{}", c.sym);
+        assert!(
+            c.ab.is_none(),
+            "{}: cuBLAS is not compared with itself",
+            c.sym
+        );
+    }
+}

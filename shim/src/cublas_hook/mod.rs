@@ -11,6 +11,7 @@
 //! | [`handle`] | the caller's handle: stream, pointer mode, math mode |
 //! | [`lt`] | `cublasLtMatmul`'s descriptor and layouts, and which of its calls are plain fp64 products |
 //! | [`capture`] | the graph-capture rule |
+//! | [`compare`] | `OZAKI_AB`: cuBLAS fp64 beside the emulation, compared into the record |
 //!
 //! A call goes to the real cuBLAS with its arguments untouched (the handle, its stream,
 //! workspace and atomics mode as the caller set them) unless all of these hold: the hook is
@@ -36,10 +37,11 @@
 //!
 //! Every hooked fp64 call writes one trace record (`sym` the cuBLAS name,
 //! `device_resident: true`, `batch` for batches): `route` `gpu-ozaki` or `gpu-native` (cuBLAS),
-//! `fallback` saying why a call the emulation could have taken went to cuBLAS. alpha and beta
-//! in device memory show as NaN.
+//! `fallback` saying why a call the emulation could have taken went to cuBLAS, `ab` with
+//! `OZAKI_AB` ([`compare`]). alpha and beta in device memory show as NaN.
 
 pub(crate) mod capture;
+pub(crate) mod compare;
 pub(crate) mod decode;
 #[rustfmt::skip]
 mod exports;
@@ -53,13 +55,14 @@ use crate::config;
 use crate::device_api::{Emulation, device_call, emulation_chosen, run_emulation};
 use crate::route::RouteOutcome;
 use crate::trace_sink::{self, Entry, Sym};
+use compare::Compare;
 use core::ffi::{c_int, c_void};
 use decode::Batch;
 use gpu_kernels::device::{current_context, restore_context};
 use gpu_kernels::ozaki::DeviceCall;
 use gpu_kernels::{GpuError, gpu};
 use ozaki_core::route::{Route, RouteRequest};
-use ozaki_core::trace::Phases;
+use ozaki_core::trace::{AbResult, Phases};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// The cuBLAS names the shim exports (include/ozaki_shim.h leaves them to cublas_v2.h).
@@ -123,6 +126,8 @@ enum Done {
         outcome: RouteOutcome,
         fallback: Option<String>,
         status: Status,
+        /// The comparison with cuBLAS, when `OZAKI_AB` chose the call.
+        ab: Option<AbResult>,
     },
 }
 
@@ -148,15 +153,21 @@ pub(crate) fn dispatch(call: &Call<'_>) -> Status {
     let mut shape = None;
     let done = catch_unwind(AssertUnwindSafe(|| route(call, cfg.route, &mut shape)))
         .unwrap_or_else(|_| forward("gpu-ozaki: panicked"));
-    let (status, route, fallback, outcome, info) = match done {
-        Done::Forward { fallback, info } => {
-            ((call.forward)(), Route::GpuNative, fallback, None, info)
-        }
+    let (status, route, fallback, outcome, info, ab) = match done {
+        Done::Forward { fallback, info } => (
+            (call.forward)(),
+            Route::GpuNative,
+            fallback,
+            None,
+            info,
+            None,
+        ),
         Done::Gpu {
             outcome,
             fallback,
             status,
-        } => (status, Route::GpuOzaki, fallback, Some(outcome), None),
+            ab,
+        } => (status, Route::GpuOzaki, fallback, Some(outcome), None, ab),
     };
     if let (Some(start), Some(shape)) = (start, shape) {
         let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -174,7 +185,7 @@ pub(crate) fn dispatch(call: &Call<'_>) -> Status {
                     outcome: outcome.as_ref(),
                     engine: None,
                     info,
-                    ab: None,
+                    ab: ab.as_ref(),
                 },
             );
         }));
@@ -272,11 +283,17 @@ fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
         }
         let mut phases = Phases::default();
         let (mut moduli, mut scaling, mut declined) = (0, None, 0u64);
+        let mut compare = Compare::chosen();
         for i in 0..batch.count {
             let member = batch.member(first, i);
             // SAFETY: cuBLAS's contract: the member's matrices are device memory of the
             // caller's context (checked to be this GPU's) valid for the call, on `stream`.
-            let ran = unsafe { run_emulation(&mut g, stream, &member) };
+            let ran = unsafe {
+                match compare.as_mut() {
+                    Some(c) => c.member(&mut g, stream, &member),
+                    None => run_emulation(&mut g, stream, &member),
+                }
+            };
             match ran {
                 Ok(Emulation::Done(o)) => {
                     add(&mut phases, &o.phases);
@@ -300,6 +317,7 @@ fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
                             "member {i} failed after earlier members were written: {e}"
                         )),
                         status: EXECUTION_FAILED,
+                        ab: None,
                     });
                 }
             }
@@ -315,6 +333,7 @@ fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
             fallback: (declined > 0)
                 .then(|| format!("{declined} members declined by gpu-ozaki ran on cuBLAS fp64")),
             status: SUCCESS,
+            ab: compare.map(Compare::finish),
         })
     });
     let _ = restore_context(caller);
