@@ -1,4 +1,6 @@
-//! A/B comparison against the vendor BLAS: `OZAKI_AB`.
+//! A/B comparison against the vendor BLAS: `OZAKI_AB`. (The cuBLAS hook's calls are compared
+//! with cuBLAS fp64 on the device instead, with the same settings and record fields:
+//! `cublas_hook::compare`.)
 //!
 //! For each chosen call whose route is not the vendor itself, the vendor BLAS also computes
 //! the call, and the trace record gets an [`AbResult`]: the largest componentwise and the

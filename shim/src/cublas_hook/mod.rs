@@ -22,9 +22,14 @@
 //! `OZAKI_ROUTE` is `auto` or `gpu-ozaki`, and the one device-resident decision
 //! ([`crate::device_api::emulation_chosen`]) picks the emulation. Then Ozaki-II runs on the
 //! caller's stream in its context (operands of another device's context are declined), and
-//! NaN/Inf input or any GPU failure before C is written sends the call to cuBLAS. The
-//! emulation plans each call from its operands' statistics, read back on the host, so an
-//! emulated call returns with its stream synchronised; a forwarded one adds nothing.
+//! NaN/Inf input or any GPU failure before C is written sends the call to cuBLAS (the
+//! emulation runs with its thread in relaxed capture mode, [`capture::Relaxed`], so another
+//! thread's global-mode capture neither fails it nor is broken by it).
+//!
+//! An emulated call waits on the caller's stream twice: after the scan of A and B (the plan
+//! is made on the host from those statistics, so this also waits for the work queued before
+//! the call) and at the end (the emulation's workspace is shared by later calls on any
+//! stream). It returns with C computed and the stream drained; a forwarded call adds nothing.
 //!
 //! `cublasLtMatmul` is routed the same way when it is a plain fp64 product ([`lt`]: no
 //! epilogue, bias or other cuBLASLt feature, column-major layouts, C the same matrix as D
