@@ -114,9 +114,11 @@ static int run_lt(void) {
     bad |= cublasLtMatmul(h, dT, &alpha, A, aT, B, b, &beta, C, c, C, c, 0, 0, 0, stream);
     bad |= cublasLtMatmul(h, d64, &alpha, A, ab, B, bb, &beta, C, cb, C, cb, 0, ws, 4096, stream);
     bad |= cublasLtMatmul(h, d64, &alpha, A, a, B, b, &zero, C, c, D, c, 0, ws, 1 << 20, stream);
-    /* what the emulation cannot honour: a bias epilogue, C != D with beta != 0, row order */
+    /* what the emulation cannot honour: a bias epilogue, row order */
     bad |= cublasLtMatmul(h, dbias, &alpha, A, a, B, b, &zero, C, c, C, c, 0, ws, 0, stream);
+    /* plain again: C != D with beta != 0 (the hook copies C into D first) */
     bad |= cublasLtMatmul(h, d64, &alpha, A, a, B, b, &beta, C, c, D, c, 0, ws, 0, stream);
+    /* row order: refused */
     bad |= cublasLtMatmul(h, d64, &alpha, A, a, B, b, &beta, C, row, C, row, 0, ws, 0, stream);
     /* alpha and beta in device memory: made-up addresses nobody may read */
     bad |= cublasLtMatmul(h, ddev, (const void *)0xD0010, A, a, B, b, (const void *)0xD0018, C,

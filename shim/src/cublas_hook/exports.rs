@@ -37,7 +37,7 @@ fn gemm(
         decode_fortran_gemm(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc, ilp64)
     };
     let state = || super::handle::state(handle);
-    dispatch(&Call { name, state: &state, scalars: (alpha, beta), batch, decode: &decode, forward, refused: None })
+    dispatch(&Call { name, state: &state, scalars: (alpha, beta), batch, decode: &decode, forward, refused: None, copy_c: None })
 }
 
 type Dgemm = unsafe extern "C" fn(Handle, c_int, c_int, c_int, c_int, c_int, *const f64, *const f64, c_int, *const f64, c_int, *const f64, *mut f64, c_int) -> Status;
@@ -161,7 +161,7 @@ pub unsafe extern "C" fn cublasGemmStridedBatchedEx_64(handle: Handle, transa: c
 fn syrk(name: &'static str, handle: Handle, [uplo, trans]: [c_int; 2], [n, k]: [i64; 2], scalars: (*const f64, *const f64), (a, lda): (*const f64, i64), (c, ldc): (*mut f64, i64), ilp64: bool, forward: &dyn Fn() -> Status) -> Status {
     let decode = |al, be| decode_fortran_syrk(decode::fill(uplo), decode::op(trans), n, k, al, a, lda, be, c, ldc, ilp64);
     let state = || super::handle::state(handle);
-    dispatch(&Call { name, state: &state, scalars, batch: Batch::ONE, decode: &decode, forward, refused: None })
+    dispatch(&Call { name, state: &state, scalars, batch: Batch::ONE, decode: &decode, forward, refused: None, copy_c: None })
 }
 
 /// `cublasDsyrk_v2`: C = alpha op(A) op(A)^T + beta C, one triangle.
@@ -205,11 +205,11 @@ pub unsafe extern "C" fn cublasLtMatmul(handle: Handle, desc: lt::Desc, alpha: *
     let host_scalars = attrs.pointer_mode == lt::POINTER_MODE_HOST;
     // SAFETY: host pointer mode: beta is a host fp64 scalar (the scale type is 64F).
     let beta_zero = host_scalars && !beta.is_null() && unsafe { *beta.cast::<f64>() } == 0.0;
-    let p = lt::product(&attrs, &layouts, core::ptr::eq(c, d), beta_zero);
+    let p = lt::product(&attrs, &layouts, (c as u64, d as u64), beta_zero);
     let decode = |al, be| {
         let [ta, tb] = p.ops.map(decode::op);
         decode_fortran_gemm(ta, tb, p.m, p.n, p.k, al, a.cast(), p.lda, b.cast(), p.ldb, be, d.cast(), p.ldd, true)
     };
     let state = || Ok(super::handle::HandleState { stream, device_scalars: !host_scalars, math_forbids: false });
-    dispatch(&Call { name: "cublasLtMatmul", state: &state, scalars: (alpha.cast(), beta.cast()), batch: p.batch, decode: &decode, forward: &forward, refused: p.refused })
+    dispatch(&Call { name: "cublasLtMatmul", state: &state, scalars: (alpha.cast(), beta.cast()), batch: p.batch, decode: &decode, forward: &forward, refused: p.refused, copy_c: p.copy_c.map(|l| (c as u64, l)) })
 }

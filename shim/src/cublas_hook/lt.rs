@@ -7,8 +7,10 @@
 //! is a plain product, D = alpha op(A) op(B) + beta C, when in addition: no epilogue (the
 //! default one), no bias, no FP8 scale or amax pointers, no atomic synchronisation, C not
 //! transposed, every layout column-major and not planar, the layouts' rows and columns fit
-//! op(A) m x k, op(B) k x n, C and D m x n, every layout has the same batch count, and C is D
-//! (same address, leading dimension and batch stride) unless beta = 0, when C is not read.
+//! op(A) m x k, op(B) k x n, C and D m x n, every layout has the same batch count, and C is
+//! either D (same address, leading dimension and batch stride) or, when beta != 0, a matrix
+//! that does not overlap D: C is then copied into D on the caller's stream first
+//! ([`copy_c_to_d`]) and the product computed in D (with beta = 0 C is not read at all).
 //! Any other fp64 call is forwarded and its record says why. The algorithm and workspace the
 //! caller passed only choose how cuBLASLt computes the same product; the emulation needs
 //! neither.
@@ -213,17 +215,38 @@ pub(crate) struct Product {
     pub batch: Batch,
     /// Why the hook cannot compute it (the call then goes to cuBLASLt), if it cannot.
     pub refused: Option<String>,
+    /// C's leading dimension and batch stride, when C must first be copied into D.
+    pub copy_c: Option<(i64, i64)>,
+}
+
+/// The bytes a batch of column-major matrices spans from its first element.
+fn extent(l: &LayoutAttrs, rows: u64) -> u64 {
+    let cols = l.cols.max(1);
+    let one = (l.ld.max(0) as u64)
+        .saturating_mul(cols - 1)
+        .saturating_add(rows);
+    let batch = u64::try_from(l.batch.max(1) - 1).unwrap_or(0);
+    (l.stride.unsigned_abs().saturating_mul(batch))
+        .saturating_add(one)
+        .saturating_mul(8)
+}
+
+/// Whether C's and D's memory overlap (C at `c`, D at `d`).
+pub(crate) fn overlap(c: u64, cl: &LayoutAttrs, d: u64, dl: &LayoutAttrs) -> bool {
+    let (ce, de) = (extent(cl, cl.rows), extent(dl, dl.rows));
+    c < d.saturating_add(de) && d < c.saturating_add(ce)
 }
 
 /// The call as a product, and whether the hook can compute it (see the module doc).
-/// `same_cd`: C and D are the same address; `beta_zero`: beta is known (host pointer mode) to
+/// `(c_addr, d_addr)`: where C and D are; `beta_zero`: beta is known (host pointer mode) to
 /// be 0. The shape is taken from D and op(A), so a record describes even a refused call.
 pub(crate) fn product(
     d: &DescAttrs,
     [a, b, c, dd]: &[LayoutAttrs; 4],
-    same_cd: bool,
+    (c_addr, d_addr): (u64, u64),
     beta_zero: bool,
 ) -> Product {
+    let same_cd = c_addr == d_addr;
     let [ta, tb, tc] = d.trans;
     let dim = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
     let (m, n) = (dim(dd.rows), dim(dd.cols));
@@ -256,9 +279,9 @@ pub(crate) fn product(
         Some("layouts' shapes do not fit a product: cuBLASLt".into())
     } else if all.iter().any(|l| l.batch != dd.batch) {
         Some("layouts' batch counts differ: cuBLASLt".into())
-    } else if !beta_zero && !same_cd {
-        Some("C and D differ with beta != 0: cuBLASLt".into())
-    } else if !beta_zero && (c.ld != dd.ld || (dd.batch > 1 && c.stride != dd.stride)) {
+    } else if !beta_zero && !same_cd && overlap(c_addr, c, d_addr, dd) {
+        Some("C and D overlap without being one matrix: cuBLASLt".into())
+    } else if !beta_zero && same_cd && (c.ld != dd.ld || (dd.batch > 1 && c.stride != dd.stride)) {
         Some("C and D at one address with different layouts: cuBLASLt".into())
     } else {
         None
@@ -275,8 +298,97 @@ pub(crate) fn product(
             count: dd.batch.into(),
             strides: [a.stride, b.stride, dd.stride],
         },
+        copy_c: (refused.is_none() && !beta_zero && !same_cd).then_some((c.ld, c.stride)),
         refused,
     }
+}
+
+/// `CUDA_MEMCPY2D`.
+#[repr(C)]
+struct Memcpy2D {
+    src_x_in_bytes: usize,
+    src_y: usize,
+    src_memory_type: u32,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: *mut c_void,
+    src_pitch: usize,
+    dst_x_in_bytes: usize,
+    dst_y: usize,
+    dst_memory_type: u32,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: *mut c_void,
+    dst_pitch: usize,
+    width_in_bytes: usize,
+    height: usize,
+}
+
+/// `CU_MEMORYTYPE_DEVICE`.
+const MEMORY_DEVICE: u32 = 2;
+
+/// The copy of one `m x n` column-major matrix from `(src, src_ld)` to `(dst, dst_ld)`.
+fn copy_2d(
+    m: usize,
+    n: usize,
+    (src, src_ld): (u64, usize),
+    (dst, dst_ld): (u64, usize),
+) -> Memcpy2D {
+    Memcpy2D {
+        src_x_in_bytes: 0,
+        src_y: 0,
+        src_memory_type: MEMORY_DEVICE,
+        src_host: core::ptr::null(),
+        src_device: src,
+        src_array: core::ptr::null_mut(),
+        src_pitch: src_ld * 8,
+        dst_x_in_bytes: 0,
+        dst_y: 0,
+        dst_memory_type: MEMORY_DEVICE,
+        dst_host: core::ptr::null_mut(),
+        dst_device: dst,
+        dst_array: core::ptr::null_mut(),
+        dst_pitch: dst_ld * 8,
+        width_in_bytes: m * 8,
+        height: n,
+    }
+}
+
+type Memcpy2DAsync = unsafe extern "C" fn(*const Memcpy2D, *mut c_void) -> c_int;
+
+/// Copies every member's C (at `c`, leading dimension and batch stride `c_layout`) into D
+/// (`first`'s C, the batch's strides) on `stream`, before the product is computed in D.
+///
+/// # Safety
+/// C and D are device memory of the current context covering their `m x n` members with
+/// their leading dimensions and strides, valid until the stream has passed the copies, and
+/// they do not overlap.
+pub(crate) unsafe fn copy_c_to_d(
+    first: &gpu_kernels::ozaki::DeviceCall,
+    batch: Batch,
+    (c, (c_ld, c_stride)): (u64, (i64, i64)),
+    stream: *mut c_void,
+) -> Result<(), gpu_kernels::GpuError> {
+    static ADDR: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let addr = ADDR
+        .get_or_init(|| super::real::lookup(super::real::DRIVER, c"cuMemcpy2DAsync_v2", 0))
+        .ok_or_else(|| gpu_kernels::GpuError::Unavailable("no cuMemcpy2DAsync_v2".into()))?;
+    // SAFETY: the driver's cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *, CUstream).
+    let f = unsafe { core::mem::transmute::<usize, Memcpy2DAsync>(addr) };
+    let c_ld = usize::try_from(c_ld).unwrap_or(0);
+    for i in 0..batch.count {
+        let d = batch.member(first, i);
+        let src = c.wrapping_add((i.wrapping_mul(c_stride) as u64).wrapping_mul(8));
+        let copy = copy_2d(d.m, d.n, (src, c_ld), (d.c, d.ldc));
+        // SAFETY: the caller's contract; `copy` describes two device matrices it covers.
+        let code = unsafe { f(&copy, stream) };
+        if code != 0 {
+            return Err(gpu_kernels::GpuError::Cuda(format!(
+                "cuMemcpy2DAsync (C into D) failed ({code})"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -308,7 +420,7 @@ mod tests {
         l[2].stride = 64 * 48;
         l[3].stride = 64 * 48;
         assert!(fp64(&d, &l));
-        let p = product(&d, &l, true, false);
+        let p = product(&d, &l, (0xC000, 0xC000), false);
         assert_eq!(p.refused, None);
         assert_eq!(
             (p.m, p.n, p.k, p.lda, p.ldb, p.ldd),
@@ -322,6 +434,33 @@ mod tests {
                 strides: [40 * 64, 0, 64 * 48]
             }
         );
+    }
+
+    #[test]
+    fn c_and_d_overlap_only_where_their_bytes_do() {
+        let one = LayoutAttrs::col(16, 16, 16); // 256 elements, 2048 bytes
+        assert!(overlap(0x1000, &one, 0x1000 + 2047, &one));
+        assert!(!overlap(0x1000, &one, 0x1000 + 2048, &one));
+        assert!(!overlap(0x1000 + 2048, &one, 0x1000, &one));
+        let batch = LayoutAttrs {
+            batch: 3,
+            stride: 512,
+            ..one
+        };
+        // the third member of C ends at 2 * 512 + 256 elements
+        assert!(overlap(0x1000, &batch, 0x1000 + 8 * 1279, &one));
+        assert!(!overlap(0x1000, &batch, 0x1000 + 8 * 1280, &one));
+    }
+
+    #[test]
+    fn the_copy_of_c_into_d_is_one_pitched_rectangle_per_member() {
+        let c = copy_2d(5, 7, (0x1000, 9), (0x9000, 6));
+        assert_eq!((c.src_device, c.src_pitch), (0x1000, 72));
+        assert_eq!((c.dst_device, c.dst_pitch), (0x9000, 48));
+        assert_eq!((c.width_in_bytes, c.height), (40, 7));
+        assert_eq!((c.src_memory_type, c.dst_memory_type), (2, 2));
+        // the driver's struct: 16 words of 8 bytes
+        assert_eq!(core::mem::size_of::<Memcpy2D>(), 128);
     }
 
     #[test]
@@ -343,8 +482,9 @@ mod tests {
     fn what_the_emulation_cannot_honour_is_refused_with_a_reason() {
         let plain = DescAttrs::default();
         let l = layouts(16, 16, 16);
+        let at = |same: bool| (0xC000, if same { 0xC000 } else { 0x10_0000 });
         let why = |d: &DescAttrs, l: &[LayoutAttrs; 4], same, zero| {
-            product(d, l, same, zero).refused.unwrap_or_default()
+            product(d, l, at(same), zero).refused.unwrap_or_default()
         };
         let bias = DescAttrs {
             epilogue: 4, // CUBLASLT_EPILOGUE_BIAS
@@ -381,12 +521,19 @@ mod tests {
         let mut batches = l;
         batches[0].batch = 2;
         assert!(why(&plain, &batches, true, false).contains("batch counts"));
-        // C != D: fine when beta = 0 (C is not read), refused otherwise
-        assert!(why(&plain, &l, false, false).contains("C and D differ"));
-        assert_eq!(product(&plain, &l, false, true).refused, None);
+        // one address, two layouts
         let mut ld = l;
         ld[2].ld = 32;
         assert!(why(&plain, &ld, true, false).contains("different layouts"));
-        assert_eq!(product(&plain, &l, true, false).refused, None);
+        let same = product(&plain, &l, at(true), false);
+        assert_eq!((same.refused, same.copy_c), (None, None));
+        // C != D: C is not read with beta = 0, copied into D first otherwise
+        let apart = product(&plain, &l, at(false), true);
+        assert_eq!((apart.refused, apart.copy_c), (None, None));
+        let copied = product(&plain, &ld, at(false), false);
+        assert_eq!((copied.refused, copied.copy_c), (None, Some((32, 0))));
+        // ... unless they overlap: D starting inside C's 16 x 16 (ld 16) columns
+        let inside = product(&plain, &l, (0xC000, 0xC000 + 8 * 20), false);
+        assert!(inside.refused.unwrap_or_default().contains("overlap"));
     }
 }

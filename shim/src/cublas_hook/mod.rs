@@ -115,6 +115,9 @@ pub(crate) struct Call<'a> {
     /// Why the hook cannot compute this fp64 call (a cuBLASLt feature the emulation does
     /// not have), if it cannot: it goes to cuBLAS and its record says why.
     pub refused: Option<String>,
+    /// cuBLASLt with C and D apart and beta != 0: C's address, leading dimension and batch
+    /// stride, copied into D on the stream before the emulation computes the product in D.
+    pub copy_c: Option<(u64, (i64, i64))>,
 }
 
 /// What the hook did with a call.
@@ -267,12 +270,17 @@ fn route(call: &Call<'_>, request: RouteRequest, shape: &mut Option<crate::abi::
             info: None,
         };
     }
-    emulate(&first, call.batch, state.stream)
+    emulate(&first, call.batch, state.stream, call.copy_c)
 }
 
 /// Runs every member of the call through the emulation on the caller's stream, in the
-/// caller's context (which is current again afterwards).
-fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
+/// caller's context (which is current again afterwards), after copying C into D (`copy_c`).
+fn emulate(
+    first: &DeviceCall,
+    batch: Batch,
+    stream: *mut c_void,
+    copy_c: Option<(u64, (i64, i64))>,
+) -> Done {
     let caller = match current_context() {
         Ok(c) => c,
         Err(e) => return forward(gpu_failure(e)),
@@ -285,6 +293,12 @@ fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
             return Ok(forward(
                 "the operands belong to another device's context: cuBLAS",
             ));
+        }
+        if let Some(c) = copy_c {
+            // SAFETY: cuBLASLt's contract: C and D are device matrices of the caller's
+            // context covering their layouts, on `stream`; `lt::product` checked they do not
+            // overlap. D is the call's output only, so a later decline loses nothing.
+            unsafe { lt::copy_c_to_d(first, batch, c, stream.cast()) }?;
         }
         let mut phases = Phases::default();
         let (mut moduli, mut scaling, mut declined) = (0, None, 0u64);

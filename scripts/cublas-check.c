@@ -1,5 +1,6 @@
-/* cuBLAS under CUDA graph capture, for the `cublas` stage of scripts/gpu-check: run without
- * and with the shim preloaded, the output must say "ok" for both parts either way.
+/* cuBLAS under CUDA graph capture, and cuBLASLt's fp64 matmul, for the `cublas` stage of
+ * scripts/gpu-check: run without and with the shim preloaded, the output must say "ok" for
+ * all three parts either way.
  *
  * 1. graph: cublasDgemm captured on a stream into a graph, the graph instantiated and
  *    replayed several times with new A each time (copied in between replays); each replay's C
@@ -9,12 +10,15 @@
  * 2. global: another thread holds a capture in global mode (the mode that forbids every
  *    other thread potentially unsafe calls) while this thread calls cublasDgemm on its own,
  *    uncaptured stream; C must be right and the other thread's capture must end intact.
+ * 3. lt: cublasLtMatmul in fp64, D = alpha A B + beta C with C and D one matrix, with C and D
+ *    apart (beta != 0, so C must reach D), and as a strided batch of 3; each D checked on
+ *    sampled entries.
  *
  * The CUDA driver and cuBLAS are opened with dlopen(RTLD_GLOBAL) and cuBLAS's entry points
  * found with dlsym(RTLD_DEFAULT), so a preloaded library's definitions win as they do for a
  * program linked against cuBLAS; no CUDA header or toolkit is needed to build it:
- *     cc -O2 -o cublas-graph scripts/cublas-graph.c -ldl -lpthread -lm
- * Usage: cublas-graph [N] [REPLAYS]   (default 2048 4)
+ *     cc -O2 -o cublas-check scripts/cublas-check.c -ldl -lpthread -lm
+ * Usage: cublas-check [N] [REPLAYS]   (default 2048 4)
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -46,6 +50,13 @@ static int (*cublasCreate)(ptr_t *);
 static int (*cublasSetStream)(ptr_t, ptr_t);
 static int (*cublasDgemm)(ptr_t, int, int, int, int, int, const double *, const double *, int,
                           const double *, int, const double *, double *, int);
+static int (*cublasLtCreate)(ptr_t *);
+static int (*cublasLtMatmulDescCreate)(ptr_t *, int, int);
+static int (*cublasLtMatrixLayoutCreate)(ptr_t *, int, uint64_t, uint64_t, int64_t);
+static int (*cublasLtMatrixLayoutSetAttribute)(ptr_t, int, const void *, size_t);
+static int (*cublasLtMatmul)(ptr_t, ptr_t, const void *, const void *, ptr_t, const void *, ptr_t,
+                             const void *, const void *, ptr_t, void *, ptr_t, const void *,
+                             void *, size_t, ptr_t);
 
 #define CAPTURE_MODE_GLOBAL 0
 #define STREAM_NON_BLOCKING 1
@@ -53,7 +64,7 @@ static int (*cublasDgemm)(ptr_t, int, int, int, int, int, const double *, const 
 static void *sym(void *lib, const char *name) {
     void *p = lib ? dlsym(lib, name) : dlsym(RTLD_DEFAULT, name);
     if (!p) {
-        fprintf(stderr, "cublas-graph: %s not found\n", name);
+        fprintf(stderr, "cublas-check: %s not found\n", name);
         exit(2);
     }
     return p;
@@ -63,7 +74,7 @@ static void *sym(void *lib, const char *name) {
     do {                                                                           \
         int rc_ = (call);                                                          \
         if (rc_ != 0) {                                                            \
-            fprintf(stderr, "cublas-graph: %s failed (%d)\n", what, rc_);          \
+            fprintf(stderr, "cublas-check: %s failed (%d)\n", what, rc_);          \
             exit(3);                                                               \
         }                                                                          \
     } while (0)
@@ -74,8 +85,10 @@ static double now(void) {
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-/* Max over sampled (i, j) of |C - A B| / (|A| |B|)(i, j), column-major n x n. */
-static double sampled_error(int n, const double *a, const double *b, const double *c) {
+/* Max over sampled (i, j) of |D - (alpha A B + beta C)| / (|alpha| |A| |B| + |beta C|)(i, j),
+ * column-major n x n (c may be NULL when beta = 0). */
+static double sampled_error_ab(int n, double alpha, const double *a, const double *b,
+                               double beta, const double *c, const double *d) {
     double worst = 0;
     unsigned s = 12345;
     for (int t = 0; t < 64; t++) {
@@ -89,10 +102,16 @@ static double sampled_error(int n, const double *a, const double *b, const doubl
             dot += p;
             mag += fabsl(p);
         }
-        double e = mag > 0 ? (double)(fabsl(c[i + (size_t)j * n] - dot) / mag) : 0;
+        long double cij = c ? (long double)beta * c[i + (size_t)j * n] : 0;
+        long double want = alpha * dot + cij, scale = fabsl(alpha) * mag + fabsl(cij);
+        double e = scale > 0 ? (double)(fabsl(d[i + (size_t)j * n] - want) / scale) : 0;
         if (e > worst) worst = e;
     }
     return worst;
+}
+
+static double sampled_error(int n, const double *a, const double *b, const double *c) {
+    return sampled_error_ab(n, 1.0, a, b, 0.0, NULL, c);
 }
 
 static void fill(int n, double *x, unsigned seed, double scale) {
@@ -138,6 +157,89 @@ static void *capturer(void *arg) {
     other.ended = cuStreamEndCapture(s, &graph);
     set_phase(3);
     return 0;
+}
+
+#define R64F 1
+#define COMPUTE_64F 70
+#define LAYOUT_BATCH_COUNT 5
+#define LAYOUT_STRIDED_BATCH_OFFSET 6
+
+/* 3. cublasLtMatmul in fp64 (A, B in da, db; C's data in dc; a, b, c host scratch). */
+static int lt_part(int n, double *a, double *b, double *c, CUdeviceptr da, CUdeviceptr db,
+                   CUdeviceptr dc, ptr_t s) {
+    void *lt = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_GLOBAL);
+    if (!lt) lt = dlopen("libcublasLt.so.12", RTLD_NOW | RTLD_GLOBAL);
+    if (!lt) {
+        printf("lt: skipped: no cuBLASLt\n");
+        return 1;
+    }
+    *(void **)&cublasLtCreate = sym(NULL, "cublasLtCreate");
+    *(void **)&cublasLtMatmulDescCreate = sym(NULL, "cublasLtMatmulDescCreate");
+    *(void **)&cublasLtMatrixLayoutCreate = sym(NULL, "cublasLtMatrixLayoutCreate");
+    *(void **)&cublasLtMatrixLayoutSetAttribute = sym(NULL, "cublasLtMatrixLayoutSetAttribute");
+    *(void **)&cublasLtMatmul = sym(NULL, "cublasLtMatmul");
+    size_t bytes = (size_t)n * n * sizeof(double);
+    ptr_t h, desc, l, lb;
+    CUdeviceptr dd, ws, dab, dbb, dcb;
+    CHECK("cublasLtCreate", cublasLtCreate(&h));
+    CHECK("cublasLtMatmulDescCreate", cublasLtMatmulDescCreate(&desc, COMPUTE_64F, R64F));
+    CHECK("layout", cublasLtMatrixLayoutCreate(&l, R64F, n, n, n));
+    CHECK("cuMemAlloc", cuMemAlloc(&dd, bytes));
+    CHECK("cuMemAlloc", cuMemAlloc(&ws, 32 << 20));
+    double *cold = malloc(bytes);
+    double alpha = 1.5, beta = 0.5;
+    int ok = 1;
+    fill(n, a, 11, 1.0);
+    fill(n, b, 12, 1.0);
+    fill(n, cold, 13, 1.0);
+    CHECK("copy A", cuMemcpyHtoD(da, a, bytes));
+    CHECK("copy B", cuMemcpyHtoD(db, b, bytes));
+    for (int apart = 0; apart < 2; apart++) {
+        CHECK("copy C", cuMemcpyHtoD(dc, cold, bytes));
+        CUdeviceptr out = apart ? dd : dc;
+        CHECK("cublasLtMatmul", cublasLtMatmul(h, desc, &alpha, (void *)da, l, (void *)db, l, &beta,
+                                               (void *)dc, l, (void *)out, l, NULL, (void *)ws,
+                                               32 << 20, s));
+        CHECK("sync", cuStreamSynchronize(s));
+        CHECK("copy D", cuMemcpyDtoH(c, out, bytes));
+        double e = sampled_error_ab(n, alpha, a, b, beta, cold, c);
+        printf("lt: C %s D, beta %.1f: max sampled error %.2e: %s\n", apart ? "apart from" : "is",
+               beta, e, e < 1e-12 ? "ok" : "WRONG");
+        ok &= e < 1e-12;
+    }
+    /* a strided batch of 3 products of size n/2, members packed one after another */
+    int h2 = n / 2, count = 3;
+    int64_t stride = (int64_t)h2 * h2;
+    size_t member = (size_t)stride * sizeof(double);
+    CHECK("layout", cublasLtMatrixLayoutCreate(&lb, R64F, h2, h2, h2));
+    CHECK("batch", cublasLtMatrixLayoutSetAttribute(lb, LAYOUT_BATCH_COUNT, &count, sizeof count));
+    CHECK("stride", cublasLtMatrixLayoutSetAttribute(lb, LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                      sizeof stride));
+    CHECK("cuMemAlloc", cuMemAlloc(&dab, member * count));
+    CHECK("cuMemAlloc", cuMemAlloc(&dbb, member * count));
+    CHECK("cuMemAlloc", cuMemAlloc(&dcb, member * count));
+    double *ab = malloc(member * count), *bb = malloc(member * count), *cb = malloc(member * count);
+    for (int i = 0; i < count; i++) {
+        fill(h2, ab + i * stride, 20 + i, 1.0);
+        fill(h2, bb + i * stride, 30 + i, 1.0);
+    }
+    CHECK("copy A", cuMemcpyHtoD(dab, ab, member * count));
+    CHECK("copy B", cuMemcpyHtoD(dbb, bb, member * count));
+    double zero = 0.0;
+    CHECK("cublasLtMatmul (batch)", cublasLtMatmul(h, desc, &alpha, (void *)dab, lb, (void *)dbb, lb,
+                                                   &zero, (void *)dcb, lb, (void *)dcb, lb, NULL,
+                                                   (void *)ws, 32 << 20, s));
+    CHECK("sync", cuStreamSynchronize(s));
+    CHECK("copy D", cuMemcpyDtoH(cb, dcb, member * count));
+    double worst = 0;
+    for (int i = 0; i < count; i++) {
+        double e = sampled_error_ab(h2, alpha, ab + i * stride, bb + i * stride, 0.0, NULL,
+                                    cb + i * stride);
+        if (e > worst) worst = e;
+    }
+    printf("lt: strided batch of %d at %d: max sampled error %.2e: %s\n", count, h2, worst,
+           worst < 1e-12 ? "ok" : "WRONG");
+    return ok && worst < 1e-12;
 }
 
 int main(int argc, char **argv) {
@@ -238,5 +340,6 @@ int main(int argc, char **argv) {
     printf("global: cublasDgemm status %d, the other thread's capture ended with %d, max error "
            "%.2e: %s\n",
            rc, other.ended, e, global_ok ? "ok" : "WRONG");
-    return graph_ok && global_ok ? 0 : 1;
+    int lt_ok = lt_part(n, a, b, c, da, db, dc, s);
+    return graph_ok && global_ok && lt_ok ? 0 : 1;
 }
