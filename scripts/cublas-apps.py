@@ -290,11 +290,16 @@ def imports_report():
         roots = list(spec.submodule_search_locations or []) if spec else []
         for root in roots:
             found += glob.glob(os.path.join(root, pattern), recursive=True)
+    # cuBLAS itself: a cublasLt* entry point it imports is one its own calls (the shim's
+    # included) make through the dynamic linker, where the hook would see them
+    p = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True)
+    found += [l.split()[-1] for l in p.stdout.splitlines() if "libcublas.so.13 " in l][:1]
     for lib in sorted(set(found)):
         p = subprocess.run(["nm", "-D", "--undefined-only", lib], capture_output=True, text=True)
         names = sorted({l.split()[-1].split("@")[0] for l in p.stdout.splitlines()
                         if l.split() and l.split()[-1].startswith("cublas")})
-        fp64 = [x for x in names if x.startswith(("cublasD", "cublasGemm", "cublasLtMatmul"))]
+        fp64 = [x for x in names if x.startswith(("cublasD", "cublasGemm", "cublasLtMatmul"))
+                and not x.startswith("cublasLtMatmulDesc")]
         print(f"imports of {lib}: {len(names)} cublas* symbols; "
               f"fp64-relevant: {', '.join(fp64) if fp64 else 'none'}")
 
