@@ -146,11 +146,17 @@ fn forward(why: impl Into<String>) -> Done {
     }
 }
 
-/// The entry points' body: straight to cuBLAS when nested or off, else routed and recorded.
+/// The entry points' body: straight to cuBLAS when nested (in a hooked call, or in one of the
+/// shim's host BLAS entry points) or off, else routed and recorded.
 pub(crate) fn dispatch(call: &Call<'_>) -> Status {
     let Some(_inside) = reentry::enter() else {
         return (call.forward)();
     };
+    // Inside one of the shim's host BLAS entry points on this thread: the call is that
+    // route's own cuBLAS work (or the vendor BLAS's), already decided and recorded.
+    if crate::guard::nesting(&crate::guard::Frame::new()) != crate::guard::Nesting::Outer {
+        return (call.forward)();
+    }
     let Ok(cfg) = catch_unwind(config::get) else {
         return (call.forward)();
     };
@@ -376,4 +382,46 @@ fn add(total: &mut Phases, p: &Phases) {
     total.convert_ns += p.convert_ns;
     total.products_ns += p.products_ns;
     total.reconstruct_ns += p.reconstruct_ns;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// A call whose forward counts itself and whose decoding must not happen.
+    #[inline(never)]
+    fn call_once(forwarded: &Cell<u32>, decoded: &Cell<bool>) -> Status {
+        let state = || Err::<handle::HandleState, _>("no handle".to_string());
+        let decode = |_: f64, _: f64| -> Decoded {
+            decoded.set(true);
+            panic!("decoded");
+        };
+        let forward = || {
+            forwarded.set(forwarded.get() + 1);
+            7
+        };
+        dispatch(&Call {
+            name: "cublasDgemm_v2",
+            state: &state,
+            scalars: (core::ptr::null(), core::ptr::null()),
+            batch: Batch::ONE,
+            decode: &decode,
+            forward: &forward,
+            refused: None,
+            copy_c: None,
+        })
+    }
+
+    #[test]
+    fn a_call_made_inside_a_host_entry_point_goes_straight_to_cublas() {
+        let (forwarded, decoded) = (Cell::new(0), Cell::new(false));
+        let frame = crate::guard::Frame::new();
+        crate::guard::enter(&frame);
+        let status = call_once(&forwarded, &decoded);
+        crate::guard::leave();
+        assert_eq!(status, 7, "cuBLAS's own status");
+        assert_eq!(forwarded.get(), 1, "forwarded once");
+        assert!(!decoded.get(), "neither decoded nor routed");
+    }
 }
