@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fake_log.h"
+
 #define INVALID_VALUE 7
 #define DESC_ATTRS 31  /* CUBLASLT_MATMUL_DESC_COMPUTE_TYPE .. ATOMIC_SYNC_OUT_COUNTERS_POINTER */
 #define LAYOUT_ATTRS 8 /* CUBLASLT_MATRIX_LAYOUT_TYPE .. PLANE_OFFSET */
@@ -27,16 +29,6 @@ typedef struct {
     unsigned char size[DESC_ATTRS];
     uint64_t value[DESC_ATTRS];
 } attrs_t;
-
-static FILE *log_file(void) {
-    static FILE *f;
-    if (!f) {
-        const char *p = getenv("FAKE_CUBLAS_LOG");
-        f = p ? fopen(p, "a") : stderr;
-        setvbuf(f, NULL, _IOLBF, 0);
-    }
-    return f;
-}
 
 static int set(attrs_t *o, int attr, const void *buf, size_t bytes) {
     if (!o || attr < 0 || attr >= o->count || !o->size[attr] || bytes != o->size[attr] || !buf)
