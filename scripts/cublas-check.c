@@ -114,10 +114,16 @@ static double sampled_error(int n, const double *a, const double *b, const doubl
     return sampled_error_ab(n, 1.0, a, b, 0.0, NULL, c);
 }
 
+/* n x n values uniform in [-scale, scale) with full 53-bit significands (SplitMix64), so
+ * the products round and a wrong result cannot hide behind exact arithmetic. */
 static void fill(int n, double *x, unsigned seed, double scale) {
+    uint64_t z = 0x9e3779b97f4a7c15ull * (seed + 1);
     for (size_t i = 0; i < (size_t)n * n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = scale * (((seed >> 8) & 0xffff) / 32768.0 - 1.0);
+        uint64_t v = (z += 0x9e3779b97f4a7c15ull);
+        v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+        v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+        v ^= v >> 31;
+        x[i] = scale * (2.0 * ((v >> 11) * 0x1.0p-53) - 1.0);
     }
 }
 
