@@ -2,7 +2,8 @@
 """GPU-resident programs with and without the shim's cuBLAS hook, side by side in one run.
 
 Each case runs in its own process twice: without the shim, and with LD_PRELOAD=libozaki_shim.so
-(OZAKI_ROUTE from GPU_CHECK_CUBLAS_ROUTE, default auto; a trace per case). A case times its
+(OZAKI_ROUTE from GPU_CHECK_CUBLAS_ROUTE, default auto; a trace per case; OZAKI_AB from
+GPU_CHECK_CUBLAS_AB when set, its comparisons summed up in the hook column). A case times its
 operation (median of 3 after one warm-up, the device synchronised around each), and measures
 the error of the result on sampled entries against an exact reference (each sampled entry's
 dot product summed exactly, in Python integers, from the fp64 inputs). The table shows both
@@ -126,16 +127,27 @@ def cupy_case(kind, n):
     raise ValueError(kind)
 
 
-def torch_case(kind, n):
+def torch_case(kind, n, lt=False):
+    """torch.matmul / torch.bmm / F.linear (with a bias) in float64; with `lt`, PyTorch asked
+    to prefer cuBLASLt for its products (torch.backends.cuda.preferred_blas_library)."""
     import numpy as np
     import torch
+    if lt:
+        torch.backends.cuda.preferred_blas_library("cublaslt")
     rng = np.random.default_rng(SEED)
     gen = torch.Generator(device="cuda").manual_seed(SEED)
     sync = torch.cuda.synchronize
-    shape = (n, n) if kind == "matmul" else (16, n, n)
+    shape = (16, n, n) if kind == "bmm" else (n, n)
     a = torch.randn(shape, dtype=torch.float64, device="cuda", generator=gen)
     b = torch.randn(shape, dtype=torch.float64, device="cuda", generator=gen)
-    op = torch.matmul if kind == "matmul" else torch.bmm
+    if kind == "linear":
+        bias = torch.randn(n, dtype=torch.float64, device="cuda", generator=gen)
+        t, c = timed(lambda: torch.nn.functional.linear(a, b, bias), sync)
+        ah, bh, ch, biash = a.cpu().numpy(), b.cpu().numpy(), c.cpu().numpy(), bias.cpu().numpy()
+        # out = a b^T + bias
+        err = max(rel_error(ch[i, j], ah[i, :], bh[j, :], biash[j]) for i, j in pairs(n, n, rng))
+        return t, err
+    op = torch.bmm if kind == "bmm" else torch.matmul
     t, c = timed(lambda: op(a, b), sync)
     ah, bh, ch = a.cpu().numpy(), b.cpu().numpy(), c.cpu().numpy()
     if kind == "matmul":
@@ -163,6 +175,9 @@ CASES = {
     "cupy-batched-16x2048": lambda: cupy_case("batched", 2048),
     "torch-matmul-8192": lambda: torch_case("matmul", 8192),
     "torch-bmm-16x2048": lambda: torch_case("bmm", 2048),
+    "torch-lt-matmul-8192": lambda: torch_case("matmul", 8192, lt=True),
+    "torch-lt-bmm-16x2048": lambda: torch_case("bmm", 2048, lt=True),
+    "torch-linear-8192": lambda: torch_case("linear", 8192),
     "jax-matmul-8192": lambda: jax_case(8192),
     "cupy-cholesky-8192": lambda: cupy_case("cholesky", 8192),
     "cupy-solve-8192": lambda: cupy_case("solve", 8192),
@@ -184,10 +199,12 @@ def measure(name, result):
 # ---------------------------------------------------------------------------- driver
 
 def hook_records(trace):
-    """(count, {route: count}, {sym: count}) of the trace's device-resident records."""
+    """(count, {route: count}, {sym: count}, ab) of the trace's device-resident records; ab:
+    (records compared, largest rel_scaled, largest max_rel_comp, skip reasons) under OZAKI_AB."""
     routes, syms, n = {}, {}, 0
+    ab = [0, 0.0, 0.0, []]
     if not os.path.exists(trace):
-        return n, routes, syms
+        return n, routes, syms, ab
     with open(trace) as f:
         for line in f:
             r = json.loads(line)
@@ -195,7 +212,14 @@ def hook_records(trace):
                 n += 1
                 routes[r["route"]] = routes.get(r["route"], 0) + 1
                 syms[r["sym"]] = syms.get(r["sym"], 0) + 1
-    return n, routes, syms
+                c = r.get("ab")
+                if c and c.get("skipped"):
+                    ab[3].append(c["skipped"])
+                elif c:
+                    ab[0] += 1
+                    ab[1] = max(ab[1], float(c.get("rel_scaled") or 0))
+                    ab[2] = max(ab[2], float(c["max_rel_comp"]))
+    return n, routes, syms, ab
 
 
 def run_case(name, shim, out):
@@ -209,6 +233,8 @@ def run_case(name, shim, out):
             env["LD_PRELOAD"] = shim
             env["OZAKI_ROUTE"] = os.environ.get("GPU_CHECK_CUBLAS_ROUTE", "auto")
             env["OZAKI_TRACE"] = trace
+            if os.environ.get("GPU_CHECK_CUBLAS_AB"):
+                env["OZAKI_AB"] = os.environ["GPU_CHECK_CUBLAS_AB"]
             if os.path.exists(trace):
                 os.remove(trace)
         try:
@@ -231,8 +257,12 @@ def run_case(name, shim, out):
 
 def row(name, r):
     w, s = r["without"], r["with"]
-    n, routes, syms = r["hook"]
-    hook = f"{n} ({', '.join(f'{k} {v}' for k, v in sorted(routes.items()))})" if n else "not reached"
+    n, routes, syms, ab = r["hook"]
+    hook = (f"{n} ({', '.join(f'{k} {v}' for k, v in sorted(routes.items()))}; "
+            f"{', '.join(f'{k} {v}' for k, v in sorted(syms.items()))})") if n else "not reached"
+    if ab[0] or ab[3]:
+        hook += (f"; OZAKI_AB vs cuBLAS: {ab[0]} compared, max rel_scaled {ab[1]:.2e}, "
+                 f"max componentwise {ab[2]:.2e}, {len(ab[3])} skipped {sorted(set(ab[3]))[:2]}")
     for side in (w, s):
         if "missing" in side:
             return f"| {name} | not installed: {side['missing']} | | | | | |"
@@ -241,6 +271,37 @@ def row(name, r):
     ratio = w["time_s"] / s["time_s"]
     return (f"| {name} | {w['time_s']:.4f} | {s['time_s']:.4f} | {ratio:.2f}x | "
             f"{w['error']:.2e} | {s['error']:.2e} | {hook} |")
+
+
+def imports_report():
+    """Which cuBLAS and cuBLASLt entry points the frameworks' GPU libraries import (undefined
+    dynamic symbols): only those calls can reach a preloaded library; a library that imports
+    none resolves cuBLAS with dlsym."""
+    import importlib.util
+    import glob
+    found = []
+    for pkg, pattern in (("torch", "lib/libtorch_cuda.so"),
+                         ("jax_plugins", "*/xla_cuda_plugin.so"),
+                         ("jaxlib", "**/xla_cuda_plugin.so")):
+        try:
+            spec = importlib.util.find_spec(pkg)
+        except (ImportError, ValueError):
+            spec = None
+        roots = list(spec.submodule_search_locations or []) if spec else []
+        for root in roots:
+            found += glob.glob(os.path.join(root, pattern), recursive=True)
+    # cuBLAS itself: a cublasLt* entry point it imports is one its own calls (the shim's
+    # included) make through the dynamic linker, where the hook would see them
+    p = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True)
+    found += [l.split()[-1] for l in p.stdout.splitlines() if "libcublas.so.13 " in l][:1]
+    for lib in sorted(set(found)):
+        p = subprocess.run(["nm", "-D", "--undefined-only", lib], capture_output=True, text=True)
+        names = sorted({l.split()[-1].split("@")[0] for l in p.stdout.splitlines()
+                        if l.split() and l.split()[-1].startswith("cublas")})
+        fp64 = [x for x in names if x.startswith(("cublasD", "cublasGemm", "cublasLtMatmul"))
+                and not x.startswith("cublasLtMatmulDesc")]
+        print(f"imports of {lib}: {len(names)} cublas* symbols; "
+              f"fp64-relevant: {', '.join(fp64) if fp64 else 'none'}")
 
 
 def drive(shim, out, cases):
@@ -255,7 +316,9 @@ def drive(shim, out, cases):
         json.dump(results, f, indent=1)
     print("errors: max |computed - exact| / (|a| . |b|) over "
           f"{SAMPLES} sampled entries (cholesky/qr: of the factors' product against A; "
-          "solve: of the residual rows); hook records: device-resident trace records and routes")
+          "solve: of the residual rows); hook records: device-resident trace records, routes "
+          "and entry points")
+    imports_report()
 
 
 def main():

@@ -1,4 +1,6 @@
-//! A/B comparison against the vendor BLAS: `OZAKI_AB`.
+//! A/B comparison against the vendor BLAS: `OZAKI_AB`. (The cuBLAS hook's calls are compared
+//! with cuBLAS fp64 on the device instead, with the same settings and record fields:
+//! `cublas_hook::compare`.)
 //!
 //! For each chosen call whose route is not the vendor itself, the vendor BLAS also computes
 //! the call, and the trace record gets an [`AbResult`]: the largest componentwise and the
@@ -141,11 +143,17 @@ static IN_USE: AtomicU64 = AtomicU64::new(0);
 /// Eligible calls seen so far (the sample index).
 static ELIGIBLE: AtomicU64 = AtomicU64::new(0);
 
+/// Whether the next eligible call is compared (each call asks once: the sample index moves
+/// on).
+pub(crate) fn next_chosen(ab: &AbConfig) -> bool {
+    ab.chosen(ELIGIBLE.fetch_add(1, Ordering::Relaxed))
+}
+
 /// A claim on `bytes` of the copy budget, given back on drop.
-struct Reservation(u64);
+pub(crate) struct Reservation(u64);
 
 impl Reservation {
-    fn take(bytes: u64, max: u64) -> Option<Reservation> {
+    pub(crate) fn take(bytes: u64, max: u64) -> Option<Reservation> {
         IN_USE
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(bytes).filter(|&t| t <= max)
@@ -235,7 +243,7 @@ pub unsafe fn execute<R: RawCall>(
         return (plain(), None);
     };
     // Comparing the vendor with itself would only double the time.
-    if route == Route::Vendor || !ab.chosen(ELIGIBLE.fetch_add(1, Ordering::Relaxed)) {
+    if route == Route::Vendor || !next_chosen(ab) {
         return (plain(), None);
     }
     let region = Region::of(canon);
@@ -327,7 +335,7 @@ pub unsafe fn execute<R: RawCall>(
 }
 
 /// Frobenius norm of the values, scaled so that huge entries do not overflow.
-fn frobenius(values: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn frobenius(values: impl Iterator<Item = f64>) -> f64 {
     let (mut scale, mut ssq) = (0.0f64, 1.0f64);
     for x in values {
         let a = x.abs();

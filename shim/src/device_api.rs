@@ -92,6 +92,9 @@ pub(crate) unsafe fn run_emulation(
 /// cuBLAS.
 fn run(canon: &Canon, call: DeviceCall, stream: *mut c_void) -> c_int {
     let _flags = fp_flags::KeepFpFlags::new();
+    // cuBLAS calls made meanwhile on this thread are this call's own (the cuBLAS hook sends
+    // them straight to cuBLAS).
+    let _own = crate::cublas_hook::reentry::enter();
     let stream = stream as gpu_kernels::device::Stream;
     let emulate = emulation_chosen(canon, &call);
     let attempt = gpu_kernels::probe::contain("device entry point", || {

@@ -44,7 +44,12 @@ where
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
         old
     };
-    let spawned = Builder::new().name(name.into()).spawn(f);
+    // Whatever cuBLAS call such a thread makes (the GPU start's warm-up) is the shim's own:
+    // the cuBLAS hook sends it straight to cuBLAS.
+    let spawned = Builder::new().name(name.into()).spawn(move || {
+        let _own = crate::cublas_hook::reentry::enter();
+        f()
+    });
     // SAFETY: `old` is the mask pthread_sigmask returned above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     spawned

@@ -1,6 +1,7 @@
-//! The cuBLAS hook seen from a GPU program, on a machine without a GPU: a fake cuBLAS
-//! (tests/c/fake_cublas_api.c, built as libcublas.so.13, over the fake driver of
-//! tests/c/fake_cuda.c) logs every call it receives with all its arguments, and a client
+//! The cuBLAS hook seen from a GPU program, on a machine without a GPU: a fake cuBLAS and
+//! cuBLASLt (tests/c/fake_cublas_api.c and tests/c/fake_cublaslt.c, built as libcublas.so.13
+//! and libcublasLt.so.13, over the fake driver of tests/c/fake_cuda.c) log every call they
+//! receive with all its arguments (for cuBLASLt, every descriptor attribute), and a client
 //! library that links it is loaded `RTLD_LOCAL` (as Python loads PyTorch and CuPy), so the
 //! hook must find the real entry points by the library's handle. The fake driver's GPU
 //! never starts, so every routed call ends on cuBLAS: what cuBLAS receives must be exactly
@@ -16,9 +17,10 @@ use ozaki_core::trace::CallRecord;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The fp64 calls of tests/c/cublas_user.c in order, with their batch counts (the last
-/// with alpha and beta in device memory).
-const FP64_CALLS: [(&str, Option<u64>); 11] = [
+/// The fp64 calls of tests/c/cublas_user.c in order, with their batch counts: the cuBLAS
+/// calls (the last with alpha and beta in device memory), then the cuBLASLt ones (see
+/// [`ROUTABLE`], [`LT_REFUSED`]; the last in device pointer mode).
+const FP64_CALLS: [(&str, Option<u64>); 19] = [
     ("cublasDgemm_v2", None),
     ("cublasGemmEx", None),
     ("cublasDgemmStridedBatched", Some(3)),
@@ -30,7 +32,24 @@ const FP64_CALLS: [(&str, Option<u64>); 11] = [
     ("cublasGemmStridedBatchedEx_64", Some(2)),
     ("cublasDsyrk_v2_64", None),
     ("cublasDgemm_v2", None),
+    ("cublasLtMatmul", None),
+    ("cublasLtMatmul", None),
+    ("cublasLtMatmul", Some(3)),
+    ("cublasLtMatmul", None),
+    ("cublasLtMatmul", None),
+    ("cublasLtMatmul", None),
+    ("cublasLtMatmul", None),
+    ("cublasLtMatmul", None),
 ];
+
+/// The records of calls only the missing GPU kept off the emulation: the ten cuBLAS calls in
+/// host pointer mode and the five plain cuBLASLt products.
+const ROUTABLE: [usize; 15] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 16];
+/// The cuBLASLt calls the hook cannot compute, with what their records must say.
+const LT_REFUSED: [(usize, &str); 2] = [(15, "epilogue"), (17, "column-major")];
+/// The two calls with alpha and beta in device memory (cuBLAS's pointer mode, cuBLASLt's
+/// descriptor).
+const DEVICE_SCALARS: [usize; 2] = [10, 18];
 
 fn cc(args: &[&str], dir: &Path) {
     let o = Command::new("cc")
@@ -91,10 +110,24 @@ fn build(dir: &Path) -> Option<PathBuf> {
             "-Wall",
             "-shared",
             "-fPIC",
+            "-Wl,-soname,libcublasLt.so.13",
+            "-o",
+            "libcublasLt.so.13",
+            &s("fake_cublaslt.c"),
+        ],
+        dir,
+    );
+    cc(
+        &[
+            "-O2",
+            "-Wall",
+            "-shared",
+            "-fPIC",
             "-o",
             "libcublas_user.so",
             &s("cublas_user.c"),
             "./libcublas.so.13",
+            "./libcublasLt.so.13",
             "-Wl,-rpath,$ORIGIN",
         ],
         dir,
@@ -165,7 +198,7 @@ fn reference(name: &str) -> Option<(PathBuf, PathBuf, Run)> {
     let plain = run(&dir, &prog, false, &[], "plain");
     assert_eq!(
         plain.log.lines().count(),
-        13,
+        22,
         "the fake logged every call:\n{}",
         plain.log
     );
@@ -206,20 +239,42 @@ fn cublas_receives_every_call_unchanged_once_and_each_fp64_call_is_recorded_once
     assert_eq!((dgemm.alpha, dgemm.beta), (1.5, 0.25));
     assert!(with.calls[5].ilp64 && !dgemm.ilp64);
     assert_eq!(with.calls[4].routine, ozaki_core::trace::Routine::Dsyrk);
-    for c in &with.calls[..10] {
-        assert_eq!(c.route, "gpu-native", "{}: no GPU, so cuBLAS", c.sym);
+    for &i in &ROUTABLE {
+        let c = &with.calls[i];
+        assert_eq!(c.route, "gpu-native", "{i} {}: no GPU, so cuBLAS", c.sym);
         let why = c.fallback.as_deref().unwrap_or("");
         assert!(
             why.contains("unavailable"),
-            "{}: the GPU did not start: {why}",
+            "{i} {}: the GPU did not start: {why}",
             c.sym
         );
     }
+    // cuBLASLt: the product's shape from the layouts, op(A) from the descriptor
+    let lt = &with.calls[11];
+    assert_eq!(
+        (lt.m, lt.n, lt.k, lt.lda, lt.ldb, lt.ldc),
+        (96, 80, 64, 96, 64, 100)
+    );
+    assert_eq!((lt.alpha, lt.beta), (1.5, 0.25));
+    assert!(lt.ilp64);
+    assert_eq!(with.calls[12].transa.as_deref(), Some("T"));
+    assert_eq!(with.calls[12].lda, 64);
+    let batched = &with.calls[13];
+    assert_eq!((batched.m, batched.n, batched.k), (32, 16, 8));
+    assert_eq!(with.calls[14].beta, 0.0);
+    for (i, what) in LT_REFUSED {
+        let c = &with.calls[i];
+        assert_eq!(c.route, "gpu-native");
+        let why = c.fallback.as_deref().unwrap_or("");
+        assert!(why.contains(what), "{i}: {why}");
+    }
     // alpha and beta in device memory: not read (the made-up addresses would crash), cuBLAS
-    let device = &with.calls[10];
-    assert!(device.alpha.is_nan() && device.beta.is_nan());
-    let why = device.fallback.as_deref().unwrap_or("");
-    assert!(why.contains("pointer mode device"), "{why}");
+    for i in DEVICE_SCALARS {
+        let device = &with.calls[i];
+        assert!(device.alpha.is_nan() && device.beta.is_nan(), "{i}");
+        let why = device.fallback.as_deref().unwrap_or("");
+        assert!(why.contains("pointer mode device"), "{i}: {why}");
+    }
 }
 
 #[test]
@@ -252,7 +307,8 @@ fn a_capturing_stream_goes_to_cublas_with_nothing_decided_or_started() {
     let captured = run(&dir, &prog, true, &env, "capture");
     assert_eq!(captured.log, plain.log);
     assert_eq!(described(&captured.calls), expected_calls());
-    for c in &captured.calls[..10] {
+    for &i in ROUTABLE.iter().chain(&DEVICE_SCALARS) {
+        let c = &captured.calls[i];
         let why = c.fallback.as_deref().unwrap_or("");
         assert!(why.contains("capturing"), "{}: {why}", c.sym);
         assert!(
@@ -267,4 +323,24 @@ fn a_capturing_stream_goes_to_cublas_with_nothing_decided_or_started() {
         "{}",
         captured.stderr
     );
+}
+
+#[test]
+fn ozaki_ab_compares_nothing_that_stays_on_cublas() {
+    let Some((dir, prog, plain)) = reference("cublas-hook-ab") else {
+        return;
+    };
+    let env = [("OZAKI_AB", "1"), ("OZAKI_ROUTE", "gpu-ozaki")];
+    let ab = run(&dir, &prog, true, &env, "ab");
+    // cuBLAS received every call once, unchanged: no second, comparing computation
+    assert_eq!(ab.log, plain.log);
+    assert_eq!(described(&ab.calls), expected_calls());
+    for c in &ab.calls {
+        assert_eq!(c.route, "gpu-native", "{}", c.sym);
+        assert!(
+            c.ab.is_none(),
+            "{}: cuBLAS is not compared with itself",
+            c.sym
+        );
+    }
 }

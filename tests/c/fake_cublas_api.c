@@ -12,22 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fake_log.h"
+
 typedef struct {
     int id; /* logged instead of the handle's address, which differs from run to run */
     void *stream;
     int pointer_mode;
     int math_mode;
 } handle_t;
-
-static FILE *log_file(void) {
-    static FILE *f;
-    if (!f) {
-        const char *p = getenv("FAKE_CUBLAS_LOG");
-        f = p ? fopen(p, "a") : stderr;
-        setvbuf(f, NULL, _IOLBF, 0);
-    }
-    return f;
-}
 
 static void scalar(FILE *f, const char *name, const handle_t *h, const double *v) {
     if (h->pointer_mode == 0)

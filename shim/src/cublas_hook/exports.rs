@@ -6,7 +6,8 @@
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
 use super::decode::{self, Batch};
-use super::real::real;
+use super::lt;
+use super::real::{CUBLASLT, real};
 use super::{Call, Handle, NOT_INITIALIZED, Status, dispatch};
 use crate::abi::{decode_fortran_gemm, decode_fortran_syrk};
 use core::ffi::{c_int, c_void};
@@ -35,7 +36,8 @@ fn gemm(
         let [ta, tb] = ops.map(decode::op);
         decode_fortran_gemm(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc, ilp64)
     };
-    dispatch(&Call { name, handle, scalars: (alpha, beta), batch, decode: &decode, forward })
+    let state = || super::handle::state(handle);
+    dispatch(&Call { name, state: &state, scalars: (alpha, beta), batch, decode: &decode, forward, refused: None, copy_c: None })
 }
 
 type Dgemm = unsafe extern "C" fn(Handle, c_int, c_int, c_int, c_int, c_int, *const f64, *const f64, c_int, *const f64, c_int, *const f64, *mut f64, c_int) -> Status;
@@ -46,6 +48,7 @@ type DgemmStrided = unsafe extern "C" fn(Handle, c_int, c_int, c_int, c_int, c_i
 type DgemmStrided64 = unsafe extern "C" fn(Handle, c_int, c_int, i64, i64, i64, *const f64, *const f64, i64, i64, *const f64, i64, i64, *const f64, *mut f64, i64, i64, i64) -> Status;
 type GemmStridedEx = unsafe extern "C" fn(Handle, c_int, c_int, c_int, c_int, c_int, *const c_void, *const c_void, c_int, c_int, i64, *const c_void, c_int, c_int, i64, *const c_void, *mut c_void, c_int, c_int, i64, c_int, c_int, c_int) -> Status;
 type GemmStridedEx64 = unsafe extern "C" fn(Handle, c_int, c_int, i64, i64, i64, *const c_void, *const c_void, c_int, i64, i64, *const c_void, c_int, i64, i64, *const c_void, *mut c_void, c_int, i64, i64, i64, c_int, c_int) -> Status;
+type LtMatmul = unsafe extern "C" fn(Handle, lt::Desc, *const c_void, *const c_void, lt::Layout, *const c_void, lt::Layout, *const c_void, *const c_void, lt::Layout, *mut c_void, lt::Layout, *const c_void, *mut c_void, usize, *mut c_void) -> Status;
 type Dsyrk = unsafe extern "C" fn(Handle, c_int, c_int, c_int, c_int, *const f64, *const f64, c_int, *const f64, *mut f64, c_int) -> Status;
 type Dsyrk64 = unsafe extern "C" fn(Handle, c_int, c_int, i64, i64, *const f64, *const f64, i64, *const f64, *mut f64, i64) -> Status;
 
@@ -157,7 +160,8 @@ pub unsafe extern "C" fn cublasGemmStridedBatchedEx_64(handle: Handle, transa: c
 /// A syrk call through the hook.
 fn syrk(name: &'static str, handle: Handle, [uplo, trans]: [c_int; 2], [n, k]: [i64; 2], scalars: (*const f64, *const f64), (a, lda): (*const f64, i64), (c, ldc): (*mut f64, i64), ilp64: bool, forward: &dyn Fn() -> Status) -> Status {
     let decode = |al, be| decode_fortran_syrk(decode::fill(uplo), decode::op(trans), n, k, al, a, lda, be, c, ldc, ilp64);
-    dispatch(&Call { name, handle, scalars, batch: Batch::ONE, decode: &decode, forward })
+    let state = || super::handle::state(handle);
+    dispatch(&Call { name, state: &state, scalars, batch: Batch::ONE, decode: &decode, forward, refused: None, copy_c: None })
 }
 
 /// `cublasDsyrk_v2`: C = alpha op(A) op(A)^T + beta C, one triangle.
@@ -180,4 +184,32 @@ pub unsafe extern "C" fn cublasDsyrk_v2_64(handle: Handle, uplo: c_int, trans: c
     // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
     let forward = || real!(cublasDsyrk_v2_64: Dsyrk64).map_or_else(|| missing("cublasDsyrk_v2_64"), |f| unsafe { f(handle, uplo, trans, n, k, alpha, a, lda, beta, c, ldc) });
     syrk("cublasDsyrk_v2_64", handle, [uplo, trans], [n, k], (alpha, beta), (a, lda), (c, ldc), true, &forward)
+}
+
+/// `cublasLtMatmul`: D = alpha op(A) op(B) + beta C with the operation and layouts its
+/// descriptors say; routed only as a plain fp64 product ([`lt`]), on the `stream` argument.
+///
+/// # Safety
+/// cuBLASLt's contract for this entry point.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cublasLtMatmul(handle: Handle, desc: lt::Desc, alpha: *const c_void, a: *const c_void, adesc: lt::Layout, b: *const c_void, bdesc: lt::Layout, beta: *const c_void, c: *const c_void, cdesc: lt::Layout, d: *mut c_void, ddesc: lt::Layout, algo: *const c_void, workspace: *mut c_void, workspace_bytes: usize, stream: *mut c_void) -> Status {
+    // SAFETY: the caller's arguments, unchanged, to the real entry point of this name.
+    let forward = || real!(cublasLtMatmul: LtMatmul, in CUBLASLT).map_or_else(|| missing("cublasLtMatmul"), |f| unsafe { f(handle, desc, alpha, a, adesc, b, bdesc, beta, c, cdesc, d, ddesc, algo, workspace, workspace_bytes, stream) });
+    let (Some(attrs), Some(la), Some(lb), Some(lc), Some(ld)) = (lt::desc(desc), lt::layout(adesc), lt::layout(bdesc), lt::layout(cdesc), lt::layout(ddesc)) else {
+        return forward();
+    };
+    let layouts = [la, lb, lc, ld];
+    if !lt::fp64(&attrs, &layouts) {
+        return forward();
+    }
+    let host_scalars = attrs.pointer_mode == lt::POINTER_MODE_HOST;
+    // SAFETY: host pointer mode: beta is a host fp64 scalar (the scale type is 64F).
+    let beta_zero = host_scalars && !beta.is_null() && unsafe { *beta.cast::<f64>() } == 0.0;
+    let p = lt::product(&attrs, &layouts, (c as u64, d as u64), beta_zero);
+    let decode = |al, be| {
+        let [ta, tb] = p.ops.map(decode::op);
+        decode_fortran_gemm(ta, tb, p.m, p.n, p.k, al, a.cast(), p.lda, b.cast(), p.ldb, be, d.cast(), p.ldd, true)
+    };
+    let state = || Ok(super::handle::HandleState { stream, device_scalars: !host_scalars, math_forbids: false });
+    dispatch(&Call { name: "cublasLtMatmul", state: &state, scalars: (alpha.cast(), beta.cast()), batch: p.batch, decode: &decode, forward: &forward, refused: p.refused, copy_c: p.copy_c.map(|l| (c as u64, l)) })
 }

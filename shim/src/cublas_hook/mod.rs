@@ -9,7 +9,9 @@
 //! | [`reentry`] | per-thread guard: a call made from inside a hooked call goes straight to cuBLAS |
 //! | [`decode`] | cuBLAS enums and types in the BLAS decoder's terms; strided-batched members |
 //! | [`handle`] | the caller's handle: stream, pointer mode, math mode |
+//! | [`lt`] | `cublasLtMatmul`'s descriptor and layouts, and which of its calls are plain fp64 products |
 //! | [`capture`] | the graph-capture rule |
+//! | [`compare`] | `OZAKI_AB`: cuBLAS fp64 beside the emulation, compared into the record |
 //!
 //! A call goes to the real cuBLAS with its arguments untouched (the handle, its stream,
 //! workspace and atomics mode as the caller set them) unless all of these hold: the hook is
@@ -20,23 +22,36 @@
 //! `OZAKI_ROUTE` is `auto` or `gpu-ozaki`, and the one device-resident decision
 //! ([`crate::device_api::emulation_chosen`]) picks the emulation. Then Ozaki-II runs on the
 //! caller's stream in its context (operands of another device's context are declined), and
-//! NaN/Inf input or any GPU failure before C is written sends the call to cuBLAS. The
-//! emulation plans each call from its operands' statistics, read back on the host, so an
-//! emulated call returns with its stream synchronised; a forwarded one adds nothing.
+//! NaN/Inf input or any GPU failure before C is written sends the call to cuBLAS (the
+//! emulation runs with its thread in relaxed capture mode, [`capture::Relaxed`], so another
+//! thread's global-mode capture neither fails it nor is broken by it).
+//!
+//! An emulated call waits on the caller's stream twice: after the scan of A and B (the plan
+//! is made on the host from those statistics, so this also waits for the work queued before
+//! the call) and at the end (the emulation's workspace is shared by later calls on any
+//! stream). It returns with C computed and the stream drained; a forwarded call adds nothing.
+//!
+//! `cublasLtMatmul` is routed the same way when it is a plain fp64 product ([`lt`]: no
+//! epilogue, bias or other cuBLASLt feature, column-major layouts, C the same matrix as D
+//! unless beta = 0); its stream is its argument and its pointer mode the descriptor's. Other
+//! types go to cuBLASLt at once, unrecorded; other fp64 calls go to it with a record saying
+//! why.
 //!
 //! A strided-batched call is decided once for its shape: all members emulated (a member the
 //! emulation declines runs on cuBLAS fp64 in turn) or the whole batch forwarded.
 //!
 //! Every hooked fp64 call writes one trace record (`sym` the cuBLAS name,
 //! `device_resident: true`, `batch` for batches): `route` `gpu-ozaki` or `gpu-native` (cuBLAS),
-//! `fallback` saying why a call the emulation could have taken went to cuBLAS. alpha and beta
-//! in device memory show as NaN.
+//! `fallback` saying why a call the emulation could have taken went to cuBLAS, `ab` with
+//! `OZAKI_AB` ([`compare`]). alpha and beta in device memory show as NaN.
 
 pub(crate) mod capture;
+pub(crate) mod compare;
 pub(crate) mod decode;
 #[rustfmt::skip]
 mod exports;
 pub(crate) mod handle;
+pub(crate) mod lt;
 pub(crate) mod real;
 pub(crate) mod reentry;
 
@@ -45,17 +60,18 @@ use crate::config;
 use crate::device_api::{Emulation, device_call, emulation_chosen, run_emulation};
 use crate::route::RouteOutcome;
 use crate::trace_sink::{self, Entry, Sym};
+use compare::Compare;
 use core::ffi::{c_int, c_void};
 use decode::Batch;
 use gpu_kernels::device::{current_context, restore_context};
 use gpu_kernels::ozaki::DeviceCall;
 use gpu_kernels::{GpuError, gpu};
 use ozaki_core::route::{Route, RouteRequest};
-use ozaki_core::trace::Phases;
+use ozaki_core::trace::{AbResult, Phases};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// The cuBLAS names the shim exports (include/ozaki_shim.h leaves them to cublas_v2.h).
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "cublasDgemm_v2",
     "cublasDgemm_v2_64",
     "cublasGemmEx",
@@ -66,6 +82,7 @@ pub const NAMES: [&str; 10] = [
     "cublasGemmStridedBatchedEx_64",
     "cublasDsyrk_v2",
     "cublasDsyrk_v2_64",
+    "cublasLtMatmul",
 ];
 
 /// `cublasHandle_t`.
@@ -84,8 +101,9 @@ const EXECUTION_FAILED: Status = 13;
 pub(crate) struct Call<'a> {
     /// The cuBLAS name.
     pub name: &'static str,
-    /// The caller's handle.
-    pub handle: Handle,
+    /// What the caller set on its handle (for cuBLASLt, the stream argument and the
+    /// descriptor's pointer mode), read only when the call is decoded.
+    pub state: &'a dyn Fn() -> Result<handle::HandleState, String>,
     /// alpha and beta as passed (host or device pointers, as the pointer mode says).
     pub scalars: (*const f64, *const f64),
     /// The members of a strided-batched call ([`Batch::ONE`] otherwise).
@@ -94,6 +112,12 @@ pub(crate) struct Call<'a> {
     pub decode: &'a dyn Fn(f64, f64) -> Decoded,
     /// The same call on the real cuBLAS, arguments untouched.
     pub forward: &'a dyn Fn() -> Status,
+    /// Why the hook cannot compute this fp64 call (a cuBLASLt feature the emulation does
+    /// not have), if it cannot: it goes to cuBLAS and its record says why.
+    pub refused: Option<String>,
+    /// cuBLASLt with C and D apart and beta != 0: C's address, leading dimension and batch
+    /// stride, copied into D on the stream before the emulation computes the product in D.
+    pub copy_c: Option<(u64, (i64, i64))>,
 }
 
 /// What the hook did with a call.
@@ -110,6 +134,8 @@ enum Done {
         outcome: RouteOutcome,
         fallback: Option<String>,
         status: Status,
+        /// The comparison with cuBLAS, when `OZAKI_AB` chose the call.
+        ab: Option<AbResult>,
     },
 }
 
@@ -120,11 +146,17 @@ fn forward(why: impl Into<String>) -> Done {
     }
 }
 
-/// The entry points' body: straight to cuBLAS when nested or off, else routed and recorded.
+/// The entry points' body: straight to cuBLAS when nested (in a hooked call, or in one of the
+/// shim's host BLAS entry points) or off, else routed and recorded.
 pub(crate) fn dispatch(call: &Call<'_>) -> Status {
     let Some(_inside) = reentry::enter() else {
         return (call.forward)();
     };
+    // Inside one of the shim's host BLAS entry points on this thread: the call is that
+    // route's own cuBLAS work (or the vendor BLAS's), already decided and recorded.
+    if crate::guard::nesting(&crate::guard::Frame::new()) != crate::guard::Nesting::Outer {
+        return (call.forward)();
+    }
     let Ok(cfg) = catch_unwind(config::get) else {
         return (call.forward)();
     };
@@ -135,15 +167,21 @@ pub(crate) fn dispatch(call: &Call<'_>) -> Status {
     let mut shape = None;
     let done = catch_unwind(AssertUnwindSafe(|| route(call, cfg.route, &mut shape)))
         .unwrap_or_else(|_| forward("gpu-ozaki: panicked"));
-    let (status, route, fallback, outcome, info) = match done {
-        Done::Forward { fallback, info } => {
-            ((call.forward)(), Route::GpuNative, fallback, None, info)
-        }
+    let (status, route, fallback, outcome, info, ab) = match done {
+        Done::Forward { fallback, info } => (
+            (call.forward)(),
+            Route::GpuNative,
+            fallback,
+            None,
+            info,
+            None,
+        ),
         Done::Gpu {
             outcome,
             fallback,
             status,
-        } => (status, Route::GpuOzaki, fallback, Some(outcome), None),
+            ab,
+        } => (status, Route::GpuOzaki, fallback, Some(outcome), None, ab),
     };
     if let (Some(start), Some(shape)) = (start, shape) {
         let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -161,7 +199,7 @@ pub(crate) fn dispatch(call: &Call<'_>) -> Status {
                     outcome: outcome.as_ref(),
                     engine: None,
                     info,
-                    ab: None,
+                    ab: ab.as_ref(),
                 },
             );
         }));
@@ -172,7 +210,7 @@ pub(crate) fn dispatch(call: &Call<'_>) -> Status {
 /// The hook's decision for one call (and the emulation, where decided); `shape` receives
 /// what the trace records.
 fn route(call: &Call<'_>, request: RouteRequest, shape: &mut Option<crate::abi::Shape>) -> Done {
-    let state = handle::state(call.handle);
+    let state = (call.state)();
     let device_scalars = state.as_ref().is_ok_and(|s| s.device_scalars);
     let (alpha, beta) = match call.scalars {
         (a, b) if !device_scalars && !a.is_null() && !b.is_null() => {
@@ -183,6 +221,10 @@ fn route(call: &Call<'_>, request: RouteRequest, shape: &mut Option<crate::abi::
     };
     let decoded = (call.decode)(alpha, beta);
     *shape = Some(decoded.shape);
+    // Not a plain product (its layouts need not pass the BLAS argument checks either).
+    if let Some(why) = &call.refused {
+        return forward(why.clone());
+    }
     let canon = match decoded.verdict {
         Verdict::Illegal(bad) => {
             return Done::Forward {
@@ -234,16 +276,22 @@ fn route(call: &Call<'_>, request: RouteRequest, shape: &mut Option<crate::abi::
             info: None,
         };
     }
-    emulate(&first, call.batch, state.stream)
+    emulate(&first, call.batch, state.stream, call.copy_c)
 }
 
 /// Runs every member of the call through the emulation on the caller's stream, in the
-/// caller's context (which is current again afterwards).
-fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
+/// caller's context (which is current again afterwards), after copying C into D (`copy_c`).
+fn emulate(
+    first: &DeviceCall,
+    batch: Batch,
+    stream: *mut c_void,
+    copy_c: Option<(u64, (i64, i64))>,
+) -> Done {
     let caller = match current_context() {
         Ok(c) => c,
         Err(e) => return forward(gpu_failure(e)),
     };
+    let _relaxed = capture::Relaxed::enter();
     let done = gpu_kernels::probe::contain("cuBLAS hook", || {
         let mut g = gpu()?;
         let stream = stream as gpu_kernels::device::Stream;
@@ -252,13 +300,25 @@ fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
                 "the operands belong to another device's context: cuBLAS",
             ));
         }
+        if let Some(c) = copy_c {
+            // SAFETY: cuBLASLt's contract: C and D are device matrices of the caller's
+            // context covering their layouts, on `stream`; `lt::product` checked they do not
+            // overlap. D is the call's output only, so a later decline loses nothing.
+            unsafe { lt::copy_c_to_d(first, batch, c, stream.cast()) }?;
+        }
         let mut phases = Phases::default();
         let (mut moduli, mut scaling, mut declined) = (0, None, 0u64);
+        let mut compare = Compare::chosen();
         for i in 0..batch.count {
             let member = batch.member(first, i);
             // SAFETY: cuBLAS's contract: the member's matrices are device memory of the
             // caller's context (checked to be this GPU's) valid for the call, on `stream`.
-            let ran = unsafe { run_emulation(&mut g, stream, &member) };
+            let ran = unsafe {
+                match compare.as_mut() {
+                    Some(c) => c.member(&mut g, stream, &member),
+                    None => run_emulation(&mut g, stream, &member),
+                }
+            };
             match ran {
                 Ok(Emulation::Done(o)) => {
                     add(&mut phases, &o.phases);
@@ -282,6 +342,7 @@ fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
                             "member {i} failed after earlier members were written: {e}"
                         )),
                         status: EXECUTION_FAILED,
+                        ab: None,
                     });
                 }
             }
@@ -297,6 +358,7 @@ fn emulate(first: &DeviceCall, batch: Batch, stream: *mut c_void) -> Done {
             fallback: (declined > 0)
                 .then(|| format!("{declined} members declined by gpu-ozaki ran on cuBLAS fp64")),
             status: SUCCESS,
+            ab: compare.map(Compare::finish),
         })
     });
     let _ = restore_context(caller);
@@ -320,4 +382,46 @@ fn add(total: &mut Phases, p: &Phases) {
     total.convert_ns += p.convert_ns;
     total.products_ns += p.products_ns;
     total.reconstruct_ns += p.reconstruct_ns;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// A call whose forward counts itself and whose decoding must not happen.
+    #[inline(never)]
+    fn call_once(forwarded: &Cell<u32>, decoded: &Cell<bool>) -> Status {
+        let state = || Err::<handle::HandleState, _>("no handle".to_string());
+        let decode = |_: f64, _: f64| -> Decoded {
+            decoded.set(true);
+            panic!("decoded");
+        };
+        let forward = || {
+            forwarded.set(forwarded.get() + 1);
+            7
+        };
+        dispatch(&Call {
+            name: "cublasDgemm_v2",
+            state: &state,
+            scalars: (core::ptr::null(), core::ptr::null()),
+            batch: Batch::ONE,
+            decode: &decode,
+            forward: &forward,
+            refused: None,
+            copy_c: None,
+        })
+    }
+
+    #[test]
+    fn a_call_made_inside_a_host_entry_point_goes_straight_to_cublas() {
+        let (forwarded, decoded) = (Cell::new(0), Cell::new(false));
+        let frame = crate::guard::Frame::new();
+        crate::guard::enter(&frame);
+        let status = call_once(&forwarded, &decoded);
+        crate::guard::leave();
+        assert_eq!(status, 7, "cuBLAS's own status");
+        assert_eq!(forwarded.get(), 1, "forwarded once");
+        assert!(!decoded.get(), "neither decoded nor routed");
+    }
 }

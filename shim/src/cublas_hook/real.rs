@@ -18,6 +18,14 @@ pub(crate) const CUBLAS: &[&CStr] = &[
     c"libcublas.so",
 ];
 
+/// cuBLASLt, newest first.
+pub(crate) const CUBLASLT: &[&CStr] = &[
+    c"libcublasLt.so.13",
+    c"libcublasLt.so.12",
+    c"libcublasLt.so.11",
+    c"libcublasLt.so",
+];
+
 /// The CUDA driver.
 pub(crate) const DRIVER: &[&CStr] = &[c"libcuda.so.1", c"libcuda.so"];
 
@@ -45,29 +53,35 @@ pub(crate) fn lookup(libraries: &[&CStr], name: &CStr, own: usize) -> Option<usi
     usable(unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) })
 }
 
-/// The real `$name` of cuBLAS as a function of type `$ty`, resolved once per process
-/// (`None` when no loaded library defines it), never the hook of the same name; with
-/// `unhooked`, a name the shim does not export.
+/// The real `$name` of cuBLAS (or of the libraries `in $libs`, e.g. [`CUBLASLT`]) as a
+/// function of type `$ty`, resolved once per process (`None` when no loaded library defines
+/// it), never the hook of the same name; with `unhooked`, a name the shim does not export.
 macro_rules! real {
     ($name:ident : $ty:ty) => {
-        $crate::cublas_hook::real::real!(@ $name, $ty, $name as $ty as usize)
+        $crate::cublas_hook::real::real!(@ $name, $ty, $name as $ty as usize, $crate::cublas_hook::real::CUBLAS)
+    };
+    ($name:ident : $ty:ty, in $libs:expr) => {
+        $crate::cublas_hook::real::real!(@ $name, $ty, $name as $ty as usize, $libs)
     };
     ($name:ident : $ty:ty, unhooked) => {
-        $crate::cublas_hook::real::real!(@ $name, $ty, 0)
+        $crate::cublas_hook::real::real!(@ $name, $ty, 0, $crate::cublas_hook::real::CUBLAS)
     };
-    (@ $name:ident, $ty:ty, $own:expr) => {{
+    ($name:ident : $ty:ty, unhooked in $libs:expr) => {
+        $crate::cublas_hook::real::real!(@ $name, $ty, 0, $libs)
+    };
+    (@ $name:ident, $ty:ty, $own:expr, $libs:expr) => {{
         static ADDR: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
         ADDR.get_or_init(|| {
             let name = concat!(stringify!($name), "\0");
             $crate::cublas_hook::real::lookup(
-                $crate::cublas_hook::real::CUBLAS,
+                $libs,
                 core::ffi::CStr::from_bytes_with_nul(name.as_bytes()).ok()?,
                 $own,
             )
         })
         .map(|addr| {
-            // SAFETY: `addr` is the cuBLAS definition of this very name, whose C signature
-            // is `$ty` (the cuBLAS headers' declaration, which the hook repeats).
+            // SAFETY: `addr` is the library's definition of this very name, whose C
+            // signature is `$ty` (the cuBLAS headers' declaration, which the hook repeats).
             unsafe { core::mem::transmute::<usize, $ty>(addr) }
         })
     }};

@@ -2,7 +2,10 @@
 //!
 //! While a thread is inside a hooked call, every further hooked call on it (cuBLAS calling
 //! one of its own exported names, the shim's own cuBLAS work) goes straight to the real
-//! cuBLAS: never recorded twice, never routed twice. cuBLAS reports errors by status codes,
+//! cuBLAS: never recorded twice, never routed twice. The shim's own threads
+//! (`shim_thread::spawn`) and the device entry points hold the guard too, so their cuBLAS
+//! work never reaches the hook either (the hook also forwards straight while one of the
+//! host BLAS entry points is live on the thread, `crate::guard`). cuBLAS reports errors by status codes,
 //! never by `longjmp` or exceptions, so a guard that clears itself when dropped is enough
 //! (the host BLAS entry points need the stack-frame guard of [`crate::guard`] instead).
 
@@ -43,5 +46,17 @@ mod tests {
         std::thread::spawn(|| assert!(enter().is_some()))
             .join()
             .unwrap();
+    }
+
+    #[test]
+    fn the_shims_own_threads_are_inside_for_their_whole_life() {
+        let inside = crate::shim_thread::spawn("ozaki-test", || enter().is_none())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(
+            inside,
+            "a cuBLAS call on the shim's own thread goes straight to cuBLAS"
+        );
     }
 }
