@@ -25,7 +25,6 @@ use common::*;
 use ozaki_core::trace::CallRecord;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -291,38 +290,19 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
-/// The seed of this run: `OZAKI_TEST_SEED`, else one from the clock (named on failure).
-fn seed() -> u64 {
-    std::env::var("OZAKI_TEST_SEED")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        })
-}
-
-fn cases(seed: u64) -> Vec<Case> {
-    let mut bytes = [0u8; 32];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(
-            &(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_le_bytes(),
-        );
-    }
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
-    );
+/// The cases of one run, from its seed.
+fn cases() -> (u64, Vec<Case>) {
+    let (seed, mut runner) = seeded_runner(CASES as u32);
     let strategy = case();
-    (0..CASES)
+    let cases = (0..CASES)
         .map(|_| {
             strategy
                 .new_tree(&mut runner)
                 .expect("the case strategy never rejects")
                 .current()
         })
-        .collect()
+        .collect();
+    (seed, cases)
 }
 
 /// What the program saw in one call.
@@ -455,8 +435,7 @@ fn random_arguments_give_what_each_vendor_gives_on_every_route() {
     ) {
         vendors.push(("openblas", openblas));
     }
-    let seed = seed();
-    let cases = cases(seed);
+    let (seed, cases) = cases();
     let file = write_cases(&dir, &cases);
     let mut failures = Vec::new();
     // (vendor, route, ILP64 names): the ILP64 names have no Debian vendor, so the shim alone

@@ -396,3 +396,31 @@ pub fn assert_tester_passed(summary: &str, expected: &[String]) {
         "{summary}"
     );
 }
+
+/// A property-test runner with this run's seed: `OZAKI_TEST_SEED=N` replays a run, otherwise
+/// the seed comes from the clock. Returns the seed, for the failure message.
+pub fn seeded_runner(cases: u32) -> (u64, proptest::test_runner::TestRunner) {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let seed = std::env::var("OZAKI_TEST_SEED")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        let word = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    (
+        seed,
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)),
+    )
+}
