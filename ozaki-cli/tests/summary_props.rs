@@ -47,10 +47,13 @@ enum Damage {
     Garbage(Vec<u8>),
 }
 
+/// One call record's numbers: m, n, k, dur_ns, route.
+type Call = (u64, u64, u64, u64, &'static str);
+
 #[derive(Debug, Clone)]
 struct DamagedTrace {
-    /// Call lines: (m, n, k, dur_ns, route) and what happens to each.
-    calls: Vec<((u64, u64, u64, u64, &'static str), Damage)>,
+    /// Call lines and what happens to each.
+    calls: Vec<(Call, Damage)>,
     /// The file ends without the last line's newline, cut at this fraction of it.
     cut_last: Option<f64>,
 }

@@ -408,13 +408,6 @@ fn write_cases(dir: &Path, cases: &[Case]) -> PathBuf {
     path
 }
 
-/// `cmd` with `folder`'s libblas.so.3 as the BLAS.
-fn over(mut cmd: Command, folder: &str) -> Command {
-    cmd.env("LD_LIBRARY_PATH", folder)
-        .env("OPENBLAS_NUM_THREADS", "1");
-    cmd
-}
-
 fn stdout_of(cmd: &mut Command) -> String {
     String::from_utf8(run_ok(cmd).stdout).expect("UTF-8 output")
 }
@@ -426,15 +419,7 @@ fn random_arguments_give_what_each_vendor_gives_on_every_route() {
     let Some(prog) = build_c(&dir, "arg_cases", &["-lblas", "-rdynamic"]) else {
         return;
     };
-    let mut vendors = vec![("reference", "/usr/lib/x86_64-linux-gnu/blas")];
-    let openblas = "/usr/lib/x86_64-linux-gnu/openblas-pthread";
-    if require(
-        Path::new(openblas).join("libblas.so.3").exists(),
-        "Debian's OpenBLAS",
-        "apt-get install libopenblas0-pthread",
-    ) {
-        vendors.push(("openblas", openblas));
-    }
+    let vendors = vendors();
     let (seed, cases) = cases();
     let file = write_cases(&dir, &cases);
     let mut failures = Vec::new();

@@ -168,6 +168,28 @@ fn tail(s: &str, n: usize) -> &str {
 pub const REFERENCE_BLAS_PATH: &str =
     "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack";
 
+/// The vendor BLAS libraries the vendor-matrix clients run over: the reference BLAS, and
+/// Debian's OpenBLAS (a visible skip without it, a failure in CI).
+pub fn vendors() -> Vec<(&'static str, &'static str)> {
+    let mut v = vec![("reference", "/usr/lib/x86_64-linux-gnu/blas")];
+    let openblas = "/usr/lib/x86_64-linux-gnu/openblas-pthread";
+    if require(
+        Path::new(openblas).join("libblas.so.3").exists(),
+        "Debian's OpenBLAS",
+        "apt-get install libopenblas0-pthread",
+    ) {
+        v.push(("openblas", openblas));
+    }
+    v
+}
+
+/// `cmd` with `vendor`'s folder as the only library path (so its libblas.so.3 is the BLAS).
+pub fn over(mut cmd: Command, vendor: &str) -> Command {
+    cmd.env("LD_LIBRARY_PATH", vendor)
+        .env("OPENBLAS_NUM_THREADS", "1");
+    cmd
+}
+
 /// A command without the shim, with every OZAKI_* and LD_PRELOAD variable removed, and the
 /// reference BLAS first on the library path.
 pub fn plain(prog: impl AsRef<std::ffi::OsStr>) -> Command {
