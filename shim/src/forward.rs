@@ -51,8 +51,48 @@ static OVERRIDE: Lazy<Option<libloading::Library>> = Lazy::new();
 /// `None` also for a call made while `id` is being resolved on this thread: a library named
 /// in `OZAKI_VENDOR_BLAS` whose constructor calls `id` while we load it (its call then runs
 /// on the built-in kernel instead of waiting for its own resolution forever).
+///
+/// Never panics: a panic of our own while resolving falls back to the plain loader lookup
+/// ([`resolve_guarded`]), so every call, nested ones included, still reaches the vendor.
 pub fn vendor(id: SymId) -> Option<&'static Vendor> {
-    SLOTS[id.index()].try_get_or_init(|| resolve(id))?.as_ref()
+    SLOTS[id.index()]
+        .try_get_or_init(|| resolve_guarded(id.c_name(), || resolve(id)))?
+        .as_ref()
+}
+
+/// `resolve()`, and when it panics (a bug of ours: the lookup extras, the log line, the
+/// settings) the loader's own lookup of `name` (`RTLD_NEXT`, then the loaded objects)
+/// without them, with one line on stderr: a call whose lookup failed still gets the vendor's
+/// answer, and with no definition at all the caller computes it on the built-in kernel.
+fn resolve_guarded(name: &CStr, resolve: impl FnOnce() -> Option<Vendor>) -> Option<Vendor> {
+    if let Ok(found) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(resolve)) {
+        return found;
+    }
+    let bare = std::panic::catch_unwind(|| {
+        next_definition(name)
+            .map(|p| (p, "RTLD_NEXT after an internal error"))
+            .or_else(|| {
+                in_loaded_objects(name).map(|p| (p, "loaded objects after an internal error"))
+            })
+    })
+    .ok()
+    .flatten();
+    let _ = std::panic::catch_unwind(|| {
+        crate::config::notice(&format!(
+            "internal error while looking up the vendor's {}; {}",
+            name.to_string_lossy(),
+            if bare.is_some() {
+                "using the loader's definition"
+            } else {
+                "none found, computing on the built-in kernel"
+            }
+        ))
+    });
+    bare.map(|(addr, how)| Vendor {
+        addr,
+        library: library_of(addr),
+        how,
+    })
 }
 
 /// Names resolved so far and their libraries (for the trace header).
@@ -239,6 +279,21 @@ pub fn global_symbol(name: &str) -> Option<*mut c_void> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lookup that panics still finds the loader's definition (here libc's `strlen`), and
+    /// a name defined nowhere comes back as none (the caller then computes the call itself).
+    #[test]
+    fn a_lookup_that_panics_falls_back_to_the_loaders_definition() {
+        let found = resolve_guarded(c"strlen", || panic!("a bug while resolving"))
+            .expect("the loader's definition");
+        let want = global_symbol("strlen").unwrap();
+        assert_eq!(found.addr, want as *const c_void);
+        assert!(found.library.contains("libc"), "{}", found.library);
+        assert!(found.how.contains("internal error"), "{}", found.how);
+        assert!(resolve_guarded(c"ozaki_no_such_symbol_anywhere", || panic!("again")).is_none());
+        let ok = resolve_guarded(c"strlen", || None);
+        assert!(ok.is_none(), "a lookup that returns is taken as it is");
+    }
 
     #[test]
     fn own_addresses_are_recognised_and_libc_is_found() {

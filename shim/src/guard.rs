@@ -19,17 +19,16 @@
 //! is illegal too (reference CBLAS passes its checks on to `dgemm_`), so a legal call is
 //! always a fresh outer call, and at worst an illegal call after an abandoned report goes to
 //! the vendor unrecorded, which is what it would do anyway.
+//!
+//! A signal handler may call BLAS at any instruction of the thread, in the middle of the
+//! guard's own bookkeeping included. The guard is therefore one word per thread, written by
+//! one store ([`enter`], [`leave`]): the handler's call sees either no outer entry (and makes
+//! its own, undone before it returns) or the whole outer entry (and is nested), never half of
+//! one. The cookie an entered frame holds is a function of its address on its thread, so the
+//! word needs to hold no more than the address.
 
 use std::cell::Cell;
-
-/// The outer entry of a thread: where its [`Frame`] lies, the cookie in it, and whether only
-/// illegal calls nest (while the vendor reports an illegal call).
-#[derive(Clone, Copy)]
-struct Outer {
-    addr: usize,
-    cookie: u64,
-    only_illegal: bool,
-}
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How a call relates to the thread's outer entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,31 +41,34 @@ pub enum Nesting {
     NestedIfIllegal,
 }
 
+/// [`OUTER`]'s bit set while only illegal calls nest (frames are 8-byte aligned).
+const ONLY_ILLEGAL: usize = 1;
+
 thread_local! {
-    static OUTER: Cell<Option<Outer>> = const { Cell::new(None) };
-    static NEXT_COOKIE: Cell<u64> = const { Cell::new(0) };
+    /// The thread's outer entry, in one machine word so that a signal handler interrupting
+    /// any instruction of [`enter`] or [`leave`] reads it whole: the address of its [`Frame`]
+    /// with [`ONLY_ILLEGAL`] set while the vendor reports an illegal call; 0 when there is
+    /// none. Written by one store after the frame holds its cookie.
+    static OUTER: AtomicUsize = const { AtomicUsize::new(0) };
 }
 
 /// A marker living in the stack frame of an entry point, for the whole call.
 ///
 /// It has no destructor: a `longjmp` or a foreign exception may skip the end of the call.
+/// [`enter`] writes into it the cookie of its address on this thread ([`cookie_at`]), so
+/// only an entered frame carries one.
 #[repr(C)]
 pub struct Frame {
-    cookie: u64,
+    cookie: Cell<u64>,
 }
 
 impl Frame {
-    /// A marker with a cookie no earlier entry on this thread used.
+    /// A marker, not yet entered.
     #[inline(always)]
     pub fn new() -> Frame {
-        let cookie = NEXT_COOKIE.with(|n| {
-            // A per-thread sequence mixed with the thread's own address, never 0.
-            let seq = n.get().wrapping_add(1);
-            n.set(seq);
-            let salt = n as *const Cell<u64> as usize as u64;
-            (seq ^ salt.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
-        });
-        Frame { cookie }
+        Frame {
+            cookie: Cell::new(0),
+        }
     }
 
     fn addr(&self) -> usize {
@@ -80,30 +82,38 @@ impl Default for Frame {
     }
 }
 
+/// The cookie an entered frame at `addr` holds on this thread: the address mixed with the
+/// thread's own (the address of its [`OUTER`]), never 0 (the value of a frame not entered).
+/// Stack memory left by other code holds it only by a 2^-63 chance.
+fn cookie_at(addr: usize) -> u64 {
+    let salt = OUTER.with(|o| o as *const AtomicUsize as usize) as u64;
+    ((addr as u64) ^ salt.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+}
+
 /// How a call whose marker is `frame` relates to this thread's outer entry.
 pub fn nesting(frame: &Frame) -> Nesting {
-    match OUTER.with(Cell::get) {
-        Some(outer) if inside(frame, &outer) => {
-            if outer.only_illegal {
-                Nesting::NestedIfIllegal
-            } else {
-                Nesting::Nested
-            }
-        }
-        _ => Nesting::Outer,
+    // Acquire: the outer frame's cookie was written before the word (see `set`).
+    let word = OUTER.with(|o| o.load(Ordering::Acquire));
+    let outer = word & !ONLY_ILLEGAL;
+    if outer == 0 || !inside(frame, outer) {
+        Nesting::Outer
+    } else if word & ONLY_ILLEGAL != 0 {
+        Nesting::NestedIfIllegal
+    } else {
+        Nesting::Nested
     }
 }
 
-/// Whether `frame` is deeper than the live frame of `outer`.
-fn inside(frame: &Frame, outer: &Outer) -> bool {
-    if frame.addr() >= outer.addr {
+/// Whether `frame` is deeper than the live entered frame at `outer`.
+fn inside(frame: &Frame, outer: usize) -> bool {
+    if frame.addr() >= outer {
         return false; // at or above the outer frame: that frame is gone
     }
-    // SAFETY: `outer.addr` lies above this call's own frame on this thread's stack, between
-    // the current stack pointer and the stack's top, so it is mapped, readable memory of this
+    // SAFETY: `outer` lies above this call's own frame on this thread's stack, between the
+    // current stack pointer and the stack's top, so it is mapped, readable memory of this
     // thread, used by nobody else meanwhile.
-    let now = unsafe { stack_word(outer.addr) };
-    now == outer.cookie
+    let now = unsafe { stack_word(outer) };
+    now == cookie_at(outer)
 }
 
 /// The machine word at `addr` on this thread's stack: the outer entry's live [`Frame`], or,
@@ -162,18 +172,97 @@ pub fn enter_reporting(frame: &Frame) {
 }
 
 fn set(frame: &Frame, only_illegal: bool) {
-    let outer = Outer {
-        addr: frame.addr(),
-        cookie: frame.cookie,
-        only_illegal,
-    };
-    OUTER.with(|o| o.set(Some(outer)));
+    let addr = frame.addr();
+    frame.cookie.set(cookie_at(addr));
+    let word = addr | if only_illegal { ONLY_ILLEGAL } else { 0 };
+    // Release, one store: a handler that sees the word also sees the cookie.
+    OUTER.with(|o| o.store(word, Ordering::Release));
 }
 
 /// Ends the outer entry (before a call into code that may call back as a new outer call, and
 /// at the end of the call).
 pub fn leave() {
-    OUTER.with(|o| o.set(None));
+    OUTER.with(|o| o.store(0, Ordering::Release));
+}
+
+/// A signal may arrive at any instruction, and its handler may call BLAS: here the trap flag
+/// raises SIGTRAP after every single instruction of `enter` and `leave`, and the handler
+/// makes the entry a handler's BLAS call makes. Every one of those must find the guard
+/// whole (the outer entry either not yet begun, or fully set), and the outer entry must
+/// hold afterwards.
+#[cfg(all(test, target_arch = "x86_64", target_os = "linux", not(miri)))]
+mod signal_safety {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static TRAPS: AtomicUsize = AtomicUsize::new(0);
+    static HANDLER_OUTER: AtomicUsize = AtomicUsize::new(0);
+
+    extern "C" fn on_trap(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+        crate::shield::shielded(|| {
+            // What the entry of a BLAS call made by a signal handler does.
+            let frame = Frame::new();
+            if nesting(&frame) == Nesting::Outer {
+                enter(&frame);
+                leave();
+                HANDLER_OUTER.fetch_add(1, Ordering::Relaxed);
+            }
+            std::hint::black_box(&frame);
+            TRAPS.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+
+    /// Runs `f` with the trap flag set: SIGTRAP after every instruction.
+    #[inline(never)]
+    fn single_stepped(f: impl FnOnce()) {
+        // SAFETY: sets and clears EFLAGS.TF around `f`; the stack is balanced (pushfq/popfq).
+        unsafe { std::arch::asm!("pushfq", "or qword ptr [rsp], 0x100", "popfq") };
+        f();
+        // SAFETY: as above.
+        unsafe { std::arch::asm!("pushfq", "and qword ptr [rsp], -257", "popfq") };
+    }
+
+    #[inline(never)]
+    fn deeper_nesting() -> Nesting {
+        let frame = Frame::new();
+        let n = nesting(&frame);
+        std::hint::black_box(&frame);
+        n
+    }
+
+    #[test]
+    fn a_signal_at_any_instruction_of_the_guard_finds_it_whole() {
+        // SAFETY: a plain SA_SIGINFO handler for SIGTRAP, which nothing else in the tests uses.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_trap as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGTRAP, &sa, std::ptr::null_mut()), 0);
+        }
+        for round in 0..3 {
+            let outer = Frame::new();
+            let before = TRAPS.load(Ordering::Relaxed);
+            single_stepped(|| enter(&outer));
+            let steps = TRAPS.load(Ordering::Relaxed) - before;
+            assert!(steps >= 3, "round {round}: single-stepped ({steps} traps)");
+            assert_eq!(
+                deeper_nesting(),
+                Nesting::Nested,
+                "round {round}: the outer entry holds after signals during `enter`"
+            );
+            single_stepped(|| enter_reporting(&outer));
+            assert_eq!(
+                deeper_nesting(),
+                Nesting::NestedIfIllegal,
+                "round {round}: and after signals during `enter_reporting`"
+            );
+            single_stepped(leave);
+            assert_eq!(deeper_nesting(), Nesting::Outer, "round {round}: left");
+            std::hint::black_box(&outer);
+        }
+        assert!(HANDLER_OUTER.load(Ordering::Relaxed) > 0);
+    }
 }
 
 #[cfg(test)]

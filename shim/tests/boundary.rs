@@ -13,27 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// The vendor BLAS libraries the clients run over: (name, folder with its libblas.so.3).
-fn vendors() -> Vec<(&'static str, &'static str)> {
-    let mut v = vec![("reference", "/usr/lib/x86_64-linux-gnu/blas")];
-    let openblas = "/usr/lib/x86_64-linux-gnu/openblas-pthread";
-    if require(
-        Path::new(openblas).join("libblas.so.3").exists(),
-        "Debian's OpenBLAS",
-        "apt-get install libopenblas0-pthread",
-    ) {
-        v.push(("openblas", openblas));
-    }
-    v
-}
-
-/// `cmd` with `vendor`'s folder as the only library path (so its libblas.so.3 is the BLAS).
-fn over(mut cmd: Command, vendor: &str) -> Command {
-    cmd.env("LD_LIBRARY_PATH", vendor)
-        .env("OPENBLAS_NUM_THREADS", "1");
-    cmd
-}
-
 /// Compiles `tests/c/<src>` with `compiler` into `dir/<out>`; `None` after a visible skip when
 /// the compiler is missing.
 fn compile(dir: &Path, compiler: &str, src: &str, out: &str, args: &[&str]) -> Option<PathBuf> {

@@ -168,6 +168,28 @@ fn tail(s: &str, n: usize) -> &str {
 pub const REFERENCE_BLAS_PATH: &str =
     "/usr/lib/x86_64-linux-gnu/blas:/usr/lib/x86_64-linux-gnu/lapack";
 
+/// The vendor BLAS libraries the vendor-matrix clients run over: the reference BLAS, and
+/// Debian's OpenBLAS (a visible skip without it, a failure in CI).
+pub fn vendors() -> Vec<(&'static str, &'static str)> {
+    let mut v = vec![("reference", "/usr/lib/x86_64-linux-gnu/blas")];
+    let openblas = "/usr/lib/x86_64-linux-gnu/openblas-pthread";
+    if require(
+        Path::new(openblas).join("libblas.so.3").exists(),
+        "Debian's OpenBLAS",
+        "apt-get install libopenblas0-pthread",
+    ) {
+        v.push(("openblas", openblas));
+    }
+    v
+}
+
+/// `cmd` with `vendor`'s folder as the only library path (so its libblas.so.3 is the BLAS).
+pub fn over(mut cmd: Command, vendor: &str) -> Command {
+    cmd.env("LD_LIBRARY_PATH", vendor)
+        .env("OPENBLAS_NUM_THREADS", "1");
+    cmd
+}
+
 /// A command without the shim, with every OZAKI_* and LD_PRELOAD variable removed, and the
 /// reference BLAS first on the library path.
 pub fn plain(prog: impl AsRef<std::ffi::OsStr>) -> Command {
@@ -395,4 +417,32 @@ pub fn assert_tester_passed(summary: &str, expected: &[String]) {
         !summary.contains("FAIL") && !summary.contains("SUSPECT"),
         "{summary}"
     );
+}
+
+/// A property-test runner with this run's seed: `OZAKI_TEST_SEED=N` replays a run, otherwise
+/// the seed comes from the clock. Returns the seed, for the failure message.
+pub fn seeded_runner(cases: u32) -> (u64, proptest::test_runner::TestRunner) {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let seed = std::env::var("OZAKI_TEST_SEED")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        let word = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    (
+        seed,
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)),
+    )
 }
