@@ -25,13 +25,13 @@ use crate::abi::{RawCall, Shape, Verdict};
 use crate::config;
 use crate::forward;
 use crate::guard;
+use crate::route::choose_note::EngineNote;
 use crate::route::{self, RouteOutcome};
 use crate::shield::shielded;
 use crate::symbols::SymId;
 use crate::trace_sink::{self, Entry};
 use libc::c_void;
 use ozaki_core::route::Route;
-use ozaki_core::trace::Prediction;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -113,7 +113,7 @@ struct Pending {
     start: trace_sink::Start,
     route: &'static str,
     outcome: Option<RouteOutcome>,
-    engine: Option<Prediction>,
+    engine: Option<EngineNote>,
     info: Option<i64>,
 }
 
