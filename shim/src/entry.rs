@@ -113,7 +113,7 @@ struct Pending {
     start: trace_sink::Start,
     route: &'static str,
     outcome: Option<RouteOutcome>,
-    engine: Option<EngineNote>,
+    engine: Option<Box<EngineNote>>,
     info: Option<i64>,
 }
 
@@ -125,7 +125,7 @@ impl Pending {
             route: self.route,
             fallback: None,
             outcome: self.outcome.as_ref(),
-            engine: self.engine.as_ref(),
+            engine: self.engine.as_deref(),
             info: self.info,
             ab: None,
         };
@@ -254,7 +254,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     route: done.route.name(),
                     fallback: done.fallback.as_deref(),
                     outcome: Some(&done.outcome),
-                    engine: choice.engine.as_ref(),
+                    engine: choice.engine.as_deref(),
                     info: None,
                     ab: ab.as_ref(),
                 };

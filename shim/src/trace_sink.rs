@@ -24,27 +24,36 @@
 //! shim version, the vendor library of every symbol resolved so far, start time, host, MPI
 //! rank). Then one `"type":"call"` object per intercepted call (nested calls excluded, see
 //! `guard`). A symbol resolved after the header was written names its library once, in a
-//! `vendor` field of its first record. Call records are formatted by hand into a per-thread
-//! buffer (no allocation, no serde on the hot path) and round-trip through
-//! `ozaki_core::trace::parse_line`; `tests` check that.
+//! `vendor` field of its first record. Call records are formatted by hand (no serde on the
+//! calling thread) and round-trip through `ozaki_core::trace::parse_line`; `tests` check that.
+//!
+//! ## Who formats what
+//! A call's thread only reads the clock and leaves its record, as numbers, in one
+//! process-wide queue behind a mutex ([`record`]: no JSON, no formatting of reasons; the
+//! engine's `engine` field is put into words from the decision it names,
+//! `crate::route::choose_note`). The flush thread, started with the file, turns the queue
+//! into lines and writes them with `write(2)`, whole lines only, in queue order: when a
+//! caller has queued [`WAKE_RECORDS`] records (it wakes the thread), and every [`FLUSH_TICK`]
+//! once the oldest record is [`FLUSH_AGE_NS`] old. A caller that finds [`MAX_QUEUED`]
+//! records waiting writes the queue itself, so the queue stays bounded and no record is
+//! dropped. The file is created by the first record's caller, so a trace file exists (with
+//! its header) as soon as a call was made.
 //!
 //! ## What survives what
-//! Records go, as whole lines, into one process-wide buffer behind a mutex, which is written
-//! with `write(2)` (whole lines only) when it holds [`FLUSH_BYTES`] bytes. So concurrent
-//! threads never tear or lose a line, and:
+//! Concurrent threads never tear or lose a line, and:
 //! - normal exit, `exit()` from any thread, the end of `main`: an `atexit` handler writes the
-//!   buffer; records made by other threads after that are written immediately;
-//! - `fork()`: the child drops the parent's buffered records (the parent writes them) and opens
+//!   queue; records made by other threads after that are written immediately;
+//! - `fork()`: the child drops the parent's queued records (the parent writes them) and opens
 //!   its own file at its first call: the template expanded with the child's pid, or, when the
 //!   template has no `%p`, `FILE.<pid>`. Its header has `parent_pid`; its `seq` starts at 0 and
 //!   its `t_ns` counts from the fork. Children write every record at once, since they often
 //!   end with `_exit(2)`, which runs no `atexit` handler;
 //! - a crash (SIGKILL, SIGSEGV, abort), SIGINT/SIGTERM or `_exit(2)` in the original process
-//!   loses at most the records still in the buffer: under [`FLUSH_BYTES`] bytes, about 60
-//!   typical records (a dgemm record is about 270 bytes), and never a record older than
-//!   [`FLUSH_AGE_NS`] plus one [`FLUSH_TICK`]: a background thread, started with the file,
-//!   writes the buffer once its oldest record is that old. It wakes every tick, takes the
-//!   sink's lock only then, and is not copied into `fork` children (which write through).
+//!   loses at most the records still queued or being formatted: normally under
+//!   [`WAKE_RECORDS`] plus one batch, at most [`MAX_QUEUED`] when callers outrun the flush
+//!   thread, and never a record older than [`FLUSH_AGE_NS`] plus one [`FLUSH_TICK`]. The
+//!   thread takes the locks only when it wakes, and is not copied into `fork` children
+//!   (which write through).
 //!
 //! A program that `exec`s other programs passes `OZAKI_TRACE` on; give such programs a `%p` in
 //! the name, or each will truncate the file the previous one wrote.

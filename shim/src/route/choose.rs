@@ -482,17 +482,19 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     {
         match before_engine(pre, &cs, config.moduli, config.gpu_start, in_flight) {
             PreEngine::Vendor(d, bound, why, gpu_start, feedback) => {
-                let engine = config.tracing().then(|| EngineNote {
-                    decision: Arc::clone(&d),
-                    bound,
-                    early: Some(why),
-                    note: None,
-                    waited_s: None,
-                    gpu_start,
-                    concurrent: in_flight,
-                    correction: None,
-                    queue_s: None,
-                    explore: false,
+                let engine = config.tracing().then(|| {
+                    Box::new(EngineNote {
+                        decision: Arc::clone(&d),
+                        bound,
+                        early: Some(why),
+                        note: None,
+                        waited_s: None,
+                        gpu_start,
+                        concurrent: in_flight,
+                        correction: None,
+                        queue_s: None,
+                        explore: false,
+                    })
                 });
                 return Choice {
                     route: Route::Vendor,
@@ -540,17 +542,19 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     {
         flight.queue_gpu(g);
     }
-    let engine = config.tracing().then(|| EngineNote {
-        decision: Arc::clone(&d),
-        bound,
-        early: None,
-        note: a.note,
-        waited_s: waited.as_ref().map(|w| w.waited_s.unwrap_or(0.0)),
-        gpu_start: waited,
-        concurrent: in_flight,
-        correction: a.correction,
-        queue_s: a.queue_s,
-        explore: a.explore,
+    let engine = config.tracing().then(|| {
+        Box::new(EngineNote {
+            decision: Arc::clone(&d),
+            bound,
+            early: None,
+            note: a.note,
+            waited_s: waited.as_ref().map(|w| w.waited_s.unwrap_or(0.0)),
+            gpu_start: waited,
+            concurrent: in_flight,
+            correction: a.correction,
+            queue_s: a.queue_s,
+            explore: a.explore,
+        })
     });
     Choice {
         route: a.route,

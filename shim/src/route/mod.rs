@@ -116,7 +116,7 @@ pub struct Choice {
     pub route: Route,
     /// The engine's prediction and reason (auto mode only, and only when tracing), for the
     /// trace: numbers, put into words when the record is written.
-    pub engine: Option<choose_note::EngineNote>,
+    pub engine: Option<Box<choose_note::EngineNote>>,
     /// The engine's decision on the canonical call: its split plan is what the GPU routes
     /// run. `None` for a forced route that needs none (one GPU slot, or `OZAKI_SPLIT` set).
     pub decision: Option<Arc<Decision>>,
