@@ -118,18 +118,19 @@ struct Pending {
 }
 
 impl Pending {
-    fn record(&self) {
+    fn record(mut self: Box<Self>) {
+        let engine = self.engine.take();
         let entry = Entry {
             sym: self.id.into(),
             shape: &self.shape,
             route: self.route,
             fallback: None,
             outcome: self.outcome.as_ref(),
-            engine: self.engine.as_deref(),
+            engine: None,
             info: self.info,
             ab: None,
         };
-        trace_sink::record(&self.start, &entry);
+        trace_sink::record_taking(&self.start, &entry, engine);
     }
 }
 
@@ -206,7 +207,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             }
         }
         Verdict::Compute(canon) => {
-            let choice = route::choose(config.route, &canon, config);
+            let mut choice = route::choose(config.route, &canon, config);
             // A call the engine counts in flight or times runs through the route below.
             if choice.route == Route::Vendor
                 && choice.flight.is_none()
@@ -254,11 +255,11 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     route: done.route.name(),
                     fallback: done.fallback.as_deref(),
                     outcome: Some(&done.outcome),
-                    engine: choice.engine.as_deref(),
+                    engine: None,
                     info: None,
                     ab: ab.as_ref(),
                 };
-                trace_sink::record(start, &entry);
+                trace_sink::record_taking(start, &entry, choice.engine.take());
             }
             Plan::Done
         }

@@ -79,8 +79,9 @@ pub const FLUSH_BYTES: usize = 16 * 1024;
 pub const WAKE_RECORDS: usize = 64;
 
 /// Queued records at which the calling thread writes the queue itself (the flush thread is
-/// behind: the queue stays bounded and no record is dropped).
-pub const MAX_QUEUED: usize = 4096;
+/// far behind, or gone: the queue stays bounded and no record is dropped). Until then a
+/// caller wakes the flush thread at every further [`WAKE_RECORDS`], and never waits for it.
+pub const MAX_QUEUED: usize = 16384;
 
 /// Age of the oldest buffered record at which the background thread writes the buffer.
 pub const FLUSH_AGE_NS: u64 = 500_000_000;
@@ -223,8 +224,10 @@ struct Queued {
     shape: Shape,
     route: &'static str,
     fallback: Option<Box<str>>,
-    outcome: Option<RouteOutcome>,
-    engine: Option<EngineNote>,
+    /// `None` also for an outcome with nothing to say (a vendor call's), which formats the
+    /// same.
+    outcome: Option<Box<RouteOutcome>>,
+    engine: Option<Box<EngineNote>>,
     info: Option<i64>,
     ab: Option<Box<AbResult>>,
 }
@@ -236,8 +239,8 @@ impl Queued {
             shape: &self.shape,
             route: self.route,
             fallback: self.fallback.as_deref(),
-            outcome: self.outcome.as_ref(),
-            engine: self.engine.as_ref(),
+            outcome: self.outcome.as_deref(),
+            engine: self.engine.as_deref(),
             info: self.info,
             ab: self.ab.as_deref(),
         }
@@ -248,6 +251,12 @@ impl Queued {
 /// module docs); the caller formats nothing unless the queue is full or the sink writes
 /// every record at once.
 pub fn record(start: &Start, entry: &Entry<'_>) {
+    record_taking(start, entry, entry.engine.map(|e| Box::new(e.clone())));
+}
+
+/// [`record`] for a caller that owns the call's engine note: it moves into the record
+/// (`entry.engine` is not read).
+pub fn record_taking(start: &Start, entry: &Entry<'_>, engine: Option<Box<EngineNote>>) {
     let end = now_ns();
     let q = Queued {
         seq: start.seq,
@@ -258,8 +267,11 @@ pub fn record(start: &Start, entry: &Entry<'_>) {
         shape: *entry.shape,
         route: entry.route,
         fallback: entry.fallback.map(Box::from),
-        outcome: entry.outcome.cloned(),
-        engine: entry.engine.cloned(),
+        outcome: entry
+            .outcome
+            .filter(|o| **o != RouteOutcome::default())
+            .map(|o| Box::new(o.clone())),
+        engine,
         info: entry.info,
         ab: entry.ab.map(|a| Box::new(a.clone())),
     };
@@ -280,7 +292,7 @@ pub fn record(start: &Start, entry: &Entry<'_>) {
         return;
     }
     if queue.records.capacity() == 0 {
-        queue.records.reserve_exact(MAX_QUEUED);
+        queue.records.reserve_exact(4 * WAKE_RECORDS);
     }
     if queue.records.is_empty() {
         queue.oldest_ns = end;
@@ -296,7 +308,7 @@ pub fn record(start: &Start, entry: &Entry<'_>) {
             let _ = FLUSHER.set(handle.thread().clone());
         }
     }
-    if queued == WAKE_RECORDS
+    if queued.is_multiple_of(WAKE_RECORDS)
         && let Some(t) = FLUSHER.get()
     {
         t.unpark();
