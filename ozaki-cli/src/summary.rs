@@ -15,6 +15,7 @@
 //! in the middle; neither should throw away the rest of a trace the user cannot regenerate.
 
 mod json;
+mod predictions;
 
 use crate::tracefile::{load, notes};
 use clap::Parser;
@@ -233,6 +234,7 @@ pub struct Summary {
     by_route: BTreeMap<String, Totals>,
     by_shape: BTreeMap<Shape, Totals>,
     gpu_start: BTreeMap<&'static str, Seen>,
+    predictions: predictions::Predictions,
     /// (nbar, flops) of every call.
     nbar: Vec<(f64, f64)>,
 }
@@ -296,6 +298,7 @@ impl Summary {
         }
         self.by_shape.entry(Shape::of(c)).or_default().add(c);
         self.nbar.push((c.nbar(), c.flops()));
+        self.predictions.add(c);
         let f = &mut self.files[file];
         f.totals.add(c);
         let list = match (&c.devices, c.device) {
@@ -426,6 +429,7 @@ impl Summary {
         self.write_per_rank(out)?;
         self.write_per_device(out)?;
         self.write_gpu_start(out)?;
+        self.predictions.write(out)?;
 
         writeln!(out, "\nCall size nbar = 2mn/(m+n), weighted by FLOPs:")?;
         match NbarStats::of_samples(self.nbar.iter().copied()) {

@@ -40,8 +40,12 @@ pub struct EngineNote {
 /// Why a call decided before the engine was built went to the vendor BLAS.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Early {
-    /// The pre-engine priced the vendor clearly faster.
-    Clearly,
+    /// The pre-engine priced the vendor clearly faster (`fv`: the vendor's measured
+    /// correction factor).
+    Clearly {
+        /// The vendor's correction factor.
+        fv: f64,
+    },
     /// The gains priced so far do not cover the GPU's start (`fv`: the vendor's measured
     /// correction factor).
     NotStarted {
@@ -81,13 +85,16 @@ pub enum Early {
     },
 }
 
-/// " (priced at its size class's bound MxNxK)", or nothing.
+/// " (priced at its size class's bound MxNxK)" (`CLASS_BOUND_NOTE`), or nothing.
 fn push_bound(out: &mut String, bound: Option<CallShape>) {
     if let Some(b) = bound {
         let _ = write!(
             out,
-            " (priced at its size class's bound {}x{}x{})",
-            b.m, b.n, b.k
+            " ({} {}x{}x{})",
+            ozaki_core::trace::CLASS_BOUND_NOTE,
+            b.m,
+            b.n,
+            b.k
         );
     }
 }
@@ -128,9 +135,10 @@ impl EngineNote {
                     let _ = write!(out, " (waited {s:.2} s for the GPU start)");
                 }
             }
-            Some(Early::Clearly) => {
+            Some(Early::Clearly { fv }) => {
                 out.push_str(base);
                 push_bound(&mut out, self.bound);
+                push_corrected(&mut out, fv);
             }
             Some(Early::NotStarted { gained, cost, fv }) => {
                 let _ = write!(
