@@ -227,7 +227,10 @@ struct Queued {
     /// `None` also for an outcome with nothing to say (a vendor call's), which formats the
     /// same.
     outcome: Option<Box<RouteOutcome>>,
-    engine: Option<Box<EngineNote>>,
+    /// Kept in the record, not behind its own allocation: the flush thread frees what the
+    /// caller allocated, and a free of another thread's allocation takes the allocator's
+    /// shared lock, which a caller's next allocation would then wait for.
+    engine: Option<EngineNote>,
     info: Option<i64>,
     ab: Option<Box<AbResult>>,
 }
@@ -240,7 +243,7 @@ impl Queued {
             route: self.route,
             fallback: self.fallback.as_deref(),
             outcome: self.outcome.as_deref(),
-            engine: self.engine.as_deref(),
+            engine: self.engine.as_ref(),
             info: self.info,
             ab: self.ab.as_deref(),
         }
@@ -271,7 +274,7 @@ pub fn record_taking(start: &Start, entry: &Entry<'_>, engine: Option<Box<Engine
             .outcome
             .filter(|o| **o != RouteOutcome::default())
             .map(|o| Box::new(o.clone())),
-        engine,
+        engine: engine.map(|e| *e),
         info: entry.info,
         ab: entry.ab.map(|a| Box::new(a.clone())),
     };
