@@ -81,7 +81,7 @@ pub const WAKE_RECORDS: usize = 64;
 /// Queued records at which the calling thread writes the queue itself (the flush thread is
 /// far behind, or gone: the queue stays bounded and no record is dropped). Until then a
 /// caller wakes the flush thread at every further [`WAKE_RECORDS`], and never waits for it.
-pub const MAX_QUEUED: usize = 16384;
+pub const MAX_QUEUED: usize = 2048;
 
 /// Age of the oldest buffered record at which the background thread writes the buffer.
 pub const FLUSH_AGE_NS: u64 = 500_000_000;

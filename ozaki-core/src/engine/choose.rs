@@ -326,7 +326,14 @@ impl Engine {
         moduli: Option<u32>,
         concurrent: u32,
     ) -> Vec<RouteEstimate> {
-        model::price_all_loaded(&self.profile, shape, moduli, self.threads, concurrent)
+        model::price_all(
+            &self.profile,
+            shape,
+            moduli,
+            self.threads,
+            concurrent,
+            false,
+        )
     }
 
     /// The decision for a call made with `in_flight` calls in flight in the process (itself

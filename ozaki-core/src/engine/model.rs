@@ -190,19 +190,9 @@ pub fn predict_all_loaded(
     price_all(profile, shape, moduli, threads, concurrent, true)
 }
 
-/// [`predict_all_loaded`] with every term's `how` left empty: the seconds a decision is made
-/// from, without the words `ozaki explain` shows.
-pub fn price_all_loaded(
-    profile: &Profile,
-    shape: &CallShape,
-    moduli: Option<u32>,
-    threads: u32,
-    concurrent: u32,
-) -> Vec<RouteEstimate> {
-    price_all(profile, shape, moduli, threads, concurrent, false)
-}
-
-fn price_all(
+/// [`predict_all_loaded`], with every term's `how` left empty unless `detail`: a decision
+/// needs the seconds, not the words `ozaki explain` shows.
+pub fn price_all(
     profile: &Profile,
     shape: &CallShape,
     moduli: Option<u32>,
