@@ -25,13 +25,13 @@ use crate::abi::{RawCall, Shape, Verdict};
 use crate::config;
 use crate::forward;
 use crate::guard;
+use crate::route::choose_note::EngineNote;
 use crate::route::{self, RouteOutcome};
 use crate::shield::shielded;
 use crate::symbols::SymId;
 use crate::trace_sink::{self, Entry};
 use libc::c_void;
 use ozaki_core::route::Route;
-use ozaki_core::trace::Prediction;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -113,23 +113,24 @@ struct Pending {
     start: trace_sink::Start,
     route: &'static str,
     outcome: Option<RouteOutcome>,
-    engine: Option<Prediction>,
+    engine: Option<Box<EngineNote>>,
     info: Option<i64>,
 }
 
 impl Pending {
-    fn record(&self) {
+    fn record(mut self: Box<Self>) {
+        let engine = self.engine.take();
         let entry = Entry {
             sym: self.id.into(),
             shape: &self.shape,
             route: self.route,
             fallback: None,
             outcome: self.outcome.as_ref(),
-            engine: self.engine.as_ref(),
+            engine: None,
             info: self.info,
             ab: None,
         };
-        trace_sink::record(&self.start, &entry);
+        trace_sink::record_taking(&self.start, &entry, engine);
     }
 }
 
@@ -206,7 +207,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             }
         }
         Verdict::Compute(canon) => {
-            let choice = route::choose(config.route, &canon, config);
+            let mut choice = route::choose(config.route, &canon, config);
             // A call the engine counts in flight or times runs through the route below.
             if choice.route == Route::Vendor
                 && choice.flight.is_none()
@@ -254,11 +255,11 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     route: done.route.name(),
                     fallback: done.fallback.as_deref(),
                     outcome: Some(&done.outcome),
-                    engine: choice.engine.as_ref(),
+                    engine: None,
                     info: None,
                     ab: ab.as_ref(),
                 };
-                trace_sink::record(start, &entry);
+                trace_sink::record_taking(start, &entry, choice.engine.take());
             }
             Plan::Done
         }

@@ -24,27 +24,36 @@
 //! shim version, the vendor library of every symbol resolved so far, start time, host, MPI
 //! rank). Then one `"type":"call"` object per intercepted call (nested calls excluded, see
 //! `guard`). A symbol resolved after the header was written names its library once, in a
-//! `vendor` field of its first record. Call records are formatted by hand into a per-thread
-//! buffer (no allocation, no serde on the hot path) and round-trip through
-//! `ozaki_core::trace::parse_line`; `tests` check that.
+//! `vendor` field of its first record. Call records are formatted by hand (no serde on the
+//! calling thread) and round-trip through `ozaki_core::trace::parse_line`; `tests` check that.
+//!
+//! ## Who formats what
+//! A call's thread only reads the clock and leaves its record, as numbers, in one
+//! process-wide queue behind a mutex ([`record`]: no JSON, no formatting of reasons; the
+//! engine's `engine` field is put into words from the decision it names,
+//! `crate::route::choose_note`). The flush thread, started with the file, turns the queue
+//! into lines and writes them with `write(2)`, whole lines only, in queue order: when a
+//! caller has queued [`WAKE_RECORDS`] records (it wakes the thread), and every [`FLUSH_TICK`]
+//! once the oldest record is [`FLUSH_AGE_NS`] old. A caller that finds [`MAX_QUEUED`]
+//! records waiting writes the queue itself, so the queue stays bounded and no record is
+//! dropped. The file is created by the first record's caller, so a trace file exists (with
+//! its header) as soon as a call was made.
 //!
 //! ## What survives what
-//! Records go, as whole lines, into one process-wide buffer behind a mutex, which is written
-//! with `write(2)` (whole lines only) when it holds [`FLUSH_BYTES`] bytes. So concurrent
-//! threads never tear or lose a line, and:
+//! Concurrent threads never tear or lose a line, and:
 //! - normal exit, `exit()` from any thread, the end of `main`: an `atexit` handler writes the
-//!   buffer; records made by other threads after that are written immediately;
-//! - `fork()`: the child drops the parent's buffered records (the parent writes them) and opens
+//!   queue; records made by other threads after that are written immediately;
+//! - `fork()`: the child drops the parent's queued records (the parent writes them) and opens
 //!   its own file at its first call: the template expanded with the child's pid, or, when the
 //!   template has no `%p`, `FILE.<pid>`. Its header has `parent_pid`; its `seq` starts at 0 and
 //!   its `t_ns` counts from the fork. Children write every record at once, since they often
 //!   end with `_exit(2)`, which runs no `atexit` handler;
 //! - a crash (SIGKILL, SIGSEGV, abort), SIGINT/SIGTERM or `_exit(2)` in the original process
-//!   loses at most the records still in the buffer: under [`FLUSH_BYTES`] bytes, about 60
-//!   typical records (a dgemm record is about 270 bytes), and never a record older than
-//!   [`FLUSH_AGE_NS`] plus one [`FLUSH_TICK`]: a background thread, started with the file,
-//!   writes the buffer once its oldest record is that old. It wakes every tick, takes the
-//!   sink's lock only then, and is not copied into `fork` children (which write through).
+//!   loses at most the records still queued or being formatted: normally under
+//!   [`WAKE_RECORDS`] plus one batch, at most [`MAX_QUEUED`] when callers outrun the flush
+//!   thread, and never a record older than [`FLUSH_AGE_NS`] plus one [`FLUSH_TICK`]. The
+//!   thread takes the locks only when it wakes, and is not copied into `fork` children
+//!   (which write through).
 //!
 //! A program that `exec`s other programs passes `OZAKI_TRACE` on; give such programs a `%p` in
 //! the name, or each will truncate the file the previous one wrote.
@@ -52,17 +61,27 @@
 use crate::abi::Shape;
 use crate::forward;
 use crate::route::RouteOutcome;
+use crate::route::choose_note::EngineNote;
 use crate::symbols::{COUNT, SymId};
 use libc::c_int;
-use ozaki_core::trace::{AbResult, Header, Layout, Prediction, Routine, SCHEMA_VERSION};
-use std::cell::{Cell, RefCell, UnsafeCell};
+use ozaki_core::trace::{AbResult, Header, Layout, Routine, SCHEMA_VERSION};
+use std::cell::{Cell, UnsafeCell};
 use std::ffi::CString;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-/// Buffered bytes that trigger a write.
+/// Formatted bytes written with one `write(2)` at most.
 pub const FLUSH_BYTES: usize = 16 * 1024;
+
+/// Queued records at which the calling thread wakes the flush thread.
+pub const WAKE_RECORDS: usize = 64;
+
+/// Queued records at which the calling thread writes the queue itself (the flush thread is
+/// far behind, or gone: the queue stays bounded and no record is dropped). Until then a
+/// caller wakes the flush thread at every further [`WAKE_RECORDS`], and never waits for it.
+pub const MAX_QUEUED: usize = 2048;
 
 /// Age of the oldest buffered record at which the background thread writes the buffer.
 pub const FLUSH_AGE_NS: u64 = 500_000_000;
@@ -161,13 +180,13 @@ pub struct Entry<'a> {
     /// The call in the caller's terms.
     pub shape: &'a Shape,
     /// Route that produced C, or `quick` / `xerbla`.
-    pub route: &'a str,
+    pub route: &'static str,
     /// Why the requested route was not the one that produced C.
     pub fallback: Option<&'a str>,
     /// The route's report.
     pub outcome: Option<&'a RouteOutcome>,
-    /// The engine's prediction (auto mode).
-    pub engine: Option<&'a Prediction>,
+    /// The engine's decision (auto mode), put into words when the record is written.
+    pub engine: Option<&'a EngineNote>,
     /// Reference error code of an illegal call.
     pub info: Option<i64>,
     /// A/B comparison against the vendor (`OZAKI_AB`, [`crate::ab`]).
@@ -176,39 +195,129 @@ pub struct Entry<'a> {
 
 thread_local! {
     static TID: Cell<u64> = const { Cell::new(0) };
-    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Kernel thread id, cached per thread (reset in a `fork` child).
+/// Kernel thread id, cached per thread (reset in a `fork` child; asked of the kernel again
+/// once the thread's locals are torn down).
 fn tid() -> u64 {
-    TID.with(|t| {
+    let ask = || {
+        // SAFETY: gettid has no preconditions.
+        unsafe { libc::syscall(libc::SYS_gettid) as u64 }
+    };
+    TID.try_with(|t| {
         if t.get() == 0 {
-            // SAFETY: gettid has no preconditions.
-            t.set(unsafe { libc::syscall(libc::SYS_gettid) } as u64);
+            t.set(ask());
         }
         t.get()
     })
+    .unwrap_or_else(|_| ask())
 }
 
-/// Records one finished call.
+/// One call record as the calling thread leaves it: its numbers and the values it names,
+/// put into JSON by whoever writes the queue (the flush thread, mostly).
+struct Queued {
+    seq: u64,
+    t_ns: u64,
+    dur_ns: u64,
+    tid: u64,
+    sym: Sym,
+    shape: Shape,
+    route: &'static str,
+    fallback: Option<Box<str>>,
+    /// `None` also for an outcome with nothing to say (a vendor call's), which formats the
+    /// same.
+    outcome: Option<Box<RouteOutcome>>,
+    /// Kept in the record, not behind its own allocation: the flush thread frees what the
+    /// caller allocated, and a free of another thread's allocation takes the allocator's
+    /// shared lock, which a caller's next allocation would then wait for.
+    engine: Option<EngineNote>,
+    info: Option<i64>,
+    ab: Option<Box<AbResult>>,
+}
+
+impl Queued {
+    fn entry(&self) -> Entry<'_> {
+        Entry {
+            sym: self.sym,
+            shape: &self.shape,
+            route: self.route,
+            fallback: self.fallback.as_deref(),
+            outcome: self.outcome.as_deref(),
+            engine: self.engine.as_ref(),
+            info: self.info,
+            ab: self.ab.as_deref(),
+        }
+    }
+}
+
+/// Records one finished call: the record joins the queue the flush thread writes (see the
+/// module docs); the caller formats nothing unless the queue is full or the sink writes
+/// every record at once.
 pub fn record(start: &Start, entry: &Entry<'_>) {
+    record_taking(start, entry, entry.engine.map(|e| Box::new(e.clone())));
+}
+
+/// [`record`] for a caller that owns the call's engine note: it moves into the record
+/// (`entry.engine` is not read).
+pub fn record_taking(start: &Start, entry: &Entry<'_>, engine: Option<Box<EngineNote>>) {
     let end = now_ns();
-    let t_ns = start.t.saturating_sub(ORIGIN_NS.load(Ordering::Relaxed));
-    let tid = tid();
-    let write = |line: &mut Vec<u8>| {
-        line.clear();
-        format_body(
-            line,
-            start.seq,
-            t_ns,
-            end.saturating_sub(start.t),
-            tid,
-            entry,
-        );
-        append(entry.sym, line);
+    let q = Queued {
+        seq: start.seq,
+        t_ns: start.t.saturating_sub(ORIGIN_NS.load(Ordering::Relaxed)),
+        dur_ns: end.saturating_sub(start.t),
+        tid: tid(),
+        sym: entry.sym,
+        shape: *entry.shape,
+        route: entry.route,
+        fallback: entry.fallback.map(Box::from),
+        outcome: entry
+            .outcome
+            .filter(|o| **o != RouteOutcome::default())
+            .map(|o| Box::new(o.clone())),
+        engine: engine.map(|e| *e),
+        info: entry.info,
+        ab: entry.ab.map(|a| Box::new(a.clone())),
     };
-    if LINE.try_with(|l| write(&mut l.borrow_mut())).is_err() {
-        write(&mut Vec::new()); // thread-local storage already destroyed (a call from a TLS destructor)
+    if !OPENED.load(Ordering::Acquire) {
+        // The file is created at the first record, by its caller (module docs).
+        let mut sink = SHARED.lock();
+        if sink.state == State::Closed {
+            sink.open();
+        }
+        OPENED.store(true, Ordering::Release);
+    }
+    let mut queue = QUEUE.lock();
+    if queue.write_through {
+        drop(queue);
+        let mut sink = SHARED.lock();
+        sink.drain();
+        sink.write_one(&q);
+        return;
+    }
+    if queue.records.capacity() == 0 {
+        queue.records.reserve_exact(4 * WAKE_RECORDS);
+    }
+    if queue.records.is_empty() {
+        queue.oldest_ns = end;
+    }
+    queue.records.push(q);
+    let queued = queue.records.len();
+    let start_flusher = !queue.flusher;
+    queue.flusher = true;
+    drop(queue);
+    if start_flusher {
+        // Without the thread the queue is still written at MAX_QUEUED and at exit.
+        if let Ok(handle) = crate::shim_thread::spawn("ozaki-trace-flush", flush_when_due) {
+            let _ = FLUSHER.set(handle.thread().clone());
+        }
+    }
+    if queued.is_multiple_of(WAKE_RECORDS)
+        && let Some(t) = FLUSHER.get()
+    {
+        t.unpark();
+    }
+    if queued >= MAX_QUEUED {
+        SHARED.lock().drain();
     }
 }
 
@@ -349,7 +458,7 @@ fn format_body(out: &mut Vec<u8>, seq: u64, t_ns: u64, dur_ns: u64, tid: u64, e:
     }
     if let Some(engine) = e.engine {
         field(out, "engine");
-        let _ = serde_json::to_writer(&mut *out, engine);
+        let _ = serde_json::to_writer(&mut *out, &engine.prediction());
     }
     if let Some(info) = e.info {
         field(out, "info");
@@ -379,11 +488,10 @@ struct Sink {
     fd: c_int,
     /// The expanded file name (for the write-error message).
     path: String,
+    /// Formatted lines waiting for one `write(2)`.
     buf: Vec<u8>,
-    /// Clock reading of the oldest record in `buf` (meaningless when `buf` is empty).
-    oldest_ns: u64,
-    /// Whether the background flush thread has been started in this process.
-    flusher: bool,
+    /// The records being formatted, taken from the queue (kept to reuse its capacity).
+    batch: Vec<Queued>,
     /// Whether a write error has been reported (once per file).
     write_error_reported: bool,
     /// A failed write may have left a line cut short: the next write starts a new line.
@@ -394,109 +502,136 @@ struct Sink {
     announced: [bool; COUNT],
 }
 
-struct Shared {
+/// The records callers have left and nobody has written yet.
+struct Queue {
+    records: Vec<Queued>,
+    /// Clock reading of the oldest record in `records` (meaningless when it is empty).
+    oldest_ns: u64,
+    /// Whether the background flush thread has been started in this process.
+    flusher: bool,
+    /// The sink writes every record at once: callers do not queue.
+    write_through: bool,
+}
+
+/// A value behind a plain pthread mutex (not `std::sync::Mutex`), so the `fork` handlers
+/// can hold it across `fork()` and release it on both sides.
+struct PMutex<T> {
     mutex: UnsafeCell<libc::pthread_mutex_t>,
-    sink: UnsafeCell<Sink>,
+    value: UnsafeCell<T>,
 }
 
-// SAFETY: `sink` is only reached through `lock`, which holds `mutex`.
-unsafe impl Sync for Shared {}
+// SAFETY: `value` is only reached through `lock`, which holds `mutex`.
+unsafe impl<T: Send> Sync for PMutex<T> {}
 
-static SHARED: Shared = Shared {
-    mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
-    sink: UnsafeCell::new(Sink {
-        state: State::Closed,
-        fd: -1,
-        path: String::new(),
-        buf: Vec::new(),
-        oldest_ns: 0,
-        flusher: false,
-        write_error_reported: false,
-        torn: false,
-        write_through: false,
-        announced: [false; COUNT],
-    }),
-};
+impl<T> PMutex<T> {
+    const fn new(value: T) -> PMutex<T> {
+        PMutex {
+            mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
+            value: UnsafeCell::new(value),
+        }
+    }
 
-/// The sink, locked until dropped. A plain pthread mutex (not `std::sync::Mutex`) so the
-/// `fork` handlers can hold it across `fork()` and release it on both sides.
-struct Locked(());
+    fn lock(&self) -> Locked<'_, T> {
+        // SAFETY: a statically initialised mutex.
+        unsafe { libc::pthread_mutex_lock(self.mutex.get()) };
+        Locked(self)
+    }
 
-fn lock() -> Locked {
-    // SAFETY: a statically initialised mutex.
-    unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
-    Locked(())
+    /// Locks without a guard (the `fork` prepare handler).
+    fn lock_raw(&self) {
+        // SAFETY: a statically initialised mutex.
+        unsafe { libc::pthread_mutex_lock(self.mutex.get()) };
+    }
+
+    /// Unlocks what [`PMutex::lock_raw`] locked.
+    ///
+    /// # Safety
+    /// - the calling thread (or, in a `fork` child, its copy) holds the mutex.
+    unsafe fn unlock_raw(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { libc::pthread_mutex_unlock(self.mutex.get()) };
+    }
+
+    /// The value, for a thread that holds the mutex by [`PMutex::lock_raw`].
+    ///
+    /// # Safety
+    /// - the calling thread holds the mutex, and no `Locked` guard of it is alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn held(&self) -> &mut T {
+        // SAFETY: the caller's contract.
+        unsafe { &mut *self.value.get() }
+    }
 }
 
-impl Drop for Locked {
+static SHARED: PMutex<Sink> = PMutex::new(Sink {
+    state: State::Closed,
+    fd: -1,
+    path: String::new(),
+    buf: Vec::new(),
+    batch: Vec::new(),
+    write_error_reported: false,
+    torn: false,
+    write_through: false,
+    announced: [false; COUNT],
+});
+
+static QUEUE: PMutex<Queue> = PMutex::new(Queue {
+    records: Vec::new(),
+    oldest_ns: 0,
+    flusher: false,
+    write_through: false,
+});
+
+/// Whether this process has opened (or failed to open) its trace file: callers check it
+/// without a lock.
+static OPENED: AtomicBool = AtomicBool::new(false);
+
+/// The flush thread, for waking it.
+static FLUSHER: OnceLock<std::thread::Thread> = OnceLock::new();
+
+/// A locked value, until dropped. Lock order: the sink before the queue.
+struct Locked<'a, T>(&'a PMutex<T>);
+
+impl<T> Drop for Locked<'_, T> {
     fn drop(&mut self) {
         // SAFETY: locked by `lock` in this thread.
-        unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+        unsafe { libc::pthread_mutex_unlock(self.0.mutex.get()) };
     }
 }
 
-impl std::ops::Deref for Locked {
-    type Target = Sink;
-    fn deref(&self) -> &Sink {
+impl<T> std::ops::Deref for Locked<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
         // SAFETY: the mutex is held.
-        unsafe { &*SHARED.sink.get() }
+        unsafe { &*self.0.value.get() }
     }
 }
 
-impl std::ops::DerefMut for Locked {
-    fn deref_mut(&mut self) -> &mut Sink {
+impl<T> std::ops::DerefMut for Locked<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
         // SAFETY: the mutex is held, and `Locked` is the only way in.
-        unsafe { &mut *SHARED.sink.get() }
+        unsafe { &mut *self.0.value.get() }
     }
 }
 
-fn append(sym: Sym, body: &[u8]) {
-    let mut sink = lock();
-    if sink.state == State::Closed {
-        sink.open();
-    }
-    if sink.state != State::Open {
-        return;
-    }
-    if sink.buf.is_empty() {
-        sink.oldest_ns = now_ns();
-    }
-    sink.buf.extend_from_slice(body);
-    // A host symbol's first record names its vendor library (a cuBLAS call's library is
-    // the one the program loaded).
-    if let Sym::Blas(sym) = sym
-        && !sink.announced[sym.index()]
-        && let Some(lib) = forward::resolved_library(sym)
-    {
-        sink.announced[sym.index()] = true;
-        field(&mut sink.buf, "vendor");
-        push_str(&mut sink.buf, lib);
-    }
-    sink.buf.extend_from_slice(b"}\n");
-    if sink.write_through || sink.buf.len() >= FLUSH_BYTES {
-        sink.flush();
-    }
-    let start_flusher = !sink.write_through && !sink.flusher;
-    sink.flusher |= start_flusher;
-    drop(sink);
-    if start_flusher {
-        // Without the thread the buffer is still written at FLUSH_BYTES and at exit.
-        let _ = crate::shim_thread::spawn("ozaki-trace-flush", flush_when_old);
-    }
-}
-
-/// The background flush: writes the buffer once its oldest record is [`FLUSH_AGE_NS`] old,
-/// so a program killed by a signal after a pause loses nothing. Ends once the exit handler
-/// has switched the sink to writing through.
-fn flush_when_old() {
+/// The background flush: woken by a caller at [`WAKE_RECORDS`] queued records, and every
+/// [`FLUSH_TICK`], it writes the queue when it holds that many or its oldest record is
+/// [`FLUSH_AGE_NS`] old, so a program killed by a signal after a pause loses nothing. Ends
+/// once the exit handler has switched the sink to writing through.
+fn flush_when_due() {
     loop {
-        std::thread::sleep(FLUSH_TICK);
-        let mut sink = lock();
+        std::thread::park_timeout(FLUSH_TICK);
+        let mut sink = SHARED.lock();
         if sink.write_through {
             return;
         }
-        if !sink.buf.is_empty() && now_ns().saturating_sub(sink.oldest_ns) >= FLUSH_AGE_NS {
-            sink.flush();
+        let (queued, oldest) = {
+            let q = QUEUE.lock();
+            (q.records.len(), q.oldest_ns)
+        };
+        if queued >= WAKE_RECORDS || (queued > 0 && now_ns().saturating_sub(oldest) >= FLUSH_AGE_NS)
+        {
+            sink.drain();
         }
     }
 }
@@ -542,6 +677,53 @@ impl Sink {
                 ));
             }
         }
+    }
+
+    /// Writes every queued record, in queue order, formatting them here.
+    fn drain(&mut self) {
+        {
+            let mut q = QUEUE.lock();
+            std::mem::swap(&mut q.records, &mut self.batch);
+        }
+        if self.batch.is_empty() {
+            return;
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        for r in &batch {
+            self.format(r);
+            if self.buf.len() >= FLUSH_BYTES {
+                self.flush();
+            }
+        }
+        self.flush();
+        batch.clear();
+        self.batch = batch;
+    }
+
+    /// Writes one record at once (write-through), after what was queued before it.
+    fn write_one(&mut self, r: &Queued) {
+        self.drain();
+        self.format(r);
+        self.flush();
+    }
+
+    /// Appends one record's line to the buffer.
+    fn format(&mut self, r: &Queued) {
+        if self.state != State::Open {
+            return;
+        }
+        format_body(&mut self.buf, r.seq, r.t_ns, r.dur_ns, r.tid, &r.entry());
+        // A host symbol's first record names its vendor library (a cuBLAS call's library is
+        // the one the program loaded).
+        if let Sym::Blas(sym) = r.sym
+            && !self.announced[sym.index()]
+            && let Some(lib) = forward::resolved_library(sym)
+        {
+            self.announced[sym.index()] = true;
+            field(&mut self.buf, "vendor");
+            push_str(&mut self.buf, lib);
+        }
+        self.buf.extend_from_slice(b"}\n");
     }
 
     fn flush(&mut self) {
@@ -772,40 +954,53 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
 // Process events
 
 pub(crate) fn flush_at_exit() {
-    let mut sink = lock();
-    sink.flush();
+    let mut sink = SHARED.lock();
+    sink.drain();
     sink.write_through = true;
+    QUEUE.lock().write_through = true;
+    // Records queued between the drain and the switch.
+    sink.drain();
 }
 
 pub(crate) fn before_fork() {
-    // Hold the sink across fork() so the child never inherits it locked by another thread.
-    // SAFETY: statically initialised mutex; released in both after_fork handlers.
-    unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
+    // Hold the sink and the queue across fork() so the child never inherits them locked by
+    // another thread (sink first: the lock order).
+    SHARED.lock_raw();
+    QUEUE.lock_raw();
 }
 
 pub(crate) fn after_fork_parent() {
     // SAFETY: locked in before_fork by this thread.
-    unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+    unsafe {
+        QUEUE.unlock_raw();
+        SHARED.unlock_raw();
+    }
 }
 
 pub(crate) fn after_fork_child() {
-    // SAFETY: the mutex is held by this (the only) thread since before_fork.
-    let sink = unsafe { &mut *SHARED.sink.get() };
+    // SAFETY: both mutexes are held by this (the only) thread since before_fork.
+    let (sink, queue) = unsafe { (SHARED.held(), QUEUE.held()) };
     if sink.state == State::Open {
         // SAFETY: our own descriptor; the parent keeps its copy.
         unsafe { libc::close(sink.fd) };
     }
     sink.fd = -1;
-    sink.buf.clear(); // the parent's records: the parent writes them
+    sink.buf.clear();
+    queue.records.clear(); // the parent's records: the parent writes them
+    queue.flusher = false; // the parent's flush thread is not copied into the child
+    queue.write_through = true;
     sink.state = State::Closed;
-    sink.flusher = false; // the parent's flush thread is not copied into the child
     sink.write_through = true;
     sink.announced = [false; COUNT];
+    OPENED.store(false, Ordering::Relaxed);
     SEQ.store(0, Ordering::Relaxed);
     set_origin();
     let _ = TID.try_with(|t| t.set(0));
     // SAFETY: locked in before_fork; this thread is its owner's copy.
-    unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+    unsafe {
+        QUEUE.unlock_raw();
+        SHARED.unlock_raw();
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,10 @@
  *
  * Usage: bench_overhead [N [BATCHES [PER_BATCH [ENTRY]]]]   (default 8 1000 1000 fortran, i.e.
  * 10^6 calls of dgemm_); ENTRY `cblas` calls row-major cblas_dgemm instead.
- * Prints: median_ns=... p10_ns=... p90_ns=... calls=... checksum=...
+ * Prints: median_ns=... p10_ns=... p90_ns=... cpu_ns=... proc_cpu_ns=... calls=... checksum=...
+ * where cpu_ns is the calling thread's CPU time per timed call (CLOCK_THREAD_CPUTIME_ID: time
+ * the thread was preempted on a loaded machine does not count) and proc_cpu_ns the whole
+ * process's (CLOCK_PROCESS_CPUTIME_ID: threads of the library under test included).
  */
 #include <time.h>
 
@@ -40,6 +43,9 @@ int main(int argc, char **argv) {
     memset(c, 0, sizeof(double) * n * n);
     /* Warm up: resolve symbols, open the trace, fault in the pages. */
     for (int i = 0; i < 1000; i++) call(cblas, n, a, b, c);
+    struct timespec c0, c1, p0, p1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p0);
     for (int j = 0; j < batches; j++) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -47,8 +53,14 @@ int main(int argc, char **argv) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         t[j] = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / per;
     }
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &p1);
+    double calls = (double)batches * per;
+    double cpu = ((c1.tv_sec - c0.tv_sec) * 1e9 + (c1.tv_nsec - c0.tv_nsec)) / calls;
+    double proc = ((p1.tv_sec - p0.tv_sec) * 1e9 + (p1.tv_nsec - p0.tv_nsec)) / calls;
     qsort(t, batches, sizeof(double), cmp);
-    printf("median_ns=%.1f p10_ns=%.1f p90_ns=%.1f calls=%lld checksum=%016llx\n", t[batches / 2], t[batches / 10],
-           t[batches - 1 - batches / 10], (long long)batches * per, (unsigned long long)hash_bits(c, (size_t)n * n));
+    printf("median_ns=%.1f p10_ns=%.1f p90_ns=%.1f cpu_ns=%.1f proc_cpu_ns=%.1f calls=%lld checksum=%016llx\n",
+           t[batches / 2], t[batches / 10], t[batches - 1 - batches / 10], cpu, proc, (long long)batches * per,
+           (unsigned long long)hash_bits(c, (size_t)n * n));
     return 0;
 }

@@ -319,6 +319,23 @@ impl Engine {
         model::predict_all_loaded(&self.profile, shape, moduli, self.threads, concurrent)
     }
 
+    /// [`Engine::estimates_loaded`] without the terms' texts: what a decision is made from.
+    fn priced_loaded(
+        &self,
+        shape: &CallShape,
+        moduli: Option<u32>,
+        concurrent: u32,
+    ) -> Vec<RouteEstimate> {
+        model::price_all(
+            &self.profile,
+            shape,
+            moduli,
+            self.threads,
+            concurrent,
+            false,
+        )
+    }
+
     /// The decision for a call made with `in_flight` calls in flight in the process (itself
     /// included), cached per shape, moduli key and [`concurrency_class`]; `moduli` computes
     /// the count on a miss (see [`Engine::decide_with`]).
@@ -335,7 +352,7 @@ impl Engine {
             let est = if shape.no_product() {
                 Vec::new()
             } else {
-                self.estimates_loaded(shape, r, c)
+                self.priced_loaded(shape, r, c)
             };
             let mut d = self.decide_from_estimates(shape, r, &est);
             d.concurrent = c;
@@ -350,7 +367,7 @@ impl Engine {
     pub fn decide_device(&self, shape: &CallShape, moduli: Option<u32>) -> Arc<Decision> {
         let shape = shape.with_residency(super::Residency::Device);
         self.cached(&shape, moduli, 1, || {
-            let mut est = self.estimates(&shape, moduli);
+            let mut est = self.priced_loaded(&shape, moduli, 1);
             est.retain(|e| e.route != Route::Vendor);
             self.decide_from_estimates(&shape, moduli, &est)
         })
@@ -437,7 +454,7 @@ impl Engine {
             // no estimates needed: decided before any route is priced
             return self.decide_from_estimates(shape, moduli, &[]);
         }
-        self.decide_from_estimates(shape, moduli, &self.estimates(shape, moduli))
+        self.decide_from_estimates(shape, moduli, &self.priced_loaded(shape, moduli, 1))
     }
 
     /// [`Engine::decide_uncached`] from estimates the caller already has

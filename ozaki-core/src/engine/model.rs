@@ -104,11 +104,25 @@ pub fn predict_loaded(
     threads: u32,
     concurrent: u32,
 ) -> RouteEstimate {
+    price(profile, shape, route, moduli, threads, concurrent, true)
+}
+
+/// [`predict_loaded`] with the terms' `how` texts only when `detail` (a decision needs the
+/// seconds, not the words: formatting them cost more than the arithmetic).
+fn price(
+    profile: &Profile,
+    shape: &CallShape,
+    route: Route,
+    moduli: Option<u32>,
+    threads: u32,
+    concurrent: u32,
+    detail: bool,
+) -> RouteEstimate {
     let mut est = match route {
-        Route::Vendor => vendor(profile, shape, threads, concurrent),
+        Route::Vendor => vendor(profile, shape, threads, concurrent, detail),
         Route::GpuNative | Route::GpuOzaki => match &profile.gpu {
             None => RouteEstimate::excluded(route, "no GPU in this profile".into()),
-            Some(gpu) => gpu_route(gpu, shape, route, moduli),
+            Some(gpu) => gpu_route(gpu, shape, route, moduli, detail),
         },
         Route::Builtin | Route::CpuOzaki => {
             RouteEstimate::excluded(route, "not priced by the engine (forced only)".into())
@@ -122,10 +136,12 @@ pub fn predict_loaded(
             est.terms.push(Term {
                 name: "end-to-end",
                 seconds: est.seconds * (f - 1.0),
-                how: format!(
-                    "×{f:.3} from end-to-end {residency} {} timings near this shape",
-                    route.name()
-                ),
+                how: how(detail, || {
+                    format!(
+                        "×{f:.3} from end-to-end {residency} {} timings near this shape",
+                        route.name()
+                    )
+                }),
             });
             est.seconds *= f;
         }
@@ -172,13 +188,37 @@ pub fn predict_all_loaded(
     threads: u32,
     concurrent: u32,
 ) -> Vec<RouteEstimate> {
+    price_all(profile, shape, moduli, threads, concurrent, true)
+}
+
+/// [`predict_all_loaded`], with every term's `how` left empty unless `detail`: a decision
+/// needs the seconds, not the words `ozaki explain` shows.
+pub fn price_all(
+    profile: &Profile,
+    shape: &CallShape,
+    moduli: Option<u32>,
+    threads: u32,
+    concurrent: u32,
+    detail: bool,
+) -> Vec<RouteEstimate> {
     PRICED_ROUTES
         .iter()
-        .map(|&r| predict_loaded(profile, shape, r, moduli, threads, concurrent))
+        .map(|&r| price(profile, shape, r, moduli, threads, concurrent, detail))
         .collect()
 }
 
-fn vendor(profile: &Profile, shape: &CallShape, threads: u32, concurrent: u32) -> RouteEstimate {
+/// A term's `how`, made only when the caller wants the words.
+fn how(detail: bool, text: impl FnOnce() -> String) -> String {
+    if detail { text() } else { String::new() }
+}
+
+fn vendor(
+    profile: &Profile,
+    shape: &CallShape,
+    threads: u32,
+    concurrent: u32,
+    detail: bool,
+) -> RouteEstimate {
     let share = super::load::vendor_share(&profile.cpu, threads, concurrent);
     let Some((used, model)) = profile.cpu.model_for(share.model_threads) else {
         return RouteEstimate::excluded(Route::Vendor, "profile has no CPU BLAS timings".into());
@@ -195,19 +235,23 @@ fn vendor(profile: &Profile, shape: &CallShape, threads: u32, concurrent: u32) -
         Term {
             name: "overhead",
             seconds: profile.cpu.call_overhead_s,
-            how: "interposer overhead per call (calibrated)".into(),
+            how: how(detail, || {
+                "interposer overhead per call (calibrated)".into()
+            }),
         },
         Term {
             name: "cpu-blas",
             seconds: blas,
-            how: format!(
-                "vendor BLAS work model at {used} threads (sustained {:.0} GFLOP/s on the mnk term), ×{:.2} local correction",
-                model.peak_flops() / 1e9,
-                model.correction.factor(shape.m, shape.n, shape.k)
-            ),
+            how: how(detail, || {
+                format!(
+                    "vendor BLAS work model at {used} threads (sustained {:.0} GFLOP/s on the mnk term), ×{:.2} local correction",
+                    model.peak_flops() / 1e9,
+                    model.correction.factor(shape.m, shape.n, shape.k)
+                )
+            }),
         },
     ];
-    if concurrent > 1 {
+    if concurrent > 1 && detail {
         terms[1].how.push_str(&format!(
             "; {concurrent} calls in flight: ×{:.2} ({})",
             share.slowdown, share.how
@@ -241,6 +285,7 @@ fn gpu_route(
     shape: &CallShape,
     route: Route,
     moduli: Option<u32>,
+    detail: bool,
 ) -> RouteEstimate {
     if shape.no_product() {
         return RouteEstimate::excluded(
@@ -294,11 +339,13 @@ fn gpu_route(
     terms.push(Term {
         name: "latency",
         seconds: launches as f64 * gpu.launch_s + gpu.sync_s,
-        how: format!(
-            "{launches} launch(es) × {:.1} µs + sync {:.1} µs (calibrated)",
-            gpu.launch_s * 1e6,
-            gpu.sync_s * 1e6
-        ),
+        how: how(detail, || {
+            format!(
+                "{launches} launch(es) × {:.1} µs + sync {:.1} µs (calibrated)",
+                gpu.launch_s * 1e6,
+                gpu.sync_s * 1e6
+            )
+        }),
     });
     // The host-side fixed cost (staging buffers, the host pipeline's set-up) is fitted from
     // host-resident timings; a device-resident call does not pay it.
@@ -309,7 +356,9 @@ fn gpu_route(
         terms.push(Term {
             name: "overhead",
             seconds: o,
-            how: "host-side fixed cost per call, from the smallest end-to-end timings".into(),
+            how: how(detail, || {
+                "host-side fixed cost per call, from the smallest end-to-end timings".into()
+            }),
         });
     }
     let (mut xfer, mut t_h2d) = (0.0, 0.0);
@@ -320,20 +369,24 @@ fn gpu_route(
         terms.push(Term {
             name: "h2d",
             seconds: t_h2d,
-            how: format!(
-                "{:.3} MB at {:.1} GB/s (staged host link)",
-                h2d / 1e6,
-                gpu.link.h2d_staged / 1e9
-            ),
+            how: how(detail, || {
+                format!(
+                    "{:.3} MB at {:.1} GB/s (staged host link)",
+                    h2d / 1e6,
+                    gpu.link.h2d_staged / 1e9
+                )
+            }),
         });
         terms.push(Term {
             name: "d2h",
             seconds: t_d2h,
-            how: format!(
-                "{:.3} MB at {:.1} GB/s (staged host link)",
-                d2h / 1e6,
-                gpu.link.d2h_staged / 1e9
-            ),
+            how: how(detail, || {
+                format!(
+                    "{:.3} MB at {:.1} GB/s (staged host link)",
+                    d2h / 1e6,
+                    gpu.link.d2h_staged / 1e9
+                )
+            }),
         });
         xfer = t_h2d + t_d2h;
     }
@@ -343,10 +396,12 @@ fn gpu_route(
             terms.push(Term {
                 name: "fp64-gemm",
                 seconds: t,
-                how: format!(
-                    "cuBLAS fp64 work model (sustained {:.1} TFLOP/s on the mnk term)",
-                    gpu.fp64.peak_flops() / 1e12
-                ),
+                how: how(detail, || {
+                    format!(
+                        "cuBLAS fp64 work model (sustained {:.1} TFLOP/s on the mnk term)",
+                        gpu.fp64.peak_flops() / 1e12
+                    )
+                }),
             });
             t
         }
@@ -356,12 +411,12 @@ fn gpu_route(
             terms.push(Term {
                 name: "convert",
                 seconds: conv,
-                how: format!(
+                how: how(detail, || format!(
                     "{:.3} M input elements × ({:.4} ns + {r} moduli × {:.4} ns) for scan, scaling and residues",
                     inp / 1e6,
                     gpu.convert.s_per_elem * 1e9,
                     gpu.convert.s_per_elem_modulus * 1e9
-                ),
+                )),
             });
             // r products share one batched launch: fixed cost once, work terms r times.
             let one = gpu.int8.base_seconds(&shape.work()) - gpu.int8.s_fixed;
@@ -370,21 +425,25 @@ fn gpu_route(
             terms.push(Term {
                 name: "products",
                 seconds: prod,
-                how: format!(
-                    "{r} INT8 GEMMs, INT8 work model (sustained {:.0} TOPS on the mnk term)",
-                    gpu.int8.peak_flops() / 1e12
-                ),
+                how: how(detail, || {
+                    format!(
+                        "{r} INT8 GEMMs, INT8 work model (sustained {:.0} TOPS on the mnk term)",
+                        gpu.int8.peak_flops() / 1e12
+                    )
+                }),
             });
             let rec = out * (gpu.reconstruct.s_per_elem + rf * gpu.reconstruct.s_per_elem_modulus);
             terms.push(Term {
                 name: "reconstruct",
                 seconds: rec,
-                how: format!(
-                    "{:.3} M outputs × ({:.4} ns + {r} moduli × {:.4} ns), fp64 CRT on the GPU",
-                    out / 1e6,
-                    gpu.reconstruct.s_per_elem * 1e9,
-                    gpu.reconstruct.s_per_elem_modulus * 1e9
-                ),
+                how: how(detail, || {
+                    format!(
+                        "{:.3} M outputs × ({:.4} ns + {r} moduli × {:.4} ns), fp64 CRT on the GPU",
+                        out / 1e6,
+                        gpu.reconstruct.s_per_elem * 1e9,
+                        gpu.reconstruct.s_per_elem_modulus * 1e9
+                    )
+                }),
             });
             conv + prod + rec
         }
@@ -416,10 +475,10 @@ fn gpu_route(
         terms.push(Term {
             name: "overlap",
             seconds: -credit,
-            how: format!(
+            how: how(detail, || format!(
                 "{:.0}% of min(transfers, compute) hidden by the pipelined streams (calibrated)",
                 gpu.overlap * 100.0
-            ),
+            )),
         });
     }
     let seconds = terms.iter().map(|t| t.seconds).sum();

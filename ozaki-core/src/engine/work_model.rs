@@ -70,20 +70,43 @@ const CORRECTION_WIDTH_LOG2: f64 = 1.0;
 /// Weight of "no correction" in the interpolation, so that a lone distant point fades out.
 const CORRECTION_PRIOR_WEIGHT: f64 = 0.05;
 
+/// Gaussian exponents beyond this give weights [`Correction::factor`] leaves out (a point
+/// 7 octaves away in all: e^-25, 3e-10 of the prior's weight).
+const NEGLIGIBLE_EXPONENT: f64 = 25.0;
+
+/// log₂ of a dimension (at least 1): exact and without a libm call for powers of two, which
+/// calibration shapes mostly are.
+fn log2(x: u64) -> f64 {
+    let x = x.max(1);
+    if x.is_power_of_two() {
+        x.trailing_zeros() as f64
+    } else {
+        (x as f64).log2()
+    }
+}
+
 impl Correction {
     /// The multiplicative factor at (m, n, k).
     pub fn factor(&self, m: u64, n: u64, k: u64) -> f64 {
         if self.points.is_empty() {
             return 1.0;
         }
-        let l = |x: u64| (x.max(1) as f64).log2();
-        let (lm, ln, lk) = (l(m), l(n), l(k));
+        let (lm, ln, lk) = (log2(m), log2(n), log2(k));
         let (mut num, mut den) = (0.0, CORRECTION_PRIOR_WEIGHT);
         for p in &self.points {
-            let d2 = (lm - l(p.m)).powi(2) + (ln - l(p.n)).powi(2) + (lk - l(p.k)).powi(2);
-            let w = (-d2 / (2.0 * CORRECTION_WIDTH_LOG2 * CORRECTION_WIDTH_LOG2)).exp();
+            let d2 = (lm - log2(p.m)).powi(2) + (ln - log2(p.n)).powi(2) + (lk - log2(p.k)).powi(2);
+            let x = d2 / (2.0 * CORRECTION_WIDTH_LOG2 * CORRECTION_WIDTH_LOG2);
+            // A point this far weighs under e^-25 (3e-10 of the prior's weight): skipping its
+            // exp moves the factor by less than that, and most points are this far from a call.
+            if x > NEGLIGIBLE_EXPONENT {
+                continue;
+            }
+            let w = (-x).exp();
             num += w * p.ln_ratio;
             den += w;
+        }
+        if num == 0.0 {
+            return 1.0;
         }
         (num / den).exp()
     }

@@ -57,8 +57,9 @@ pub struct Adjusted {
     pub explore: bool,
     /// The class the call's measured time feeds, with the prediction it is compared with.
     pub feedback: Option<(ClassKey, f64)>,
-    /// Why the route differs from the cached decision's.
-    pub note: Option<String>,
+    /// Why the route differs from the cached decision's (formatted only when a trace
+    /// record is written).
+    pub note: Option<Note>,
     /// What runs when the accuracy rule declines a GPU Ozaki call: `GpuNative` or `Vendor`.
     pub on_decline: Route,
     /// The class whose decline memory a GPU Ozaki call's outcome feeds.
@@ -108,13 +109,10 @@ pub fn adjust(
             }
             None => Adjusted::plain(Route::Vendor),
         };
-        let why = format!(
-            "{}: gpu-ozaki declined {run} call(s) of this class in a row; priced with gpu-native in its place",
-            out.route
-        );
-        out.note = Some(match out.note {
-            Some(n) => format!("{why}; {n}"),
-            None => why,
+        out.note = Some(Note::Declined {
+            route: out.route,
+            run,
+            then: out.note.take().map(Box::new),
         });
         return out;
     }
@@ -128,6 +126,102 @@ pub fn adjust(
         _ => Route::Vendor,
     };
     out
+}
+
+/// Why a call's route differs from its cached decision's: the numbers, put into words
+/// ([`std::fmt::Display`]) only when a trace record needs them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Note {
+    /// The GPU route was kept off the GPU by the predicted wait behind its queue.
+    Queue {
+        /// The GPU route priced.
+        gpu: Route,
+        /// Predicted wait, seconds.
+        wait_s: f64,
+    },
+    /// Corrections measured by this process's calls changed the route.
+    Corrected {
+        /// The route run.
+        route: Route,
+        /// The vendor's factor and its corrected seconds.
+        fv: f64,
+        /// Corrected vendor seconds.
+        vc: f64,
+        /// The GPU route compared.
+        gpu: Route,
+        /// The GPU route's factor.
+        fg: f64,
+        /// Corrected GPU seconds.
+        gc: f64,
+        /// Predicted wait behind the GPU's queue.
+        wait_s: f64,
+    },
+    /// The call runs the runner-up to measure it.
+    Explore {
+        /// The route run.
+        route: Route,
+        /// Corrected vendor seconds.
+        vc: f64,
+        /// The GPU route compared.
+        gpu: Route,
+        /// Its corrected seconds plus the queue.
+        gq: f64,
+    },
+    /// GPU Ozaki was declined by the accuracy rule on the class's last calls.
+    Declined {
+        /// The route run in its place.
+        route: Route,
+        /// Declines in a row.
+        run: u32,
+        /// What then changed the replacement's route.
+        then: Option<Box<Note>>,
+    },
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Note::Queue { gpu, wait_s } => write!(
+                f,
+                "vendor: {gpu} would wait {wait_s:.4} s behind the GPU's queue"
+            ),
+            Note::Corrected {
+                route,
+                fv,
+                vc,
+                gpu,
+                fg,
+                gc,
+                wait_s,
+            } => {
+                write!(
+                    f,
+                    "{route}: measured calls corrected vendor ×{fv:.2} to {vc:.4} s and {gpu} \
+                     ×{fg:.2} to {gc:.4} s"
+                )?;
+                if *wait_s > 0.0 {
+                    write!(f, " plus {wait_s:.4} s behind the GPU's queue")?;
+                }
+                Ok(())
+            }
+            Note::Explore { route, vc, gpu, gq } => write!(
+                f,
+                "{route}: exploring the runner-up (vendor {vc:.4} s, {gpu} {gq:.4} s corrected, \
+                 within {EXPLORE_WITHIN}x)"
+            ),
+            Note::Declined { route, run, then } => {
+                write!(
+                    f,
+                    "{route}: gpu-ozaki declined {run} call(s) of this class in a row; priced \
+                     with gpu-native in its place"
+                )?;
+                match then {
+                    Some(n) => write!(f, "; {n}"),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
 }
 
 impl Adjusted {
@@ -170,9 +264,7 @@ fn pick(
     if !correctable(vs, gs) {
         if cached != Route::Vendor && !keeps_gpu(vs, gs, wait_s, margin) {
             out.route = Route::Vendor;
-            out.note = Some(format!(
-                "vendor: {g} would wait {wait_s:.4} s behind the GPU's queue"
-            ));
+            out.note = Some(Note::Queue { gpu: g, wait_s });
         } else if cached != Route::Vendor && wait_s > 0.0 {
             out.queue_s = Some(wait_s);
         }
@@ -185,25 +277,26 @@ fn pick(
     let on_gpu = vc >= margin * gq;
     out.route = if on_gpu { g } else { Route::Vendor };
     if out.route != cached {
-        out.note = Some(format!(
-            "{}: measured calls corrected vendor ×{fv:.2} to {vc:.4} s and {g} ×{fg:.2} to \
-             {gc:.4} s{}",
-            out.route,
-            if wait_s > 0.0 {
-                format!(" plus {wait_s:.4} s behind the GPU's queue")
-            } else {
-                String::new()
-            }
-        ));
+        out.note = Some(Note::Corrected {
+            route: out.route,
+            fv,
+            vc,
+            gpu: g,
+            fg,
+            gc,
+            wait_s,
+        });
     }
     if explore && vc.max(gq) <= EXPLORE_WITHIN * vc.min(gq) && tick().is_multiple_of(EXPLORE_EVERY)
     {
         out.route = if on_gpu { Route::Vendor } else { g };
         out.explore = true;
-        out.note = Some(format!(
-            "{}: exploring the runner-up (vendor {vc:.4} s, {g} {gq:.4} s corrected, within {EXPLORE_WITHIN}x)",
-            out.route
-        ));
+        out.note = Some(Note::Explore {
+            route: out.route,
+            vc,
+            gpu: g,
+            gq,
+        });
     }
     let ran_gpu = out.route != Route::Vendor;
     let f = if ran_gpu { fg } else { fv };
@@ -256,7 +349,7 @@ mod tests {
         }
         let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 0);
         assert_ne!(a.route, Route::Vendor, "{a:?}");
-        assert!(a.note.unwrap().contains("corrected"));
+        assert!(a.note.unwrap().to_string().contains("corrected"));
         assert_eq!(a.correction, None, "the GPU class itself is uncorrected");
     }
 
@@ -329,7 +422,10 @@ mod tests {
             .collect();
         for a in &runs[..BASE_SKIP as usize] {
             assert_eq!(a.route, Route::GpuNative, "{a:?}");
-            assert!(a.note.as_deref().unwrap().contains("declined"), "{a:?}");
+            assert!(
+                a.note.as_ref().unwrap().to_string().contains("declined"),
+                "{a:?}"
+            );
             assert_eq!(a.decline_key, None);
         }
         // The skips used up, the next call tries the emulation again.

@@ -33,6 +33,7 @@
 //!   up, the engine decides every call; if it could not start, every call goes to the vendor
 //!   BLAS.
 
+use super::choose_note::{Early, EngineNote};
 use super::inflight::{self, Flight};
 use super::learned::learned;
 use super::start::{self, Ledger, Starter, Status, WhileStarting};
@@ -166,12 +167,14 @@ fn pre_engine() -> Option<&'static Engine> {
 }
 
 /// What the pre-engine decided for a call, before the engine is built.
-enum Early {
-    /// The vendor BLAS, with the pre-engine's decision, why, what the call did about the
-    /// GPU start (for the trace), and the class its measured time feeds.
+enum PreEngine {
+    /// The vendor BLAS, with the pre-engine's decision, the size class's bound it was
+    /// priced at, why, what the call did about the GPU start (for the trace), and the class
+    /// its measured time feeds.
     Vendor(
         Arc<Decision>,
-        String,
+        Option<CallShape>,
+        Early,
         Option<StartNote>,
         Option<(ClassKey, f64)>,
     ),
@@ -189,9 +192,6 @@ fn note(during: DuringStart, elapsed_s: f64, waited_s: Option<f64>) -> Option<St
     })
 }
 
-/// Marks a decision priced by the pre-engine.
-const PRICED_BEFORE: &str = " (priced before the GPU was initialised)";
-
 /// The module doc's rule for a call arriving before the engine is built, with `in_flight`
 /// calls in flight.
 fn before_engine(
@@ -200,7 +200,7 @@ fn before_engine(
     moduli: Option<u32>,
     mode: GpuStart,
     in_flight: u32,
-) -> Early {
+) -> PreEngine {
     // The vendor's price as this process's vendor calls measured it (`super::learned`): a
     // vendor running slower than the profile says makes the GPU's gain, and so its start,
     // come sooner. Calls priced close enough for that to matter are timed, clearly the
@@ -211,18 +211,8 @@ fn before_engine(
         .gpu
         .filter(|&(_, g)| bound.is_none() && adjust::correctable(d.vendor_s, g))
         .map(|_| (kv, d.vendor_s));
-    let corrected = if fv != 1.0 {
-        format!(" (vendor corrected ×{fv:.2} by this process's calls)")
-    } else {
-        String::new()
-    };
     if is_clearly_vendor(&d, fv) {
-        let why = format!(
-            "{}{}{corrected}{PRICED_BEFORE}",
-            d.prediction.reason,
-            bound_note(bound)
-        );
-        return Early::Vendor(d, why, None, feedback);
+        return PreEngine::Vendor(d, bound, Early::Clearly { fv }, None, feedback);
     }
     let vendor_s = d.vendor_s * fv;
     let margin = pre.profile().choice.min_gain;
@@ -244,11 +234,8 @@ fn before_engine(
             let gained = LEDGER.add(gain);
             let cost = start::start_cost_s(expected, mode == GpuStart::Blocking);
             if gained < cost {
-                let why = format!(
-                    "vendor: the GPU is not started: the calls so far priced {gained:.4} s of \
-                     gain on it, short of the {cost:.4} s a start costs{corrected}{PRICED_BEFORE}"
-                );
-                return Early::Vendor(d, why, None, feedback);
+                let why = Early::NotStarted { gained, cost, fv };
+                return PreEngine::Vendor(d, None, why, None, feedback);
             }
             start::register_exit_handler();
             let shape = (cs.m as usize, cs.n as usize, cs.k as usize);
@@ -260,16 +247,18 @@ fn before_engine(
     let vendor = p
         .get(Route::Vendor.name())
         .map(|_| vendor_s * start::VENDOR_SLOWDOWN_WHILE_STARTING);
+    // (position in `predicted_s`, seconds): the trace names it when the record is written.
     let best = p
         .iter()
-        .filter(|(r, _)| r.as_str() != Route::Vendor.name())
-        .min_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(r, &s)| (r.clone(), s));
+        .enumerate()
+        .filter(|(_, (r, _))| r.as_str() != Route::Vendor.name())
+        .min_by(|a, b| a.1.1.total_cmp(b.1.1))
+        .map(|(i, (_, &s))| (i, s));
     let elapsed_s = match status {
-        Status::Ready => return Early::Engine(None),
+        Status::Ready => return PreEngine::Engine(None),
         Status::Failed | Status::Idle => {
-            let why = format!("vendor: the GPU could not be started{PRICED_BEFORE}");
-            return Early::Vendor(d, why, note(DuringStart::Failed, 0.0, None), feedback);
+            let start = note(DuringStart::Failed, 0.0, None);
+            return PreEngine::Vendor(d, None, Early::Failed, start, feedback);
         }
         Status::Starting { elapsed_s } => elapsed_s,
     };
@@ -281,16 +270,15 @@ fn before_engine(
     };
     match rule {
         WhileStarting::Vendor => {
-            let why = format!(
-                "vendor: the GPU is starting in the background ({elapsed_s:.2} s in, about \
-                 {:.2} s left); {} priced {:.4} s against the vendor's {:.4} s beside the start, \
-                 not worth waiting for{corrected}{PRICED_BEFORE}",
-                start::remaining_s(expected, elapsed_s),
-                best.as_ref().map_or("no GPU route", |b| b.0.as_str()),
-                best.as_ref().map_or(f64::NAN, |b| b.1),
-                vendor.unwrap_or(f64::NAN),
-            );
-            Early::Vendor(d, why, note(DuringStart::Vendor, elapsed_s, None), feedback)
+            let why = Early::Starting {
+                elapsed_s,
+                remaining_s: start::remaining_s(expected, elapsed_s),
+                best,
+                vendor_s: vendor,
+                fv,
+            };
+            let start = note(DuringStart::Vendor, elapsed_s, None);
+            PreEngine::Vendor(d, None, why, start, feedback)
         }
         WhileStarting::Wait => {
             let t = std::time::Instant::now();
@@ -305,23 +293,22 @@ fn before_engine(
             let waited = t.elapsed().as_secs_f64();
             let (why, during) = match status {
                 Status::Ready => {
-                    return Early::Engine(note(DuringStart::Waited, elapsed_s, Some(waited)));
+                    return PreEngine::Engine(note(DuringStart::Waited, elapsed_s, Some(waited)));
                 }
                 Status::Starting { .. } => (
-                    format!(
-                        "vendor: waited {waited:.2} s for the GPU start ({elapsed_s:.2} s in when \
-                         the call came), then gave up{PRICED_BEFORE}"
-                    ),
+                    Early::GaveUp {
+                        waited_s: waited,
+                        elapsed_s,
+                    },
                     DuringStart::Vendor,
                 ),
                 _ => (
-                    format!(
-                        "vendor: the GPU could not be started (waited {waited:.2} s for it){PRICED_BEFORE}"
-                    ),
+                    Early::FailedWaiting { waited_s: waited },
                     DuringStart::Failed,
                 ),
             };
-            Early::Vendor(d, why, note(during, elapsed_s, Some(waited)), feedback)
+            let start = note(during, elapsed_s, Some(waited));
+            PreEngine::Vendor(d, None, why, start, feedback)
         }
     }
 }
@@ -453,10 +440,50 @@ pub fn canonical_shape(c: &Canon) -> CallShape {
 /// default scaling (`ozaki_core::rule::typical_moduli`; GEMMul8 needs 14 moduli on such data at
 /// n = 4096).
 pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
-    forced.unwrap_or_else(|| {
-        use gpu_kernels::ozaki::DEFAULT_SCALING;
-        ozaki_core::rule::typical_moduli(DEFAULT_SCALING, k.max(1) as usize) as u32
-    })
+    forced.unwrap_or_else(|| typical_moduli_tabulated(k))
+}
+
+/// Inner dimensions up to this are priced at their own k; above, at k rounded up to a
+/// quarter octave ([`typical_moduli_tabulated`]).
+const EXACT_K: u64 = 256;
+
+/// Quarter-octave steps from [`EXACT_K`] up to 2^63.
+const GRID_STEPS: usize = 4 * (63 - EXACT_K.trailing_zeros() as usize) + 1;
+
+/// `ozaki_core::rule::typical_moduli` at the default scaling, each value computed once per
+/// process: the rule builds and judges a normal line of min(k, 4096) entries, about 0.3 ms,
+/// which must not be paid again for every new k of an uncached decision. Up to [`EXACT_K`]
+/// the count is the rule's at k itself (it is not monotone there); above, at the smallest
+/// quarter-octave step `ceil(2^(j/4))` at or above k, where the count grows with k by at
+/// most one modulus a step, so the price is at worst one modulus high.
+fn typical_moduli_tabulated(k: u64) -> u32 {
+    use std::sync::atomic::AtomicU32;
+    static EXACT: [AtomicU32; EXACT_K as usize + 1] =
+        [const { AtomicU32::new(0) }; EXACT_K as usize + 1];
+    static STEPS: [AtomicU32; GRID_STEPS] = [const { AtomicU32::new(0) }; GRID_STEPS];
+    static GRID: OnceLock<[u64; GRID_STEPS]> = OnceLock::new();
+    let k = k.max(1);
+    let (slot, at) = if k <= EXACT_K {
+        (&EXACT[k as usize], k)
+    } else {
+        let grid = GRID.get_or_init(|| {
+            let base = EXACT_K.trailing_zeros() as f64;
+            std::array::from_fn(|j| {
+                2f64.powf(base + j as f64 / 4.0).ceil().min(u64::MAX as f64) as u64
+            })
+        });
+        let j = grid.partition_point(|&g| g < k).min(GRID_STEPS - 1);
+        (&STEPS[j], grid[j].max(k))
+    };
+    match slot.load(Ordering::Relaxed) {
+        0 => {
+            use gpu_kernels::ozaki::DEFAULT_SCALING;
+            let r = ozaki_core::rule::typical_moduli(DEFAULT_SCALING, at as usize) as u32;
+            slot.store(r.max(1), Ordering::Relaxed);
+            r
+        }
+        r => r,
+    }
 }
 
 /// The route `auto` takes for this call, with the one decision behind it and the
@@ -470,15 +497,21 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         && let Some(pre) = pre_engine()
     {
         match before_engine(pre, &cs, config.moduli, config.gpu_start, in_flight) {
-            Early::Vendor(d, why, start, feedback) => {
+            PreEngine::Vendor(d, bound, why, gpu_start, feedback) => {
                 let engine = config.tracing().then(|| {
-                    let mut p = d.prediction.clone();
-                    p.reason = why;
-                    p.gpu_start = start;
-                    p.concurrent = Some(in_flight);
                     let (_, fv) = vendor_factor(&cs, in_flight);
-                    p.correction = (fv != 1.0).then_some(fv);
-                    p
+                    Box::new(EngineNote {
+                        decision: Arc::clone(&d),
+                        bound,
+                        early: Some(why),
+                        note: None,
+                        waited_s: None,
+                        gpu_start,
+                        concurrent: in_flight,
+                        correction: (fv != 1.0).then_some(fv),
+                        queue_s: None,
+                        explore: false,
+                    })
                 });
                 return Choice {
                     route: Route::Vendor,
@@ -490,7 +523,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                     decline_key: None,
                 };
             }
-            Early::Engine(w) => waited = w,
+            PreEngine::Engine(w) => waited = w,
         }
     }
     let e = engine();
@@ -528,22 +561,18 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         flight.queue_gpu(g);
     }
     let engine = config.tracing().then(|| {
-        let mut p = d.prediction.clone();
-        p.reason.push_str(&bound_note(bound));
-        if let Some(note) = &a.note {
-            p.reason = format!("{note}; engine: {}", p.reason);
-        }
-        if let Some(w) = waited {
-            let s = w.waited_s.unwrap_or(0.0);
-            p.reason
-                .push_str(&format!(" (waited {s:.2} s for the GPU start)"));
-            p.gpu_start = Some(w);
-        }
-        p.concurrent = Some(in_flight);
-        p.correction = a.correction;
-        p.queue_s = a.queue_s;
-        p.explore = a.explore;
-        p
+        Box::new(EngineNote {
+            decision: Arc::clone(&d),
+            bound,
+            early: None,
+            note: a.note,
+            waited_s: waited.as_ref().map(|w| w.waited_s.unwrap_or(0.0)),
+            gpu_start: waited,
+            concurrent: in_flight,
+            correction: a.correction,
+            queue_s: a.queue_s,
+            explore: a.explore,
+        })
     });
     Choice {
         route: a.route,
@@ -654,19 +683,6 @@ fn decide_by_class(
     (d, None)
 }
 
-/// The trace's note for a decision priced at a size class's bound.
-fn bound_note(bound: Option<CallShape>) -> String {
-    bound.map_or_else(String::new, |b| {
-        format!(
-            " ({} {}x{}x{})",
-            ozaki_core::trace::CLASS_BOUND_NOTE,
-            b.m,
-            b.n,
-            b.k
-        )
-    })
-}
-
 /// Counts the calls eligible for exploration ([`adjust`]).
 static EXPLORE_TICK: AtomicU32 = AtomicU32::new(1);
 
@@ -770,6 +786,29 @@ mod tests {
             (40, 40, 9, true, false, true)
         );
         assert_eq!(s.residency, Residency::Host);
+    }
+
+    /// The tabulated count is the rule's at k up to 256, and above it the rule's at a k at
+    /// most a quarter octave higher: never below the count at k itself, at most one above.
+    #[test]
+    fn tabulated_moduli_follow_the_rule_within_a_quarter_octave() {
+        use gpu_kernels::ozaki::DEFAULT_SCALING;
+        let rule = |k: u64| ozaki_core::rule::typical_moduli(DEFAULT_SCALING, k as usize) as u32;
+        for k in [1u64, 7, 100, 256] {
+            assert_eq!(priced_moduli(k, None), rule(k), "k = {k}");
+        }
+        for k in [257u64, 300, 1000, 4097, 5000, 70000, 1 << 20] {
+            let (priced, own, above) = (priced_moduli(k, None), rule(k), rule(k + k / 5));
+            assert!(
+                priced >= own && priced <= above.max(own + 1),
+                "k = {k}: {priced} vs {own}"
+            );
+            assert_eq!(
+                priced_moduli(k, None),
+                priced,
+                "a second look-up gives the same count"
+            );
+        }
     }
 
     #[test]

@@ -32,6 +32,7 @@
 pub mod adjust;
 pub mod builtin;
 pub mod choose;
+pub mod choose_note;
 pub mod cpu_ozaki;
 pub mod gpu;
 pub mod inflight;
@@ -49,7 +50,7 @@ use ozaki_core::devices::SplitPlan;
 use ozaki_core::engine::choose::Decision;
 use ozaki_core::engine::correct::ClassKey;
 use ozaki_core::route::{Route, RouteRequest};
-use ozaki_core::trace::{Phases, Prediction};
+use ozaki_core::trace::Phases;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -114,8 +115,8 @@ pub struct Choice {
     /// Route to run.
     pub route: Route,
     /// The engine's prediction and reason (auto mode only, and only when tracing), for the
-    /// trace.
-    pub engine: Option<Prediction>,
+    /// trace: numbers, put into words when the record is written.
+    pub engine: Option<Box<choose_note::EngineNote>>,
     /// The engine's decision on the canonical call: its split plan is what the GPU routes
     /// run. `None` for a forced route that needs none (one GPU slot, or `OZAKI_SPLIT` set).
     pub decision: Option<Arc<Decision>>,
