@@ -59,6 +59,7 @@ use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ffi::CString;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Buffered bytes that trigger a write.
@@ -195,6 +196,11 @@ pub fn record(start: &Start, entry: &Entry<'_>) {
     let end = now_ns();
     let t_ns = start.t.saturating_sub(ORIGIN_NS.load(Ordering::Relaxed));
     let tid = tid();
+    // Looked up before the sink is locked: listing the loaded objects takes the loader's lock.
+    let gpu_libraries = entry
+        .outcome
+        .and_then(|o| o.device)
+        .map(|_| cuda_libraries());
     let write = |line: &mut Vec<u8>| {
         line.clear();
         format_body(
@@ -205,7 +211,7 @@ pub fn record(start: &Start, entry: &Entry<'_>) {
             tid,
             entry,
         );
-        append(entry.sym, line);
+        append(entry.sym, gpu_libraries, line);
     };
     if LINE.try_with(|l| write(&mut l.borrow_mut())).is_err() {
         write(&mut Vec::new()); // thread-local storage already destroyed (a call from a TLS destructor)
@@ -392,6 +398,8 @@ struct Sink {
     write_through: bool,
     /// Whether each symbol's vendor library has been named in this file.
     announced: [bool; COUNT],
+    /// Whether the CUDA libraries have been named in this file (`cuda_libs`).
+    cuda_announced: bool,
 }
 
 struct Shared {
@@ -415,6 +423,7 @@ static SHARED: Shared = Shared {
         torn: false,
         write_through: false,
         announced: [false; COUNT],
+        cuda_announced: false,
     }),
 };
 
@@ -450,7 +459,34 @@ impl std::ops::DerefMut for Locked {
     }
 }
 
-fn append(sym: Sym, body: &[u8]) {
+/// The CUDA library files this process has loaded, listed once, at its first GPU call (the
+/// GPU routes load all of them when the GPU starts).
+fn cuda_libraries() -> &'static [String] {
+    static LIST: OnceLock<Vec<String>> = OnceLock::new();
+    LIST.get_or_init(|| {
+        gpu_kernels::loaded_objects::cuda_libraries(&gpu_kernels::loaded_objects::paths())
+            .into_iter()
+            .map(|p| p.display().to_string())
+            .collect()
+    })
+}
+
+/// Adds `cuda_libs` to the record in `out` when it is the first with `gpu_libraries` (a call
+/// that ran on a GPU) since `announced` was last cleared, and the list is not empty.
+fn push_cuda_libs(out: &mut Vec<u8>, announced: &mut bool, gpu_libraries: Option<&[String]>) {
+    if let Some(libs) = gpu_libraries
+        && !*announced
+        && !libs.is_empty()
+    {
+        *announced = true;
+        field(out, "cuda_libs");
+        let _ = serde_json::to_writer(&mut *out, libs);
+    }
+}
+
+/// Appends one record; `gpu_libraries` is set for a call that ran on a GPU, and the first
+/// such record of the file names them (`cuda_libs`).
+fn append(sym: Sym, gpu_libraries: Option<&[String]>, body: &[u8]) {
     let mut sink = lock();
     if sink.state == State::Closed {
         sink.open();
@@ -472,6 +508,12 @@ fn append(sym: Sym, body: &[u8]) {
         field(&mut sink.buf, "vendor");
         push_str(&mut sink.buf, lib);
     }
+    let Sink {
+        buf,
+        cuda_announced,
+        ..
+    } = &mut *sink;
+    push_cuda_libs(buf, cuda_announced, gpu_libraries);
     sink.buf.extend_from_slice(b"}\n");
     if sink.write_through || sink.buf.len() >= FLUSH_BYTES {
         sink.flush();
@@ -529,6 +571,7 @@ impl Sink {
                 for id in SymId::all() {
                     self.announced[id.index()] = header.vendor.contains_key(id.name());
                 }
+                self.cuda_announced = false;
                 self.path = path;
                 if let Ok(mut line) = serde_json::to_vec(&header) {
                     line.push(b'\n');
@@ -801,6 +844,7 @@ pub(crate) fn after_fork_child() {
     sink.flusher = false; // the parent's flush thread is not copied into the child
     sink.write_through = true;
     sink.announced = [false; COUNT];
+    sink.cuda_announced = false;
     SEQ.store(0, Ordering::Relaxed);
     set_origin();
     let _ = TID.try_with(|t| t.set(0));
@@ -892,6 +936,43 @@ mod tests {
             reparsed, via_serde,
             "hand-formatted record differs from the schema's serialisation"
         );
+    }
+
+    #[test]
+    fn the_first_gpu_record_names_the_cuda_libraries() {
+        let s = shape(Routine::Dgemm);
+        let e = Entry {
+            sym: SymId::DGEMM.into(),
+            shape: &s,
+            route: "gpu-native",
+            fallback: None,
+            outcome: None,
+            engine: None,
+            info: None,
+            ab: None,
+        };
+        let libs = [
+            "/v/site-packages/nvidia/cu13/lib/libcublas.so.13".to_string(),
+            "/lib/x86_64-linux-gnu/libcuda.so.1".to_string(),
+        ];
+        let mut announced = false;
+        let mut record = |gpu: Option<&[String]>| {
+            let mut out = Vec::new();
+            format_body(&mut out, 0, 0, 0, 0, &e);
+            push_cuda_libs(&mut out, &mut announced, gpu);
+            out.extend_from_slice(b"}");
+            let text = String::from_utf8(out).unwrap();
+            match parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) {
+                Line::Call(c) => c.cuda_libs,
+                _ => panic!("{text}"),
+            }
+        };
+        // A host call first, then an empty list (nothing loaded), names nothing and does not
+        // use up the announcement.
+        assert_eq!(record(None), None);
+        assert_eq!(record(Some(&[])), None);
+        assert_eq!(record(Some(&libs)).as_deref(), Some(&libs[..]));
+        assert_eq!(record(Some(&libs)), None);
     }
 
     #[test]
