@@ -15,6 +15,7 @@
 //! in the middle; neither should throw away the rest of a trace the user cannot regenerate.
 
 mod json;
+mod predictions;
 
 use crate::tracefile::{load, notes};
 use clap::Parser;
@@ -235,6 +236,7 @@ pub struct Summary {
     gpu_start: BTreeMap<&'static str, Seen>,
     /// The CUDA library files the GPU calls ran on (`cuda_libs`), of every process.
     cuda_libs: std::collections::BTreeSet<String>,
+    predictions: predictions::Predictions,
     /// (nbar, flops) of every call.
     nbar: Vec<(f64, f64)>,
 }
@@ -299,6 +301,7 @@ impl Summary {
         }
         self.by_shape.entry(Shape::of(c)).or_default().add(c);
         self.nbar.push((c.nbar(), c.flops()));
+        self.predictions.add(c);
         let f = &mut self.files[file];
         f.totals.add(c);
         let list = match (&c.devices, c.device) {
@@ -432,6 +435,7 @@ impl Summary {
         self.write_per_rank(out)?;
         self.write_per_device(out)?;
         self.write_gpu_start(out)?;
+        self.predictions.write(out)?;
 
         writeln!(out, "\nCall size nbar = 2mn/(m+n), weighted by FLOPs:")?;
         match NbarStats::of_samples(self.nbar.iter().copied()) {

@@ -131,6 +131,11 @@ pub struct Phases {
     pub reconstruct_ns: u64,
 }
 
+/// The words a decision's `reason` carries when the call was priced at its size class's
+/// bound (m, n, k rounded up to powers of two) rather than at its own shape: the prediction
+/// is then the bound's, not the call's (`ozaki summary` counts such calls apart).
+pub const CLASS_BOUND_NOTE: &str = "priced at its size class's bound";
+
 /// The engine's prediction for one call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Prediction {

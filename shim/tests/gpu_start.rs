@@ -426,3 +426,49 @@ fn one_call_whose_gain_covers_the_start_starts_it() {
         "one call worth the start did not start the GPU"
     );
 }
+
+/// A vendor BLAS measured far slower than the profile prices it is no longer "clearly
+/// faster" than the GPU: with a profile whose CPU BLAS is priced 20x faster than the
+/// shipped one, every 384² product is priced clearly the vendor's (about 13x ahead of the
+/// GPU), yet the reference BLAS takes hundreds of times longer than that price. Those calls
+/// are timed, their class's correction reaches its limit after a few samples, the corrected
+/// vendor is then well behind the GPU, and the gains start the GPU while the program runs.
+#[test]
+fn a_vendor_measured_much_slower_than_priced_starts_the_gpu() {
+    let dir = work_dir("gpu-start-measured");
+    let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
+        return;
+    };
+    let fake = fake_cuda(&dir);
+    let fast = dir.join("fast-cpu.json");
+    write_profile(&fast, |p| {
+        p["gpu"]["start_s"] = serde_json::json!(1e-4);
+        slow_cpu_blas(p, 1.0 / 20.0);
+    });
+    let marks = CuInitMarks::new(&dir, "measured");
+    let trace = dir.join("t.jsonl");
+    let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
+    cmd.args(["1", "16"])
+        .env("OZAKI_PROFILE", &fast)
+        .env("FAKE_CUINIT_MARK", &marks.0)
+        .env("GPU_START_LINGER_MS", "300");
+    let (o, _) = run(cmd);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let calls = read_trace(&trace).calls;
+    let first = calls[0].engine.as_ref().expect("engine field");
+    let p = &first.predicted_s;
+    assert!(
+        p["gpu-native"] >= 2.0 * p["vendor"] && p["gpu-native"] <= 64.0 * p["vendor"],
+        "{p:?}: the first call is not priced clearly (and correctably) the vendor's"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.engine.as_ref().is_some_and(|e| e.gpu_start.is_some())),
+        "no call saw the GPU start"
+    );
+    assert!(
+        marks.entered(),
+        "a vendor measured far slower than priced did not start the GPU"
+    );
+}

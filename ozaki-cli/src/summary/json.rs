@@ -7,7 +7,9 @@
 //! trace name gives): with one caller at a time it equals `blas_s`, with callers on several
 //! threads it is what BLAS held of the program's wall time; `max_in_flight`, the most calls
 //! that overlapped in one file; `routes` maps each route to its `calls`, `gflop` and `s`, and
-//! `fallbacks` each fallback reason to its number of calls.
+//! `fallbacks` each fallback reason to its number of calls; `predictions` how close the
+//! engine's predictions came to the measured times (`super::predictions`: per route taken,
+//! `all` routes, and `class_bound` for calls priced at their size class's bound).
 
 use super::Totals;
 use crate::tracefile::Loaded;
@@ -22,8 +24,10 @@ pub fn render(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> {
     let mut all = Totals::default();
     let mut by_route: BTreeMap<&str, Totals> = BTreeMap::new();
     let mut fallbacks: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut predictions = super::predictions::Predictions::default();
     for c in &calls {
         all.add(c);
+        predictions.add(c);
         by_route.entry(c.route.as_str()).or_default().add(c);
         if let Some(why) = &c.fallback {
             *fallbacks.entry(why.as_str()).or_default() += 1;
@@ -50,6 +54,7 @@ pub fn render(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> {
         "max_in_flight": max_in_flight,
         "routes": routes,
         "fallbacks": fallbacks,
+        "predictions": predictions.json(),
     });
     serde_json::to_writer(&mut *out, &v)?;
     writeln!(out)

@@ -32,6 +32,12 @@ use ozaki_core::route::Route;
 /// (the largest factor a class correction applies, `correct`'s limit).
 pub const CORRECTABLE: f64 = 64.0;
 
+/// Whether a vendor price and a GPU price are within [`CORRECTABLE`] of each other: only then
+/// can a class correction change the choice between them, so only then is a call timed.
+pub fn correctable(vendor_s: f64, gpu_s: f64) -> bool {
+    vendor_s.max(gpu_s) <= CORRECTABLE * vendor_s.min(gpu_s)
+}
+
 /// Corrected predictions within this factor: the runner-up is explored.
 pub const EXPLORE_WITHIN: f64 = 1.3;
 
@@ -161,7 +167,7 @@ fn pick(
     if !vs.is_finite() || !gs.is_finite() {
         return out;
     }
-    if vs.max(gs) > CORRECTABLE * vs.min(gs) {
+    if !correctable(vs, gs) {
         if cached != Route::Vendor && !keeps_gpu(vs, gs, wait_s, margin) {
             out.route = Route::Vendor;
             out.note = Some(format!(

@@ -22,7 +22,9 @@
 //! (`pre_engine`) prices each call with the profile the process would use without a GPU
 //! name (`OZAKI_PROFILE`, else the built-in GPU profile):
 //! - the vendor clearly faster ([`CLEARLY`]): the vendor BLAS, without touching CUDA (a
-//!   process whose calls are all small never creates a context);
+//!   process whose calls are all small never creates a context); the vendor's price is the
+//!   one this process's timed vendor calls of the class corrected, so a vendor BLAS that runs
+//!   far slower than the profile says stops being "clearly faster";
 //! - otherwise the GPU starts on a background thread ([`super::start`], once per process,
 //!   the engine built and the GPU warmed up there), and the call runs on the vendor BLAS
 //!   unless it is big enough to be better off waiting for the start
@@ -208,29 +210,30 @@ fn before_engine(
     mode: GpuStart,
     in_flight: u32,
 ) -> Early {
-    let (d, bound) = decide_by_class(pre, cs, moduli, in_flight);
-    if is_clearly_vendor(&d) {
-        let why = format!(
-            "{}{}{PRICED_BEFORE}",
-            d.prediction.reason,
-            bound_note(bound)
-        );
-        return Early::Vendor(d, why, None, None);
-    }
     // The vendor's price as this process's vendor calls measured it (`super::learned`): a
     // vendor running slower than the profile says makes the GPU's gain, and so its start,
-    // come sooner. Calls priced close enough for that to matter are timed.
-    let kv = ClassKey::new(Route::Vendor, cs.routine, cs.m, cs.n, cs.k, d.concurrent);
-    let (vendor_s, fv) = learned().corrections.corrected(&kv, d.vendor_s);
+    // come sooner. Calls priced close enough for that to matter are timed, clearly the
+    // vendor's or not, so their class learns.
+    let (kv, fv) = vendor_factor(cs, in_flight);
+    let (d, bound) = decide_by_class(pre, cs, moduli, in_flight, fv);
     let feedback = d
         .gpu
-        .filter(|&(_, g)| d.vendor_s.max(g) <= adjust::CORRECTABLE * d.vendor_s.min(g))
+        .filter(|&(_, g)| bound.is_none() && adjust::correctable(d.vendor_s, g))
         .map(|_| (kv, d.vendor_s));
     let corrected = if fv != 1.0 {
         format!(" (vendor corrected ×{fv:.2} by this process's calls)")
     } else {
         String::new()
     };
+    if is_clearly_vendor(&d, fv) {
+        let why = format!(
+            "{}{}{corrected}{PRICED_BEFORE}",
+            d.prediction.reason,
+            bound_note(bound)
+        );
+        return Early::Vendor(d, why, None, feedback);
+    }
+    let vendor_s = d.vendor_s * fv;
     let margin = pre.profile().choice.min_gain;
     let expected = pre
         .profile()
@@ -378,11 +381,15 @@ fn clearly_vendor_by(
     moduli: Option<u32>,
 ) -> Option<Arc<Decision>> {
     let d = engine.decide_with(cs, moduli, || Some(priced_moduli(cs.k, moduli)));
-    is_clearly_vendor(&d).then_some(d)
+    is_clearly_vendor(&d, 1.0).then_some(d)
 }
 
-/// Whether `d` is "vendor, by at least [`CLEARLY`] over every GPU route it priced".
-fn is_clearly_vendor(d: &Decision) -> bool {
+/// Whether `d` is "vendor, by at least [`CLEARLY`] over every GPU route it priced", with
+/// the vendor's price multiplied by `vendor_factor`: the correction this process's measured
+/// vendor calls of the class give it ([`vendor_factor`]). A vendor BLAS measured several
+/// times slower than the profile prices it (reference LAPACK's `dlarfb` updates over
+/// Debian's OpenBLAS, 4-5x on the H200 host) is not clearly faster than the GPU any more.
+fn is_clearly_vendor(d: &Decision, vendor_factor: f64) -> bool {
     if d.route != Route::Vendor {
         return false;
     }
@@ -392,7 +399,16 @@ fn is_clearly_vendor(d: &Decision) -> bool {
     };
     p.iter()
         .filter(|(r, _)| r.as_str() != Route::Vendor.name())
-        .all(|(_, &s)| s >= CLEARLY * vendor)
+        .all(|(_, &s)| s >= CLEARLY * vendor * vendor_factor)
+}
+
+/// The vendor's class of a call of `cs` with `in_flight` calls in flight, and the factor its
+/// measured calls give the vendor's price (1 before the class holds enough samples).
+fn vendor_factor(cs: &CallShape, in_flight: u32) -> (ClassKey, f64) {
+    let c = ozaki_core::engine::load::concurrency_class(in_flight);
+    let kv = ClassKey::new(Route::Vendor, cs.routine, cs.m, cs.n, cs.k, c);
+    let (_, f) = learned().corrections.corrected(&kv, 1.0);
+    (kv, f)
 }
 
 /// The engine's view of a checked call, in its canonical (column-major) form: a row-major
@@ -469,6 +485,8 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                     p.reason = why;
                     p.gpu_start = start;
                     p.concurrent = Some(in_flight);
+                    let (_, fv) = vendor_factor(&cs, in_flight);
+                    p.correction = (fv != 1.0).then_some(fv);
                     p
                 });
                 return Choice {
@@ -497,7 +515,8 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
             decline_key: None,
         };
     }
-    let (d, bound) = decide(e, &cs, config.moduli, in_flight);
+    let (_, fv) = vendor_factor(&cs, in_flight);
+    let (d, bound) = decide(e, &cs, config.moduli, in_flight, fv);
     // Priced at its class's bound (clearly the vendor's): nothing to correct, and the
     // bound's prediction is not this call's to time.
     let a = match bound {
@@ -555,7 +574,17 @@ thread_local! {
 /// The engine's decision for `cs` with `in_flight` calls in flight, through this thread's
 /// last decision, then the engine's cache (the moduli count depends on k and `OZAKI_MODULI`
 /// only; it is computed on a miss).
-fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> Priced {
+///
+/// A decision priced at its class's bound holds only while the vendor, corrected by
+/// `vendor_factor` ([`vendor_factor`]), stays clearly faster there; otherwise the call is
+/// priced at its own shape.
+fn decide(
+    e: &Engine,
+    cs: &CallShape,
+    moduli: Option<u32>,
+    in_flight: u32,
+    vendor_factor: f64,
+) -> Priced {
     let key = (
         *cs,
         moduli,
@@ -573,10 +602,12 @@ fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> Pr
         })
         .ok()
         .flatten();
-    if let Some(d) = hit {
+    if let Some(d) = hit
+        && (d.1.is_none() || is_clearly_vendor(&d.0, vendor_factor))
+    {
         return d;
     }
-    let d = decide_by_class(e, cs, moduli, in_flight);
+    let d = decide_by_class(e, cs, moduli, in_flight, vendor_factor);
     let _ = LAST.try_with(|l| {
         if let Ok(mut l) = l.try_borrow_mut() {
             *l = Some((key, d.clone()));
@@ -607,6 +638,7 @@ fn decide_by_class(
     cs: &CallShape,
     moduli: Option<u32>,
     in_flight: u32,
+    vendor_factor: f64,
 ) -> (Arc<Decision>, Option<CallShape>) {
     if cs.m.saturating_mul(cs.n).saturating_mul(cs.k) <= SMALL_MNK {
         let bound = CallShape {
@@ -622,7 +654,7 @@ fn decide_by_class(
                 || Some(priced_moduli(bound.k, moduli)),
                 in_flight,
             );
-            if is_clearly_vendor(&d) {
+            if is_clearly_vendor(&d, vendor_factor) {
                 return (d, Some(bound));
             }
         }
@@ -635,8 +667,11 @@ fn decide_by_class(
 fn bound_note(bound: Option<CallShape>) -> String {
     bound.map_or_else(String::new, |b| {
         format!(
-            " (priced at its size class's bound {}x{}x{})",
-            b.m, b.n, b.k
+            " ({} {}x{}x{})",
+            ozaki_core::trace::CLASS_BOUND_NOTE,
+            b.m,
+            b.n,
+            b.k
         )
     })
 }
