@@ -20,6 +20,12 @@
 //!    a Python program's own packages (PyTorch, CuPy and JAX pull in the same wheels);
 //! 4. only for a library the loader cannot find by its bare name: `$CUDA_HOME/lib64`,
 //!    `$CUDA_PATH/lib64` and `/usr/local/cuda/lib64`.
+//!
+//! cudarc opens the unversioned name (`libcublas.so`) before the versioned one, so a system
+//! toolkit whose development links the loader finds is what cudarc runs on in any case:
+//! such a family (cuBLAS with cuBLASLt, NVRTC with its builtins) is then loaded from none of
+//! the directories above, which would only put a second copy, or a cuBLAS beside another
+//! version's cuBLASLt, into the process. The trace's `cuda_libs` says which files were used.
 
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt as _;
@@ -34,6 +40,11 @@ struct Library {
     /// File name; one ending in `.` is a prefix: NVRTC's builtins carry the minor version
     /// (`libnvrtc-builtins.so.13.0`).
     name: &'static str,
+    /// The first name cudarc opens for the library's family (cuBLAS with cuBLASLt, NVRTC
+    /// with its builtins): the unversioned one of a toolkit's development links. When the
+    /// loader finds it, cudarc runs on that family whatever was loaded before, so the
+    /// family is loaded from nowhere else.
+    family: &'static str,
     /// The bare name whose failing open by the loader sends the search on to a system
     /// toolkit's directory: the builtins go with the NVRTC they belong to.
     probe: &'static str,
@@ -44,18 +55,22 @@ struct Library {
 const LIBRARIES: &[Library] = &[
     Library {
         name: "libcublasLt.so.13",
+        family: "libcublas.so",
         probe: "libcublasLt.so.13",
     },
     Library {
         name: "libcublas.so.13",
+        family: "libcublas.so",
         probe: "libcublas.so.13",
     },
     Library {
         name: "libnvrtc-builtins.so.13.",
+        family: "libnvrtc.so",
         probe: "libnvrtc.so.13",
     },
     Library {
         name: "libnvrtc.so.13",
+        family: "libnvrtc.so",
         probe: "libnvrtc.so.13",
     },
 ];
@@ -161,34 +176,38 @@ fn keep_existing_once(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
     out
 }
 
-/// The files to load: for each of [`LIBRARIES`], the first of the `pip` directories that has
-/// it; failing that, when the loader cannot open its probe by the bare name (`loadable`,
-/// asked once per name), the first of the `system` directories that has it.
+/// The files to load: for each of [`LIBRARIES`] whose family's first name the loader cannot
+/// open by itself (`loadable`, asked once per name), the first of the `pip` directories that
+/// has it; failing that, when the loader cannot open its probe by the bare name either, the
+/// first of the `system` directories that has it.
 pub fn plan(
     pip: &[PathBuf],
     system: &[PathBuf],
     mut loadable: impl FnMut(&str) -> bool,
 ) -> Vec<PathBuf> {
     let mut asked: Vec<(&str, bool)> = Vec::new();
+    let mut found_by_loader = |name: &'static str| match asked.iter().find(|(n, _)| *n == name) {
+        Some(&(_, ok)) => ok,
+        None => {
+            let ok = loadable(name);
+            asked.push((name, ok));
+            ok
+        }
+    };
     let mut files = Vec::new();
     for lib in LIBRARIES {
         let first_in = |dirs: &[PathBuf]| dirs.iter().find_map(|d| find_in(d, lib.name));
+        if found_by_loader(lib.family) {
+            continue;
+        }
         if let Some(f) = first_in(pip) {
             files.push(f);
             continue;
         }
-        if system.is_empty() {
-            continue;
-        }
-        let found_by_loader = match asked.iter().find(|(n, _)| *n == lib.probe) {
-            Some(&(_, ok)) => ok,
-            None => {
-                let ok = loadable(lib.probe);
-                asked.push((lib.probe, ok));
-                ok
-            }
-        };
-        if !found_by_loader && let Some(f) = first_in(system) {
+        if !system.is_empty()
+            && !found_by_loader(lib.probe)
+            && let Some(f) = first_in(system)
+        {
             files.push(f);
         }
     }
@@ -307,7 +326,10 @@ mod tests {
         let dirs = pip_dirs(Some(&env), Some(&shim), &[]);
         assert_eq!(dirs, [extra.clone(), pip.clone()]);
 
-        let found = plan(&dirs, &[], |_| panic!("no system directories to decide on"));
+        let found = plan(&dirs, &[], |n| {
+            assert!(n == "libcublas.so" || n == "libnvrtc.so", "asked for {n}");
+            false
+        });
         assert_eq!(
             names(&found),
             [
@@ -362,7 +384,7 @@ mod tests {
         let mut asked = Vec::new();
         let found = plan(&[], &system, |n| {
             asked.push(n.to_string());
-            n.starts_with("libcublas")
+            n.starts_with("libcublas") && n.ends_with(".13")
         });
         assert_eq!(
             names(&found),
@@ -371,7 +393,13 @@ mod tests {
         assert!(found.iter().all(|f| f.starts_with(&toolkit)));
         assert_eq!(
             asked,
-            ["libcublasLt.so.13", "libcublas.so.13", "libnvrtc.so.13"]
+            [
+                "libcublas.so",
+                "libcublasLt.so.13",
+                "libcublas.so.13",
+                "libnvrtc.so",
+                "libnvrtc.so.13"
+            ]
         );
         // A library pip's directories have is never looked up elsewhere.
         let pip = root.join("site/nvidia/cu13/lib");
@@ -379,6 +407,23 @@ mod tests {
         let found = plan(&[pip.clone()], &system, |_| false);
         assert_eq!(found[3], pip.join("libnvrtc.so.13"));
         assert!(found[..3].iter().all(|f| f.starts_with(&toolkit)));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_family_the_loader_finds_first_is_loaded_from_nowhere_else() {
+        // A toolkit with its development links on the loader's path: cudarc opens its
+        // `libcublas.so` first, so pip's cuBLAS and cuBLASLt stay unloaded (no second copy,
+        // no cuBLAS beside another version's cuBLASLt); NVRTC, which that toolkit lacks,
+        // still comes from pip.
+        let root = scratch("family");
+        let pip = root.join("site/nvidia/cu13/lib");
+        touch(&pip, ALL);
+        let found = plan(&[pip.clone()], &[], |n| n == "libcublas.so");
+        assert_eq!(
+            names(&found),
+            ["libnvrtc-builtins.so.13.0", "libnvrtc.so.13"]
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
