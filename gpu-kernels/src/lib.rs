@@ -37,6 +37,7 @@ pub mod host;
 pub mod host_copy;
 pub mod host_link;
 pub mod kernels;
+pub mod loaded_objects;
 pub mod lt_int8;
 pub mod measure;
 pub mod memory;

@@ -9,6 +9,17 @@ use crate::error::GpuError;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
+/// The reason for a missing CUDA 13 library, with where to get it.
+macro_rules! not_found {
+    ($file:literal) => {
+        concat!(
+            $file,
+            " not found; pip install 'ozaki-shim[cu13]' brings it, \
+             or set OZAKI_CUDA_LIB_DIRS to its directory"
+        )
+    };
+}
+
 /// Which CUDA libraries this process can load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Libraries {
@@ -49,23 +60,80 @@ impl Libraries {
     /// The first missing library needed by the native route, if any.
     pub fn native_missing(&self) -> Option<&'static str> {
         if !self.driver {
-            Some("no CUDA driver (libcuda.so.1 not loadable)")
+            Some("no CUDA driver: libcuda.so.1 not loadable")
         } else if !self.cublas {
-            Some("libcublas not loadable")
+            Some(not_found!("libcublas.so.13"))
         } else {
             None
         }
     }
 
+    /// Whether the GPU routes are missing a CUDA library although a CUDA driver is here: a
+    /// machine with a GPU that the user most likely means to use.
+    pub fn driver_without_libraries(&self) -> bool {
+        self.driver && self.native_missing().is_some()
+    }
+
     /// The first missing library needed by the emulated route, if any.
     pub fn ozaki_missing(&self) -> Option<&'static str> {
         self.native_missing().or(if !self.cublaslt {
-            Some("libcublasLt not loadable")
+            Some(not_found!("libcublasLt.so.13"))
         } else if !self.nvrtc {
-            Some("libnvrtc not loadable")
+            Some(not_found!("libnvrtc.so.13"))
         } else {
             None
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_says_how_to_get_it() {
+        let all = Libraries {
+            driver: true,
+            cublas: true,
+            cublaslt: true,
+            nvrtc: true,
+        };
+        assert_eq!((all.native_missing(), all.ozaki_missing()), (None, None));
+        assert!(!all.driver_without_libraries());
+        let no_nvrtc = Libraries {
+            nvrtc: false,
+            ..all
+        };
+        assert_eq!(no_nvrtc.native_missing(), None);
+        let why = no_nvrtc.ozaki_missing().unwrap();
+        assert!(why.starts_with("libnvrtc.so.13 not found"), "{why}");
+        assert!(
+            why.contains("ozaki-shim[cu13]") && why.contains("OZAKI_CUDA_LIB_DIRS"),
+            "{why}"
+        );
+        let no_cublas = Libraries {
+            cublas: false,
+            ..all
+        };
+        assert!(
+            no_cublas
+                .native_missing()
+                .unwrap()
+                .starts_with("libcublas.so.13")
+        );
+        assert!(no_cublas.driver_without_libraries());
+        let no_driver = Libraries {
+            driver: false,
+            cublas: false,
+            ..all
+        };
+        assert!(
+            no_driver
+                .native_missing()
+                .unwrap()
+                .contains("no CUDA driver")
+        );
+        assert!(!no_driver.driver_without_libraries());
     }
 }
 

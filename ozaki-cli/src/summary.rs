@@ -234,6 +234,8 @@ pub struct Summary {
     by_route: BTreeMap<String, Totals>,
     by_shape: BTreeMap<Shape, Totals>,
     gpu_start: BTreeMap<&'static str, Seen>,
+    /// The CUDA library files the GPU calls ran on (`cuda_libs`), of every process.
+    cuda_libs: std::collections::BTreeSet<String>,
     predictions: predictions::Predictions,
     /// (nbar, flops) of every call.
     nbar: Vec<(f64, f64)>,
@@ -279,6 +281,7 @@ impl Summary {
 
     fn add_call(&mut self, file: usize, c: &CallRecord) {
         self.all.add(c);
+        self.cuda_libs.extend(c.cuda_libs.iter().flatten().cloned());
         self.by_routine.entry(c.routine).or_default().add(c);
         match self.by_sym.get_mut(&(c.sym.clone(), c.routine)) {
             Some(t) => t.add(c),
@@ -373,6 +376,9 @@ impl Summary {
         }
         for (sym, lib) in &vendors {
             writeln!(out, "  vendor {sym} -> {lib}")?;
+        }
+        for lib in &self.cuda_libs {
+            writeln!(out, "  CUDA library {lib}")?;
         }
         if self.all.calls == 0 {
             writeln!(out, "\nNo dgemm/dsyrk calls were recorded.")?;
@@ -677,6 +683,29 @@ mod tests {
             "plain.jsonl",
         );
         assert!(!plain.contains("GPU start"), "{plain}");
+    }
+
+    #[test]
+    fn the_cuda_libraries_of_gpu_calls_are_listed() {
+        let gpu = call(1, "dgemm_", "dgemm", 8, 8, 8, 1).replace(
+            r#""route":"vendor""#,
+            r#""route":"gpu-native","device":0,"cuda_libs":["/s/nvidia/cu13/lib/libcublas.so.13","/lib/libcuda.so.1"]"#,
+        );
+        let s = summary_of(
+            &[
+                HEADER.to_string(),
+                call(0, "dgemm_", "dgemm", 8, 8, 8, 1),
+                gpu,
+            ]
+            .join("\n"),
+            "gpu.jsonl",
+        );
+        assert!(s.contains("  CUDA library /lib/libcuda.so.1\n  CUDA library /s/nvidia/cu13/lib/libcublas.so.13\n"), "{s}");
+        let plain = summary_of(
+            &[HEADER.to_string(), call(0, "dgemm_", "dgemm", 8, 8, 8, 1)].join("\n"),
+            "plain.jsonl",
+        );
+        assert!(!plain.contains("CUDA library"), "{plain}");
     }
 
     #[test]

@@ -1,8 +1,13 @@
 //! The pip wheel (`scripts/build-wheel`): assembled from the `ozaki` binary and shim library
 //! of this build, installed into a fresh venv from the wheel file alone, and used as a pip
 //! user would: `ozaki --version`, `ozaki run` over pip's numpy and over the gfortran client
-//! with a trace of their calls, `ozaki summary`, `ozaki env` (all in `scripts/test-wheel`,
-//! which prints one line per check).
+//! with a trace of their calls, `ozaki summary`, `ozaki env`, a GPU route asked for without
+//! CUDA, the `cu13` extra's libraries found (all in `scripts/test-wheel`, which prints one line
+//! per check).
+//!
+//! With `OZAKI_TEST_WHEEL=FILE` (CI sets it to the manylinux wheel `scripts/build-wheel` made
+//! with zig, whose glibc floor `auditwheel` checked) that wheel is the one tested instead,
+//! and it must carry a manylinux tag.
 
 #[path = "../../shim/tests/common/mod.rs"]
 mod common;
@@ -36,23 +41,42 @@ fn wheel_installs_into_a_fresh_venv_and_runs_programs_under_the_shim() {
         return;
     }
     let dir = work_dir("wheel");
-    // The files of this build, where build-wheel expects them.
-    let built = dir.join("built");
-    std::fs::create_dir_all(&built).unwrap();
-    std::fs::copy(ozaki_bin(), built.join("ozaki")).unwrap();
-    std::fs::copy(shim_lib(), built.join("libozaki_shim.so")).unwrap();
+    let mut test = std::process::Command::new(repo_root().join("scripts/test-wheel"));
+    match std::env::var_os("OZAKI_TEST_WHEEL").map(PathBuf::from) {
+        Some(wheel) => {
+            let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(
+                name.contains("-manylinux_2_"),
+                "OZAKI_TEST_WHEEL={} is not a manylinux wheel",
+                wheel.display()
+            );
+            test.arg("--wheel").arg(&wheel);
+        }
+        None => {
+            // The files of this build, where build-wheel expects them.
+            let built = dir.join("built");
+            std::fs::create_dir_all(&built).unwrap();
+            std::fs::copy(ozaki_bin(), built.join("ozaki")).unwrap();
+            std::fs::copy(shim_lib(), built.join("libozaki_shim.so")).unwrap();
+            test.arg("--from-target").arg(&built);
+        }
+    }
 
     let out = run_ok(
-        std::process::Command::new(repo_root().join("scripts/test-wheel"))
-            .arg("--from-target")
-            .arg(&built)
-            .arg("--work")
+        test.arg("--work")
             .arg(dir.join("work"))
             .env("OZAKI_TEST_VENV", &venv),
     );
     let log = String::from_utf8_lossy(&out.stdout);
     print!("{log}");
-    for check in ["ozaki run over pip numpy", "gfortran client", "ozaki env"] {
+    for check in [
+        "the constructor is",
+        "ozaki run over pip numpy",
+        "gfortran client",
+        "ozaki env",
+        "no GPU: the vendor route and one line",
+        "the cu13 extra's libraries",
+    ] {
         assert!(log.contains(check), "no {check:?} line in:\n{log}");
     }
 }

@@ -172,7 +172,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: CUDA_LIB_DIRS,
         meaning: "directories with the CUDA 13 libraries to load before the loader's search",
-        default: "`nvidia/cu13/lib` beside the wheel's package",
+        default: "`nvidia/*/lib` of the wheel's site-packages and of the program's, then a system CUDA",
     },
 ];
 

@@ -30,7 +30,9 @@ use std::collections::BTreeMap;
 /// program made through cuBLAS on device-resident operands: `device_resident` (true on
 /// them; the `sym` is the cuBLAS entry point, such as `cublasGemmEx`) and `batch` (the member
 /// count of a strided-batched call, whose record describes one member's shape). A version-3
-/// reader would count such a call as one host-resident product.
+/// reader would count such a call as one host-resident product. Version 4 later gained the
+/// optional `cuda_libs` (the CUDA library files behind the first GPU call), which older
+/// readers ignore without miscounting anything.
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// Which BLAS routine a record describes.
@@ -326,6 +328,12 @@ pub struct CallRecord {
     /// Members of a strided-batched call, each of the shape the record describes (schema 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u64>,
+    /// The CUDA library files the process had loaded (driver, cuBLAS, cuBLASLt, NVRTC and
+    /// its builtins), on the first record of a call that ran on a GPU in this trace file:
+    /// where the GPU routes found CUDA, e.g. pip's `site-packages/nvidia/cu13/lib` or a
+    /// system toolkit (optional; older readers ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_libs: Option<Vec<String>>,
 }
 
 /// JSON has no NaN or infinities: finite values are numbers, the others the strings `"NaN"`,

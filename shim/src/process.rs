@@ -1,7 +1,8 @@
 //! Process events: the load-time constructor, the `fork` handlers and the `exit` handler.
 //!
-//! The constructor is `DT_INIT` of the cdylib only (`_ozaki_shim_on_load`, named by
-//! `build.rs`), so a program that links this crate as a Rust library runs none of it.
+//! The constructor belongs to the cdylib only (`_ozaki_shim_on_load`, its `DT_INIT`, named by
+//! `build.rs`, or under zig's linker an `.init_array` entry of the cdylib link alone), so a
+//! program that links this crate as a Rust library runs none of it.
 //!
 //! Everything here is called by the loader or libc, so each function runs its work inside
 //! `catch_unwind` (a panic must not unwind into them).
@@ -57,10 +58,11 @@ pub fn ensure_loaded() {
 }
 
 /// The library's load-time constructor: the loader runs it as `DT_INIT` when it loads
-/// `libozaki_shim.so` (`build.rs` links the cdylib with `-init` naming it), before the
+/// `libozaki_shim.so` (`build.rs` links the cdylib with `-init` naming it, or, under zig's
+/// linker, with an `.init_array` entry in an object of the cdylib link alone), before the
 /// first BLAS call can arrive through the library's exports. It is not an `.init_array`
-/// entry on purpose: the `ozaki` command links this crate as an ordinary library and must
-/// not start the interposer in its own process. Sets up the process state
+/// entry of the Rust code on purpose: the `ozaki` command links this crate as an ordinary
+/// library and must not start the interposer in its own process. Sets up the process state
 /// ([`ensure_loaded`]), then arms the main-thread exit guard of the GPU start
 /// ([`crate::route::start`]) on the loading thread.
 #[unsafe(no_mangle)]

@@ -278,6 +278,11 @@ pub fn record_taking(start: &Start, entry: &Entry<'_>, engine: Option<Box<Engine
         info: entry.info,
         ab: entry.ab.map(|a| Box::new(a.clone())),
     };
+    if q.outcome.as_ref().is_some_and(|o| o.device.is_some()) {
+        // Listing the loaded objects takes the loader's lock: done here, before the sink
+        // or the queue is locked, once per process (the writer reads the cached list).
+        let _ = cuda_libraries();
+    }
     if !OPENED.load(Ordering::Acquire) {
         // The file is created at the first record, by its caller (module docs).
         let mut sink = SHARED.lock();
@@ -500,6 +505,8 @@ struct Sink {
     write_through: bool,
     /// Whether each symbol's vendor library has been named in this file.
     announced: [bool; COUNT],
+    /// Whether this file's first GPU record has named the CUDA libraries (`cuda_libs`).
+    cuda_announced: bool,
 }
 
 /// The records callers have left and nobody has written yet.
@@ -573,6 +580,7 @@ static SHARED: PMutex<Sink> = PMutex::new(Sink {
     torn: false,
     write_through: false,
     announced: [false; COUNT],
+    cuda_announced: false,
 });
 
 static QUEUE: PMutex<Queue> = PMutex::new(Queue {
@@ -585,6 +593,31 @@ static QUEUE: PMutex<Queue> = PMutex::new(Queue {
 /// Whether this process has opened (or failed to open) its trace file: callers check it
 /// without a lock.
 static OPENED: AtomicBool = AtomicBool::new(false);
+
+/// The CUDA library files this process has loaded, listed once, at its first GPU call (the
+/// GPU routes load all of them when the GPU starts).
+fn cuda_libraries() -> &'static [String] {
+    static LIST: OnceLock<Vec<String>> = OnceLock::new();
+    LIST.get_or_init(|| {
+        gpu_kernels::loaded_objects::cuda_libraries(&gpu_kernels::loaded_objects::paths())
+            .into_iter()
+            .map(|p| p.display().to_string())
+            .collect()
+    })
+}
+
+/// Adds `cuda_libs` to the record in `out` when it is the first with `gpu_libraries` (a call
+/// that ran on a GPU) since `announced` was last cleared, and the list is not empty.
+fn push_cuda_libs(out: &mut Vec<u8>, announced: &mut bool, gpu_libraries: Option<&[String]>) {
+    if let Some(libs) = gpu_libraries
+        && !*announced
+        && !libs.is_empty()
+    {
+        *announced = true;
+        field(out, "cuda_libs");
+        let _ = serde_json::to_writer(&mut *out, libs);
+    }
+}
 
 /// The flush thread, for waking it.
 static FLUSHER: OnceLock<std::thread::Thread> = OnceLock::new();
@@ -664,6 +697,7 @@ impl Sink {
                 for id in SymId::all() {
                     self.announced[id.index()] = header.vendor.contains_key(id.name());
                 }
+                self.cuda_announced = false;
                 self.path = path;
                 if let Ok(mut line) = serde_json::to_vec(&header) {
                     line.push(b'\n');
@@ -723,6 +757,9 @@ impl Sink {
             field(&mut self.buf, "vendor");
             push_str(&mut self.buf, lib);
         }
+        // The list was made by the record's caller (`record_taking`), outside every lock.
+        let gpu_libraries = r.outcome.as_ref().and_then(|o| o.device).map(|_| cuda_libraries());
+        push_cuda_libs(&mut self.buf, &mut self.cuda_announced, gpu_libraries);
         self.buf.extend_from_slice(b"}\n");
     }
 
@@ -992,6 +1029,7 @@ pub(crate) fn after_fork_child() {
     sink.state = State::Closed;
     sink.write_through = true;
     sink.announced = [false; COUNT];
+    sink.cuda_announced = false;
     OPENED.store(false, Ordering::Relaxed);
     SEQ.store(0, Ordering::Relaxed);
     set_origin();
@@ -1284,5 +1322,42 @@ mod tests {
         };
         assert_eq!(back.schema, SCHEMA_VERSION);
         assert!(header(1, Some(0), true).argv.is_some_and(|a| !a.is_empty()));
+    }
+
+    #[test]
+    fn the_first_gpu_record_names_the_cuda_libraries() {
+        let s = shape(Routine::Dgemm);
+        let e = Entry {
+            sym: SymId::DGEMM.into(),
+            shape: &s,
+            route: "gpu-native",
+            fallback: None,
+            outcome: None,
+            engine: None,
+            info: None,
+            ab: None,
+        };
+        let libs = [
+            "/v/site-packages/nvidia/cu13/lib/libcublas.so.13".to_string(),
+            "/lib/x86_64-linux-gnu/libcuda.so.1".to_string(),
+        ];
+        let mut announced = false;
+        let mut record = |gpu: Option<&[String]>| {
+            let mut out = Vec::new();
+            format_body(&mut out, 0, 0, 0, 0, &e);
+            push_cuda_libs(&mut out, &mut announced, gpu);
+            out.extend_from_slice(b"}");
+            let text = String::from_utf8(out).unwrap();
+            match parse_line(&text, 1).unwrap_or_else(|err| panic!("{err}: {text}")) {
+                Line::Call(c) => c.cuda_libs,
+                _ => panic!("{text}"),
+            }
+        };
+        // A host call first, then an empty list (nothing loaded), names nothing and does not
+        // use up the announcement.
+        assert_eq!(record(None), None);
+        assert_eq!(record(Some(&[])), None);
+        assert_eq!(record(Some(&libs)).as_deref(), Some(&libs[..]));
+        assert_eq!(record(Some(&libs)), None);
     }
 }

@@ -68,8 +68,17 @@ pub const CLEARLY: f64 = 2.0;
 /// The name of this process's GPU, when a GPU route can run here (initialises the GPU: the
 /// first `auto` call pays for it once, as the first GPU call would anyway).
 pub fn gpu_name() -> Option<String> {
-    if let Some(missing) = gpu_kernels::probe::Libraries::detect().native_missing() {
-        tracing::info!("auto: no GPU route in this process ({missing})");
+    let libs = gpu_kernels::probe::Libraries::detect();
+    if let Some(missing) = libs.native_missing() {
+        // A CPU-only machine needs no line on every process's stderr; a GPU machine that lacks
+        // the CUDA libraries does (this runs once per process).
+        if libs.driver_without_libraries() {
+            notice(&format!(
+                "auto: a CUDA driver is here but {missing}; calls go to the vendor BLAS"
+            ));
+        } else {
+            tracing::info!("auto: no GPU route in this process ({missing})");
+        }
         return None;
     }
     match gpu_kernels::gpu() {
