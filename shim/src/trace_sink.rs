@@ -758,7 +758,11 @@ impl Sink {
             push_str(&mut self.buf, lib);
         }
         // The list was made by the record's caller (`record_taking`), outside every lock.
-        let gpu_libraries = r.outcome.as_ref().and_then(|o| o.device).map(|_| cuda_libraries());
+        let gpu_libraries = r
+            .outcome
+            .as_ref()
+            .and_then(|o| o.device)
+            .map(|_| cuda_libraries());
         push_cuda_libs(&mut self.buf, &mut self.cuda_announced, gpu_libraries);
         self.buf.extend_from_slice(b"}\n");
     }
