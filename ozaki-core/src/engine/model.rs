@@ -622,7 +622,7 @@ mod tests {
             (8192, Route::GpuNative),
         ] {
             let shape = CallShape::gemm(s, s, s);
-            let e = gpu_route(gpu, &shape, route, Some(14));
+            let e = gpu_route(gpu, &shape, route, Some(14), true);
             let compute = ["fp64-gemm", "convert", "products", "reconstruct"]
                 .iter()
                 .map(|n| term(&e, n))
@@ -647,12 +647,12 @@ mod tests {
             assert!(got >= (h2d + d2h).max(compute) && got < h2d + d2h + compute);
         }
         let small = CallShape::gemm(1024, 1024, 1024);
-        let e = gpu_route(gpu, &small, Route::GpuNative, None);
+        let e = gpu_route(gpu, &small, Route::GpuNative, None, true);
         let (xfer, compute) = (term(&e, "h2d") + term(&e, "d2h"), term(&e, "fp64-gemm"));
         let credit = -term(&e, "overlap");
         assert!((credit - gpu.overlap * xfer.min(compute)).abs() < 1e-15);
         // the device-resident call pays no link and no overlap
-        let dev = gpu_route(gpu, &shape_on_device(16384), Route::GpuNative, None);
+        let dev = gpu_route(gpu, &shape_on_device(16384), Route::GpuNative, None, true);
         assert_eq!(term(&dev, "overlap"), 0.0);
     }
 
