@@ -178,14 +178,15 @@ fn pre_engine() -> Option<&'static Engine> {
 /// What the pre-engine decided for a call, before the engine is built.
 enum PreEngine {
     /// The vendor BLAS, with the pre-engine's decision, the size class's bound it was
-    /// priced at, why, what the call did about the GPU start (for the trace), and the class
-    /// its measured time feeds.
+    /// priced at, why, what the call did about the GPU start (for the trace), the class
+    /// its measured time feeds, and the factor the vendor's price was corrected by.
     Vendor(
         Arc<Decision>,
         Option<CallShape>,
         Early,
         Option<StartNote>,
         Option<(ClassKey, f64)>,
+        f64,
     ),
     /// The engine decides (it is up, or being built here); `Some`: the call waited for the
     /// background start.
@@ -221,7 +222,7 @@ fn before_engine(
         .filter(|&(_, g)| bound.is_none() && adjust::correctable(d.vendor_s, g))
         .map(|_| (kv, d.vendor_s));
     if is_clearly_vendor(&d, fv) {
-        return PreEngine::Vendor(d, bound, Early::Clearly { fv }, None, feedback);
+        return PreEngine::Vendor(d, bound, Early::Clearly { fv }, None, feedback, fv);
     }
     let vendor_s = d.vendor_s * fv;
     let margin = pre.profile().choice.min_gain;
@@ -244,7 +245,7 @@ fn before_engine(
             let cost = start::start_cost_s(expected, mode == GpuStart::Blocking);
             if gained < cost {
                 let why = Early::NotStarted { gained, cost, fv };
-                return PreEngine::Vendor(d, None, why, None, feedback);
+                return PreEngine::Vendor(d, None, why, None, feedback, fv);
             }
             start::register_exit_handler();
             let shape = (cs.m as usize, cs.n as usize, cs.k as usize);
@@ -267,7 +268,7 @@ fn before_engine(
         Status::Ready => return PreEngine::Engine(None),
         Status::Failed | Status::Idle => {
             let start = note(DuringStart::Failed, 0.0, None);
-            return PreEngine::Vendor(d, None, Early::Failed, start, feedback);
+            return PreEngine::Vendor(d, None, Early::Failed, start, feedback, fv);
         }
         Status::Starting { elapsed_s } => elapsed_s,
     };
@@ -287,7 +288,7 @@ fn before_engine(
                 fv,
             };
             let start = note(DuringStart::Vendor, elapsed_s, None);
-            PreEngine::Vendor(d, None, why, start, feedback)
+            PreEngine::Vendor(d, None, why, start, feedback, fv)
         }
         WhileStarting::Wait => {
             let t = std::time::Instant::now();
@@ -317,7 +318,7 @@ fn before_engine(
                 ),
             };
             let start = note(during, elapsed_s, Some(waited));
-            PreEngine::Vendor(d, None, why, start, feedback)
+            PreEngine::Vendor(d, None, why, start, feedback, fv)
         }
     }
 }
@@ -506,9 +507,8 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         && let Some(pre) = pre_engine()
     {
         match before_engine(pre, &cs, config.moduli, config.gpu_start, in_flight) {
-            PreEngine::Vendor(d, bound, why, gpu_start, feedback) => {
+            PreEngine::Vendor(d, bound, why, gpu_start, feedback, fv) => {
                 let engine = config.tracing().then(|| {
-                    let (_, fv) = vendor_factor(&cs, in_flight);
                     Box::new(EngineNote {
                         decision: Arc::clone(&d),
                         bound,
