@@ -153,14 +153,20 @@ impl SyrkArgs<'_> {
 // -------------------------------------------------------------------------------------------
 // Built-in kernels: the route used when no vendor BLAS exists anywhere.
 //
-// Reference-BLAS semantics exactly: quick return when m == 0, n == 0, or
-// (alpha == 0 or k == 0) and beta == 1; beta == 0 sets C to zero without reading it (NaN in C
-// does not propagate); alpha == 0 only scales C. The product is cache-blocked (KC x NC panels
-// of op(B), MC x KC blocks of op(A), packed contiguously) around an MR x NR register tile that
-// the compiler vectorises. Each element of C receives beta*C and then the terms
-// (alpha*op(B)(l,j)) * op(A)(i,l) in increasing l, one multiply and one add each: the order of
-// the reference's column-axpy loops, so for op(A) = A the result is bit-identical to reference
-// dgemm/dsyrk (NN, NT; dsyrk with trans = N), and within the usual k*eps bound otherwise.
+// Reference-BLAS semantics exactly (`dgemm.f`, `dsyrk.f`, LAPACK 3.11), bit for bit: quick
+// return when m == 0, n == 0, or (alpha == 0 or k == 0) and beta == 1; alpha == 0 only scales
+// C (beta == 0 sets C to zero without reading it, so NaN in C does not propagate). Otherwise
+// each form follows the reference's loop:
+// - op(A) = A (dgemm NN, NT; dsyrk trans = N), the column axpys: C = beta C (zeros for
+//   beta == 0, untouched for beta == 1), then the terms (alpha op(B)(l,j)) op(A)(i,l) in
+//   increasing l, one multiply and one add each. dsyrk skips a zero multiplier A(j,l), as the
+//   reference does (`syrk_columns_skipping_zeros`); dgemm skips nothing.
+// - op(A) = A^T (dgemm TN, TT; dsyrk trans = T), the dot products ([`DotForm`]): temp summed
+//   from +0 in increasing l, then C = alpha temp (beta == 0) or alpha temp + beta C, also
+//   when k == 0 (an infinite alpha then gives NaN, alpha x 0).
+// The product is cache-blocked (KC x NC panels of op(B), MC x KC blocks of op(A), packed
+// contiguously) around an MR x NR register tile that the compiler vectorises, without
+// changing any element's sequence of operations.
 
 /// Rows of the register tile.
 const MR: usize = 4;
@@ -355,7 +361,7 @@ pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64]) {
     if quick_return(m, n, k, args.alpha, args.beta) {
         return;
     }
-    if args.transa == Trans::Yes && args.alpha != 0.0 && k != 0 {
+    if args.transa == Trans::Yes && args.alpha != 0.0 {
         let (op_a, op_b) = (|i, l| args.op_a(i, l), |l, j| args.op_b(l, j));
         let form = DotForm {
             m,
@@ -385,9 +391,10 @@ pub fn gemm(args: &GemmArgs<'_>, c: &mut [f64]) {
 
 /// The reference's dot-product form (dgemm with `op(A) = A^T`, dsyrk with `trans = T`):
 /// `temp = op(A) op(B)` summed from +0, then `C = alpha temp` (beta = 0) or
-/// `alpha temp + beta C`. Scaling by alpha last is what decides NaN against Inf for an
-/// infinite alpha (`Inf x 0` only where temp is 0) and the sign of zero results (`alpha x
-/// +0`), which the axpy form of the blocked kernel would get differently.
+/// `alpha temp + beta C`, with k = 0 too (temp = +0). Scaling by alpha last is what decides
+/// NaN against Inf for an infinite alpha (`Inf x 0` only where temp is 0, so everywhere when
+/// k = 0) and the sign of zero results (`alpha x +0`, and `+0 + beta C` for a zero `beta C`),
+/// which the axpy form of the blocked kernel, or scaling C alone, would get differently.
 struct DotForm {
     m: usize,
     n: usize,
@@ -407,7 +414,9 @@ impl DotForm {
     ) {
         let (m, n) = (self.m, self.n);
         let mut temp = vec![0.0; m * n];
-        blocked(m, n, self.k, op_a, op_b, &mut temp, m, region);
+        if self.k > 0 {
+            blocked(m, n, self.k, op_a, op_b, &mut temp, m, region);
+        }
         for j in 0..n {
             for i in (0..m).filter(|&i| region.contains(i, j)) {
                 let (t, x) = (temp[i + j * m], &mut c[i + j * ldc]);
@@ -435,7 +444,7 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64]) {
         Uplo::Upper => Region::Upper,
         Uplo::Lower => Region::Lower,
     };
-    if args.trans == Trans::Yes && args.alpha != 0.0 && k != 0 {
+    if args.trans == Trans::Yes && args.alpha != 0.0 {
         let form = DotForm {
             m: n,
             n,
@@ -451,7 +460,10 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64]) {
         return;
     }
     let alpha = args.alpha;
-    if !alpha.is_finite() || (0..k).any(|l| (0..n).any(|i| !args.op_a(i, l).is_finite())) {
+    if !alpha.is_finite()
+        || (0..k).any(|l| (0..n).any(|i| !args.op_a(i, l).is_finite()))
+        || has_negative_zero(c, args.ldc, n, region)
+    {
         return syrk_columns_skipping_zeros(args, c, region);
     }
     blocked(
@@ -466,11 +478,28 @@ pub fn syrk(args: &SyrkArgs<'_>, c: &mut [f64]) {
     );
 }
 
+/// Whether the region of the n x n C holds a `-0` (after the beta scaling): adding a skipped
+/// term `+0` would turn it into `+0`.
+fn has_negative_zero(c: &[f64], ldc: usize, n: usize, region: Region) -> bool {
+    (0..n).any(|j| {
+        let rows = match region {
+            Region::Upper => 0..j + 1,
+            _ => j..n,
+        };
+        rows.into_iter().any(|i| {
+            let x = c[i + j * ldc];
+            x == 0.0 && x.is_sign_negative()
+        })
+    })
+}
+
 /// The reference's dsyrk column loop for `trans = N` (after the beta scaling): for each
 /// column j and l in increasing order, `C(i,j) += (alpha A(j,l)) A(i,l)` over the triangle's
 /// rows, skipping a zero multiplier `A(j,l)`. The blocked kernel adds those skipped terms
-/// too; they are exact zeros, except that `Inf x 0` (an infinite alpha) or `0 x Inf` (an
-/// infinite or NaN `A(i,l)`) makes them NaN, so such calls run this loop instead.
+/// too. With finite alpha and A they are zeros, which change an element only when it is
+/// `-0` (`-0 + +0 = +0`), and that can only be so when C starts at `-0` (a sum of nonzero
+/// terms that cancels is `+0`); with an infinite or NaN alpha or `A(i,l)` they are NaN
+/// (`Inf x 0`, `0 x Inf`). Such calls run this loop instead.
 fn syrk_columns_skipping_zeros(args: &SyrkArgs<'_>, c: &mut [f64], region: Region) {
     let (n, ldc) = (args.n, args.ldc);
     for j in 0..n {
@@ -563,18 +592,11 @@ mod tests {
         let mut want = c0.clone();
         crate::testutil::reference_gemm(&args, &mut want);
         let what = format!("gemm {ta:?}{tb:?} m={m} n={n} k={k} alpha={alpha} beta={beta}");
-        if ta == Trans::No {
-            let same = got
-                .iter()
-                .zip(&want)
-                .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()));
-            assert!(
-                same,
-                "{what}: not bit-identical to the reference loop order"
-            );
-        } else {
-            check_close(&got, &want, k, &what);
-        }
+        let same = got
+            .iter()
+            .zip(&want)
+            .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()));
+        assert!(same, "{what}: not bit-identical to the reference loops");
     }
 
     #[test]
@@ -708,13 +730,14 @@ mod tests {
         }
     }
 
-    /// Infinite alpha and zero signs follow the reference loops bit for bit on exact data:
-    /// NaN only where the reference meets Inf x 0 (NN: any zero term; TN: a zero sum), and
-    /// -0 = alpha x (+0) in the dot form; dsyrk with trans = N skips zero multipliers, as the
-    /// reference does, where a skipped term would be NaN (infinite alpha, or an infinite
-    /// entry of A).
+    /// Special scalars and zero signs follow the reference loops bit for bit: NaN only where
+    /// the reference meets Inf x 0 (NN: any zero term; TN: a zero sum, so every element when
+    /// k = 0), -0 = alpha x (+0) and +0 = alpha x 0 + (-0) in the dot form, NaN and infinite
+    /// beta as the reference scales with them; dsyrk with trans = N skips zero multipliers,
+    /// as the reference does, where a skipped term would be NaN (an infinite or NaN alpha, an
+    /// infinite entry of A) or would turn a -0 of C into +0.
     #[test]
-    fn infinite_alpha_and_signed_zeros_match_the_reference_loops() {
+    fn special_scalars_and_signed_zeros_match_the_reference_loops() {
         let a = [1.0, 0.0, -0.0, 2.0, 3.0, -1.0, 0.0, 1.0, 1.0];
         let b = [1.0, 0.0, 2.0, -0.0, 1.0, 1.0, -1.0, 0.0, 0.0];
         let same = |got: &[f64], want: &[f64], what: &str| {
@@ -725,59 +748,82 @@ mod tests {
                 );
             }
         };
-        for alpha in [f64::INFINITY, f64::NEG_INFINITY, -1.0, 2.0] {
-            for beta in [0.0, -1.0] {
-                for ta in [Trans::No, Trans::Yes] {
-                    for tb in [Trans::No, Trans::Yes] {
-                        let args = GemmArgs {
-                            transa: ta,
-                            transb: tb,
-                            alpha,
-                            beta,
-                            ..GemmArgs::product(3, 3, 3, &a, &b)
-                        };
-                        let (mut got, mut want) =
-                            ([0.0, -0.0, 1.0, 0.0, -0.0, 0.0, 2.0, 0.0, -0.0], [0.0; 9]);
-                        want.copy_from_slice(&got);
-                        gemm(&args, &mut got);
-                        crate::testutil::reference_gemm(&args, &mut want);
-                        same(
-                            &got,
-                            &want,
-                            &format!("gemm {ta:?}{tb:?} alpha {alpha} beta {beta}"),
-                        );
-                    }
-                }
-                // A as given, and with an infinite entry beside zeros of its row and column
-                let mut with_inf = a;
-                with_inf[3] = f64::INFINITY;
-                for (trans, uplo, a) in [
-                    (Trans::No, Uplo::Lower, &a),
-                    (Trans::No, Uplo::Upper, &a),
-                    (Trans::Yes, Uplo::Lower, &a),
-                    (Trans::No, Uplo::Lower, &with_inf),
-                    (Trans::No, Uplo::Upper, &with_inf),
-                ] {
-                    let args = SyrkArgs {
-                        uplo,
-                        trans,
-                        n: 3,
-                        k: 3,
-                        alpha,
-                        a,
-                        lda: 3,
-                        beta,
-                        ldc: 3,
-                    };
-                    for c0 in [-0.0, 1.5] {
-                        let (mut got, mut want) = ([c0; 9], [c0; 9]);
-                        syrk(&args, &mut got);
-                        crate::testutil::reference_syrk(&args, &mut want);
-                        same(
-                            &got,
-                            &want,
-                            &format!("syrk {uplo:?} {trans:?} alpha {alpha} beta {beta} {a:?}"),
-                        );
+        let scalars = [
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -1.0,
+            2.0,
+            0.0,
+            -0.0,
+            5e-324,
+        ];
+        let c_starts: [[f64; 9]; 3] = [
+            [0.0, -0.0, 1.0, 0.0, -0.0, 0.0, 2.0, 0.0, -0.0],
+            [-0.0; 9],
+            [1.5, f64::NAN, -0.0, 1.5, 2.0, f64::INFINITY, -0.0, 0.0, 1.5],
+        ];
+        for alpha in scalars {
+            for beta in [0.0, -0.0, 1.0, -1.0, f64::NAN, f64::INFINITY] {
+                for k in [0, 3] {
+                    for c0 in c_starts {
+                        for ta in [Trans::No, Trans::Yes] {
+                            for tb in [Trans::No, Trans::Yes] {
+                                let args = GemmArgs {
+                                    transa: ta,
+                                    transb: tb,
+                                    alpha,
+                                    beta,
+                                    lda: 3,
+                                    ldb: 3,
+                                    ..GemmArgs::product(3, 3, k, &a, &b)
+                                };
+                                let (mut got, mut want) = (c0, c0);
+                                gemm(&args, &mut got);
+                                crate::testutil::reference_gemm(&args, &mut want);
+                                same(
+                                    &got,
+                                    &want,
+                                    &format!("gemm {ta:?}{tb:?} k {k} alpha {alpha} beta {beta}"),
+                                );
+                            }
+                        }
+                        // A as given, with an infinite entry beside zeros of its row and
+                        // column, and with a zero row (only skipped terms in its element of
+                        // the diagonal)
+                        let mut with_inf = a;
+                        with_inf[3] = f64::INFINITY;
+                        let mut zero_row = a;
+                        for l in 0..3 {
+                            zero_row[3 * l] = 0.0;
+                        }
+                        for a in [&a, &with_inf, &zero_row] {
+                            for trans in [Trans::No, Trans::Yes] {
+                                for uplo in [Uplo::Lower, Uplo::Upper] {
+                                    let args = SyrkArgs {
+                                        uplo,
+                                        trans,
+                                        n: 3,
+                                        k,
+                                        alpha,
+                                        a,
+                                        lda: 3,
+                                        beta,
+                                        ldc: 3,
+                                    };
+                                    let (mut got, mut want) = (c0, c0);
+                                    syrk(&args, &mut got);
+                                    crate::testutil::reference_syrk(&args, &mut want);
+                                    same(
+                                        &got,
+                                        &want,
+                                        &format!(
+                                            "syrk {uplo:?} {trans:?} k {k} alpha {alpha} beta {beta} {a:?} C {c0:?}"
+                                        ),
+                                    );
+                                }
+                            }
+                        }
                     }
                 }
             }
