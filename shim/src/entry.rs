@@ -3,7 +3,8 @@
 //!
 //! In order, [`call`]:
 //! 1. sends a nested call (the vendor calling back into an exported name, e.g. reference
-//!    `cblas_dgemm` -> `dgemm_`) straight to the vendor, unrecorded ([`crate::guard`]);
+//!    `cblas_dgemm` -> `dgemm_`) straight to the vendor, unrecorded ([`crate::guard`]), or
+//!    with no vendor found to the built-in kernel (or the reference's error handler);
 //! 2. decides inside `catch_unwind` what the call needs ([`Plan`]): decode, route choice, and
 //!    any non-vendor route, which writes C itself;
 //! 3. makes the foreign call the plan names outside `catch_unwind`, from frames with nothing
@@ -49,8 +50,11 @@ pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
         guard::Nesting::NestedIfIllegal => unsafe { illegal(&raw) },
     };
     if nested_call {
+        // The vendor's own internal call of an exported name goes back to the vendor; with no
+        // vendor (an error handler calling back into us, or a vendor library calling us from
+        // its constructor while we load it) we compute it ourselves.
         // SAFETY: the caller's contract.
-        unsafe { nested(id, &raw) };
+        unsafe { vendor_or_builtin(id, &raw) };
         std::hint::black_box(&frame);
         return;
     }
@@ -278,19 +282,28 @@ unsafe fn illegal<R: RawCall>(raw: &R) -> bool {
     .unwrap_or(false)
 }
 
-/// A nested call: the vendor's own internal call of an exported name.
+/// Runs a call from its original arguments on the vendor BLAS or, where none is found (or
+/// looking it up panicked), on the built-in kernel or the reference's error handler
+/// ([`without_vendor`]): the call is answered either way, never dropped. Returns the route
+/// that answered it.
 ///
 /// # Safety
 /// - as [`call`].
-unsafe fn nested<R: RawCall>(id: SymId, raw: &R) {
-    match catch_unwind(|| forward::vendor(id).map(|v| v.addr)) {
-        // SAFETY: the caller's contract; `vendor` defines the same exported name.
-        Ok(Some(vendor)) => unsafe { raw.forward(vendor) },
-        // No vendor (an error handler calling back into us, or a vendor library calling us
-        // from its constructor while we load it): compute it ourselves.
-        // SAFETY: the caller's contract.
-        Ok(None) => unsafe { without_vendor(id, raw) },
-        Err(_) => {}
+unsafe fn vendor_or_builtin<R: RawCall>(id: SymId, raw: &R) -> Route {
+    let vendor = catch_unwind(|| forward::vendor(id).map(|v| v.addr))
+        .ok()
+        .flatten();
+    match vendor {
+        Some(vendor) => {
+            // SAFETY: the caller's contract; `vendor` defines the same exported name.
+            unsafe { raw.forward(vendor) };
+            Route::Vendor
+        }
+        None => {
+            // SAFETY: the caller's contract.
+            unsafe { without_vendor(id, raw) };
+            Route::Builtin
+        }
     }
 }
 
@@ -322,21 +335,8 @@ unsafe fn without_vendor<R: RawCall>(id: SymId, raw: &R) {
 /// # Safety
 /// - as [`call`].
 unsafe fn recover<R: RawCall>(id: SymId, raw: &R, progress: &Progress) {
-    let vendor = catch_unwind(|| forward::vendor(id).map(|v| v.addr))
-        .ok()
-        .flatten();
-    let route = match vendor {
-        Some(vendor) => {
-            // SAFETY: the caller's contract; `vendor` defines the same exported name.
-            unsafe { raw.forward(vendor) };
-            Route::Vendor
-        }
-        None => {
-            // SAFETY: the caller's contract.
-            unsafe { without_vendor(id, raw) };
-            Route::Builtin
-        }
-    };
+    // SAFETY: the caller's contract.
+    let route = unsafe { vendor_or_builtin(id, raw) };
     shielded(|| {
         if let Some((shape, start)) = progress.traced.get() {
             let entry = Entry {

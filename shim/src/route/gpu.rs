@@ -75,13 +75,21 @@ fn outcome(o: HostOutcome, engine: Engine) -> RouteOutcome {
     }
 }
 
-/// A call with nothing to multiply (alpha = 0 or k = 0) is C = beta C: left to the vendor
-/// BLAS, which scales C without reading A and B (the reference semantics).
-fn needs_product(alpha: f64, k: usize) -> Result<(), RouteError> {
+/// The calls the GPU routes leave to the vendor BLAS before any device work:
+/// - nothing to multiply (alpha = 0 or k = 0): C = beta C, which the vendor scales without
+///   reading A and B (the reference semantics);
+/// - a NaN or infinite alpha or beta: where C then gets NaN rather than an infinity depends
+///   on the loop order (the reference's column form gives NaN in every column of C whose
+///   op(B) holds a zero, cuBLAS's `alpha (A B)` only where the sum is zero), so those IEEE
+///   details are the vendor's, as on the emulated routes.
+fn needs_product(alpha: f64, beta: f64, k: usize) -> Result<(), RouteError> {
     if alpha == 0.0 || k == 0 {
         return Err(RouteError::Failed(
             "alpha = 0 or k = 0: C = beta C left to the vendor BLAS".into(),
         ));
+    }
+    if !(alpha.is_finite() && beta.is_finite()) {
+        return Err(RouteError::NonFinite);
     }
     Ok(())
 }
@@ -91,7 +99,8 @@ fn needs_product(alpha: f64, k: usize) -> Result<(), RouteError> {
 ///
 /// # Errors
 /// - [`RouteError::Unavailable`]: no driver, GPU, CUDA library or device memory;
-/// - [`RouteError::NonFinite`]: NaN/Inf in A or B (gpu-ozaki);
+/// - [`RouteError::NonFinite`]: a NaN or infinite alpha or beta (both routes), NaN/Inf in A
+///   or B (gpu-ozaki);
 /// - [`RouteError::Failed`]: alpha = 0 or k = 0 (left to the vendor BLAS, which scales C
 ///   without reading A and B), a shape the emulation does not handle, or a CUDA error.
 pub fn gemm(
@@ -101,7 +110,7 @@ pub fn gemm(
     config: &Config,
     plan: Option<&SplitPlan>,
 ) -> Result<RouteOutcome, RouteError> {
-    needs_product(args.alpha, args.k)?;
+    needs_product(args.alpha, args.beta, args.k)?;
     let engine = engine(route, config);
     // In a process owning several GPU slots, a call the engine prices faster split
     // (or any large call with OZAKI_SPLIT=1) runs as C tiles, one per slot
@@ -133,9 +142,64 @@ pub fn syrk(
     c: &mut [f64],
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
-    needs_product(args.alpha, args.k)?;
+    needs_product(args.alpha, args.beta, args.k)?;
     let engine = engine(route, config);
     host::syrk(args, c, engine)
         .map(|o| outcome(o, engine))
         .map_err(|e| error(route, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RawConfig;
+    use ozaki_core::blas::{Trans, Uplo};
+
+    /// A non-finite alpha or beta goes to the vendor BLAS on both GPU routes, for dgemm and
+    /// dsyrk, before anything touches a device (so also here, without one), and C is untouched.
+    #[test]
+    fn non_finite_scalars_are_left_to_the_vendor_before_any_device_work() {
+        let config = Config::from_raw(&RawConfig::default()).0;
+        let (a, b) = ([1.0, 0.0, 2.0, 3.0], [1.0, 0.0, 2.0, 1.0]);
+        for route in [Route::GpuNative, Route::GpuOzaki] {
+            for (alpha, beta) in [
+                (f64::INFINITY, 0.0),
+                (f64::NEG_INFINITY, 1.0),
+                (f64::NAN, 0.5),
+                (1.0, f64::NAN),
+                (2.0, f64::INFINITY),
+            ] {
+                let mut c = [5.0; 4];
+                let args = GemmArgs {
+                    alpha,
+                    beta,
+                    ..GemmArgs::product(2, 2, 2, &a, &b)
+                };
+                let got = gemm(route, &args, &mut c, &config, None);
+                assert_eq!(
+                    got,
+                    Err(RouteError::NonFinite),
+                    "{route} dgemm {alpha} {beta}"
+                );
+                let args = SyrkArgs {
+                    uplo: Uplo::Lower,
+                    trans: Trans::No,
+                    n: 2,
+                    k: 2,
+                    alpha,
+                    a: &a,
+                    lda: 2,
+                    beta,
+                    ldc: 2,
+                };
+                let got = syrk(route, &args, &mut c, &config);
+                assert_eq!(
+                    got,
+                    Err(RouteError::NonFinite),
+                    "{route} dsyrk {alpha} {beta}"
+                );
+                assert_eq!(c, [5.0; 4]);
+            }
+        }
+    }
 }
