@@ -227,14 +227,17 @@ unsafe fn par_apply(
     let per = len.div_ceil(t);
     let (d, s) = (Ptr(dst), Ptr(src as *mut u8));
     std::thread::scope(|sc| {
-        for i in 1..t {
-            let (lo, hi) = ((i * per).min(len), ((i + 1) * per).min(len));
-            sc.spawn(move || {
-                let (d, s) = (d, s);
-                // SAFETY: [lo, hi) lies inside both live, disjoint ranges.
-                f(unsafe { d.0.add(lo) }, unsafe { s.0.add(lo) }, hi - lo)
-            });
-        }
+        // Started under the spawn hook (the shim's blocks the program's signals in them).
+        ozaki_core::spawn::spawning(|| {
+            for i in 1..t {
+                let (lo, hi) = ((i * per).min(len), ((i + 1) * per).min(len));
+                sc.spawn(move || {
+                    let (d, s) = (d, s);
+                    // SAFETY: [lo, hi) lies inside both live, disjoint ranges.
+                    f(unsafe { d.0.add(lo) }, unsafe { s.0.add(lo) }, hi - lo)
+                });
+            }
+        });
         f(d.0, s.0, per.min(len))
     });
 }

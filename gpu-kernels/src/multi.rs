@@ -216,155 +216,161 @@ pub fn gemm(
     /// A tile's outcome and its commit time, ns.
     type TileResult = Result<Option<(HostOutcome, u64)>, GpuError>;
     let results: Vec<TileResult> = std::thread::scope(|s| {
-        let handles: Vec<_> = tiles
-            .iter()
-            .zip(&replicas)
-            .enumerate()
-            .map(|(i, (t, &rep))| {
-                let (failed, barrier, a_addrs, board, owner, gate) =
-                    (&failed, &barrier, &a_addrs, &board, &owner, &gate);
-                s.spawn(move || -> TileResult {
-                    let shared = shared;
-                    let fail = |e: &GpuError| {
-                        tracing::debug!(tile = i, error = %e, "split tile failed");
-                        failed.store(true, Ordering::SeqCst);
-                        board.fail();
-                        gate.fail();
-                    };
-                    // Every phase runs only while nothing failed; every thread reaches
-                    // every barrier whatever happened.
-                    let mut guard = None;
-                    let state: Result<Option<u64>, GpuError> =
-                        catch_unwind(AssertUnwindSafe(|| {
-                            let g = guard.insert(gpu_slot(t.device, rep)?);
-                            if share_a {
-                                Ok(Some(g.workspace.get("host_a", a_span * 8)?))
-                            } else {
-                                Ok(None)
-                            }
-                        }))
-                        .unwrap_or_else(panicked);
-                    if let Err(e) = &state {
-                        fail(e);
-                    }
-                    if share_a {
-                        // every slot's buffer for A exists before any peer copy into it
-                        if let (Ok(Some(da)), Some(g)) = (&state, &guard) {
-                            a_addrs.lock().unwrap_or_else(|p| p.into_inner())[i] =
-                                Some((*da, Handle(g.ctx)));
-                        }
-                        barrier.wait();
-                    }
-                    // This tile's pipeline into its slot's staging (reads C when beta != 0;
-                    // uploads and shares its panels of A).
-                    let staged = if failed.load(Ordering::SeqCst) {
-                        state.map(|_| None)
-                    } else {
-                        let r = catch_unwind(AssertUnwindSafe(|| {
-                            let g = guard.as_mut().expect("locked above");
-                            let sub = tile_args(args, t);
-                            let off = tile_c_offset(args.ldc, t);
-                            let c_span = ozaki_core::blas::span(sub.m, sub.n, args.ldc);
-                            if off + c_span > shared.len {
-                                return Err(GpuError::Unsupported(
-                                    "C shorter than its extent".into(),
-                                ));
-                            }
-                            // With beta == 0 no view of C is lent (C is not read) and tiles
-                            // write only their own elements; with beta != 0 no thread writes
-                            // C before the barrier below.
-                            let (c_in, early): (&[f64], _) = if early_ok {
-                                let early = crate::host::early_write::EarlyC {
-                                    // SAFETY: off + c_span <= shared.len (checked above).
-                                    c: host::SendPtr(unsafe { shared.ptr.add(off) }),
-                                    threads: commit_threads,
-                                    gate: Some(gate),
-                                };
-                                (&[], Some(early))
-                            } else {
-                                // SAFETY: inside C (checked above); not written before the
-                                // barrier.
-                                let c_in = unsafe {
-                                    std::slice::from_raw_parts(
-                                        shared.ptr.add(off) as *const f64,
-                                        c_span,
-                                    )
-                                };
-                                (c_in, None)
-                            };
-                            let mut grid = host::Grid::of(&sub, engine);
-                            let share = match state.as_ref().ok().copied().flatten() {
-                                Some(a_dev) => {
-                                    let addrs = a_addrs.lock().unwrap_or_else(|p| p.into_inner());
-                                    let peers: Vec<(u64, Handle<sys::CUcontext>)> = addrs
-                                        .iter()
-                                        .enumerate()
-                                        .filter(|&(u, _)| u != i)
-                                        .map(|(_, a)| {
-                                            a.ok_or_else(|| {
-                                                GpuError::Cuda("a slot has no buffer for A".into())
-                                            })
-                                        })
-                                        .collect::<Result<_, _>>()?;
-                                    drop(addrs);
-                                    enable_peers(g.ctx, &peers);
-                                    grid.panels = panels;
-                                    Some(host::Share {
-                                        slot: i,
-                                        owner,
-                                        a_dev,
-                                        peers,
-                                        board,
-                                    })
+        // Started under the spawn hook (the shim's blocks the program's signals in them).
+        let handles: Vec<_> = ozaki_core::spawn::spawning(|| {
+            tiles
+                .iter()
+                .zip(&replicas)
+                .enumerate()
+                .map(|(i, (t, &rep))| {
+                    let (failed, barrier, a_addrs, board, owner, gate) =
+                        (&failed, &barrier, &a_addrs, &board, &owner, &gate);
+                    s.spawn(move || -> TileResult {
+                        let shared = shared;
+                        let fail = |e: &GpuError| {
+                            tracing::debug!(tile = i, error = %e, "split tile failed");
+                            failed.store(true, Ordering::SeqCst);
+                            board.fail();
+                            gate.fail();
+                        };
+                        // Every phase runs only while nothing failed; every thread reaches
+                        // every barrier whatever happened.
+                        let mut guard = None;
+                        let state: Result<Option<u64>, GpuError> =
+                            catch_unwind(AssertUnwindSafe(|| {
+                                let g = guard.insert(gpu_slot(t.device, rep)?);
+                                if share_a {
+                                    Ok(Some(g.workspace.get("host_a", a_span * 8)?))
+                                } else {
+                                    Ok(None)
                                 }
-                                None => None,
-                            };
-                            let (o, st) = host::staged_gemm(
-                                g,
-                                &sub,
-                                c_in,
-                                engine,
-                                grid,
-                                host::Tile::Split(share.as_ref()),
-                                early,
-                            )?;
-                            Ok(Some((o, st, c_span)))
-                        }))
-                        .unwrap_or_else(panicked);
-                        if let Err(e) = &r {
+                            }))
+                            .unwrap_or_else(panicked);
+                        if let Err(e) = &state {
                             fail(e);
                         }
-                        r
-                    };
-                    barrier.wait();
-                    // No slot waits on the board any more: release this slot's panel events.
-                    board.release(|p| owner[p] == i);
-                    // Every tile succeeded -> write this tile of C from staging.
-                    let Some((o, st, c_span)) = staged? else {
-                        return Ok(None);
-                    };
-                    if failed.load(Ordering::SeqCst) {
-                        return Ok(None);
-                    }
-                    let t0 = std::time::Instant::now();
-                    match st {
-                        host::StagedC::Written => {}
-                        // SAFETY: the staging (held by `guard`) holds the tile's span; tiles
-                        // are disjoint and all reads of C happened before the barrier.
-                        host::StagedC::Staged(ptr) => unsafe {
-                            let staged = std::slice::from_raw_parts(ptr, c_span);
-                            commit_tile(shared, args.ldc, t, staged, commit_threads);
-                        },
-                        // only when another tile failed, which `failed` said above
-                        host::StagedC::Withheld | host::StagedC::Rerun(_) => {
-                            return Err(GpuError::Cuda("early writes withheld".into()));
+                        if share_a {
+                            // every slot's buffer for A exists before any peer copy into it
+                            if let (Ok(Some(da)), Some(g)) = (&state, &guard) {
+                                a_addrs.lock().unwrap_or_else(|p| p.into_inner())[i] =
+                                    Some((*da, Handle(g.ctx)));
+                            }
+                            barrier.wait();
                         }
-                    }
-                    drop(guard);
-                    Ok(Some((o, t0.elapsed().as_nanos() as u64)))
+                        // This tile's pipeline into its slot's staging (reads C when beta != 0;
+                        // uploads and shares its panels of A).
+                        let staged = if failed.load(Ordering::SeqCst) {
+                            state.map(|_| None)
+                        } else {
+                            let r = catch_unwind(AssertUnwindSafe(|| {
+                                let g = guard.as_mut().expect("locked above");
+                                let sub = tile_args(args, t);
+                                let off = tile_c_offset(args.ldc, t);
+                                let c_span = ozaki_core::blas::span(sub.m, sub.n, args.ldc);
+                                if off + c_span > shared.len {
+                                    return Err(GpuError::Unsupported(
+                                        "C shorter than its extent".into(),
+                                    ));
+                                }
+                                // With beta == 0 no view of C is lent (C is not read) and tiles
+                                // write only their own elements; with beta != 0 no thread writes
+                                // C before the barrier below.
+                                let (c_in, early): (&[f64], _) = if early_ok {
+                                    let early = crate::host::early_write::EarlyC {
+                                        // SAFETY: off + c_span <= shared.len (checked above).
+                                        c: host::SendPtr(unsafe { shared.ptr.add(off) }),
+                                        threads: commit_threads,
+                                        gate: Some(gate),
+                                    };
+                                    (&[], Some(early))
+                                } else {
+                                    // SAFETY: inside C (checked above); not written before the
+                                    // barrier.
+                                    let c_in = unsafe {
+                                        std::slice::from_raw_parts(
+                                            shared.ptr.add(off) as *const f64,
+                                            c_span,
+                                        )
+                                    };
+                                    (c_in, None)
+                                };
+                                let mut grid = host::Grid::of(&sub, engine);
+                                let share = match state.as_ref().ok().copied().flatten() {
+                                    Some(a_dev) => {
+                                        let addrs =
+                                            a_addrs.lock().unwrap_or_else(|p| p.into_inner());
+                                        let peers: Vec<(u64, Handle<sys::CUcontext>)> = addrs
+                                            .iter()
+                                            .enumerate()
+                                            .filter(|&(u, _)| u != i)
+                                            .map(|(_, a)| {
+                                                a.ok_or_else(|| {
+                                                    GpuError::Cuda(
+                                                        "a slot has no buffer for A".into(),
+                                                    )
+                                                })
+                                            })
+                                            .collect::<Result<_, _>>()?;
+                                        drop(addrs);
+                                        enable_peers(g.ctx, &peers);
+                                        grid.panels = panels;
+                                        Some(host::Share {
+                                            slot: i,
+                                            owner,
+                                            a_dev,
+                                            peers,
+                                            board,
+                                        })
+                                    }
+                                    None => None,
+                                };
+                                let (o, st) = host::staged_gemm(
+                                    g,
+                                    &sub,
+                                    c_in,
+                                    engine,
+                                    grid,
+                                    host::Tile::Split(share.as_ref()),
+                                    early,
+                                )?;
+                                Ok(Some((o, st, c_span)))
+                            }))
+                            .unwrap_or_else(panicked);
+                            if let Err(e) = &r {
+                                fail(e);
+                            }
+                            r
+                        };
+                        barrier.wait();
+                        // No slot waits on the board any more: release this slot's panel events.
+                        board.release(|p| owner[p] == i);
+                        // Every tile succeeded -> write this tile of C from staging.
+                        let Some((o, st, c_span)) = staged? else {
+                            return Ok(None);
+                        };
+                        if failed.load(Ordering::SeqCst) {
+                            return Ok(None);
+                        }
+                        let t0 = std::time::Instant::now();
+                        match st {
+                            host::StagedC::Written => {}
+                            // SAFETY: the staging (held by `guard`) holds the tile's span; tiles
+                            // are disjoint and all reads of C happened before the barrier.
+                            host::StagedC::Staged(ptr) => unsafe {
+                                let staged = std::slice::from_raw_parts(ptr, c_span);
+                                commit_tile(shared, args.ldc, t, staged, commit_threads);
+                            },
+                            // only when another tile failed, which `failed` said above
+                            host::StagedC::Withheld | host::StagedC::Rerun(_) => {
+                                return Err(GpuError::Cuda("early writes withheld".into()));
+                            }
+                        }
+                        drop(guard);
+                        Ok(Some((o, t0.elapsed().as_nanos() as u64)))
+                    })
                 })
-            })
-            .collect();
+                .collect()
+        });
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(panicked))

@@ -9,18 +9,6 @@
 
 use crate::blas::Uplo;
 use crate::residues::{K_BLOCK, reduce_i32};
-use std::sync::OnceLock;
-
-/// What each worker thread runs first ([`on_worker_start`]).
-static WORKER_START: OnceLock<fn()> = OnceLock::new();
-
-/// Makes every worker thread of the parallel loops run `f` before its share of the work
-/// (once per process; a later call is ignored). A library that calls these loops on a
-/// program's behalf blocks the program's signals in them with it, so a program's handler
-/// runs on the program's own threads, not on ours.
-pub fn on_worker_start(f: fn()) {
-    let _ = WORKER_START.set(f);
-}
 
 /// Columns per work item (keeps a B panel of `COL_BLOCK * k` in cache while rows stream).
 const COL_BLOCK: usize = 16;
@@ -84,19 +72,20 @@ fn par_columns<T: Send>(
     for (blk, chunk) in out.chunks_mut(COL_BLOCK * m).enumerate() {
         per_thread[blk % threads].push((blk, chunk));
     }
+    // Started under the host library's spawn hook (`crate::spawn`: the shim's blocks the
+    // program's signals in them from their first instruction).
     std::thread::scope(|s| {
-        for work in per_thread {
-            let body = &body;
-            s.spawn(move || {
-                if let Some(start) = WORKER_START.get() {
-                    start();
-                }
-                for (blk, chunk) in work {
-                    let j0 = blk * COL_BLOCK;
-                    body(j0, (j0 + COL_BLOCK).min(n), chunk);
-                }
-            });
-        }
+        crate::spawn::spawning(|| {
+            for work in per_thread {
+                let body = &body;
+                s.spawn(move || {
+                    for (blk, chunk) in work {
+                        let j0 = blk * COL_BLOCK;
+                        body(j0, (j0 + COL_BLOCK).min(n), chunk);
+                    }
+                });
+            }
+        })
     });
 }
 

@@ -15,6 +15,7 @@
 //! | [`host_pipeline`] | how a host-resident gemm is cut into pipelined parts on a GPU, and what that costs |
 //! | [`env`] | the one reader of the environment and the table of every `OZAKI_*` variable |
 //! | [`private_path`] | whether a file and the folders above it can be trusted by this user (trace, kernel cache, profiles) |
+//! | [`spawn`] | the hook the library's worker threads are started under (the shim's blocks signals) |
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -37,6 +38,7 @@ pub mod residues;
 pub mod route;
 pub mod rule;
 pub mod scaling;
+pub mod spawn;
 pub mod stats;
 pub mod testutil;
 pub mod trace;

@@ -42,7 +42,7 @@ pub fn ensure_loaded() {
     }
     shielded(|| {
         crate::trace_sink::on_load();
-        ozaki_core::kernel::on_worker_start(crate::shim_thread::block_signals_here);
+        crate::shim_thread::install_spawn_hook();
         // SAFETY: the handlers are `extern "C" fn()` that live for the whole process and
         // catch every panic.
         unsafe {

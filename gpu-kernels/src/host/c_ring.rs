@@ -155,9 +155,12 @@ pub(crate) fn empty_slots(
         }
     };
     std::thread::scope(|s| {
-        for _ in 1..threads.max(1) {
-            s.spawn(run);
-        }
+        // Started under the spawn hook (the shim's blocks the program's signals in them).
+        ozaki_core::spawn::spawning(|| {
+            for _ in 1..threads.max(1) {
+                s.spawn(run);
+            }
+        });
         run();
     });
 }

@@ -113,9 +113,12 @@ pub(crate) unsafe fn write_columns(
     }
     let per = n.div_ceil(threads).max(1);
     std::thread::scope(|sc| {
-        for j0 in (0..n).step_by(per) {
-            sc.spawn(move || columns(j0, (j0 + per).min(n)));
-        }
+        // Started under the spawn hook (the shim's blocks the program's signals in them).
+        ozaki_core::spawn::spawning(|| {
+            for j0 in (0..n).step_by(per) {
+                sc.spawn(move || columns(j0, (j0 + per).min(n)));
+            }
+        })
     });
 }
 
