@@ -41,6 +41,11 @@ fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
             "reconstruct_quad_w4",
             "line_stats_contig",
             "line_stats_strided",
+            "scan_stats_contig_16",
+            "scan_stats_contig_32",
+            "scan_stats_contig_reread",
+            "scan_stats_strided_4",
+            "scan_stats_strided_2",
             "line_shifts",
             "line_summary",
         ] {
