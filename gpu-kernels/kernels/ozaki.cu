@@ -723,7 +723,7 @@ __device__ __forceinline__ void line_block_write(LineBlock<R, W>& sh, const Line
 template <int T, int V>
 __device__ __forceinline__ void scan_stats_regs(const double* __restrict__ x, long long ld, int rows, int kdim,
                                                 u64* __restrict__ maxbits, double* __restrict__ abssum,
-                                                u64* __restrict__ stats, long long stride) {
+                                                u64* __restrict__ stats, long long stride, int with_stats) {
     __shared__ LineBlock<1, T / 32> sh;
     int c = threadIdx.x, row = blockIdx.x;
     const double* p = x + (long long)row * ld + c;
@@ -739,7 +739,7 @@ __device__ __forceinline__ void scan_stats_regs(const double* __restrict__ x, lo
         sum += __longlong_as_double((long long)b);
     }
     mx = line_block_max(sh, mx, sum);
-    bool keyed = mx != 0 && mx < 0x7ff0000000000000ull;
+    bool keyed = with_stats && mx != 0 && mx < 0x7ff0000000000000ull;
     LineAccT<u32> acc;
     line_acc_zero(acc);
     if (keyed) {
@@ -770,7 +770,7 @@ __device__ __forceinline__ void scan_stats_regs(const double* __restrict__ x, lo
 template <int R, int T, bool CONTIG>
 __device__ __forceinline__ void scan_stats_reread(const double* __restrict__ x, long long ld, int rows, int kdim,
                                                   u64* __restrict__ maxbits, double* __restrict__ abssum,
-                                                  u64* __restrict__ stats, long long stride) {
+                                                  u64* __restrict__ stats, long long stride, int with_stats) {
     constexpr int C = T / R;
     __shared__ LineBlock<R, T / 32> sh;
     int r = threadIdx.x % R, c = threadIdx.x / R;
@@ -788,7 +788,7 @@ __device__ __forceinline__ void scan_stats_reread(const double* __restrict__ x, 
         sum += __longlong_as_double((long long)b);
     }
     mx = line_block_max(sh, mx, sum);
-    bool keyed = live && mx != 0 && mx < 0x7ff0000000000000ull;
+    bool keyed = with_stats && live && mx != 0 && mx < 0x7ff0000000000000ull;
     LineAccT<u32> acc;
     line_acc_zero(acc);
     if (keyed) {
@@ -805,10 +805,12 @@ __device__ __forceinline__ void scan_stats_reread(const double* __restrict__ x, 
     line_block_write(sh, acc, row, live, keyed, mx, maxbits, abssum, stats, stride);
 }
 
+// with_stats = 0: the maxima and sum |x| alone (what the scan costs in the same form, for
+// measuring what the statistics add; the statistics stay 0).
 #define SCAN_STATS_ARGS                                                                                   \
     const double *__restrict__ x, long long ld, int rows, int kdim, u64 *__restrict__ maxbits,           \
-        double *__restrict__ abssum, u64 *__restrict__ stats, long long stride
-#define SCAN_STATS_PASS x, ld, rows, kdim, maxbits, abssum, stats, stride
+        double *__restrict__ abssum, u64 *__restrict__ stats, long long stride, int with_stats
+#define SCAN_STATS_PASS x, ld, rows, kdim, maxbits, abssum, stats, stride, with_stats
 
 // Contiguous lines, kdim <= 4096 and kdim <= 8192.
 extern "C" __global__ void __launch_bounds__(256) scan_stats_contig_16(SCAN_STATS_ARGS) {
@@ -823,6 +825,10 @@ extern "C" __global__ void __launch_bounds__(1024) scan_stats_strided_4(SCAN_STA
 }
 extern "C" __global__ void __launch_bounds__(512) scan_stats_strided_2(SCAN_STATS_ARGS) {
     scan_stats_reread<2, 512, false>(SCAN_STATS_PASS);
+}
+// Adjacent lines, kdim <= 4096: four per block of 512 threads.
+extern "C" __global__ void __launch_bounds__(512) scan_stats_strided_4_narrow(SCAN_STATS_ARGS) {
+    scan_stats_reread<4, 512, false>(SCAN_STATS_PASS);
 }
 // Contiguous lines, one per block of 256 threads reading their entries twice: kdim <= 8192.
 extern "C" __global__ void __launch_bounds__(256) scan_stats_contig_reread(SCAN_STATS_ARGS) {

@@ -42,17 +42,20 @@ pub enum ScanStats {
     /// Adjacent lines, four per 1024-thread block (whole 32-byte sectors per inner index),
     /// entries read again.
     Strided4,
+    /// Adjacent lines, four per 512-thread block, entries read again.
+    Strided4Narrow,
     /// Adjacent lines, two per 512-thread block, entries read again.
     Strided2,
 }
 
 impl ScanStats {
     /// Every variant (in the kernel table's order), for tests and measurements.
-    pub const ALL: [ScanStats; 5] = [
+    pub const ALL: [ScanStats; 6] = [
         ScanStats::Contig16,
         ScanStats::Contig32,
         ScanStats::ContigReread,
         ScanStats::Strided4,
+        ScanStats::Strided4Narrow,
         ScanStats::Strided2,
     ];
 
@@ -63,6 +66,7 @@ impl ScanStats {
             ScanStats::Contig32 => "scan_stats_contig_32",
             ScanStats::ContigReread => "scan_stats_contig_reread",
             ScanStats::Strided4 => "scan_stats_strided_4",
+            ScanStats::Strided4Narrow => "scan_stats_strided_4_narrow",
             ScanStats::Strided2 => "scan_stats_strided_2",
         }
     }
@@ -75,6 +79,7 @@ impl ScanStats {
             ScanStats::Contig32 => (256, 1, 32),
             ScanStats::ContigReread => (256, 1, 32),
             ScanStats::Strided4 => (1024, 4, 32),
+            ScanStats::Strided4Narrow => (512, 4, 32),
             ScanStats::Strided2 => (512, 2, 32),
         }
     }
@@ -261,7 +266,9 @@ impl Kernels {
     /// `kind`, which must fit them ([`ScanStats::fits`]): the scan's two outputs `maxbits`
     /// and `abssum` and the statistics from `q` on (`stride` lines apart), as
     /// [`PerLine::Scan`] then [`PerLine::LineStats`] write them; the buffers were zeroed
-    /// first (the statistics of zero and non-finite lines are not written).
+    /// first (the statistics of zero and non-finite lines are not written). Without
+    /// `with_stats` only the scan's outputs (to measure what the statistics add).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn scan_stats(
         &self,
         kind: ScanStats,
@@ -269,13 +276,15 @@ impl Kernels {
         operand: (sys::CUdeviceptr, i64, bool, i32, i32),
         (maxbits, abssum): (sys::CUdeviceptr, sys::CUdeviceptr),
         (q, stride): (sys::CUdeviceptr, i64),
+        with_stats: bool,
     ) -> Result<(), GpuError> {
         let (mut x, mut ld, contig, mut rows, mut kdim) = operand;
         debug_assert!(kind.fits(contig, kdim as usize));
         let (mut maxbits, mut abssum, mut q, mut stride) = (maxbits, abssum, q, stride);
+        let mut with_stats = i32::from(with_stats);
         let (threads, lines, _) = kind.geometry();
         let grid = ((rows as u32).div_ceil(lines), 1, 1);
-        let mut args = kernel_args![x, ld, rows, kdim, maxbits, abssum, q, stride];
+        let mut args = kernel_args![x, ld, rows, kdim, maxbits, abssum, q, stride, with_stats];
         let f = self.scan_stats[ScanStats::ALL
             .iter()
             .position(|&v| v == kind)
@@ -301,7 +310,7 @@ impl Kernels {
         unsafe {
             match ScanStats::for_lines(contig, kdim as usize) {
                 Some(kind) => {
-                    self.scan_stats(kind, stream, operand, (maxbits, abssum), (q, stride))
+                    self.scan_stats(kind, stream, operand, (maxbits, abssum), (q, stride), true)
                 }
                 None => {
                     self.per_line(PerLine::Scan, stream, operand, maxbits, (abssum, stride))?;

@@ -45,6 +45,7 @@ fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
             "scan_stats_contig_32",
             "scan_stats_contig_reread",
             "scan_stats_strided_4",
+            "scan_stats_strided_4_narrow",
             "scan_stats_strided_2",
             "line_shifts",
             "line_summary",

@@ -835,26 +835,31 @@ fn line_statistics_equal_the_host_mirror() {
             unsafe { ozaki::gemm(&mut g, s, &call, opts) }.unwrap(); // warm
             // the fastest of five of each part (a shared host may delay any one of them)
             let best = |x: &mut f64, y: f64| *x = x.min(y);
-            // the route's way, the exponent scan alone, the two passes, then each one-read
-            // variant that fits one of the operands (the route's way for the other)
-            let passes: Vec<LinePass> = [LinePass::Route, LinePass::ScanOnly, LinePass::TwoPass]
-                .into_iter()
-                .chain(
-                    ScanStats::ALL
-                        .into_iter()
-                        .filter(|v| v.fits(true, n) || v.fits(false, n))
-                        .map(LinePass::With),
-                )
-                .collect();
-            let mut times = vec![f64::INFINITY; passes.len()];
+            // the route's way, the exponent scan alone (both forms), the two passes, then each
+            // one-read variant that fits one of the operands (the route's way for the other);
+            // each per operand
+            let passes: Vec<LinePass> = [
+                LinePass::Route,
+                LinePass::ScanOnly,
+                LinePass::ScanOnlyOneRead,
+                LinePass::TwoPass,
+            ]
+            .into_iter()
+            .chain(
+                ScanStats::ALL
+                    .into_iter()
+                    .filter(|v| v.fits(true, n) || v.fits(false, n))
+                    .map(LinePass::With),
+            )
+            .collect();
+            let mut times = vec![[f64::INFINITY; 2]; passes.len()];
             let [mut summary, mut down, mut host, mut whole] = [f64::INFINITY; 4];
             for _ in 0..5 {
                 for (t, &pass) in times.iter_mut().zip(&passes) {
                     // SAFETY: as for the warm-up call above (C is not touched).
-                    best(
-                        t,
-                        unsafe { ozaki::lines_cost(&mut g, s, &call, pass) }.unwrap(),
-                    );
+                    let each = unsafe { ozaki::lines_cost(&mut g, s, &call, pass) }.unwrap();
+                    best(&mut t[0], each[0]);
+                    best(&mut t[1], each[1]);
                 }
                 // SAFETY: as above.
                 let one =
@@ -880,17 +885,22 @@ fn line_statistics_equal_the_host_mirror() {
                 best(&mut whole, t.elapsed().as_secs_f64());
             }
             // the rule's part: what the route's per-line work takes beyond the exponent scan
-            // every call needs (this includes norm scaling's S), the summary kernel, the
-            // summaries' download and the host step
-            let (route, scan) = (times[0], times[1]);
+            // alone, in the faster of its two forms per operand, which every call needs (the
+            // rule's part includes norm scaling's S), the summary kernel, the summaries'
+            // download and the host step
+            let route = times[0][0] + times[0][1];
+            let scan: f64 = (0..2).map(|o| times[1][o].min(times[2][o])).sum();
             let statistics = (route - scan).max(0.0);
             let rule = statistics + summary + down + host;
             let each: Vec<String> = passes
                 .iter()
                 .zip(&times)
-                .map(|(p, t)| format!("{p:?} {:.3}", t * 1e3))
+                .map(|(p, t)| format!("{p:?} {:.3} + {:.3}", t[0] * 1e3, t[1] * 1e3))
                 .collect();
-            println!("rule line passes n = {n} (ms): {}", each.join(", "));
+            println!(
+                "rule line passes n = {n} (ms, op(A) rows + op(B) columns): {}",
+                each.join(", ")
+            );
             println!(
                 "rule statistics n = {n}: statistics {:.3} ms (per-line work {:.3} ms less the exponent scan alone {:.3} ms) + summary kernel {:.3} ms + download {:.3} ms + host rule {:.3} ms = {:.3} ms of a {:.3} ms call ({:.1}%, {})",
                 statistics * 1e3,

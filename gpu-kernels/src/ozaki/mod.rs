@@ -278,13 +278,19 @@ pub enum LinePass {
     TwoPass,
     /// `kind` for the operands it fits, the route's choice for the others.
     With(ScanStats),
-    /// The exponent scan alone, no statistics: what the call would read without the rule.
+    /// The exponent scan alone (`scan_rows_*`), no statistics: what the call would read
+    /// without the rule.
     ScanOnly,
+    /// The exponent scan alone in the route's one-read kernel where one fits (its
+    /// statistics skipped), else as [`LinePass::ScanOnly`]: the same without the rule in
+    /// the one-read form.
+    ScanOnlyOneRead,
 }
 
 /// Stage 1 of a call: the exponent scan and the line statistics of op(A)'s rows and op(B)'s
 /// columns into `stats` (device memory of [`STAT_SLOTS`] u64 slots of m (+ n) lines, op(A)'s
-/// rows first), read as `pass` says, enqueued on `stream`.
+/// rows first), read as `pass` says, enqueued on `stream`; `marks` (if any) gets a mark after
+/// each operand.
 ///
 /// # Safety
 /// - as [`line_statistics`], and `stats` is device memory of that context of
@@ -296,6 +302,7 @@ unsafe fn scan_lines(
     call: &DeviceCall,
     stats: u64,
     pass: LinePass,
+    mut marks: Option<&mut Marks>,
 ) -> Result<(), GpuError> {
     let (m, n, k) = (call.m, call.n, call.k);
     let (a_contig, b_operand) = operands(call);
@@ -325,10 +332,14 @@ unsafe fn scan_lines(
             match pass {
                 LinePass::Route => kern.scan_and_stats(stream, operand, outputs, lines)?,
                 LinePass::With(kind) if kind.fits(contig, k) => {
-                    kern.scan_stats(kind, stream, operand, outputs, lines)?
+                    kern.scan_stats(kind, stream, operand, outputs, lines, true)?
                 }
                 LinePass::With(_) => kern.scan_and_stats(stream, operand, outputs, lines)?,
-                LinePass::TwoPass | LinePass::ScanOnly => {
+                LinePass::ScanOnlyOneRead if ScanStats::for_lines(contig, k).is_some() => {
+                    let kind = ScanStats::for_lines(contig, k).expect("checked");
+                    kern.scan_stats(kind, stream, operand, outputs, lines, false)?
+                }
+                LinePass::TwoPass | LinePass::ScanOnly | LinePass::ScanOnlyOneRead => {
                     kern.per_line(PerLine::Scan, stream, operand, outputs.0, (outputs.1, 0))?;
                     if pass == LinePass::TwoPass {
                         kern.per_line(PerLine::LineStats, stream, operand, outputs.0, lines)?;
@@ -336,14 +347,18 @@ unsafe fn scan_lines(
                 }
             }
         }
+        if let Some(m) = marks.as_deref_mut() {
+            m.mark(Phase::Convert)?;
+        }
     }
     Ok(())
 }
 
-/// Seconds stage 1's per-line work takes on `stream` when read as `pass` (zeroing the
-/// buffer included; CUDA events, one run after one untimed run): [`LinePass::ScanOnly`] is
-/// what the call would pay without the rule, so the difference to [`LinePass::Route`] is
-/// what the rule's statistics add.
+/// Seconds stage 1's per-line work takes on `stream` per operand (op(A), then gemm's op(B);
+/// zeroing the buffer counts to the first) when read as `pass` (CUDA events, one run after
+/// one untimed run): [`LinePass::ScanOnly`] and [`LinePass::ScanOnlyOneRead`] are what the
+/// call would pay without the rule, so what [`LinePass::Route`] takes beyond the faster of
+/// the two is what the rule's statistics add.
 ///
 /// # Safety
 /// As [`line_statistics`].
@@ -352,18 +367,17 @@ pub unsafe fn lines_cost(
     stream: sys::CUstream,
     call: &DeviceCall,
     pass: LinePass,
-) -> Result<f64, GpuError> {
+) -> Result<Vec<f64>, GpuError> {
     let syrk = matches!(call.op, Op::Syrk { .. });
     let nb_rows = if syrk { call.m } else { call.m + call.n };
     let stats = gpu.workspace.get("scan", 8 * STAT_SLOTS * nb_rows)?;
     // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
-    unsafe { scan_lines(gpu, stream, call, stats, pass) }?;
+    unsafe { scan_lines(gpu, stream, call, stats, pass, None) }?;
     let mut marks = Marks::start(stream)?;
     // SAFETY: as above.
-    unsafe { scan_lines(gpu, stream, call, stats, pass) }?;
-    marks.mark(Phase::Convert)?;
+    unsafe { scan_lines(gpu, stream, call, stats, pass, Some(&mut marks)) }?;
     sync(stream)?;
-    Ok(marks.spans()?[0])
+    marks.spans()
 }
 
 /// Bytes of the two side summaries (`ozaki_core::rule::summary`) on the device.
@@ -465,8 +479,8 @@ pub struct StageOne {
 /// says ([`LinePass::Route`]: as the route does it), and what computing and downloading them
 /// cost (the per-line table is copied as well, after the timed steps): what the accuracy
 /// rule reads, for tests against the host mirror (`ozaki_core::rule::LineTable::push`,
-/// `SideSummary::of`) and for measuring what the rule costs. [`LinePass::ScanOnly`] forms no
-/// statistics: it is refused (`Unsupported`).
+/// `SideSummary::of`) and for measuring what the rule costs. The scan-only passes form no
+/// statistics: they are refused (`Unsupported`).
 ///
 /// # Safety
 /// - `gpu`'s context is current on this thread and `stream` belongs to it;
@@ -480,7 +494,7 @@ pub unsafe fn line_statistics(
     opts: &Options,
     pass: LinePass,
 ) -> Result<StageOne, GpuError> {
-    if pass == LinePass::ScanOnly {
+    if matches!(pass, LinePass::ScanOnly | LinePass::ScanOnlyOneRead) {
         return Err(GpuError::Unsupported(
             "the exponent scan alone forms no statistics".into(),
         ));
@@ -493,7 +507,7 @@ pub unsafe fn line_statistics(
     let mut pinned = crate::memory::PinnedBuffer::new(bytes + SUMMARY_BYTES)?;
     let mut marks = Marks::start(stream)?;
     // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
-    unsafe { scan_lines(gpu, stream, call, stats, pass) }?;
+    unsafe { scan_lines(gpu, stream, call, stats, pass, None) }?;
     marks.mark(Phase::Convert)?;
     let scaling = effective_scaling(opts.scaling);
     // SAFETY: as above; `summaries` is the workspace slot of SUMMARY_BYTES.
@@ -607,7 +621,7 @@ pub unsafe fn enqueue(
     let stats = gpu.workspace.get("scan", STATS * nb_rows)?;
     let (maxbits, coarse_sq) = (stats, stats + 16 * nb_rows as u64);
     // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
-    unsafe { scan_lines(gpu, stream, call, stats, LinePass::Route) }?;
+    unsafe { scan_lines(gpu, stream, call, stats, LinePass::Route, None) }?;
     // 2. The statistics go to the host for the plan; meanwhile the GPU already forms the shifts
     //    and residues for the moduli count the plan is expected to choose (forced, or this
     //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
