@@ -106,6 +106,7 @@ use crate::fallback::Fallback;
 use crate::moduli::{CrtPlan, MAX_MODULI, MIN_MODULI};
 use crate::scaling::{COARSE_BITS, MIN_SHIFT, Quantizer, ScalingMode, class_bound, clog2, coarse};
 
+pub mod plan;
 pub mod summary;
 
 pub use summary::{KeyParams, SideSummary, SummaryView};
