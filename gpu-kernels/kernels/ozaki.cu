@@ -464,19 +464,20 @@ __device__ __forceinline__ int exponent_of_bits(u64 bits) {
 // result below 2^-1022 may round (even to 0), but the ceiling of any value in (0, 1) is 1,
 // which the max() restores; the floors of values below 1 are 0 however they round.
 #define FIX_BITS 40
-// S: the width of the sums of small integers (S, log depths, nonzeros): u64 in the
-// per-line passes, u32 where a thread sums at most 32 entries (every term is below 2^23).
-template <typename S>
+// S: the width of the sums of small integers (log depths, nonzeros): u64 in the per-line
+// passes, u32 where a thread sums at most 32 entries (every term is below 2^23). A: the type
+// of the sums of S's, abs1's and abs2's terms: u64, or double where a thread sums at most 32
+// entries (integers below 2^47, exact in any order).
+template <typename S, typename A>
 struct LineAccT {
-    S s;
-    u64 a1, a2;
+    A s, a1, a2;
     S ld, ld2, nz;
     u32 depth, span;
 };
-typedef LineAccT<u64> LineAcc;
+typedef LineAccT<u64, u64> LineAcc;
 
-template <typename S>
-__device__ __forceinline__ void line_acc_zero(LineAccT<S>& t) {
+template <typename S, typename A>
+__device__ __forceinline__ void line_acc_zero(LineAccT<S, A>& t) {
     t.s = t.ld = t.ld2 = t.nz = 0;
     t.a1 = t.a2 = 0;
     t.depth = t.span = 0;
@@ -487,8 +488,8 @@ __device__ __forceinline__ void line_acc_zero(LineAccT<S>& t) {
 // (exact, or one rounding of a subnormal result) in one multiplication where 2^(5 - e) etc.
 // are normal, and each ceil / floor is the conversion's own rounding mode. d <= 2097, so
 // d^2 is exact in 32 bits.
-template <typename S>
-__device__ __forceinline__ void line_add_exact(LineAccT<S>& t, u64 b, int e) {
+template <typename S, typename A>
+__device__ __forceinline__ void line_add_exact(LineAccT<S, A>& t, u64 b, int e) {
     double a = __longlong_as_double((long long)b);
     u32 c = max(__double2uint_ru(scale2(a, 5 - e)), 1u);
     t.s += c * c;
@@ -508,21 +509,24 @@ __device__ __forceinline__ void line_add_exact(LineAccT<S>& t, u64 b, int e) {
     t.span = max(t.span, (u32)(e - lsb));
 }
 
-// What the entries' terms need from their line: e = E(max |x|), and for the integer path
-// below (max |x| normal and at least 2^-1002, so that 2^(20 - e) is a normal double) the
-// biased exponent eb of max |x| and 2^(20 - e); eb = 0 sends every entry to line_add_exact.
+// What the entries' terms need from their line: e = E(max |x|), and for the paths below
+// (max |x| normal and at least 2^-983, so that 2^(5 - e), 2^(20 - e) and 2^(40 - e) are
+// normal doubles) the biased exponent eb of max |x| and those powers; eb = 0 sends every
+// entry to line_add_exact.
 struct LineExp {
     int e;
     u32 eb;
-    double p20;
+    double p5, p20, p40;
 };
 
 __device__ __forceinline__ LineExp line_exp(u64 maxbits) {
     LineExp L;
     L.e = exponent_of_bits(maxbits);
     u32 eb = (u32)(maxbits >> 52);
-    L.eb = eb >= 21 ? eb : 0;
+    L.eb = eb >= 40 ? eb : 0;
+    L.p5 = L.eb ? pow2(5 - L.e) : 0.0;
     L.p20 = L.eb ? pow2(20 - L.e) : 0.0;
+    L.p40 = L.eb ? pow2(40 - L.e) : 0.0;
     return L;
 }
 
@@ -543,8 +547,8 @@ __device__ __forceinline__ bool fast_entry(u64 b, const LineExp& L) {
 //           RN(y^2) < 1 and both floors are 0. The floor of y^2 < 2^42 is the low bits of one
 //           round-down add of 2^52;
 //   depth = d, span = e - lsb(x) = d + 52 - ctz(M).
-template <typename S>
-__device__ __forceinline__ void line_add_fast(LineAccT<S>& t, u64 b, const LineExp& L) {
+template <typename S, typename A>
+__device__ __forceinline__ void line_add_fast(LineAccT<S, A>& t, u64 b, const LineExp& L) {
     u32 hi = (u32)(b >> 32), lo = (u32)b;
     u32 d = L.eb - (hi >> 20);
     u32 mh = (hi & 0xfffffu) | 0x100000u;  // M >> 32
@@ -559,6 +563,31 @@ __device__ __forceinline__ void line_add_fast(LineAccT<S>& t, u64 b, const LineE
     t.nz += 1;
     t.depth = max(t.depth, d);
     u32 tz = lo != 0u ? (u32)__ffs((int)lo) - 1u : 31u + (u32)__ffs((int)mh);
+    t.span = max(t.span, d + 52u - tz);
+}
+
+// A fast_entry's terms with S's, abs1's and abs2's sums on the FP64 pipe (the integer pipe
+// bounds line_add_fast): each is the definition's floor or ceiling of one product,
+//   abar = max(ceil(RN(|x| 2^(5 - e))), 1), abs1 = floor(RN(|x| 2^(40 - e))) (2^(5 - e) and
+//   2^(40 - e) normal: scale2's single multiplication), abs2 as line_add_fast,
+// each value below 2^52, so one add of 2^52 rounding up (ceil) or down (floor) leaves
+// 2^52 plus the integer, and subtracting 2^52 gives it exactly; the sums stay exact.
+__device__ __forceinline__ void line_add_fast(LineAccT<u32, double>& t, u64 b, const LineExp& L) {
+    const double two52 = 4503599627370496.0;
+    u32 hi = (u32)(b >> 32), lo = (u32)b;
+    u32 d = L.eb - (hi >> 20);
+    double a = __longlong_as_double((long long)b);
+    double c = fmax(__dsub_rn(__dadd_ru(__dmul_rn(a, L.p5), two52), two52), 1.0);
+    t.s = __fma_rn(c, c, t.s);
+    t.a1 = __dadd_rn(t.a1, __dsub_rn(__dadd_rd(__dmul_rn(a, L.p40), two52), two52));
+    double y = __dmul_rn(a, L.p20);
+    t.a2 = __dadd_rn(t.a2, __dsub_rn(__dadd_rd(__dmul_rn(y, y), two52), two52));
+    t.ld += d;
+    t.ld2 += d * d;  // d < 2^11
+    t.nz += 1;
+    t.depth = max(t.depth, d);
+    u32 mh = hi & 0xfffffu;  // ctz(M) = ctz(M >> 32) + 32 when lo = 0, with M's bit 52
+    u32 tz = lo != 0u ? (u32)__ffs((int)lo) - 1u : 31u + (u32)__ffs((int)(mh | 0x100000u));
     t.span = max(t.span, d + 52u - tz);
 }
 
@@ -678,13 +707,13 @@ __device__ __forceinline__ u64 line_block_max(LineBlock<R, W>& sh, u64 mx, doubl
 
 // The second half: every thread's partial statistics of its line; thread r < R (the first
 // of line r) writes line r's results.
-template <int R, int W>
-__device__ __forceinline__ void line_block_write(LineBlock<R, W>& sh, const LineAccT<u32>& acc, int row, bool live,
+template <int R, int W, typename A>
+__device__ __forceinline__ void line_block_write(LineBlock<R, W>& sh, const LineAccT<u32, A>& acc, int row, bool live,
                                                  bool keyed, u64 mx, u64* __restrict__ maxbits,
                                                  double* __restrict__ abssum, u64* __restrict__ stats,
                                                  long long stride) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    LineAcc t = {acc.s, acc.a1, acc.a2, acc.ld, acc.ld2, acc.nz, acc.depth, acc.span};
+    LineAcc t = {(u64)acc.s, (u64)acc.a1, (u64)acc.a2, acc.ld, acc.ld2, acc.nz, acc.depth, acc.span};
     line_acc_reduce(t, R);
     if (lane < R) {
         sh.acc[0][warp][lane] = t.s;
@@ -720,7 +749,7 @@ __device__ __forceinline__ void line_block_write(LineBlock<R, W>& sh, const Line
 
 // Contiguous lines (x[l + row*ld]), one per block, each thread holding its V entries in
 // registers between the halves: kdim <= T V.
-template <int T, int V>
+template <int T, int V, typename A>
 __device__ __forceinline__ void scan_stats_regs(const double* __restrict__ x, long long ld, int rows, int kdim,
                                                 u64* __restrict__ maxbits, double* __restrict__ abssum,
                                                 u64* __restrict__ stats, long long stride, int with_stats) {
@@ -740,7 +769,7 @@ __device__ __forceinline__ void scan_stats_regs(const double* __restrict__ x, lo
     }
     mx = line_block_max(sh, mx, sum);
     bool keyed = with_stats && mx != 0 && mx < 0x7ff0000000000000ull;
-    LineAccT<u32> acc;
+    LineAccT<u32, A> acc;
     line_acc_zero(acc);
     if (keyed) {
         LineExp L = line_exp(mx);
@@ -767,7 +796,7 @@ __device__ __forceinline__ void scan_stats_regs(const double* __restrict__ x, lo
 // operand leaves memory once while that fits. CONTIG: contiguous lines (x[l + row*ld]),
 // R = 1; else adjacent lines (x[row + l*ld]), R per block (8 R contiguous bytes per index l;
 // R = 4: whole 32-byte sectors). kdim <= 32 (T / R).
-template <int R, int T, bool CONTIG>
+template <int R, int T, bool CONTIG, typename A>
 __device__ __forceinline__ void scan_stats_reread(const double* __restrict__ x, long long ld, int rows, int kdim,
                                                   u64* __restrict__ maxbits, double* __restrict__ abssum,
                                                   u64* __restrict__ stats, long long stride, int with_stats) {
@@ -789,7 +818,7 @@ __device__ __forceinline__ void scan_stats_reread(const double* __restrict__ x, 
     }
     mx = line_block_max(sh, mx, sum);
     bool keyed = with_stats && live && mx != 0 && mx < 0x7ff0000000000000ull;
-    LineAccT<u32> acc;
+    LineAccT<u32, A> acc;
     line_acc_zero(acc);
     if (keyed) {
         LineExp L = line_exp(mx);
@@ -814,25 +843,33 @@ __device__ __forceinline__ void scan_stats_reread(const double* __restrict__ x, 
 
 // Contiguous lines, kdim <= 4096 and kdim <= 8192.
 extern "C" __global__ void __launch_bounds__(256) scan_stats_contig_16(SCAN_STATS_ARGS) {
-    scan_stats_regs<256, 16>(SCAN_STATS_PASS);
+    scan_stats_regs<256, 16, u64>(SCAN_STATS_PASS);
 }
 extern "C" __global__ void __launch_bounds__(256) scan_stats_contig_32(SCAN_STATS_ARGS) {
-    scan_stats_regs<256, 32>(SCAN_STATS_PASS);
+    scan_stats_regs<256, 32, u64>(SCAN_STATS_PASS);
 }
 // Adjacent lines, kdim <= 8192: four per block of 1024 threads, or two per block of 512.
 extern "C" __global__ void __launch_bounds__(1024) scan_stats_strided_4(SCAN_STATS_ARGS) {
-    scan_stats_reread<4, 1024, false>(SCAN_STATS_PASS);
+    scan_stats_reread<4, 1024, false, u64>(SCAN_STATS_PASS);
 }
 extern "C" __global__ void __launch_bounds__(512) scan_stats_strided_2(SCAN_STATS_ARGS) {
-    scan_stats_reread<2, 512, false>(SCAN_STATS_PASS);
+    scan_stats_reread<2, 512, false, u64>(SCAN_STATS_PASS);
 }
 // Adjacent lines, kdim <= 4096: four per block of 512 threads.
 extern "C" __global__ void __launch_bounds__(512) scan_stats_strided_4_narrow(SCAN_STATS_ARGS) {
-    scan_stats_reread<4, 512, false>(SCAN_STATS_PASS);
+    scan_stats_reread<4, 512, false, u64>(SCAN_STATS_PASS);
 }
 // Contiguous lines, one per block of 256 threads reading their entries twice: kdim <= 8192.
 extern "C" __global__ void __launch_bounds__(256) scan_stats_contig_reread(SCAN_STATS_ARGS) {
-    scan_stats_reread<1, 256, true>(SCAN_STATS_PASS);
+    scan_stats_reread<1, 256, true, u64>(SCAN_STATS_PASS);
+}
+// As scan_stats_contig_16 and scan_stats_strided_4_narrow with the sums of S, abs1 and abs2
+// on the FP64 pipe (line_add_fast's double overload).
+extern "C" __global__ void __launch_bounds__(256) scan_stats_contig_16_fp(SCAN_STATS_ARGS) {
+    scan_stats_regs<256, 16, double>(SCAN_STATS_PASS);
+}
+extern "C" __global__ void __launch_bounds__(512) scan_stats_strided_4_narrow_fp(SCAN_STATS_ARGS) {
+    scan_stats_reread<4, 512, false, double>(SCAN_STATS_PASS);
 }
 
 // ---- Shifts on the device: sigma_i = table[class(S_i)] - e_i per line ----

@@ -47,6 +47,8 @@ fn kernels_compile_to_cubin_for_sm90a_with_every_entry_point() {
             "scan_stats_strided_4",
             "scan_stats_strided_4_narrow",
             "scan_stats_strided_2",
+            "scan_stats_contig_16_fp",
+            "scan_stats_strided_4_narrow_fp",
             "line_shifts",
             "line_summary",
         ] {
