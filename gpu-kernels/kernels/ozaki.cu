@@ -445,8 +445,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) reconstruct_quad_w4(RECONST
 
 // ---- Line statistics: norm scaling's S_i = sum_l abar_il^2 and the accuracy rule's sums ----
 // abar = ceil(|x| 2^(5 - e)) in [0, 64] with e = floor(log2 max|x|) of the line, exactly as
-// ozaki-core's scaling.rs (step 2, `coarse`). Runs after scan_rows_* on the same stream: it
-// reads their maxima.
+// ozaki-core's scaling.rs (step 2, `coarse`). line_stats_* run after scan_rows_* on the same
+// stream (they read their maxima); scan_stats_* do both in one read of lines that fit in
+// registers.
 
 // floor(log2 |x|) from a nonzero, finite |x| bit pattern (subnormals: their true exponent).
 __device__ __forceinline__ int exponent_of_bits(u64 bits) {
@@ -463,25 +464,33 @@ __device__ __forceinline__ int exponent_of_bits(u64 bits) {
 // result below 2^-1022 may round (even to 0), but the ceiling of any value in (0, 1) is 1,
 // which the max() restores; the floors of values below 1 are 0 however they round.
 #define FIX_BITS 40
-struct LineAcc {
-    u64 s, a1, a2, ld, ld2, nz;
+// S: the width of the sums of small integers (log depths, nonzeros): u64 in the per-line
+// passes, u32 where a thread sums at most 32 entries (every term is below 2^23). A: the type
+// of the sums of S's, abs1's and abs2's terms: u64, or double where a thread sums at most 32
+// entries (integers below 2^47, exact in any order).
+template <typename S, typename A>
+struct LineAccT {
+    A s, a1, a2;
+    S ld, ld2, nz;
     u32 depth, span;
 };
+typedef LineAccT<u64, u64> LineAcc;
 
-__device__ __forceinline__ void line_acc_zero(LineAcc& t) {
-    t.s = t.a1 = t.a2 = t.ld = t.ld2 = t.nz = 0;
+template <typename S, typename A>
+__device__ __forceinline__ void line_acc_zero(LineAccT<S, A>& t) {
+    t.s = t.ld = t.ld2 = t.nz = 0;
+    t.a1 = t.a2 = 0;
     t.depth = t.span = 0;
 }
 
-__device__ __forceinline__ void line_add(LineAcc& t, double v, int e) {
-    u64 b = abs_bits(v);
-    if (b == 0) return;
+// One nonzero entry (bit pattern b of |x|) by the definitions themselves: any entry of any
+// line (subnormal entries, lines whose maximum lies below 2^-1002). scale2 is scalbn's value
+// (exact, or one rounding of a subnormal result) in one multiplication where 2^(5 - e) etc.
+// are normal, and each ceil / floor is the conversion's own rounding mode. d <= 2097, so
+// d^2 is exact in 32 bits.
+template <typename S, typename A>
+__device__ __forceinline__ void line_add_exact(LineAccT<S, A>& t, u64 b, int e) {
     double a = __longlong_as_double((long long)b);
-    // The pass is bound by these per-entry steps, not by memory: scale2 is scalbn's value
-    // (exact, or one rounding of a subnormal result) in one multiplication where 2^(5 - e)
-    // etc. are normal, and each ceil / floor is the conversion's own rounding mode (one
-    // instruction instead of a rounding and a conversion); abar <= 64, so abar^2 is integer
-    // arithmetic.
     u32 c = max(__double2uint_ru(scale2(a, 5 - e)), 1u);
     t.s += c * c;
     t.a1 += __double2ull_rd(scale2(a, FIX_BITS - e));
@@ -490,7 +499,7 @@ __device__ __forceinline__ void line_add(LineAcc& t, double v, int e) {
     t.a2 += __double2ull_rd(scale2(y2, FIX_BITS));
     u32 d = (u32)(e - exponent_of_bits(b));
     t.ld += d;
-    t.ld2 += (u64)d * d;
+    t.ld2 += d * d;
     t.nz += 1;
     t.depth = max(t.depth, d);
     int biased = (int)(b >> 52);
@@ -498,6 +507,111 @@ __device__ __forceinline__ void line_add(LineAcc& t, double v, int e) {
     int lsb = biased == 0 ? (__ffsll((long long)frac) - 1) - 1074
                           : (__ffsll((long long)(frac | (1ull << 52))) - 1) + biased - 1075;
     t.span = max(t.span, (u32)(e - lsb));
+}
+
+// What the entries' terms need from their line: e = E(max |x|), and for the paths below
+// (max |x| normal and at least 2^-983, so that 2^(5 - e), 2^(20 - e) and 2^(40 - e) are
+// normal doubles) the biased exponent eb of max |x| and those powers; eb = 0 sends every
+// entry to line_add_exact.
+struct LineExp {
+    int e;
+    u32 eb;
+    double p5, p20, p40;
+};
+
+__device__ __forceinline__ LineExp line_exp(u64 maxbits) {
+    LineExp L;
+    L.e = exponent_of_bits(maxbits);
+    u32 eb = (u32)(maxbits >> 52);
+    L.eb = eb >= 40 ? eb : 0;
+    L.p5 = L.eb ? pow2(5 - L.e) : 0.0;
+    L.p20 = L.eb ? pow2(20 - L.e) : 0.0;
+    L.p40 = L.eb ? pow2(40 - L.e) : 0.0;
+    return L;
+}
+
+// Whether an entry (bit pattern b of |x|) takes line_add_fast: normal, of a line with eb != 0.
+__device__ __forceinline__ bool fast_entry(u64 b, const LineExp& L) {
+    return (b >> 52) != 0 && L.eb != 0;
+}
+
+// A fast_entry's terms: line_add_exact's integers without its conversions (which bounded the
+// pass). With M the entry's 53-bit significand and d = e - E(x) = eb - B (B its biased
+// exponent), |x| = M 2^(e - d - 52), so
+//   abar  = ceil(M 2^-(47 + d)) = floor((M - 1) 2^-(47 + d)) + 1, from the high word of M - 1
+//           (below 2^21: a shift of 21 or more gives 0, abar = 1, as the definition's max()
+//           gives for d >= 6, where the scaled value lies in (0, 1));
+//   abs1  = floor(M 2^-(12 + d)) = M >> (12 + d) (0 from d = 41 on, as the definition);
+//   abs2  = floor(RN(y^2)), y = |x| 2^(20 - e): for d <= 20 y >= 1 is exact and RN(y^2) is
+//           the definition's RN((|x| 2^-e)^2) 2^40; for d > 20 y < 1 (however it rounds), so
+//           RN(y^2) < 1 and both floors are 0. The floor of y^2 < 2^42 is the low bits of one
+//           round-down add of 2^52;
+//   depth = d, span = e - lsb(x) = d + 52 - ctz(M).
+template <typename S, typename A>
+__device__ __forceinline__ void line_add_fast(LineAccT<S, A>& t, u64 b, const LineExp& L) {
+    u32 hi = (u32)(b >> 32), lo = (u32)b;
+    u32 d = L.eb - (hi >> 20);
+    u32 mh = (hi & 0xfffffu) | 0x100000u;  // M >> 32
+    u32 c = ((mh - (lo == 0u ? 1u : 0u)) >> min(15u + d, 31u)) + 1u;
+    t.s += c * c;
+    t.a1 += ((u64)mh << 32 | lo) >> min(12u + d, 63u);
+    double y = __dmul_rn(__longlong_as_double((long long)b), L.p20);
+    double f = __dadd_rd(__dmul_rn(y, y), 4503599627370496.0);  // 2^52 + floor(y^2)
+    t.a2 += (u64)__double_as_longlong(f) & ((1ull << 52) - 1);
+    t.ld += d;
+    t.ld2 += d * d;  // d < 2^11
+    t.nz += 1;
+    t.depth = max(t.depth, d);
+    u32 tz = lo != 0u ? (u32)__ffs((int)lo) - 1u : 31u + (u32)__ffs((int)mh);
+    t.span = max(t.span, d + 52u - tz);
+}
+
+// A fast_entry's terms with S's, abs1's and abs2's sums on the FP64 pipe (the integer pipe
+// bounds line_add_fast): each is the definition's floor or ceiling of one product,
+//   abar = max(ceil(RN(|x| 2^(5 - e))), 1), abs1 = floor(RN(|x| 2^(40 - e))) (2^(5 - e) and
+//   2^(40 - e) normal: scale2's single multiplication), abs2 as line_add_fast,
+// each value below 2^52, so one add of 2^52 rounding up (ceil) or down (floor) leaves
+// 2^52 plus the integer, and subtracting 2^52 gives it exactly; the sums stay exact.
+__device__ __forceinline__ void line_add_fast(LineAccT<u32, double>& t, u64 b, const LineExp& L) {
+    const double two52 = 4503599627370496.0;
+    u32 hi = (u32)(b >> 32), lo = (u32)b;
+    u32 d = L.eb - (hi >> 20);
+    double a = __longlong_as_double((long long)b);
+    double c = fmax(__dsub_rn(__dadd_ru(__dmul_rn(a, L.p5), two52), two52), 1.0);
+    t.s = __fma_rn(c, c, t.s);
+    t.a1 = __dadd_rn(t.a1, __dsub_rn(__dadd_rd(__dmul_rn(a, L.p40), two52), two52));
+    double y = __dmul_rn(a, L.p20);
+    t.a2 = __dadd_rn(t.a2, __dsub_rn(__dadd_rd(__dmul_rn(y, y), two52), two52));
+    t.ld += d;
+    t.ld2 += d * d;  // d < 2^11
+    t.nz += 1;
+    t.depth = max(t.depth, d);
+    u32 mh = hi & 0xfffffu;  // ctz(M) = ctz(M >> 32) + 32 when lo = 0, with M's bit 52
+    u32 tz = lo != 0u ? (u32)__ffs((int)lo) - 1u : 31u + (u32)__ffs((int)(mh | 0x100000u));
+    t.span = max(t.span, d + 52u - tz);
+}
+
+// One entry's terms (zeros add nothing).
+__device__ __forceinline__ void line_add(LineAcc& t, double v, const LineExp& L) {
+    u64 b = abs_bits(v);
+    if (fast_entry(b, L))
+        line_add_fast(t, b, L);
+    else if (b != 0)
+        line_add_exact(t, b, L.e);
+}
+
+// Combines the accumulators of the lanes `off`, 2 off, ... 16 apart (off a power of two).
+__device__ __forceinline__ void line_acc_reduce(LineAcc& t, int off) {
+    for (; off < 32; off <<= 1) {
+        t.s += __shfl_xor_sync(0xffffffffu, t.s, off);
+        t.a1 += __shfl_xor_sync(0xffffffffu, t.a1, off);
+        t.a2 += __shfl_xor_sync(0xffffffffu, t.a2, off);
+        t.ld += __shfl_xor_sync(0xffffffffu, t.ld, off);
+        t.ld2 += __shfl_xor_sync(0xffffffffu, t.ld2, off);
+        t.nz += __shfl_xor_sync(0xffffffffu, t.nz, off);
+        t.depth = max(t.depth, __shfl_xor_sync(0xffffffffu, t.depth, off));
+        t.span = max(t.span, __shfl_xor_sync(0xffffffffu, t.span, off));
+    }
 }
 
 __device__ __forceinline__ void line_flush(const LineAcc& t, u64* __restrict__ stats, long long stride, int row) {
@@ -523,22 +637,13 @@ extern "C" __global__ void line_stats_contig(const double* __restrict__ x, long 
     if (row >= rows) return;
     u64 mb = maxbits[row];
     if (mb == 0 || mb >= 0x7ff0000000000000ull) return;
-    int e = exponent_of_bits(mb);
+    LineExp L = line_exp(mb);
     const double* p = x + (long long)row * ld;
     LineAcc t;
     line_acc_zero(t);
 #pragma unroll 4
-    for (int l = lane; l < kdim; l += 32) line_add(t, p[l], e);
-    for (int off = 16; off > 0; off >>= 1) {
-        t.s += __shfl_xor_sync(0xffffffffu, t.s, off);
-        t.a1 += __shfl_xor_sync(0xffffffffu, t.a1, off);
-        t.a2 += __shfl_xor_sync(0xffffffffu, t.a2, off);
-        t.ld += __shfl_xor_sync(0xffffffffu, t.ld, off);
-        t.ld2 += __shfl_xor_sync(0xffffffffu, t.ld2, off);
-        t.nz += __shfl_xor_sync(0xffffffffu, t.nz, off);
-        t.depth = max(t.depth, __shfl_xor_sync(0xffffffffu, t.depth, off));
-        t.span = max(t.span, __shfl_xor_sync(0xffffffffu, t.span, off));
-    }
+    for (int l = lane; l < kdim; l += 32) line_add(t, p[l], L);
+    line_acc_reduce(t, 1);
     if (lane == 0) line_flush(t, stats, stride, row);
 }
 
@@ -550,14 +655,221 @@ extern "C" __global__ void line_stats_strided(const double* __restrict__ x, long
     if (row >= rows) return;
     u64 mb = maxbits[row];
     if (mb == 0 || mb >= 0x7ff0000000000000ull) return;
-    int e = exponent_of_bits(mb);
+    LineExp L = line_exp(mb);
     int l0 = blockIdx.y * lchunk;
     int l1 = min(kdim, l0 + lchunk);
     LineAcc t;
     line_acc_zero(t);
 #pragma unroll 4
-    for (int l = l0; l < l1; ++l) line_add(t, x[row + (long long)l * ld], e);
+    for (int l = l0; l < l1; ++l) line_add(t, x[row + (long long)l * ld], L);
     line_flush(t, stats, stride, row);
+}
+
+// ---- Scan and statistics in one read of the operand ----
+// R lines per block of T threads (C = T / R per line, W = T / 32 warps; lane i of each warp
+// serves line i % R): the block reduces its lines' maxima, forms their statistics from the
+// same entries and writes maxima, sum |x| and statistics (plain stores: the block owns its
+// lines; the statistics of zero and non-finite lines stay the 0 the buffer was cleared to).
+// The values are scan_rows_*'s and line_stats_*'s (sums of exact integers; sum |x|, which no
+// decision reads, in another order). A thread sums at most 32 entries (u32 small sums).
+template <int R, int W>
+struct LineBlock {
+    u64 max[W][R];
+    double sum[W][R];
+    u64 acc[6][W][R];
+    u32 range[2][W][R];
+};
+
+// The first half: every thread's partial maximum and sum |x| of its line; returns the line's
+// maximum (to every thread of the line).
+template <int R, int W>
+__device__ __forceinline__ u64 line_block_max(LineBlock<R, W>& sh, u64 mx, double sum) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int off = R; off < 32; off <<= 1) {
+        u64 o = __shfl_xor_sync(0xffffffffu, mx, off);
+        mx = o > mx ? o : mx;
+        sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    }
+    if (lane < R) {
+        sh.max[warp][lane] = mx;
+        sh.sum[warp][lane] = sum;
+    }
+    __syncthreads();
+    int r = threadIdx.x % R;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+        u64 o = sh.max[w][r];
+        mx = o > mx ? o : mx;
+    }
+    return mx;
+}
+
+// The second half: every thread's partial statistics of its line; thread r < R (the first
+// of line r) writes line r's results.
+template <int R, int W, typename A>
+__device__ __forceinline__ void line_block_write(LineBlock<R, W>& sh, const LineAccT<u32, A>& acc, int row, bool live,
+                                                 bool keyed, u64 mx, u64* __restrict__ maxbits,
+                                                 double* __restrict__ abssum, u64* __restrict__ stats,
+                                                 long long stride) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    LineAcc t = {(u64)acc.s, (u64)acc.a1, (u64)acc.a2, acc.ld, acc.ld2, acc.nz, acc.depth, acc.span};
+    line_acc_reduce(t, R);
+    if (lane < R) {
+        sh.acc[0][warp][lane] = t.s;
+        sh.acc[1][warp][lane] = t.a1;
+        sh.acc[2][warp][lane] = t.a2;
+        sh.acc[3][warp][lane] = t.ld;
+        sh.acc[4][warp][lane] = t.ld2;
+        sh.acc[5][warp][lane] = t.nz;
+        sh.range[0][warp][lane] = t.depth;
+        sh.range[1][warp][lane] = t.span;
+    }
+    __syncthreads();
+    int r = threadIdx.x;
+    if (r >= R || !live) return;
+    double total = 0.0;
+    u64 s[6] = {0, 0, 0, 0, 0, 0};
+    u32 depth = 0, span = 0;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+        total += sh.sum[w][r];
+#pragma unroll
+        for (int f = 0; f < 6; ++f) s[f] += sh.acc[f][w][r];
+        depth = max(depth, sh.range[0][w][r]);
+        span = max(span, sh.range[1][w][r]);
+    }
+    maxbits[row] = mx;
+    abssum[row] = total;
+    if (!keyed) return;
+#pragma unroll
+    for (int f = 0; f < 6; ++f) stats[f * stride + row] = s[f];
+    stats[6 * stride + row] = (u64)depth | (u64)span << 32;
+}
+
+// Contiguous lines (x[l + row*ld]), one per block, each thread holding its V entries in
+// registers between the halves: kdim <= T V.
+template <int T, int V, typename A>
+__device__ __forceinline__ void scan_stats_regs(const double* __restrict__ x, long long ld, int rows, int kdim,
+                                                u64* __restrict__ maxbits, double* __restrict__ abssum,
+                                                u64* __restrict__ stats, long long stride, int with_stats) {
+    __shared__ LineBlock<1, T / 32> sh;
+    int c = threadIdx.x, row = blockIdx.x;
+    const double* p = x + (long long)row * ld + c;
+    double v[V];
+    u64 mx = 0;
+    double sum = 0.0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = c + T * j < kdim ? p[T * j] : 0.0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+        u64 b = abs_bits(v[j]);
+        mx = b > mx ? b : mx;
+        sum += __longlong_as_double((long long)b);
+    }
+    mx = line_block_max(sh, mx, sum);
+    bool keyed = with_stats && mx != 0 && mx < 0x7ff0000000000000ull;
+    LineAccT<u32, A> acc;
+    line_acc_zero(acc);
+    if (keyed) {
+        LineExp L = line_exp(mx);
+        u32 rest = 0;  // the entries line_add_exact takes (rare), after the others
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            u64 b = abs_bits(v[j]);
+            if (fast_entry(b, L))
+                line_add_fast(acc, b, L);
+            else if (b != 0)
+                rest |= 1u << j;
+        }
+        if (rest != 0) {
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+                if (rest >> j & 1u) line_add_exact(acc, abs_bits(v[j]), L.e);
+        }
+    }
+    line_block_write(sh, acc, row, true, keyed, mx, maxbits, abssum, stats, stride);
+}
+
+// Each thread's entries read again in the second half instead of held in registers: the
+// first half has just brought them into the SM's L1 (R kdim 8 bytes per block), so the
+// operand leaves memory once while that fits. CONTIG: contiguous lines (x[l + row*ld]),
+// R = 1; else adjacent lines (x[row + l*ld]), R per block (8 R contiguous bytes per index l;
+// R = 4: whole 32-byte sectors). kdim <= 32 (T / R).
+template <int R, int T, bool CONTIG, typename A>
+__device__ __forceinline__ void scan_stats_reread(const double* __restrict__ x, long long ld, int rows, int kdim,
+                                                  u64* __restrict__ maxbits, double* __restrict__ abssum,
+                                                  u64* __restrict__ stats, long long stride, int with_stats) {
+    constexpr int C = T / R;
+    __shared__ LineBlock<R, T / 32> sh;
+    int r = threadIdx.x % R, c = threadIdx.x / R;
+    int row = blockIdx.x * R + r;
+    bool live = row < rows;
+    const double* p = x + (live ? (CONTIG ? (long long)row * ld : row) : 0);
+    long long at = CONTIG ? 1 : ld;  // from one index l to the next
+    int kmine = live ? kdim : 0;
+    u64 mx = 0;
+    double sum = 0.0;
+#pragma unroll 4
+    for (int l = c; l < kmine; l += C) {
+        u64 b = abs_bits(p[(long long)l * at]);
+        mx = b > mx ? b : mx;
+        sum += __longlong_as_double((long long)b);
+    }
+    mx = line_block_max(sh, mx, sum);
+    bool keyed = with_stats && live && mx != 0 && mx < 0x7ff0000000000000ull;
+    LineAccT<u32, A> acc;
+    line_acc_zero(acc);
+    if (keyed) {
+        LineExp L = line_exp(mx);
+#pragma unroll 4
+        for (int l = c; l < kdim; l += C) {
+            u64 b = abs_bits(p[(long long)l * at]);
+            if (fast_entry(b, L))
+                line_add_fast(acc, b, L);
+            else if (b != 0)
+                line_add_exact(acc, b, L.e);
+        }
+    }
+    line_block_write(sh, acc, row, live, keyed, mx, maxbits, abssum, stats, stride);
+}
+
+// with_stats = 0: the maxima and sum |x| alone (what the scan costs in the same form, for
+// measuring what the statistics add; the statistics stay 0).
+#define SCAN_STATS_ARGS                                                                                   \
+    const double *__restrict__ x, long long ld, int rows, int kdim, u64 *__restrict__ maxbits,           \
+        double *__restrict__ abssum, u64 *__restrict__ stats, long long stride, int with_stats
+#define SCAN_STATS_PASS x, ld, rows, kdim, maxbits, abssum, stats, stride, with_stats
+
+// Contiguous lines, kdim <= 4096 and kdim <= 8192.
+extern "C" __global__ void __launch_bounds__(256) scan_stats_contig_16(SCAN_STATS_ARGS) {
+    scan_stats_regs<256, 16, u64>(SCAN_STATS_PASS);
+}
+extern "C" __global__ void __launch_bounds__(256) scan_stats_contig_32(SCAN_STATS_ARGS) {
+    scan_stats_regs<256, 32, u64>(SCAN_STATS_PASS);
+}
+// Adjacent lines, kdim <= 8192: four per block of 1024 threads, or two per block of 512.
+extern "C" __global__ void __launch_bounds__(1024) scan_stats_strided_4(SCAN_STATS_ARGS) {
+    scan_stats_reread<4, 1024, false, u64>(SCAN_STATS_PASS);
+}
+extern "C" __global__ void __launch_bounds__(512) scan_stats_strided_2(SCAN_STATS_ARGS) {
+    scan_stats_reread<2, 512, false, u64>(SCAN_STATS_PASS);
+}
+// Adjacent lines, kdim <= 4096: four per block of 512 threads.
+extern "C" __global__ void __launch_bounds__(512) scan_stats_strided_4_narrow(SCAN_STATS_ARGS) {
+    scan_stats_reread<4, 512, false, u64>(SCAN_STATS_PASS);
+}
+// Contiguous lines, one per block of 256 threads reading their entries twice: kdim <= 8192.
+extern "C" __global__ void __launch_bounds__(256) scan_stats_contig_reread(SCAN_STATS_ARGS) {
+    scan_stats_reread<1, 256, true, u64>(SCAN_STATS_PASS);
+}
+// As scan_stats_contig_16 and scan_stats_strided_4_narrow with the sums of S, abs1 and abs2
+// on the FP64 pipe (line_add_fast's double overload).
+extern "C" __global__ void __launch_bounds__(256) scan_stats_contig_16_fp(SCAN_STATS_ARGS) {
+    scan_stats_regs<256, 16, double>(SCAN_STATS_PASS);
+}
+extern "C" __global__ void __launch_bounds__(512) scan_stats_strided_4_narrow_fp(SCAN_STATS_ARGS) {
+    scan_stats_reread<4, 512, false, double>(SCAN_STATS_PASS);
 }
 
 // ---- Shifts on the device: sigma_i = table[class(S_i)] - e_i per line ----

@@ -27,6 +27,110 @@ pub(crate) enum PerLine {
     LineStats,
 }
 
+/// The kernels that scan a line and form its statistics in one read of the operand
+/// (`scan_stats_*`): a block owns whole lines, reduces their maxima, then forms their
+/// statistics from entries held in registers or read again from the L1 the first read
+/// filled. Which lines each takes ([`ScanStats::fits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanStats {
+    /// Contiguous lines, one per 256-thread block, 16 entries per thread in registers.
+    Contig16,
+    /// Contiguous lines, one per 256-thread block, 32 entries per thread in registers.
+    Contig32,
+    /// Contiguous lines, one per 256-thread block, entries read again.
+    ContigReread,
+    /// Adjacent lines, four per 1024-thread block (whole 32-byte sectors per inner index),
+    /// entries read again.
+    Strided4,
+    /// Adjacent lines, four per 512-thread block, entries read again.
+    Strided4Narrow,
+    /// Adjacent lines, two per 512-thread block, entries read again.
+    Strided2,
+    /// As [`ScanStats::Contig16`], with the sums of S, abs1 and abs2 on the FP64 pipe.
+    Contig16Fp,
+    /// As [`ScanStats::Strided4Narrow`], with the sums of S, abs1 and abs2 on the FP64 pipe.
+    Strided4NarrowFp,
+}
+
+impl ScanStats {
+    /// Every variant (in the kernel table's order), for tests and measurements.
+    pub const ALL: [ScanStats; 8] = [
+        ScanStats::Contig16,
+        ScanStats::Contig32,
+        ScanStats::ContigReread,
+        ScanStats::Strided4,
+        ScanStats::Strided4Narrow,
+        ScanStats::Strided2,
+        ScanStats::Contig16Fp,
+        ScanStats::Strided4NarrowFp,
+    ];
+
+    /// The kernel's entry point.
+    fn name(self) -> &'static str {
+        match self {
+            ScanStats::Contig16 => "scan_stats_contig_16",
+            ScanStats::Contig32 => "scan_stats_contig_32",
+            ScanStats::ContigReread => "scan_stats_contig_reread",
+            ScanStats::Strided4 => "scan_stats_strided_4",
+            ScanStats::Strided4Narrow => "scan_stats_strided_4_narrow",
+            ScanStats::Contig16Fp => "scan_stats_contig_16_fp",
+            ScanStats::Strided4NarrowFp => "scan_stats_strided_4_narrow_fp",
+            ScanStats::Strided2 => "scan_stats_strided_2",
+        }
+    }
+
+    /// (threads per block, lines per block, most entries per thread): registers hold 16 or
+    /// 32; the kernels that read again sum at most 32 per thread in 32-bit words.
+    fn geometry(self) -> (u32, u32, usize) {
+        match self {
+            ScanStats::Contig16 => (256, 1, 16),
+            ScanStats::Contig32 => (256, 1, 32),
+            ScanStats::ContigReread => (256, 1, 32),
+            ScanStats::Strided4 => (1024, 4, 32),
+            ScanStats::Strided4Narrow | ScanStats::Strided4NarrowFp => (512, 4, 32),
+            ScanStats::Contig16Fp => (256, 1, 16),
+            ScanStats::Strided2 => (512, 2, 32),
+        }
+    }
+
+    /// Whether the variant reads contiguous lines.
+    pub fn contig(self) -> bool {
+        matches!(
+            self,
+            ScanStats::Contig16
+                | ScanStats::Contig32
+                | ScanStats::ContigReread
+                | ScanStats::Contig16Fp
+        )
+    }
+
+    /// Whether lines of this layout and `kdim` entries fit the variant: at most its entries
+    /// per thread, and more than [`ScanStats::SHORT`] entries.
+    pub fn fits(self, contig: bool, kdim: usize) -> bool {
+        let (threads, lines, per_thread) = self.geometry();
+        let most = (threads / lines) as usize * per_thread;
+        contig == self.contig() && kdim <= most && kdim > Self::SHORT
+    }
+
+    /// Lines of at most this many entries take the two passes: a block of 256 threads per
+    /// line would leave most of them idle, where the scan's warp or thread per line suits.
+    pub const SHORT: usize = 1024;
+
+    /// The variant the route takes for lines of this layout and `kdim` entries (`None`: the
+    /// scan, then the statistics pass): contiguous lines of up to 4096 entries in registers,
+    /// longer ones read again (at 8192 on the H200 this took 0.07 ms less than 32 entries a
+    /// thread in registers), adjacent ones read again in blocks of four.
+    pub fn for_lines(contig: bool, kdim: usize) -> Option<ScanStats> {
+        [
+            ScanStats::Contig16,
+            ScanStats::ContigReread,
+            ScanStats::Strided4,
+        ]
+        .into_iter()
+        .find(|v| v.fits(contig, kdim))
+    }
+}
+
 /// Loaded module and its entry points.
 pub struct Kernels {
     _module: sys::CUmodule,
@@ -39,6 +143,7 @@ pub struct Kernels {
     reconstruct_quad_w4: sys::CUfunction,
     norms_contig: sys::CUfunction,
     norms_strided: sys::CUfunction,
+    scan_stats: [sys::CUfunction; ScanStats::ALL.len()],
     line_shifts: sys::CUfunction,
     line_summary: sys::CUfunction,
 }
@@ -112,6 +217,12 @@ impl Kernels {
             reconstruct_quad_w4: function(module, "reconstruct_quad_w4")?,
             norms_contig: function(module, "line_stats_contig")?,
             norms_strided: function(module, "line_stats_strided")?,
+            scan_stats: ScanStats::ALL
+                .map(|v| function(module, v.name()))
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?
+                .try_into()
+                .expect("one function per variant"),
             line_shifts: function(module, "line_shifts")?,
             line_summary: function(module, "line_summary")?,
             _module: module,
@@ -160,6 +271,64 @@ impl Kernels {
                 let mut args = kernel_args![x, ld, rows, kdim, lchunk, p, q, stride];
                 // SAFETY: as above.
                 unsafe { launch(self.norms_strided, grid, block, stream, &mut args) }
+            }
+        }
+    }
+
+    /// One read of an operand's lines (`operand` as [`Kernels::per_line`]) with the kernel
+    /// `kind`, which must fit them ([`ScanStats::fits`]): the scan's two outputs `maxbits`
+    /// and `abssum` and the statistics from `q` on (`stride` lines apart), as
+    /// [`PerLine::Scan`] then [`PerLine::LineStats`] write them; the buffers were zeroed
+    /// first (the statistics of zero and non-finite lines are not written). Without
+    /// `with_stats` only the scan's outputs (to measure what the statistics add).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn scan_stats(
+        &self,
+        kind: ScanStats,
+        stream: sys::CUstream,
+        operand: (sys::CUdeviceptr, i64, bool, i32, i32),
+        (maxbits, abssum): (sys::CUdeviceptr, sys::CUdeviceptr),
+        (q, stride): (sys::CUdeviceptr, i64),
+        with_stats: bool,
+    ) -> Result<(), GpuError> {
+        let (mut x, mut ld, contig, mut rows, mut kdim) = operand;
+        debug_assert!(kind.fits(contig, kdim as usize));
+        let (mut maxbits, mut abssum, mut q, mut stride) = (maxbits, abssum, q, stride);
+        let mut with_stats = i32::from(with_stats);
+        let (threads, lines, _) = kind.geometry();
+        let grid = ((rows as u32).div_ceil(lines), 1, 1);
+        let mut args = kernel_args![x, ld, rows, kdim, maxbits, abssum, q, stride, with_stats];
+        let f = self.scan_stats[ScanStats::ALL
+            .iter()
+            .position(|&v| v == kind)
+            .expect("every variant is in ALL")];
+        // SAFETY: argument types match the kernel signature; pointers are device memory of
+        // the sizes the caller checked.
+        unsafe { launch(f, grid, (threads, 1, 1), stream, &mut args) }
+    }
+
+    /// The scan and the statistics of an operand's lines as the route forms them: one read
+    /// ([`Kernels::scan_stats`], the variant [`ScanStats::for_lines`] names) where the lines
+    /// fit in registers, else [`PerLine::Scan`] then [`PerLine::LineStats`]; outputs as
+    /// [`Kernels::scan_stats`] (buffers zeroed first).
+    pub(crate) unsafe fn scan_and_stats(
+        &self,
+        stream: sys::CUstream,
+        operand: (sys::CUdeviceptr, i64, bool, i32, i32),
+        (maxbits, abssum): (sys::CUdeviceptr, sys::CUdeviceptr),
+        (q, stride): (sys::CUdeviceptr, i64),
+    ) -> Result<(), GpuError> {
+        let (_, _, contig, _, kdim) = operand;
+        // SAFETY: the caller's contract, which each launch below shares.
+        unsafe {
+            match ScanStats::for_lines(contig, kdim as usize) {
+                Some(kind) => {
+                    self.scan_stats(kind, stream, operand, (maxbits, abssum), (q, stride), true)
+                }
+                None => {
+                    self.per_line(PerLine::Scan, stream, operand, maxbits, (abssum, stride))?;
+                    self.per_line(PerLine::LineStats, stream, operand, maxbits, (q, stride))
+                }
             }
         }
     }
@@ -401,6 +570,39 @@ mod tests {
             .unwrap_or_else(|| panic!("no #define {name}"))
             .trim()
             .to_string()
+    }
+
+    /// Every one-read variant names an entry point of the source, launched with the block
+    /// size its `__launch_bounds__` allows, and the route takes a variant exactly for lines
+    /// of more than `SHORT` entries that one holds: contiguous lines in registers up to 4096
+    /// entries and read again up to 8192, adjacent lines read again up to 8192.
+    #[test]
+    fn one_read_variants_are_the_sources_and_cover_their_lines() {
+        for v in ScanStats::ALL {
+            let (threads, lines, _) = v.geometry();
+            let head = format!("__launch_bounds__({threads}) {}(", v.name());
+            let bounded = format!("__launch_bounds__({threads}, 1) {}(", v.name());
+            assert!(
+                SOURCE.contains(&head) || SOURCE.contains(&bounded),
+                "{v:?}: no entry point `{head}`"
+            );
+            assert_eq!(threads % 32, 0, "{v:?}: whole warps");
+            assert!(32 % lines == 0, "{v:?}: a warp's lanes serve whole lines");
+        }
+        let pick = |contig, k| ScanStats::for_lines(contig, k);
+        assert_eq!(pick(true, 1024), None);
+        assert_eq!(pick(true, 1025), Some(ScanStats::Contig16));
+        assert_eq!(pick(true, 4096), Some(ScanStats::Contig16));
+        assert_eq!(pick(true, 4097), Some(ScanStats::ContigReread));
+        assert_eq!(pick(true, 8192), Some(ScanStats::ContigReread));
+        assert_eq!(pick(true, 8193), None);
+        assert_eq!(pick(false, 1024), None);
+        assert_eq!(pick(false, 4096), Some(ScanStats::Strided4));
+        assert_eq!(pick(false, 8192), Some(ScanStats::Strided4));
+        assert_eq!(pick(false, 8193), None);
+        // a variant never takes lines of the other layout
+        assert!(!ScanStats::Strided2.fits(true, 4096));
+        assert!(!ScanStats::ContigReread.fits(false, 4096));
     }
 
     /// `line_summary` writes the layout `ozaki_core::rule::summary` reads, and its parameter

@@ -696,120 +696,131 @@ fn automatic_moduli_equal_forced_ones_whatever_the_previous_call_chose() {
     assert_eq!(bits_differ(&c0, &c), 0, "a refused call wrote C");
 }
 
-/// The accuracy rule reads the same statistics on both routes: the GPU's two per-line passes
+/// The accuracy rule reads the same statistics on both routes: the GPU's per-line kernels
 /// give exactly the host mirror's `LineTable` (every field an exact integer), and its
 /// `line_summary` kernel exactly the summaries `cpu-ozaki` forms from that table
 /// (`SideSummary::of`, every accuracy mode and both scalings), for both storage orders of the
-/// operands and for inputs with outliers, subnormals and zeros. With `OZAKI_RULE_COST=1` it
-/// also prints what the rule costs next to the whole call at n = 4096 and 8192
-/// (`scripts/gpu-check` stage `rule`): the statistics pass, the summary kernel and the
-/// summaries' download (CUDA events) and the host step (`plan_summarised`, as the route calls
-/// it), each the fastest of five.
+/// operands, for every way of reading the lines (one read per operand in each `ScanStats`
+/// variant, the scan then the statistics pass) and for inputs with outliers, subnormals,
+/// zeros and a row below 2^-1002. With `OZAKI_RULE_COST=1` it also prints what the rule costs
+/// next to the whole call at n = 4096 and 8192 (`scripts/gpu-check` stage `rule`): the time
+/// the route's per-line work takes beyond the exponent scan alone (what the call would read
+/// without the rule), the summary kernel and the summaries' download (CUDA events) and the
+/// host step (`plan_summarised`, as the route calls it), each the fastest of five.
 #[test]
 fn line_statistics_equal_the_host_mirror() {
     use gpu_kernels::measure::upload;
-    use gpu_kernels::ozaki::{self, DeviceCall, LineTable, Op};
+    use gpu_kernels::ozaki::{self, DeviceCall, LinePass, LineTable, Op, ScanStats};
     if !have_gpu!() {
         return;
     }
     let mut rng = Rng::new(41);
-    let (m, n, k) = (45, 38, 1500);
-    let mut a = centered(&mut rng, m * k);
-    let mut b = centered(&mut rng, k * n);
-    for (i, x) in a.iter_mut().enumerate() {
-        match i % 997 {
-            0 => *x *= 1e8,
-            1 => *x *= 1e-310,
-            2 => *x = 0.0,
-            _ => {}
-        }
-    }
-    b[5..k].fill(0.0); // a column mostly zero
-    b[3 * k + 7] = 3.0e12;
-    for (transa, transb) in [(Trans::No, Trans::No), (Trans::Yes, Trans::Yes)] {
-        // op(A) rows and op(B) columns as stored for this transpose
-        let (sa, sb) = (
-            if transa == Trans::No {
-                a.clone()
-            } else {
-                transpose(&a, m, k)
-            },
-            if transb == Trans::No {
-                b.clone()
-            } else {
-                transpose(&b, k, n)
-            },
-        );
-        let (da, db, dc) = (
-            upload(&sa).unwrap(),
-            upload(&sb).unwrap(),
-            upload(&vec![0.0; m * n]).unwrap(),
-        );
-        let call = DeviceCall {
-            op: Op::Gemm {
-                transa,
-                transb,
-                b: db.ptr(),
-                ldb: if transb == Trans::No { k } else { n },
-            },
-            m,
-            n,
-            k,
-            alpha: 1.0,
-            a: da.ptr(),
-            lda: if transa == Trans::No { m } else { k },
-            beta: 0.0,
-            c: dc.ptr(),
-            ldc: m,
-        };
-        let mut g = gpu_kernels::gpu().unwrap();
-        let s = g.stream();
-        let opts = Options::default();
-        // SAFETY: `g`'s context is current on this thread and `s` is its stream; `da`, `db`
-        // hold op(A) and op(B) at these leading dimensions and outlive the call.
-        let one = unsafe { ozaki::line_statistics(&mut g, s, &call, &opts) }.unwrap();
-        let (ga, gb) = (one.a.clone(), one.b.clone());
-        for accuracy in [
-            ozaki::Accuracy::Default,
-            ozaki::Accuracy::Normwise,
-            ozaki::Accuracy::Guaranteed,
-        ] {
-            for scaling in [ozaki::ScalingMode::Norm, ozaki::ScalingMode::Fast] {
-                let opts = Options {
-                    accuracy,
-                    scaling: Some(scaling),
-                    ..Options::default()
-                };
-                // SAFETY: as above.
-                let one = unsafe { ozaki::line_statistics(&mut g, s, &call, &opts) }.unwrap();
-                let req = ozaki_core::rule::Request {
-                    accuracy,
-                    ..ozaki_core::rule::Request::new(k, scaling)
-                };
-                let host = (
-                    ozaki::SideSummary::of(&one.a.view(), &req),
-                    ozaki::SideSummary::of(&one.b.view(), &req),
-                );
-                assert!(
-                    one.summaries == host,
-                    "{transa:?}{transb:?} {accuracy:?} {scaling:?}: GPU summaries differ from the host's"
-                );
+    // k = 700: two passes; 1500: the 16-entry variants; 5000: Contig32 (contiguous lines)
+    for (m, n, k) in [(45, 38, 1500), (21, 19, 700), (13, 11, 5000)] {
+        let mut a = centered(&mut rng, m * k);
+        let mut b = centered(&mut rng, k * n);
+        for (i, x) in a.iter_mut().enumerate() {
+            match i % 997 {
+                0 => *x *= 1e8,
+                1 => *x *= 1e-310,
+                2 => *x = 0.0,
+                _ => {}
             }
         }
-        let rows: Vec<f64> = (0..m)
-            .flat_map(|i| (0..k).map(move |l| (i, l)))
-            .map(|(i, l)| a[i + l * m])
-            .collect();
-        assert_eq!(
-            ga,
-            LineTable::of_packed(&rows, m, k),
-            "{transa:?}: rows of op(A)"
-        );
-        assert_eq!(
-            gb,
-            LineTable::of_packed(&b, n, k),
-            "{transb:?}: columns of op(B)"
-        );
+        for l in 0..k {
+            a[2 + l * m] *= 1e-306; // row 2 entirely below 2^-1002
+        }
+        b[5..k].fill(0.0); // a column mostly zero
+        b[3 * k + 7] = 3.0e12;
+        for (transa, transb) in [(Trans::No, Trans::No), (Trans::Yes, Trans::Yes)] {
+            // op(A) rows and op(B) columns as stored for this transpose
+            let (sa, sb) = (
+                if transa == Trans::No {
+                    a.clone()
+                } else {
+                    transpose(&a, m, k)
+                },
+                if transb == Trans::No {
+                    b.clone()
+                } else {
+                    transpose(&b, k, n)
+                },
+            );
+            let (da, db, dc) = (
+                upload(&sa).unwrap(),
+                upload(&sb).unwrap(),
+                upload(&vec![0.0; m * n]).unwrap(),
+            );
+            let call = DeviceCall {
+                op: Op::Gemm {
+                    transa,
+                    transb,
+                    b: db.ptr(),
+                    ldb: if transb == Trans::No { k } else { n },
+                },
+                m,
+                n,
+                k,
+                alpha: 1.0,
+                a: da.ptr(),
+                lda: if transa == Trans::No { m } else { k },
+                beta: 0.0,
+                c: dc.ptr(),
+                ldc: m,
+            };
+            let mut g = gpu_kernels::gpu().unwrap();
+            let s = g.stream();
+            let rows: Vec<f64> = (0..m)
+                .flat_map(|i| (0..k).map(move |l| (i, l)))
+                .map(|(i, l)| a[i + l * m])
+                .collect();
+            let (want_a, want_b) = (
+                LineTable::of_packed(&rows, m, k),
+                LineTable::of_packed(&b, n, k),
+            );
+            let passes = [LinePass::Route, LinePass::TwoPass]
+                .into_iter()
+                .chain(ScanStats::ALL.map(LinePass::With));
+            for pass in passes {
+                let what = format!("k = {k} {transa:?}{transb:?} {pass:?}");
+                // SAFETY: `g`'s context is current on this thread and `s` is its stream; `da`,
+                // `db` hold op(A) and op(B) at these leading dimensions and outlive the call.
+                let one =
+                    unsafe { ozaki::line_statistics(&mut g, s, &call, &Options::default(), pass) }
+                        .unwrap();
+                assert_eq!(one.a, want_a, "{what}: rows of op(A)");
+                assert_eq!(one.b, want_b, "{what}: columns of op(B)");
+            }
+            for accuracy in [
+                ozaki::Accuracy::Default,
+                ozaki::Accuracy::Normwise,
+                ozaki::Accuracy::Guaranteed,
+            ] {
+                for scaling in [ozaki::ScalingMode::Norm, ozaki::ScalingMode::Fast] {
+                    let opts = Options {
+                        accuracy,
+                        scaling: Some(scaling),
+                        ..Options::default()
+                    };
+                    // SAFETY: as above.
+                    let one =
+                        unsafe { ozaki::line_statistics(&mut g, s, &call, &opts, LinePass::Route) }
+                            .unwrap();
+                    let req = ozaki_core::rule::Request {
+                        accuracy,
+                        ..ozaki_core::rule::Request::new(k, scaling)
+                    };
+                    let host = (
+                        ozaki::SideSummary::of(&one.a.view(), &req),
+                        ozaki::SideSummary::of(&one.b.view(), &req),
+                    );
+                    assert!(
+                        one.summaries == host,
+                        "k = {k} {transa:?}{transb:?} {accuracy:?} {scaling:?}: GPU summaries differ from the host's"
+                    );
+                }
+            }
+        }
     }
     if std::env::var_os("OZAKI_RULE_COST").is_some() {
         for n in [4096usize, 8192] {
@@ -824,16 +835,38 @@ fn line_statistics_equal_the_host_mirror() {
             unsafe { ozaki::gemm(&mut g, s, &call, opts) }.unwrap(); // warm
             // the fastest of five of each part (a shared host may delay any one of them)
             let best = |x: &mut f64, y: f64| *x = x.min(y);
-            let (mut scan, mut stats, mut down, mut host, mut whole) = [f64::INFINITY; 5].into();
-            let mut summary = f64::INFINITY;
+            // the route's way, the exponent scan alone (both forms), the two passes, then each
+            // one-read variant that fits one of the operands (the route's way for the other);
+            // each per operand
+            let passes: Vec<LinePass> = [
+                LinePass::Route,
+                LinePass::ScanOnly,
+                LinePass::ScanOnlyOneRead,
+                LinePass::TwoPass,
+            ]
+            .into_iter()
+            .chain(
+                ScanStats::ALL
+                    .into_iter()
+                    .filter(|v| v.fits(true, n) || v.fits(false, n))
+                    .map(LinePass::With),
+            )
+            .collect();
+            let mut times = vec![[f64::INFINITY; 2]; passes.len()];
+            let [mut summary, mut down, mut host, mut whole] = [f64::INFINITY; 4];
             for _ in 0..5 {
-                // SAFETY: as for the warm-up call above.
-                let one = unsafe { ozaki::line_statistics(&mut g, s, &call, &opts) }.unwrap();
-                let cost = one.cost;
-                best(&mut scan, cost.scan);
-                best(&mut stats, cost.statistics + cost.summary);
-                best(&mut summary, cost.summary);
-                best(&mut down, cost.download);
+                for (t, &pass) in times.iter_mut().zip(&passes) {
+                    // SAFETY: as for the warm-up call above (C is not touched).
+                    let each = unsafe { ozaki::lines_cost(&mut g, s, &call, pass) }.unwrap();
+                    best(&mut t[0], each[0]);
+                    best(&mut t[1], each[1]);
+                }
+                // SAFETY: as above.
+                let one =
+                    unsafe { ozaki::line_statistics(&mut g, s, &call, &opts, LinePass::Route) }
+                        .unwrap();
+                best(&mut summary, one.cost.summary);
+                best(&mut down, one.cost.download);
                 // the route's host step: the plan from the summaries (the device forms the
                 // shifts)
                 let t = std::time::Instant::now();
@@ -851,13 +884,28 @@ fn line_statistics_equal_the_host_mirror() {
                 unsafe { ozaki::gemm(&mut g, s, &call, opts) }.unwrap();
                 best(&mut whole, t.elapsed().as_secs_f64());
             }
-            // the rule's part: the statistics pass (it also forms norm scaling's S) with the
-            // summary kernel, the summaries' download and the host step; the scan's maxima
-            // every scaling needs
-            let rule = stats + down + host;
+            // the rule's part: what the route's per-line work takes beyond the exponent scan
+            // alone, in the faster of its two forms per operand, which every call needs (the
+            // rule's part includes norm scaling's S), the summary kernel, the summaries'
+            // download and the host step
+            let route = times[0][0] + times[0][1];
+            let scan: f64 = (0..2).map(|o| times[1][o].min(times[2][o])).sum();
+            let statistics = (route - scan).max(0.0);
+            let rule = statistics + summary + down + host;
+            let each: Vec<String> = passes
+                .iter()
+                .zip(&times)
+                .map(|(p, t)| format!("{p:?} {:.3} + {:.3}", t[0] * 1e3, t[1] * 1e3))
+                .collect();
             println!(
-                "rule statistics n = {n}: statistics pass {:.3} ms (summary kernel {:.3} ms of it) + download {:.3} ms + host rule {:.3} ms = {:.3} ms of a {:.3} ms call ({:.1}%, {}); exponent scan {:.3} ms ({:.1}%)",
-                stats * 1e3,
+                "rule line passes n = {n} (ms, op(A) rows + op(B) columns): {}",
+                each.join(", ")
+            );
+            println!(
+                "rule statistics n = {n}: statistics {:.3} ms (per-line work {:.3} ms less the exponent scan alone {:.3} ms) + summary kernel {:.3} ms + download {:.3} ms + host rule {:.3} ms = {:.3} ms of a {:.3} ms call ({:.1}%, {})",
+                statistics * 1e3,
+                route * 1e3,
+                scan * 1e3,
                 summary * 1e3,
                 down * 1e3,
                 host * 1e3,
@@ -869,8 +917,6 @@ fn line_statistics_equal_the_host_mirror() {
                 } else {
                     "ABOVE 5%"
                 },
-                scan * 1e3,
-                100.0 * scan / whole
             );
         }
     }

@@ -18,8 +18,9 @@
 //!   bits), `lsb(x)` the exponent of the lowest set bit of x: with shift `σ = p + 5 - e` the
 //!   line scales to integers exactly iff `p + 5 >= span`.
 //!
-//! One pass over the line once `e` is known (the GPU's second per-line pass, which also
-//! forms `S`).
+//! One pass over the line once `e` is known, which also forms `S`: on the GPU in the same
+//! read of the operand as the line's maximum where a block holds whole lines (its registers
+//! or the L1 its first read filled), else a second per-line pass.
 //!
 //! # Side summaries ([`summary`])
 //! The rule does not read the lines one by one: each line becomes a few integer keys (its
@@ -106,6 +107,7 @@ use crate::fallback::Fallback;
 use crate::moduli::{CrtPlan, MAX_MODULI, MIN_MODULI};
 use crate::scaling::{COARSE_BITS, MIN_SHIFT, Quantizer, ScalingMode, class_bound, clog2, coarse};
 
+pub mod plan;
 pub mod summary;
 
 pub use summary::{KeyParams, SideSummary, SummaryView};

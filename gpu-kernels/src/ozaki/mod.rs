@@ -2,9 +2,10 @@
 //! INT8 tensor cores (paper brief §1 and §9.3-9.5).
 //!
 //! Stages, all on the caller's stream:
-//! 1. exponent scan of op(A) rows and op(B) columns (one pass each, NaN/Inf detected), then a
-//!    second pass for each line's statistics: norm scaling's coarse square sum `S_i` and the
-//!    accuracy rule's sums (`ozaki_core::rule`, "Line statistics"), then `line_summary`
+//! 1. exponent scan of op(A) rows and op(B) columns (NaN/Inf detected) and each line's
+//!    statistics: norm scaling's coarse square sum `S_i` and the accuracy rule's sums
+//!    (`ozaki_core::rule`, "Line statistics"), in one read of each operand where its lines
+//!    fit in registers ([`ScanStats`]), else a scan and a second pass; then `line_summary`
 //!    reduces them to the rule's two side summaries (`ozaki_core::rule::summary`, a fixed
 //!    65 KiB each, whatever m and n);
 //! 2. the host reads the two summaries (one small copy) and makes the [`Plan`]: the accuracy
@@ -41,6 +42,7 @@
 use crate::device::{Gpu, sync};
 use crate::error::{Context, GpuError};
 use crate::kernels::PerLine;
+pub use crate::kernels::ScanStats;
 use crate::lt_int8::{self, MAX_K, Shape};
 use crate::timing::{Marks, Phase};
 use cudarc::driver::sys;
@@ -266,10 +268,29 @@ fn operands(call: &DeviceCall) -> (bool, Option<(u64, usize, bool)>) {
     }
 }
 
+/// How stage 1 reads the operands' lines ([`line_statistics`], [`lines_cost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinePass {
+    /// As the route: one read where the lines fit ([`ScanStats::for_lines`]), else the scan
+    /// then the statistics pass.
+    Route,
+    /// The scan, then the statistics pass, for every operand.
+    TwoPass,
+    /// `kind` for the operands it fits, the route's choice for the others.
+    With(ScanStats),
+    /// The exponent scan alone (`scan_rows_*`), no statistics: what the call would read
+    /// without the rule.
+    ScanOnly,
+    /// The exponent scan alone in the route's one-read kernel where one fits (its
+    /// statistics skipped), else as [`LinePass::ScanOnly`]: the same without the rule in
+    /// the one-read form.
+    ScanOnlyOneRead,
+}
+
 /// Stage 1 of a call: the exponent scan and the line statistics of op(A)'s rows and op(B)'s
 /// columns into `stats` (device memory of [`STAT_SLOTS`] u64 slots of m (+ n) lines, op(A)'s
-/// rows first), enqueued on `stream`; `between` (if any) gets a mark between the scan and the
-/// statistics pass.
+/// rows first), read as `pass` says, enqueued on `stream`; `marks` (if any) gets a mark after
+/// each operand.
 ///
 /// # Safety
 /// - as [`line_statistics`], and `stats` is device memory of that context of
@@ -280,7 +301,8 @@ unsafe fn scan_lines(
     stream: sys::CUstream,
     call: &DeviceCall,
     stats: u64,
-    mut between: Option<&mut Marks>,
+    pass: LinePass,
+    mut marks: Option<&mut Marks>,
 ) -> Result<(), GpuError> {
     let (m, n, k) = (call.m, call.n, call.k);
     let (a_contig, b_operand) = operands(call);
@@ -300,27 +322,62 @@ unsafe fn scan_lines(
     if let Some((b, ldb, contig)) = b_operand {
         operands.push((b, ldb as i64, contig, n as i32, m as u64));
     }
-    for (pass, out) in [(PerLine::Scan, abssum), (PerLine::LineStats, coarse_sq)] {
-        if pass == PerLine::LineStats
-            && let Some(m) = between.as_deref_mut()
-        {
-            m.mark(Phase::Convert)?;
-        }
-        for &(x, ld, contig, rows, slot) in &operands {
-            // SAFETY: A (and B) cover the BLAS-checked extents for their leading
-            // dimensions; the stats have m (+ n) lines in every slot.
-            unsafe {
-                kern.per_line(
-                    pass,
-                    stream,
-                    (x, ld, contig, rows, k as i32),
-                    maxbits + 8 * slot,
-                    (out + 8 * slot, nb_rows as i64),
-                )?;
+    for (x, ld, contig, rows, slot) in operands {
+        let operand = (x, ld, contig, rows, k as i32);
+        let outputs = (maxbits + 8 * slot, abssum + 8 * slot);
+        let lines = (coarse_sq + 8 * slot, nb_rows as i64);
+        // SAFETY: A (and B) cover the BLAS-checked extents for their leading dimensions;
+        // the stats have m (+ n) lines in every slot, zeroed above.
+        unsafe {
+            match pass {
+                LinePass::Route => kern.scan_and_stats(stream, operand, outputs, lines)?,
+                LinePass::With(kind) if kind.fits(contig, k) => {
+                    kern.scan_stats(kind, stream, operand, outputs, lines, true)?
+                }
+                LinePass::With(_) => kern.scan_and_stats(stream, operand, outputs, lines)?,
+                LinePass::ScanOnlyOneRead if ScanStats::for_lines(contig, k).is_some() => {
+                    let kind = ScanStats::for_lines(contig, k).expect("checked");
+                    kern.scan_stats(kind, stream, operand, outputs, lines, false)?
+                }
+                LinePass::TwoPass | LinePass::ScanOnly | LinePass::ScanOnlyOneRead => {
+                    kern.per_line(PerLine::Scan, stream, operand, outputs.0, (outputs.1, 0))?;
+                    if pass == LinePass::TwoPass {
+                        kern.per_line(PerLine::LineStats, stream, operand, outputs.0, lines)?;
+                    }
+                }
             }
+        }
+        if let Some(m) = marks.as_deref_mut() {
+            m.mark(Phase::Convert)?;
         }
     }
     Ok(())
+}
+
+/// Seconds stage 1's per-line work takes on `stream` per operand (op(A), then gemm's op(B);
+/// zeroing the buffer counts to the first) when read as `pass` (CUDA events, one run after
+/// one untimed run): [`LinePass::ScanOnly`] and [`LinePass::ScanOnlyOneRead`] are what the
+/// call would pay without the rule, so what [`LinePass::Route`] takes beyond the faster of
+/// the two is what the rule's statistics add.
+///
+/// # Safety
+/// As [`line_statistics`].
+pub unsafe fn lines_cost(
+    gpu: &mut Gpu,
+    stream: sys::CUstream,
+    call: &DeviceCall,
+    pass: LinePass,
+) -> Result<Vec<f64>, GpuError> {
+    let syrk = matches!(call.op, Op::Syrk { .. });
+    let nb_rows = if syrk { call.m } else { call.m + call.n };
+    let stats = gpu.workspace.get("scan", 8 * STAT_SLOTS * nb_rows)?;
+    // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
+    unsafe { scan_lines(gpu, stream, call, stats, pass, None) }?;
+    let mut marks = Marks::start(stream)?;
+    // SAFETY: as above.
+    unsafe { scan_lines(gpu, stream, call, stats, pass, Some(&mut marks)) }?;
+    sync(stream)?;
+    marks.spans()
 }
 
 /// Bytes of the two side summaries (`ozaki_core::rule::summary`) on the device.
@@ -394,11 +451,9 @@ fn stat_lines(slots: &[u64], nb_rows: usize) -> Lines<'_> {
 /// What stage 1 of a call cost on the GPU, in seconds (CUDA events on the call's stream).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StageOneCost {
-    /// The exponent scan (every scaling needs the line maxima): zeroing the buffer and the
-    /// max |x| pass.
-    pub scan: f64,
-    /// The second per-line pass: norm scaling's `S` and the accuracy rule's sums.
-    pub statistics: f64,
+    /// The per-line work: zeroing the buffer, the exponent scan and the statistics (norm
+    /// scaling's `S` and the accuracy rule's sums), read as the [`LinePass`] asked.
+    pub lines: f64,
     /// The reduction of the statistics to the two side summaries (`line_summary`).
     pub summary: f64,
     /// The summaries' copy to pinned host memory, as the route makes it.
@@ -420,11 +475,12 @@ pub struct StageOne {
     pub cost: StageOneCost,
 }
 
-/// The line statistics and summaries the GPU computes for a call and what computing and
-/// downloading them cost, as the route does it (the per-line table is copied as well, after
-/// the timed steps): what the accuracy rule reads, for tests against the host mirror
-/// (`ozaki_core::rule::LineTable::push`, `SideSummary::of`) and for measuring what the rule
-/// costs.
+/// The line statistics and summaries the GPU computes for a call, its lines read as `pass`
+/// says ([`LinePass::Route`]: as the route does it), and what computing and downloading them
+/// cost (the per-line table is copied as well, after the timed steps): what the accuracy
+/// rule reads, for tests against the host mirror (`ozaki_core::rule::LineTable::push`,
+/// `SideSummary::of`) and for measuring what the rule costs. The scan-only passes form no
+/// statistics: they are refused (`Unsupported`).
 ///
 /// # Safety
 /// - `gpu`'s context is current on this thread and `stream` belongs to it;
@@ -436,7 +492,13 @@ pub unsafe fn line_statistics(
     stream: sys::CUstream,
     call: &DeviceCall,
     opts: &Options,
+    pass: LinePass,
 ) -> Result<StageOne, GpuError> {
+    if matches!(pass, LinePass::ScanOnly | LinePass::ScanOnlyOneRead) {
+        return Err(GpuError::Unsupported(
+            "the exponent scan alone forms no statistics".into(),
+        ));
+    }
     let syrk = matches!(call.op, Op::Syrk { .. });
     let nb_rows = if syrk { call.m } else { call.m + call.n };
     let bytes = 8 * STAT_SLOTS * nb_rows;
@@ -445,7 +507,7 @@ pub unsafe fn line_statistics(
     let mut pinned = crate::memory::PinnedBuffer::new(bytes + SUMMARY_BYTES)?;
     let mut marks = Marks::start(stream)?;
     // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
-    unsafe { scan_lines(gpu, stream, call, stats, Some(&mut marks)) }?;
+    unsafe { scan_lines(gpu, stream, call, stats, pass, None) }?;
     marks.mark(Phase::Convert)?;
     let scaling = effective_scaling(opts.scaling);
     // SAFETY: as above; `summaries` is the workspace slot of SUMMARY_BYTES.
@@ -475,10 +537,9 @@ pub unsafe fn line_statistics(
     sync(stream)?;
     let spans = marks.spans()?;
     let cost = StageOneCost {
-        scan: spans[0],
-        statistics: spans[1],
-        summary: spans[2],
-        download: spans[3],
+        lines: spans[0],
+        summary: spans[1],
+        download: spans[2],
     };
     // SAFETY: the copies have completed; the buffer is page-aligned and holds STAT_SLOTS
     // slots of nb_rows u64s, then the summaries' u32s.
@@ -555,12 +616,12 @@ pub unsafe fn enqueue(
     const STATS: usize = 8 * STAT_SLOTS;
 
     let mut marks = Marks::start(stream)?;
-    // 1. exponent scan, then the line statistics (norm scaling's S_i and the accuracy rule's
-    //    sums) from the row exponents
+    // 1. exponent scan and the line statistics (norm scaling's S_i and the accuracy rule's
+    //    sums, from the lines' exponents)
     let stats = gpu.workspace.get("scan", STATS * nb_rows)?;
     let (maxbits, coarse_sq) = (stats, stats + 16 * nb_rows as u64);
     // SAFETY: the caller's contract; `stats` is the workspace slot sized for the call.
-    unsafe { scan_lines(gpu, stream, call, stats, None) }?;
+    unsafe { scan_lines(gpu, stream, call, stats, LinePass::Route, None) }?;
     // 2. The statistics go to the host for the plan; meanwhile the GPU already forms the shifts
     //    and residues for the moduli count the plan is expected to choose (forced, or this
     //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle

@@ -21,7 +21,6 @@ use super::{
 };
 use crate::device::Gpu;
 use crate::error::{Context, GpuError};
-use crate::kernels::PerLine;
 use crate::lt_int8::{self, MAX_K, Shape};
 use crate::timing::{Fence, Marks, Phase};
 use cudarc::driver::sys;
@@ -236,18 +235,10 @@ impl Pieces {
         // line0; the shifts m + n entries; the planes r planes of padded x kpad bytes from
         // the part's offset (`slices`); the operand as the caller promised.
         unsafe {
-            kern.per_line(
-                PerLine::Scan,
+            kern.scan_and_stats(
                 side,
                 operand,
-                maxbits,
-                (abssum, nb_rows as i64),
-            )?;
-            kern.per_line(
-                PerLine::LineStats,
-                side,
-                operand,
-                maxbits,
+                (maxbits, abssum),
                 (coarse_sq, nb_rows as i64),
             )?;
             kern.line_shifts(
