@@ -75,6 +75,13 @@ fn outcome(o: HostOutcome, engine: Engine) -> RouteOutcome {
     }
 }
 
+/// Tells the host path how many BLAS calls share the CPU with a GPU call (the calls in
+/// flight, [`crate::lazy::calls_in_flight`]), so that its copy and write-back pools take
+/// that call's share of the cores (`gpu_kernels::host::set_cpu_sharers`).
+fn share_cpu() {
+    host::set_cpu_sharers(crate::lazy::calls_in_flight);
+}
+
 /// A call with nothing to multiply (alpha = 0 or k = 0) is C = beta C: left to the vendor
 /// BLAS, which scales C without reading A and B (the reference semantics).
 fn needs_product(alpha: f64, k: usize) -> Result<(), RouteError> {
@@ -102,6 +109,7 @@ pub fn gemm(
     plan: Option<&SplitPlan>,
 ) -> Result<RouteOutcome, RouteError> {
     needs_product(args.alpha, args.k)?;
+    share_cpu();
     let engine = engine(route, config);
     // In a process owning several GPU slots, a call the engine prices faster split
     // (or any large call with OZAKI_SPLIT=1) runs as C tiles, one per slot
@@ -134,6 +142,7 @@ pub fn syrk(
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
     needs_product(args.alpha, args.k)?;
+    share_cpu();
     let engine = engine(route, config);
     host::syrk(args, c, engine)
         .map(|o| outcome(o, engine))
