@@ -692,6 +692,46 @@ mod tests {
     }
     use crate::abi::{CblasGemm, Verdict, decode_cblas_gemm, decode_fortran_syrk};
 
+    /// A thread cycling through PySCF's three small shapes gets its decisions from its own
+    /// copies: the engine's shared decisions, whose reference counts every calling thread
+    /// would otherwise bump on every call, are not touched again once the thread has them.
+    #[test]
+    fn repeated_calls_leave_the_shared_decisions_untouched() {
+        let e: &'static Engine = Box::leak(Box::new(Engine::new(
+            Profile::built_in("h200").unwrap(),
+            16,
+        )));
+        let shape = |m, n, k| CallShape {
+            transa: true,
+            ..CallShape::gemm(m, n, k)
+        };
+        let shapes = [shape(18, 114, 114), shape(48, 96, 114), shape(48, 48, 114)];
+        let first: Vec<_> = shapes.iter().map(|s| decide(e, s, None, 16).0).collect();
+        // The decisions the engine's cache shares: each small shape is priced at its bound.
+        let shared: Vec<Arc<Decision>> = first
+            .iter()
+            .map(|m| {
+                let bound = m.priced.1.expect("priced at its size class's bound");
+                e.decide_loaded(&bound, None, || Some(priced_moduli(bound.k, None)), 16)
+            })
+            .collect();
+        let counts: Vec<usize> = shared.iter().map(Arc::strong_count).collect();
+        let mut held = Vec::new();
+        for _ in 0..50 {
+            for (s, want) in shapes.iter().zip(&shared) {
+                let (m, fv) = decide(e, s, None, 16);
+                assert_eq!(*m.priced.0, **want);
+                assert_eq!(fv, 1.0);
+                held.push(m);
+            }
+        }
+        let after: Vec<usize> = shared.iter().map(Arc::strong_count).collect();
+        assert_eq!(
+            after, counts,
+            "150 decisions held: the shared ones' counts moved"
+        );
+    }
+
     fn canon(v: Verdict) -> Canon {
         match v {
             Verdict::Compute(c) => c,
