@@ -223,7 +223,7 @@ fn before_engine(
         .gpu
         .filter(|&(_, g)| bound.is_none() && adjust::correctable(d.vendor_s, g))
         .map(|_| (kv, d.vendor_s));
-    if memo::clearly(margin, fv) {
+    if clearly(margin, fv) {
         return PreEngine::Vendor(d, bound, Early::Clearly { fv }, None, feedback, fv);
     }
     let vendor_s = d.vendor_s * fv;
@@ -380,7 +380,12 @@ fn clearly_vendor_by(
 /// times slower than the profile prices it (reference LAPACK's `dlarfb` updates over
 /// Debian's OpenBLAS, 4-5x on the H200 host) is not clearly faster than the GPU any more.
 fn is_clearly_vendor(d: &Decision, vendor_factor: f64) -> bool {
-    memo::clearly(Margin::of(d), vendor_factor)
+    clearly(Margin::of(d), vendor_factor)
+}
+
+/// [`is_clearly_vendor`] of the decision whose margin is `margin` ([`memo::Margin`]).
+fn clearly(margin: Option<Margin>, vendor_factor: f64) -> bool {
+    memo::ahead_by(margin, CLEARLY * vendor_factor)
 }
 
 /// The engine's view of a checked call, in its canonical (column-major) form: a row-major
@@ -591,7 +596,7 @@ fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> (M
     let key = memo::Key::new(e, cs, moduli, c);
     if let Some(m) = memo::get(&key) {
         let fv = learned().corrections.factor_at(m.vendor.1);
-        if m.priced.1.is_none() || memo::clearly(m.margin, fv) {
+        if m.priced.1.is_none() || clearly(m.margin, fv) {
             return (m, fv);
         }
     }

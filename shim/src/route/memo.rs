@@ -11,15 +11,14 @@
 //! copy of the decision: cloning its `Arc` touches a reference count no other thread
 //! touches (except the trace's flush thread, once per record, when tracing).
 //!
-//! An entry also keeps what "clearly the vendor's" ([`Margin`]) needs of its decision, two
-//! numbers, so that test costs a multiplication instead of a walk over the prediction's
-//! route names.
+//! An entry also keeps what the test "clearly the vendor's" needs of its decision
+//! ([`Margin`], two numbers), so that it costs a multiplication instead of a walk over the
+//! prediction's route names.
 //!
 //! The table is a cache: a miss prices the call through the engine's shared cache as before,
 //! and correctness never depends on what the table holds. A `fork` child inherits the
 //! forking thread's table, which is as valid there as in the parent.
 
-use super::choose::CLEARLY;
 use ozaki_core::engine::CallShape;
 use ozaki_core::engine::choose::{Decision, Engine};
 use ozaki_core::engine::correct::{ClassKey, Place};
@@ -70,13 +69,13 @@ impl Key {
     }
 }
 
-/// What [`is_clearly_vendor`](super::choose) asks of a vendor decision: its vendor price and
-/// the cheapest price of any other route it priced.
+/// What "clearly the vendor's" (`super::choose`) asks of a vendor decision: its vendor price
+/// and the cheapest price of any other route it priced.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Margin {
     vendor_s: f64,
     /// The least of the other routes' prices (infinite when none was priced, NaN when one
-    /// price is NaN: never clearly faster then).
+    /// price is NaN: never ahead then).
     others_s: f64,
 }
 
@@ -100,17 +99,12 @@ impl Margin {
             });
         Some(Margin { vendor_s, others_s })
     }
-
-    /// Whether every other route is priced at least [`CLEARLY`] times the vendor's price
-    /// multiplied by `vendor_factor`.
-    pub fn clearly(&self, vendor_factor: f64) -> bool {
-        self.others_s >= CLEARLY * self.vendor_s * vendor_factor
-    }
 }
 
-/// Whether `margin` (of a decision) says "clearly the vendor's" at `vendor_factor`.
-pub fn clearly(margin: Option<Margin>, vendor_factor: f64) -> bool {
-    margin.is_some_and(|m| m.clearly(vendor_factor))
+/// Whether `margin` (of a decision) prices every route but the vendor at least `times` the
+/// vendor's price; false for a decision without a margin.
+pub fn ahead_by(margin: Option<Margin>, times: f64) -> bool {
+    margin.is_some_and(|m| m.others_s >= m.vendor_s * times)
 }
 
 /// What the table keeps per call kind.
@@ -246,15 +240,15 @@ mod tests {
         let e = engine();
         for n in [8u64, 64, 256, 1024, 4096] {
             let d = e.decide_loaded(&CallShape::gemm(n, n, n), None, || Some(14), 1);
-            for f in [0.25, 1.0, 4.0, 64.0] {
+            for times in [0.5, 2.0, 8.0, 128.0] {
                 let p = &d.prediction.predicted_s;
                 let walk = d.route == Route::Vendor
                     && p.get("vendor").is_some_and(|&v| {
                         p.iter()
                             .filter(|(r, _)| r.as_str() != "vendor")
-                            .all(|(_, &s)| s >= CLEARLY * v * f)
+                            .all(|(_, &s)| s >= v * times)
                     });
-                assert_eq!(clearly(Margin::of(&d), f), walk, "n = {n}, factor {f}");
+                assert_eq!(ahead_by(Margin::of(&d), times), walk, "n = {n}, x{times}");
             }
         }
     }
