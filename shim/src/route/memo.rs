@@ -37,7 +37,8 @@ pub type Priced = (Arc<Decision>, Option<CallShape>);
 /// What an entry is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Key {
-    /// The engine that decided (the pre-engine and the engine price differently), by address.
+    /// The engine that decided (the pre-engine and the engine price differently), by
+    /// address: the shim's engines are process-wide statics that are never dropped.
     engine: usize,
     shape: CallShape,
     moduli: Option<u32>,
