@@ -141,7 +141,9 @@ pub fn get(key: &Key) -> Option<Memoized> {
                 .iter()
                 .position(|e| e.as_ref().is_some_and(|e| e.key == *key))?;
             // The most recent first: a replacement evicts the other way.
-            set[..=way].rotate_right(1);
+            if way > 0 {
+                set[..=way].rotate_right(1);
+            }
             set[0].as_ref().map(|e| e.value.clone())
         })
         .ok()
