@@ -183,6 +183,7 @@ impl Gpu {
         let found = step("cuInit", || find_device(explicit))?;
         let (dev, cc, driver_version) = (found.dev, found.cc, found.driver_version);
         let (ctx, stream, copy_stream) = step("context", || {
+            blocking_sync_if_new(dev);
             let mut ctx = std::ptr::null_mut();
             // SAFETY: retains the device's primary context (the one the CUDA runtime uses
             // too, so device pointers from a runtime-API program are valid here).
@@ -340,6 +341,49 @@ struct Found {
 
 /// Initialises the driver and finds the device: `explicit` (a slot's, or `OZAKI_GPU`), else
 /// the first of this process's local-rank block.
+/// Whether a primary context this process creates blocks a waiting thread
+/// (`OZAKI_GPU_SYNC`, default `blocking`; `spin` keeps CUDA's automatic choice).
+fn blocking_sync_wanted() -> bool {
+    match ozaki_core::env::var(ozaki_core::env::GPU_SYNC)
+        .as_deref()
+        .map(str::trim)
+    {
+        None | Some("") | Some("blocking") => true,
+        Some("spin") => false,
+        Some(other) => {
+            tracing::warn!("OZAKI_GPU_SYNC={other:?} is neither blocking nor spin; using blocking");
+            true
+        }
+    }
+}
+
+/// Makes the primary context of `dev`, when no one has created it yet, one whose waiting
+/// threads sleep (`CU_CTX_SCHED_BLOCKING_SYNC`). With CUDA's automatic choice a thread
+/// waiting in `cuEventSynchronize` / `cuStreamSynchronize` spins on its core while the
+/// process has fewer contexts than cores: under a program whose every core runs BLAS calls
+/// (PySCF's 16 OpenMP threads), each caller waiting for a GPU call takes a core from the
+/// others. The shim's GPU calls last milliseconds, so the wake-up latency of a blocking wait
+/// (tens of microseconds) costs them little. A context the program made itself (PyTorch,
+/// CuPy) keeps the program's flags. Failures leave the flags as they are.
+fn blocking_sync_if_new(dev: sys::CUdevice) {
+    if !blocking_sync_wanted() {
+        return;
+    }
+    let (mut flags, mut active) = (0u32, 0i32);
+    // SAFETY: out-parameters; `dev` is a device handle from cuDeviceGet.
+    let state = unsafe { sys::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) };
+    if state.result().is_err() || active != 0 {
+        return;
+    }
+    // The low three bits are the scheduling mode (CU_CTX_SCHED_MASK); the rest are kept.
+    let sched = sys::CUctx_flags_enum::CU_CTX_SCHED_BLOCKING_SYNC as u32;
+    // SAFETY: plain call on a device handle; the context is not active yet.
+    let set = unsafe { sys::cuDevicePrimaryCtxSetFlags_v2(dev, (flags & !0x07) | sched) };
+    if let Err(e) = set.result() {
+        tracing::info!("cuDevicePrimaryCtxSetFlags: {e:?}; the context keeps CUDA's default");
+    }
+}
+
 fn find_device(explicit: Option<u32>) -> Result<Found, GpuError> {
     // SAFETY: cuInit may be called any number of times.
     unsafe { sys::cuInit(0) }

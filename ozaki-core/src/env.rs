@@ -60,6 +60,8 @@ pub const AB_MAX_MB: &str = "OZAKI_AB_MAX_MB";
 pub const PROFILE: &str = "OZAKI_PROFILE";
 /// `OZAKI_GPU`: one device ordinal for the process.
 pub const GPU: &str = "OZAKI_GPU";
+/// `OZAKI_GPU_SYNC`: how a thread waiting for the GPU waits (a context the shim creates).
+pub const GPU_SYNC: &str = "OZAKI_GPU_SYNC";
 /// `OZAKI_GPU_NAME`: the GPU name `ozaki explain` looks a cached profile up by.
 pub const GPU_NAME: &str = "OZAKI_GPU_NAME";
 /// `OZAKI_DEVICES`: the host's GPUs for ozaki.
@@ -158,6 +160,11 @@ pub const VARIABLES: &[Variable] = &[
         name: GPU,
         meaning: "the one device ordinal this process uses",
         default: "chosen by local rank from `OZAKI_DEVICES`",
+    },
+    Variable {
+        name: GPU_SYNC,
+        meaning: "`blocking` or `spin`: how a thread waiting for the GPU waits, for a primary context the shim creates (the program's own context keeps its setting)",
+        default: "blocking",
     },
     Variable {
         name: GPU_NAME,

@@ -68,6 +68,7 @@ pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
             vendor,
             then,
             illegal,
+            held,
         }) => {
             if illegal {
                 // The vendor's handler may longjmp or throw out of this call.
@@ -78,6 +79,7 @@ pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
             if let Some(pending) = then {
                 shielded(|| pending.record());
             }
+            drop(held);
         }
         Ok(Plan::Report(handler)) => {
             // The handler is the program's code: a BLAS call it makes is a call of its own.
@@ -100,11 +102,13 @@ enum Plan {
     /// C is final (or must stay untouched) and the call is recorded.
     Done,
     /// Call the vendor definition with the original arguments, then record `then`; `illegal`
-    /// when the reference checks reject the call (the vendor may call an error handler).
+    /// when the reference checks reject the call (the vendor may call an error handler);
+    /// `held`: the call stays counted in flight until then (a call `auto` counted).
     Forward {
         vendor: *const c_void,
         then: Option<Box<Pending>>,
         illegal: bool,
+        held: Option<crate::lazy::InFlight>,
     },
     /// Call the error handler the reference would call (no vendor BLAS exists).
     Report(Handler),
@@ -153,8 +157,9 @@ struct Progress {
 /// - as [`call`].
 unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
     crate::process::ensure_loaded();
-    // Counted in flight while our code (and what it initialises) runs, not the vendor's.
-    let _flight = crate::lazy::InFlight::begin();
+    // Counted in flight while our code (and what it initialises) runs, and through the
+    // vendor's work for a call `auto` counts (its route's choice holds a flight).
+    let flight = crate::lazy::InFlight::begin();
     let config = config::get();
     let start = config.tracing().then(trace_sink::start);
     // SAFETY: the caller's contract.
@@ -189,6 +194,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     vendor,
                     then: None,
                     illegal: true,
+                    held: None,
                 },
                 None => Plan::Report(xerbla::handler_for(id, &bad)),
             }
@@ -201,6 +207,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     vendor,
                     then,
                     illegal: false,
+                    held: None,
                 },
                 None => {
                     if let Some(p) = then {
@@ -212,13 +219,15 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
         }
         Verdict::Compute(canon) => {
             let mut choice = route::choose(config.route, &canon, config);
-            // A call the engine counts in flight or times runs through the route below.
+            // A vendor call the engine times runs through the route below; one it only counts
+            // goes straight to the vendor, counted until it returns (a vendor choice queues no
+            // GPU time, so its route flight has nothing else to hold).
             if choice.route == Route::Vendor
-                && choice.flight.is_none()
                 && choice.feedback.is_none()
                 && let Some(vendor) = vendor()
             {
                 progress.done.set(true);
+                let held = choice.flight.is_some().then_some(flight);
                 let then = pending(
                     Route::Vendor.name(),
                     Some(RouteOutcome::default()),
@@ -229,6 +238,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     vendor,
                     then,
                     illegal: false,
+                    held,
                 };
             }
             let plan = route::split::plan(&choice, &canon, config);

@@ -41,7 +41,7 @@ use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, span};
 use ozaki_core::trace::Phases;
 pub(crate) use share::{PanelBoard, Share};
 pub(crate) use tuning::write_threads;
-pub use tuning::{Tuning, set_tuning, tuning};
+pub use tuning::{Tuning, set_cpu_sharers, set_tuning, tuning};
 pub(crate) use upload::upload;
 use upload::{Piece, feed, panel_piece, ring};
 use whole_rule::Verdict;

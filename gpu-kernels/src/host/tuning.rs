@@ -3,6 +3,7 @@
 //! stage reads one source of its settings and the benchmarks can swap it.
 
 use crate::host_copy::CopyKind;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Knobs of the host-resident path. The defaults are what `ozaki bench --pipeline` and
 /// `--split` measured best on the H200 host (BENCHMARKS.md, "Host-resident path and
@@ -131,21 +132,51 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Threads that write a result from pinned staging into the caller's C (the write-back is
-/// the call's tail, nothing else runs beside it).
+/// The count of BLAS calls running in the process ([`set_cpu_sharers`]), as the address of
+/// a `fn() -> u32`; 0 when none was registered.
+static SHARERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers `calls`, the number of BLAS calls in flight in the process (the asking one
+/// included). With the default thread counts (0), a call's copy and write-back threads are
+/// then its share of the cores, the count divided by `calls()` when the pool is sized: a GPU
+/// call made while 15 other threads run vendor calls (PySCF calls from every OpenMP thread)
+/// must not put 16 copy threads and 16 writers beside them, which would preempt every one.
+/// A single caller keeps every core. Explicit counts ([`Tuning`]) are taken as they are.
+pub fn set_cpu_sharers(calls: fn() -> u32) {
+    let f = calls as usize;
+    // Written once: later registrations of the same function leave the line unwritten.
+    if SHARERS.load(Ordering::Relaxed) != f {
+        SHARERS.store(f, Ordering::Relaxed);
+    }
+}
+
+/// `n` threads divided among the calls in flight ([`set_cpu_sharers`]), at least one.
+fn share(n: usize) -> usize {
+    let f = SHARERS.load(Ordering::Relaxed);
+    if f == 0 {
+        return n;
+    }
+    // SAFETY: only `set_cpu_sharers` stores a non-zero value, the address of a `fn() -> u32`.
+    let calls: fn() -> u32 = unsafe { std::mem::transmute::<usize, fn() -> u32>(f) };
+    (n / calls().max(1) as usize).max(1)
+}
+
+/// Threads that write a result from pinned staging into the caller's C: one per core (at
+/// most 32) divided among the calls in flight ([`set_cpu_sharers`]).
 pub(crate) fn write_threads() -> usize {
     match tuning().write_threads {
-        0 => cores().clamp(1, 32),
+        0 => share(cores().clamp(1, 32)),
         t => t,
     }
 }
 
-/// Copy threads of the upload ring and of [`upload`].
+/// Copy threads of the upload ring and of [`upload`]: one per core (at most 16) divided
+/// among the calls in flight ([`set_cpu_sharers`]).
 ///
 /// [`upload`]: super::upload::upload
 pub(crate) fn copy_threads() -> usize {
     match tuning().copy_threads {
-        0 => cores().clamp(1, 16),
+        0 => share(cores().clamp(1, 16)),
         t => t,
     }
 }
@@ -153,6 +184,36 @@ pub(crate) fn copy_threads() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With the calls in flight registered, the default pools are the caller's share of the
+    /// cores (at least one thread); explicit counts stay as they are.
+    #[test]
+    fn default_pools_are_the_share_of_the_calls_in_flight() {
+        static CALLS: AtomicUsize = AtomicUsize::new(1);
+        fn calls() -> u32 {
+            CALLS.load(Ordering::Relaxed) as u32
+        }
+        let (copy, write) = (cores().clamp(1, 16), cores().clamp(1, 32));
+        set_cpu_sharers(calls);
+        assert_eq!(
+            (copy_threads(), write_threads()),
+            (copy, write),
+            "one call: every core"
+        );
+        CALLS.store(4, Ordering::Relaxed);
+        assert_eq!(
+            (copy_threads(), write_threads()),
+            ((copy / 4).max(1), (write / 4).max(1))
+        );
+        CALLS.store(1000, Ordering::Relaxed);
+        assert_eq!(
+            (copy_threads(), write_threads()),
+            (1, 1),
+            "at least one thread"
+        );
+        assert_eq!(share(24), 1);
+        CALLS.store(1, Ordering::Relaxed);
+    }
 
     /// Tunings parse as key=value pairs over the defaults; bad keys and values are refused.
     #[test]

@@ -76,6 +76,22 @@ impl ClassKey {
     }
 }
 
+/// Where a class lives in a [`Corrections`] table (its slot and tag), for a caller that
+/// looks one class up on every call and computes this once ([`ClassKey::placed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    slot: usize,
+    tag: u64,
+}
+
+impl ClassKey {
+    /// The class's place in a [`Corrections`] table.
+    pub fn placed(&self) -> Place {
+        let (slot, tag) = self.place();
+        Place { slot, tag }
+    }
+}
+
 /// One class's correction.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ClassCorrection {
@@ -133,9 +149,18 @@ impl Default for Corrections {
 impl Corrections {
     /// The class's correction so far (`None`: never measured, or its slot taken by another).
     pub fn get(&self, key: &ClassKey) -> Option<ClassCorrection> {
-        let (i, tag) = key.place();
-        let (t, c) = unpack(self.slots[i].load(Ordering::Relaxed));
-        (t == tag && c.samples > 0).then_some(c)
+        self.get_at(key.placed())
+    }
+
+    /// [`Corrections::get`] of the class at `place`.
+    pub fn get_at(&self, place: Place) -> Option<ClassCorrection> {
+        let (t, c) = unpack(self.slots[place.slot].load(Ordering::Relaxed));
+        (t == place.tag && c.samples > 0).then_some(c)
+    }
+
+    /// The factor on predictions of the class at `place` (1 before [`MIN_SAMPLES`]).
+    pub fn factor_at(&self, place: Place) -> f64 {
+        self.get_at(place).map_or(1.0, |c| c.factor())
     }
 
     /// Feeds one call: it took `measured_s` where `predicted_s` was priced.
@@ -180,7 +205,7 @@ impl Corrections {
     /// `predicted_s` of `key`'s class corrected by what the class measured (unchanged before
     /// [`MIN_SAMPLES`]), with the factor applied.
     pub fn corrected(&self, key: &ClassKey, predicted_s: f64) -> (f64, f64) {
-        let f = self.get(key).map_or(1.0, |c| c.factor());
+        let f = self.factor_at(key.placed());
         (predicted_s * f, f)
     }
 }

@@ -4,9 +4,10 @@
 //! call, from the profile that `OZAKI_PROFILE`, the per-GPU profile in the cache directory
 //! or the built-in profile of the detected GPU gives (one stderr line when it is not one
 //! measured on this machine), for the GPU slots this process owns (with two or
-//! more it also prices splits over them). Decisions are cached per shape and moduli count, so a
-//! repeated shape costs one hash lookup; the prediction is copied into the trace record
-//! only when tracing is on.
+//! more it also prices splits over them). Decisions are cached per shape, moduli count and
+//! concurrency class in the engine, and each thread keeps its recent ones ([`super::memo`]),
+//! so a shape the thread priced lately costs a look-up that writes nothing other threads
+//! share; the prediction is copied into the trace record only when tracing is on.
 //!
 //! The moduli count priced for GPU Ozaki ([`priced_moduli`]) is `OZAKI_MODULI` when set;
 //! otherwise the route picks it per call by the accuracy rule from the operands' line
@@ -36,6 +37,7 @@
 use super::choose_note::{Early, EngineNote};
 use super::inflight::{self, Flight};
 use super::learned::learned;
+use super::memo::{self, Margin, Memoized};
 use super::start::{self, Ledger, Starter, Status, WhileStarting};
 use super::{Choice, adjust};
 use crate::abi::Canon;
@@ -48,7 +50,6 @@ use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
 use ozaki_core::trace::{DuringStart, Routine, StartNote};
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -215,13 +216,14 @@ fn before_engine(
     // vendor running slower than the profile says makes the GPU's gain, and so its start,
     // come sooner. Calls priced close enough for that to matter are timed, clearly the
     // vendor's or not, so their class learns.
-    let (kv, fv) = vendor_factor(cs, in_flight);
-    let (d, bound) = decide_by_class(pre, cs, moduli, in_flight, fv);
+    let (m, fv) = decide(pre, cs, moduli, in_flight);
+    let (kv, margin) = (m.vendor.0, m.margin);
+    let (d, bound) = m.priced;
     let feedback = d
         .gpu
         .filter(|&(_, g)| bound.is_none() && adjust::correctable(d.vendor_s, g))
         .map(|_| (kv, d.vendor_s));
-    if is_clearly_vendor(&d, fv) {
+    if clearly(margin, fv) {
         return PreEngine::Vendor(d, bound, Early::Clearly { fv }, None, feedback, fv);
     }
     let vendor_s = d.vendor_s * fv;
@@ -378,25 +380,12 @@ fn clearly_vendor_by(
 /// times slower than the profile prices it (reference LAPACK's `dlarfb` updates over
 /// Debian's OpenBLAS, 4-5x on the H200 host) is not clearly faster than the GPU any more.
 fn is_clearly_vendor(d: &Decision, vendor_factor: f64) -> bool {
-    if d.route != Route::Vendor {
-        return false;
-    }
-    let p = &d.prediction.predicted_s;
-    let Some(&vendor) = p.get(Route::Vendor.name()) else {
-        return false;
-    };
-    p.iter()
-        .filter(|(r, _)| r.as_str() != Route::Vendor.name())
-        .all(|(_, &s)| s >= CLEARLY * vendor * vendor_factor)
+    clearly(Margin::of(d), vendor_factor)
 }
 
-/// The vendor's class of a call of `cs` with `in_flight` calls in flight, and the factor its
-/// measured calls give the vendor's price (1 before the class holds enough samples).
-fn vendor_factor(cs: &CallShape, in_flight: u32) -> (ClassKey, f64) {
-    let c = ozaki_core::engine::load::concurrency_class(in_flight);
-    let kv = ClassKey::new(Route::Vendor, cs.routine, cs.m, cs.n, cs.k, c);
-    let (_, f) = learned().corrections.corrected(&kv, 1.0);
-    (kv, f)
+/// [`is_clearly_vendor`] of the decision whose margin is `margin` ([`memo::Margin`]).
+fn clearly(margin: Option<Margin>, vendor_factor: f64) -> bool {
+    memo::ahead_by(margin, CLEARLY * vendor_factor)
 }
 
 /// The engine's view of a checked call, in its canonical (column-major) form: a row-major
@@ -548,8 +537,8 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
             decline_key: None,
         };
     }
-    let (_, fv) = vendor_factor(&cs, in_flight);
-    let (d, bound) = decide(e, &cs, config.moduli, in_flight, fv);
+    let (m, _) = decide(e, &cs, config.moduli, in_flight);
+    let (d, bound) = m.priced;
     // Priced at its class's bound (clearly the vendor's): nothing to correct, and the
     // bound's prediction is not this call's to time.
     let a = match bound {
@@ -594,62 +583,28 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     }
 }
 
-thread_local! {
-    /// This thread's last decision and what it was for: a thread repeating one shape (the
-    /// common case in a loop of small products) skips the shared cache's lock.
-    static LAST: RefCell<Option<(LastKey, Priced)>> = const { RefCell::new(None) };
-}
-
 /// The engine's decision for `cs` with `in_flight` calls in flight, through this thread's
-/// last decision, then the engine's cache (the moduli count depends on k and `OZAKI_MODULI`
-/// only; it is computed on a miss).
+/// recent decisions ([`memo`]), then the engine's cache (the moduli count depends on k and
+/// `OZAKI_MODULI` only; it is computed on a miss); with the decision's margin, the call's
+/// vendor class and the factor this process's measured vendor calls of that class give the
+/// vendor's price (1 before the class holds enough samples).
 ///
-/// A decision priced at its class's bound holds only while the vendor, corrected by
-/// `vendor_factor` ([`vendor_factor`]), stays clearly faster there; otherwise the call is
-/// priced at its own shape.
-fn decide(
-    e: &Engine,
-    cs: &CallShape,
-    moduli: Option<u32>,
-    in_flight: u32,
-    vendor_factor: f64,
-) -> Priced {
-    let key = (
-        *cs,
-        moduli,
-        ozaki_core::engine::load::concurrency_class(in_flight),
-    );
-    // (`try_with`: a call made while this thread's locals are torn down, at exit, goes to
-    // the shared cache.)
-    let hit = LAST
-        .try_with(|l| {
-            l.try_borrow()
-                .ok()?
-                .as_ref()
-                .filter(|(k, _)| *k == key)
-                .map(|(_, d)| d.clone())
-        })
-        .ok()
-        .flatten();
-    if let Some(d) = hit
-        && (d.1.is_none() || is_clearly_vendor(&d.0, vendor_factor))
-    {
-        return d;
-    }
-    let d = decide_by_class(e, cs, moduli, in_flight, vendor_factor);
-    let _ = LAST.try_with(|l| {
-        if let Ok(mut l) = l.try_borrow_mut() {
-            *l = Some((key, d.clone()));
+/// A decision priced at its class's bound holds only while the vendor, corrected by that
+/// factor, stays clearly faster there; otherwise the call is priced at its own shape.
+fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> (Memoized, f64) {
+    let c = ozaki_core::engine::load::concurrency_class(in_flight);
+    let key = memo::Key::new(e, cs, moduli, c);
+    if let Some(m) = memo::get(&key) {
+        let fv = learned().corrections.factor_at(m.vendor.1);
+        if m.priced.1.is_none() || clearly(m.margin, fv) {
+            return (m, fv);
         }
-    });
-    d
+    }
+    let kv = ClassKey::new(Route::Vendor, cs.routine, cs.m, cs.n, cs.k, c);
+    let fv = learned().corrections.factor_at(kv.placed());
+    let priced = decide_by_class(e, cs, moduli, in_flight, fv);
+    (memo::put(key, priced, kv), fv)
 }
-
-/// What [`decide`] remembers per thread: (shape, forced moduli, concurrency class).
-type LastKey = (CallShape, Option<u32>, u32);
-
-/// A decision and the size class's bound it was priced at, if any ([`decide_by_class`]).
-type Priced = (Arc<Decision>, Option<CallShape>);
 
 /// Calls with m n k at most this are first priced at their size class's bound (m, n, k
 /// rounded up to powers of two), so that a program whose small calls all differ in shape
@@ -741,6 +696,46 @@ mod tests {
         }
     }
     use crate::abi::{CblasGemm, Verdict, decode_cblas_gemm, decode_fortran_syrk};
+
+    /// A thread cycling through PySCF's three small shapes gets its decisions from its own
+    /// copies: the engine's shared decisions, whose reference counts every calling thread
+    /// would otherwise bump on every call, are not touched again once the thread has them.
+    #[test]
+    fn repeated_calls_leave_the_shared_decisions_untouched() {
+        let e: &'static Engine = Box::leak(Box::new(Engine::new(
+            Profile::built_in("h200").unwrap(),
+            16,
+        )));
+        let shape = |m, n, k| CallShape {
+            transa: true,
+            ..CallShape::gemm(m, n, k)
+        };
+        let shapes = [shape(18, 114, 114), shape(48, 96, 114), shape(48, 48, 114)];
+        let first: Vec<_> = shapes.iter().map(|s| decide(e, s, None, 16).0).collect();
+        // The decisions the engine's cache shares: each small shape is priced at its bound.
+        let shared: Vec<Arc<Decision>> = first
+            .iter()
+            .map(|m| {
+                let bound = m.priced.1.expect("priced at its size class's bound");
+                e.decide_loaded(&bound, None, || Some(priced_moduli(bound.k, None)), 16)
+            })
+            .collect();
+        let counts: Vec<usize> = shared.iter().map(Arc::strong_count).collect();
+        let mut held = Vec::new();
+        for _ in 0..50 {
+            for (s, want) in shapes.iter().zip(&shared) {
+                let (m, fv) = decide(e, s, None, 16);
+                assert_eq!(*m.priced.0, **want);
+                assert_eq!(fv, 1.0);
+                held.push(m);
+            }
+        }
+        let after: Vec<usize> = shared.iter().map(Arc::strong_count).collect();
+        assert_eq!(
+            after, counts,
+            "150 decisions held: the shared ones' counts moved"
+        );
+    }
 
     fn canon(v: Verdict) -> Canon {
         match v {

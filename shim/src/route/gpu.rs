@@ -75,6 +75,13 @@ fn outcome(o: HostOutcome, engine: Engine) -> RouteOutcome {
     }
 }
 
+/// Tells the host path how many BLAS calls share the CPU with a GPU call (the calls in
+/// flight, [`crate::lazy::calls_in_flight`]), so that its copy and write-back pools take
+/// that call's share of the cores (`gpu_kernels::host::set_cpu_sharers`).
+fn share_cpu() {
+    host::set_cpu_sharers(crate::lazy::calls_in_flight);
+}
+
 /// The calls the GPU routes leave to the vendor BLAS before any device work:
 /// - nothing to multiply (alpha = 0 or k = 0): C = beta C, which the vendor scales without
 ///   reading A and B (the reference semantics);
@@ -111,6 +118,7 @@ pub fn gemm(
     plan: Option<&SplitPlan>,
 ) -> Result<RouteOutcome, RouteError> {
     needs_product(args.alpha, args.beta, args.k)?;
+    share_cpu();
     let engine = engine(route, config);
     // In a process owning several GPU slots, a call the engine prices faster split
     // (or any large call with OZAKI_SPLIT=1) runs as C tiles, one per slot
@@ -143,6 +151,7 @@ pub fn syrk(
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
     needs_product(args.alpha, args.beta, args.k)?;
+    share_cpu();
     let engine = engine(route, config);
     host::syrk(args, c, engine)
         .map(|o| outcome(o, engine))

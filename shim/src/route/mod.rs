@@ -37,6 +37,7 @@ pub mod cpu_ozaki;
 pub mod gpu;
 pub mod inflight;
 pub mod learned;
+pub mod memo;
 pub mod split;
 pub mod start;
 pub mod threads;
