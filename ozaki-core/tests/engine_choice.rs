@@ -576,3 +576,75 @@ fn the_host_link_each_way_and_page_locked_uploads_fit_from_the_host_paths_calls(
     assert_eq!(link.h2d_registered, 0.0);
     assert!(!link.registers());
 }
+
+/// The measurements of a machine whose host path moves 42 GB/s up and 48 GB/s down staged
+/// (page-locking slower), and whose pipelined host-resident calls took `times` (route,
+/// n, seconds) at n^3 (the h200 profile's physical terms give every other timing).
+fn pipelined_machine(times: &[(Route, u64, f64)]) -> Measurements {
+    let truth = smooth_truth();
+    let mut meas = synthetic(
+        &truth,
+        &[
+            (16, 16, 16),
+            (256, 256, 256),
+            (1024, 1024, 1024),
+            (2048, 2048, 2048),
+            (4096, 4096, 4096),
+            (65536, 64, 64),
+        ],
+    );
+    meas.gpu.as_mut().unwrap().staged = staged_samples(42e9, 48e9, 30e9);
+    for &(route, n, seconds) in times {
+        meas.routes.push(RouteSample {
+            route: route.name().into(),
+            m: n,
+            n,
+            k: n,
+            residency: Residency::Host,
+            moduli: Some(15),
+            seconds,
+        });
+    }
+    meas
+}
+
+/// With the host link and the pipelined calls measured on the machine, `auto` takes the
+/// route that measured faster end to end for large host-resident calls: gpu-ozaki at 8192^3
+/// and 16384^3 with the H200 timings of BENCHMARKS.md "Host-resident calls at the link
+/// bound" (gpu-native 80.0 / 213.1 ms, gpu-ozaki 45.8 / 150.3 ms), gpu-native when the same
+/// calls measured the other way round, and gpu-native for a k-heavy call both routes move
+/// at the link's pace (the emulation does not beat cuBLAS there by the switch margin).
+#[test]
+fn measured_pipelines_make_auto_take_the_faster_gpu_route_for_large_host_resident_calls() {
+    let h200 = [
+        (Route::GpuNative, 8192, 0.0800),
+        (Route::GpuOzaki, 8192, 0.0458),
+        (Route::GpuNative, 16384, 0.2131),
+        (Route::GpuOzaki, 16384, 0.1503),
+    ];
+    let swapped: Vec<(Route, u64, f64)> = h200
+        .iter()
+        .map(|&(r, n, s)| {
+            let other = if r == Route::GpuNative {
+                Route::GpuOzaki
+            } else {
+                Route::GpuNative
+            };
+            (other, n, s)
+        })
+        .collect();
+    for (times, want) in [
+        (&h200[..], Route::GpuOzaki),
+        (&swapped[..], Route::GpuNative),
+    ] {
+        let fitted =
+            calibrate::fit_profile(&pipelined_machine(times), "fitted", "synthetic").unwrap();
+        let engine = Engine::new(fitted, 16);
+        for n in [8192u64, 16384] {
+            let d = engine.decide(&CallShape::gemm(n, n, n), Some(15));
+            assert_eq!(d.route, want, "{n}^3: {:?}", d.prediction);
+        }
+        let k_heavy = engine.decide(&CallShape::gemm(1024, 1024, 65536), Some(15));
+        assert_eq!(k_heavy.route, Route::GpuNative, "{:?}", k_heavy.prediction);
+    }
+}
