@@ -322,6 +322,15 @@ fn print_profile_summary(p: &Profile) {
                 g.link.d2h_staged / 1e9,
                 g.overlap
             );
+            println!(
+                "page-locked uploads (A and B locked for the call): {:.1} GB/s, {}",
+                g.link.h2d_registered / 1e9,
+                if g.link.registers() {
+                    "faster than staged: OZAKI_HOST_REGISTER=auto page-locks"
+                } else {
+                    "not faster than staged (or not measured): OZAKI_HOST_REGISTER=auto stages"
+                }
+            );
             for (r, x) in &g.reached {
                 println!(
                     "reached {r}: {} ({})",

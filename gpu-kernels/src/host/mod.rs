@@ -72,6 +72,9 @@ pub struct HostOutcome {
     pub phases: Phases,
     /// Where a pipelined gemm's time went (`None` for syrk).
     pub timeline: Option<Timeline>,
+    /// op(A) and op(B) were page-locked for the call and uploaded from the caller's memory
+    /// (`OZAKI_HOST_REGISTER`), not staged.
+    pub page_locked: bool,
 }
 
 /// When each stage of a pipelined host-resident gemm was done, in ms after it began staging
@@ -505,6 +508,7 @@ pub(crate) fn staged_gemm(
     let (tx, rx) = std::sync::mpsc::channel();
     let mut out = HostOutcome {
         device: gpu.ordinal,
+        page_locked: locked.locked(0) && locked.locked(1),
         ..Default::default()
     };
     let board = share.map(|sh| sh.board);
