@@ -144,12 +144,12 @@ mod tests {
         let per_page = PAGE / 8;
         let a = &buf[first..first + 10];
         let b = &buf[first + 20..first + per_page + 3];
-        let far = &buf[first + 2 * per_page + 8..first + 2 * per_page + 16];
+        let far = &buf[first + 3 * per_page + 8..first + 3 * per_page + 16];
         let r = merged(&[a, b, far, &buf[..0]]);
         assert_eq!(r.len(), 2, "{r:?}");
         let p0 = base + first * 8;
         assert_eq!(r[0], ((p0, p0 + 2 * PAGE), vec![0, 1]));
-        assert_eq!(r[1], ((p0 + 2 * PAGE, p0 + 3 * PAGE), vec![2]));
+        assert_eq!(r[1], ((p0 + 3 * PAGE, p0 + 4 * PAGE), vec![2]));
         let (lo, hi) = pages(b);
         assert!(lo % PAGE == 0 && hi % PAGE == 0);
         assert!(lo <= b.as_ptr() as usize && hi >= b.as_ptr() as usize + b.len() * 8);
