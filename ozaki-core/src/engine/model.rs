@@ -378,13 +378,21 @@ fn gpu_route(
             name: "h2d",
             seconds: t_h2d,
             how: how(detail, || match registered {
-                Some(rate) => format!(
-                    "{:.3} MB of A and B at {:.1} GB/s (page-locked for the call), {:.3} MB at {:.1} GB/s (staged host link)",
-                    ab / 1e6,
-                    rate / 1e9,
-                    (h2d - ab) / 1e6,
-                    gpu.link.h2d_staged / 1e9
-                ),
+                Some(rate) => {
+                    let mut text = format!(
+                        "{:.3} MB of A and B at {:.1} GB/s (page-locked for the call)",
+                        ab / 1e6,
+                        rate / 1e9
+                    );
+                    if h2d > ab {
+                        text.push_str(&format!(
+                            ", {:.3} MB of C at {:.1} GB/s (staged host link)",
+                            (h2d - ab) / 1e6,
+                            gpu.link.h2d_staged / 1e9
+                        ));
+                    }
+                    text
+                }
                 None => format!(
                     "{:.3} MB at {:.1} GB/s (staged host link)",
                     h2d / 1e6,
