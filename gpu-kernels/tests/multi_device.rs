@@ -305,6 +305,77 @@ fn pipelined_host_gemm_matches_one_block() {
     }
 }
 
+/// With registration on (`OZAKI_HOST_REGISTER=1`, here the tuning's `register=1`), a call
+/// large enough (A, B and C of 96 MiB or more) page-locks op(A) and op(B) and uploads them
+/// from the caller's memory, strided row panels included; C is bit for bit what the staged
+/// uploads give, for both routes, all transposes and padded leading dimensions, beta = 0
+/// and beta != 0, and its ldc padding is never written. A call below the size stages.
+#[test]
+fn page_locked_operands_give_the_staged_result_bit_for_bit() {
+    if !have_gpu!() {
+        return;
+    }
+    let _ring = small_ring();
+    let (m, n, k) = (2100usize, 2200usize, 2000usize);
+    let with = |register: &str| {
+        host::set_tuning(Some(
+            format!("cslots=2,cslot=1,register={register}")
+                .parse()
+                .expect("tuning"),
+        ))
+    };
+    for (t, beta) in [
+        ((Trans::No, Trans::No), 0.0),
+        ((Trans::Yes, Trans::No), 1.5),
+        ((Trans::No, Trans::Yes), 1.5),
+        ((Trans::Yes, Trans::Yes), 0.0),
+    ] {
+        let ops = Operands::new(t, (m, n, k), 11);
+        let args = ops.args(t, (m, n, k), 0.75, beta);
+        for (name, engine) in engines() {
+            for (blocks, panels) in [(1, 1), (3, 2)] {
+                let grid = host::Grid { blocks, panels };
+                let mut g = gpu_kernels::gpu().expect("gpu");
+                with("0");
+                let mut staged = ops.c0.clone();
+                let o = host::gemm_grid(&mut g, &args, &mut staged, engine, grid).expect("staged");
+                assert!(!o.page_locked, "{name}: staged with register=0");
+                with("1");
+                let mut locked = ops.c0.clone();
+                let o =
+                    host::gemm_grid(&mut g, &args, &mut locked, engine, grid).expect("page-locked");
+                assert!(o.page_locked, "{name} {t:?}: operands not page-locked");
+                assert!(
+                    staged
+                        .iter()
+                        .zip(&locked)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{name} {t:?} beta {beta} {blocks} x {panels}: page-locked uploads changed C"
+                );
+                ops.padding_untouched(&locked, m, n);
+            }
+        }
+    }
+    // below the size: staged even with registration on
+    let small = Operands::new((Trans::No, Trans::No), (300, 200, 100), 3);
+    let args = small.args((Trans::No, Trans::No), (300, 200, 100), 1.0, 0.0);
+    let mut c = small.c0.clone();
+    let mut g = gpu_kernels::gpu().expect("gpu");
+    let o = host::gemm_grid(
+        &mut g,
+        &args,
+        &mut c,
+        Engine::Native,
+        host::Grid {
+            blocks: 1,
+            panels: 1,
+        },
+    )
+    .expect("small");
+    assert!(!o.page_locked);
+    small.is_the_product(&args, &c);
+}
+
 /// A NaN that only the last column block of the pipeline sees fails the emulated call
 /// after earlier blocks were computed and downloaded; the caller's C is still untouched,
 /// also with beta = 0 and a C (4 MiB) larger than its download ring (2 MiB), whose

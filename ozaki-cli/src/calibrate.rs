@@ -322,6 +322,15 @@ fn print_profile_summary(p: &Profile) {
                 g.link.d2h_staged / 1e9,
                 g.overlap
             );
+            println!(
+                "page-locked uploads (A and B locked for the call): {:.1} GB/s, {}",
+                g.link.h2d_registered / 1e9,
+                if g.link.registers() {
+                    "faster than staged: OZAKI_HOST_REGISTER=auto page-locks"
+                } else {
+                    "not faster than staged (or not measured): OZAKI_HOST_REGISTER=auto stages"
+                }
+            );
             for (r, x) in &g.reached {
                 println!(
                     "reached {r}: {} ({})",
@@ -811,7 +820,7 @@ mod gpu {
     use ozaki_core::blas::{GemmArgs, Trans};
     use ozaki_core::engine::calibrate::{
         DeviceMeasurements, Direction, GpuMeasurements, HostMemory, LinkSample, ShareMeasurements,
-        SplitSample, StreamSample,
+        SplitSample, StagedSample, StreamSample,
     };
     use ozaki_core::engine::profile::{DeviceId, Reached};
 
@@ -1058,43 +1067,72 @@ mod gpu {
             }
         }
         drop(g);
-        // Staged link (what the routes pay from pageable memory): transfer phase of
-        // host-resident native calls, both directions together.
-        for &(mm, nn, kk) in &[
-            (1024u64, 1024u64, 1024u64),
-            (4096, 4096, 256),
-            (8192, 8192, 64),
-            (256, 256, 256),
-        ] {
+        // The host path's link from the caller's (pageable) memory, each way: transfer-bound
+        // host-resident calls through the real path, staged, and with op(A) and op(B)
+        // page-locked for the call where the call is large enough to do so
+        // (`host_pipeline::registers_operands`); each timed wall clock less its device work.
+        let tuned = host::tuning();
+        for &(mm, nn, kk) in &plan.staged_shapes {
             let a = data((mm * kk) as usize, 3);
             let b = data((kk * nn) as usize, 4);
             let mut c = vec![0.0; (mm * nn) as usize];
-            let mut v = Vec::new();
-            for _ in 0..4 {
-                let args = gemm_args(&a, &b, mm, nn, kk);
-                match host::gemm(&args, &mut c, HostEngine::Native) {
-                    Ok(o) => v.push(o.phases.transfer_ns as f64 * 1e-9),
-                    Err(e) => eprintln!("staged link {mm}x{nn}x{kk}: skipped ({e})"),
-                }
-            }
-            if v.is_empty() {
-                continue;
-            }
-            let t = med(&mut v);
-            let bytes = 8 * (mm * kk + kk * nn + mm * nn);
-            for dir in [Direction::H2d, Direction::D2h] {
-                m.link.push(LinkSample {
-                    direction: dir,
-                    memory: HostMemory::Staged,
-                    bytes,
-                    seconds: t,
-                });
-            }
-            eprintln!(
-                "staged link {mm}x{nn}x{kk}: {:.1} GB/s (A, B in and C out)",
-                bytes as f64 / t / 1e9
+            let large = ozaki_core::host_pipeline::registers_operands(
+                mm as usize,
+                nn as usize,
+                kk as usize,
             );
+            for registered in [false, true] {
+                if registered && !large {
+                    continue;
+                }
+                host::set_tuning(Some(host::Tuning {
+                    register: Some(registered),
+                    ..tuned
+                }));
+                let mut v = Vec::new();
+                for _ in 0..4 {
+                    let args = gemm_args(&a, &b, mm, nn, kk);
+                    let t = Instant::now();
+                    match host::gemm(&args, &mut c, HostEngine::Native) {
+                        Ok(o) => {
+                            let p = o.phases;
+                            let device = p.convert_ns + p.products_ns + p.reconstruct_ns;
+                            v.push((t.elapsed().as_secs_f64() - device as f64 * 1e-9).max(1e-9));
+                        }
+                        Err(e) => eprintln!("host link {mm}x{nn}x{kk}: skipped ({e})"),
+                    }
+                }
+                if v.is_empty() {
+                    continue;
+                }
+                // the first call at a new size also grows the device buffers: left out
+                let mut rest = v.split_off(1.min(v.len() - 1));
+                let t = med(&mut rest);
+                let sample = StagedSample {
+                    mnk: (mm, nn, kk),
+                    up_bytes: 8 * (mm * kk + kk * nn),
+                    down_bytes: 8 * mm * nn,
+                    registered,
+                    seconds: t,
+                };
+                eprintln!(
+                    "host link {mm}x{nn}x{kk} {}: {:.2} ms ({:.1} GB/s up and down)",
+                    if registered { "page-locked" } else { "staged" },
+                    t * 1e3,
+                    (sample.up_bytes + sample.down_bytes) as f64 / t / 1e9
+                );
+                m.staged.push(sample);
+            }
         }
+        host::set_tuning(Some(tuned));
+        // the end-to-end route timings that follow run as the shim will: page-locked when
+        // that measured faster
+        let pays = cal::registration_pays(&m.staged);
+        host::set_register(pays);
+        eprintln!(
+            "host link: page-locking the operands {} staging them",
+            if pays { "beats" } else { "does not beat" }
+        );
         Ok(Some(m))
     }
 

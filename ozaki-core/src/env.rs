@@ -56,6 +56,8 @@ pub const AB: &str = "OZAKI_AB";
 pub const AB_KEEP: &str = "OZAKI_AB_KEEP";
 /// `OZAKI_AB_MAX_MB`: memory for the A/B comparison's private copies.
 pub const AB_MAX_MB: &str = "OZAKI_AB_MAX_MB";
+/// `OZAKI_HOST_REGISTER`: page-locking the caller's operands for large host-resident calls.
+pub const HOST_REGISTER: &str = "OZAKI_HOST_REGISTER";
 /// `OZAKI_PROFILE`: the machine profile.
 pub const PROFILE: &str = "OZAKI_PROFILE";
 /// `OZAKI_GPU`: one device ordinal for the process.
@@ -130,6 +132,11 @@ pub const VARIABLES: &[Variable] = &[
         name: EXPLORE,
         meaning: "`0` stops `auto` from running the runner-up route on close calls",
         default: "1",
+    },
+    Variable {
+        name: HOST_REGISTER,
+        meaning: "`auto`, `0` or `1`: page-lock the caller's A and B of large host-resident gemms for the call instead of staging them",
+        default: "auto (when the profile measured it faster)",
     },
     Variable {
         name: CUBLAS,

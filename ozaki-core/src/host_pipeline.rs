@@ -15,6 +15,16 @@
 /// the overlap gains.
 pub const PIPELINE_MIN_BYTES: usize = 96 << 20;
 
+/// Whether the host path page-locks the caller's op(A) and op(B) of an m x n x k gemm
+/// when registration is on (`OZAKI_HOST_REGISTER`): from [`PIPELINE_MIN_BYTES`] up, where
+/// the page-locking's fixed cost per call is small against the staging copies it saves.
+pub fn registers_operands(m: usize, n: usize, k: usize) -> bool {
+    let elems = (m.saturating_mul(k))
+        .saturating_add(k.saturating_mul(n))
+        .saturating_add(m.saturating_mul(n));
+    elems.saturating_mul(8) >= PIPELINE_MIN_BYTES
+}
+
 /// Fewest columns of a column block.
 pub const BLOCK_MIN_COLS: usize = 256;
 

@@ -3,7 +3,7 @@
 
 use ozaki_core::engine::calibrate::{
     self, CpuSamples, Direction, GpuMeasurements, HostMemory, LinkSample, Measurements, Plan,
-    RouteSample, StreamSample,
+    RouteSample, StagedSample, StreamSample,
 };
 use ozaki_core::engine::choose::{Engine, blas_threads};
 use ozaki_core::engine::model::{Sample, predict};
@@ -316,6 +316,7 @@ fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements 
             sync_s: g.sync_s,
             ozaki_launches: g.ozaki_launches,
             link: links,
+            staged: Vec::new(),
             reached: Default::default(),
             start_s: g.start_s,
         }),
@@ -508,5 +509,142 @@ fn device_resident_timings_fit_their_own_corrections_only() {
         CallShape::gemm(8192, 8192, 8192),
     ] {
         assert_eq!(ratio(&fitted, &s), ratio(&plain, &s));
+    }
+}
+
+/// The host path's transfer-bound calls at the plan's staged shapes on a machine whose
+/// staged link moves `up` and `down` B/s and whose page-locked uploads move `registered`
+/// B/s (page-locking included): what `ozaki calibrate` records.
+fn staged_samples(up: f64, down: f64, registered: f64) -> Vec<StagedSample> {
+    let mut out = Vec::new();
+    for (m, n, k) in calibrate::staged_shapes() {
+        let (u, d) = (8 * (m * k + k * n), 8 * m * n);
+        let large =
+            ozaki_core::host_pipeline::registers_operands(m as usize, n as usize, k as usize);
+        for (locked, rate) in [(false, up), (true, registered)] {
+            if locked && !large {
+                continue;
+            }
+            out.push(StagedSample {
+                mnk: (m, n, k),
+                up_bytes: u,
+                down_bytes: d,
+                registered: locked,
+                seconds: u as f64 / rate + d as f64 / down,
+            });
+        }
+    }
+    out
+}
+
+/// The staged link each way and the page-locked upload rate come from the host path's own
+/// transfer-bound calls: the fit recovers the machine's three rates, and the profile says
+/// to page-lock exactly when that uploads faster than staging. Without such calls (an
+/// older measurement file) the staged link still comes from the `staged` link samples.
+#[test]
+fn the_host_link_each_way_and_page_locked_uploads_fit_from_the_host_paths_calls() {
+    let truth = smooth_truth();
+    for (registered, pays) in [(50e9, true), (20e9, false)] {
+        let mut meas = synthetic(&truth, &[(1024, 1024, 1024)]);
+        meas.gpu.as_mut().unwrap().staged = staged_samples(30e9, 45e9, registered);
+        let link = calibrate::fit_profile(&meas, "fitted", "synthetic")
+            .unwrap()
+            .gpu
+            .unwrap()
+            .link;
+        for (got, want) in [
+            (link.h2d_staged, 30e9),
+            (link.d2h_staged, 45e9),
+            (link.h2d_registered, registered),
+        ] {
+            assert!((got / want - 1.0).abs() < 1e-9, "{got} vs {want}");
+        }
+        assert_eq!(link.registers(), pays);
+        assert_eq!(
+            calibrate::registration_pays(&meas.gpu.as_ref().unwrap().staged),
+            pays
+        );
+    }
+    let old = synthetic(&truth, &[(1024, 1024, 1024)]);
+    let link = calibrate::fit_profile(&old, "fitted", "synthetic")
+        .unwrap()
+        .gpu
+        .unwrap()
+        .link;
+    let g = truth.gpu.as_ref().unwrap();
+    assert!((link.h2d_staged / g.link.h2d_staged - 1.0).abs() < 1e-9);
+    assert_eq!(link.h2d_registered, 0.0);
+    assert!(!link.registers());
+}
+
+/// The measurements of a machine whose host path moves 42 GB/s up and 48 GB/s down staged
+/// (page-locking slower), and whose pipelined host-resident calls took `times` (route,
+/// n, seconds) at n^3 (the h200 profile's physical terms give every other timing).
+fn pipelined_machine(times: &[(Route, u64, f64)]) -> Measurements {
+    let truth = smooth_truth();
+    let mut meas = synthetic(
+        &truth,
+        &[
+            (16, 16, 16),
+            (256, 256, 256),
+            (1024, 1024, 1024),
+            (2048, 2048, 2048),
+            (4096, 4096, 4096),
+            (65536, 64, 64),
+        ],
+    );
+    meas.gpu.as_mut().unwrap().staged = staged_samples(42e9, 48e9, 30e9);
+    for &(route, n, seconds) in times {
+        meas.routes.push(RouteSample {
+            route: route.name().into(),
+            m: n,
+            n,
+            k: n,
+            residency: Residency::Host,
+            moduli: Some(15),
+            seconds,
+        });
+    }
+    meas
+}
+
+/// With the host link and the pipelined calls measured on the machine, `auto` takes the
+/// route that measured faster end to end for large host-resident calls: gpu-ozaki at 8192^3
+/// and 16384^3 with the H200 timings of BENCHMARKS.md "Host-resident calls at the link
+/// bound" (gpu-native 80.0 / 213.1 ms, gpu-ozaki 45.8 / 150.3 ms), gpu-native when the same
+/// calls measured the other way round, and gpu-native for a k-heavy call both routes move
+/// at the link's pace (the emulation does not beat cuBLAS there by the switch margin).
+#[test]
+fn measured_pipelines_make_auto_take_the_faster_gpu_route_for_large_host_resident_calls() {
+    let h200 = [
+        (Route::GpuNative, 8192, 0.0800),
+        (Route::GpuOzaki, 8192, 0.0458),
+        (Route::GpuNative, 16384, 0.2131),
+        (Route::GpuOzaki, 16384, 0.1503),
+    ];
+    let swapped: Vec<(Route, u64, f64)> = h200
+        .iter()
+        .map(|&(r, n, s)| {
+            let other = if r == Route::GpuNative {
+                Route::GpuOzaki
+            } else {
+                Route::GpuNative
+            };
+            (other, n, s)
+        })
+        .collect();
+    for (times, want) in [
+        (&h200[..], Route::GpuOzaki),
+        (&swapped[..], Route::GpuNative),
+    ] {
+        let fitted =
+            calibrate::fit_profile(&pipelined_machine(times), "fitted", "synthetic").unwrap();
+        let engine = Engine::new(fitted, 16);
+        for n in [8192u64, 16384] {
+            let d = engine.decide(&CallShape::gemm(n, n, n), Some(15));
+            assert_eq!(d.route, want, "{n}^3: {:?}", d.prediction);
+        }
+        let k_heavy = engine.decide(&CallShape::gemm(1024, 1024, 65536), Some(15));
+        assert_eq!(k_heavy.route, Route::GpuNative, "{:?}", k_heavy.prediction);
     }
 }

@@ -17,6 +17,7 @@
 //! | `OZAKI_SPLIT=0\|1` | split a host dgemm's C over this process's GPU slots: `0` never, `1` always when C holds two minimum tiles | the engine decides |
 //! | `OZAKI_GPU_START=background\|blocking` | with `auto`, how the first call that may use the GPU starts it: on a background thread while calls run on the vendor BLAS, or inside that call, which waits for it (`route::start`) | `background` |
 //! | `OZAKI_EXPLORE=0\|1` | with `auto`, run the runner-up route on a small fraction of the calls whose predictions are close, so measurement can correct a wrong profile (`route::adjust`); `0` never | `1` |
+//! | `OZAKI_HOST_REGISTER=auto\|0\|1` | whether large host-resident gemms page-lock the caller's A and B for the call (`cuMemHostRegister`) so they upload without the staging copy: `auto` when the profile measured it faster than staging (`HostLink::registers`), `0` never, `1` always | `auto` |
 //! | `OZAKI_CUBLAS=0\|1` | the cuBLAS hook (`cublas_hook`): `1` traces and routes the program's own fp64 cuBLAS calls, `0` hands every one to cuBLAS untouched and unrecorded | `1` |
 
 use crate::lazy::Lazy;
@@ -53,6 +54,8 @@ pub struct RawConfig {
     pub threads: Option<OsString>,
     /// `OZAKI_CUBLAS`.
     pub cublas: Option<OsString>,
+    /// `OZAKI_HOST_REGISTER`.
+    pub host_register: Option<OsString>,
 }
 
 impl RawConfig {
@@ -73,6 +76,7 @@ impl RawConfig {
             explore: var("OZAKI_EXPLORE"),
             threads: var("OZAKI_THREADS"),
             cublas: var("OZAKI_CUBLAS"),
+            host_register: var("OZAKI_HOST_REGISTER"),
         }
     }
 }
@@ -108,6 +112,33 @@ pub struct Config {
     /// Whether the cuBLAS hook traces and routes the program's fp64 cuBLAS calls
     /// (`OZAKI_CUBLAS`, default on).
     pub cublas: bool,
+    /// Whether large host-resident gemms page-lock the caller's operands
+    /// (`OZAKI_HOST_REGISTER`).
+    pub host_register: HostRegister,
+}
+
+/// `OZAKI_HOST_REGISTER`: whether the GPU routes page-lock the caller's op(A) and op(B) of a
+/// large host-resident gemm for the call instead of staging them
+/// (`gpu_kernels::host::set_register`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostRegister {
+    /// `auto` (default): when the engine's profile measured it faster than staging.
+    Auto,
+    /// `0`: never.
+    Off,
+    /// `1`: always (the engine still prices what the profile measured).
+    On,
+}
+
+impl HostRegister {
+    /// Whether to page-lock, for a profile whose host link `registers` (measured faster).
+    pub fn on(self, registers: bool) -> bool {
+        match self {
+            HostRegister::Auto => registers,
+            HostRegister::Off => false,
+            HostRegister::On => true,
+        }
+    }
 }
 
 /// `OZAKI_GPU_START`: how `auto` starts the GPU (`route::start`).
@@ -218,6 +249,17 @@ impl Config {
                 GpuStart::Background
             }
         };
+        let host_register = match text(&raw.host_register).as_deref().map(str::trim) {
+            None | Some("auto") => HostRegister::Auto,
+            Some("0") => HostRegister::Off,
+            Some("1") => HostRegister::On,
+            Some(other) => {
+                problems.push(format!(
+                    "OZAKI_HOST_REGISTER={other:?} is not auto, 0 or 1; using auto"
+                ));
+                HostRegister::Auto
+            }
+        };
         let explore = on_unless_0(&raw.explore, "OZAKI_EXPLORE", "exploring", &mut problems);
         let cublas = on_unless_0(
             &raw.cublas,
@@ -239,6 +281,7 @@ impl Config {
             explore,
             threads,
             cublas,
+            host_register,
         };
         (config, problems)
     }
@@ -339,6 +382,35 @@ mod tests {
             "{}",
             p[0]
         );
+    }
+
+    #[test]
+    fn ozaki_host_register_follows_the_profile_unless_forced() {
+        let with = |v: Option<&str>| {
+            Config::from_raw(&RawConfig {
+                host_register: v.map(Into::into),
+                ..RawConfig::default()
+            })
+        };
+        for (v, want) in [
+            (None, HostRegister::Auto),
+            (Some("auto"), HostRegister::Auto),
+            (Some("0"), HostRegister::Off),
+            (Some(" 1 "), HostRegister::On),
+        ] {
+            let (c, p) = with(v);
+            assert_eq!(c.host_register, want, "{v:?}");
+            assert!(p.is_empty(), "{p:?}");
+        }
+        let (c, p) = with(Some("yes"));
+        assert_eq!(c.host_register, HostRegister::Auto);
+        assert!(
+            p.len() == 1 && p[0].contains("OZAKI_HOST_REGISTER"),
+            "{p:?}"
+        );
+        // auto follows the profile's measurement; 0 and 1 do not
+        assert!(HostRegister::Auto.on(true) && !HostRegister::Auto.on(false));
+        assert!(!HostRegister::Off.on(true) && HostRegister::On.on(false));
     }
 
     #[test]

@@ -11,13 +11,15 @@
 //! What lives where: `tuning` (the knobs), `grid` (how a call is cut into column blocks
 //! and row panels, `CBlock`), `upload` (the pinned ring and the upload thread), `download`
 //! (the download thread), `c_ring` (C's download ring for early writes), `write_back`
-//! (staging into the caller's C), `share` (a split's shared A); this module holds the entry
+//! (staging into the caller's C), `share` (a split's shared A), `register` (page-locking
+//! the caller's operands for a call, `OZAKI_HOST_REGISTER`); this module holds the entry
 //! points and the pipeline that drives them.
 
 mod c_ring;
 mod download;
 pub(crate) mod early_write;
 mod grid;
+mod register;
 mod share;
 mod tuning;
 mod upload;
@@ -38,10 +40,12 @@ pub(crate) use grid::{CBlock, shared_panels};
 pub use grid::{Grid, PANEL_MIN_ROWS, PIPELINE_MIN_BYTES, pipeline_blocks, pipeline_panels};
 use grid::{panel_places, row_panels};
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, span};
+use ozaki_core::host_pipeline::registers_operands;
 use ozaki_core::trace::Phases;
+use register::Registration;
 pub(crate) use share::{PanelBoard, Share};
 pub(crate) use tuning::write_threads;
-pub use tuning::{Tuning, set_cpu_sharers, set_tuning, tuning};
+pub use tuning::{Tuning, set_cpu_sharers, set_register, set_tuning, tuning};
 pub(crate) use upload::upload;
 use upload::{Piece, feed, panel_piece, ring};
 use whole_rule::Verdict;
@@ -68,6 +72,9 @@ pub struct HostOutcome {
     pub phases: Phases,
     /// Where a pipelined gemm's time went (`None` for syrk).
     pub timeline: Option<Timeline>,
+    /// op(A) and op(B) were page-locked for the call and uploaded from the caller's memory
+    /// (`OZAKI_HOST_REGISTER`), not staged.
+    pub page_locked: bool,
 }
 
 /// When each stage of a pipelined host-resident gemm was done, in ms after it began staging
@@ -363,6 +370,15 @@ pub(crate) fn staged_gemm(
     let b = &args.b[..span(rb, cb, args.ldb)];
     let c_span = span(m, n, args.ldc);
     let read_c = args.beta != 0.0;
+    // a large whole call page-locks op(A) and op(B) when registration is on, so they upload
+    // without the staging copy; unlocked when this function returns, after its streams
+    // were synchronised (on success by the pipeline, on failure below)
+    let locked = match tile {
+        Tile::Whole if tuning::register_on() && registers_operands(m, n, k) => {
+            Registration::lock(&[a, b])
+        }
+        _ => Registration::none(2),
+    };
     // early writes only when C is not an input (early_write's module doc)
     let early = early.filter(|_| !read_c);
     let da = match share {
@@ -395,7 +411,8 @@ pub(crate) fn staged_gemm(
     let places = panel_places(args, &row_panels(m, count));
     let own = |p: usize| share.is_none_or(|sh| sh.owner[p] == sh.slot);
     let piece_of = |p: usize| {
-        let piece = panel_piece(args, a, da, &places[p], places.len() == 1);
+        let piece =
+            panel_piece(args, a, da, &places[p], places.len() == 1).direct(locked.locked(0));
         match share {
             Some(sh) => piece.shared(gpu.ctx, &sh.peers, places[p].off, p),
             None => piece,
@@ -405,12 +422,12 @@ pub(crate) fn staged_gemm(
         let mut g = Vec::new();
         if args.transb == Trans::No {
             let s = c0 * args.ldb;
-            g.push(Piece::new(
-                db + 8 * s as u64,
-                &b[s..s + span(k, w, args.ldb)],
-            ));
+            g.push(
+                Piece::new(db + 8 * s as u64, &b[s..s + span(k, w, args.ldb)])
+                    .direct(locked.locked(1)),
+            );
         } else if j == 0 {
-            g.push(Piece::new(db, b));
+            g.push(Piece::new(db, b).direct(locked.locked(1)));
         }
         if read_c {
             let s = c0 * args.ldc;
@@ -491,6 +508,7 @@ pub(crate) fn staged_gemm(
     let (tx, rx) = std::sync::mpsc::channel();
     let mut out = HostOutcome {
         device: gpu.ordinal,
+        page_locked: locked.locked(0) && locked.locked(1),
         ..Default::default()
     };
     let board = share.map(|sh| sh.board);

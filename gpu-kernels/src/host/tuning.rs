@@ -46,6 +46,10 @@ pub struct Tuning {
     /// threads keep them all busy (BENCHMARKS.md, "C without full-size pinned
     /// staging").
     pub c_ring: (usize, usize),
+    /// Whether large gemms page-lock the caller's op(A) and op(B) for the call instead of
+    /// staging them (`super::register`); `None`: the process's setting ([`set_register`],
+    /// from `OZAKI_HOST_REGISTER`).
+    pub register: Option<bool>,
 }
 
 impl Default for Tuning {
@@ -63,6 +67,7 @@ impl Default for Tuning {
             panels: (native.panels, ozaki.panels),
             panel_rows: (native.panel_rows, ozaki.panel_rows),
             c_ring: (24, 4 << 20),
+            register: None,
         }
     }
 }
@@ -73,8 +78,8 @@ impl std::str::FromStr for Tuning {
     /// copies), `back=memcpy|stream` (write-back), `copy=...` (both), `threads=N`, `write=N`,
     /// `ring=MiB`, `block=MiB` (both routes), `ozaki_block=MiB`, `native=N`, `ozaki=N` (most
     /// blocks), `panel_rows=N`, `ozaki_panel_rows=N` (fewest rows per panel), `panels=N`,
-    /// `ozaki_panels=N`, `cslots=N`, `cslot=MiB` (C's download ring)
-    /// (`default` alone: the defaults).
+    /// `ozaki_panels=N`, `cslots=N`, `cslot=MiB` (C's download ring), `register=0|1`
+    /// (page-lock op(A) and op(B) for the call) (`default` alone: the defaults).
     fn from_str(spec: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         for kv in spec
@@ -106,6 +111,13 @@ impl std::str::FromStr for Tuning {
                 "ozaki_panels" => t.panels.1 = num()?.max(1),
                 "cslots" => t.c_ring.0 = num()?.max(1),
                 "cslot" => t.c_ring.1 = num()?.max(1) << 20,
+                "register" => {
+                    t.register = Some(match v {
+                        "0" => false,
+                        "1" => true,
+                        _ => return Err(format!("tuning {kv:?}: register is 0 or 1")),
+                    })
+                }
                 _ => return Err(format!("unknown tuning key {k:?}")),
             }
         }
@@ -126,6 +138,23 @@ pub fn tuning() -> Tuning {
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .unwrap_or_default()
+}
+
+static REGISTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets whether this process's large host-resident gemms page-lock the caller's op(A) and
+/// op(B) for the call (the shim's `OZAKI_HOST_REGISTER`, resolved against its profile); a
+/// tuning's `register` overrides it. Off until set.
+pub fn set_register(on: bool) {
+    REGISTER.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether large gemms page-lock their operands now: the tuning's `register`, else the
+/// process's setting.
+pub(crate) fn register_on() -> bool {
+    tuning()
+        .register
+        .unwrap_or_else(|| REGISTER.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 fn cores() -> usize {
@@ -248,6 +277,13 @@ mod tests {
         assert_eq!(t.max_blocks, (16, 2));
         let ring: Tuning = "cslots=2,cslot=1".parse().unwrap();
         assert_eq!(ring.c_ring, (2, 1 << 20));
+        assert_eq!(Tuning::default().register, None);
+        assert_eq!("register=1".parse::<Tuning>().unwrap().register, Some(true));
+        assert_eq!(
+            "register=0".parse::<Tuning>().unwrap().register,
+            Some(false)
+        );
+        assert!("register=yes".parse::<Tuning>().is_err());
         assert!("copy=fast".parse::<Tuning>().is_err());
         assert!("threads".parse::<Tuning>().is_err());
         assert!("color=red".parse::<Tuning>().is_err());

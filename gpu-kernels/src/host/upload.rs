@@ -100,6 +100,9 @@ pub(crate) struct Piece {
     /// Row panel of a shared A this piece completes: its arrival on every device is
     /// published on the split's [`PanelBoard`].
     publish: Option<usize>,
+    /// The source is page-locked for the call (`super::register`): the DMA reads it where
+    /// it is instead of from a ring slot filled by the copy threads.
+    direct: bool,
 }
 
 impl Piece {
@@ -112,6 +115,16 @@ impl Piece {
             peers: Vec::new(),
             ctx: Handle(std::ptr::null_mut()),
             publish: None,
+            direct: false,
+        }
+    }
+
+    /// The same piece, uploaded straight from its source when `locked` (the source is
+    /// page-locked until the call's streams are synchronised).
+    pub(super) fn direct(self, locked: bool) -> Piece {
+        Piece {
+            direct: locked,
+            ..self
         }
     }
 
@@ -300,22 +313,31 @@ pub(super) fn feed(
                                     .ctx("cuEventSynchronize")?;
                             }
                             let len = p.step(ring.chunk).min(p.bytes - off);
-                            *job.lock().unwrap_or_else(|p| p.into_inner()) =
-                                Some((ring.slots[slot], p.src_at(off), len, p.runs));
-                            start.wait();
-                            done.wait();
-                            // SAFETY: pinned ring slot of >= len bytes; destination inside
-                            // the device buffer the piece was made for.
-                            unsafe {
-                                sys::cuMemcpyHtoDAsync_v2(
-                                    p.dst + off as u64,
-                                    ring.slots[slot].0 as *const _,
-                                    len,
-                                    stream,
-                                )
+                            if p.direct {
+                                // paced by the slot events like a staged chunk, so a small
+                                // copy on the same engine never queues behind all of it
+                                // SAFETY: bytes [off, off + len) of a piece whose source
+                                // stays page-locked and alive until this stream is
+                                // synchronised below.
+                                unsafe { dma_from_source(p, off, len, stream) }?;
+                            } else {
+                                *job.lock().unwrap_or_else(|p| p.into_inner()) =
+                                    Some((ring.slots[slot], p.src_at(off), len, p.runs));
+                                start.wait();
+                                done.wait();
+                                // SAFETY: pinned ring slot of >= len bytes; destination
+                                // inside the device buffer the piece was made for.
+                                unsafe {
+                                    sys::cuMemcpyHtoDAsync_v2(
+                                        p.dst + off as u64,
+                                        ring.slots[slot].0 as *const _,
+                                        len,
+                                        stream,
+                                    )
+                                }
+                                .result()
+                                .ctx("cuMemcpyHtoDAsync")?;
                             }
-                            .result()
-                            .ctx("cuMemcpyHtoDAsync")?;
                             for &(dst, peer) in &p.peers {
                                 // SAFETY: both device ranges hold len bytes at this offset;
                                 // stream-ordered after the upload above.
@@ -390,6 +412,54 @@ pub(super) fn feed(
             let _ = tx.send(Err(e));
         }
     });
+}
+
+/// Enqueues on `stream` the DMA of bytes [off, off + len) of `p` straight from its source:
+/// one copy for a contiguous piece, a 2D copy of whole runs for a strided one (`off` and
+/// `len` are whole runs, [`Piece::step`]).
+///
+/// # Safety
+/// The piece's source range must stay alive and unwritten until `stream` has run the copy;
+/// its destination must be device memory of the current context.
+unsafe fn dma_from_source(
+    p: &Piece,
+    off: usize,
+    len: usize,
+    stream: sys::CUstream,
+) -> Result<(), GpuError> {
+    let src = p.src_at(off).0 as *const std::ffi::c_void;
+    let dst = p.dst + off as u64;
+    match p.runs {
+        // SAFETY: len bytes of the live source and of the destination (the contract).
+        None => unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src, len, stream) }
+            .result()
+            .ctx("cuMemcpyHtoDAsync"),
+        Some((width, pitch)) => {
+            let copy = sys::CUDA_MEMCPY2D {
+                srcXInBytes: 0,
+                srcY: 0,
+                srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+                srcHost: src,
+                srcDevice: 0,
+                srcArray: std::ptr::null_mut(),
+                srcPitch: pitch,
+                dstXInBytes: 0,
+                dstY: 0,
+                dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                dstHost: std::ptr::null_mut(),
+                dstDevice: dst,
+                dstArray: std::ptr::null_mut(),
+                dstPitch: width,
+                WidthInBytes: width,
+                Height: len / width,
+            };
+            // SAFETY: len / width runs of width bytes, pitch apart in the live source and
+            // packed at the destination (the contract).
+            unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream) }
+                .result()
+                .ctx("cuMemcpy2DAsync")
+        }
+    }
 }
 
 #[cfg(test)]

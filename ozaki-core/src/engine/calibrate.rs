@@ -34,6 +34,11 @@ pub struct Plan {
     pub cpu_threads: Vec<u32>,
     /// Host-link transfer sizes, bytes.
     pub link_bytes: Vec<u64>,
+    /// Transfer-bound host-resident calls timed through the host path, staged and with
+    /// their operands page-locked ([`StagedSample`]): upload-bound (k-heavy, small C),
+    /// download-bound (large C, small k) and mixed, so the two directions separate.
+    #[serde(default)]
+    pub staged_shapes: Vec<Mnk>,
     /// Elements for the conversion/reconstruction kernels.
     pub stream_elems: Vec<u64>,
     /// Moduli counts for the conversion/reconstruction kernels.
@@ -95,6 +100,7 @@ impl Plan {
             (2048, 2048, 2048),
             (4096, 4096, 4096),
             (8192, 8192, 8192),
+            (16384, 16384, 16384),
             (65536, 64, 64),
             (65536, 128, 128),
             (8192, 128, 8192),
@@ -110,6 +116,7 @@ impl Plan {
             cpu_shapes,
             cpu_threads: vec![0, 1],
             link_bytes: vec![1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 27],
+            staged_shapes: staged_shapes(),
             stream_elems: vec![1 << 16, 1 << 20, 1 << 24],
             stream_moduli: vec![8, 14, 18],
             route_shapes,
@@ -123,11 +130,26 @@ impl Plan {
             plan.validation_shapes
                 .retain(|&(m, n, k)| m * n * k <= 1 << 28);
             plan.link_bytes.retain(|&b| b <= 1 << 24);
+            plan.staged_shapes
+                .retain(|&(m, n, k)| 8 * (m * k + k * n + m * n) <= 1 << 28);
             plan.device_route_shapes
                 .retain(|&(m, n, k)| m * n * k <= 1 << 30);
         }
         plan
     }
+}
+
+/// The transfer-bound host-resident calls (m, n, k) that measure the host path's link each
+/// way: op(A) and op(B) of 1 GiB with a tiny C (upload), a C of 512 MiB and 2 GiB with
+/// k = 64 (download), and two mixes; each is timed less its device work.
+pub fn staged_shapes() -> Vec<Mnk> {
+    vec![
+        (256, 256, 262144),
+        (8192, 8192, 64),
+        (16384, 16384, 64),
+        (4096, 4096, 256),
+        (1024, 1024, 1024),
+    ]
 }
 
 /// The device-resident route shapes (m, n, k): squares from 4096 (where emulation runs at
@@ -222,6 +244,27 @@ pub enum HostMemory {
     Pageable,
     /// Ordinary memory through the routes' pinned staging buffers (what the shim pays).
     Staged,
+    /// Ordinary memory page-locked for the transfer (`cuMemHostRegister`) and unlocked
+    /// after, the DMA reading it directly; the page-locking included.
+    Registered,
+}
+
+/// One host-resident call timed for its transfers alone (its device work is a small part of
+/// it): how many bytes went up and down, and whether op(A) and op(B) were page-locked for
+/// the call instead of staged.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StagedSample {
+    /// (m, n, k) of the call.
+    pub mnk: Mnk,
+    /// Bytes uploaded (op(A), op(B), and C when read).
+    pub up_bytes: u64,
+    /// Bytes downloaded (C).
+    pub down_bytes: u64,
+    /// op(A) and op(B) page-locked for the call (`OZAKI_HOST_REGISTER=1`).
+    #[serde(default)]
+    pub registered: bool,
+    /// Seconds (median) of the call less its device work.
+    pub seconds: f64,
 }
 
 /// One streaming-kernel measurement (conversion or reconstruction).
@@ -291,6 +334,11 @@ pub struct GpuMeasurements {
     pub ozaki_launches: u32,
     /// Host-link timings.
     pub link: Vec<LinkSample>,
+    /// Transfer-bound host-resident calls through the host path, staged and page-locked
+    /// (fit `h2d_staged`, `d2h_staged` and `h2d_registered`; without them the staged link
+    /// comes from the `staged` entries of `link`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub staged: Vec<StagedSample>,
     /// Reached evidence per route.
     pub reached: BTreeMap<String, Reached>,
     /// Seconds the process's first use of the GPU took (driver, context, handles, kernels):
@@ -381,59 +429,109 @@ pub struct SplitSample {
     pub seconds: f64,
 }
 
-/// Fits t = latency + bytes/bandwidth; returns (bandwidth B/s, latency s).
-fn fit_link(samples: &[LinkSample], dir: Direction, mem: HostMemory) -> Option<(f64, f64)> {
-    let pts: Vec<(f64, f64)> = samples
-        .iter()
-        .filter(|s| s.direction == dir && s.memory == mem && s.seconds > 0.0)
-        .map(|s| (s.bytes as f64, s.seconds))
-        .collect();
-    if pts.is_empty() {
+/// Least squares of Σ (x·u + y·v − 1)² over `rows` of (u, v) (a timing's terms divided by
+/// its seconds: relative error), with x ≥ 0 and y ≥ 0, each held at 0 unless `use_x`
+/// (`use_y`): (x, y, residual), or `None` when the system is singular or a term negative.
+fn relative_fit2(rows: &[(f64, f64)], use_x: bool, use_y: bool) -> Option<(f64, f64, f64)> {
+    let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(u, v) in rows {
+        a11 += u * u;
+        a12 += u * v;
+        a22 += v * v;
+        b1 += u;
+        b2 += v;
+    }
+    let (x, y) = match (use_x, use_y) {
+        (true, true) => {
+            let det = a11 * a22 - a12 * a12;
+            // Rows all of one mix (a device survey times one transfer size) make the system
+            // singular; relative to its terms, since rounding leaves det far above 1e-300.
+            if det.abs() <= 1e-9 * a11 * a22 {
+                return None;
+            }
+            ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det)
+        }
+        (true, false) if a11 > 0.0 => (b1 / a11, 0.0),
+        (false, true) if a22 > 0.0 => (0.0, b2 / a22),
+        _ => return None,
+    };
+    if x < 0.0 || y < 0.0 {
         return None;
     }
-    // Relative least squares on (1/bw, latency), both ≥ 0: two-variable NNLS by cases.
-    let fit2 = |use_lat: bool, use_bw: bool| -> Option<(f64, f64, f64)> {
-        let (mut a11, mut a12, mut a22, mut b1, mut b2) = (0.0, 0.0, 0.0, 0.0, 0.0);
-        for &(x, t) in &pts {
-            let (u, v) = (x / t, 1.0 / t);
-            a11 += u * u;
-            a12 += u * v;
-            a22 += v * v;
-            b1 += u;
-            b2 += v;
-        }
-        let (s, l) = match (use_bw, use_lat) {
-            (true, true) => {
-                let det = a11 * a22 - a12 * a12;
-                // One transfer size (a device survey times one) makes the system singular;
-                // relative to its terms, since rounding leaves det far above 1e-300 then.
-                if det.abs() <= 1e-9 * a11 * a22 {
-                    return None;
-                }
-                ((b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det)
-            }
-            (true, false) => (b1 / a11, 0.0),
-            (false, true) => (0.0, b2 / a22),
-            (false, false) => return None,
-        };
-        if s < 0.0 || l < 0.0 {
-            return None;
-        }
-        let res: f64 = pts
-            .iter()
-            .map(|&(x, t)| ((s * x + l) / t - 1.0).powi(2))
-            .sum();
-        Some((s, l, res))
-    };
-    // both terms, or bandwidth alone (`fit2(use_lat, use_bw)`)
-    let best = [fit2(true, true), fit2(false, true)]
-        .into_iter()
-        .flatten()
-        .min_by(|a, b| a.2.total_cmp(&b.2))?;
+    let res: f64 = rows
+        .iter()
+        .map(|&(u, v)| (x * u + y * v - 1.0).powi(2))
+        .sum();
+    Some((x, y, res))
+}
+
+/// Fits t = latency + bytes/bandwidth; returns (bandwidth B/s, latency s).
+fn fit_link(samples: &[LinkSample], dir: Direction, mem: HostMemory) -> Option<(f64, f64)> {
+    let rows: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.direction == dir && s.memory == mem && s.seconds > 0.0)
+        .map(|s| (s.bytes as f64 / s.seconds, 1.0 / s.seconds))
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    // both terms, or bandwidth alone
+    let best = [
+        relative_fit2(&rows, true, true),
+        relative_fit2(&rows, true, false),
+    ]
+    .into_iter()
+    .flatten()
+    .min_by(|a, b| a.2.total_cmp(&b.2))?;
     if best.0 <= 0.0 {
         return None;
     }
     Some((1.0 / best.0, best.1))
+}
+
+/// Fits t = up/h2d + down/d2h to the host-resident calls of `samples` that staged their
+/// operands: the host path's staged rates each way (B/s), when the calls' mixes of upload
+/// and download tell them apart.
+fn fit_staged(samples: &[StagedSample]) -> Option<(f64, f64)> {
+    let rows: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| !s.registered && s.seconds > 0.0)
+        .map(|s| {
+            (
+                s.up_bytes as f64 / s.seconds,
+                s.down_bytes as f64 / s.seconds,
+            )
+        })
+        .collect();
+    let (x, y, _) = relative_fit2(&rows, true, true)?;
+    (x > 0.0 && y > 0.0).then(|| (1.0 / x, 1.0 / y))
+}
+
+/// Whether the page-locked uploads of `samples` beat their staged ones, as a profile
+/// fitted from them will say ([`super::profile::HostLink::registers`]): `ozaki calibrate`
+/// times its end-to-end route calls that way.
+pub fn registration_pays(samples: &[StagedSample]) -> bool {
+    fit_staged(samples)
+        .and_then(|(h2d, d2h)| fit_registered(samples, d2h).map(|r| r > h2d))
+        .unwrap_or(false)
+}
+
+/// The upload rate (B/s) of the calls of `samples` that page-locked their operands for the
+/// call, registration included, their downloads priced at `d2h` (staged either way).
+fn fit_registered(samples: &[StagedSample], d2h: f64) -> Option<f64> {
+    let rows: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.registered && s.seconds > 0.0 && s.up_bytes > 0)
+        .map(|s| {
+            let left = s.seconds - s.down_bytes as f64 / d2h;
+            (s.up_bytes as f64 / s.seconds, left / s.seconds)
+        })
+        .collect();
+    // Σ (x u − (1 − d/(d2h t)))²: the download's share moved to the right-hand side
+    let (num, den) = rows
+        .iter()
+        .fold((0.0, 0.0), |(n, d), &(u, left)| (n + u * left, d + u * u));
+    (den > 0.0 && num > 0.0).then(|| den / num)
 }
 
 /// Fits t = elems·(a + b·moduli) by NNLS on relative error.
@@ -521,6 +619,14 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
             // (`route_overhead_s`), not from the few staged-link sizes.
             let latency =
                 fit_link(&g.link, Direction::H2d, HostMemory::Pinned).map_or(0.0, |x| x.1);
+            // the host path's own transfer-bound calls, each way apart, where measured
+            let (h2d_staged, d2h_staged) = fit_staged(&g.staged).unwrap_or_else(|| {
+                (
+                    link_or(Direction::H2d, HostMemory::Staged, h2d_pageable),
+                    link_or(Direction::D2h, HostMemory::Staged, d2h_pageable),
+                )
+            });
+            let h2d_registered = fit_registered(&g.staged, d2h_staged).unwrap_or(0.0);
             Some(GpuProfile {
                 name: g.name.clone(),
                 memory_bytes: g.memory_bytes,
@@ -538,9 +644,10 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
                     d2h_pinned,
                     h2d_pageable,
                     d2h_pageable,
-                    h2d_staged: link_or(Direction::H2d, HostMemory::Staged, h2d_pageable),
-                    d2h_staged: link_or(Direction::D2h, HostMemory::Staged, d2h_pageable),
+                    h2d_staged,
+                    d2h_staged,
                     latency_s: latency,
+                    h2d_registered,
                 },
                 overlap: 0.0,
                 reached: g.reached.clone(),

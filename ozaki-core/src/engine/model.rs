@@ -21,7 +21,7 @@
 use super::profile::{GpuProfile, Profile};
 pub use super::work_model::{Correction, CorrectionPoint, Sample, WorkModel};
 use super::{CallShape, Residency, Routine};
-use crate::host_pipeline::{Cut, DEFAULT_CUTS, Stages, pipelined_seconds};
+use crate::host_pipeline::{Cut, DEFAULT_CUTS, Stages, pipelined_seconds, registers_operands};
 use crate::route::Route;
 use serde::Serialize;
 
@@ -364,17 +364,40 @@ fn gpu_route(
     let (mut xfer, mut t_h2d) = (0.0, 0.0);
     if shape.residency == Residency::Host {
         let (h2d, d2h) = transfer_bytes(shape);
-        t_h2d = gpu.link.latency_s + h2d / gpu.link.h2d_staged;
+        // op(A) and op(B) of a large gemm go straight from the caller's memory when the
+        // profile measured page-locking them to pay; C (read when beta != 0) is staged
+        let registered = registered_upload(gpu, shape);
+        let ab = 8.0 * shape.input_elems();
+        t_h2d = gpu.link.latency_s
+            + match registered {
+                Some(rate) => ab / rate + (h2d - ab) / gpu.link.h2d_staged,
+                None => h2d / gpu.link.h2d_staged,
+            };
         let t_d2h = gpu.link.latency_s + d2h / gpu.link.d2h_staged;
         terms.push(Term {
             name: "h2d",
             seconds: t_h2d,
-            how: how(detail, || {
-                format!(
+            how: how(detail, || match registered {
+                Some(rate) => {
+                    let mut text = format!(
+                        "{:.3} MB of A and B at {:.1} GB/s (page-locked for the call)",
+                        ab / 1e6,
+                        rate / 1e9
+                    );
+                    if h2d > ab {
+                        text.push_str(&format!(
+                            ", {:.3} MB of C at {:.1} GB/s (staged host link)",
+                            (h2d - ab) / 1e6,
+                            gpu.link.h2d_staged / 1e9
+                        ));
+                    }
+                    text
+                }
+                None => format!(
                     "{:.3} MB at {:.1} GB/s (staged host link)",
                     h2d / 1e6,
                     gpu.link.h2d_staged / 1e9
-                )
+                ),
             }),
         });
         terms.push(Term {
@@ -507,6 +530,25 @@ fn gpu_route(
     }
 }
 
+/// The upload rate of op(A) and op(B) when the host path page-locks them for this call
+/// (`crate::host_pipeline::registers_operands`: a large host-resident dgemm, on a profile
+/// that measured registration faster than staging), else `None`.
+fn registered_upload(gpu: &GpuProfile, shape: &CallShape) -> Option<f64> {
+    let (m, n, k) = host_dims(shape);
+    (shape.residency == Residency::Host
+        && shape.routine == Routine::Dgemm
+        && gpu.link.registers()
+        && registers_operands(m, n, k))
+    .then_some(gpu.link.h2d_registered)
+}
+
+/// A call's dimensions as the host path's cut arithmetic takes them (too large for `usize`:
+/// large enough for any cut).
+fn host_dims(shape: &CallShape) -> (usize, usize, usize) {
+    let dim = |x: u64| usize::try_from(x).unwrap_or(usize::MAX / 64);
+    (dim(shape.m), dim(shape.n), dim(shape.k))
+}
+
 /// How the GPU host path cuts a host-resident call of `route` under its default tuning
 /// (`crate::host_pipeline`): dgemm only; a dsyrk, a device-resident call or another route is
 /// one piece.
@@ -527,8 +569,8 @@ fn host_cut(shape: &CallShape, route: Route) -> Cut {
             panels: 1,
         };
     }
-    let dim = |x: u64| usize::try_from(x).unwrap_or(usize::MAX / 64);
-    Cut::of(dim(shape.m), dim(shape.n), dim(shape.k), &rule)
+    let (m, n, k) = host_dims(shape);
+    Cut::of(m, n, k, &rule)
 }
 
 #[cfg(test)]
@@ -654,6 +696,51 @@ mod tests {
         // the device-resident call pays no link and no overlap
         let dev = gpu_route(gpu, &shape_on_device(16384), Route::GpuNative, None, true);
         assert_eq!(term(&dev, "overlap"), 0.0);
+    }
+
+    /// A profile that measured page-locked uploads faster than staged ones prices op(A) and
+    /// op(B) of a large host-resident dgemm at the page-locked rate (C, read when beta != 0,
+    /// stays staged); small calls, dsyrk, device-resident calls and a profile whose
+    /// page-locking was slower (or not measured) keep the staged link.
+    #[test]
+    fn page_locked_uploads_are_priced_for_large_host_resident_gemms_only() {
+        let mut p = Profile::built_in("h200").expect("ships");
+        let h2d = |p: &Profile, s: &CallShape| {
+            let gpu = p.gpu.as_ref().unwrap();
+            let e = gpu_route(gpu, s, Route::GpuNative, None, true);
+            e.terms.iter().find(|t| t.name == "h2d").map(|t| t.seconds)
+        };
+        let big = CallShape::gemm(16384, 16384, 16384);
+        let small = CallShape::gemm(1024, 1024, 1024);
+        let syrk = CallShape {
+            routine: Routine::Dsyrk,
+            ..big
+        };
+        let with_c = CallShape {
+            beta_zero: false,
+            ..big
+        };
+        let staged: Vec<Option<f64>> = [&big, &small, &syrk, &with_c]
+            .iter()
+            .map(|s| h2d(&p, s))
+            .collect();
+        let link = p.gpu.as_ref().unwrap().link.clone();
+        assert!(!link.registers(), "the built-in profile does not page-lock");
+        p.gpu.as_mut().unwrap().link.h2d_registered = 2.0 * link.h2d_staged;
+        assert!(p.gpu.as_ref().unwrap().link.registers());
+        let ab = 8.0 * big.input_elems();
+        let c = 8.0 * big.output_elems();
+        let want = link.latency_s + ab / (2.0 * link.h2d_staged);
+        assert!((h2d(&p, &big).unwrap() - want).abs() < 1e-12 * want);
+        let want_c = want + c / link.h2d_staged;
+        assert!((h2d(&p, &with_c).unwrap() - want_c).abs() < 1e-12 * want_c);
+        assert_eq!(h2d(&p, &small), staged[1]);
+        assert_eq!(h2d(&p, &syrk), staged[2]);
+        assert_eq!(h2d(&p, &shape_on_device(16384)), None);
+        let how = &gpu_route(p.gpu.as_ref().unwrap(), &big, Route::GpuNative, None, true).terms;
+        assert!(how.iter().any(|t| t.how.contains("page-locked")), "{how:?}");
+        p.gpu.as_mut().unwrap().link.h2d_registered = 0.5 * link.h2d_staged;
+        assert_eq!(h2d(&p, &big), staged[0]);
     }
 
     fn shape_on_device(s: u64) -> CallShape {

@@ -253,6 +253,20 @@ pub struct HostLink {
     /// Fixed seconds per transfer.
     #[serde(default)]
     pub latency_s: f64,
+    /// Host → device from the caller's memory page-locked for the call (`cuMemHostRegister`
+    /// before the uploads, unregistered after, both included), with no staging copy; 0: not
+    /// measured. Under `OZAKI_HOST_REGISTER=auto` the host path registers op(A) and op(B)
+    /// of the gemms it pipelines when this beats `h2d_staged` ([`HostLink::registers`]).
+    #[serde(default)]
+    pub h2d_registered: f64,
+}
+
+impl HostLink {
+    /// Whether page-locking the caller's operands for the call was measured to upload them
+    /// faster than staging them (what `OZAKI_HOST_REGISTER=auto` follows).
+    pub fn registers(&self) -> bool {
+        self.h2d_registered > self.h2d_staged
+    }
 }
 
 /// Whether a route's kernels reached the hardware they were written for.

@@ -41,7 +41,7 @@ use super::memo::{self, Margin, Memoized};
 use super::start::{self, Ledger, Starter, Status, WhileStarting};
 use super::{Choice, adjust};
 use crate::abi::Canon;
-use crate::config::{Config, GpuStart, notice};
+use crate::config::{Config, GpuStart, HostRegister, notice};
 use crate::lazy::Lazy;
 use ozaki_core::blas::Trans;
 use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
@@ -117,6 +117,7 @@ fn build() -> Engine {
                 .map_or_else(|_| Profile::built_in("cpu-only").expect("ships"), |x| x.0)
         }
     };
+    priced_registration(&mut prof, crate::config::get().host_register);
     if gpu.is_none() && prof.gpu.take().is_some() {
         tracing::info!(
             "auto: the profile describes a GPU but none is usable here; pricing the vendor route only"
@@ -133,6 +134,30 @@ fn build() -> Engine {
         tracing::info!(?slots, "auto: pricing splits over these GPU slots");
     }
     engine.with_slots(slots)
+}
+
+/// Makes `prof` price the uploads the host path will run: with `OZAKI_HOST_REGISTER=0` its
+/// measured page-locked rate is dropped, so large calls are priced staged, as they run.
+fn priced_registration(prof: &mut Profile, mode: HostRegister) {
+    if let Some(g) = prof.gpu.as_mut()
+        && !mode.on(g.link.registers())
+    {
+        g.link.h2d_registered = 0.0;
+    }
+}
+
+/// Whether this process's large host-resident gemms page-lock the caller's operands: what
+/// `OZAKI_HOST_REGISTER` says, and under `auto` what the engine's profile measured.
+pub fn registers(mode: HostRegister) -> bool {
+    match mode {
+        HostRegister::Auto => engine()
+            .profile()
+            .gpu
+            .as_ref()
+            .is_some_and(|g| g.link.registers()),
+        // forced: the profile is not consulted (nor the engine built for it)
+        forced => forced.on(false),
+    }
 }
 
 /// (CPUs this process may run on, the vendor BLAS thread count priced): what the engine
@@ -171,6 +196,8 @@ fn pre_engine() -> Option<&'static Engine> {
                 None => Profile::built_in_for_gpu("H200")?.1,
             };
             prof.gpu.as_ref()?;
+            let mut prof = prof;
+            priced_registration(&mut prof, crate::config::get().host_register);
             Some(engine_for(prof))
         })
         .as_ref()

@@ -120,6 +120,8 @@ pub fn gemm(
     needs_product(args.alpha, args.beta, args.k)?;
     share_cpu();
     let engine = engine(route, config);
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| host::set_register(super::choose::registers(config.host_register)));
     // In a process owning several GPU slots, a call the engine prices faster split
     // (or any large call with OZAKI_SPLIT=1) runs as C tiles, one per slot
     // (gpu_kernels::multi; the plan is the call's decision, `super::split`); the trace
