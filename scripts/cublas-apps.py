@@ -416,7 +416,7 @@ def row(name, r):
     if d is None:
         dev = "- | -"
     elif "time_s" in d:
-        dev = f"{d['time_s']:.4f} | {d['time_s'] / s['time_s']:.2f}x"
+        dev = f"{d['time_s']:.4f} (error {d['error']:.1e}) | {d['time_s'] / s['time_s']:.2f}x"
     else:
         dev = f"failed: {' '.join(d.get('failed', ['?']))} | -"
     return (f"| {name} | {w['time_s']:.4f} | {s['time_s']:.4f} | {ratio:.2f}x | {dev} | "
