@@ -46,24 +46,13 @@ fn a_call_on_another_stream_waits_for_the_buffers_of_a_call_left_running() {
     let (a2, b2) = ops(small, &mut rng);
     // The references, each waited for; the larger one first, so that the workspace already
     // fits both and the calls below grow no buffer (growing waits for the whole context).
-    let (r1, want1) = device_product(
-        (big, big, big),
-        1.0,
-        (&a1, &b1),
-        0.0,
-        &vec![0.0; big * big],
-        opts,
-    );
-    let (r2, want2) = device_product(
-        (small, small, small),
-        1.0,
-        (&a2, &b2),
-        0.0,
-        &vec![0.0; small * small],
-        opts,
-    );
-    r1.unwrap();
-    r2.unwrap();
+    let waited = |n: usize, a: &[f64], b: &[f64]| {
+        let (out, c) = device_product((n, n, n), 1.0, (a, b), 0.0, &vec![0.0; n * n], opts);
+        out.unwrap();
+        c
+    };
+    let want1 = waited(big, &a1, &b1);
+    let want2 = waited(small, &a2, &b2);
 
     let s1 = gpu().unwrap().stream();
     let s2 = new_stream();
