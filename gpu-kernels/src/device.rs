@@ -88,16 +88,24 @@ pub fn gpu() -> Result<MutexGuard<'static, Gpu>, GpuError> {
     idle(lock(default_cell())?)
 }
 
-/// The process's GPU for work enqueued on the caller's `stream` (a live stream of its
-/// context, not being captured): as [`gpu()`], but instead of waiting on the host for work a
-/// call left running, `stream` is ordered after it on the device, so the GPU's buffers are
-/// free for what is enqueued on `stream` next.
-pub fn gpu_on(stream: Stream) -> Result<MutexGuard<'static, Gpu>, GpuError> {
+/// The process's GPU for work enqueued on the caller's `stream` (a live stream, not being
+/// captured, of the context `caller` that was current on the caller's thread before, from
+/// [`current_context`]): as [`gpu()`], but instead of waiting on the host for work a call
+/// left running, `stream` is ordered after it on the device, so the GPU's buffers are free
+/// for what is enqueued on `stream` next. `None` when the caller works in another device's
+/// context ([`Gpu::serves`]); its stream is left alone then.
+pub fn gpu_on(
+    caller: sys::CUcontext,
+    stream: Stream,
+) -> Result<Option<MutexGuard<'static, Gpu>>, GpuError> {
     let g = lock(default_cell())?;
+    if !g.serves(caller, stream)? {
+        return Ok(None);
+    }
     if let Some(w) = &g.in_flight {
         w.order(stream)?;
     }
-    Ok(g)
+    Ok(Some(g))
 }
 
 /// `g` once work a call left running has passed.

@@ -9,7 +9,7 @@
 mod support;
 
 use cudarc::driver::sys;
-use gpu_kernels::device::sync;
+use gpu_kernels::device::{current_context, sync};
 use gpu_kernels::measure::{download, upload};
 use gpu_kernels::ozaki::{self, DeviceCall, Options};
 use gpu_kernels::{gpu, gpu_on};
@@ -56,11 +56,14 @@ fn a_call_on_another_stream_waits_for_the_buffers_of_a_call_left_running() {
 
     let s1 = gpu().unwrap().stream();
     let s2 = new_stream();
+    let ctx = current_context().unwrap();
     let d1 = [&a1, &b1, &vec![0.0; big * big]].map(|x| upload(x).unwrap());
     let d2 = [&a2, &b2, &vec![0.0; small * small]].map(|x| upload(x).unwrap());
     for (n, d, s) in [(big, &d1, s1), (small, &d2, s2)] {
         let call = DeviceCall::product((n, n, n), 1.0, (d[0].ptr(), d[1].ptr()), 0.0, d[2].ptr());
-        let mut g = gpu_on(s).unwrap();
+        let mut g = gpu_on(ctx, s)
+            .unwrap()
+            .expect("the test's streams are this GPU's");
         // SAFETY: the buffers are live device copies of packed operands, kept until both
         // streams are synchronised below.
         let pending = unsafe { ozaki::enqueue(&mut g, s, &call, opts) }.unwrap();
@@ -93,10 +96,13 @@ fn taking_the_gpu_waits_for_a_call_left_running() {
     let n = 2048;
     let (a, b) = (centered(&mut rng, n * n), centered(&mut rng, n * n));
     let s = new_stream();
+    let ctx = current_context().unwrap();
     let d = [&a, &b, &vec![0.0; n * n]].map(|x| upload(x).unwrap());
     let call = DeviceCall::product((n, n, n), 1.0, (d[0].ptr(), d[1].ptr()), 0.0, d[2].ptr());
     let done = {
-        let mut g = gpu_on(s).unwrap();
+        let mut g = gpu_on(ctx, s)
+            .unwrap()
+            .expect("the test's streams are this GPU's");
         // SAFETY: as in the test above; the stream is passed before the buffers are freed.
         let pending = unsafe { ozaki::enqueue(&mut g, s, &call, Options::default()) }.unwrap();
         g.leave_in_flight(s).unwrap();

@@ -309,14 +309,12 @@ fn emulate(
     let _relaxed = capture::Relaxed::enter();
     let done = gpu_kernels::probe::contain("cuBLAS hook", || {
         let stream = stream as gpu_kernels::device::Stream;
-        // The stream is ordered after any call left running, whose buffers this one reuses
-        // (on another device's stream that would fail; the check below declines those).
-        let mut g = gpu_on(stream)?;
-        if !g.serves(caller, stream)? {
+        // The stream is ordered after any call left running, whose buffers this one reuses.
+        let Some(mut g) = gpu_on(caller, stream)? else {
             return Ok(forward(
                 "the operands belong to another device's context: cuBLAS",
             ));
-        }
+        };
         if let Some(c) = copy_c {
             // SAFETY: cuBLASLt's contract: C and D are device matrices of the caller's
             // context covering their layouts, on `stream`; `lt::product` checked they do not
