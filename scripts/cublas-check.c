@@ -13,6 +13,12 @@
  * 3. lt: cublasLtMatmul in fp64, D = alpha A B + beta C with C and D one matrix, with C and D
  *    apart (beta != 0, so C must reach D), and as a strided batch of 3; each D checked on
  *    sampled entries.
+ * 4. queue: products issued without waiting in between, as a program that synchronises only
+ *    when it reads a result: three on one stream (different A and C), then one of size 2N on
+ *    a stream and at once one of size N/2 on another stream with its own handle (the larger
+ *    one still runs when the smaller one starts); each C checked after the streams are
+ *    synchronised. A hooked call that returns while its work
+ *    still runs must not let the next call, on any stream, reuse its buffers early.
  *
  * The CUDA driver and cuBLAS are opened with dlopen(RTLD_GLOBAL) and cuBLAS's entry points
  * found with dlsym(RTLD_DEFAULT), so a preloaded library's definitions win as they do for a
@@ -248,6 +254,79 @@ static int lt_part(int n, double *a, double *b, double *c, CUdeviceptr da, CUdev
     return ok && worst < 1e-12;
 }
 
+/* 4. products queued without a host wait (B in b and db; h on stream s). */
+static int queue_part(int n, double *b, CUdeviceptr db, ptr_t h, ptr_t s) {
+    size_t bytes = (size_t)n * n * sizeof(double);
+    double one = 1.0, zero = 0.0;
+    int ok = 1;
+    /* three products on one stream: A_i = A scaled by 4^i, each into its own C */
+    double *ai[3], *c = malloc(bytes);
+    CUdeviceptr dai[3], dci[3];
+    for (int i = 0; i < 3; i++) {
+        ai[i] = malloc(bytes);
+        fill(n, ai[i], 40 + i, pow(4.0, i));
+        CHECK("cuMemAlloc", cuMemAlloc(&dai[i], bytes));
+        CHECK("cuMemAlloc", cuMemAlloc(&dci[i], bytes));
+        CHECK("copy A", cuMemcpyHtoD(dai[i], ai[i], bytes));
+    }
+    for (int i = 0; i < 3; i++)
+        CHECK("cublasDgemm (queued)", cublasDgemm(h, 0, 0, n, n, n, &one, (double *)dai[i], n,
+                                                  (double *)db, n, &zero, (double *)dci[i], n));
+    CHECK("sync", cuStreamSynchronize(s));
+    double worst = 0;
+    for (int i = 0; i < 3; i++) {
+        CHECK("copy C", cuMemcpyDtoH(c, dci[i], bytes));
+        double e = sampled_error(n, ai[i], b, c);
+        if (e > worst) worst = e;
+    }
+    printf("queue: 3 products on one stream, one wait: max sampled error %.2e: %s\n", worst,
+           worst < 1e-12 ? "ok" : "WRONG");
+    ok &= worst < 1e-12;
+    /* a product of size 2n on s, at once one of size n/2 on another stream and handle */
+    int n2 = 2 * n, h2 = n / 2;
+    size_t big = (size_t)n2 * n2 * sizeof(double);
+    double *ab = malloc(big), *bb = malloc(big), *cb = malloc(big);
+    fill(n2, ab, 60, 1.0);
+    fill(n2, bb, 61, 1.0);
+    CUdeviceptr dab, dbb, dcb;
+    CHECK("cuMemAlloc", cuMemAlloc(&dab, big));
+    CHECK("cuMemAlloc", cuMemAlloc(&dbb, big));
+    CHECK("cuMemAlloc", cuMemAlloc(&dcb, big));
+    CHECK("copy A", cuMemcpyHtoD(dab, ab, big));
+    CHECK("copy B", cuMemcpyHtoD(dbb, bb, big));
+    size_t small = (size_t)h2 * h2 * sizeof(double);
+    double *as = malloc(small), *bs = malloc(small), *cs = malloc(small);
+    fill(h2, as, 50, 1.0);
+    fill(h2, bs, 51, 1.0);
+    ptr_t s2, hb;
+    CUdeviceptr das, dbs, dcs;
+    CHECK("cuStreamCreate", cuStreamCreate(&s2, STREAM_NON_BLOCKING));
+    CHECK("cublasCreate", cublasCreate(&hb));
+    CHECK("cublasSetStream", cublasSetStream(hb, s2));
+    CHECK("cuMemAlloc", cuMemAlloc(&das, small));
+    CHECK("cuMemAlloc", cuMemAlloc(&dbs, small));
+    CHECK("cuMemAlloc", cuMemAlloc(&dcs, small));
+    CHECK("copy A", cuMemcpyHtoD(das, as, small));
+    CHECK("copy B", cuMemcpyHtoD(dbs, bs, small));
+    /* sizes the emulation's buffers for 2n first, so the pair below grows none */
+    CHECK("cublasDgemm (2n)", cublasDgemm(h, 0, 0, n2, n2, n2, &one, (double *)dab, n2,
+                                          (double *)dbb, n2, &zero, (double *)dcb, n2));
+    CHECK("sync", cuStreamSynchronize(s));
+    CHECK("cublasDgemm (stream 1)", cublasDgemm(h, 0, 0, n2, n2, n2, &one, (double *)dab, n2,
+                                                (double *)dbb, n2, &zero, (double *)dcb, n2));
+    CHECK("cublasDgemm (stream 2)", cublasDgemm(hb, 0, 0, h2, h2, h2, &one, (double *)das, h2,
+                                                (double *)dbs, h2, &zero, (double *)dcs, h2));
+    CHECK("sync", cuStreamSynchronize(s));
+    CHECK("sync", cuStreamSynchronize(s2));
+    CHECK("copy C", cuMemcpyDtoH(cb, dcb, big));
+    CHECK("copy C", cuMemcpyDtoH(cs, dcs, small));
+    double e1 = sampled_error(n2, ab, bb, cb), e2 = sampled_error(h2, as, bs, cs);
+    int two_ok = e1 < 1e-12 && e2 < 1e-12;
+    printf("queue: %d on one stream, %d at once on another: max sampled errors %.2e, %.2e: %s\n",
+           n2, h2, e1, e2, two_ok ? "ok" : "WRONG");
+    return ok && two_ok;
+}
+
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 2048, replays = argc > 2 ? atoi(argv[2]) : 4;
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
@@ -347,5 +426,9 @@ int main(int argc, char **argv) {
            "%.2e: %s\n",
            rc, other.ended, e, global_ok ? "ok" : "WRONG");
     int lt_ok = lt_part(n, a, b, c, da, db, dc, s);
-    return graph_ok && global_ok && lt_ok ? 0 : 1;
+    /* lt_part left its own data in b: the queue's products use B = b again */
+    fill(n, b, 2, 1.0);
+    CHECK("copy B", cuMemcpyHtoD(db, b, bytes));
+    int queue_ok = queue_part(n, b, db, h, s);
+    return graph_ok && global_ok && lt_ok && queue_ok ? 0 : 1;
 }

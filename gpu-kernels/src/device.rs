@@ -51,6 +51,10 @@ pub struct Gpu {
     /// is done: the host waits for it before writing `small` again, since a host-resident
     /// pipeline returns from a call before its stream finished (`ozaki::enqueue`).
     pub(crate) small_busy: Option<crate::timing::Fence>,
+    /// The last call that returned with its work still running on its stream
+    /// ([`Gpu::leave_in_flight`]); [`gpu()`] waits for it, [`gpu_on`] orders its stream
+    /// after it (`in_flight` module).
+    pub(crate) in_flight: Option<crate::in_flight::InFlight>,
 }
 
 // SAFETY: the raw handles are only used while the Mutex around the Gpu is held, and each
@@ -78,9 +82,39 @@ fn default_cell() -> &'static Cell {
 }
 
 /// The process's GPU, initialised on first use; `Err` (forever, for this process) when there
-/// is none or it could not be initialised. Never panics.
+/// is none or it could not be initialised. Idle: work a call left running
+/// ([`Gpu::leave_in_flight`]) has passed. Never panics.
 pub fn gpu() -> Result<MutexGuard<'static, Gpu>, GpuError> {
-    lock(default_cell())
+    idle(lock(default_cell())?)
+}
+
+/// The process's GPU for work enqueued on the caller's `stream` (a live stream, not being
+/// captured, of the context `caller` that was current on the caller's thread before, from
+/// [`current_context`]): as [`gpu()`], but instead of waiting on the host for work a call
+/// left running, `stream` is ordered after it on the device, so the GPU's buffers are free
+/// for what is enqueued on `stream` next. `None` when the caller works in another device's
+/// context ([`Gpu::serves`]); its stream is left alone then.
+pub fn gpu_on(
+    caller: sys::CUcontext,
+    stream: Stream,
+) -> Result<Option<MutexGuard<'static, Gpu>>, GpuError> {
+    let g = lock(default_cell())?;
+    if !g.serves(caller, stream)? {
+        return Ok(None);
+    }
+    if let Some(w) = &g.in_flight {
+        w.order(stream)?;
+    }
+    Ok(Some(g))
+}
+
+/// `g` once work a call left running has passed.
+fn idle(mut g: MutexGuard<'static, Gpu>) -> Result<MutexGuard<'static, Gpu>, GpuError> {
+    if let Some(w) = &g.in_flight {
+        w.wait()?;
+        g.in_flight = None;
+    }
+    Ok(g)
 }
 
 /// Locks an initialised GPU and makes its context current on this thread.
@@ -120,7 +154,7 @@ pub fn gpu_slot(ordinal: u32, replica: u32) -> Result<MutexGuard<'static, Gpu>, 
             }
         }
     };
-    lock(cell)
+    idle(lock(cell)?)
 }
 
 /// Number of CUDA devices the driver shows (initialises the default GPU first, so a
@@ -157,6 +191,15 @@ impl Gpu {
             Some(f) => f.wait(),
             None => Ok(()),
         }
+    }
+
+    /// Lets the call whose work was just enqueued on `stream` return without waiting for
+    /// it: the GPU's buffers stay reserved for that work until it has passed (`in_flight`
+    /// module). The work enqueued on `stream` before comes after any earlier call's (the
+    /// stream was taken with [`gpu_on`]), so this one mark covers both.
+    pub fn leave_in_flight(&mut self, stream: Stream) -> Result<(), GpuError> {
+        self.in_flight = Some(crate::in_flight::InFlight::record(stream)?);
+        Ok(())
     }
 
     fn init() -> Result<Gpu, GpuError> {
@@ -256,6 +299,7 @@ impl Gpu {
             staging: Vec::new(),
             small: step("pinned table", || PinnedBuffer::new(1 << 20))?,
             small_busy: None,
+            in_flight: None,
         })
     }
 

@@ -11,6 +11,7 @@
 //! | [`device`] | the process-wide [`Gpu`]: context, handles, kernels, reusable buffers |
 //! | [`nvrtc_cache`] | NVRTC compilation to CUBIN and the private disk cache |
 //! | [`kernels`] | `kernels/ozaki.cu` entry points |
+//! | `in_flight` | work a call left running on its stream, and who waits for it |
 //! | [`lt_int8`] | batched int8 products through cuBLASLt |
 //! | [`native`] | cuBLAS DGEMM / DSYRK |
 //! | [`ozaki`] | the emulated pipeline on device memory; its host plan and moduli rule |
@@ -36,6 +37,7 @@ pub mod error;
 pub mod host;
 pub mod host_copy;
 pub mod host_link;
+mod in_flight;
 pub mod kernels;
 pub mod loaded_objects;
 pub mod lt_int8;
@@ -50,5 +52,5 @@ pub mod start_gate;
 pub mod timing;
 pub mod warm_up;
 
-pub use device::{Gpu, gpu};
+pub use device::{Gpu, gpu, gpu_on};
 pub use error::GpuError;

@@ -162,6 +162,11 @@ impl Fence {
         Ok(f)
     }
 
+    /// The event, for the driver calls that order a stream after it.
+    pub(crate) fn event(&self) -> sys::CUevent {
+        self.0
+    }
+
     /// Blocks until the stream has passed the fence.
     pub fn wait(&self) -> Result<(), GpuError> {
         // SAFETY: the event is live and recorded.

@@ -67,6 +67,37 @@ pub(crate) fn emulation_chosen(canon: &Canon, call: &DeviceCall) -> bool {
     call.alpha != 0.0 && call.k != 0 && emulates(cfg.route, || device_decision(canon, cfg.moduli))
 }
 
+/// What an emulation attempt left on the stream, not waited for.
+pub(crate) enum Queued {
+    /// The plan accepted the call; its products and reconstruction are enqueued.
+    Running(ozaki::Pending),
+    /// The emulation declined the call: why. C untouched, nothing of it left running.
+    Declined(String),
+}
+
+/// Ozaki-II enqueued on `stream` with the configured options: returns once the plan is made
+/// and the rest of the call is enqueued (`ozaki::enqueue`).
+///
+/// # Safety
+/// - `call`'s addresses are device memory of `g`'s context (current under its lock) covering
+///   the checked matrices, valid until the stream has passed the call, and `stream` is a
+///   stream of that context.
+pub(crate) unsafe fn enqueue_emulation(
+    g: &mut gpu_kernels::Gpu,
+    stream: gpu_kernels::device::Stream,
+    call: &DeviceCall,
+) -> Result<Queued, GpuError> {
+    let opts = crate::route::gpu::ozaki_options(config::get());
+    // SAFETY: the caller's contract.
+    match unsafe { ozaki::enqueue(g, stream, call, opts) } {
+        Ok(p) => Ok(Queued::Running(p)),
+        Err(e @ (GpuError::NonFinite | GpuError::Unsupported(_))) => {
+            Ok(Queued::Declined(e.to_string()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Ozaki-II on `stream` with the configured options, waited for.
 ///
 /// # Safety
@@ -77,14 +108,13 @@ pub(crate) unsafe fn run_emulation(
     stream: gpu_kernels::device::Stream,
     call: &DeviceCall,
 ) -> Result<Emulation, GpuError> {
-    let opts = crate::route::gpu::ozaki_options(config::get());
-    // SAFETY: the caller's contract.
-    match unsafe { ozaki::gemm(g, stream, call, opts) } {
-        Ok(o) => Ok(Emulation::Done(o)),
-        Err(e @ (GpuError::NonFinite | GpuError::Unsupported(_))) => {
-            Ok(Emulation::Declined(e.to_string()))
+    // SAFETY: the caller's contract; the wait below keeps the operands in use no longer.
+    match unsafe { enqueue_emulation(g, stream, call) }? {
+        Queued::Running(p) => {
+            gpu_kernels::device::sync(stream)?;
+            Ok(Emulation::Done(p.finish()?))
         }
-        Err(e) => Err(e),
+        Queued::Declined(why) => Ok(Emulation::Declined(why)),
     }
 }
 

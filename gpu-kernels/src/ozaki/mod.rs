@@ -252,6 +252,12 @@ impl Pending {
             ..self.outcome
         })
     }
+
+    /// The call's outcome as planned (moduli, scaling, estimate), its phase times not yet
+    /// measured: known while its work still runs.
+    pub fn planned(&self) -> &Outcome {
+        &self.outcome
+    }
 }
 
 /// Whether op(A)'s rows are contiguous (A transposed), and op(B) as (address, leading

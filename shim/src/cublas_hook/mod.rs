@@ -26,10 +26,15 @@
 //! emulation runs with its thread in relaxed capture mode, [`capture::Relaxed`], so another
 //! thread's global-mode capture neither fails it nor is broken by it).
 //!
-//! An emulated call waits on the caller's stream twice: after the scan of A and B (the plan
+//! An emulated call waits on the caller's stream once, after the scan of A and B (the plan
 //! is made on the host from those statistics, so this also waits for the work queued before
-//! the call) and at the end (the emulation's workspace is shared by later calls on any
-//! stream). It returns with C computed and the stream drained; a forwarded call adds nothing.
+//! the call), and returns with its products and reconstruction still running on the stream,
+//! as a cuBLAS call does: C is ready for whatever the caller enqueues next on that stream.
+//! The emulation's buffers are shared by all calls, so the next hooked call, on this stream
+//! or another, is ordered after that work on the device, and any other use of the GPU waits
+//! for it (`gpu_kernels::gpu_on`). A traced call also waits at the end, to read its phase
+//! times into the record; a call compared under `OZAKI_AB` waits for both results. A
+//! forwarded call adds nothing.
 //!
 //! `cublasLtMatmul` is routed the same way when it is a plain fp64 product ([`lt`]: no
 //! epilogue, bias or other cuBLASLt feature, column-major layouts, C the same matrix as D
@@ -57,15 +62,15 @@ pub(crate) mod reentry;
 
 use crate::abi::{Decoded, Verdict};
 use crate::config;
-use crate::device_api::{Emulation, device_call, emulation_chosen, run_emulation};
+use crate::device_api::{Emulation, Queued, device_call, emulation_chosen, enqueue_emulation};
 use crate::route::RouteOutcome;
 use crate::trace_sink::{self, Entry, Sym};
 use compare::Compare;
 use core::ffi::{c_int, c_void};
 use decode::Batch;
 use gpu_kernels::device::{current_context, restore_context};
-use gpu_kernels::ozaki::DeviceCall;
-use gpu_kernels::{GpuError, gpu};
+use gpu_kernels::ozaki::{DeviceCall, Outcome, Pending};
+use gpu_kernels::{GpuError, gpu_on};
 use ozaki_core::route::{Route, RouteRequest};
 use ozaki_core::trace::{AbResult, Phases};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -165,8 +170,10 @@ pub(crate) fn dispatch(call: &Call<'_>) -> Status {
     }
     let start = cfg.tracing().then(trace_sink::start);
     let mut shape = None;
-    let done = catch_unwind(AssertUnwindSafe(|| route(call, cfg.route, &mut shape)))
-        .unwrap_or_else(|_| forward("gpu-ozaki: panicked"));
+    let done = catch_unwind(AssertUnwindSafe(|| {
+        route(call, (cfg.route, start.is_some()), &mut shape)
+    }))
+    .unwrap_or_else(|_| forward("gpu-ozaki: panicked"));
     let (status, route, fallback, outcome, info, ab) = match done {
         Done::Forward { fallback, info } => (
             (call.forward)(),
@@ -209,7 +216,11 @@ pub(crate) fn dispatch(call: &Call<'_>) -> Status {
 
 /// The hook's decision for one call (and the emulation, where decided); `shape` receives
 /// what the trace records.
-fn route(call: &Call<'_>, request: RouteRequest, shape: &mut Option<crate::abi::Shape>) -> Done {
+fn route(
+    call: &Call<'_>,
+    (request, traced): (RouteRequest, bool),
+    shape: &mut Option<crate::abi::Shape>,
+) -> Done {
     let state = (call.state)();
     let device_scalars = state.as_ref().is_ok_and(|s| s.device_scalars);
     let (alpha, beta) = match call.scalars {
@@ -276,16 +287,20 @@ fn route(call: &Call<'_>, request: RouteRequest, shape: &mut Option<crate::abi::
             info: None,
         };
     }
-    emulate(&first, call.batch, state.stream, call.copy_c)
+    emulate(&first, call.batch, state.stream, call.copy_c, traced)
 }
 
 /// Runs every member of the call through the emulation on the caller's stream, in the
 /// caller's context (which is current again afterwards), after copying C into D (`copy_c`).
+/// The call returns with its last members' work still running on the stream, as a cuBLAS
+/// call does, unless it is `traced` (its record's phase times are read once the stream has
+/// passed them) or compared (`OZAKI_AB` waits for both results).
 fn emulate(
     first: &DeviceCall,
     batch: Batch,
     stream: *mut c_void,
     copy_c: Option<(u64, (i64, i64))>,
+    traced: bool,
 ) -> Done {
     let caller = match current_context() {
         Ok(c) => c,
@@ -293,48 +308,44 @@ fn emulate(
     };
     let _relaxed = capture::Relaxed::enter();
     let done = gpu_kernels::probe::contain("cuBLAS hook", || {
-        let mut g = gpu()?;
         let stream = stream as gpu_kernels::device::Stream;
-        if !g.serves(caller, stream)? {
+        // The stream is ordered after any call left running, whose buffers this one reuses.
+        let Some(mut g) = gpu_on(caller, stream)? else {
             return Ok(forward(
                 "the operands belong to another device's context: cuBLAS",
             ));
-        }
+        };
         if let Some(c) = copy_c {
             // SAFETY: cuBLASLt's contract: C and D are device matrices of the caller's
             // context covering their layouts, on `stream`; `lt::product` checked they do not
             // overlap. D is the call's output only, so a later decline loses nothing.
             unsafe { lt::copy_c_to_d(first, batch, c, stream.cast()) }?;
         }
-        let mut phases = Phases::default();
-        let (mut moduli, mut scaling, mut declined) = (0, None, 0u64);
+        let mut ran = Members::default();
         let mut compare = Compare::chosen();
         for i in 0..batch.count {
             let member = batch.member(first, i);
             // SAFETY: cuBLAS's contract: the member's matrices are device memory of the
-            // caller's context (checked to be this GPU's) valid for the call, on `stream`.
-            let ran = unsafe {
+            // caller's context (checked to be this GPU's) valid until the stream has passed
+            // the call, on `stream`.
+            let one = unsafe {
                 match compare.as_mut() {
-                    Some(c) => c.member(&mut g, stream, &member),
-                    None => run_emulation(&mut g, stream, &member),
+                    Some(c) => c.member(&mut g, stream, &member).map(Member::from),
+                    None => enqueue_emulation(&mut g, stream, &member).map(Member::from),
                 }
             };
-            match ran {
-                Ok(Emulation::Done(o)) => {
-                    add(&mut phases, &o.phases);
-                    moduli = moduli.max(o.moduli);
-                    scaling = o.scaling.map(|s| s.name());
-                }
-                // Nothing of this call written yet: all of it to cuBLAS.
-                Ok(Emulation::Declined(why)) if i == 0 => {
+            match one {
+                Ok(Member::Declined(why)) if i == 0 => {
+                    // Nothing of this call written yet: all of it to cuBLAS.
                     return Ok(forward(format!("gpu-ozaki: {why}")));
                 }
                 Err(e) if i == 0 => return Err(e),
-                Ok(Emulation::Declined(_)) => {
-                    declined += 1;
+                Ok(Member::Declined(_)) => {
+                    ran.declined += 1;
                     // SAFETY: as above.
                     unsafe { gpu_kernels::native::device_call(&g, stream, &member) }?;
                 }
+                Ok(one) => ran.add(one),
                 Err(e) => {
                     return Ok(Done::Gpu {
                         outcome: RouteOutcome::default(),
@@ -347,6 +358,15 @@ fn emulate(
                 }
             }
         }
+        let (moduli, scaling, declined) = (ran.moduli, ran.scaling, ran.declined);
+        let phases = if traced || compare.is_some() {
+            gpu_kernels::device::sync(stream)?;
+            ran.timed()?
+        } else {
+            g.leave_in_flight(stream)?;
+            // untraced and uncompared: no record reads them
+            Phases::default()
+        };
         Ok(Done::Gpu {
             outcome: RouteOutcome {
                 moduli: Some(moduli),
@@ -363,6 +383,79 @@ fn emulate(
     });
     let _ = restore_context(caller);
     done.unwrap_or_else(|e| forward(gpu_failure(e)))
+}
+
+/// One member of a hooked call through the emulation.
+enum Member {
+    /// Computed and waited for (compared under `OZAKI_AB`), with its phase times.
+    Done(Outcome),
+    /// Enqueued, still running on the stream.
+    Running(Pending),
+    /// Declined by the emulation: why.
+    Declined(String),
+}
+
+impl From<Emulation> for Member {
+    fn from(e: Emulation) -> Member {
+        match e {
+            Emulation::Done(o) => Member::Done(o),
+            Emulation::Declined(why) => Member::Declined(why),
+        }
+    }
+}
+
+impl From<Queued> for Member {
+    fn from(q: Queued) -> Member {
+        match q {
+            Queued::Running(p) => Member::Running(p),
+            Queued::Declined(why) => Member::Declined(why),
+        }
+    }
+}
+
+/// The emulated members of one call: what its record says of them.
+#[derive(Default)]
+struct Members {
+    done: Vec<Outcome>,
+    running: Vec<Pending>,
+    moduli: u32,
+    scaling: Option<&'static str>,
+    declined: u64,
+}
+
+impl Members {
+    /// Adds an emulated member (`Member::Declined` is counted by the caller).
+    fn add(&mut self, one: Member) {
+        let (moduli, scaling) = match one {
+            Member::Done(o) => {
+                let ms = (o.moduli, o.scaling);
+                self.done.push(o);
+                ms
+            }
+            Member::Running(p) => {
+                let ms = (p.planned().moduli, p.planned().scaling);
+                self.running.push(p);
+                ms
+            }
+            Member::Declined(_) => return,
+        };
+        self.moduli = self.moduli.max(moduli);
+        if let Some(s) = scaling {
+            self.scaling = Some(s.name());
+        }
+    }
+
+    /// The members' phase times summed, once the stream has passed them.
+    fn timed(self) -> Result<Phases, GpuError> {
+        let mut total = Phases::default();
+        for o in &self.done {
+            add(&mut total, &o.phases);
+        }
+        for p in self.running {
+            add(&mut total, &p.finish()?.phases);
+        }
+        Ok(total)
+    }
 }
 
 /// A GPU failure as the trace's fallback, said once on stderr.
