@@ -892,6 +892,32 @@ fn line_statistics_equal_the_host_mirror() {
             let scan: f64 = (0..2).map(|o| times[1][o].min(times[2][o])).sum();
             let statistics = (route - scan).max(0.0);
             let rule = statistics + summary + down + host;
+            // what the rule would cost if the route read each operand with the fastest
+            // one-read variant that fits its lines (this call: op(A)'s rows are strided,
+            // op(B)'s columns contiguous), for choosing `ScanStats::for_lines`
+            let fastest = |o: usize, contig: bool| {
+                passes
+                    .iter()
+                    .zip(&times)
+                    .filter(|(p, _)| match p {
+                        LinePass::Route | LinePass::TwoPass => true,
+                        LinePass::With(v) => v.fits(contig, n),
+                        _ => false,
+                    })
+                    .map(|(p, t)| (t[o], *p))
+                    .min_by(|x, y| x.0.total_cmp(&y.0))
+                    .expect("the route's own pass is always there")
+            };
+            let (fa, fb) = (fastest(0, false), fastest(1, true));
+            let best_rule = (fa.0 + fb.0 - scan).max(0.0) + summary + down + host;
+            println!(
+                "rule statistics n = {n}, fastest pass per operand ({:?} + {:?}): {:.3} ms of a {:.3} ms call ({:.1}%)",
+                fa.1,
+                fb.1,
+                best_rule * 1e3,
+                whole * 1e3,
+                100.0 * best_rule / whole,
+            );
             let each: Vec<String> = passes
                 .iter()
                 .zip(&times)

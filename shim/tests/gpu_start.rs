@@ -221,8 +221,10 @@ fn ozaki_gpu_start_blocking_makes_the_first_call_wait_for_the_start() {
     // By default the call runs on the vendor BLAS beside the start: at once, or (this
     // profile's start is priced at 0.1 ms, already over) after waiting at most the few
     // milliseconds in which the GPU could still have beaten the vendor.
+    // The bound is the 0.8 s start it must not wait for, less a margin: on a loaded 2-core
+    // machine a 2x2 call has been seen to take a few hundred milliseconds of wall time.
     let (took, e, _) = first_call(None);
-    assert!(took < Duration::from_millis(500), "{took:?}: {e:?}");
+    assert!(took < Duration::from_millis(650), "{took:?}: {e:?}");
     assert!(
         e.reason.contains("starting in the background") || e.reason.contains("then gave up"),
         "{e:?}"
