@@ -158,8 +158,14 @@ fn the_switch_margin_keeps_the_default_when_the_gain_is_within_model_error() {
     let mut p = h200();
     let shape = CallShape::gemm(2048, 2048, 2048);
     let est = ozaki_core::engine::model::predict_all(&p, &shape, Some(14), 16);
+    assert_eq!(
+        (est[0].route, est[1].route),
+        (Route::Vendor, Route::GpuNative)
+    );
     let v = est[0].seconds;
-    let g = est[1].seconds.min(est[2].seconds);
+    // gpu-ozaki must also beat gpu-native by the margin, which it does not at this shape, so
+    // gpu-native's gain over the vendor is the one the margin is held against.
+    let g = est[1].seconds;
     // A margin just above the predicted gain keeps the vendor route; just below leaves it.
     p.choice.min_gain = v / g * 1.01;
     assert_eq!(
@@ -167,10 +173,8 @@ fn the_switch_margin_keeps_the_default_when_the_gain_is_within_model_error() {
         Route::Vendor
     );
     p.choice.min_gain = v / g * 0.99;
-    assert_ne!(
-        Engine::new(p, 16).decide(&shape, Some(14)).route,
-        Route::Vendor
-    );
+    let d = Engine::new(p, 16).decide(&shape, Some(14));
+    assert_ne!(d.route, Route::Vendor, "{}", d.prediction.reason);
 }
 
 #[test]
@@ -647,4 +651,45 @@ fn measured_pipelines_make_auto_take_the_faster_gpu_route_for_large_host_residen
         let k_heavy = engine.decide(&CallShape::gemm(1024, 1024, 65536), Some(15));
         assert_eq!(k_heavy.route, Route::GpuNative, "{:?}", k_heavy.prediction);
     }
+}
+
+/// The vendor's end-to-end timings run at the library's default thread count, so the fit
+/// compares them with the default-thread work model: fitted from the shipped H200
+/// measurements, every host-resident vendor timing of 1024^3 flops or more is predicted
+/// within 25%, and no correction there is a large factor (against the 1-thread model they
+/// came out near x0.12, so the engine took a 16-thread vendor for 8x faster than it is).
+#[test]
+fn end_to_end_vendor_timings_are_fitted_against_the_default_thread_model() {
+    let m: Measurements =
+        serde_json::from_str(include_str!("../../profiles/h200.measurements.json")).unwrap();
+    let p = calibrate::fit_profile(&m, "h200", "test").unwrap();
+    let mut checked = 0;
+    for s in m.routes.iter().filter(|s| {
+        s.route == "vendor" && s.residency == Residency::Host && s.m * s.n * s.k >= 1 << 30
+    }) {
+        let shape = CallShape::gemm(s.m, s.n, s.k);
+        let mut bare = p.clone();
+        bare.corrections.clear();
+        let model = predict(&bare, &shape, Route::Vendor, None, 0).seconds;
+        let fitted = predict(&p, &shape, Route::Vendor, None, 0).seconds;
+        let (m_ratio, f_ratio) = (s.seconds / model, s.seconds / fitted);
+        assert!(
+            (0.5..2.0).contains(&m_ratio),
+            "{}x{}x{}: measured {:.4} s, default-thread model {model:.4} s",
+            s.m,
+            s.n,
+            s.k,
+            s.seconds
+        );
+        assert!(
+            (0.8..1.25).contains(&f_ratio),
+            "{}x{}x{}: measured {:.4} s, fitted {fitted:.4} s",
+            s.m,
+            s.n,
+            s.k,
+            s.seconds
+        );
+        checked += 1;
+    }
+    assert!(checked >= 4, "the measurements hold large vendor timings");
 }

@@ -114,7 +114,7 @@ fn a_version_1_profile_still_loads_without_devices() {
 
 #[test]
 fn measurements_written_before_the_survey_parse_and_fit_as_before() {
-    let text = include_str!("../../profiles/h200.measurements.json");
+    let text = include_str!("data/h200-before-survey.measurements.json");
     let m: Measurements = serde_json::from_str(text).unwrap();
     assert!(m.devices.is_empty() && m.share.is_none());
     let p = ozaki_core::engine::calibrate::fit_profile(&m, "h200", "test").unwrap();

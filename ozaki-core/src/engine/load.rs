@@ -32,7 +32,12 @@ pub struct VendorShare {
 ///   thread count nearest that share, stretched by measured threads / share when the share
 ///   is smaller (a work model measured at 16 threads runs 16x longer on one core).
 pub fn vendor_share(cpu: &CpuProfile, threads: u32, concurrent: u32) -> VendorShare {
-    let threads = threads.max(1);
+    // 0 is the library's default thread count: the profile's first work model, measured at
+    // that default (pricing it at 1 thread would make a 16-thread vendor look 16x slower).
+    let threads = match threads {
+        0 => cpu.model_for(0).map_or(1, |(t, _)| t.max(1)),
+        t => t,
+    };
     if concurrent <= 1 {
         return VendorShare {
             model_threads: threads,
@@ -111,6 +116,8 @@ mod tests {
     #[test]
     fn alone_nothing_changes_and_sixteen_callers_on_sixteen_threads_get_one_core_each() {
         let mut p = Profile::built_in("h200").unwrap();
+        // the default share model: without measured concurrency
+        p.cpu.concurrency.clear();
         let alone = vendor_share(&p.cpu, 16, 1);
         assert_eq!((alone.model_threads, alone.slowdown), (16, 1.0));
         // The built-in profile measured 16 threads and 1: one core each is the 1-thread rate.
@@ -123,6 +130,20 @@ mod tests {
         let s = vendor_share(&p.cpu, 16, 16);
         assert!((s.slowdown - 16.0).abs() < 1e-9, "{s:?}");
         assert!((vendor_share(&p.cpu, 16, 4).slowdown - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_librarys_default_thread_count_is_priced_at_the_default_model() {
+        let p = Profile::built_in("h200").unwrap();
+        let default = p.cpu.blas[0].threads;
+        assert!(
+            default > 1,
+            "the built-in profile measured its default first"
+        );
+        let s = vendor_share(&p.cpu, 0, 1);
+        assert_eq!((s.model_threads, s.slowdown), (default, 1.0), "{s:?}");
+        // and under concurrent callers, the same as naming that count
+        assert_eq!(vendor_share(&p.cpu, 0, 4), vendor_share(&p.cpu, default, 4));
     }
 
     #[test]
