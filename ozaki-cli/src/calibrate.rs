@@ -418,8 +418,14 @@ fn concurrency_shape(shapes: &[(u64, u64, u64)]) -> (u64, u64, u64) {
 }
 
 /// The vendor BLAS at `threads` threads with 1, 2, 4, ... callers at once (up to the CPU
-/// count): each caller times the same product, and the slowdown is their mean per-call time
-/// over the time alone (the engine's `load::vendor_share` prices concurrent calls with it).
+/// count): the callers start together and each makes the same number of calls (about 50 ms
+/// of them alone); the slowdown is the wall time of the whole batch over the time one caller
+/// takes for its calls alone, which is what each call in flight costs its caller (the
+/// engine's `load::vendor_share` prices concurrent calls with it).
+///
+/// A per-caller median would not see it: a BLAS that serialises concurrent calls behind an
+/// unfair lock (OpenBLAS's level-3 lock) lets one caller make all its calls alone while the
+/// others wait inside one long first call, so every median comes out as the time alone.
 fn measure_concurrency(
     blas: &cpu::VendorBlas,
     threads: u32,
@@ -427,21 +433,17 @@ fn measure_concurrency(
 ) -> Vec<ozaki_core::engine::profile::ConcurrentRate> {
     let (m, n, k) = concurrency_shape(shapes);
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get() as u32);
-    let alone = blas.time_gemm(m, n, k);
+    let per_call = blas.time_gemm(m, n, k);
+    let calls = (0.05 / per_call).clamp(3.0, 200.0) as u32;
+    let alone = blas.time_calls(&mut cpu::Operands::new(m, n, k), calls);
     let mut out = Vec::new();
     let mut callers = 2;
     while callers <= cpus.max(2) {
-        let times: Vec<f64> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..callers)
-                .map(|_| s.spawn(|| blas.time_gemm(m, n, k)))
-                .collect();
-            hs.into_iter().filter_map(|h| h.join().ok()).collect()
-        });
-        let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
-        let slowdown = mean / alone;
+        let batch = time_together(blas, callers, calls, (m, n, k));
+        let slowdown = batch / alone;
         eprintln!(
-            "cpu {threads:>3} threads, {callers:>3} callers at once, {m}x{n}x{k}: {:.3} ms per call ({slowdown:.2}x alone)",
-            mean * 1e3
+            "cpu {threads:>3} threads, {callers:>3} callers at once, {m}x{n}x{k}: {:.3} ms per call in flight ({slowdown:.2}x alone)",
+            batch / calls as f64 * 1e3
         );
         out.push(ozaki_core::engine::profile::ConcurrentRate {
             threads,
@@ -451,6 +453,30 @@ fn measure_concurrency(
         callers *= 2;
     }
     out
+}
+
+/// Wall seconds from the moment `callers` threads, each holding its own operands, are
+/// released together until the last of them has made `calls` products.
+fn time_together(blas: &cpu::VendorBlas, callers: u32, calls: u32, shape: (u64, u64, u64)) -> f64 {
+    let (m, n, k) = shape;
+    let ready = std::sync::Barrier::new(callers as usize + 1);
+    std::thread::scope(|s| {
+        for _ in 0..callers {
+            s.spawn(|| {
+                let mut ops = cpu::Operands::new(m, n, k);
+                ready.wait();
+                for _ in 0..calls {
+                    blas.call(&mut ops);
+                }
+            });
+        }
+        ready.wait();
+        let t = Instant::now();
+        // the scope joins every caller before it returns
+        t
+    })
+    .elapsed()
+    .as_secs_f64()
 }
 
 fn measure(
@@ -786,24 +812,56 @@ mod cpu {
 
         /// Median seconds of C = A·B for m×k by k×n (column-major, beta = 0).
         pub fn time_gemm(&self, m: u64, n: u64, k: u64) -> f64 {
-            let a: Vec<f64> = (0..m * k)
-                .map(|i| ((i * 7 + 3) % 17) as f64 / 17.0 - 0.5)
-                .collect();
-            let b: Vec<f64> = (0..k * n)
-                .map(|i| ((i * 5 + 1) % 13) as f64 / 13.0 - 0.5)
-                .collect();
-            let mut c = vec![0.0f64; (m * n) as usize];
-            super::time_median(|| match self.gemm {
-                // SAFETY: buffers are m×k, k×n and m×n as allocated above; f is the
+            let mut ops = Operands::new(m, n, k);
+            super::time_median(|| self.call(&mut ops))
+        }
+
+        /// Seconds that `calls` products of `ops`' shape take one after another, after one
+        /// untimed call.
+        pub fn time_calls(&self, ops: &mut Operands, calls: u32) -> f64 {
+            self.call(ops);
+            let t = std::time::Instant::now();
+            for _ in 0..calls {
+                self.call(ops);
+            }
+            t.elapsed().as_secs_f64()
+        }
+
+        /// One product C = A·B of `ops`.
+        pub fn call(&self, ops: &mut Operands) {
+            let (m, n, k) = ops.shape;
+            let (a, b, c) = (&ops.a, &ops.b, &mut ops.c);
+            match self.gemm {
+                // SAFETY: Operands holds m×k, k×n and m×n buffers for its shape; f is the
                 // library's dgemm_ of the width it was resolved as.
-                Gemm::Lp64(f) => unsafe {
-                    plain_nn(f, m as i32, n as i32, k as i32, &a, &b, &mut c)
-                },
+                Gemm::Lp64(f) => unsafe { plain_nn(f, m as i32, n as i32, k as i32, a, b, c) },
                 // SAFETY: as above with 64-bit integers.
-                Gemm::Ilp64(f) => unsafe {
-                    plain_nn(f, m as i64, n as i64, k as i64, &a, &b, &mut c)
-                },
-            })
+                Gemm::Ilp64(f) => unsafe { plain_nn(f, m as i64, n as i64, k as i64, a, b, c) },
+            }
+        }
+    }
+
+    /// One caller's operands of C = A·B for an m×k by k×n product (column-major, nonzero
+    /// data).
+    pub struct Operands {
+        shape: (u64, u64, u64),
+        a: Vec<f64>,
+        b: Vec<f64>,
+        c: Vec<f64>,
+    }
+
+    impl Operands {
+        pub fn new(m: u64, n: u64, k: u64) -> Operands {
+            Operands {
+                shape: (m, n, k),
+                a: (0..m * k)
+                    .map(|i| ((i * 7 + 3) % 17) as f64 / 17.0 - 0.5)
+                    .collect(),
+                b: (0..k * n)
+                    .map(|i| ((i * 5 + 1) % 13) as f64 / 13.0 - 0.5)
+                    .collect(),
+                c: vec![0.0f64; (m * n) as usize],
+            }
         }
     }
 }

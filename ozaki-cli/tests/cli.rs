@@ -527,3 +527,53 @@ fn run_of_a_program_that_fails_before_any_blas_call_says_so_without_naming_a_del
     );
     assert!(err.contains("made no dgemm/dsyrk call"), "{err}");
 }
+
+/// `ozaki calibrate --cpu-only` measures what a call costs its caller while others run: with
+/// a vendor that serialises concurrent calls behind one lock (as OpenBLAS's level-3 lock
+/// does), two callers released together take twice as long per call in flight. Timing each
+/// caller's median alone missed it: the lock let one caller make all its calls while the
+/// other waited inside one long untimed first call, and the profile said concurrency cost
+/// nothing.
+#[test]
+fn calibrate_measures_a_vendor_that_serialises_concurrent_calls() {
+    let dir = work_dir("calibrate-serial");
+    if !require(
+        runs("cc", &["--version"]),
+        "a C compiler (cc)",
+        "apt-get install gcc",
+    ) {
+        return;
+    }
+    let lib = dir.join("libserial_blas.so");
+    let o = Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC", "-pthread", "-o"])
+        .arg(&lib)
+        .arg(repo_root().join("tests/c/serial_blas.c"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (out, meas) = (dir.join("cpu.json"), dir.join("cpu.measurements.json"));
+    let o = Command::new(ozaki_bin())
+        .args(["calibrate", "--cpu-only", "--quick", "--blas"])
+        .arg(&lib)
+        .arg("--out")
+        .arg(&out)
+        .arg("--measurements")
+        .arg(&meas)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&meas).unwrap()).unwrap();
+    let points = m["concurrency"].as_array().expect("concurrency measured");
+    let two = points
+        .iter()
+        .find(|p| p["callers"] == 2)
+        .expect("two callers measured");
+    let slowdown = two["slowdown"].as_f64().unwrap();
+    assert!(
+        (1.7..2.4).contains(&slowdown),
+        "two callers of a serialising vendor: {slowdown:.2}x alone, want about 2x\n{}",
+        text(&o.stderr)
+    );
+}
