@@ -89,9 +89,15 @@
 //! ```
 //!
 //! The count is the smallest whose worst pair meets fp64's worst-case bound `γ_k`; where
-//! 20 moduli cannot (a line deeper than about `62 - 53 + log2 k` binades) the call declines
-//! ([`Fallback::BoundUnreachable`]). This is componentwise and needs no estimate of
-//! `(|A||B|)_ij`; it costs 2-3 moduli on normal data.
+//! 20 moduli cannot the call declines ([`Fallback::BoundUnreachable`]): at the shift cap
+//! `p = 56`, `2ε + u <= γ_k` needs `depth <= 8 + log2 (k - 1)` on the deepest lines of both
+//! sides. This is componentwise and needs no estimate of `(|A||B|)_ij`. Where it emulates
+//! normal data it takes 16-18 moduli, 2-4 above the default; but that depth limit lies only
+//! a few binades below a normal line's usual smallest entry (about `log2 k + 1.5` binades
+//! under its maximum), so the call's deepest entry decides, whatever k:
+//! small normal operands emulate at any k, operands of a hundred or more normal lines
+//! mostly decline (`ozaki-core/tests/rule.rs`,
+//! `guaranteed_mode_on_normal_data_is_decided_by_the_deepest_entry_not_by_k`).
 //!
 //! # Entry independence
 //! The shifts of a line depend on that line and the count only (fast and norm scaling;

@@ -2,7 +2,9 @@
 //! adversarial inputs, declines made before any residue work, entries that depend on their
 //! own row and column, and the guaranteed mode's bound, all against the exact product.
 
+use ozaki_core::accuracy::families::{self, Case, Op};
 use ozaki_core::accuracy::{Reference, gamma};
+use ozaki_core::blas::Trans;
 use ozaki_core::emulate::{self, EmulationConfig, Fallback};
 use ozaki_core::rule::{Accuracy, LineTable, Request};
 use ozaki_core::scaling::ScalingMode;
@@ -198,14 +200,47 @@ fn an_entry_depends_on_its_own_row_and_column_only() {
 }
 
 /// The guaranteed bound holds entry by entry on every input it accepts, adversarial ones
-/// included, and it declines where the bound cannot meet `γ_k`.
+/// included, and it declines where the bound cannot meet `γ_k`. The adversarial operands are
+/// the accuracy suite's own generators (`ozaki accuracy`): sparse outliers (x1e8, x1e12),
+/// 32 x 32 blocks with their own scale, graded lines and integral-like lines, each at two
+/// values of k; their lines reach 27 or more binades below their maxima, so the bound
+/// declines them here. The same block and outlier structures on integer entries scale to
+/// integers exactly (error bound u): those must emulate, and meet `γ_k`.
 #[test]
 fn guaranteed_mode_meets_gamma_k_wherever_it_emulates() {
     let cfg = EmulationConfig {
         accuracy: Accuracy::Guaranteed,
         ..EmulationConfig::default()
     };
-    let mut emulated = 0;
+    let (mut emulated, mut declined) = (Vec::new(), Vec::new());
+    // whether the call emulated: it then met gamma_k entry by entry, else it declined for
+    // the bound
+    let check =
+        |what: &str, a: &[f64], b: &[f64], dims: (usize, usize, usize)| match run(a, b, dims, &cfg)
+        {
+            Ok((e, _, r)) => {
+                assert!(
+                    e <= gamma(dims.2),
+                    "{what}: {r} moduli err {e:.2e} > gamma_k {:.2e}",
+                    gamma(dims.2)
+                );
+                true
+            }
+            Err(f) => {
+                assert!(
+                    matches!(f, Fallback::BoundUnreachable { .. }),
+                    "{what}: {f}"
+                );
+                false
+            }
+        };
+    let mut record = |what: String, emulates: bool| {
+        if emulates {
+            emulated.push(what)
+        } else {
+            declined.push(what)
+        }
+    };
     for (fam, dims) in [
         (Family::Normal, (24, 24, 256)),
         (Family::Uniform, (24, 24, 1024)),
@@ -215,15 +250,59 @@ fn guaranteed_mode_meets_gamma_k_wherever_it_emulates() {
         (Family::Rank1Noise, (24, 24, 256)),
     ] {
         let (a, b) = pair(fam, dims, 21);
-        match run(&a, &b, dims, &cfg) {
-            Ok((e, _, _)) => {
-                emulated += 1;
-                assert!(e <= gamma(dims.2), "{fam:?}: {e:.2e} > gamma_k");
-            }
-            Err(f) => assert!(matches!(f, Fallback::BoundUnreachable { .. }), "{f}"),
+        let what = format!("{fam:?} {dims:?}");
+        record(what.clone(), check(&what, &a, &b, dims));
+    }
+    let suite =
+        families::select("outliers-1e8,outliers-1e12,block-scaled,graded,integrals").unwrap();
+    for fam in &suite {
+        for (m, n, k) in [(64, 40, 64), (64, 40, 512)] {
+            let case = Case {
+                op: Op::Gemm(Trans::No, Trans::No),
+                m,
+                n,
+                k,
+            };
+            let (a, b) = fam.generate(&case);
+            let what = format!("{} {m}x{n}x{k}", fam.name);
+            record(what.clone(), check(&what, &a, &b, (m, n, k)));
         }
     }
-    assert!(emulated >= 3, "only {emulated} families emulated");
+    // The same structures on integer entries: every line scales to integers exactly, so the
+    // bound is u whatever the range and the calls must emulate, within gamma_k.
+    let mut exact_lines = Vec::new();
+    for (what, dims) in [
+        ("integer block-scaled", (64, 40, 512)),
+        ("integer outliers", (64, 40, 512)),
+    ] {
+        let (m, n, k) = dims;
+        let mut rng = Rng::new(27);
+        let mut a = matrix(Family::Integer(1000), m, k, &mut rng);
+        let mut b = matrix(Family::Integer(1000), k, n, &mut rng);
+        if what == "integer block-scaled" {
+            // 32 x 32 blocks scaled by 2^[-20, 20]
+            for (x, rows, cols) in [(&mut a, m, k), (&mut b, k, n)] {
+                let br = rows.div_ceil(32);
+                let s: Vec<f64> = (0..br * cols.div_ceil(32))
+                    .map(|_| (rng.int_in(-20, 20) as f64).exp2())
+                    .collect();
+                for (t, v) in x.iter_mut().enumerate() {
+                    *v *= s[(t % rows) / 32 + (t / rows / 32) * br];
+                }
+            }
+        } else {
+            outliers(&mut a, 1e-3, 2f64.powi(27), &mut rng);
+            outliers(&mut b, 1e-3, 2f64.powi(27), &mut rng);
+            a[5] *= 2f64.powi(27);
+        }
+        assert!(
+            check(what, &a, &b, dims),
+            "{what}: lines that scale exactly declined"
+        );
+        exact_lines.push(what);
+    }
+    eprintln!("guaranteed: emulated {emulated:?} and {exact_lines:?}; declined {declined:?}");
+    assert!(emulated.len() >= 3, "only {emulated:?} emulated");
     let (a, b) = pair(Family::Spread(4.0), (16, 16, 512), 23);
     assert!(matches!(
         run(&a, &b, (16, 16, 512), &cfg),
@@ -254,4 +333,60 @@ fn typical_moduli_is_the_count_normal_lines_take() {
             "k = {k}"
         );
     }
+}
+
+/// Guaranteed mode on normal data: where it emulates it takes 16-18 moduli, 2-4 above the
+/// default's count; whether it emulates is decided by the call's deepest entry, not by k.
+/// The bound at 20 moduli (shift cap 56) meets `γ_k` only while every line's smallest
+/// nonzero lies within about `8 + log2 k` binades of the line's maximum, a few binades below
+/// where a normal line's smallest entry usually falls: small operands emulate at any k
+/// (8 x 8 up to k = 16384), operands of 128 lines decline already at k = 64, and one entry
+/// `2^-20` of its row's maximum makes an accepted k = 1024 call decline.
+#[test]
+fn guaranteed_mode_on_normal_data_is_decided_by_the_deepest_entry_not_by_k() {
+    let guaranteed = EmulationConfig {
+        accuracy: Accuracy::Guaranteed,
+        ..EmulationConfig::default()
+    };
+    let moduli = |a: &[f64], b: &[f64], (m, n, k), cfg: &EmulationConfig| {
+        emulate::matmul(a, b, m, n, k, cfg).map(|(_, info)| info.moduli)
+    };
+    for k in [1024usize, 16384] {
+        for seed in 1..=8u64 {
+            let dims = (8, 8, k);
+            let (a, b) = pair(Family::Normal, dims, seed);
+            let g = moduli(&a, &b, dims, &guaranteed)
+                .unwrap_or_else(|f| panic!("8x8x{k} seed {seed} declined: {f}"));
+            let d = moduli(&a, &b, dims, &EmulationConfig::default()).unwrap();
+            assert!(
+                (16..=18).contains(&g) && (2..=4).contains(&(g - d)),
+                "8x8x{k} seed {seed}: guaranteed {g}, default {d}"
+            );
+        }
+    }
+    for seed in 1..=8u64 {
+        let dims = (128, 128, 64);
+        let (a, b) = pair(Family::Normal, dims, seed);
+        assert!(
+            matches!(
+                moduli(&a, &b, dims, &guaranteed),
+                Err(Fallback::BoundUnreachable { .. })
+            ),
+            "128x128x64 seed {seed} emulated"
+        );
+    }
+    let dims = (8, 8, 1024);
+    let (mut a, b) = pair(Family::Normal, dims, 1);
+    assert!(moduli(&a, &b, dims, &guaranteed).is_ok());
+    // row 0's first entry becomes 2^-20 of the row's scale 2^e: depth 20 > 8 + log2 1023
+    let e = (0..dims.2)
+        .map(|l| a[l * dims.0].abs())
+        .fold(0.0f64, f64::max)
+        .log2()
+        .floor();
+    a[0] = (e - 20.0).exp2();
+    assert!(matches!(
+        moduli(&a, &b, dims, &guaranteed),
+        Err(Fallback::BoundUnreachable { .. })
+    ));
 }

@@ -13,10 +13,14 @@
 //!    `cpu-ozaki`'s `choose` calls on the summaries of the same statistics, a few
 //!    microseconds); the power-of-two shifts are formed
 //!    on the device from the same statistics (`line_shifts`, from a per-class table of the
-//!    plan's shift rule). A declined call stops here, before any residue is used;
+//!    plan's shift rule). A declined call stops here, before any product and with C
+//!    untouched;
 //! 3. one pass over each fp64 operand forms the residues of all moduli (convert once). The
-//!    GPU runs 2 and 3 for the expected moduli count while the host plans, and again when the
-//!    plan chooses another count;
+//!    GPU runs the shifts of 2 and 3 for the expected moduli count while the host plans, and
+//!    again when the plan chooses another count. So a declined call has paid stage 1 and,
+//!    where it speculated, stage 3: the host knows of the decline only once the summaries
+//!    are downloaded. After an automatic call declined, the next one of that scaling does
+//!    not speculate (`moduli_guess`), and a run of declined calls pays stage 1 alone;
 //! 4. one cuBLASLt strided-batched int8 GEMM per column block of C covers all moduli;
 //! 5. CRT reconstruction, single rounding, unscaling and the alpha/beta epilogue write C.
 //!
@@ -71,7 +75,9 @@ pub const MODULI: [u32; MAX_MODULI] = ozaki_core::moduli::INT8_MODULI;
 /// `ozaki_core::rule::LineTable`'s fields from `coarse_sq` on (`line_stats_*`).
 pub const STAT_SLOTS: usize = 9;
 
-pub(crate) use moduli_guess::{expected_moduli, remember_moduli};
+pub(crate) use moduli_guess::{
+    expected_moduli, remember_decline, remember_moduli, speculative_moduli,
+};
 use plan::{shift_table, summary_params};
 
 /// From this many rows and columns of C on, the products and reconstruction run in column
@@ -633,6 +639,9 @@ pub unsafe fn enqueue(
     //    scaling's last automatic choice), so the host's plan no longer leaves the GPU idle
     //    between the scan and the residues (BENCHMARKS.md, "Kernel tuning"). When the plan
     //    chooses another count, both are formed again; C is written only after the plan.
+    //    A declined call has paid the statistics and these speculative residues, never a
+    //    product; after an automatic call declined, the next one forms no residues before
+    //    its plan (`moduli_guess`).
     let summaries = gpu.workspace.get("summaries", SUMMARY_BYTES)?;
     // SAFETY: as above; `summaries` is the workspace slot of SUMMARY_BYTES.
     unsafe {
@@ -734,11 +743,13 @@ pub unsafe fn enqueue(
         }
         Ok((planes_a, planes_b))
     };
-    let guess = opts
-        .moduli
-        .unwrap_or_else(|| expected_moduli(scaling, k))
-        .clamp(2, MAX_MODULI);
-    let mut planes = convert(gpu, guess)?;
+    // No guess after an automatic call declined (`moduli_guess`): a run of declined calls
+    // then pays the statistics alone.
+    let guess = speculative_moduli(opts.moduli, scaling, k).map(|r| r.clamp(2, MAX_MODULI));
+    let planes = match guess {
+        Some(r) => Some(convert(gpu, r)?),
+        None => None,
+    };
     fence.wait()?;
     // SAFETY: the copy has completed; the buffer is page-aligned and holds the two summaries.
     let words = unsafe { std::slice::from_raw_parts(host as *const u32, SUMMARY_BYTES / 4) };
@@ -753,6 +764,9 @@ pub unsafe fn enqueue(
     ) {
         Ok(p) => p,
         Err(e) => {
+            if opts.moduli.is_none() {
+                remember_decline(scaling);
+            }
             // the speculative residues still read A and B: the caller may free them next
             sync(stream)?;
             return Err(e);
@@ -762,10 +776,10 @@ pub unsafe fn enqueue(
     if opts.moduli.is_none() {
         remember_moduli(scaling, r);
     }
-    if r != guess {
-        planes = convert(gpu, r)?;
-    }
-    let (planes_a, planes_b) = planes;
+    let (planes_a, planes_b) = match planes {
+        Some(formed) if guess == Some(r) => formed,
+        _ => convert(gpu, r)?,
+    };
     marks.mark(Phase::Convert)?;
 
     // 4 + 5. products and reconstruction per column block, as large as free memory allows
