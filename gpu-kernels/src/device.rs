@@ -30,6 +30,12 @@ pub struct Gpu {
     pub cc: (i32, i32),
     /// Multiprocessor count.
     pub sms: i32,
+    /// Peak SM clock, kHz.
+    pub clock_khz: i32,
+    /// Peak memory bandwidth, bytes per second (memory clock x bus width, double data rate).
+    pub memory_bytes_per_s: f64,
+    /// Device memory, bytes.
+    pub memory_bytes: u64,
     /// Driver API version (e.g. 13000).
     pub driver_version: i32,
     /// cuBLAS version (e.g. 130100).
@@ -287,6 +293,9 @@ impl Gpu {
             name: found.name,
             cc,
             sms: found.sms,
+            clock_khz: found.clock_khz,
+            memory_bytes_per_s: found.memory_bytes_per_s,
+            memory_bytes: found.memory_bytes,
             driver_version,
             cublas_version,
             ctx,
@@ -380,6 +389,9 @@ struct Found {
     name: String,
     cc: (i32, i32),
     sms: i32,
+    clock_khz: i32,
+    memory_bytes_per_s: f64,
+    memory_bytes: u64,
     driver_version: i32,
 }
 
@@ -481,6 +493,17 @@ fn find_device(explicit: Option<u32>) -> Result<Found, GpuError> {
         attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
     );
     let sms = attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let clock_khz = attribute(dev, CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?;
+    // kHz x bits x 2 transfers per clock / 8 bits per byte
+    let memory_bytes_per_s = attribute(dev, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)? as f64
+        * 1e3
+        * attribute(dev, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)? as f64
+        / 4.0;
+    let mut memory_bytes = 0usize;
+    // SAFETY: out-parameter; `dev` is a valid device.
+    unsafe { sys::cuDeviceTotalMem_v2(&mut memory_bytes, dev) }
+        .result()
+        .ctx("cuDeviceTotalMem")?;
     let mut driver_version = 0;
     // SAFETY: out-parameter.
     unsafe { sys::cuDriverGetVersion(&mut driver_version) }
@@ -492,6 +515,9 @@ fn find_device(explicit: Option<u32>) -> Result<Found, GpuError> {
         name,
         cc,
         sms,
+        clock_khz,
+        memory_bytes_per_s,
+        memory_bytes: memory_bytes as u64,
         driver_version,
     })
 }

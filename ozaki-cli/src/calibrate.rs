@@ -199,9 +199,9 @@ fn from_trace(a: &Args) -> anyhow::Result<ExitCode> {
         Some(p) => Profile::load(p).map_err(anyhow::Error::msg)?,
         None => {
             let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
-            let gpu = ozaki_shim::route::choose::gpu_name();
+            let gpu = ozaki_shim::route::choose::gpu_traits();
             let (p, _, warn) =
-                profile::resolve(env.as_deref(), gpu.as_deref()).map_err(anyhow::Error::msg)?;
+                profile::resolve(env.as_deref(), gpu.as_ref()).map_err(anyhow::Error::msg)?;
             if let Some(w) = warn {
                 eprintln!("ozaki calibrate: {w}");
             }
@@ -240,14 +240,14 @@ fn from_trace(a: &Args) -> anyhow::Result<ExitCode> {
 /// `--survey-only`: the per-device part of a calibration, merged into an existing profile.
 fn survey_only(a: &Args) -> anyhow::Result<ExitCode> {
     let t = Instant::now();
-    let gpu_name =
-        ozaki_shim::route::choose::gpu_name().context("--survey-only needs a usable GPU")?;
+    let gpu =
+        ozaki_shim::route::choose::gpu_traits().context("--survey-only needs a usable GPU")?;
     let mut prof = match &a.base {
         Some(p) => Profile::load(p).map_err(anyhow::Error::msg)?,
         None => {
             let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
             let (p, src, warn) =
-                profile::resolve(env.as_deref(), Some(&gpu_name)).map_err(anyhow::Error::msg)?;
+                profile::resolve(env.as_deref(), Some(&gpu)).map_err(anyhow::Error::msg)?;
             if let Some(w) = warn {
                 eprintln!("ozaki calibrate: {w}");
             }
@@ -275,7 +275,7 @@ fn survey_only(a: &Args) -> anyhow::Result<ExitCode> {
     });
     let out = match &a.out {
         Some(p) => p.clone(),
-        None => profile::default_path(Some(&gpu_name))
+        None => profile::default_path(Some(&gpu.name))
             .context("no cache directory (set HOME or XDG_CACHE_HOME) and no --out")?,
     };
     prof.save(&out)

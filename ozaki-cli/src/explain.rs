@@ -7,6 +7,7 @@
 
 use anyhow::Context;
 use clap::Parser;
+use ozaki_core::engine::adapt::GpuTraits;
 use ozaki_core::engine::choose::{self, Engine, MODULI_WITHOUT_DATA};
 use ozaki_core::engine::platforms::{self, Platform};
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
@@ -72,14 +73,16 @@ impl ModelArgs {
                 format!("{}", path.display()),
             ),
             None => {
+                // A GPU named on the command line or in the environment is known by name only.
                 let gpu = self
                     .gpu
                     .clone()
                     .or_else(|| ozaki_core::env::var(ozaki_core::env::GPU_NAME))
-                    .or_else(ozaki_shim::route::choose::gpu_name);
+                    .map(|n| GpuTraits::named(&n))
+                    .or_else(ozaki_shim::route::choose::gpu_traits);
                 let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
                 let (p, s, warn) =
-                    profile::resolve(env.as_deref(), gpu.as_deref()).map_err(anyhow::Error::msg)?;
+                    profile::resolve(env.as_deref(), gpu.as_ref()).map_err(anyhow::Error::msg)?;
                 if let Some(w) = warn {
                     eprintln!("ozaki: {w}");
                 }
@@ -87,6 +90,7 @@ impl ModelArgs {
                     ProfileSource::Env(p) => format!("OZAKI_PROFILE={}", p.display()),
                     ProfileSource::Cache(p) => format!("{}", p.display()),
                     ProfileSource::BuiltIn(n) => format!("built-in {n}"),
+                    ProfileSource::Scaled(n) => format!("built-in {n}, scaled to this GPU"),
                 };
                 (p, s)
             }

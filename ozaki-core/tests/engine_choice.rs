@@ -1,6 +1,7 @@
 //! The measured engine: profile loading order, the choice rule under the accuracy contract,
 //! the decision cache, and calibration fits/validation.
 
+use ozaki_core::engine::adapt::GpuTraits;
 use ozaki_core::engine::calibrate::{
     self, CpuSamples, Direction, GpuMeasurements, HostMemory, LinkSample, Measurements, Plan,
     RouteSample, StagedSample, StreamSample,
@@ -38,12 +39,17 @@ fn built_in_profiles_load_and_match_their_gpu() {
     assert_eq!(profile::gpu_slug("NVIDIA H200 NVL"), "nvidia-h200-nvl");
 }
 
+fn named(name: &str) -> GpuTraits {
+    GpuTraits::named(name)
+}
+
 #[test]
 fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
     let dir = tmpdir("resolve");
     // Built-in for the detected GPU: a short, routine notice naming `ozaki calibrate`, which
     // the shim keeps off stderr.
-    let (p, src, warn) = profile::resolve_in(None, Some("NVIDIA H200"), Some(&dir)).unwrap();
+    let (p, src, warn) =
+        profile::resolve_in(None, Some(&named("NVIDIA H200")), Some(&dir)).unwrap();
     assert_eq!(src, ProfileSource::BuiltIn("h200"));
     assert!(p.gpu.is_some());
     let warn = warn.unwrap();
@@ -55,10 +61,45 @@ fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
         warn.text.len() <= 120 && !warn.text.contains('\n'),
         "one short line: {warn:?}"
     );
-    // A GPU no built-in profile describes: the GPU routes are off, and the notice says so.
-    let (p, _, warn) = profile::resolve_in(None, Some("NVIDIA A100"), Some(&dir)).unwrap();
+    // A GPU no built-in profile describes and whose architecture is unknown or unlike any
+    // built-in one's: the GPU routes are off, and the notice says so.
+    let a100 = GpuTraits {
+        name: "NVIDIA A100-SXM4-40GB".into(),
+        cc: (8, 0),
+        sms: 108,
+        clock_khz: 1_410_000,
+        memory_bytes_per_s: 1.555e12,
+        memory_bytes: 42_949_672_960,
+    };
+    for gpu in [named("NVIDIA A100"), a100] {
+        let (p, _, warn) = profile::resolve_in(None, Some(&gpu), Some(&dir)).unwrap();
+        let warn = warn.unwrap();
+        assert!(p.gpu.is_none() && !warn.routine && warn.text.contains("never chosen"));
+    }
+    // A GPU of the H200's architecture without a profile of its own (an H100): the H200's
+    // profile scaled to it, loudly, so the GPU routes are priced.
+    let h100 = GpuTraits {
+        name: "NVIDIA H100 80GB HBM3".into(),
+        cc: (9, 0),
+        sms: 132,
+        clock_khz: 1_980_000,
+        memory_bytes_per_s: 3.35e12,
+        memory_bytes: 85_520_809_984,
+    };
+    let (p, src, warn) = profile::resolve_in(None, Some(&h100), Some(&dir)).unwrap();
     let warn = warn.unwrap();
-    assert!(p.gpu.is_none() && !warn.routine && warn.text.contains("never chosen"));
+    assert_eq!(src, ProfileSource::Scaled("h200"));
+    assert_eq!(p.gpu.as_ref().unwrap().name, h100.name);
+    assert!(
+        !warn.routine && warn.text.contains("scaled") && warn.text.contains("ozaki calibrate"),
+        "{warn:?}"
+    );
+    // and its engine sends a large host-resident product to the GPU, as on the H200
+    let big = CallShape::gemm(8192, 8192, 8192);
+    assert_ne!(
+        Engine::new(p, 16).decide(&big, Some(14)).route,
+        Route::Vendor
+    );
     // No GPU: CPU-only built-in.
     let (p, _, warn) = profile::resolve_in(None, None, Some(&dir)).unwrap();
     assert!(p.gpu.is_none() && warn.is_some());
@@ -67,7 +108,8 @@ fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
     mine.name = "measured-here".into();
     mine.save(&profile::default_path_in(&dir, Some("NVIDIA H200")))
         .unwrap();
-    let (p, src, warn) = profile::resolve_in(None, Some("NVIDIA H200"), Some(&dir)).unwrap();
+    let (p, src, warn) =
+        profile::resolve_in(None, Some(&named("NVIDIA H200")), Some(&dir)).unwrap();
     assert_eq!(p.name, "measured-here");
     assert!(matches!(src, ProfileSource::Cache(_)) && warn.is_none());
     // OZAKI_PROFILE wins over both; a missing or newer-version file is an error.
@@ -75,7 +117,7 @@ fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
     mine.name = "explicit".into();
     mine.save(&explicit).unwrap();
     let (p, _, _) =
-        profile::resolve_in(explicit.to_str(), Some("NVIDIA H200"), Some(&dir)).unwrap();
+        profile::resolve_in(explicit.to_str(), Some(&named("NVIDIA H200")), Some(&dir)).unwrap();
     assert_eq!(p.name, "explicit");
     assert!(
         profile::resolve_in(Some("/nonexistent/p.json"), None, Some(&dir))

@@ -6,7 +6,9 @@
 //!    `$XDG_CACHE_HOME` or `~/.cache` (written by `ozaki calibrate`);
 //! 3. a built-in profile for the detected GPU (`profiles/*.json`, made by a real calibration
 //!    run), with a warning that it was measured on another machine of that model;
-//! 4. the built-in CPU-only profile (no GPU routes), with a warning.
+//! 4. a built-in profile of a GPU of the same architecture, scaled to the detected one's
+//!    resources ([`super::adapt`]), with a warning;
+//! 5. the built-in CPU-only profile (no GPU routes), with a warning.
 //!
 //! A profile is keyed by realisation, not just device (take-away from paper 003): it records
 //! the GPU name, driver, CUDA and the vendor BLAS it was measured with.
@@ -21,6 +23,7 @@
 //!   square, skinny and k-heavy shapes. Optional: without them a device-resident call takes
 //!   the host-resident corrections, as before.
 
+use super::adapt::{self, GpuTraits};
 use super::work_model::{Correction, WorkModel};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -404,6 +407,9 @@ pub enum ProfileSource {
     Cache(PathBuf),
     /// A built-in profile (name), for the detected GPU model.
     BuiltIn(&'static str),
+    /// A built-in profile (name) of another GPU of the detected one's architecture, scaled
+    /// to it ([`super::adapt`]).
+    Scaled(&'static str),
 }
 
 /// The built-in profiles shipped with the crate: (file name, GPU name fragment, JSON).
@@ -580,9 +586,9 @@ impl std::fmt::Display for Notice {
 /// fails is an error, not a silent fallback).
 pub fn resolve(
     env_profile: Option<&str>,
-    gpu_name: Option<&str>,
+    gpu: Option<&GpuTraits>,
 ) -> Result<(Profile, ProfileSource, Option<Notice>), String> {
-    resolve_in(env_profile, gpu_name, cache_dir().as_deref())
+    resolve_in(env_profile, gpu, cache_dir().as_deref())
 }
 
 /// [`resolve`] with an explicit cache directory (`None`: no cache lookup).
@@ -591,9 +597,10 @@ pub fn resolve(
 /// As [`resolve`].
 pub fn resolve_in(
     env_profile: Option<&str>,
-    gpu_name: Option<&str>,
+    gpu: Option<&GpuTraits>,
     cache: Option<&Path>,
 ) -> Result<(Profile, ProfileSource, Option<Notice>), String> {
+    let gpu_name = gpu.map(|g| g.name.as_str());
     if let Some(p) = env_profile.filter(|p| !p.is_empty()) {
         let path = PathBuf::from(p);
         return Profile::load(&path)
@@ -607,7 +614,7 @@ pub fn resolve_in(
             Ok(prof) => return Ok((prof, ProfileSource::Cache(path), None)),
             Err(e) => {
                 // A broken cached profile falls through to the built-in one, loudly.
-                let (prof, src, w) = built_in_fallback(gpu_name);
+                let (prof, src, w) = built_in_fallback(gpu);
                 let w = format!(
                     "ignoring unusable profile {e}; {}",
                     w.map(|w| w.text).unwrap_or_default()
@@ -616,7 +623,7 @@ pub fn resolve_in(
             }
         }
     }
-    let (prof, src, w) = built_in_fallback(gpu_name);
+    let (prof, src, w) = built_in_fallback(gpu);
     Ok((prof, src, w))
 }
 
@@ -634,22 +641,39 @@ fn trusted(path: &Path) -> Result<(), String> {
     check_owned_file(&meta, euid, 0o022).map_err(|e| format!("{shown}: {e}"))
 }
 
-fn built_in_fallback(gpu_name: Option<&str>) -> (Profile, ProfileSource, Option<Notice>) {
-    if let Some(g) = gpu_name
-        && let Some((name, prof)) = Profile::built_in_for_gpu(g)
+fn built_in_fallback(gpu: Option<&GpuTraits>) -> (Profile, ProfileSource, Option<Notice>) {
+    if let Some(g) = gpu
+        && let Some((name, prof)) = Profile::built_in_for_gpu(&g.name)
     {
         let w = Notice {
             text: format!(
-                "using the built-in {name} profile for {g} (`ozaki calibrate` measures this machine)"
+                "using the built-in {name} profile for {} (`ozaki calibrate` measures this machine)",
+                g.name
             ),
             routine: true,
         };
         return (prof, ProfileSource::BuiltIn(name), Some(w));
     }
+    if let Some(g) = gpu
+        && let Some((name, prof, s)) = same_architecture(g)
+    {
+        let w = format!(
+            "no profile for {}: pricing it with the built-in {name} profile scaled to it (same \
+             architecture; products x{:.2}, memory bandwidth x{:.2}) and corrected by the calls \
+             it measures; `ozaki calibrate` measures this machine",
+            g.name, s.compute, s.memory
+        );
+        return (
+            adapt::adapted(&prof, s, g),
+            ProfileSource::Scaled(name),
+            Some(Notice::loud(w)),
+        );
+    }
     let prof = Profile::built_in("cpu-only").expect("cpu-only profile ships");
-    let w = match gpu_name {
+    let w = match gpu {
         Some(g) => format!(
-            "no profile for {g}: GPU routes are never chosen until `ozaki calibrate` measures this machine"
+            "no profile for {}: GPU routes are never chosen until `ozaki calibrate` measures this machine",
+            g.name
         ),
         None => "no GPU and no calibrated profile; using the CPU-only built-in profile".to_string(),
     };
@@ -658,6 +682,34 @@ fn built_in_fallback(gpu_name: Option<&str>) -> (Profile, ProfileSource, Option<
         ProfileSource::BuiltIn("cpu-only"),
         Some(Notice::loud(w)),
     )
+}
+
+/// The GPU a built-in profile was measured on, as the driver reports it (memory bandwidth:
+/// the datasheet's peak).
+fn measured_on(name: &str, prof: &Profile) -> Option<GpuTraits> {
+    let g = prof.gpu.as_ref()?;
+    let (cc, sms, clock_khz, memory_bytes_per_s) = match name {
+        "h200" => ((9, 0), 132, 1_980_000, 4.8e12),
+        _ => return None,
+    };
+    Some(GpuTraits {
+        name: g.name.clone(),
+        cc,
+        sms,
+        clock_khz,
+        memory_bytes_per_s,
+        memory_bytes: g.memory_bytes,
+    })
+}
+
+/// The first built-in profile measured on a GPU of `g`'s architecture, with the scaling to
+/// `g`.
+fn same_architecture(g: &GpuTraits) -> Option<(&'static str, Profile, adapt::Scale)> {
+    BUILT_IN.iter().find_map(|(name, _, _)| {
+        let prof = Profile::built_in(name)?;
+        let s = adapt::scale(&measured_on(name, &prof)?, g)?;
+        Some((*name, prof, s))
+    })
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ use crate::abi::Canon;
 use crate::config::{Config, GpuStart, HostRegister, notice};
 use crate::lazy::Lazy;
 use ozaki_core::blas::Trans;
+use ozaki_core::engine::adapt::GpuTraits;
 use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
 use ozaki_core::engine::correct::ClassKey;
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
@@ -68,7 +69,7 @@ pub const CLEARLY: f64 = 2.0;
 
 /// The name of this process's GPU, when a GPU route can run here (initialises the GPU: the
 /// first `auto` call pays for it once, as the first GPU call would anyway).
-pub fn gpu_name() -> Option<String> {
+pub fn gpu_traits() -> Option<GpuTraits> {
     let libs = gpu_kernels::probe::Libraries::detect();
     if let Some(missing) = libs.native_missing() {
         // A CPU-only machine needs no line on every process's stderr; a GPU machine that lacks
@@ -83,7 +84,14 @@ pub fn gpu_name() -> Option<String> {
         return None;
     }
     match gpu_kernels::gpu() {
-        Ok(g) => Some(g.name.clone()),
+        Ok(g) => Some(GpuTraits {
+            name: g.name.clone(),
+            cc: g.cc,
+            sms: g.sms.max(0) as u32,
+            clock_khz: g.clock_khz.max(0) as u32,
+            memory_bytes_per_s: g.memory_bytes_per_s,
+            memory_bytes: g.memory_bytes,
+        }),
         Err(e) => {
             tracing::info!("auto: no GPU route in this process ({e})");
             None
@@ -91,10 +99,15 @@ pub fn gpu_name() -> Option<String> {
     }
 }
 
+/// The name of the GPU this process would use ([`gpu_traits`]).
+pub fn gpu_name() -> Option<String> {
+    gpu_traits().map(|g| g.name)
+}
+
 fn build() -> Engine {
-    let gpu = gpu_name();
+    let gpu = gpu_traits();
     let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
-    let mut prof = match profile::resolve(env.as_deref(), gpu.as_deref()) {
+    let mut prof = match profile::resolve(env.as_deref(), gpu.as_ref()) {
         Ok((p, src, warn)) => {
             // Without a GPU there is nothing to choose between, and the built-in profile of
             // this GPU model prices every route: neither needs a line on every process's
@@ -107,13 +120,14 @@ fn build() -> Engine {
             let src = match src {
                 ProfileSource::Env(p) | ProfileSource::Cache(p) => p.display().to_string(),
                 ProfileSource::BuiltIn(n) => format!("built-in {n}"),
+                ProfileSource::Scaled(n) => format!("built-in {n}, scaled to this GPU"),
             };
             tracing::info!(profile = %p.name, source = %src, "auto: engine profile");
             p
         }
         Err(e) => {
             notice(&format!("{e}; using the built-in profile"));
-            profile::resolve(None, gpu.as_deref())
+            profile::resolve(None, gpu.as_ref())
                 .map_or_else(|_| Profile::built_in("cpu-only").expect("ships"), |x| x.0)
         }
     };
