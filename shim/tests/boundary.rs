@@ -85,6 +85,41 @@ fn without_computed_results(text: &str) -> String {
     out.join("\n")
 }
 
+/// The lines `vendor_args` printed for the case named `name`: its reports and its hash of C.
+fn case_lines<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let header = format!("case {name}");
+    let mut lines = text.lines().skip_while(|l| *l != header);
+    assert!(lines.next().is_some(), "no case {name:?} in:\n{text}");
+    lines.take_while(|l| !l.starts_with("case ")).collect()
+}
+
+/// Asserts that the BLAS the matrix calls `name` behaves as that vendor where the vendors
+/// differ, so that a matrix whose second vendor is really the reference again (a broken
+/// OpenBLAS folder, a library path that falls through to the system default) fails instead
+/// of testing the reference twice. The edge: `dgemm_` with k = 0 and ldb = 0 is illegal to
+/// the reference (it requires LDB >= max(1, k): parameter 10 is reported, C left alone),
+/// while OpenBLAS accepts it and computes C = beta C.
+fn assert_is_the_vendor_named(name: &str, text: &str) {
+    // "dgemm transa" is rejected by every vendor: its hash is that of the untouched C.
+    let untouched = case_lines(text, "dgemm transa");
+    let untouched = untouched.last().expect("a hash line");
+    let edge = case_lines(text, "dgemm k=0 ldb=0");
+    let reported = edge.iter().any(|l| l.contains("xerbla [DGEMM] info=10"));
+    let scaled = edge.last() != Some(untouched);
+    match name {
+        "reference" => assert!(
+            reported && !scaled,
+            "the reference BLAS reports dgemm k=0 ldb=0 and leaves C alone: {edge:?}"
+        ),
+        "openblas" => assert!(
+            !reported && scaled,
+            "OpenBLAS computes C = beta C for dgemm k=0 ldb=0 without a report (a library \
+             that reports it is not OpenBLAS): {edge:?}"
+        ),
+        other => panic!("no known behaviour for the vendor {other}"),
+    }
+}
+
 #[test]
 fn illegal_and_degenerate_arguments_give_what_each_vendor_gives_on_every_route() {
     let dir = work_dir("vendor-args");
@@ -105,6 +140,7 @@ fn illegal_and_degenerate_arguments_give_what_each_vendor_gives_on_every_route()
             .find_map(|l| l.strip_prefix("cases "))
             .and_then(|n| n.parse().ok())
             .expect("the client prints its case count");
+        assert_is_the_vendor_named(name, &want);
         for route in ["vendor", "auto", "builtin", "cpu-ozaki"] {
             let trace = dir.join(format!("{name}-{route}.jsonl"));
             let mut cmd = over(shimmed(&prog, Some(&trace)), folder);
