@@ -168,9 +168,17 @@ fn illegal_and_degenerate_arguments_give_what_each_vendor_gives_on_every_route()
 #[test]
 fn a_throwing_cxx_xerbla_reaches_the_programs_catch() {
     let dir = work_dir("xerbla-throw");
-    let Some(prog) = compile(&dir, "g++", "xerbla_throw.cpp", "xerbla_throw", &["-lblas"]) else {
+    let Some(prog) = compile(
+        &dir,
+        "g++",
+        "xerbla_throw.cpp",
+        "xerbla_throw",
+        &["-lblas", "-ldl"],
+    ) else {
         return;
     };
+    let reference = stdout(&run_ok(&mut plain(&prog)));
+    assert_eq!(reference.matches(": caught ").count(), 5, "{reference}");
     for (name, folder) in vendors() {
         let want = stdout(&run_ok(&mut over(plain(&prog), folder)));
         assert_eq!(want.matches(": caught ").count(), 5, "{name}: {want}");
@@ -185,6 +193,38 @@ fn a_throwing_cxx_xerbla_reaches_the_programs_catch() {
             );
         }
     }
+    // The ILP64 names have no vendor: the shim itself calls the program's xerbla_, and the
+    // exception must cross the shim's frames to the catch. The reports and the legal call's
+    // C are the reference's.
+    for route in ["vendor", "auto", "builtin"] {
+        let trace = dir.join(format!("ilp64-{route}.jsonl"));
+        let mut cmd = shimmed(&prog, Some(&trace));
+        let got = run_within(
+            cmd.arg("ilp64").env("OZAKI_ROUTE", route),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|| panic!("ILP64 names, OZAKI_ROUTE={route}: the program hung"));
+        assert!(
+            got.status.success(),
+            "ILP64 names, OZAKI_ROUTE={route}: {} {}",
+            got.status,
+            String::from_utf8_lossy(&got.stderr)
+        );
+        assert_same_output(
+            &format!("ILP64 names, OZAKI_ROUTE={route}"),
+            reference.as_bytes(),
+            &got.stdout,
+        );
+        let t = read_trace(&trace);
+        let reports = calls_in_order(&t)
+            .iter()
+            .filter(|c| c.route == "xerbla" && c.ilp64)
+            .count();
+        assert_eq!(
+            reports, 5,
+            "ILP64 names, OZAKI_ROUTE={route}: one record per report"
+        );
+    }
 }
 
 #[test]
@@ -195,13 +235,28 @@ fn a_longjmp_out_of_xerbla_leaves_later_calls_intercepted() {
         "cc",
         "xerbla_longjmp.c",
         "xerbla_longjmp",
-        &["-lblas", "-lm"],
+        &["-lblas", "-lm", "-ldl"],
     ) else {
         return;
     };
     // The builtin kernel gives the reference BLAS's bits whatever BLAS lies below it, so its
     // expected output is the reference's; the vendor route must give the vendor's own.
     let reference = stdout(&run_ok(&mut plain(&prog)));
+    let check = |what: &str, trace: &Path, route: &str, want: &str| {
+        let t = read_trace(trace);
+        let calls = calls_in_order(&t);
+        let legal: Vec<_> = calls.iter().filter(|c| c.route != "xerbla").collect();
+        assert!(
+            legal.iter().all(|c| c.route == route),
+            "{what}: every legal call after a longjmp is routed as OZAKI_ROUTE says"
+        );
+        let seen: Vec<_> = legal.iter().map(|c| observed(c)).collect();
+        assert_eq!(
+            seen,
+            expectations(want),
+            "{what}: every legal call after a longjmp is traced, once"
+        );
+    };
     for (name, folder) in vendors() {
         let own = stdout(&run_ok(&mut over(plain(&prog), folder)));
         assert!(own.contains("jumps 2"), "{name}: {own}");
@@ -211,20 +266,44 @@ fn a_longjmp_out_of_xerbla_leaves_later_calls_intercepted() {
             let got = run_ok(cmd.env("OZAKI_ROUTE", route));
             let what = format!("{name} BLAS, OZAKI_ROUTE={route}");
             assert_same_output(&what, want.as_bytes(), &got.stdout);
-            let t = read_trace(&trace);
-            let calls = calls_in_order(&t);
-            let legal: Vec<_> = calls.iter().filter(|c| c.route != "xerbla").collect();
-            assert!(
-                legal.iter().all(|c| c.route == route),
-                "{what}: every legal call after a longjmp is routed as OZAKI_ROUTE says"
-            );
-            let seen: Vec<_> = legal.iter().map(|c| observed(c)).collect();
-            assert_eq!(
-                seen,
-                expectations(want),
-                "{what}: every legal call after a longjmp is traced, once"
-            );
+            check(&what, &trace, route, want);
         }
+    }
+    // The ILP64 names have no vendor: the shim itself calls the program's xerbla_, which
+    // longjmps out of the shim's frames. Every legal call is then the built-in kernel's (the
+    // reference's bits) and traced once under its ILP64 name.
+    let without_expect = |text: &str| -> String {
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("expect ")).collect();
+        lines.join("\n")
+    };
+    for route in ["vendor", "builtin"] {
+        let trace = dir.join(format!("ilp64-{route}.jsonl"));
+        let mut cmd = shimmed(&prog, Some(&trace));
+        let out = run_within(
+            cmd.arg("ilp64").env("OZAKI_ROUTE", route),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|| panic!("ILP64 names, OZAKI_ROUTE={route}: the program hung"));
+        let what = format!("ILP64 names, OZAKI_ROUTE={route}");
+        assert!(out.status.success(), "{what}: {out:?}");
+        let got = stdout(&out);
+        assert!(got.contains("jumps 2"), "{what}: {got}");
+        assert_same_output(
+            &what,
+            without_expect(&reference).as_bytes(),
+            without_expect(&got).as_bytes(),
+        );
+        let want: Vec<Expect> = expectations(&got);
+        assert!(
+            want.len() == 5 && want.iter().all(|e| e.ilp64),
+            "{what}: the client made its legal calls through the ILP64 names: {got}"
+        );
+        check(&what, &trace, "builtin", &got);
+        let reports = calls_in_order(&read_trace(&trace))
+            .iter()
+            .filter(|c| c.route == "xerbla")
+            .count();
+        assert_eq!(reports, 2, "{what}: one record per report");
     }
 }
 
