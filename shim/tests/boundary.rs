@@ -2,9 +2,9 @@
 //! argument checks and error reports, error handlers that throw or `longjmp`, `fork` during
 //! the first call, C with huge leading dimensions, BLAS calls made by library constructors.
 //!
-//! The argument and handler clients run over Debian's reference BLAS and Debian's OpenBLAS
-//! (pinned per process by library folder), each without the shim and with it on every CPU
-//! route: the program must see exactly what its BLAS gives it.
+//! Every client runs over Debian's reference BLAS and Debian's OpenBLAS (pinned per process
+//! by library folder, [`vendors`] and [`over`]), each without the shim and with it: the
+//! program must see exactly what its BLAS gives it.
 
 mod common;
 
@@ -313,17 +313,19 @@ fn children_forked_during_the_first_call_finish_their_own() {
     let Some(prog) = compile(&dir, "cc", "fork_race.c", "fork_race", &["-lblas", "-lm"]) else {
         return;
     };
-    let trace = dir.join("t-%p.jsonl");
-    for route in ["auto", "vendor"] {
-        let mut cmd = shimmed(&prog, Some(&trace));
-        cmd.args(["48", "75"]).env("OZAKI_ROUTE", route);
-        let out = run_within(&mut cmd, Duration::from_secs(240))
-            .expect("the fork-race client finishes (each child has 5 s)");
-        let text = stdout(&out);
-        assert!(
-            text.contains("trials 48 hung 0"),
-            "OZAKI_ROUTE={route}: children hung at their first call: {text}"
-        );
+    for (name, folder) in vendors() {
+        let trace = dir.join(format!("{name}-%p.jsonl"));
+        for route in ["auto", "vendor"] {
+            let mut cmd = over(shimmed(&prog, Some(&trace)), folder);
+            cmd.args(["48", "75"]).env("OZAKI_ROUTE", route);
+            let out = run_within(&mut cmd, Duration::from_secs(240))
+                .expect("the fork-race client finishes (each child has 5 s)");
+            let text = stdout(&out);
+            assert!(
+                text.contains("trials 48 hung 0"),
+                "{name} BLAS, OZAKI_ROUTE={route}: children hung at their first call: {text}"
+            );
+        }
     }
 }
 
@@ -347,40 +349,42 @@ fn a_strided_c_is_touched_only_in_its_block() {
             .and_then(|t| t.parse().ok())
             .expect("a timing line")
     };
-    let without = run_ok(&mut plain(&prog));
-    assert_eq!(results(&without).len(), 5);
-    let vendor_ms = time(&without);
-    // The GPU routes fall back to the vendor where no GPU is; on the GPU machine they compute
-    // on the packed block.
-    for (route, ab) in [
-        ("vendor", None),
-        ("builtin", None),
-        ("cpu-ozaki", None),
-        ("builtin", Some("1")),
-        ("gpu-native", None),
-        ("gpu-ozaki", None),
-    ] {
-        let mut cmd = shimmed(&prog, None);
-        cmd.env("OZAKI_ROUTE", route);
-        if let Some(ab) = ab {
-            cmd.env("OZAKI_AB", ab);
-        }
-        // A read or write of the gaps between C's columns is a SIGSEGV here.
-        let with = run_ok(&mut cmd);
-        assert_eq!(
-            results(&with),
-            results(&without),
-            "OZAKI_ROUTE={route} OZAKI_AB={ab:?}: exact integer results"
-        );
-        if route == "builtin" && ab.is_none() {
-            let builtin_ms = time(&with);
-            eprintln!(
-                "8 x 2000 (k = 16) with ldc = 20000: vendor {vendor_ms:.3} ms, builtin {builtin_ms:.3} ms"
+    for (name, folder) in vendors() {
+        let without = run_ok(&mut over(plain(&prog), folder));
+        assert_eq!(results(&without).len(), 5, "{name}");
+        let vendor_ms = time(&without);
+        // The GPU routes fall back to the vendor where no GPU is; on the GPU machine they
+        // compute on the packed block.
+        for (route, ab) in [
+            ("vendor", None),
+            ("builtin", None),
+            ("cpu-ozaki", None),
+            ("builtin", Some("1")),
+            ("gpu-native", None),
+            ("gpu-ozaki", None),
+        ] {
+            let mut cmd = over(shimmed(&prog, None), folder);
+            cmd.env("OZAKI_ROUTE", route);
+            if let Some(ab) = ab {
+                cmd.env("OZAKI_AB", ab);
+            }
+            // A read or write of the gaps between C's columns is a SIGSEGV here.
+            let with = run_ok(&mut cmd);
+            assert_eq!(
+                results(&with),
+                results(&without),
+                "{name} BLAS, OZAKI_ROUTE={route} OZAKI_AB={ab:?}: exact integer results"
             );
-            assert!(
-                builtin_ms < 20.0 * vendor_ms + 20.0,
-                "the built-in route copies more than the block: {builtin_ms} ms vs the vendor's {vendor_ms} ms"
-            );
+            if route == "builtin" && ab.is_none() {
+                let builtin_ms = time(&with);
+                eprintln!(
+                    "{name} BLAS, 8 x 2000 (k = 16) with ldc = 20000: vendor {vendor_ms:.3} ms, builtin {builtin_ms:.3} ms"
+                );
+                assert!(
+                    builtin_ms < 20.0 * vendor_ms + 20.0,
+                    "{name} BLAS: the built-in route copies more than the block: {builtin_ms} ms vs the vendor's {vendor_ms} ms"
+                );
+            }
         }
     }
 }
@@ -401,33 +405,39 @@ fn a_call_from_a_constructor_that_runs_before_ours_is_this_processs_own() {
     ) else {
         return;
     };
-    let trace = dir.join("trace.jsonl");
-    // The loader runs the later preload's constructor first.
-    let preload = format!("{} {}", shim_lib().display(), early.display());
-    let out = run_ok(shimmed(&prog, Some(&trace)).env("LD_PRELOAD", preload));
-    assert!(
-        stdout(&out).contains("early c = 1 2 3 4"),
-        "{}",
-        stdout(&out)
-    );
-    let t = read_trace(&trace);
-    assert_eq!(
-        t.headers.len(),
-        1,
-        "one header, in the file named (not a child's)"
-    );
-    let h = &t.headers[0];
-    assert_eq!(h.parent_pid, None, "the process is not a fork child");
-    assert!(
-        h.start_unix_s > 1.0e9,
-        "a real start time: {}",
-        h.start_unix_s
-    );
-    assert_eq!(
-        calls_in_order(&t).len(),
-        2,
-        "the constructor's call and main's"
-    );
+    for (name, folder) in vendors() {
+        let trace = dir.join(format!("{name}.jsonl"));
+        // The loader runs the later preload's constructor first.
+        let preload = format!("{} {}", shim_lib().display(), early.display());
+        let mut cmd = over(shimmed(&prog, Some(&trace)), folder);
+        let out = run_ok(cmd.env("LD_PRELOAD", preload));
+        assert!(
+            stdout(&out).contains("early c = 1 2 3 4"),
+            "{name} BLAS: {}",
+            stdout(&out)
+        );
+        let t = read_trace(&trace);
+        assert_eq!(
+            t.headers.len(),
+            1,
+            "{name} BLAS: one header, in the file named (not a child's)"
+        );
+        let h = &t.headers[0];
+        assert_eq!(
+            h.parent_pid, None,
+            "{name} BLAS: the process is not a fork child"
+        );
+        assert!(
+            h.start_unix_s > 1.0e9,
+            "{name} BLAS: a real start time: {}",
+            h.start_unix_s
+        );
+        assert_eq!(
+            calls_in_order(&t).len(),
+            2,
+            "{name} BLAS: the constructor's call and main's"
+        );
+    }
 }
 
 #[test]
@@ -439,19 +449,29 @@ fn a_vendor_calling_dgemm_from_its_constructor_does_not_hang() {
     ) else {
         return;
     };
-    let want = stdout(&run_ok(&mut plain(&prog)));
-    let mut cmd = shimmed(&prog, None);
-    cmd.env("OZAKI_VENDOR_BLAS", &vendor)
-        .env("OZAKI_ROUTE", "vendor");
-    let out = run_within(&mut cmd, Duration::from_secs(30))
-        .expect("the program finishes (its vendor calls dgemm_ while the shim loads it)");
-    let got = stdout(&out);
-    assert!(out.status.success(), "{got}");
-    assert!(
-        got.contains("vendor constructor c = 2 4 6 8"),
-        "the constructor's own call is computed: {got}"
-    );
-    assert!(got.contains(want.trim()), "main's call: {got} vs {want}");
+    // The program is linked with the system's BLAS, which stays loaded under the named
+    // vendor: the reference, or OpenBLAS with its own threads and constructors.
+    for (name, folder) in vendors() {
+        let want = stdout(&run_ok(&mut over(plain(&prog), folder)));
+        let mut cmd = over(shimmed(&prog, None), folder);
+        cmd.env("OZAKI_VENDOR_BLAS", &vendor)
+            .env("OZAKI_ROUTE", "vendor");
+        let out = run_within(&mut cmd, Duration::from_secs(30)).unwrap_or_else(|| {
+            panic!(
+                "{name} BLAS: the program hung (its vendor calls dgemm_ while the shim loads it)"
+            )
+        });
+        let got = stdout(&out);
+        assert!(out.status.success(), "{name} BLAS: {got}");
+        assert!(
+            got.contains("vendor constructor c = 2 4 6 8"),
+            "{name} BLAS: the constructor's own call is computed: {got}"
+        );
+        assert!(
+            got.contains(want.trim()),
+            "{name} BLAS: main's call: {got} vs {want}"
+        );
+    }
 }
 
 /// A program's signal handlers that call BLAS: a process-directed signal never runs its
@@ -461,7 +481,8 @@ fn a_vendor_calling_dgemm_from_its_constructor_does_not_hang() {
 /// main thread's calls are right, and the program ends. On `cpu-ozaki` each of the main
 /// thread's calls starts worker threads, so a fast timer also meets threads being born: one
 /// whose handler ran in its first steps (allocator set-up, before its closure) deadlocked in
-/// `malloc` in more than half of such runs.
+/// `malloc` in more than half of such runs. Over OpenBLAS only the first part runs (see
+/// below why), with and without OpenBLAS's own worker threads.
 #[test]
 fn blas_calls_from_signal_handlers_are_answered_on_the_programs_threads() {
     let dir = work_dir("signal-blas");
@@ -470,39 +491,78 @@ fn blas_calls_from_signal_handlers_are_answered_on_the_programs_threads() {
     };
     // (cpu-ozaki emulates every call, the handler's too: fewer calls, a slower timer, which
     // still fires several times within each call)
-    for (route, calls, every_us) in [
+    let routes = [
         ("vendor", "3000", "50"),
         ("auto", "3000", "50"),
         ("builtin", "3000", "50"),
         ("cpu-ozaki", "100", "500"),
-    ] {
-        let mut without = plain(&prog);
-        let want = stdout(&run_ok(without.args([calls, every_us])));
-        assert!(
-            want.contains("ran on the main thread: yes") && want.contains("handler calls: some"),
-            "{want}"
-        );
-        let trace = dir.join(format!("{route}.jsonl"));
-        let mut cmd = shimmed(&prog, Some(&trace));
-        cmd.args([calls, every_us]).env("OZAKI_ROUTE", route);
-        let out = run_within(&mut cmd, Duration::from_secs(120))
-            .unwrap_or_else(|| panic!("OZAKI_ROUTE={route}: the program hung"));
-        assert!(out.status.success(), "OZAKI_ROUTE={route}: {out:?}");
-        let got = stdout(&out);
-        if route == "cpu-ozaki" {
-            // The handler's calls that interrupt the shim get the vendor's C, the others the
-            // emulation's, which may round differently: only the main thread's are compared.
-            let usr1 = want.lines().next().unwrap();
+    ];
+    for (name, folder) in vendors() {
+        if name != "reference" {
+            continue; // below
+        }
+        for (route, calls, every_us) in routes {
+            let mut without = over(plain(&prog), folder);
+            let want = stdout(&run_ok(without.args([calls, every_us])));
             assert!(
-                got.contains(usr1) && got.contains("main calls wrong: 0;"),
-                "OZAKI_ROUTE={route}: {got} vs {want}"
+                want.contains("ran on the main thread: yes")
+                    && want.contains("handler calls: some"),
+                "{want}"
             );
-        } else {
-            assert_same_output(
-                &format!("OZAKI_ROUTE={route}"),
-                want.as_bytes(),
-                got.as_bytes(),
-            );
+            let trace = dir.join(format!("{route}.jsonl"));
+            let mut cmd = over(shimmed(&prog, Some(&trace)), folder);
+            cmd.args([calls, every_us]).env("OZAKI_ROUTE", route);
+            let out = run_within(&mut cmd, Duration::from_secs(120))
+                .unwrap_or_else(|| panic!("OZAKI_ROUTE={route}: the program hung"));
+            assert!(out.status.success(), "OZAKI_ROUTE={route}: {out:?}");
+            let got = stdout(&out);
+            if route == "cpu-ozaki" {
+                // The handler's calls that interrupt the shim get the vendor's C, the others
+                // the emulation's, which may round differently: only the main thread's are
+                // compared.
+                let usr1 = want.lines().next().unwrap();
+                assert!(
+                    got.contains(usr1) && got.contains("main calls wrong: 0;"),
+                    "OZAKI_ROUTE={route}: {got} vs {want}"
+                );
+            } else {
+                assert_same_output(
+                    &format!("OZAKI_ROUTE={route}"),
+                    want.as_bytes(),
+                    got.as_bytes(),
+                );
+            }
+        }
+    }
+    // OpenBLAS: the process-directed signal only (no timed calls, `0` main calls). A handler's
+    // dgemm_ that interrupts OpenBLAS's own dgemm_ deadlocks in OpenBLAS without the shim
+    // (blas_memory_alloc's mutex, held by the interrupted call), so the timer part cannot run
+    // over it. With OpenBLAS's worker threads (2), which do not block signals, the handler
+    // runs on one of them: with the shim it must run where it runs without, never on one of
+    // the shim's threads, and give the same C.
+    for (name, folder) in vendors() {
+        if name == "reference" {
+            continue;
+        }
+        for blas_threads in ["1", "2"] {
+            let mut without = over(plain(&prog), folder);
+            without
+                .args(["0", "50"])
+                .env("OPENBLAS_NUM_THREADS", blas_threads);
+            let want = stdout(&run_ok(&mut without));
+            assert!(want.contains("c ok: yes"), "{name} BLAS: {want}");
+            for (route, _, _) in routes {
+                let what = format!("{name} BLAS, {blas_threads} threads, OZAKI_ROUTE={route}");
+                let trace = dir.join(format!("{name}-{blas_threads}-{route}.jsonl"));
+                let mut cmd = over(shimmed(&prog, Some(&trace)), folder);
+                cmd.args(["0", "50"])
+                    .env("OPENBLAS_NUM_THREADS", blas_threads)
+                    .env("OZAKI_ROUTE", route);
+                let out = run_within(&mut cmd, Duration::from_secs(60))
+                    .unwrap_or_else(|| panic!("{what}: the program hung"));
+                assert!(out.status.success(), "{what}: {out:?}");
+                assert_same_output(&what, want.as_bytes(), &out.stdout);
+            }
         }
     }
 }
