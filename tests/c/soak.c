@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
     gemm64 = (gemm64_t)dlsym(RTLD_DEFAULT, "dgemm_64_");
     syrk64 = (syrk64_t)dlsym(RTLD_DEFAULT, "dsyrk_64_");
     if (!gemm64 || !syrk64) {
-        /* RTLD_DEEPBIND: libblas64's routines call its own helpers, not the LP64 ones. */
+        /* RTLD_DEEPBIND: libblas64's routines call its own lsame_ and xerbla_, not the LP64 ones. */
         void *ref = dlopen("libblas64.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
         if (!ref) {
             printf("missing libblas64.so.3\n");
