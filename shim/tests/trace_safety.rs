@@ -242,6 +242,26 @@ fn moduli_out_of_range_are_rejected_not_applied_to_every_call() {
     );
 }
 
+/// The worker-thread counts the shim's debug log says `cpu-ozaki` used, call by call.
+fn logged_threads(err: &str) -> Vec<String> {
+    // Without the colour codes a terminal-style log may carry.
+    let mut plain = String::new();
+    let mut chars = err.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+        .lines()
+        .filter(|l| l.contains("cpu-ozaki worker threads"))
+        .filter_map(|l| l.split("threads=").nth(1))
+        .map(|v| v.trim().to_string())
+        .collect()
+}
+
 #[test]
 fn cpu_ozaki_uses_the_thread_count_the_program_set() {
     let dir = work_dir("safety-threads");
@@ -258,27 +278,52 @@ fn cpu_ozaki_uses_the_thread_count_the_program_set() {
         }
         String::from_utf8_lossy(&run_ok(&mut cmd).stderr).into_owned()
     };
-    let picked = |err: &str| {
-        // Without the colour codes a terminal-style log may carry.
-        let mut plain = String::new();
-        let mut chars = err.chars();
-        while let Some(c) = chars.next() {
-            if c == '\x1b' {
-                chars.by_ref().find(|&c| c == 'm');
-            } else {
-                plain.push(c);
-            }
-        }
-        plain
-            .lines()
-            .find(|l| l.contains("cpu-ozaki worker threads"))
-            .and_then(|l| l.split("threads=").nth(1))
-            .map(|v| v.trim().to_string())
-    };
+    let picked = |err: &str| logged_threads(err).into_iter().next();
     let err = run(&[("OMP_NUM_THREADS", "1")]);
     assert_eq!(picked(&err).as_deref(), Some("1"), "{err}");
     let err = run(&[("OPENBLAS_NUM_THREADS", "2"), ("OMP_NUM_THREADS", "1")]);
     assert_eq!(picked(&err).as_deref(), Some("2"), "{err}");
     let err = run(&[("OZAKI_THREADS", "3"), ("OMP_NUM_THREADS", "1")]);
     assert_eq!(picked(&err).as_deref(), Some("3"), "{err}");
+}
+
+/// Under Debian's OpenBLAS, a program that lowers the thread limit at run time
+/// (`openblas_set_num_threads(1)`, after starting with `OPENBLAS_NUM_THREADS=2`) and then
+/// raises it again: each `cpu-ozaki` call uses the limit OpenBLAS has at that call, not the
+/// environment's.
+#[test]
+fn cpu_ozaki_follows_openblas_set_num_threads_at_run_time() {
+    let dir = work_dir("safety-openblas-threads");
+    let Some(prog) = build_c(&dir, "blas_threads", &["-lblas"]) else {
+        return;
+    };
+    let Some((_, openblas)) = vendors().into_iter().find(|(name, _)| *name == "openblas") else {
+        return; // vendors() said why
+    };
+    let mut cmd = over(shimmed(&prog, None), openblas);
+    cmd.args(["1", "2"])
+        .env("OPENBLAS_NUM_THREADS", "2")
+        .env("OZAKI_ROUTE", "cpu-ozaki")
+        .env("OZAKI_LOG", "ozaki_shim=debug");
+    let o = run_ok(&mut cmd);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    // What OpenBLAS itself reports after each change (it may cap a count at its cores).
+    let set: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("set "))
+        .filter_map(|l| l.split(" get ").nth(1))
+        .map(|v| v.trim().to_string())
+        .collect();
+    assert_eq!(
+        set.first().map(String::as_str),
+        Some("1"),
+        "OpenBLAS took the lowered limit: {out}"
+    );
+    assert_eq!(
+        logged_threads(&err),
+        set,
+        "cpu-ozaki's worker threads per call, against OpenBLAS's limit at that call (the \
+         environment says 2):\n{out}\n{err}"
+    );
 }

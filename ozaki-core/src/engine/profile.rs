@@ -610,7 +610,7 @@ pub fn resolve_in(
     if let Some(path) = cache.map(|c| default_path_in(c, gpu_name))
         && path.is_file()
     {
-        match trusted(&path).and_then(|()| Profile::load(&path)) {
+        match load_cached(&path) {
             Ok(prof) => return Ok((prof, ProfileSource::Cache(path), None)),
             Err(e) => {
                 // A broken cached profile falls through to the built-in one, loudly.
@@ -630,15 +630,36 @@ pub fn resolve_in(
 /// A profile found in the cache folder steers every call of every program, so it is used
 /// only when it and the folders above it are this user's alone (`private_path`); one named
 /// in `OZAKI_PROFILE` is the user's own explicit choice and is not checked.
-fn trusted(path: &Path) -> Result<(), String> {
+fn load_cached(path: &Path) -> Result<Profile, String> {
+    load_cached_with(path, || {})
+}
+
+/// [`load_cached`], with `opened` run between the checks and the read (the tests replace
+/// the file there). The file is opened once, without following a symbolic link and without
+/// blocking (a FIFO planted at the path is refused, not waited on); the checks are made on
+/// that handle (`fstat`) and the text is read from it, so the file checked is the file
+/// loaded even if the path is renamed over meanwhile.
+fn load_cached_with(path: &Path, opened: impl FnOnce()) -> Result<Profile, String> {
     use crate::private_path::{check_dir_chain, check_owned_file, effective_uid};
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let shown = path.display();
     let euid = effective_uid().ok_or_else(|| format!("{shown}: cannot tell this user's id"))?;
     if let Some(dir) = path.parent() {
         check_dir_chain(dir, euid).map_err(|e| format!("{shown}: {e}"))?;
     }
-    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{shown}: {e}"))?;
-    check_owned_file(&meta, euid, 0o022).map_err(|e| format!("{shown}: {e}"))
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("{shown}: {e}"))?;
+    check_owned_file(&meta, euid, 0o022).map_err(|e| format!("{shown}: {e}"))?;
+    opened();
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    Profile::from_json(&text).map_err(|e| format!("{shown}: {e}"))
 }
 
 fn built_in_fallback(gpu: Option<&GpuTraits>) -> (Profile, ProfileSource, Option<Notice>) {
@@ -761,6 +782,52 @@ mod tests {
         let (_, src, warning) = resolve_in(None, None, Some(&dir)).unwrap();
         assert_eq!(src, ProfileSource::BuiltIn("cpu-only"));
         assert!(warning.is_some_and(|w| w.text.contains("lets other users in") && !w.routine));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A cached profile renamed over after the checks passed: what is loaded is the file that
+    /// was checked, not whatever the path names by the time it is read. Also a symbolic link
+    /// and a FIFO at the path are refused (the FIFO without waiting for a writer).
+    #[test]
+    fn the_cached_profile_checked_is_the_one_loaded() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("ozaki-profile-swap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = default_path_in(&dir, None);
+        let checked = Profile::built_in("cpu-only").unwrap();
+        let swapped_in = Profile::built_in("h200").unwrap();
+        assert_ne!(checked, swapped_in);
+        checked.save(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let other = dir.join("other.json");
+        swapped_in.save(&other).unwrap();
+        std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let loaded = load_cached_with(&path, || std::fs::rename(&other, &path).unwrap()).unwrap();
+        assert_eq!(loaded, checked, "the profile read is the one checked");
+        // The path now names the file others can write: refused.
+        let e = load_cached(&path).unwrap_err();
+        assert!(e.contains("lets other users in"), "{e}");
+
+        std::fs::remove_file(&path).unwrap();
+        let target = dir.join("target.json");
+        checked.save(&target).unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert!(
+            load_cached(&path).is_err(),
+            "a symbolic link is not followed"
+        );
+        std::fs::remove_file(&path).unwrap();
+
+        let made = std::process::Command::new("mkfifo")
+            .args(["-m", "600"])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfifo");
+        let e = load_cached(&path).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
