@@ -577,3 +577,21 @@ fn calibrate_measures_a_vendor_that_serialises_concurrent_calls() {
         text(&o.stderr)
     );
 }
+
+/// The child a calibration times the GPU's start with: without a usable GPU it says so and
+/// exits with an error status, never a panic and never a made-up time.
+#[test]
+fn timing_a_gpu_start_without_a_gpu_is_an_error_not_a_time() {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        println!(
+            "skipped: timing_a_gpu_start_without_a_gpu_is_an_error_not_a_time: this machine has a GPU"
+        );
+        return;
+    }
+    let o = Command::new(ozaki_bin())
+        .args(["calibrate", "--time-start"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && o.status.code() != Some(101), "{o:?}");
+    assert!(o.stdout.is_empty(), "no time printed: {}", text(&o.stdout));
+}

@@ -222,3 +222,36 @@ pub fn reference_syrk(s: &SyrkArgs<'_>, c: &mut [f64]) {
         }
     }
 }
+
+/// GPUs as the driver describes them (datasheet clocks and bandwidths), for tests of what the
+/// engine makes of a GPU: the H200 the built-in profile was measured on, an H100 of the same
+/// architecture and an A100 of another.
+pub mod gpus {
+    use crate::engine::adapt::GpuTraits;
+
+    fn gpu(name: &str, cc: (i32, i32), sms: u32, mhz: u32, tb_s: f64, gib: u64) -> GpuTraits {
+        GpuTraits {
+            name: name.into(),
+            cc,
+            sms,
+            clock_khz: mhz * 1000,
+            memory_bytes_per_s: tb_s * 1e12,
+            memory_bytes: gib << 30,
+        }
+    }
+
+    /// NVIDIA H200 (sm_90, 132 SMs, 1980 MHz, 4.8 TB/s, 140 GiB).
+    pub fn h200() -> GpuTraits {
+        gpu("NVIDIA H200", (9, 0), 132, 1980, 4.8, 140)
+    }
+
+    /// NVIDIA H100 SXM (sm_90, 132 SMs, 1980 MHz, 3.35 TB/s, 80 GiB).
+    pub fn h100() -> GpuTraits {
+        gpu("NVIDIA H100 80GB HBM3", (9, 0), 132, 1980, 3.35, 80)
+    }
+
+    /// NVIDIA A100 (sm_80, 108 SMs, 1410 MHz, 1.555 TB/s, 40 GiB).
+    pub fn a100() -> GpuTraits {
+        gpu("NVIDIA A100-SXM4-40GB", (8, 0), 108, 1410, 1.555, 40)
+    }
+}

@@ -11,6 +11,7 @@ use ozaki_core::engine::model::{Sample, predict};
 use ozaki_core::engine::profile::{self, Profile, ProfileSource, Reached};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
+use ozaki_core::testutil::gpus;
 use ozaki_core::trace::Routine;
 use std::sync::Arc;
 
@@ -63,29 +64,14 @@ fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
     );
     // A GPU no built-in profile describes and whose architecture is unknown or unlike any
     // built-in one's: the GPU routes are off, and the notice says so.
-    let a100 = GpuTraits {
-        name: "NVIDIA A100-SXM4-40GB".into(),
-        cc: (8, 0),
-        sms: 108,
-        clock_khz: 1_410_000,
-        memory_bytes_per_s: 1.555e12,
-        memory_bytes: 42_949_672_960,
-    };
-    for gpu in [named("NVIDIA A100"), a100] {
+    for gpu in [named("NVIDIA A100"), gpus::a100()] {
         let (p, _, warn) = profile::resolve_in(None, Some(&gpu), Some(&dir)).unwrap();
         let warn = warn.unwrap();
         assert!(p.gpu.is_none() && !warn.routine && warn.text.contains("never chosen"));
     }
     // A GPU of the H200's architecture without a profile of its own (an H100): the H200's
     // profile scaled to it, loudly, so the GPU routes are priced.
-    let h100 = GpuTraits {
-        name: "NVIDIA H100 80GB HBM3".into(),
-        cc: (9, 0),
-        sms: 132,
-        clock_khz: 1_980_000,
-        memory_bytes_per_s: 3.35e12,
-        memory_bytes: 85_520_809_984,
-    };
+    let h100 = gpus::h100();
     let (p, src, warn) = profile::resolve_in(None, Some(&h100), Some(&dir)).unwrap();
     let warn = warn.unwrap();
     assert_eq!(src, ProfileSource::Scaled("h200"));

@@ -50,13 +50,7 @@ void cblas_xerbla64_(int64_t p, const char *rout, const char *form, ...) {
     printf("  cblas_xerbla [%s] p=%ld\n", rout, (long)p);
 }
 
-typedef int64_t I;
-typedef void (*gemm64_t)(const char *, const char *, const I *, const I *, const I *, const double *, const double *,
-                         const I *, const double *, const I *, const double *, double *, const I *, size_t, size_t);
-typedef void (*syrk64_t)(const char *, const char *, const I *, const I *, const double *, const double *, const I *,
-                         const double *, double *, const I *, size_t, size_t);
-typedef void (*cgemm64_t)(int, int, int, I, I, I, double, const double *, I, const double *, I, double, double *, I);
-typedef void (*csyrk64_t)(int, int, int, I, I, double, const double *, I, double, double *, I);
+#include "ilp64_types.h"
 
 static double a[NA], b[NA], c[NA];
 

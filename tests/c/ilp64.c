@@ -22,13 +22,7 @@
 
 #include "common.h"
 
-typedef int64_t I;
-typedef void (*gemm64_t)(const char *, const char *, const I *, const I *, const I *, const double *, const double *,
-                         const I *, const double *, const I *, const double *, double *, const I *, size_t, size_t);
-typedef void (*syrk64_t)(const char *, const char *, const I *, const I *, const double *, const double *, const I *,
-                         const double *, double *, const I *, size_t, size_t);
-typedef void (*cgemm64_t)(int, int, int, I, I, I, double, const double *, I, const double *, I, double, double *, I);
-typedef void (*csyrk64_t)(int, int, int, I, I, double, const double *, I, double, double *, I);
+#include "ilp64_types.h"
 
 static void ifill(double *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = (double)((int)(rnd() * 8.0));

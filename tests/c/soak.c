@@ -21,11 +21,7 @@
 
 #include "common.h"
 
-typedef int64_t I;
-typedef void (*gemm64_t)(const char *, const char *, const I *, const I *, const I *, const double *, const double *,
-                         const I *, const double *, const I *, const double *, double *, const I *, size_t, size_t);
-typedef void (*syrk64_t)(const char *, const char *, const I *, const I *, const double *, const double *, const I *,
-                         const double *, double *, const I *, size_t, size_t);
+#include "ilp64_types.h"
 static gemm64_t gemm64;
 static syrk64_t syrk64;
 

@@ -12,10 +12,7 @@
 
 #include "common.h"
 
-typedef int64_t I;
-typedef void (*gemm64_t)(const char *, const char *, const I *, const I *, const I *, const double *, const double *,
-                         const I *, const double *, const I *, const double *, double *, const I *, size_t, size_t);
-typedef void (*cgemm64_t)(int, int, int, I, I, I, double, const double *, I, const double *, I, double, double *, I);
+#include "ilp64_types.h"
 static gemm64_t gemm64;
 static cgemm64_t cgemm64;
 

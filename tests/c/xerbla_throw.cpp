@@ -33,12 +33,7 @@ void xerbla_(const char *srname, const int *info, size_t len) {
 
 static double a[16], b[16], c[16];
 
-typedef int64_t I;
-typedef void (*gemm64_t)(const char *, const char *, const I *, const I *, const I *, const double *, const double *,
-                         const I *, const double *, const I *, const double *, double *, const I *, size_t, size_t);
-typedef void (*syrk64_t)(const char *, const char *, const I *, const I *, const double *, const double *, const I *,
-                         const double *, double *, const I *, size_t, size_t);
-typedef void (*cgemm64_t)(int, int, int, I, I, I, double, const double *, I, const double *, I, double, double *, I);
+#include "ilp64_types.h"
 static gemm64_t gemm64;
 static syrk64_t syrk64;
 static cgemm64_t cgemm64;
