@@ -92,7 +92,7 @@ fn explain_prices_the_split_and_takes_it_only_when_the_survey_says_it_pays() {
     assert!(splits.iter().any(|s| s["taken"] == true), "{out}");
     // One slot, or a call too small for two tiles: nothing to split.
     let (_, out) = explain(&["32768", "32768", "32768", "--devices", "0"], &surveyed);
-    assert!(!out.contains("split over"), "{out}");
+    assert!(!out.contains("split over GPUs"), "{out}");
     let (_, out) = explain(&["1024", "1024", "1024", "--devices", "0,1"], &surveyed);
     assert!(out.contains("no split priced"), "{out}");
     // A bad device list is an error naming OZAKI_DEVICES' format.
