@@ -334,6 +334,31 @@ fn a_program_that_exits_while_cublas_loads_waits_before_its_teardown() {
     }
 }
 
+/// What the shim prices a `gpu_start` product at with `profile` (the fake CUDA libraries, no
+/// start): the first call's predicted seconds per route, from its trace. The tests below set
+/// up their scenarios from these prices rather than from one profile's numbers, so a refitted
+/// profile keeps them meaningful.
+fn priced(dir: &Path, profile: &Path) -> Option<std::collections::BTreeMap<String, f64>> {
+    let prog = build_c(dir, "gpu_start", &["-lblas"])?;
+    let fake = fake_cuda(dir);
+    let trace = dir.join("priced.jsonl");
+    let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
+    cmd.args(["1", "1"]).env("OZAKI_PROFILE", profile);
+    let (o, _) = run(cmd);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let calls = read_trace(&trace).calls;
+    let e = calls[0].engine.as_ref().expect("engine field");
+    Some(e.predicted_s.iter().map(|(k, v)| (k.clone(), *v)).collect())
+}
+
+/// The factor on the shipped profile's CPU BLAS rate that prices a `gpu_start` product
+/// `ratio` times the price of `route` on the vendor (the rate term is nearly all of the
+/// vendor's price at that size).
+fn cpu_factor_for(dir: &Path, route: &str, ratio: f64) -> Option<f64> {
+    let shipped = priced(dir, &repo_root().join("profiles/h200.json"))?;
+    Some(ratio * shipped[route] / shipped["vendor"])
+}
+
 /// Runs `gpu_start THREADS CALLS` traced, with the fake CUDA libraries and `profile`, asserts
 /// that the GPU start never reached cuInit (`what` names the calls that must not start it)
 /// and that every call says so, and returns the calls; `None` without a C compiler or BLAS.
@@ -363,28 +388,47 @@ fn calls_that_leave_the_gpu_unstarted(
     Some(calls)
 }
 
-/// A process whose calls never price enough gain on the GPU to cover its start never loads
-/// the CUDA driver: 2 threads x 4 products of 384² with the shipped profile (each priced
-/// about 1 ms faster on the GPU, the start costing a quarter of 0.9 s) leave cuInit
-/// untouched, and the trace says why.
+/// Calls that gain, but never enough to pay for the start, never start it: products priced
+/// 4x faster on the GPU than on the vendor, whose gains together stay far below a quarter of
+/// a 10 s start.
 #[test]
 fn calls_that_never_gain_enough_never_start_the_gpu() {
     let dir = work_dir("gpu-start-never-pays");
-    let shipped = repo_root().join("profiles/h200.json");
+    let Some(factor) = cpu_factor_for(&dir, "gpu-ozaki", 4.0) else {
+        return;
+    };
+    let slow_start = dir.join("slow-start.json");
+    write_profile(&slow_start, |p| {
+        p["gpu"]["start_s"] = serde_json::json!(10.0);
+        slow_cpu_blas(p, factor);
+    });
     let what = "calls that never pay";
-    if let Some(calls) = calls_that_leave_the_gpu_unstarted(&dir, &shipped, ["2", "4"], what) {
+    if let Some(calls) = calls_that_leave_the_gpu_unstarted(&dir, &slow_start, ["2", "4"], what) {
         assert_eq!(calls.len(), 8);
+        let mut gained = 0.0;
+        for c in &calls {
+            let p = &c.engine.as_ref().expect("engine field").predicted_s;
+            assert!(p["vendor"] > 2.0 * p["gpu-ozaki"], "{p:?}: no gain priced");
+            gained += p["vendor"] - p["gpu-ozaki"];
+        }
+        assert!(gained < 0.25 * 10.0, "{gained} s gained: enough to start");
     }
 }
 
 /// A gain priced by a GPU only a little faster than the vendor does not count toward the
 /// start, however cheap the start: with a start priced at 0.1 ms, products of 384² priced
-/// 1.5x faster on the GPU (the shipped profile) leave cuInit untouched.
+/// 1.5x faster on the GPU leave cuInit untouched.
 #[test]
 fn calls_priced_only_a_little_faster_on_the_gpu_never_start_it() {
     let dir = work_dir("gpu-start-close");
+    let Some(factor) = cpu_factor_for(&dir, "gpu-ozaki", 1.5) else {
+        return;
+    };
     let cheap = dir.join("cheap-start.json");
-    write_profile(&cheap, |p| p["gpu"]["start_s"] = serde_json::json!(1e-4));
+    write_profile(&cheap, |p| {
+        p["gpu"]["start_s"] = serde_json::json!(1e-4);
+        slow_cpu_blas(p, factor);
+    });
     let what = "margin-close gains";
     let Some(calls) = calls_that_leave_the_gpu_unstarted(&dir, &cheap, ["1", "4"], what) else {
         return;
@@ -430,22 +474,25 @@ fn one_call_whose_gain_covers_the_start_starts_it() {
 }
 
 /// A vendor BLAS measured far slower than the profile prices it is no longer "clearly
-/// faster" than the GPU: with a profile whose CPU BLAS is priced 20x faster than the
-/// shipped one, every 384² product is priced clearly the vendor's (about 13x ahead of the
-/// GPU), yet the reference BLAS takes hundreds of times longer than that price. Those calls
-/// are timed, their class's correction reaches its limit after a few samples, the corrected
-/// vendor is then well behind the GPU, and the gains start the GPU while the program runs.
+/// faster" than the GPU: with a profile whose CPU BLAS prices every 384² product 8x ahead of
+/// the GPU (clearly the vendor's), the reference BLAS takes hundreds of times longer than
+/// that price. Those calls are timed, their class's correction reaches its limit after a few
+/// samples, the corrected vendor is then well behind the GPU, and the gains start the GPU
+/// while the program runs.
 #[test]
 fn a_vendor_measured_much_slower_than_priced_starts_the_gpu() {
     let dir = work_dir("gpu-start-measured");
     let Some(prog) = build_c(&dir, "gpu_start", &["-lblas"]) else {
         return;
     };
+    let Some(factor) = cpu_factor_for(&dir, "gpu-native", 1.0 / 8.0) else {
+        return;
+    };
     let fake = fake_cuda(&dir);
     let fast = dir.join("fast-cpu.json");
     write_profile(&fast, |p| {
         p["gpu"]["start_s"] = serde_json::json!(1e-4);
-        slow_cpu_blas(p, 1.0 / 20.0);
+        slow_cpu_blas(p, factor);
     });
     let marks = CuInitMarks::new(&dir, "measured");
     let trace = dir.join("t.jsonl");

@@ -11,7 +11,7 @@
 //! | [`work_model`] | a kernel's seconds as priced work terms, fitted to timings, with its local correction |
 //! | [`model`] | cost terms per route from a [`profile::Profile`]: work models, transfers, conversion, r INT8 products, reconstruction, latencies |
 //! | [`profile`] | the versioned JSON machine profile: load/save, `OZAKI_PROFILE`, the per-GPU default in the cache dir, built-in fallbacks |
-//! | [`adapt`] | a built-in profile scaled to another GPU of its architecture |
+//! | [`adapt`] | a GPU as the driver describes it, and the factors that carry a profile to another GPU of its architecture (`Profile::scaled_to`) |
 //! | [`platforms`] | the paper's platforms (GB300, B200, Rubin) and the H200 datasheet, for what-if projections |
 //! | [`reduced`] | the paper's reduced model (Alg. 4 `rate_rec`, storage modes, ComputeRate) evaluated on a platform |
 //! | [`choose`] | per-call choice under the accuracy contract, with a per-shape decision cache |

@@ -23,7 +23,7 @@
 //!   square, skinny and k-heavy shapes. Optional: without them a device-resident call takes
 //!   the host-resident corrections, as before.
 
-use super::adapt::{self, GpuTraits};
+use super::adapt::{self, GpuTraits, Scale};
 use super::work_model::{Correction, WorkModel};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -488,6 +488,54 @@ impl Profile {
     }
 }
 
+/// A profile measured on one GPU carried over to `to`, of the same architecture, by the
+/// factors `s` between them ([`super::adapt`]).
+impl Profile {
+    /// The same profile, its GPU renamed, rescaled by `s` and given `to`'s memory; the
+    /// per-device survey dropped.
+    pub fn scaled_to(&self, s: Scale, to: &GpuTraits) -> Profile {
+        let mut p = self.clone();
+        p.name = format!("{} scaled to {}", self.name, to.name);
+        p.machine.gpu = Some(to.name.clone());
+        p.devices.clear();
+        p.host_share = None;
+        if let Some(g) = p.gpu.as_mut() {
+            adapt_gpu(g, s, to);
+        }
+        p
+    }
+}
+
+fn adapt_gpu(g: &mut GpuProfile, s: Scale, to: &GpuTraits) {
+    g.name = to.name.clone();
+    let reserve = g.reserve_bytes.min(to.memory_bytes);
+    let used_at_calibration = g.memory_bytes.saturating_sub(g.free_bytes);
+    g.memory_bytes = to.memory_bytes;
+    g.free_bytes = to
+        .memory_bytes
+        .saturating_sub(used_at_calibration)
+        .max(to.memory_bytes / 2);
+    g.reserve_bytes = reserve;
+    scale_products(&mut g.fp64, s);
+    scale_products(&mut g.int8, s);
+    scale_streaming(&mut g.convert, s.memory);
+    scale_streaming(&mut g.reconstruct, s.memory);
+}
+
+/// A product's multiply-adds run at the compute rate, its operand and result traffic at the
+/// memory rate; its fixed latency is the launch's.
+fn scale_products(m: &mut WorkModel, s: Scale) {
+    m.s_per_mnk /= s.compute;
+    m.s_per_nk /= s.memory;
+    m.s_per_mk /= s.memory;
+    m.s_per_mn /= s.memory;
+}
+
+fn scale_streaming(e: &mut PerElement, memory: f64) {
+    e.s_per_elem /= memory;
+    e.s_per_elem_modulus /= memory;
+}
+
 /// The current time, UTC, as `YYYY-MM-DDTHH:MM:SSZ` (a profile's `date`; the first ten
 /// characters date generated tables). Civil date from days since 1970-01-01 (Howard
 /// Hinnant's algorithm).
@@ -685,7 +733,7 @@ fn built_in_fallback(gpu: Option<&GpuTraits>) -> (Profile, ProfileSource, Option
             g.name, s.compute, s.memory
         );
         return (
-            adapt::adapted(&prof, s, g),
+            prof.scaled_to(s, g),
             ProfileSource::Scaled(name),
             Some(Notice::loud(w)),
         );
@@ -736,6 +784,10 @@ fn same_architecture(g: &GpuTraits) -> Option<(&'static str, Profile, adapt::Sca
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::model::predict;
+    use crate::engine::{CallShape, Residency};
+    use crate::route::Route;
+    use crate::testutil::gpus::{h100, h200};
 
     #[test]
     fn negative_rates_and_wild_corrections_are_rejected_with_their_field() {
@@ -829,5 +881,38 @@ mod tests {
         let e = load_cached(&path).unwrap_err();
         assert!(e.contains("not a regular file"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+    /// Same multiprocessors and clock, 0.70 of the bandwidth: a large product's compute term
+    /// is unchanged while the emulation's conversion and reconstruction, which stream, take
+    /// 1/0.70 as long; the host link and the device memory follow the machine.
+    #[test]
+    fn products_follow_compute_and_streaming_follows_bandwidth() {
+        let base = Profile::built_in("h200").unwrap();
+        let s = adapt::scale(&h200(), &h100()).unwrap();
+        let p = base.scaled_to(s, &h100());
+        let (g0, g1) = (base.gpu.as_ref().unwrap(), p.gpu.as_ref().unwrap());
+        assert_eq!(g1.name, "NVIDIA H100 80GB HBM3");
+        assert_eq!(g1.memory_bytes, 80 << 30);
+        assert!(g1.free_bytes <= g1.memory_bytes && g1.free_bytes >= g1.memory_bytes / 2);
+        assert_eq!(g1.fp64.s_per_mnk, g0.fp64.s_per_mnk);
+        assert_eq!(g1.int8.s_per_mnk, g0.int8.s_per_mnk);
+        let ratio = g1.convert.s_per_elem_modulus / g0.convert.s_per_elem_modulus;
+        assert!((ratio - 4.8 / 3.35).abs() < 1e-9, "{ratio}");
+        assert_eq!(g1.link, g0.link);
+        assert_eq!(p.corrections, base.corrections);
+        assert!(p.devices.is_empty() && p.host_share.is_none());
+        // Every GPU route is still priced, and a large device-resident product costs at
+        // least what it did on the faster-memory GPU.
+        let shape = CallShape::gemm(8192, 8192, 8192).with_residency(Residency::Device);
+        for route in [Route::GpuNative, Route::GpuOzaki] {
+            let (t0, t1) = (
+                predict(&base, &shape, route, Some(14), 16).seconds,
+                predict(&p, &shape, route, Some(14), 16).seconds,
+            );
+            assert!(
+                t1.is_finite() && t1 >= t0 * 0.999,
+                "{route:?}: {t0} -> {t1}"
+            );
+        }
     }
 }
