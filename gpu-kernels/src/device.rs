@@ -15,6 +15,7 @@ use crate::probe::{Libraries, contain};
 pub use crate::timing::sync;
 use cudarc::cublas::sys as cublas;
 use cudarc::driver::sys;
+use ozaki_core::engine::adapt::GpuTraits;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// A CUDA stream handle as C callers pass it (`cudaStream_t` and `CUstream` are the same).
@@ -359,6 +360,19 @@ impl Gpu {
             self.staging[i] = PinnedBuffer::new(bytes)?;
         }
         Ok(self.staging[i].as_mut_ptr())
+    }
+
+    /// What the engine reads of the device to price it ([`GpuTraits`]: a profile measured on
+    /// another GPU of this architecture is scaled by these).
+    pub fn traits(&self) -> GpuTraits {
+        GpuTraits {
+            name: self.name.clone(),
+            cc: self.cc,
+            sms: self.sms.max(0) as u32,
+            clock_khz: self.clock_khz.max(0) as u32,
+            memory_bytes_per_s: self.memory_bytes_per_s,
+            memory_bytes: self.memory_bytes,
+        }
     }
 
     /// One line describing the device, for logs and the bench header.

@@ -447,7 +447,7 @@ fn measure_concurrency(
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get() as u32);
     let per_call = blas.time_gemm(m, n, k);
     let calls = (0.05 / per_call).clamp(3.0, 200.0) as u32;
-    let alone = blas.time_calls(&mut cpu::Operands::new(m, n, k), calls);
+    let alone = time_together(blas, 1, calls, (m, n, k));
     let mut out = Vec::new();
     let mut callers = 2;
     while callers <= cpus.max(2) {
@@ -468,11 +468,12 @@ fn measure_concurrency(
 }
 
 /// Wall seconds from the moment `callers` threads, each holding its own operands, are
-/// released together until the last of them has made `calls` products.
+/// released together until the last of them has made `calls` products (one caller: the time
+/// the same calls take alone, measured the same way).
 fn time_together(blas: &cpu::VendorBlas, callers: u32, calls: u32, shape: (u64, u64, u64)) -> f64 {
     let (m, n, k) = shape;
     let ready = std::sync::Barrier::new(callers as usize + 1);
-    std::thread::scope(|s| {
+    let released = std::thread::scope(|s| {
         for _ in 0..callers {
             s.spawn(|| {
                 let mut ops = cpu::Operands::new(m, n, k);
@@ -483,12 +484,10 @@ fn time_together(blas: &cpu::VendorBlas, callers: u32, calls: u32, shape: (u64, 
             });
         }
         ready.wait();
-        let t = Instant::now();
-        // the scope joins every caller before it returns
-        t
-    })
-    .elapsed()
-    .as_secs_f64()
+        Instant::now()
+    });
+    // the scope has joined every caller
+    released.elapsed().as_secs_f64()
 }
 
 fn measure(
@@ -826,17 +825,6 @@ mod cpu {
         pub fn time_gemm(&self, m: u64, n: u64, k: u64) -> f64 {
             let mut ops = Operands::new(m, n, k);
             super::time_median(|| self.call(&mut ops))
-        }
-
-        /// Seconds that `calls` products of `ops`' shape take one after another, after one
-        /// untimed call.
-        pub fn time_calls(&self, ops: &mut Operands, calls: u32) -> f64 {
-            self.call(ops);
-            let t = std::time::Instant::now();
-            for _ in 0..calls {
-                self.call(ops);
-            }
-            t.elapsed().as_secs_f64()
         }
 
         /// One product C = A·B of `ops`.

@@ -65,6 +65,18 @@ fn run_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
     Some(child.wait_with_output().unwrap())
 }
 
+/// Runs an xerbla client's `ilp64` mode (the ILP64 names, which have no vendor, so the shim
+/// calls the program's handler itself) under the shim with `route`, traced to `trace`;
+/// panics if it hangs.
+fn run_ilp64(prog: &Path, trace: &Path, route: &str) -> Output {
+    let mut cmd = shimmed(prog, Some(trace));
+    run_within(
+        cmd.arg("ilp64").env("OZAKI_ROUTE", route),
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|| panic!("ILP64 names, OZAKI_ROUTE={route}: the program hung"))
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -198,12 +210,7 @@ fn a_throwing_cxx_xerbla_reaches_the_programs_catch() {
     // C are the reference's.
     for route in ["vendor", "auto", "builtin"] {
         let trace = dir.join(format!("ilp64-{route}.jsonl"));
-        let mut cmd = shimmed(&prog, Some(&trace));
-        let got = run_within(
-            cmd.arg("ilp64").env("OZAKI_ROUTE", route),
-            Duration::from_secs(60),
-        )
-        .unwrap_or_else(|| panic!("ILP64 names, OZAKI_ROUTE={route}: the program hung"));
+        let got = run_ilp64(&prog, &trace, route);
         assert!(
             got.status.success(),
             "ILP64 names, OZAKI_ROUTE={route}: {} {}",
@@ -278,12 +285,7 @@ fn a_longjmp_out_of_xerbla_leaves_later_calls_intercepted() {
     };
     for route in ["vendor", "builtin"] {
         let trace = dir.join(format!("ilp64-{route}.jsonl"));
-        let mut cmd = shimmed(&prog, Some(&trace));
-        let out = run_within(
-            cmd.arg("ilp64").env("OZAKI_ROUTE", route),
-            Duration::from_secs(60),
-        )
-        .unwrap_or_else(|| panic!("ILP64 names, OZAKI_ROUTE={route}: the program hung"));
+        let out = run_ilp64(&prog, &trace, route);
         let what = format!("ILP64 names, OZAKI_ROUTE={route}");
         assert!(out.status.success(), "{what}: {out:?}");
         let got = stdout(&out);

@@ -753,30 +753,32 @@ fn built_in_fallback(gpu: Option<&GpuTraits>) -> (Profile, ProfileSource, Option
     )
 }
 
-/// The GPU a built-in profile was measured on, as the driver reports it (memory bandwidth:
-/// the datasheet's peak).
-fn measured_on(name: &str, prof: &Profile) -> Option<GpuTraits> {
-    let g = prof.gpu.as_ref()?;
-    let (cc, sms, clock_khz, memory_bytes_per_s) = match name {
-        "h200" => ((9, 0), 132, 1_980_000, 4.8e12),
-        _ => return None,
-    };
-    Some(GpuTraits {
-        name: g.name.clone(),
-        cc,
-        sms,
-        clock_khz,
-        memory_bytes_per_s,
-        memory_bytes: g.memory_bytes,
-    })
+/// The GPU a built-in profile was measured on, as the driver reports it: compute
+/// capability, multiprocessors, peak SM clock (kHz) and memory bandwidth (the datasheet's
+/// peak, bytes per second); its name and memory are the profile's.
+fn measured_on(name: &str) -> Option<((i32, i32), u32, u32, f64)> {
+    match name {
+        "h200" => Some(((9, 0), 132, 1_980_000, 4.8e12)),
+        _ => None,
+    }
 }
 
 /// The first built-in profile measured on a GPU of `g`'s architecture, with the scaling to
-/// `g`.
-fn same_architecture(g: &GpuTraits) -> Option<(&'static str, Profile, adapt::Scale)> {
+/// `g` (only such a profile is parsed).
+fn same_architecture(g: &GpuTraits) -> Option<(&'static str, Profile, Scale)> {
     BUILT_IN.iter().find_map(|(name, _, _)| {
+        let (cc, sms, clock_khz, memory_bytes_per_s) = measured_on(name).filter(|m| m.0 == g.cc)?;
         let prof = Profile::built_in(name)?;
-        let s = adapt::scale(&measured_on(name, &prof)?, g)?;
+        let gpu = prof.gpu.as_ref()?;
+        let from = GpuTraits {
+            name: gpu.name.clone(),
+            cc,
+            sms,
+            clock_khz,
+            memory_bytes_per_s,
+            memory_bytes: gpu.memory_bytes,
+        };
+        let s = adapt::scale(&from, g)?;
         Some((*name, prof, s))
     })
 }
@@ -882,6 +884,7 @@ mod tests {
         assert!(e.contains("not a regular file"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
     /// Same multiprocessors and clock, 0.70 of the bandwidth: a large product's compute term
     /// is unchanged while the emulation's conversion and reconstruction, which stream, take
     /// 1/0.70 as long; the host link and the device memory follow the machine.

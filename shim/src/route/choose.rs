@@ -67,8 +67,9 @@ static LEDGER: Ledger = Ledger::new();
 /// one it prices with.
 pub const CLEARLY: f64 = 2.0;
 
-/// The name of this process's GPU, when a GPU route can run here (initialises the GPU: the
-/// first `auto` call pays for it once, as the first GPU call would anyway).
+/// What the driver reports about this process's GPU (name, architecture, resources), when a
+/// GPU route can run here (initialises the GPU: the first `auto` call pays for it once, as
+/// the first GPU call would anyway).
 pub fn gpu_traits() -> Option<GpuTraits> {
     let libs = gpu_kernels::probe::Libraries::detect();
     if let Some(missing) = libs.native_missing() {
@@ -84,14 +85,7 @@ pub fn gpu_traits() -> Option<GpuTraits> {
         return None;
     }
     match gpu_kernels::gpu() {
-        Ok(g) => Some(GpuTraits {
-            name: g.name.clone(),
-            cc: g.cc,
-            sms: g.sms.max(0) as u32,
-            clock_khz: g.clock_khz.max(0) as u32,
-            memory_bytes_per_s: g.memory_bytes_per_s,
-            memory_bytes: g.memory_bytes,
-        }),
+        Ok(g) => Some(g.traits()),
         Err(e) => {
             tracing::info!("auto: no GPU route in this process ({e})");
             None
