@@ -150,7 +150,9 @@ fn a_gpu_that_cannot_start_leaves_every_call_on_the_vendor_and_says_so_once() {
             .iter()
             .all(|c| c.route == "vendor" && c.fallback.is_none())
     );
-    // The calls that came before the start failed say why they ran on the vendor BLAS.
+    // The calls that came before the start failed say why they ran on the vendor BLAS: the
+    // start was under way, it failed, or the call waited for it and it failed meanwhile
+    // (which of these a thread sees depends on when its call comes).
     let reasons: Vec<&str> = t
         .calls
         .iter()
@@ -158,8 +160,11 @@ fn a_gpu_that_cannot_start_leaves_every_call_on_the_vendor_and_says_so_once() {
         .collect();
     assert_eq!(reasons.len(), 8);
     assert!(
-        reasons.iter().any(|r| r.contains("starting in the background")
-            || r.contains("could not be started")),
+        reasons
+            .iter()
+            .any(|r| r.contains("starting in the background")
+                || r.contains("could not be started")
+                || (r.contains("for the GPU start") && r.contains("then gave up"))),
         "{reasons:#?}"
     );
 }
