@@ -16,7 +16,8 @@ pub use crate::timing::sync;
 use cudarc::cublas::sys as cublas;
 use cudarc::driver::sys;
 use ozaki_core::engine::adapt::GpuTraits;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
+use std::time::Instant;
 
 /// A CUDA stream handle as C callers pass it (`cudaStream_t` and `CUstream` are the same).
 pub type Stream = sys::CUstream;
@@ -124,16 +125,39 @@ fn idle(mut g: MutexGuard<'static, Gpu>) -> Result<MutexGuard<'static, Gpu>, Gpu
     Ok(g)
 }
 
+/// The process's GPU as [`gpu()`] gives it, and the nanoseconds this call waited for it:
+/// for the lock while another caller's call held it, and for work an earlier call left
+/// running. That is the caller's place in the process's GPU queue, not its own work, which
+/// the engine prices apart (a call's measured time less this wait is what its route's
+/// prediction is corrected with).
+pub fn gpu_queued() -> Result<(MutexGuard<'static, Gpu>, u64), GpuError> {
+    let (g, contended) = lock_timed(default_cell())?;
+    let waited_from = contended.or_else(|| g.in_flight.is_some().then(Instant::now));
+    let g = idle(g)?;
+    Ok((g, waited_from.map_or(0, |t| t.elapsed().as_nanos() as u64)))
+}
+
 /// Locks an initialised GPU and makes its context current on this thread.
 fn lock(cell: &'static Cell) -> Result<MutexGuard<'static, Gpu>, GpuError> {
-    match cell {
-        Ok(m) => {
-            let g = m.lock().unwrap_or_else(|p| p.into_inner());
-            g.make_current()?;
-            Ok(g)
+    lock_timed(cell).map(|(g, _)| g)
+}
+
+/// [`lock`], with the instant it began waiting when another caller held the lock (`None`
+/// when it was free: an uncontended call reads no clock).
+fn lock_timed(
+    cell: &'static Cell,
+) -> Result<(MutexGuard<'static, Gpu>, Option<Instant>), GpuError> {
+    let m = cell.as_ref().map_err(Clone::clone)?;
+    let (g, contended) = match m.try_lock() {
+        Ok(g) => (g, None),
+        Err(TryLockError::Poisoned(p)) => (p.into_inner(), None),
+        Err(TryLockError::WouldBlock) => {
+            let t = Instant::now();
+            (m.lock().unwrap_or_else(|p| p.into_inner()), Some(t))
         }
-        Err(e) => Err(e.clone()),
-    }
+    };
+    g.make_current()?;
+    Ok((g, contended))
 }
 
 /// The `Gpu` of one slot of a split plan: device `ordinal`, `replica`-th slot on

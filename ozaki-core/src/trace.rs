@@ -32,7 +32,8 @@ use std::collections::BTreeMap;
 /// count of a strided-batched call, whose record describes one member's shape). A version-3
 /// reader would count such a call as one host-resident product. Version 4 later gained the
 /// optional `cuda_libs` (the CUDA library files behind the first GPU call), which older
-/// readers ignore without miscounting anything.
+/// readers ignore without miscounting anything, and the optional `phases.wait_ns` (the time a
+/// GPU call waited behind other callers' GPU work, inside `dur_ns`).
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// Which BLAS routine a record describes.
@@ -129,6 +130,14 @@ pub struct Phases {
     /// CRT reconstruction and the alpha/beta epilogue.
     #[serde(default)]
     pub reconstruct_ns: u64,
+    /// Time the call waited for the GPU while other callers' work held it (the process's
+    /// queue, not this call's work); omitted when it did not wait.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wait_ns: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// The words a decision's `reason` carries when the call was priced at its size class's

@@ -258,7 +258,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             };
             if let Some(t) = timed {
                 let s = t.elapsed().as_secs_f64();
-                route::choose::feed(&choice, done.route, done.fallback.is_some(), s);
+                route::choose::feed(&choice, &done, s);
             }
             route::choose::feed_decline(&choice, &done);
             progress.done.set(true);

@@ -16,6 +16,7 @@
 //! points and the pipeline that drives them.
 
 mod c_ring;
+mod compact;
 mod download;
 pub(crate) mod early_write;
 mod grid;
@@ -26,7 +27,7 @@ mod upload;
 mod whole_rule;
 mod write_back;
 
-use crate::device::{Gpu, gpu, sync};
+use crate::device::{Gpu, gpu_queued, sync};
 use crate::error::{Context, GpuError};
 use crate::ozaki::pieces::{Operand, Pieces};
 use crate::ozaki::{self, DeviceCall, Op, Options};
@@ -113,7 +114,13 @@ fn stage_operands(
 /// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands.
 pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
     let _flags = fp_flags::KeepFpFlags::new();
-    gemm_on(&mut *gpu()?, args, c, engine)
+    let (mut g, waited_ns) = gpu_queued()?;
+    let mut out = match compact::gemm(args, c, |p, pc| gemm_on(&mut g, p, pc, engine)) {
+        Some(packed) => packed?,
+        None => gemm_on(&mut g, args, c, engine)?,
+    };
+    out.phases.wait_ns = waited_ns;
+    Ok(out)
 }
 
 /// [`gemm`] on a given GPU, cut as the pipeline chooses ([`Grid::of`]).
@@ -757,8 +764,22 @@ pub(crate) fn staged_gemm(
 /// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands.
 pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
     let _flags = fp_flags::KeepFpFlags::new();
-    let mut g = gpu()?;
-    let gpu = &mut *g;
+    let (mut g, waited_ns) = gpu_queued()?;
+    let mut out = match compact::syrk(args, c, |p, pc| syrk_on(&mut g, p, pc, engine)) {
+        Some(packed) => packed?,
+        None => syrk_on(&mut g, args, c, engine)?,
+    };
+    out.phases.wait_ns = waited_ns;
+    Ok(out)
+}
+
+/// [`syrk`] on a locked GPU, operands as given.
+fn syrk_on(
+    gpu: &mut Gpu,
+    args: &SyrkArgs,
+    c: &mut [f64],
+    engine: Engine,
+) -> Result<HostOutcome, GpuError> {
     let (ra, ca) = if args.trans == Trans::No {
         (args.n, args.k)
     } else {

@@ -59,6 +59,33 @@ pub(super) fn write_back(
     unsafe { write_columns(c.as_mut_ptr(), staged.as_ptr(), (m, n, ldc), uplo, t) }
 }
 
+/// Rows `lo..hi` of column `j` of an `m`-row block that a write touches: all of them, or
+/// those of the `uplo` triangle.
+fn rows_of(j: usize, m: usize, uplo: Option<Uplo>) -> (usize, usize) {
+    match uplo {
+        None => (0, m),
+        Some(Uplo::Upper) => (0, (j + 1).min(m)),
+        Some(Uplo::Lower) => (j.min(m), m),
+    }
+}
+
+/// Writes an `m x n` result stored contiguously (leading dimension `m`, `super::compact`)
+/// into the caller's C, stored `ldc` apart: rows `0..m` of each column (or the `uplo`
+/// triangle), never the rows between C's columns.
+pub(super) fn write_back_rows(
+    c: &mut [f64],
+    ldc: usize,
+    packed: &[f64],
+    m: usize,
+    n: usize,
+    uplo: Option<Uplo>,
+) {
+    for j in 0..n {
+        let (lo, hi) = rows_of(j, m, uplo);
+        c[j * ldc + lo..j * ldc + hi].copy_from_slice(&packed[j * m + lo..j * m + hi]);
+    }
+}
+
 /// Copies rows `0..m` (or the `uplo` triangle) of columns `0..n` of a column-major block with
 /// leading dimension `ld` from `src` (pinned staging) to `dst` (the caller's C), never touching
 /// the padding rows `m..ld`, on `threads` threads with the tuning's copy kind. When the
@@ -88,11 +115,7 @@ pub(crate) unsafe fn write_columns(
     let columns = move |j0: usize, j1: usize| {
         let (d, s) = (d, s);
         for j in j0..j1 {
-            let (lo, hi) = match uplo {
-                None => (0, m),
-                Some(Uplo::Upper) => (0, (j + 1).min(m)),
-                Some(Uplo::Lower) => (j.min(m), m),
-            };
+            let (lo, hi) = rows_of(j, m, uplo);
             let at = j * ld + lo;
             // SAFETY: rows lo..hi of column j lie inside both spans; columns are split
             // among threads, so this range is this thread's alone.

@@ -302,7 +302,10 @@ fn pick(
     let f = if ran_gpu { fg } else { fv };
     out.correction = (f != 1.0).then_some(f);
     out.queue_s = (ran_gpu && wait_s > 0.0).then_some(wait_s);
-    out.feedback = Some(if ran_gpu { (kg, gs + wait_s) } else { (kv, vs) });
+    // A GPU call's measured time less its measured wait for the GPU is compared with the
+    // route's own price: the queue is priced per call from what is in flight, and a class
+    // whose calls waited behind a busy GPU must not learn the wait as its own cost.
+    out.feedback = Some(if ran_gpu { (kg, gs) } else { (kv, vs) });
     out
 }
 

@@ -591,7 +591,8 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     if a.route != Route::Vendor
         && let Some((_, g)) = d.gpu
     {
-        flight.queue_gpu(g);
+        // The GPU time as this process measured the class, which later calls wait behind.
+        flight.queue_gpu(g * a.correction.unwrap_or(1.0));
     }
     let engine = config.tracing().then(|| {
         Box::new(EngineNote {
@@ -686,15 +687,20 @@ fn decide_by_class(
 static EXPLORE_TICK: AtomicU32 = AtomicU32::new(1);
 
 /// Feeds a call's measured time into the class its choice named, when the route it was
-/// priced for is the one that produced C.
-pub fn feed(choice: &Choice, produced: Route, fallback: bool, seconds: f64) {
+/// priced for is the one that produced C. `seconds` is the whole call; the time it waited
+/// for the GPU behind other callers (`done`'s `phases.wait_ns`) is taken off, since the
+/// class's price is the route's own work (the wait is priced per call, [`inflight`]).
+pub fn feed(choice: &Choice, done: &super::Executed, seconds: f64) {
     if let Some((key, predicted)) = &choice.feedback
-        && key.route == produced
-        && !fallback
+        && key.route == done.route
+        && done.fallback.is_none()
     {
-        learned()
-            .corrections
-            .record(key, seconds, predicted.max(f64::MIN_POSITIVE));
+        let waited = done.outcome.phases.as_ref().map_or(0, |p| p.wait_ns) as f64 * 1e-9;
+        learned().corrections.record(
+            key,
+            (seconds - waited).max(0.0),
+            predicted.max(f64::MIN_POSITIVE),
+        );
     }
 }
 
@@ -712,6 +718,45 @@ pub fn feed_decline(choice: &Choice, done: &super::Executed) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::super::RouteOutcome;
+    use ozaki_core::trace::Phases;
+
+    /// A GPU call that waited behind other callers' GPU work teaches its class the route's
+    /// own time: 40 ms measured with 30 ms of it waiting for the GPU, against a 10 ms price,
+    /// leaves the class uncorrected (x1), not 4x slower.
+    #[test]
+    fn the_wait_behind_other_callers_is_not_learned_as_the_routes_cost() {
+        // a shape no other test feeds (the table is the process's)
+        let key = ClassKey::new(Route::GpuNative, Routine::Dgemm, 77, 3001, 5, 8);
+        let choice = Choice {
+            feedback: Some((key, 0.010)),
+            ..Choice::forced(Route::GpuNative, None)
+        };
+        let done = |wait_ns| super::super::Executed {
+            route: Route::GpuNative,
+            fallback: None,
+            outcome: RouteOutcome {
+                phases: Some(Phases {
+                    wait_ns,
+                    ..Phases::default()
+                }),
+                ..RouteOutcome::default()
+            },
+            declined: false,
+        };
+        for _ in 0..ozaki_core::engine::correct::MIN_SAMPLES {
+            feed(&choice, &done(30_000_000), 0.040);
+        }
+        let f = learned().corrections.get(&key).expect("fed").factor();
+        assert!((f - 1.0).abs() < 1e-6, "{f}");
+        // without the wait on record the same time is the class's own
+        for _ in 0..4 * ozaki_core::engine::correct::MIN_SAMPLES {
+            feed(&choice, &done(0), 0.040);
+        }
+        let f = learned().corrections.get(&key).expect("fed").factor();
+        assert!(f > 2.0, "{f}");
+    }
 
     /// Small calls go to the vendor BLAS without initialising the GPU; calls where a GPU route
     /// could win (or the vendor wins narrowly) wait for the real engine.

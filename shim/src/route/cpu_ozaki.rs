@@ -57,10 +57,10 @@ fn outcome(info: &EmulationInfo, cfg: &EmulationConfig) -> RouteOutcome {
         device: None,
         devices: None,
         phases: (!info.phases.is_empty()).then(|| Phases {
-            transfer_ns: 0,
             convert_ns: ns(&["scan", "coarse", "select", "quantize"]),
             products_ns: ns(&["products"]),
             reconstruct_ns: ns(&["reconstruct", "write"]),
+            ..Phases::default()
         }),
     }
 }
