@@ -73,8 +73,16 @@ pub(super) fn gemm<R>(
     run: impl FnOnce(&GemmArgs, &mut [f64]) -> Result<R, GpuError>,
 ) -> Option<Result<R, GpuError>> {
     let (m, n, k) = (args.m, args.n, args.k);
-    let (ra, ca) = if args.transa == Trans::No { (m, k) } else { (k, m) };
-    let (rb, cb) = if args.transb == Trans::No { (k, n) } else { (n, k) };
+    let (ra, ca) = if args.transa == Trans::No {
+        (m, k)
+    } else {
+        (k, m)
+    };
+    let (rb, cb) = if args.transb == Trans::No {
+        (k, n)
+    } else {
+        (n, k)
+    };
     if !(wasteful(ra, ca, args.lda) || wasteful(rb, cb, args.ldb) || wasteful(m, n, args.ldc)) {
         return None;
     }
@@ -104,7 +112,11 @@ pub(super) fn syrk<R>(
     run: impl FnOnce(&SyrkArgs, &mut [f64]) -> Result<R, GpuError>,
 ) -> Option<Result<R, GpuError>> {
     let (n, k) = (args.n, args.k);
-    let (ra, ca) = if args.trans == Trans::No { (n, k) } else { (k, n) };
+    let (ra, ca) = if args.trans == Trans::No {
+        (n, k)
+    } else {
+        (k, n)
+    };
     if !(wasteful(ra, ca, args.lda) || wasteful(n, n, args.ldc)) {
         return None;
     }
@@ -120,9 +132,7 @@ pub(super) fn syrk<R>(
     let uplo: Uplo = args.uplo;
     Some(match &mut pc {
         None => run(&packed, c),
-        Some(p) => {
-            run(&packed, p).inspect(|_| write_back_rows(c, args.ldc, p, n, n, Some(uplo)))
-        }
+        Some(p) => run(&packed, p).inspect(|_| write_back_rows(c, args.ldc, p, n, n, Some(uplo))),
     })
 }
 

@@ -578,21 +578,30 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     // bound's prediction is not this call's to time.
     let a = match bound {
         Some(_) => adjust::Adjusted::plain(Route::Vendor),
-        None => adjust::adjust(
-            learned(),
-            &d,
-            &cs,
-            e.profile().choice.min_gain,
-            config.explore,
-            inflight::gpu_wait_s(),
-            || EXPLORE_TICK.fetch_add(1, Ordering::Relaxed),
-        ),
+        None => {
+            // the wait behind the GPU, read as this call's GPU time is reserved
+            let wait_s = match d.gpu {
+                Some((_, g)) => flight.reserve_gpu(g),
+                None => inflight::gpu_wait_s(),
+            };
+            adjust::adjust(
+                learned(),
+                &d,
+                &cs,
+                e.profile().choice.min_gain,
+                config.explore,
+                wait_s,
+                || EXPLORE_TICK.fetch_add(1, Ordering::Relaxed),
+            )
+        }
     };
-    if a.route != Route::Vendor
-        && let Some((_, g)) = d.gpu
-    {
-        // The GPU time as this process measured the class, which later calls wait behind.
-        flight.queue_gpu(g * a.correction.unwrap_or(1.0));
+    if let Some((_, g)) = d.gpu {
+        // A call sent to the GPU stays on its queue at the GPU time this process measured
+        // for its class, which later calls wait behind; any other leaves it.
+        flight.settle_gpu(match a.route {
+            Route::Vendor => 0.0,
+            _ => g * a.correction.unwrap_or(1.0),
+        });
     }
     let engine = config.tracing().then(|| {
         Box::new(EngineNote {

@@ -4,10 +4,12 @@
 //! The calls in flight are the count every call already keeps for `fork`
 //! ([`crate::lazy::calls_in_flight`]: each call is in it from its entry to its end, a call
 //! `auto` decides runs its route inside that span); [`Flight::enter`] reads it at the
-//! decision. [`Flight::queue_gpu`] adds
-//! the GPU time predicted for a call sent to the GPU, and the call's end takes it off again,
-//! so [`gpu_wait_s`] is the predicted GPU time of the calls in flight on the GPU, the wait a
-//! new GPU call is priced with.
+//! decision. [`Flight::reserve_gpu`] adds
+//! the GPU time predicted for a call that may go to the GPU and reads the wait in one step,
+//! [`Flight::settle_gpu`] keeps it there for a call sent to the GPU (at the class's measured
+//! time) or takes it off, and the call's end takes it off again, so [`gpu_wait_s`] is the
+//! predicted GPU time of the calls in flight on the GPU, the wait a new GPU call is priced
+//! with.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -34,11 +36,27 @@ impl Flight {
         self.concurrent
     }
 
-    /// Puts `seconds` of predicted GPU time on the queue until this call ends.
-    pub fn queue_gpu(&mut self, seconds: f64) {
+    /// Puts `seconds` of predicted GPU time on the queue, before this call's route is
+    /// known, and returns the predicted GPU time that was queued before it: the wait this
+    /// call would have behind the GPU. Reserving and reading in one step keeps callers that
+    /// decide at the same moment (an OpenMP team entering its loop) from each finding the
+    /// queue empty; [`Flight::settle_gpu`] then sets what this call really queues.
+    pub fn reserve_gpu(&mut self, seconds: f64) -> f64 {
         let ns = (seconds.max(0.0) * 1e9) as u64;
         self.queued_ns += ns;
-        GPU_QUEUE_NS.fetch_add(ns, Ordering::Relaxed);
+        GPU_QUEUE_NS.fetch_add(ns, Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    /// This call's GPU time on the queue, until it ends: `seconds` (0 for a call that does
+    /// not run on the GPU), in place of what [`Flight::reserve_gpu`] put there.
+    pub fn settle_gpu(&mut self, seconds: f64) {
+        let ns = (seconds.max(0.0) * 1e9) as u64;
+        if ns >= self.queued_ns {
+            GPU_QUEUE_NS.fetch_add(ns - self.queued_ns, Ordering::Relaxed);
+        } else {
+            GPU_QUEUE_NS.fetch_sub(self.queued_ns - ns, Ordering::Relaxed);
+        }
+        self.queued_ns = ns;
     }
 }
 
@@ -61,6 +79,29 @@ mod tests {
 
     use crate::lazy::InFlight;
 
+    /// Two calls deciding at once: the second's reservation sees the first's GPU time as
+    /// its wait; a call settled off the GPU leaves nothing on the queue, one settled on it
+    /// leaves its own time until it ends.
+    #[test]
+    fn reservations_are_seen_by_the_next_caller_and_settled() {
+        let mut a = Flight::enter();
+        let mut b = Flight::enter();
+        let wait_a = a.reserve_gpu(1000.0);
+        let wait_b = b.reserve_gpu(0.5);
+        // (other tests of this process may hold a little GPU time of their own meanwhile)
+        assert!(wait_b >= 1000.0 && wait_a < 1000.0, "{wait_a} {wait_b}");
+        a.settle_gpu(0.0);
+        let now = gpu_wait_s();
+        assert!(
+            now < 1000.0,
+            "the call sent to the vendor left the queue: {now}"
+        );
+        b.settle_gpu(100.0);
+        assert!(gpu_wait_s() >= 100.0);
+        drop(b);
+        assert!(gpu_wait_s() < 100.0, "the call's end took its time off");
+    }
+
     /// The engine's count is the calls counted in flight for `fork`: one counter per call.
     #[test]
     fn flights_see_the_calls_in_flight_and_queue_while_they_live() {
@@ -71,7 +112,7 @@ mod tests {
         let mut b = Flight::enter();
         assert!(b.concurrent() > a.concurrent());
         let before = gpu_wait_s();
-        b.queue_gpu(0.25);
+        b.reserve_gpu(0.25);
         assert!(gpu_wait_s() >= before + 0.25 - 1e-9);
         drop(b);
         drop(second);
