@@ -120,6 +120,22 @@ impl<'a> GemmArgs<'a> {
 }
 
 impl GemmArgs<'_> {
+    /// (rows, columns) of A as stored: m x k, or k x m when transposed.
+    pub fn a_dims(&self) -> (usize, usize) {
+        match self.transa {
+            Trans::No => (self.m, self.k),
+            Trans::Yes => (self.k, self.m),
+        }
+    }
+
+    /// (rows, columns) of B as stored: k x n, or n x k when transposed.
+    pub fn b_dims(&self) -> (usize, usize) {
+        match self.transb {
+            Trans::No => (self.k, self.n),
+            Trans::Yes => (self.n, self.k),
+        }
+    }
+
     /// Element (i, l) of op(A), 0 <= i < m, 0 <= l < k.
     #[inline]
     pub fn op_a(&self, i: usize, l: usize) -> f64 {

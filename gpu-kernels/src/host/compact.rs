@@ -72,17 +72,8 @@ pub(super) fn gemm<R>(
     c: &mut [f64],
     run: impl FnOnce(&GemmArgs, &mut [f64]) -> Result<R, GpuError>,
 ) -> Option<Result<R, GpuError>> {
-    let (m, n, k) = (args.m, args.n, args.k);
-    let (ra, ca) = if args.transa == Trans::No {
-        (m, k)
-    } else {
-        (k, m)
-    };
-    let (rb, cb) = if args.transb == Trans::No {
-        (k, n)
-    } else {
-        (n, k)
-    };
+    let (m, n) = (args.m, args.n);
+    let ((ra, ca), (rb, cb)) = (args.a_dims(), args.b_dims());
     if !(wasteful(ra, ca, args.lda) || wasteful(rb, cb, args.ldb) || wasteful(m, n, args.ldc)) {
         return None;
     }
@@ -140,29 +131,7 @@ pub(super) fn syrk<R>(
 mod tests {
     use super::*;
     use ozaki_core::blas::Uplo;
-
-    /// Reference C = alpha op(A) op(B) + beta C on strided operands (column-major).
-    fn reference(args: &GemmArgs, c: &mut [f64]) {
-        let at = |i: usize, l: usize| match args.transa {
-            Trans::No => args.a[i + l * args.lda],
-            Trans::Yes => args.a[l + i * args.lda],
-        };
-        let bt = |l: usize, j: usize| match args.transb {
-            Trans::No => args.b[l + j * args.ldb],
-            Trans::Yes => args.b[j + l * args.ldb],
-        };
-        for j in 0..args.n {
-            for i in 0..args.m {
-                let s: f64 = (0..args.k).map(|l| at(i, l) * bt(l, j)).sum();
-                let old = if args.beta == 0.0 {
-                    0.0
-                } else {
-                    args.beta * c[i + j * args.ldc]
-                };
-                c[i + j * args.ldc] = args.alpha * s + old;
-            }
-        }
-    }
+    use ozaki_core::testutil::reference_gemm;
 
     fn values(len: usize, seed: u64) -> Vec<f64> {
         (0..len)
@@ -202,13 +171,13 @@ mod tests {
                 ldc,
             };
             let mut want = c0.clone();
-            reference(&args, &mut want);
+            reference_gemm(&args, &mut want);
             let mut got = c0.clone();
             let seen = gemm(&args, &mut got, |p, pc| {
                 assert_eq!((p.ldc, pc.len()), (m, m * n), "C packed");
                 assert_eq!(p.ldb, if transb == Trans::No { k } else { n }, "B packed");
                 assert_eq!(p.lda, lda, "A (ld barely above its rows) left as it is");
-                reference(p, pc);
+                reference_gemm(p, pc);
                 Ok(7)
             });
             assert_eq!(seen.map(|r| r.ok()), Some(Some(7)));

@@ -363,16 +363,7 @@ pub(crate) fn staged_gemm(
     };
     let t0 = std::time::Instant::now();
     let (m, n, k) = (args.m, args.n, args.k);
-    let (ra, ca) = if args.transa == Trans::No {
-        (m, k)
-    } else {
-        (k, m)
-    };
-    let (rb, cb) = if args.transb == Trans::No {
-        (k, n)
-    } else {
-        (n, k)
-    };
+    let ((ra, ca), (rb, cb)) = (args.a_dims(), args.b_dims());
     let a = &args.a[..span(ra, ca, args.lda)];
     let b = &args.b[..span(rb, cb, args.ldb)];
     let c_span = span(m, n, args.ldc);
