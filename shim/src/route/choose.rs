@@ -271,11 +271,14 @@ fn before_engine(
         .unwrap_or(start::START_S);
     let status = match STARTER.status() {
         Status::Idle => {
-            // The start begins once the gains priced so far cover what it costs.
+            // The start begins once the gains priced so far cover what it costs, each at
+            // its share of the wall clock among the calls in flight (`start::ledger_gain`).
             // Only calls the GPU is priced well ahead on count (`start::GAIN_RATIO`): a
             // margin-close price is the kind the profile gets wrong.
             let gain = match d.gpu {
-                Some((_, g)) if vendor_s >= start::GAIN_RATIO.max(margin) * g => vendor_s - g,
+                Some((_, g)) if vendor_s >= start::GAIN_RATIO.max(margin) * g => {
+                    start::ledger_gain(vendor_s, g, in_flight)
+                }
                 _ => 0.0,
             };
             let gained = LEDGER.add(gain);

@@ -119,6 +119,20 @@ pub fn while_starting(
 /// under the shim").
 pub const GAIN_RATIO: f64 = 2.0;
 
+/// What one call adds to the start's [`Ledger`]: the wall-clock time the GPU would save the
+/// program on it. With `concurrent` calls in flight (itself included) the call holds
+/// 1/`concurrent` of the wall clock while it runs on the vendor BLAS for `vendor_s`, but the
+/// one GPU serves the callers one after another, each for its whole `gpu_s`; the gain is
+/// `vendor_s / concurrent - gpu_s`, nothing when that is negative. Alone that is the call's
+/// own gain. Summed per call instead, PySCF's CCSD (16 OpenMP threads, each vendor call
+/// single-threaded inside the team: 99 ms for 1953 x 122 x 1953 whether 16 or 3 ran at once,
+/// against 5.5 ms on the GPU's queue) priced a second of gain where the GPU, once started,
+/// gained nothing on the CCSD phase and its start cost half a second (H100 host,
+/// BENCHMARKS.md "Real programs under the shim").
+pub fn ledger_gain(vendor_s: f64, gpu_s: f64, concurrent: u32) -> f64 {
+    (vendor_s / f64::from(concurrent.max(1)) - gpu_s).max(0.0)
+}
+
 /// How much slower a vendor call runs beside a background start than alone: the start's
 /// thread takes a core and memory bandwidth from a vendor BLAS using all of them. NumPy's
 /// 4096² products beside the start took 382 and 369 ms against 246 ms priced (16-thread
@@ -375,6 +389,18 @@ mod tests {
     use super::*;
     use std::sync::Barrier;
     use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn concurrent_callers_gain_their_share_of_the_wall_clock_on_one_gpu() {
+        // alone: the call's own gain
+        assert!((ledger_gain(0.099, 0.0055, 1) - 0.0935).abs() < 1e-12);
+        // sixteen callers: 1/16 of the vendor time, the GPU's whole service time
+        let g = ledger_gain(0.099, 0.0055, 16);
+        assert!((g - (0.099 / 16.0 - 0.0055)).abs() < 1e-12 && g > 0.0, "{g}");
+        // a call whose share is below the GPU's time gains nothing
+        assert_eq!(ledger_gain(0.010, 0.0032, 16), 0.0);
+        assert_eq!(ledger_gain(0.010, 0.0032, 0), 0.010 - 0.0032);
+    }
 
     #[test]
     fn the_ledger_adds_gains_only_and_one_4096_product_covers_a_background_start() {
