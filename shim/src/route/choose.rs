@@ -641,17 +641,45 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
 /// factor, stays clearly faster there; otherwise the call is priced at its own shape.
 fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> (Memoized, f64) {
     let c = ozaki_core::engine::load::concurrency_class(in_flight);
+    // A small call is looked up under its size class's bound first, where a decision priced
+    // at that bound is kept: a program whose small calls all differ in shape (reference
+    // LAPACK's panels) then prices and copies a decision once per class, not once per call.
+    // Such an entry carries the vendor class of the call that priced it, which for every
+    // other member of the class is the same unless a dimension is an exact power of two
+    // (then a neighbouring class's correction is what "clearly the vendor's" is read with).
+    let bound_key = class_bound(cs).map(|b| memo::Key::new(e, &b, moduli, c));
     let key = memo::Key::new(e, cs, moduli, c);
-    if let Some(m) = memo::get(&key) {
-        let fv = learned().corrections.factor_at(m.vendor.1);
-        if m.priced.1.is_none() || clearly(m.margin, fv) {
-            return (m, fv);
+    for k in bound_key.iter().chain(std::iter::once(&key)) {
+        if let Some(m) = memo::get(k) {
+            let fv = learned().corrections.factor_at(m.vendor.1);
+            if m.priced.1.is_none() || clearly(m.margin, fv) {
+                return (m, fv);
+            }
         }
     }
     let kv = ClassKey::new(Route::Vendor, cs.routine, cs.m, cs.n, cs.k, c);
     let fv = learned().corrections.factor_at(kv.placed());
     let priced = decide_by_class(e, cs, moduli, in_flight, fv);
-    (memo::put(key, priced, kv), fv)
+    let keep = match (&priced.1, bound_key) {
+        (Some(_), Some(b)) => b,
+        _ => key,
+    };
+    (memo::put(keep, priced, kv), fv)
+}
+
+/// The size class's bound a small call is first priced at (m, n, k rounded up to powers of
+/// two; [`SMALL_MNK`]), when it differs from the call.
+fn class_bound(cs: &CallShape) -> Option<CallShape> {
+    if cs.m.saturating_mul(cs.n).saturating_mul(cs.k) > SMALL_MNK {
+        return None;
+    }
+    let bound = CallShape {
+        m: cs.m.next_power_of_two(),
+        n: cs.n.next_power_of_two(),
+        k: cs.k.next_power_of_two(),
+        ..*cs
+    };
+    (bound != *cs).then_some(bound)
 }
 
 /// Calls with m n k at most this are first priced at their size class's bound (m, n, k
@@ -672,23 +700,15 @@ fn decide_by_class(
     in_flight: u32,
     vendor_factor: f64,
 ) -> (Arc<Decision>, Option<CallShape>) {
-    if cs.m.saturating_mul(cs.n).saturating_mul(cs.k) <= SMALL_MNK {
-        let bound = CallShape {
-            m: cs.m.next_power_of_two(),
-            n: cs.n.next_power_of_two(),
-            k: cs.k.next_power_of_two(),
-            ..*cs
-        };
-        if bound != *cs {
-            let d = e.decide_loaded(
-                &bound,
-                moduli,
-                || Some(priced_moduli(bound.k, moduli)),
-                in_flight,
-            );
-            if is_clearly_vendor(&d, vendor_factor) {
-                return (d, Some(bound));
-            }
+    if let Some(bound) = class_bound(cs) {
+        let d = e.decide_loaded(
+            &bound,
+            moduli,
+            || Some(priced_moduli(bound.k, moduli)),
+            in_flight,
+        );
+        if is_clearly_vendor(&d, vendor_factor) {
+            return (d, Some(bound));
         }
     }
     let d = e.decide_loaded(cs, moduli, || Some(priced_moduli(cs.k, moduli)), in_flight);
@@ -788,6 +808,30 @@ mod tests {
         }
     }
     use crate::abi::{CblasGemm, Verdict, decode_cblas_gemm, decode_fortran_syrk};
+
+    /// Small calls that all differ in shape (reference LAPACK's panels: 1000 x 2 x 2,
+    /// 999 x 2 x 2, ...) share one decision per size class: after the first, each call of
+    /// the class finds the thread's copy of it instead of pricing and copying its own.
+    #[test]
+    fn distinct_small_shapes_of_one_size_class_share_the_class_decision() {
+        let e: &'static Engine = Box::leak(Box::new(Engine::new(
+            Profile::built_in("h200").unwrap(),
+            16,
+        )));
+        let first = decide(e, &CallShape::gemm(1000, 2, 2), None, 1).0;
+        let bound = first.priced.1.expect("priced at its size class's bound");
+        assert_eq!((bound.m, bound.n, bound.k), (1024, 2, 2));
+        for m in (600..1000).rev() {
+            let later = decide(e, &CallShape::gemm(m, 2, 2), None, 1).0;
+            assert!(
+                Arc::ptr_eq(&later.priced.0, &first.priced.0),
+                "{m} x 2 x 2 priced again"
+            );
+        }
+        // a call of another class is priced for that class
+        let other = decide(e, &CallShape::gemm(300, 2, 2), None, 1).0;
+        assert_eq!(other.priced.1.map(|b| b.m), Some(512));
+    }
 
     /// A thread cycling through PySCF's three small shapes gets its decisions from its own
     /// copies: the engine's shared decisions, whose reference counts every calling thread

@@ -396,7 +396,10 @@ mod tests {
         assert!((ledger_gain(0.099, 0.0055, 1) - 0.0935).abs() < 1e-12);
         // sixteen callers: 1/16 of the vendor time, the GPU's whole service time
         let g = ledger_gain(0.099, 0.0055, 16);
-        assert!((g - (0.099 / 16.0 - 0.0055)).abs() < 1e-12 && g > 0.0, "{g}");
+        assert!(
+            (g - (0.099 / 16.0 - 0.0055)).abs() < 1e-12 && g > 0.0,
+            "{g}"
+        );
         // a call whose share is below the GPU's time gains nothing
         assert_eq!(ledger_gain(0.010, 0.0032, 16), 0.0);
         assert_eq!(ledger_gain(0.010, 0.0032, 0), 0.010 - 0.0032);
