@@ -202,6 +202,8 @@ struct Dev {
     calls: u64,
     split: u64,
     flops: f64,
+    /// Time the calls waited for the GPU behind other callers' work (`phases.wait_ns`).
+    waited_ns: u64,
 }
 
 /// Calls decided while the GPU was starting, of one kind.
@@ -314,6 +316,7 @@ impl Summary {
             e.calls += 1;
             e.split += u64::from(list.len() > 1);
             e.flops += c.flops() / list.len() as f64;
+            e.waited_ns += c.phases.as_ref().map_or(0, |p| p.wait_ns);
         }
         if let Some(n) = c.engine.as_ref().and_then(|e| e.gpu_start.as_ref()) {
             let key = match n.during {
@@ -524,8 +527,9 @@ impl Summary {
     }
 
     /// Per-GPU counts: every call a GPU route ran, by host and device ordinal; a
-    /// split call counts on each of its devices (`split calls`). Absent when no call ran on
-    /// a GPU.
+    /// split call counts on each of its devices (`split calls`); `waited s`, the time those
+    /// calls waited for the GPU while other callers' work held it (inside their times).
+    /// Absent when no call ran on a GPU.
     fn write_per_device(&self, out: &mut dyn Write) -> std::io::Result<()> {
         let mut by_dev: BTreeMap<(&str, u32), Dev> = BTreeMap::new();
         for f in &self.files {
@@ -539,13 +543,14 @@ impl Summary {
                 e.calls += seen.calls;
                 e.split += seen.split;
                 e.flops += seen.flops;
+                e.waited_ns += seen.waited_ns;
             }
         }
         if by_dev.is_empty() {
             return Ok(());
         }
         writeln!(out, "\nPer GPU:")?;
-        let mut t = Table::new(&["host", "gpu", "calls", "split calls", "GFLOP"]);
+        let mut t = Table::new(&["host", "gpu", "calls", "split calls", "GFLOP", "waited s"]);
         for ((host, d), e) in &by_dev {
             t.row(vec![
                 host.to_string(),
@@ -553,6 +558,7 @@ impl Summary {
                 e.calls.to_string(),
                 e.split.to_string(),
                 gflop(e.flops),
+                seconds(e.waited_ns),
             ]);
         }
         t.write(out)
@@ -806,14 +812,14 @@ mod tests {
         };
         let text = format!(
             "{HEADER}\n{}\n{}\n{}\n",
-            gpu(0, r#""device":1"#),
+            gpu(0, r#""device":1,"phases":{"wait_ns":2500000}"#),
             gpu(1, r#""device":0,"devices":[0,1]"#),
             call(2, "dgemm_", "dgemm", 10, 10, 10, 10)
         );
         let s = summary_of(&text, "gpus.jsonl");
         let rows = table_rows(&s, "Per GPU:", 2);
-        assert_eq!(rows[0], ["-", "0", "1", "1", "0.001"], "{s}");
-        assert_eq!(rows[1], ["-", "1", "2", "1", "0.003"], "{s}");
+        assert_eq!(rows[0], ["-", "0", "1", "1", "0.001", "0.0000"], "{s}");
+        assert_eq!(rows[1], ["-", "1", "2", "1", "0.003", "0.0025"], "{s}");
         // A CPU-only trace has no per-GPU table.
         assert!(
             !summary_of(

@@ -104,7 +104,11 @@ mod tests {
     }
 
     fn summary(files: &[&[String]]) -> Value {
-        let dir = std::env::temp_dir().join(format!("ozaki-summary-json-{}", std::process::id()));
+        // one folder per call: the tests of this module run at once and each writes t0, t1, ...
+        static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("ozaki-summary-json-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let loaded: Vec<Loaded> = files
             .iter()

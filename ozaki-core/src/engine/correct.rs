@@ -218,14 +218,18 @@ pub type Folded = Vec<(String, usize, usize)>;
 /// record that ran the route the engine priced (no fallback), alone (`engine.concurrent`
 /// absent or 1: a concurrent call's ratio describes its load, not the shape), with a
 /// positive prediction for that route, ln(dur / predicted) is averaged per (route, m, n,
-/// k); the correction point at that shape becomes the profile's current factor there times
+/// k), dur less the time the call waited for the GPU (`phases.wait_ns`: GPU work an earlier
+/// call left running, which is not this shape's cost); the correction point at that shape becomes the profile's current factor there times
 /// the measured mean ratio (replacing a point at the same shape).
 pub fn fold_into_profile(profile: &mut super::profile::Profile, calls: &[CallRecord]) -> Folded {
     use std::collections::BTreeMap;
     let mut sums: BTreeMap<(String, u64, u64, u64), (f64, usize)> = BTreeMap::new();
     for c in calls {
         let Some(e) = &c.engine else { continue };
-        if c.fallback.is_some() || e.concurrent.is_some_and(|n| n > 1) || c.dur_ns == 0 {
+        let own_ns = c
+            .dur_ns
+            .saturating_sub(c.phases.as_ref().map_or(0, |p| p.wait_ns));
+        if c.fallback.is_some() || e.concurrent.is_some_and(|n| n > 1) || own_ns == 0 {
             continue;
         }
         let Some(&p) = e.predicted_s.get(&c.route) else {
@@ -237,7 +241,7 @@ pub fn fold_into_profile(profile: &mut super::profile::Profile, calls: &[CallRec
         let s = sums
             .entry((c.route.clone(), c.m, c.n, c.k))
             .or_insert((0.0, 0));
-        s.0 += (c.dur_ns as f64 * 1e-9 / p).ln();
+        s.0 += (own_ns as f64 * 1e-9 / p).ln();
         s.1 += 1;
     }
     let mut out: BTreeMap<String, (usize, usize)> = BTreeMap::new();
@@ -348,5 +352,26 @@ mod tests {
             after / before > 3.0 && after / before < 4.0 + 1e-9,
             "{before} -> {after}"
         );
+    }
+
+    /// A GPU call that waited for work an earlier call left running folds its own time:
+    /// 8 ms measured with 6 ms of waiting, against a 2 ms price, is on its price.
+    #[test]
+    fn the_wait_for_the_gpu_is_not_folded_as_the_shapes_cost() {
+        use crate::engine::profile::Profile;
+        let mut p = Profile::built_in("h200").unwrap();
+        let before = p
+            .corrections
+            .get("gpu-native")
+            .map_or(1.0, |c| c.factor(4096, 77, 4096));
+        let l = r#"{"type":"call","seq":0,"t_ns":0,"dur_ns":8000000,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","m":4096,"n":77,"k":4096,"lda":4096,"ldb":4096,"ldc":4096,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"gpu-native","phases":{"transfer_ns":1500000,"products_ns":500000,"wait_ns":6000000},"engine":{"predicted_s":{"gpu-native":0.002},"reason":"x"}}"#;
+        let crate::trace::Line::Call(c) = crate::trace::parse_line(l, 1).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(c.phases.as_ref().map(|p| p.wait_ns), Some(6_000_000));
+        let folded = fold_into_profile(&mut p, &[*c]);
+        assert_eq!(folded, vec![("gpu-native".to_string(), 1, 1)]);
+        let after = p.corrections["gpu-native"].factor(4096, 77, 4096);
+        assert!((after / before - 1.0).abs() < 1e-9, "{before} -> {after}");
     }
 }
