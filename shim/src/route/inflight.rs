@@ -77,6 +77,9 @@ pub fn gpu_wait_s() -> f64 {
 mod tests {
     use super::*;
 
+    /// The queue is the process's: these tests take turns on it.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     use crate::lazy::InFlight;
 
     /// Two calls deciding at once: the second's reservation sees the first's GPU time as
@@ -84,6 +87,7 @@ mod tests {
     /// leaves its own time until it ends.
     #[test]
     fn reservations_are_seen_by_the_next_caller_and_settled() {
+        let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let mut a = Flight::enter();
         let mut b = Flight::enter();
         let wait_a = a.reserve_gpu(1000.0);
@@ -105,6 +109,7 @@ mod tests {
     /// The engine's count is the calls counted in flight for `fork`: one counter per call.
     #[test]
     fn flights_see_the_calls_in_flight_and_queue_while_they_live() {
+        let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         // (other unit tests may hold calls: compare with what was there before)
         let _first = InFlight::begin();
         let a = Flight::enter();
