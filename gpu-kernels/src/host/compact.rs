@@ -16,9 +16,14 @@ use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo, span};
 /// Pack an operand whose span holds at least this many times its elements.
 pub(super) const WASTE: usize = 2;
 
+/// The largest operand packed, in elements (128 MiB): a packed copy is host memory beside
+/// the caller's, which the pipeline's fixed pinned ring does not need, so a larger block
+/// travels with its span as before.
+pub(super) const MAX_PACKED: usize = 16 << 20;
+
 /// Whether a `rows x cols` operand stored `ld` apart is worth packing.
 fn wasteful(rows: usize, cols: usize, ld: usize) -> bool {
-    cols > 1 && rows > 0 && span(rows, cols, ld) >= WASTE * rows * cols
+    cols > 1 && rows > 0 && rows * cols <= MAX_PACKED && span(rows, cols, ld) >= WASTE * rows * cols
 }
 
 /// The `rows x cols` block of `src` (stored `ld` apart) as a contiguous column-major copy;
@@ -49,8 +54,8 @@ fn operand<'a>(
     }
 }
 
-/// C for the call: the caller's, or a packed copy (its values when `read`, else zeros)
-/// whose result [`finish`] writes back.
+/// A packed copy of C for the call, when C is worth packing: its values when `read`, else
+/// zeros (the caller writes the result back into C once the call succeeded).
 fn c_operand(c: &[f64], m: usize, n: usize, ldc: usize, read: bool) -> Option<Vec<f64>> {
     if !wasteful(m, n, ldc) {
         return None;
@@ -201,6 +206,19 @@ mod tests {
         });
         assert!(matches!(r, Some(Err(_))));
         assert_eq!(c, c0);
+    }
+
+    /// What is packed: a block whose span is at least twice its elements, up to
+    /// [`MAX_PACKED`] elements; not a vector (one column), not a dense operand.
+    #[test]
+    fn blocks_of_larger_arrays_up_to_the_cap_are_packed() {
+        assert!(wasteful(81, 231, 8649));
+        assert!(wasteful(1000, 1000, 2100));
+        assert!(!wasteful(1000, 1000, 1999), "span under twice the elements");
+        assert!(!wasteful(4032, 64, 4096), "a trailing update of LAPACK");
+        assert!(!wasteful(81, 1, 8649), "one column is contiguous");
+        assert!(!wasteful(20000, 20000, 40000), "3.2 GB: over the cap");
+        assert!(wasteful(4096, 4096, 8200), "128 MiB: at the cap");
     }
 
     /// Operands whose leading dimension is their row count, or close to it (LAPACK's
