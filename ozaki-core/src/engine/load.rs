@@ -8,6 +8,13 @@
 //! prices a call at the share it gets; decisions are cached per [`concurrency_class`], so a
 //! repeated shape still costs one lookup. The GPU is priced alone in the cached decision and
 //! the wait for the calls already queued on it ([`keeps_gpu`]) is checked per call.
+//!
+//! What the share does not model: a BLAS called from inside an OpenMP team (PySCF's own
+//! OpenBLAS) runs each call on one thread however many are in flight, so a call sent to the
+//! GPU frees a core that no other call takes up; the per-class corrections (`correct`) still
+//! price such a vendor call at what it measures, and the GPU start counts each call's gain
+//! at its share of the wall clock (the shim's `route::start::ledger_gain`), but the per-call
+//! choice cannot see that a parallel loop ends with its slowest call.
 
 use super::profile::{ConcurrentRate, CpuProfile};
 
