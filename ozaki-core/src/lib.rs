@@ -6,7 +6,9 @@
 //! | [`route`] | route names (`vendor`, `cpu-ozaki`, `gpu-ozaki`, ...) |
 //! | [`trace`] | the JSON Lines trace schema (header and call records) |
 //! | [`blas`] | the built-in cache-blocked fp64 dgemm/dsyrk (used when no vendor BLAS exists) |
-//! | [`moduli`], [`scaling`], [`residues`], [`reconstruct`], [`emulate`], [`select`], [`exact`] | Ozaki scheme II |
+//! | [`moduli`], [`scaling`], [`residues`], [`reconstruct`], [`emulate`], [`exact`] | Ozaki scheme II |
+//! | [`rule`], [`fallback`] | the accuracy rule every emulated route takes its moduli count from, and the typed decline to native fp64 |
+//! | [`devices`] | which GPUs a process uses, and how one large call's C is split across them |
 //! | [`crt_tables`] | the residue and CRT tables the GPU kernels take by value (`#[repr(C)]`) |
 //! | [`write_back`] | the final `C = alpha ĉ + beta C` with the reference BLAS's signed zeros |
 //! | [`kernel`], [`fp8`], [`accuracy`], [`testutil`] | CPU integer kernels, the FP8 sets S/A/E/D and plane encodings, the exact-reference error measure, seeded test data |

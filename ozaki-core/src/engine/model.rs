@@ -11,7 +11,7 @@
 //! | `gpu-ozaki` | launches + sync + transfers + exponent scan/scaling/residues (per input element and modulus) + r INT8 products (INT8 work model) + reconstruction (per output element and modulus) − overlap credit |
 //!
 //! A *work model* is `t = s_mnk·mnk + s_nk·nk + s_mk·mk + s_mn·mn + s_fixed` (see
-//! [`WorkTerms`]), fitted to measured timings by non-negative least squares on relative
+//! [`super::WorkTerms`]), fitted to measured timings by non-negative least squares on relative
 //! error ([`WorkModel::fit`]), times a local multiplicative correction interpolated from the
 //! fit's residuals at the calibration shapes ([`Correction`]); far from every calibrated shape
 //! the correction fades to 1 and the physical terms extrapolate. The same correction, fitted
@@ -94,7 +94,7 @@ pub fn predict(
 
 /// [`predict`] for a call decided while `concurrent` calls (itself included) are in flight
 /// in the process: the vendor BLAS is priced at the share of the CPU each caller gets
-/// ([`super::load::vendor_slowdown`]); the GPU routes are priced alone (the shim adds the
+/// ([`super::load::vendor_share`]); the GPU routes are priced alone (the shim adds the
 /// wait for the GPU's queue after the cached decision, [`super::load`]).
 pub fn predict_loaded(
     profile: &Profile,

@@ -2,7 +2,7 @@
 //! measured timings.
 //!
 //! A *work model* is `t = s_mnk·mnk + s_nk·nk + s_mk·mk + s_mn·mn + s_fixed` (see
-//! [`WorkTerms`]), fitted to measured timings by non-negative least squares on relative
+//! [`super::WorkTerms`]), fitted to measured timings by non-negative least squares on relative
 //! error ([`WorkModel::fit`]), times a local multiplicative correction interpolated from the
 //! fit's residuals at the calibration shapes ([`Correction`]); far from every calibrated shape
 //! the correction fades to 1 and the physical terms extrapolate. A [`super::profile::Profile`]
