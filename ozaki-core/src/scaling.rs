@@ -82,7 +82,7 @@
 //! rounding to fp64. Accurate mode raises `p_i` by about `log2(k·64²/G)/2` bits per side
 //! over fast mode: on spread data (`φ > 0`) this is several bits, i.e. one or two moduli;
 //! norm mode by `log2(k·64²/S_i)/2`, nearly as much.
-//! [`crate::select`] turns this into the per-call moduli count.
+//! [`crate::rule`] turns this into the per-call moduli count.
 
 use crate::exact::{exponent, f64_to_dyadic};
 
