@@ -189,11 +189,7 @@ pub fn gemm(
     };
     let share_a = shares_a(plan);
     let a_span = {
-        let (ra, ca) = if args.transa == Trans::No {
-            (args.m, args.k)
-        } else {
-            (args.k, args.m)
-        };
+        let (ra, ca) = args.a_dims();
         ozaki_core::blas::span(ra, ca, args.lda)
     };
     // Row panels of a shared A (every tile has all rows of op(A)) and who uploads each.

@@ -156,6 +156,14 @@ impl GemmArgs<'_> {
 }
 
 impl SyrkArgs<'_> {
+    /// (rows, columns) of A as stored: n x k, or k x n when transposed.
+    pub fn a_dims(&self) -> (usize, usize) {
+        match self.trans {
+            Trans::No => (self.n, self.k),
+            Trans::Yes => (self.k, self.n),
+        }
+    }
+
     /// Element (i, l) of the n x k operand op(A) (A if `trans == No`, else A^T).
     #[inline]
     pub fn op_a(&self, i: usize, l: usize) -> f64 {

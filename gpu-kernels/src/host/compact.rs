@@ -11,7 +11,7 @@
 
 use super::write_back::write_back_rows;
 use crate::error::GpuError;
-use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo, span};
+use ozaki_core::blas::{GemmArgs, SyrkArgs, span};
 
 /// Pack an operand whose span holds at least this many times its elements.
 pub(super) const WASTE: usize = 2;
@@ -107,12 +107,8 @@ pub(super) fn syrk<R>(
     c: &mut [f64],
     run: impl FnOnce(&SyrkArgs, &mut [f64]) -> Result<R, GpuError>,
 ) -> Option<Result<R, GpuError>> {
-    let (n, k) = (args.n, args.k);
-    let (ra, ca) = if args.trans == Trans::No {
-        (n, k)
-    } else {
-        (k, n)
-    };
+    let n = args.n;
+    let (ra, ca) = args.a_dims();
     if !(wasteful(ra, ca, args.lda) || wasteful(n, n, args.ldc)) {
         return None;
     }
@@ -125,17 +121,18 @@ pub(super) fn syrk<R>(
         ldc: if pc.is_some() { n } else { args.ldc },
         ..*args
     };
-    let uplo: Uplo = args.uplo;
     Some(match &mut pc {
         None => run(&packed, c),
-        Some(p) => run(&packed, p).inspect(|_| write_back_rows(c, args.ldc, p, n, n, Some(uplo))),
+        Some(p) => {
+            run(&packed, p).inspect(|_| write_back_rows(c, args.ldc, p, n, n, Some(args.uplo)))
+        }
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ozaki_core::blas::Uplo;
+    use ozaki_core::blas::{Trans, Uplo};
     use ozaki_core::testutil::reference_gemm;
 
     fn values(len: usize, seed: u64) -> Vec<f64> {

@@ -771,11 +771,7 @@ fn syrk_on(
     c: &mut [f64],
     engine: Engine,
 ) -> Result<HostOutcome, GpuError> {
-    let (ra, ca) = if args.trans == Trans::No {
-        (args.n, args.k)
-    } else {
-        (args.k, args.n)
-    };
+    let (ra, ca) = args.a_dims();
     let a = &args.a[..span(ra, ca, args.lda)];
     let c_span = span(args.n, args.n, args.ldc);
     let t0 = std::time::Instant::now();

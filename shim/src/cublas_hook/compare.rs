@@ -20,18 +20,9 @@ use gpu_kernels::GpuError;
 use gpu_kernels::device::Stream;
 use gpu_kernels::memory::DeviceBuffer;
 use gpu_kernels::ozaki::{DeviceCall, Op};
-use ozaki_core::blas::Trans;
+use ozaki_core::blas::{Trans, span};
 use ozaki_core::trace::AbResult;
 use std::time::Instant;
-
-/// Elements a column-major `rows x cols` matrix with leading dimension `ld` spans.
-pub(crate) fn span(rows: usize, cols: usize, ld: usize) -> usize {
-    if rows == 0 || cols == 0 {
-        0
-    } else {
-        ld * (cols - 1) + rows
-    }
-}
 
 /// The entries of a column-major `rows x cols` matrix held in `buf` with leading dimension
 /// `ld`.

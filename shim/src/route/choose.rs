@@ -647,7 +647,8 @@ fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> (M
     // Such an entry carries the vendor class of the call that priced it, which for every
     // other member of the class is the same unless a dimension is an exact power of two
     // (then a neighbouring class's correction is what "clearly the vendor's" is read with).
-    let bound_key = class_bound(cs).map(|b| memo::Key::new(e, &b, moduli, c));
+    let bound = class_bound(cs);
+    let bound_key = bound.map(|b| memo::Key::new(e, &b, moduli, c));
     let key = memo::Key::new(e, cs, moduli, c);
     for k in bound_key.iter().chain(std::iter::once(&key)) {
         if let Some(m) = memo::get(k) {
@@ -659,7 +660,7 @@ fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> (M
     }
     let kv = ClassKey::new(Route::Vendor, cs.routine, cs.m, cs.n, cs.k, c);
     let fv = learned().corrections.factor_at(kv.placed());
-    let priced = decide_by_class(e, cs, moduli, in_flight, fv);
+    let priced = decide_by_class(e, cs, bound, moduli, in_flight, fv);
     let keep = match (&priced.1, bound_key) {
         (Some(_), Some(b)) => b,
         _ => key,
@@ -689,18 +690,19 @@ fn class_bound(cs: &CallShape) -> Option<CallShape> {
 /// vendor's own time for such a call.
 const SMALL_MNK: u64 = 1 << 24;
 
-/// The engine's decision for `cs`: the decision at its size class's bound when `cs` is small
-/// and that one is clearly the vendor (a bigger call gains more from the GPU than a smaller
-/// one of its class, so the call itself is even more clearly the vendor's), then that bound;
-/// else the call's own decision and `None`.
+/// The engine's decision for `cs`: the decision at its size class's `bound`
+/// ([`class_bound`]) when that one is clearly the vendor (a bigger call gains more from the
+/// GPU than a smaller one of its class, so the call itself is even more clearly the
+/// vendor's), then that bound; else the call's own decision and `None`.
 fn decide_by_class(
     e: &Engine,
     cs: &CallShape,
+    bound: Option<CallShape>,
     moduli: Option<u32>,
     in_flight: u32,
     vendor_factor: f64,
 ) -> (Arc<Decision>, Option<CallShape>) {
-    if let Some(bound) = class_bound(cs) {
+    if let Some(bound) = bound {
         let d = e.decide_loaded(
             &bound,
             moduli,
