@@ -223,7 +223,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             // goes straight to the vendor, counted until it returns (a vendor choice queues no
             // GPU time, so its route flight has nothing else to hold).
             if choice.route == Route::Vendor
-                && choice.feedback.is_none()
+                && !choice.timed()
                 && let Some(vendor) = vendor()
             {
                 progress.done.set(true);
@@ -242,7 +242,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                 };
             }
             let plan = route::split::plan(&choice, &canon, config);
-            let timed = choice.feedback.as_ref().map(|_| std::time::Instant::now());
+            let timed = choice.timed().then(std::time::Instant::now);
             // SAFETY: the caller's contract; `canon` was decoded from `raw`. `ab::execute` is
             // `route::execute` plus the vendor comparison when OZAKI_AB picks the call.
             let (done, ab) = unsafe {

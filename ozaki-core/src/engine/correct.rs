@@ -5,9 +5,15 @@
 //! slower or faster (cache state, threads beside it, a profile from another machine). Every
 //! timed call feeds its class here; once a class holds [`MIN_SAMPLES`], its predictions are
 //! multiplied by the measured ratio, so measurement decides ([`Corrections::corrected`]).
+//! A class whose last [`GROSS_STREAK`] samples were all off by more than [`GROSS_RATIO`] the
+//! same way is corrected at once: timing noise does not do that three times in a row, a
+//! profile that misprices a shape does (OpenBLAS's 128 x 128 x 110592 `dsyrk` in SciPy's
+//! LOBPCG ran 10-13x its price, and each of those calls costs 50-65 ms, so waiting for eight
+//! of them cost a third of a second).
 //!
 //! The table is lock-free: a fixed array of 64-bit slots, each packing the class tag, the
-//! sample count and the mean log-ratio, updated by compare-and-swap. Two classes that hash
+//! sample count, the length of the current gross streak and the mean log-ratio, updated by
+//! compare-and-swap. Two classes that hash
 //! to one slot take turns (a new class resets the slot), which costs samples, never
 //! correctness: an uncorrected prediction is what the engine had before.
 
@@ -17,6 +23,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Samples a class needs before its correction is applied.
 pub const MIN_SAMPLES: u32 = 8;
+
+/// Consecutive samples off by more than [`GROSS_RATIO`], all the same way, after which a
+/// class is corrected before it holds [`MIN_SAMPLES`].
+pub const GROSS_STREAK: u32 = 3;
+
+/// How far off (either way) a sample must be to count toward a gross streak.
+pub const GROSS_RATIO: f64 = 2.0;
+
+/// Largest sample count a slot keeps (12 bits; the mean weighs the last [`EW_SPAN`] anyway).
+const MAX_SAMPLES: u32 = 0xfff;
+
+/// Largest streak a slot keeps (3 bits, beside the bit of its side).
+const MAX_STREAK: u32 = 0x7;
 
 /// Weight of a new sample once a class has this many (a running mean before): old
 /// behaviour fades over about this many calls.
@@ -97,24 +116,66 @@ impl ClassKey {
 pub struct ClassCorrection {
     /// Mean ln(measured / predicted).
     pub ln_ratio: f64,
-    /// Samples behind it (saturates at 65535).
+    /// Samples behind it (saturates at 4095).
     pub samples: u32,
+    /// How many of the latest samples in a row were off by more than [`GROSS_RATIO`], all
+    /// on one side (saturates at 7).
+    pub streak: u32,
+    /// That side: the streak's samples were slower than predicted.
+    pub streak_slow: bool,
 }
 
 impl ClassCorrection {
-    /// The factor on predictions of this class: exp(ln_ratio) within the limit, 1 before
-    /// [`MIN_SAMPLES`].
+    /// A class never measured.
+    const EMPTY: ClassCorrection = ClassCorrection {
+        ln_ratio: 0.0,
+        samples: 0,
+        streak: 0,
+        streak_slow: false,
+    };
+
+    /// Whether the class is corrected: [`MIN_SAMPLES`] behind it, or a gross streak.
+    pub fn applies(&self) -> bool {
+        self.samples >= MIN_SAMPLES || self.streak >= GROSS_STREAK
+    }
+
+    /// The factor on predictions of this class: exp(ln_ratio) within the limit once it
+    /// [`applies`](Self::applies), 1 before.
     pub fn factor(&self) -> f64 {
-        if self.samples < MIN_SAMPLES {
-            1.0
-        } else {
+        if self.applies() {
             self.ln_ratio.clamp(-LN_LIMIT, LN_LIMIT).exp()
+        } else {
+            1.0
+        }
+    }
+
+    /// The class after one more sample of ln(measured / predicted) `x`.
+    fn with(self, x: f64) -> ClassCorrection {
+        let n = (self.samples + 1).min(MAX_SAMPLES);
+        let w = 1.0 / n.min(EW_SPAN) as f64;
+        let ln_ratio = self.ln_ratio + w * (x - self.ln_ratio);
+        let gross = x.abs() > GROSS_RATIO.ln();
+        let slow = x > 0.0;
+        let streak = match (gross, slow == self.streak_slow) {
+            (true, true) => (self.streak + 1).min(MAX_STREAK),
+            (true, false) => 1,
+            (false, _) => 0,
+        };
+        ClassCorrection {
+            ln_ratio,
+            samples: n,
+            streak,
+            streak_slow: gross && slow,
         }
     }
 }
 
 fn pack(tag: u64, c: ClassCorrection) -> u64 {
-    (tag << 48) | ((c.samples.min(0xffff) as u64) << 32) | (c.ln_ratio as f32).to_bits() as u64
+    (tag << 48)
+        | ((c.samples.min(MAX_SAMPLES) as u64) << 36)
+        | ((c.streak_slow as u64) << 35)
+        | ((c.streak.min(MAX_STREAK) as u64) << 32)
+        | (c.ln_ratio as f32).to_bits() as u64
 }
 
 fn unpack(x: u64) -> (u64, ClassCorrection) {
@@ -122,7 +183,9 @@ fn unpack(x: u64) -> (u64, ClassCorrection) {
         x >> 48,
         ClassCorrection {
             ln_ratio: f32::from_bits(x as u32) as f64,
-            samples: ((x >> 32) & 0xffff) as u32,
+            samples: ((x >> 36) & MAX_SAMPLES as u64) as u32,
+            streak: ((x >> 32) & MAX_STREAK as u64) as u32,
+            streak_slow: (x >> 35) & 1 == 1,
         },
     )
 }
@@ -158,7 +221,7 @@ impl Corrections {
         (t == place.tag && c.samples > 0).then_some(c)
     }
 
-    /// The factor on predictions of the class at `place` (1 before [`MIN_SAMPLES`]).
+    /// The factor on predictions of the class at `place` (1 before it applies).
     pub fn factor_at(&self, place: Place) -> f64 {
         self.get_at(place).map_or(1.0, |c| c.factor())
     }
@@ -176,20 +239,8 @@ impl Corrections {
         let mut old = slot.load(Ordering::Relaxed);
         loop {
             let (t, c) = unpack(old);
-            let c = if t == tag {
-                c
-            } else {
-                ClassCorrection {
-                    ln_ratio: 0.0,
-                    samples: 0,
-                }
-            };
-            let n = c.samples + 1;
-            let w = 1.0 / n.min(EW_SPAN) as f64;
-            let new = ClassCorrection {
-                ln_ratio: c.ln_ratio + w * (x - c.ln_ratio),
-                samples: n,
-            };
+            let c = if t == tag { c } else { ClassCorrection::EMPTY };
+            let new = c.with(x);
             match slot.compare_exchange_weak(
                 old,
                 pack(tag, new),
@@ -203,7 +254,7 @@ impl Corrections {
     }
 
     /// `predicted_s` of `key`'s class corrected by what the class measured (unchanged before
-    /// [`MIN_SAMPLES`]), with the factor applied.
+    /// the correction applies), with the factor applied.
     pub fn corrected(&self, key: &ClassKey, predicted_s: f64) -> (f64, f64) {
         let f = self.factor_at(key.placed());
         (predicted_s * f, f)
@@ -274,15 +325,51 @@ mod tests {
     fn a_class_converges_to_its_measured_ratio_only_after_enough_samples() {
         let t = Corrections::default();
         let k = key(1953);
+        // 1.5x off: within what timing noise does, so it waits for MIN_SAMPLES
         for i in 0..MIN_SAMPLES - 1 {
-            t.record(&k, 0.08, 0.0023);
+            t.record(&k, 0.003, 0.002);
             assert_eq!(t.corrected(&k, 1.0).1, 1.0, "sample {i}");
         }
-        t.record(&k, 0.08, 0.0023);
-        let (s, f) = t.corrected(&k, 0.0023);
-        assert!((s - 0.08).abs() < 0.08 * 1e-5, "{s} {f}");
+        t.record(&k, 0.003, 0.002);
+        let (s, f) = t.corrected(&k, 0.002);
+        assert!((s - 0.003).abs() < 0.003 * 1e-5, "{s} {f}");
         // Another shape class is untouched.
         assert_eq!(t.get(&key(64)), None);
+    }
+
+    /// A class measured far off its price, the same way, call after call is corrected after
+    /// GROSS_STREAK calls; one slow first call (a GPU route's warm-up) followed by calls on
+    /// their price is not, nor are gross samples that alternate sides.
+    #[test]
+    fn a_gross_streak_corrects_a_class_early_and_a_lone_outlier_does_not() {
+        let t = Corrections::default();
+        let k = key(110592);
+        for i in 0..GROSS_STREAK - 1 {
+            t.record(&k, 0.060, 0.005);
+            assert_eq!(t.corrected(&k, 1.0).1, 1.0, "sample {i}");
+        }
+        t.record(&k, 0.050, 0.005);
+        let (s, _) = t.corrected(&k, 0.005);
+        assert!(s > 0.045 && s < 0.065, "{s}");
+        // a normal sample ends the streak; the class waits for MIN_SAMPLES again
+        t.record(&k, 0.005, 0.005);
+        assert_eq!(t.get(&k).unwrap().streak, 0);
+        assert_eq!(t.corrected(&k, 1.0).1, 1.0);
+
+        let outlier = key(4096);
+        t.record(&outlier, 0.148, 0.008);
+        for _ in 0..3 {
+            t.record(&outlier, 0.008, 0.008);
+        }
+        assert_eq!(t.corrected(&outlier, 1.0).1, 1.0);
+
+        let alternating = key(8192);
+        for i in 0..6 {
+            let measured = if i % 2 == 0 { 0.04 } else { 0.001 };
+            t.record(&alternating, measured, 0.01);
+        }
+        assert_eq!(t.get(&alternating).unwrap().streak, 1);
+        assert_eq!(t.corrected(&alternating, 1.0).1, 1.0);
     }
 
     #[test]

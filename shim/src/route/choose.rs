@@ -213,20 +213,29 @@ fn pre_engine() -> Option<&'static Engine> {
 
 /// What the pre-engine decided for a call, before the engine is built.
 enum PreEngine {
-    /// The vendor BLAS, with the pre-engine's decision, the size class's bound it was
-    /// priced at, why, what the call did about the GPU start (for the trace), the class
-    /// its measured time feeds, and the factor the vendor's price was corrected by.
-    Vendor(
-        Arc<Decision>,
-        Option<CallShape>,
-        Early,
-        Option<StartNote>,
-        Option<(ClassKey, f64)>,
-        f64,
-    ),
+    /// The vendor BLAS.
+    Vendor(EarlyVendor),
     /// The engine decides (it is up, or being built here); `Some`: the call waited for the
     /// background start.
     Engine(Option<StartNote>),
+}
+
+/// A call the pre-engine sent to the vendor BLAS.
+struct EarlyVendor {
+    /// The pre-engine's decision.
+    d: Arc<Decision>,
+    /// The size class's bound it was priced at.
+    bound: Option<CallShape>,
+    /// Why.
+    why: Early,
+    /// What the call did about the GPU start (for the trace).
+    gpu_start: Option<StartNote>,
+    /// The class its measured time feeds.
+    feedback: Option<(ClassKey, f64)>,
+    /// The factor the vendor's price was corrected by.
+    fv: f64,
+    /// What its measured time may add to the start's ledger.
+    credit: Option<start::Credit>,
 }
 
 /// A trace's `engine.gpu_start`.
@@ -258,8 +267,19 @@ fn before_engine(
         .gpu
         .filter(|&(_, g)| bound.is_none() && adjust::correctable(d.vendor_s, g))
         .map(|_| (kv, d.vendor_s));
+    let to_vendor = |d, bound, why, gpu_start, credit| {
+        PreEngine::Vendor(EarlyVendor {
+            d,
+            bound,
+            why,
+            gpu_start,
+            feedback,
+            fv,
+            credit,
+        })
+    };
     if clearly(margin, fv) {
-        return PreEngine::Vendor(d, bound, Early::Clearly { fv }, None, feedback, fv);
+        return to_vendor(d, bound, Early::Clearly { fv }, None, None);
     }
     let vendor_s = d.vendor_s * fv;
     let margin = pre.profile().choice.min_gain;
@@ -275,17 +295,26 @@ fn before_engine(
             // its share of the wall clock among the calls in flight (`start::ledger_gain`).
             // Only calls the GPU is priced well ahead on count (`start::GAIN_RATIO`): a
             // margin-close price is the kind the profile gets wrong.
+            let ratio = start::GAIN_RATIO.max(margin);
             let gain = match d.gpu {
-                Some((_, g)) if vendor_s >= start::GAIN_RATIO.max(margin) * g => {
-                    start::ledger_gain(vendor_s, g, in_flight)
-                }
+                Some((_, g)) if vendor_s >= ratio * g => start::ledger_gain(vendor_s, g, in_flight),
                 _ => 0.0,
             };
             let gained = LEDGER.add(gain);
             let cost = start::start_cost_s(expected, mode == GpuStart::Blocking);
             if gained < cost {
                 let why = Early::NotStarted { gained, cost, fv };
-                return PreEngine::Vendor(d, None, why, None, feedback, fv);
+                // priced at its own shape: its measured time is this call's to credit
+                let credit = d
+                    .gpu
+                    .filter(|_| bound.is_none())
+                    .map(|(_, g)| start::Credit {
+                        gpu_s: g,
+                        credited_s: gain,
+                        concurrent: in_flight,
+                        ratio,
+                    });
+                return to_vendor(d, None, why, None, credit);
             }
             start::register_exit_handler();
             let shape = (cs.m as usize, cs.n as usize, cs.k as usize);
@@ -308,7 +337,7 @@ fn before_engine(
         Status::Ready => return PreEngine::Engine(None),
         Status::Failed | Status::Idle => {
             let start = note(DuringStart::Failed, 0.0, None);
-            return PreEngine::Vendor(d, None, Early::Failed, start, feedback, fv);
+            return to_vendor(d, None, Early::Failed, start, None);
         }
         Status::Starting { elapsed_s } => elapsed_s,
     };
@@ -328,7 +357,7 @@ fn before_engine(
                 fv,
             };
             let start = note(DuringStart::Vendor, elapsed_s, None);
-            PreEngine::Vendor(d, None, why, start, feedback, fv)
+            to_vendor(d, None, why, start, None)
         }
         WhileStarting::Wait => {
             let t = std::time::Instant::now();
@@ -358,7 +387,7 @@ fn before_engine(
                 ),
             };
             let start = note(during, elapsed_s, Some(waited));
-            PreEngine::Vendor(d, None, why, start, feedback, fv)
+            to_vendor(d, None, why, start, None)
         }
     }
 }
@@ -534,7 +563,16 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         && let Some(pre) = pre_engine()
     {
         match before_engine(pre, &cs, config.moduli, config.gpu_start, in_flight) {
-            PreEngine::Vendor(d, bound, why, gpu_start, feedback, fv) => {
+            PreEngine::Vendor(v) => {
+                let EarlyVendor {
+                    d,
+                    bound,
+                    why,
+                    gpu_start,
+                    feedback,
+                    fv,
+                    credit,
+                } = v;
                 let engine = config.tracing().then(|| {
                     Box::new(EngineNote {
                         decision: Arc::clone(&d),
@@ -554,6 +592,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                     engine,
                     decision: Some(d),
                     feedback,
+                    start_credit: credit,
                     flight: Some(flight),
                     on_decline: Route::Vendor,
                     decline_key: None,
@@ -570,6 +609,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
             engine: None,
             decision: None,
             feedback: None,
+            start_credit: None,
             flight: None,
             on_decline: Route::Vendor,
             decline_key: None,
@@ -625,6 +665,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         engine,
         decision: Some(d),
         feedback: a.feedback,
+        start_credit: None,
         flight: Some(flight),
         on_decline: a.on_decline,
         decline_key: a.decline_key,
@@ -724,7 +765,17 @@ static EXPLORE_TICK: AtomicU32 = AtomicU32::new(1);
 /// priced for is the one that produced C. `seconds` is the whole call; the time it waited
 /// for the GPU behind other callers (`done`'s `phases.wait_ns`) is taken off, since the
 /// class's price is the route's own work (the wait is priced per call, [`inflight`]).
+///
+/// A vendor call priced before the GPU start adds what its measured time gains the GPU
+/// beyond its price to the start's ledger ([`start::Credit`]); the next call priced weighs
+/// the start on that.
 pub fn feed(choice: &Choice, done: &super::Executed, seconds: f64) {
+    if let Some(credit) = &choice.start_credit
+        && done.route == Route::Vendor
+        && done.fallback.is_none()
+    {
+        LEDGER.add(credit.extra_s(seconds));
+    }
     if let Some((key, predicted)) = &choice.feedback
         && key.route == done.route
         && done.fallback.is_none()
@@ -790,6 +841,43 @@ mod tests {
         }
         let f = learned().corrections.get(&key).expect("fed").factor();
         assert!(f > 2.0, "{f}");
+    }
+
+    /// A vendor call priced before the start adds what its measured time missed to the
+    /// start's ledger; the same call falling back, or run by another route, adds nothing.
+    #[test]
+    fn a_measured_vendor_call_before_the_start_feeds_the_ledger() {
+        let credit = start::Credit {
+            gpu_s: 0.0066,
+            credited_s: 0.0,
+            concurrent: 1,
+            ratio: start::GAIN_RATIO,
+        };
+        let choice = Choice {
+            start_credit: Some(credit),
+            ..Choice::forced(Route::Vendor, None)
+        };
+        let done = |route, fallback: Option<&str>| super::super::Executed {
+            route,
+            fallback: fallback.map(str::to_string),
+            outcome: RouteOutcome::default(),
+            declined: false,
+        };
+        let total = || LEDGER.add(0.0);
+        let before = total();
+        feed(&choice, &done(Route::Vendor, None), 0.060);
+        let after = total();
+        // other tests only add to the ledger
+        assert!(
+            after - before >= credit.extra_s(0.060) - 1e-9,
+            "{before} -> {after}"
+        );
+        assert!(credit.extra_s(0.060) > 0.05);
+        let before = total();
+        feed(&choice, &done(Route::GpuNative, None), 0.060);
+        feed(&choice, &done(Route::Vendor, Some("vendor: x")), 0.060);
+        let after = total();
+        assert!(after - before < 0.05, "{before} -> {after}");
     }
 
     /// Small calls go to the vendor BLAS without initialising the GPU; calls where a GPU route

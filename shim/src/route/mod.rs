@@ -124,6 +124,9 @@ pub struct Choice {
     /// What the call's measured time corrects (auto mode, calls whose runner-up is close
     /// enough for a correction to matter): the class and the prediction of the route run.
     pub feedback: Option<(ClassKey, f64)>,
+    /// What the call's measured time adds to the GPU start's ledger (auto mode, vendor calls
+    /// priced before the start at their own shape, the GPU priced).
+    pub start_credit: Option<start::Credit>,
     /// The call counted in flight (auto mode) until the choice is dropped.
     pub flight: Option<inflight::Flight>,
     /// What runs when the emulation declines the call ([`execute`]): `GpuNative` when
@@ -141,10 +144,16 @@ impl Choice {
             engine: None,
             decision,
             feedback: None,
+            start_credit: None,
             flight: None,
             on_decline: Route::Vendor,
             decline_key: None,
         }
+    }
+
+    /// Whether the call's time is measured: it feeds a class or the start's ledger.
+    pub fn timed(&self) -> bool {
+        self.feedback.is_some() || self.start_credit.is_some()
     }
 
     /// The split plan of the decision for the route run, if it pays.

@@ -88,6 +88,7 @@ mod tests {
             engine: None,
             decision: Some(e.decide(&shape, Some(14))),
             feedback: None,
+            start_credit: None,
             flight: None,
             on_decline: Route::Vendor,
             decline_key: None,

@@ -133,6 +133,37 @@ pub fn ledger_gain(vendor_s: f64, gpu_s: f64, concurrent: u32) -> f64 {
     (vendor_s / f64::from(concurrent.max(1)) - gpu_s).max(0.0)
 }
 
+/// What a vendor call priced before the start may still add to the [`Ledger`] once its time
+/// is measured: its price credited the gain the profile saw, but a vendor BLAS running far
+/// slower than the profile says gains the GPU more than that. OpenBLAS's 128 x 128 x 110592
+/// `dsyrk` in SciPy's LOBPCG was priced 5 ms (no gain over the GPU's 6.6 ms) and took
+/// 50-65 ms, so the start waited for 77 calls, over a third of the run (H100 host,
+/// BENCHMARKS.md "Real programs under the shim").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Credit {
+    /// The GPU's price of the call.
+    pub gpu_s: f64,
+    /// The gain credited when it was priced.
+    pub credited_s: f64,
+    /// Calls in flight when it was priced (itself included).
+    pub concurrent: u32,
+    /// How much faster than the vendor the GPU must be for a gain to count ([`GAIN_RATIO`]
+    /// or the profile's margin, the larger).
+    pub ratio: f64,
+}
+
+impl Credit {
+    /// The gain the call adds now that it took `measured_s` on the vendor BLAS, beyond
+    /// what its price credited: counted by the same rule ([`ledger_gain`], the GPU priced
+    /// `ratio` times faster), on the measured time.
+    pub fn extra_s(&self, measured_s: f64) -> f64 {
+        if !(measured_s.is_finite() && measured_s >= self.ratio * self.gpu_s) {
+            return 0.0;
+        }
+        (ledger_gain(measured_s, self.gpu_s, self.concurrent) - self.credited_s).max(0.0)
+    }
+}
+
 /// How much slower a vendor call runs beside a background start than alone: the start's
 /// thread takes a core and memory bandwidth from a vendor BLAS using all of them. NumPy's
 /// 4096² products beside the start took 382 and 369 ms against 246 ms priced (16-thread
@@ -403,6 +434,44 @@ mod tests {
         // a call whose share is below the GPU's time gains nothing
         assert_eq!(ledger_gain(0.010, 0.0032, 16), 0.0);
         assert_eq!(ledger_gain(0.010, 0.0032, 0), 0.010 - 0.0032);
+    }
+
+    /// A vendor call that ran far slower than priced credits the difference its measured time
+    /// makes; one that ran as priced, or not clearly slower than the GPU, credits nothing.
+    #[test]
+    fn a_measured_vendor_call_credits_what_its_price_missed() {
+        // SciPy LOBPCG's dsyrk: priced 5 ms against the GPU's 6.6 ms (nothing credited), ran
+        // 60 ms alone
+        let dsyrk = Credit {
+            gpu_s: 0.0066,
+            credited_s: 0.0,
+            concurrent: 1,
+            ratio: GAIN_RATIO,
+        };
+        assert!((dsyrk.extra_s(0.060) - (0.060 - 0.0066)).abs() < 1e-12);
+        // the GPU not priced GAIN_RATIO times faster than the measured time: nothing
+        assert_eq!(dsyrk.extra_s(0.010), 0.0);
+        assert_eq!(dsyrk.extra_s(f64::NAN), 0.0);
+        // a call priced 21.75 ms against 10.76 ms credited its gain when priced; measured as
+        // priced it adds nothing more, measured slower it adds the difference
+        let priced = ledger_gain(0.02175, 0.01076, 1);
+        let tt = Credit {
+            gpu_s: 0.01076,
+            credited_s: priced,
+            concurrent: 1,
+            ratio: GAIN_RATIO,
+        };
+        assert!(tt.extra_s(0.02175).abs() < 1e-12);
+        assert!((tt.extra_s(0.030) - (0.030 - 0.02175)).abs() < 1e-12);
+        // sixteen callers: the measured time counts at its share of the wall clock
+        let team = Credit {
+            gpu_s: 0.0055,
+            credited_s: 0.0,
+            concurrent: 16,
+            ratio: GAIN_RATIO,
+        };
+        assert!((team.extra_s(0.099) - ledger_gain(0.099, 0.0055, 16)).abs() < 1e-12);
+        assert_eq!(team.extra_s(0.080), 0.0);
     }
 
     #[test]
