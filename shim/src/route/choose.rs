@@ -851,7 +851,7 @@ mod tests {
             gpu_s: 0.0066,
             credited_s: 0.0,
             concurrent: 1,
-            ratio: start::GAIN_RATIO,
+            ratio: start::CREDIT_RATIO,
         };
         let choice = Choice {
             start_credit: Some(credit),
