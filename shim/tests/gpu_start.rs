@@ -340,10 +340,10 @@ fn a_program_that_exits_while_cublas_loads_waits_before_its_teardown() {
 }
 
 /// What the shim prices a `gpu_start` product at with `profile` (the fake CUDA libraries, no
-/// start): the first call's predicted seconds per route, from its trace. The tests below set
-/// up their scenarios from these prices rather than from one profile's numbers, so a refitted
-/// profile keeps them meaningful.
-fn priced(dir: &Path, profile: &Path) -> Option<std::collections::BTreeMap<String, f64>> {
+/// start): the first call's predicted seconds per route, from its trace, and the seconds it
+/// took on the vendor BLAS. The tests below set up their scenarios from these prices rather
+/// than from one profile's numbers, so a refitted profile keeps them meaningful.
+fn priced(dir: &Path, profile: &Path) -> Option<(std::collections::BTreeMap<String, f64>, f64)> {
     let prog = build_c(dir, "gpu_start", &["-lblas"])?;
     let fake = fake_cuda(dir);
     let trace = dir.join("priced.jsonl");
@@ -353,15 +353,32 @@ fn priced(dir: &Path, profile: &Path) -> Option<std::collections::BTreeMap<Strin
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let calls = read_trace(&trace).calls;
     let e = calls[0].engine.as_ref().expect("engine field");
-    Some(e.predicted_s.iter().map(|(k, v)| (k.clone(), *v)).collect())
+    let prices = e.predicted_s.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    Some((prices, calls[0].dur_ns as f64 * 1e-9))
 }
 
-/// The factor on the shipped profile's CPU BLAS rate that prices a `gpu_start` product
-/// `ratio` times the price of `route` on the vendor (the rate term is nearly all of the
-/// vendor's price at that size).
+/// The factor on `base`'s CPU BLAS rate that prices a `gpu_start` product `ratio` times the
+/// price of `route` on the vendor (the rate term is nearly all of the vendor's price at that
+/// size), with the call's measured vendor time.
+fn cpu_factor_for_profile(dir: &Path, base: &Path, route: &str, ratio: f64) -> Option<(f64, f64)> {
+    let (prices, measured) = priced(dir, base)?;
+    Some((ratio * prices[route] / prices["vendor"], measured))
+}
+
+/// [`cpu_factor_for_profile`] of the shipped profile.
 fn cpu_factor_for(dir: &Path, route: &str, ratio: f64) -> Option<f64> {
-    let shipped = priced(dir, &repo_root().join("profiles/h200.json"))?;
-    Some(ratio * shipped[route] / shipped["vendor"])
+    cpu_factor_for_profile(dir, &repo_root().join("profiles/h200.json"), route, ratio).map(|f| f.0)
+}
+
+/// A profile's GPU routes priced `extra_s` more per call.
+fn slow_gpu_calls(p: &mut serde_json::Value, extra_s: f64) {
+    for o in p["gpu"]["route_overhead_s"]
+        .as_object_mut()
+        .unwrap()
+        .values_mut()
+    {
+        *o = serde_json::json!(o.as_f64().unwrap() + extra_s);
+    }
 }
 
 /// Runs `gpu_start THREADS CALLS` traced, with the fake CUDA libraries and `profile`, asserts
@@ -422,16 +439,24 @@ fn calls_that_never_gain_enough_never_start_the_gpu() {
 
 /// A gain priced by a GPU only a little faster than the vendor does not count toward the
 /// start, however cheap the start: with a start priced at 0.1 ms, products of 384² priced
-/// 1.5x faster on the GPU leave cuInit untouched.
+/// 1.5x faster on the GPU leave cuInit untouched. The GPU is priced at least the product's
+/// measured vendor time, so that what the calls measure does not credit the start either
+/// (a vendor call measured several times the GPU's price does, by design).
 #[test]
 fn calls_priced_only_a_little_faster_on_the_gpu_never_start_it() {
     let dir = work_dir("gpu-start-close");
-    let Some(factor) = cpu_factor_for(&dir, "gpu-ozaki", 1.5) else {
+    let Some((_, measured)) = priced(&dir, &repo_root().join("profiles/h200.json")) else {
+        return;
+    };
+    let slow_gpu = dir.join("slow-gpu.json");
+    write_profile(&slow_gpu, |p| slow_gpu_calls(p, measured));
+    let Some((factor, _)) = cpu_factor_for_profile(&dir, &slow_gpu, "gpu-ozaki", 1.5) else {
         return;
     };
     let cheap = dir.join("cheap-start.json");
     write_profile(&cheap, |p| {
         p["gpu"]["start_s"] = serde_json::json!(1e-4);
+        slow_gpu_calls(p, measured);
         slow_cpu_blas(p, factor);
     });
     let what = "margin-close gains";
@@ -450,6 +475,46 @@ fn calls_priced_only_a_little_faster_on_the_gpu_never_start_it() {
             "{p:?}: not a gain at all"
         );
     }
+}
+
+/// A vendor call priced close to the GPU but measured far slower than the GPU's price credits
+/// the start with what it measured: the same margin-close products, with the GPU priced far
+/// below what the vendor measures, start the GPU at the second call.
+#[test]
+fn vendor_calls_measured_far_slower_than_the_gpus_price_start_it() {
+    let dir = work_dir("gpu-start-measured");
+    let Some((prices, measured)) = priced(&dir, &repo_root().join("profiles/h200.json")) else {
+        return;
+    };
+    // a 384² product on the reference BLAS takes milliseconds; the GPU is priced well under one
+    assert!(
+        measured > 8.0 * prices["gpu-ozaki"],
+        "the vendor's {measured} s is not far above the GPU's price {prices:?}"
+    );
+    // the vendor priced 1.5x the GPU (no gain counted), measured more than 8x its price
+    let factor = 1.5 * prices["gpu-ozaki"] / prices["vendor"];
+    let close = dir.join("close.json");
+    write_profile(&close, |p| {
+        p["gpu"]["start_s"] = serde_json::json!(1e-4);
+        slow_cpu_blas(p, factor);
+    });
+    let prog = build_c(&dir, "gpu_start", &["-lblas"]).expect("built above");
+    let fake = fake_cuda(&dir);
+    let marks = CuInitMarks::new(&dir, "measured");
+    let trace = dir.join("measured.jsonl");
+    let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
+    // two calls: the first one's measured time starts the GPU at the second, before the
+    // vendor's class could be corrected by a streak of measurements
+    cmd.args(["1", "2"])
+        .env("OZAKI_PROFILE", &close)
+        .env("FAKE_CUINIT_MARK", &marks.0)
+        .env("GPU_START_LINGER_MS", "300");
+    let (o, _) = run(cmd);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(marks.entered(), "the measured gains did not start the GPU");
+    let calls = read_trace(&trace).calls;
+    let first = calls[0].engine.as_ref().expect("engine field");
+    assert!(first.reason.contains("not started"), "{}", first.reason);
 }
 
 /// One call whose priced gain covers the start starts it at once: a profile whose CPU BLAS
