@@ -774,7 +774,7 @@ pub fn feed(choice: &Choice, done: &super::Executed, seconds: f64) {
         && done.route == Route::Vendor
         && done.fallback.is_none()
     {
-        LEDGER.add(credit.extra_s(seconds));
+        LEDGER.add(credit.extra_s(seconds, crate::lazy::calls_in_flight()));
     }
     if let Some((key, predicted)) = &choice.feedback
         && key.route == done.route
@@ -869,10 +869,10 @@ mod tests {
         let after = total();
         // other tests only add to the ledger
         assert!(
-            after - before >= credit.extra_s(0.060) - 1e-9,
+            after - before >= credit.extra_s(0.060, 1) - 1e-9,
             "{before} -> {after}"
         );
-        assert!(credit.extra_s(0.060) > 0.05);
+        assert!(credit.extra_s(0.060, 1) > 0.05);
         let before = total();
         feed(&choice, &done(Route::GpuNative, None), 0.060);
         feed(&choice, &done(Route::Vendor, Some("vendor: x")), 0.060);
