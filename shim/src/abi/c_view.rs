@@ -11,6 +11,8 @@
 
 use super::Canon;
 use ozaki_core::blas::Uplo;
+use std::ops::Range;
+use std::sync::Mutex;
 
 /// The elements of C a call writes: `rows x cols` stored `ld` apart, or one triangle.
 ///
@@ -67,7 +69,7 @@ impl Region {
     }
 
     /// Row range of column `j`.
-    fn rows_of(&self, j: usize) -> std::ops::Range<usize> {
+    fn rows_of(&self, j: usize) -> Range<usize> {
         match self.tri {
             None => 0..self.rows,
             Some(Uplo::Upper) => 0..(j + 1).min(self.rows),
@@ -146,6 +148,12 @@ impl CView {
 
     /// A contiguous `rows x cols` block for a route (leading dimension [`CBlock::ld`]).
     ///
+    /// A packed block is copied column by column (one `memcpy` per column, on several
+    /// threads for a large C) into a buffer reused from the previous packed call
+    /// ([`SPARE`]): for a 4032 x 4032 trailing update of an LU with `ldc = 4096`, copying
+    /// element by element into a fresh, zero-filled allocation took about as long as the
+    /// GPU call it fed (the fresh pages' first-touch faults alone cost tens of ms).
+    ///
     /// # Errors
     /// When the packed copy cannot be allocated.
     pub fn block(&self) -> Result<CBlock<'_>, String> {
@@ -166,20 +174,153 @@ impl CView {
                 rows: r.rows,
             });
         }
-        let mut data = Vec::new();
-        data.try_reserve_exact(len).map_err(|_| {
+        let mut data = take_buffer(&SPARE, len).ok_or_else(|| {
             format!(
                 "cannot allocate {} MiB for a packed copy of C",
                 (len * 8) >> 20
             )
         })?;
-        data.resize(len, 0.0);
-        let dense = Region { ld: r.rows, ..r };
-        for (i, v) in dense.indices().zip(self.values()) {
-            data[i] = v;
-        }
+        let (dst, src) = (Shared(data.as_mut_ptr()), Shared(self.p));
+        by_columns(r.cols, copy_threads(len), &|cols| {
+            for j in cols {
+                let rows = r.rows_of(j);
+                // SAFETY: column j of the buffer is `r.rows` elements from `j * r.rows`, inside
+                // its capacity (`len`), and each column is written by one thread only; the
+                // source rows are the region's elements of column j (the constructor's
+                // contract), which nothing writes meanwhile. Zero bits are 0.0, so every
+                // element of the column is initialised (outside a triangle: zeros).
+                unsafe {
+                    let d = dst.at(j * r.rows);
+                    std::ptr::write_bytes(d, 0, rows.start);
+                    std::ptr::copy_nonoverlapping(
+                        src.at(j * r.ld + rows.start),
+                        d.add(rows.start),
+                        rows.len(),
+                    );
+                    std::ptr::write_bytes(d.add(rows.end), 0, r.rows - rows.end);
+                }
+            }
+        });
+        // SAFETY: the loop above initialised all `len` elements (capacity >= len).
+        unsafe { data.set_len(len) };
         Ok(CBlock::Packed { view: *self, data })
     }
+}
+
+/// A packed block's buffer kept for the next packed call (empty when none is kept): a large
+/// strided C (an LU's trailing updates) is packed at every call, and a fresh allocation of
+/// that size is a fresh mapping whose pages fault in as they are first written. Taken and
+/// given back with `try_lock` only, so a call never waits for it (nor a forked child for a
+/// lock its parent's thread held): a call that finds it taken allocates its own.
+static SPARE: Mutex<Vec<f64>> = Mutex::new(Vec::new());
+
+/// The largest buffer kept in [`SPARE`], in elements (256 MiB).
+const KEEP_ELEMS: usize = 32 << 20;
+
+/// Packed blocks from this many elements are copied on several threads.
+const PARALLEL_ELEMS: usize = 1 << 20;
+
+/// Fewest elements per copy thread.
+const PER_THREAD: usize = 1 << 19;
+
+/// Most copy threads for one block.
+const MAX_THREADS: usize = 8;
+
+/// An empty buffer with room for `len` elements: the spare one when it is large enough and
+/// free, else a new one; `None` when the memory cannot be had.
+fn take_buffer(spare: &Mutex<Vec<f64>>, len: usize) -> Option<Vec<f64>> {
+    let kept = match spare.try_lock() {
+        Ok(mut s) if s.capacity() >= len => std::mem::take(&mut *s),
+        _ => Vec::new(),
+    };
+    if kept.capacity() >= len {
+        return Some(kept);
+    }
+    let mut fresh = Vec::new();
+    fresh.try_reserve_exact(len).ok()?;
+    Some(fresh)
+}
+
+/// Keeps `buf` as the spare when it is larger than the one kept (up to [`KEEP_ELEMS`]) and
+/// the spare is free; otherwise `buf` is freed.
+fn give_buffer(spare: &Mutex<Vec<f64>>, mut buf: Vec<f64>) {
+    if buf.capacity() > KEEP_ELEMS {
+        return;
+    }
+    if let Ok(mut s) = spare.try_lock()
+        && buf.capacity() > s.capacity()
+    {
+        buf.clear();
+        *s = buf;
+    }
+}
+
+/// Copy threads for a packed block of `elems` elements: one up to [`PARALLEL_ELEMS`], then
+/// at least [`PER_THREAD`] elements each, at most [`MAX_THREADS`], and no more than this
+/// call's share of the cores among the calls in flight.
+fn copy_threads(elems: usize) -> usize {
+    if elems < PARALLEL_ELEMS {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let sharers = (crate::lazy::calls_in_flight() as usize).max(1);
+    (cores / sharers)
+        .clamp(1, MAX_THREADS)
+        .min(elems / PER_THREAD)
+        .max(1)
+}
+
+/// A raw pointer into C or a packed buffer, shared by the copy threads of [`by_columns`],
+/// each of which touches only its own columns.
+#[derive(Clone, Copy)]
+struct Shared(*mut f64);
+// SAFETY: see the type's doc: the threads' accesses are disjoint, and all end before the
+// scope that started them returns.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// The element `i` past the pointer (a method, so closures capture the whole wrapper).
+    ///
+    /// # Safety
+    /// `i` lies inside the allocation the pointer points into.
+    unsafe fn at(&self, i: usize) -> *mut f64 {
+        // SAFETY: the caller's contract.
+        unsafe { self.0.add(i) }
+    }
+}
+
+/// Runs `f` on the column ranges of `0..cols` cut into `threads` parts, the first on this
+/// thread. A thread that cannot be started leaves its range to this thread, so every column
+/// is done exactly once whatever happens (a write-back must never stop half-way: C would
+/// then be neither the caller's nor the result).
+fn by_columns(cols: usize, threads: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
+    if threads <= 1 || cols < 2 {
+        f(0..cols);
+        return;
+    }
+    let per = cols.div_ceil(threads);
+    std::thread::scope(|sc| {
+        let mut left = Vec::new();
+        // Started under the spawn hook (the shim's blocks the program's signals in them).
+        ozaki_core::spawn::spawning(|| {
+            for j0 in (per..cols).step_by(per) {
+                let range = j0..(j0 + per).min(cols);
+                let job = range.clone();
+                if std::thread::Builder::new()
+                    .spawn_scoped(sc, move || f(job))
+                    .is_err()
+                {
+                    left.push(range);
+                }
+            }
+        });
+        f(0..per.min(cols));
+        for range in left {
+            f(range);
+        }
+    });
 }
 
 /// A contiguous block of C for a route: leading dimension = rows.
@@ -219,17 +360,38 @@ impl CBlock<'_> {
         .max(1)
     }
 
-    /// Writes a packed block's region back into the caller's C (the route's result is final).
+    /// Writes a packed block's region back into the caller's C (the route's result is final),
+    /// column by column as [`CView::block`] packed it.
     pub fn finish(self) {
-        if let CBlock::Packed { view, data } = self {
-            let dense = Region {
-                ld: view.region.rows,
-                ..view.region
-            };
-            for (src, dst) in dense.indices().zip(view.region.indices()) {
-                // SAFETY: an index of the view's region (its constructor's contract).
-                unsafe { view.p.add(dst).write(data[src]) };
-            }
+        if let CBlock::Packed { view, data } = &self {
+            let r = view.region;
+            let (dst, src) = (Shared(view.p), Shared(data.as_ptr() as *mut f64));
+            by_columns(r.cols, copy_threads(data.len()), &|cols| {
+                for j in cols {
+                    let rows = r.rows_of(j);
+                    // SAFETY: the destination rows are the region's elements of column j (the
+                    // view's constructor's contract), written by this thread only; the source
+                    // is column j of the packed block (`r.rows` elements from `j * r.rows`),
+                    // which only these threads read.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            src.at(j * r.rows + rows.start),
+                            dst.at(j * r.ld + rows.start),
+                            rows.len(),
+                        )
+                    };
+                }
+            });
+        }
+    }
+}
+
+impl Drop for CBlock<'_> {
+    /// A packed block's buffer goes back to [`SPARE`] for the next call, written back or
+    /// not (a failed route leaves C untouched).
+    fn drop(&mut self) {
+        if let CBlock::Packed { data, .. } = self {
+            give_buffer(&SPARE, std::mem::take(data));
         }
     }
 }
@@ -295,5 +457,118 @@ mod tests {
         block.as_mut_slice()[4] = 9.0;
         block.finish();
         assert_eq!(c[4], 9.0);
+    }
+
+    /// A C above the parallel threshold (strided, with gap rows holding a guard value) packs
+    /// to exactly its region's values and writes back exactly the region; a block dropped
+    /// without `finish` (a failed route) leaves C as it was.
+    #[test]
+    fn a_large_strided_block_round_trips_on_several_threads() {
+        let (rows, cols, ld) = (1200, 1000, 1203);
+        assert!(rows * cols >= PARALLEL_ELEMS);
+        let guard = -7.0;
+        let orig: Vec<f64> = (0..ld * cols)
+            .map(|i| if i % ld < rows { i as f64 } else { guard })
+            .collect();
+        let mut c = orig.clone();
+        // SAFETY: `c` outlives the view and nothing else touches it meanwhile.
+        let view = unsafe { CView::new(c.as_mut_ptr(), Region::gemm(rows, cols, ld)) };
+        {
+            let mut block = view.block().unwrap();
+            let s = block.as_mut_slice();
+            for j in [0, 1, 499, 999] {
+                assert_eq!(s[j * rows], (j * ld) as f64);
+                assert_eq!(s[j * rows + rows - 1], (j * ld + rows - 1) as f64);
+            }
+            s.fill(1.0);
+        }
+        assert_eq!(c, orig, "dropped without finish: C untouched");
+        let mut block = view.block().unwrap();
+        for (i, v) in block.as_mut_slice().iter_mut().enumerate() {
+            *v = -(i as f64);
+        }
+        block.finish();
+        for j in 0..cols {
+            for i in 0..ld.min(c.len() - j * ld) {
+                let want = if i < rows {
+                    -((i + j * rows) as f64)
+                } else {
+                    guard
+                };
+                assert_eq!(c[i + j * ld], want, "({i}, {j})");
+            }
+        }
+    }
+
+    /// Outside a packed triangle the block holds zeros (initialised, never the caller's).
+    #[test]
+    fn a_packed_triangle_is_zero_outside() {
+        let mut c = strided();
+        // SAFETY: as above.
+        let view = unsafe { CView::new(c.as_mut_ptr(), Region::syrk(3, 5, Uplo::Lower)) };
+        let mut block = view.block().unwrap();
+        let s = block.as_mut_slice();
+        assert_eq!(s, &[0.0, 1.0, 2.0, 0.0, 6.0, 7.0, 0.0, 0.0, 12.0]);
+    }
+
+    /// Every column is handed to exactly one call, whatever the thread count.
+    #[test]
+    fn by_columns_covers_every_column_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        for (cols, threads) in [(0, 1), (1, 4), (7, 1), (7, 3), (100, 7), (5, 8)] {
+            let seen: Vec<AtomicUsize> = (0..cols).map(|_| AtomicUsize::new(0)).collect();
+            by_columns(cols, threads, &|r| {
+                for j in r {
+                    seen[j].fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            assert!(
+                seen.iter().all(|n| n.load(Ordering::Relaxed) == 1),
+                "{cols} columns on {threads} threads"
+            );
+        }
+    }
+
+    /// The spare buffer is reused when it is large enough, kept when a call needs more,
+    /// replaced only by a larger one, and never kept above [`KEEP_ELEMS`].
+    #[test]
+    fn the_spare_buffer_is_reused_and_bounded() {
+        let spare = Mutex::new(Vec::new());
+        let first = take_buffer(&spare, 1000).unwrap();
+        let at = first.as_ptr();
+        give_buffer(&spare, first);
+        let again = take_buffer(&spare, 800).unwrap();
+        assert_eq!((again.as_ptr(), again.len()), (at, 0), "reused, empty");
+        give_buffer(&spare, again);
+        let bigger = take_buffer(&spare, 5000).unwrap();
+        assert!(bigger.capacity() >= 5000);
+        assert_eq!(
+            spare.lock().unwrap().as_ptr(),
+            at,
+            "the small one stays meanwhile"
+        );
+        give_buffer(&spare, bigger);
+        assert!(
+            spare.lock().unwrap().capacity() >= 5000,
+            "the larger one is kept"
+        );
+        give_buffer(&spare, Vec::with_capacity(10));
+        assert!(
+            spare.lock().unwrap().capacity() >= 5000,
+            "not replaced by a smaller one"
+        );
+        give_buffer(&spare, Vec::with_capacity(KEEP_ELEMS + 1));
+        assert!(
+            spare.lock().unwrap().capacity() <= KEEP_ELEMS,
+            "too large to keep"
+        );
+    }
+
+    /// One thread up to the threshold, at most `MAX_THREADS`.
+    #[test]
+    fn small_blocks_are_copied_on_one_thread() {
+        assert_eq!(copy_threads(PARALLEL_ELEMS - 1), 1);
+        let t = copy_threads(16 << 20);
+        assert!((1..=MAX_THREADS).contains(&t));
     }
 }
