@@ -564,25 +564,16 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     {
         match before_engine(pre, &cs, config.moduli, config.gpu_start, in_flight) {
             PreEngine::Vendor(v) => {
-                let EarlyVendor {
-                    d,
-                    bound,
-                    why,
-                    gpu_start,
-                    feedback,
-                    fv,
-                    credit,
-                } = v;
                 let engine = config.tracing().then(|| {
                     Box::new(EngineNote {
-                        decision: Arc::clone(&d),
-                        bound,
-                        early: Some(why),
+                        decision: Arc::clone(&v.d),
+                        bound: v.bound,
+                        early: Some(v.why),
                         note: None,
                         waited_s: None,
-                        gpu_start,
+                        gpu_start: v.gpu_start,
                         concurrent: in_flight,
-                        correction: (fv != 1.0).then_some(fv),
+                        correction: (v.fv != 1.0).then_some(v.fv),
                         queue_s: None,
                         explore: false,
                     })
@@ -590,9 +581,9 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                 return Choice {
                     route: Route::Vendor,
                     engine,
-                    decision: Some(d),
-                    feedback,
-                    start_credit: credit,
+                    decision: Some(v.d),
+                    feedback: v.feedback,
+                    start_credit: v.credit,
                     flight: Some(flight),
                     on_decline: Route::Vendor,
                     decline_key: None,
