@@ -111,10 +111,11 @@ pub(crate) unsafe fn write_columns(
         return;
     }
     let (d, s) = (SendPtr(dst), SendPtr(src as *mut f64));
-    // columns j0..j1 of the block
-    let columns = move |j0: usize, j1: usize| {
-        let (d, s) = (d, s);
-        for j in j0..j1 {
+    // Every column exactly once, on this thread and up to `threads - 1` others.
+    ozaki_core::spawn::by_parts(n, threads, &|cols| {
+        // the whole wrappers, not their raw-pointer fields, are what the closure captures
+        let (d, s) = (&d, &s);
+        for j in cols {
             let (lo, hi) = rows_of(j, m, uplo);
             let at = j * ld + lo;
             // SAFETY: rows lo..hi of column j lie inside both spans; columns are split
@@ -128,20 +129,6 @@ pub(crate) unsafe fn write_columns(
                 )
             };
         }
-    };
-    if threads <= 1 {
-        // on this thread (the early writers' case: one thread per piece of C)
-        columns(0, n);
-        return;
-    }
-    let per = n.div_ceil(threads).max(1);
-    std::thread::scope(|sc| {
-        // Started under the spawn hook (the shim's blocks the program's signals in them).
-        ozaki_core::spawn::spawning(|| {
-            for j0 in (0..n).step_by(per) {
-                sc.spawn(move || columns(j0, (j0 + per).min(n)));
-            }
-        })
     });
 }
 

@@ -11,6 +11,7 @@
 
 use super::Canon;
 use ozaki_core::blas::Uplo;
+use ozaki_core::spawn::by_parts;
 use std::ops::Range;
 use std::sync::Mutex;
 
@@ -181,7 +182,7 @@ impl CView {
             )
         })?;
         let (dst, src) = (Shared(data.as_mut_ptr()), Shared(self.p));
-        by_columns(r.cols, copy_threads(len), &|cols| {
+        by_parts(r.cols, copy_threads(len), &|cols| {
             for j in cols {
                 let rows = r.rows_of(j);
                 // SAFETY: column j of the buffer is `r.rows` elements from `j * r.rows`, inside
@@ -270,7 +271,7 @@ fn copy_threads(elems: usize) -> usize {
         .max(1)
 }
 
-/// A raw pointer into C or a packed buffer, shared by the copy threads of [`by_columns`],
+/// A raw pointer into C or a packed buffer, shared by the copy threads of [`by_parts`],
 /// each of which touches only its own columns.
 #[derive(Clone, Copy)]
 struct Shared(*mut f64);
@@ -289,38 +290,6 @@ impl Shared {
         // SAFETY: the caller's contract.
         unsafe { self.0.add(i) }
     }
-}
-
-/// Runs `f` on the column ranges of `0..cols` cut into `threads` parts, the first on this
-/// thread. A thread that cannot be started leaves its range to this thread, so every column
-/// is done exactly once whatever happens (a write-back must never stop half-way: C would
-/// then be neither the caller's nor the result).
-fn by_columns(cols: usize, threads: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
-    if threads <= 1 || cols < 2 {
-        f(0..cols);
-        return;
-    }
-    let per = cols.div_ceil(threads);
-    std::thread::scope(|sc| {
-        let mut left = Vec::new();
-        // Started under the spawn hook (the shim's blocks the program's signals in them).
-        ozaki_core::spawn::spawning(|| {
-            for j0 in (per..cols).step_by(per) {
-                let range = j0..(j0 + per).min(cols);
-                let job = range.clone();
-                if std::thread::Builder::new()
-                    .spawn_scoped(sc, move || f(job))
-                    .is_err()
-                {
-                    left.push(range);
-                }
-            }
-        });
-        f(0..per.min(cols));
-        for range in left {
-            f(range);
-        }
-    });
 }
 
 /// A contiguous block of C for a route: leading dimension = rows.
@@ -366,7 +335,7 @@ impl CBlock<'_> {
         if let CBlock::Packed { view, data } = &self {
             let r = view.region;
             let (dst, src) = (Shared(view.p), Shared(data.as_ptr() as *mut f64));
-            by_columns(r.cols, copy_threads(data.len()), &|cols| {
+            by_parts(r.cols, copy_threads(data.len()), &|cols| {
                 for j in cols {
                     let rows = r.rows_of(j);
                     // SAFETY: the destination rows are the region's elements of column j (the
@@ -462,8 +431,7 @@ mod tests {
     /// A C above the parallel threshold (strided, with gap rows holding a guard value) packs
     /// to exactly its region's values and writes back exactly the region; a block dropped
     /// without `finish` (a failed route) leaves C as it was. Too large for Miri's time limit:
-    /// under Miri the same pointer arithmetic runs in the small strided tests, and the
-    /// threads in `by_columns_covers_every_column_once`.
+    /// under Miri the same pointer arithmetic runs in the small strided tests (on one thread).
     #[test]
     #[cfg_attr(miri, ignore)]
     fn a_large_strided_block_round_trips_on_several_threads() {
@@ -512,24 +480,6 @@ mod tests {
         let mut block = view.block().unwrap();
         let s = block.as_mut_slice();
         assert_eq!(s, &[0.0, 1.0, 2.0, 0.0, 6.0, 7.0, 0.0, 0.0, 12.0]);
-    }
-
-    /// Every column is handed to exactly one call, whatever the thread count.
-    #[test]
-    fn by_columns_covers_every_column_once() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        for (cols, threads) in [(0, 1), (1, 4), (7, 1), (7, 3), (100, 7), (5, 8)] {
-            let seen: Vec<AtomicUsize> = (0..cols).map(|_| AtomicUsize::new(0)).collect();
-            by_columns(cols, threads, &|r| {
-                for j in r {
-                    seen[j].fetch_add(1, Ordering::Relaxed);
-                }
-            });
-            assert!(
-                seen.iter().all(|n| n.load(Ordering::Relaxed) == 1),
-                "{cols} columns on {threads} threads"
-            );
-        }
     }
 
     /// The spare buffer is reused when it is large enough, kept when a call needs more,

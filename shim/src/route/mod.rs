@@ -205,8 +205,8 @@ pub unsafe fn execute<R: RawCall>(
     canon: &Canon,
     config: &Config,
 ) -> Executed {
-    // SAFETY: the caller's contract; no raw pointer is used while the slices live.
     let guarded = |r: Route, plan: Option<&SplitPlan>| {
+        // SAFETY: the caller's contract; no raw pointer is used while the slices live.
         let run = || unsafe { run_safe(r, plan, canon, config) };
         catch_unwind(AssertUnwindSafe(run)).unwrap_or(Err(RouteError::Panicked))
     };
