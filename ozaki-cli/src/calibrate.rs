@@ -33,6 +33,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod wake;
+
 /// Measure this machine and write its engine profile.
 #[derive(Parser, Debug)]
 #[command(about = "measure this machine and write its engine profile")]
@@ -315,6 +317,14 @@ fn print_profile_summary(p: &Profile) {
             c.model.peak_flops() / 1e9
         );
     }
+    match &p.cpu.wake {
+        Some(w) => println!(
+            "vendor wake: host copies {:.2}x slower for {:.0} ms after a vendor call",
+            w.copy_slowdown,
+            w.window_s * 1e3
+        ),
+        None => println!("vendor wake: host copies after a vendor call run as on a quiet host"),
+    }
     match &p.gpu {
         None => println!("gpu: none (CPU-only profile; GPU routes are never chosen)"),
         Some(g) => {
@@ -525,6 +535,7 @@ fn measure(
     }
     let threads = blas.set_threads(0);
     let concurrency = measure_concurrency(blas, threads, &plan.cpu_shapes);
+    let wake = wake::measure(blas, concurrency_shape(&plan.cpu_shapes));
     // Interposer overhead: what the shim adds per call is dominated by the cached decision.
     let engine = Engine::new(Profile::built_in("cpu-only").expect("ships"), 1);
     let shape = CallShape::gemm(8, 8, 8);
@@ -572,6 +583,7 @@ fn measure(
         call_overhead_s: decision_s,
         cpu: cpu_samples,
         concurrency,
+        wake,
         gpu,
         routes,
         devices,

@@ -528,27 +528,30 @@ fn run_of_a_program_that_fails_before_any_blas_call_says_so_without_naming_a_del
     assert!(err.contains("made no dgemm/dsyrk call"), "{err}");
 }
 
-/// `ozaki calibrate --cpu-only` measures what a call costs its caller while others run: with
-/// a vendor that serialises concurrent calls behind one lock (as OpenBLAS's level-3 lock
-/// does), two callers released together take twice as long per call in flight. Timing each
-/// caller's median alone missed it: the lock let one caller make all its calls while the
-/// other waited inside one long untimed first call, and the profile said concurrency cost
-/// nothing.
-#[test]
-fn calibrate_measures_a_vendor_that_serialises_concurrent_calls() {
-    let dir = work_dir("calibrate-serial");
+/// `ozaki calibrate --cpu-only --quick` over the stand-in vendor built from
+/// `tests/c/<source>`: the profile and the raw measurements it wrote, with its stderr;
+/// `None` without a C compiler (said as a skip).
+fn calibrate_stand_in(
+    name: &str,
+    source: &str,
+) -> Option<(serde_json::Value, serde_json::Value, String)> {
+    let dir = work_dir(name);
     if !require(
         runs("cc", &["--version"]),
         "a C compiler (cc)",
         "apt-get install gcc",
     ) {
-        return;
+        return None;
     }
-    let lib = dir.join("libserial_blas.so");
+    // One calibration at a time: the spinning stand-in's threads would slow the other's
+    // copies and products.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let lib = dir.join("libstand_in_blas.so");
     let o = Command::new("cc")
         .args(["-O2", "-shared", "-fPIC", "-pthread", "-o"])
         .arg(&lib)
-        .arg(repo_root().join("tests/c/serial_blas.c"))
+        .arg(repo_root().join("tests/c").join(source))
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -563,8 +566,23 @@ fn calibrate_measures_a_vendor_that_serialises_concurrent_calls() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let m: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&meas).unwrap()).unwrap();
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    Some((read(&out), read(&meas), text(&o.stderr)))
+}
+
+/// `ozaki calibrate --cpu-only` measures what a call costs its caller while others run: with
+/// a vendor that serialises concurrent calls behind one lock (as OpenBLAS's level-3 lock
+/// does), two callers released together take twice as long per call in flight. Timing each
+/// caller's median alone missed it: the lock let one caller make all its calls while the
+/// other waited inside one long untimed first call, and the profile said concurrency cost
+/// nothing. That vendor leaves nothing running after a call, so no wake is priced.
+#[test]
+fn calibrate_measures_a_vendor_that_serialises_concurrent_calls() {
+    let Some((profile, m, err)) = calibrate_stand_in("calibrate-serial", "serial_blas.c") else {
+        return;
+    };
     let points = m["concurrency"].as_array().expect("concurrency measured");
     let two = points
         .iter()
@@ -573,8 +591,32 @@ fn calibrate_measures_a_vendor_that_serialises_concurrent_calls() {
     let slowdown = two["slowdown"].as_f64().unwrap();
     assert!(
         (1.7..2.4).contains(&slowdown),
-        "two callers of a serialising vendor: {slowdown:.2}x alone, want about 2x\n{}",
-        text(&o.stderr)
+        "two callers of a serialising vendor: {slowdown:.2}x alone, want about 2x\n{err}"
+    );
+    assert!(
+        profile["cpu"].get("wake").is_none(),
+        "a vendor that leaves nothing running after a call has no wake: {}\n{err}",
+        profile["cpu"]
+    );
+}
+
+/// `ozaki calibrate --cpu-only` measures the vendor's wake: a vendor whose threads spin for
+/// 0.12 s after each call (as OpenBLAS's pool does for about 0.1 s) slows host copies made
+/// in that window, and the profile says for how long and by how much, so the engine prices
+/// GPU staging made there.
+#[test]
+fn calibrate_measures_how_long_a_vendor_keeps_the_host_busy_after_a_call() {
+    let Some((profile, m, err)) = calibrate_stand_in("calibrate-spin", "spin_blas.c") else {
+        return;
+    };
+    let points = m["wake"].as_array().expect("wake measured");
+    assert!(points.len() >= 5, "{points:?}");
+    let wake = &profile["cpu"]["wake"];
+    let window = wake["window_s"].as_f64().unwrap_or(0.0);
+    let slowdown = wake["copy_slowdown"].as_f64().unwrap_or(0.0);
+    assert!(
+        (0.1..=0.3).contains(&window) && slowdown > 1.3,
+        "a pool spinning 0.12 s after each call: window {window} s, copies {slowdown:.2}x\n{err}"
     );
 }
 

@@ -335,6 +335,7 @@ fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements 
                 .collect(),
         }],
         concurrency: Vec::new(),
+        wake: Vec::new(),
         gpu: Some(GpuMeasurements {
             name: g.name.clone(),
             memory_bytes: g.memory_bytes,

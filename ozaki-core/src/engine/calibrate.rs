@@ -364,6 +364,10 @@ pub struct Measurements {
     /// The vendor BLAS under 1, 2, 4, ... concurrent callers (empty: not measured).
     #[serde(default)]
     pub concurrency: Vec<crate::engine::profile::ConcurrentRate>,
+    /// Host copies timed at several delays after a vendor call, over the same copy on a quiet
+    /// host (empty: not measured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wake: Vec<crate::engine::wake::WakePoint>,
     /// GPU timings.
     #[serde(default)]
     pub gpu: Option<GpuMeasurements>,
@@ -666,6 +670,7 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
             call_overhead_s: meas.call_overhead_s,
             blas,
             concurrency: meas.concurrency.clone(),
+            wake: super::wake::fit(&meas.wake),
         },
         gpu,
         choice: ChoiceRules::default(),

@@ -34,6 +34,7 @@ pub mod profile;
 pub mod reduced;
 pub mod replay;
 pub mod split;
+pub mod wake;
 pub mod work_model;
 
 use crate::trace::{CallRecord, Routine};

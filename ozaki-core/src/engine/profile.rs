@@ -185,6 +185,11 @@ pub struct CpuProfile {
     /// [`super::load::vendor_share`] (each caller gets an equal share of the cores).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub concurrency: Vec<ConcurrentRate>,
+    /// How long the vendor's threads keep the host busy after a call returns, and how much
+    /// slower host copies run meanwhile (`ozaki calibrate`; absent: not measured, nothing
+    /// priced). See [`super::wake`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<super::wake::VendorWake>,
 }
 
 /// The vendor BLAS under concurrent callers: one call's time with `callers` calls in

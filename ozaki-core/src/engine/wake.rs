@@ -1,0 +1,134 @@
+//! What a vendor call leaves behind on the host: its thread pool keeps busy-waiting for new
+//! work for a while after the call returned (OpenBLAS's threads spin about 2^28 cycles,
+//! Intel OpenMP's `KMP_BLOCKTIME` is 200 ms), so a GPU call that starts in that window stages
+//! its operands through pinned memory on cores the spinning threads hold, and its host copies
+//! run several times slower than on a quiet host.
+//!
+//! `ozaki calibrate` measures it ([`fit`] over [`WakePoint`]s: a multi-threaded host copy of
+//! the size the GPU routes stage, timed at several delays after a vendor call and on a quiet
+//! host), and the profile keeps the fit ([`VendorWake`]). The shim then prices a GPU call
+//! decided inside the window with its host copies stretched by the measured slowdown
+//! ([`VendorWake::extra_s`]), so that a program alternating vendor and GPU calls in quick
+//! succession is not sent to the GPU at quiet-host prices it does not get.
+
+use serde::{Deserialize, Serialize};
+
+/// A copy within this factor of its quiet-host time counts as unaffected.
+pub const QUIET_WITHIN: f64 = 1.2;
+
+/// How a vendor call slows the host copies made after it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct VendorWake {
+    /// Seconds after a vendor call returns during which host copies run slower: the first
+    /// measured delay from which on every copy was within [`QUIET_WITHIN`] of quiet (the
+    /// largest delay measured when none was: a lower bound).
+    pub window_s: f64,
+    /// A host copy's time inside the window over its time on a quiet host (the median of the
+    /// delays measured inside the window; at least 1).
+    pub copy_slowdown: f64,
+}
+
+impl VendorWake {
+    /// Extra seconds host copies priced at `host_s` on a quiet host take inside the window.
+    pub fn extra_s(&self, host_s: f64) -> f64 {
+        if host_s.is_finite() && host_s > 0.0 {
+            host_s * (self.copy_slowdown - 1.0).max(0.0)
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether a call decided `since_s` seconds after the last vendor call returned falls in
+    /// the window.
+    pub fn covers(&self, since_s: f64) -> bool {
+        since_s >= 0.0 && since_s < self.window_s
+    }
+}
+
+/// One measurement: a host copy `delay_s` after a vendor call returned, over the same copy on
+/// a quiet host.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WakePoint {
+    /// Seconds between the vendor call's return and the copy's start.
+    pub delay_s: f64,
+    /// Copy time / quiet-host copy time.
+    pub slowdown: f64,
+}
+
+/// The wake measured by `points` (any order), or `None` when the copy right after a vendor
+/// call was already within [`QUIET_WITHIN`] of quiet (nothing to price) or nothing usable
+/// was measured.
+pub fn fit(points: &[WakePoint]) -> Option<VendorWake> {
+    let mut p: Vec<WakePoint> = points
+        .iter()
+        .copied()
+        .filter(|p| p.delay_s.is_finite() && p.delay_s >= 0.0 && p.slowdown.is_finite())
+        .collect();
+    p.sort_by(|a, b| a.delay_s.total_cmp(&b.delay_s));
+    // The first delay from which on every copy ran quiet.
+    let quiet_from = (0..=p.len())
+        .find(|&i| p[i..].iter().all(|q| q.slowdown < QUIET_WITHIN))
+        .unwrap_or(p.len());
+    if quiet_from == 0 {
+        return None;
+    }
+    let window_s = match p.get(quiet_from) {
+        Some(q) => q.delay_s,
+        None => p.last()?.delay_s,
+    };
+    let mut inside: Vec<f64> = p[..quiet_from].iter().map(|q| q.slowdown).collect();
+    inside.sort_by(f64::total_cmp);
+    let copy_slowdown = inside[inside.len() / 2].max(1.0);
+    (window_s > 0.0).then_some(VendorWake {
+        window_s,
+        copy_slowdown,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn points(v: &[(f64, f64)]) -> Vec<WakePoint> {
+        v.iter()
+            .map(|&(delay_s, slowdown)| WakePoint { delay_s, slowdown })
+            .collect()
+    }
+
+    /// OpenBLAS-like: copies within 0.1 s of the call run 3-4x slower, later ones quiet.
+    #[test]
+    fn the_window_ends_at_the_first_delay_from_which_copies_run_quiet() {
+        let w = fit(&points(&[
+            (0.2, 1.05),
+            (0.0, 4.0),
+            (0.01, 3.6),
+            (0.05, 3.1),
+            (0.1, 1.1),
+            (0.4, 0.98),
+            (0.025, 3.4),
+        ]))
+        .unwrap();
+        assert_eq!(w.window_s, 0.1);
+        assert_eq!(w.copy_slowdown, 3.6);
+        assert!(w.covers(0.05) && !w.covers(0.1) && !w.covers(-1.0));
+        assert!((w.extra_s(0.01) - 0.026).abs() < 1e-12);
+    }
+
+    /// A slow copy after a quiet one still belongs to the window (the pool woke again).
+    #[test]
+    fn a_slow_copy_after_a_quiet_one_extends_the_window() {
+        let w = fit(&points(&[(0.0, 2.0), (0.05, 1.0), (0.1, 1.9), (0.2, 1.0)])).unwrap();
+        assert_eq!(w.window_s, 0.2);
+    }
+
+    /// A vendor that leaves nothing running prices nothing; one that never went quiet gets
+    /// the largest delay measured as its window.
+    #[test]
+    fn quiet_vendors_price_nothing_and_busy_ones_get_a_lower_bound() {
+        assert_eq!(fit(&points(&[(0.0, 1.1), (0.1, 0.9)])), None);
+        assert_eq!(fit(&[]), None);
+        let w = fit(&points(&[(0.0, 3.0), (0.4, 2.0)])).unwrap();
+        assert_eq!(w.window_s, 0.4);
+        assert_eq!(w.extra_s(f64::NAN), 0.0);
+    }
+}
