@@ -33,7 +33,8 @@ use std::collections::BTreeMap;
 /// reader would count such a call as one host-resident product. Version 4 later gained the
 /// optional `cuda_libs` (the CUDA library files behind the first GPU call), which older
 /// readers ignore without miscounting anything, and the optional `phases.wait_ns` (the time a
-/// GPU call waited behind other callers' GPU work, inside `dur_ns`).
+/// GPU call waited behind other callers' GPU work, inside `dur_ns`), and the optional
+/// `engine.wake_s` (what the vendor's still-busy threads added to the GPU route's price).
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// Which BLAS routine a record describes.
@@ -173,6 +174,12 @@ pub struct Prediction {
     /// The call ran the runner-up route to measure it (bounded exploration, schema 3).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub explore: bool,
+    /// Seconds the GPU route's price gained because the call was decided while a vendor
+    /// call's threads still held the host (`ozaki_core::engine::wake`): its staged copies
+    /// priced at the profile's measured slowdown (absent: a quiet host, or no GPU route
+    /// priced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_s: Option<f64>,
 }
 
 /// What a call did about a GPU start that was under way or had failed (trace field

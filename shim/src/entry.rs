@@ -69,6 +69,7 @@ pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
             then,
             illegal,
             held,
+            mnk,
         }) => {
             if illegal {
                 // The vendor's handler may longjmp or throw out of this call.
@@ -76,6 +77,7 @@ pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
             }
             // SAFETY: the caller's contract; `vendor` defines the same exported name.
             unsafe { raw.forward(vendor) };
+            route::wake::vendor_returned(mnk);
             if let Some(pending) = then {
                 shielded(|| pending.record());
             }
@@ -103,12 +105,14 @@ enum Plan {
     Done,
     /// Call the vendor definition with the original arguments, then record `then`; `illegal`
     /// when the reference checks reject the call (the vendor may call an error handler);
-    /// `held`: the call stays counted in flight until then (a call `auto` counted).
+    /// `held`: the call stays counted in flight until then (a call `auto` counted); `mnk`:
+    /// the product's multiply-adds, noted for the vendor's wake once it returned (0: none).
     Forward {
         vendor: *const c_void,
         then: Option<Box<Pending>>,
         illegal: bool,
         held: Option<crate::lazy::InFlight>,
+        mnk: u64,
     },
     /// Call the error handler the reference would call (no vendor BLAS exists).
     Report(Handler),
@@ -195,6 +199,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     then: None,
                     illegal: true,
                     held: None,
+                    mnk: 0,
                 },
                 None => Plan::Report(xerbla::handler_for(id, &bad)),
             }
@@ -208,6 +213,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     then,
                     illegal: false,
                     held: None,
+                    mnk: 0,
                 },
                 None => {
                     if let Some(p) = then {
@@ -239,6 +245,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     then,
                     illegal: false,
                     held,
+                    mnk: canon.mnk(),
                 };
             }
             let plan = route::split::plan(&choice, &canon, config);

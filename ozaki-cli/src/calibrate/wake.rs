@@ -1,19 +1,20 @@
-//! The vendor's wake (`ozaki_core::engine::wake`): a host copy the size of one GPU staging
-//! chunk, on as many threads as the GPU routes' staging uses, timed at several delays after
+//! The vendor's wake (`ozaki_core::engine::wake`): a host copy of two GPU staging chunks,
+//! on as many threads as the GPU routes' staging uses, timed at several delays after
 //! a multi-threaded vendor call and on a quiet host.
 
 use super::cpu::{Operands, VendorBlas};
 use ozaki_core::engine::wake::WakePoint;
 use std::time::{Duration, Instant};
 
-/// Bytes copied: one staging chunk of the GPU routes' upload ring.
-const BYTES: usize = 64 << 20;
+/// Bytes copied: two staging chunks of the GPU routes' upload ring (long enough that the
+/// scheduler's time slices between the copy threads and a spinning pool average out).
+const BYTES: usize = 128 << 20;
 
 /// Delays after the vendor call's return at which the copy is timed, seconds.
 const DELAYS_S: [f64; 9] = [0.0, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4];
 
 /// Copies timed per delay (their median counts).
-const REPS: usize = 5;
+const REPS: usize = 7;
 
 /// How long the host is left alone before the quiet copies: longer than any pool's spin
 /// this measures (OpenBLAS about 0.1 s, Intel OpenMP 0.2 s by default).

@@ -40,6 +40,10 @@ pub struct Decision {
     /// The best GPU route and its predicted seconds (split price when a split pays), when
     /// one was priced: the runner-up of a vendor decision, the route of a GPU one.
     pub gpu: Option<(Route, f64)>,
+    /// Seconds of host-link copies (the staged uploads and downloads) in that GPU route's
+    /// one-device price; 0 for device-resident operands or when no GPU route was priced.
+    /// What the vendor's wake stretches ([`super::wake`]).
+    pub gpu_host_s: f64,
 }
 
 impl Decision {
@@ -59,6 +63,7 @@ impl Decision {
             concurrent: 1,
             vendor_s: f64::INFINITY,
             gpu: None,
+            gpu_host_s: 0.0,
         }
     }
 
@@ -523,6 +528,14 @@ impl Engine {
                 .min_by(|a, b| a.seconds.total_cmp(&b.seconds))
                 .map(|e| (e.route, e.seconds)),
         };
+        let gpu_host_s = gpu.map_or(0.0, |(g, _)| {
+            est.iter()
+                .filter(|e| e.route == g)
+                .flat_map(|e| &e.terms)
+                .filter(|t| t.name == "h2d" || t.name == "d2h")
+                .map(|t| t.seconds)
+                .sum()
+        });
         Decision {
             route,
             moduli: if route == Route::GpuOzaki {
@@ -535,6 +548,7 @@ impl Engine {
             concurrent: 1,
             vendor_s,
             gpu,
+            gpu_host_s,
         }
     }
 }

@@ -59,6 +59,9 @@ pub struct ClassKey {
     pub log2: [u8; 3],
     /// [`super::load::concurrency_class`] of the calls in flight.
     pub concurrent: u32,
+    /// A GPU call decided inside the vendor's wake ([`super::wake`]): its host copies were
+    /// priced stretched, and it learns apart from the same class on a quiet host.
+    pub awake: bool,
 }
 
 impl ClassKey {
@@ -70,7 +73,13 @@ impl ClassKey {
             routine,
             log2: [l(m), l(n), l(k)],
             concurrent,
+            awake: false,
         }
+    }
+
+    /// The same class, for a call decided inside the vendor's wake or not.
+    pub fn in_wake(self, awake: bool) -> Self {
+        ClassKey { awake, ..self }
     }
 
     /// (slot index, 16-bit tag) of the class.
@@ -87,6 +96,7 @@ impl ClassKey {
             self.log2[1] as u64,
             self.log2[2] as u64,
             self.concurrent as u64,
+            self.awake as u64,
         ] {
             h = (h ^ x).wrapping_mul(0x0100_0000_01b3);
         }

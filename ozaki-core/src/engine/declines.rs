@@ -57,10 +57,12 @@ fn pack(tag: u64, run: u32, skip: u32) -> u64 {
     (tag << 48) | ((run.min(0xffff) as u64) << 32) | skip as u64
 }
 
-/// The class a decline is remembered for: the call's class without its concurrency.
+/// The class a decline is remembered for: the call's class without its concurrency or the
+/// vendor's wake (the accuracy rule declines on the data, not the load).
 fn class(key: &ClassKey) -> ClassKey {
     ClassKey {
         concurrent: 0,
+        awake: false,
         ..*key
     }
 }

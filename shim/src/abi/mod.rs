@@ -292,6 +292,15 @@ unsafe fn read_slice<'a>(p: *const f64, len: usize) -> &'a [f64] {
 }
 
 impl Canon {
+    /// Multiply-adds of the product (dsyrk: n·n·k, both triangles counted), saturating.
+    pub fn mnk(&self) -> u64 {
+        let (m, n, k) = match *self {
+            Canon::Gemm { m, n, k, .. } => (m, n, k),
+            Canon::Syrk { n, k, .. } => (n, n, k),
+        };
+        (m as u64).saturating_mul(n as u64).saturating_mul(k as u64)
+    }
+
     /// Views of A, B and C.
     ///
     /// # Safety

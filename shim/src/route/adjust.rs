@@ -53,6 +53,8 @@ pub struct Adjusted {
     pub correction: Option<f64>,
     /// Predicted wait behind the GPU's queue, when the call runs on the GPU behind one.
     pub queue_s: Option<f64>,
+    /// What the vendor's wake added to the GPU route's price, when it did.
+    pub wake_s: Option<f64>,
     /// The call runs the runner-up to measure it.
     pub explore: bool,
     /// The class the call's measured time feeds, with the prediction it is compared with.
@@ -66,20 +68,35 @@ pub struct Adjusted {
     pub decline_key: Option<ClassKey>,
 }
 
+/// What the host adds to a GPU call's price now, besides its own cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Beside {
+    /// Predicted wait behind the GPU calls in flight, seconds.
+    pub wait_s: f64,
+    /// What the vendor's still-busy threads add to the GPU route's host copies, seconds
+    /// (`super::wake`; 0 on a quiet host).
+    pub wake_s: f64,
+}
+
 /// The route for a call of `shape` whose cached decision is `d`, given what the process
-/// learned, the switch margin, whether to explore, the predicted GPU queue wait and an
-/// exploration counter (called once per call eligible for exploration).
+/// learned, the switch margin, whether to explore, what the host adds to a GPU call beside
+/// its price ([`Beside`]) and an exploration counter (called once per call eligible for
+/// exploration).
 pub fn adjust(
     learned: &Learned,
     d: &Decision,
     shape: &CallShape,
     margin: f64,
     explore: bool,
-    wait_s: f64,
+    beside: Beside,
     mut tick: impl FnMut() -> u32,
 ) -> Adjusted {
     let corr = &learned.corrections;
-    let key = |r: Route| ClassKey::new(r, shape.routine, shape.m, shape.n, shape.k, d.concurrent);
+    let awake = beside.wake_s > 0.0;
+    let key = |r: Route| {
+        ClassKey::new(r, shape.routine, shape.m, shape.n, shape.k, d.concurrent)
+            .in_wake(awake && r != Route::Vendor)
+    };
     let native_s = d
         .prediction
         .predicted_s
@@ -87,7 +104,7 @@ pub fn adjust(
         .copied()
         .filter(|s| s.is_finite());
     let first = pick(
-        corr, d, d.route, d.gpu, &key, margin, explore, wait_s, &mut tick,
+        corr, d, d.route, d.gpu, &key, margin, explore, beside, &mut tick,
     );
     if first.route != Route::GpuOzaki {
         return first;
@@ -105,7 +122,7 @@ pub fn adjust(
                     Route::Vendor
                 };
                 let gpu = Some((Route::GpuNative, ns));
-                pick(corr, d, cached, gpu, &key, margin, false, wait_s, &mut tick)
+                pick(corr, d, cached, gpu, &key, margin, false, beside, &mut tick)
             }
             None => Adjusted::plain(Route::Vendor),
         };
@@ -120,7 +137,12 @@ pub fn adjust(
     out.decline_key = Some(kz);
     let (vc, _) = corr.corrected(&key(Route::Vendor), d.vendor_s);
     out.on_decline = match native_s {
-        Some(ns) if vc >= margin * (corr.corrected(&key(Route::GpuNative), ns).0 + wait_s) => {
+        Some(ns)
+            if vc
+                >= margin
+                    * (corr.corrected(&key(Route::GpuNative), ns + beside.wake_s).0
+                        + beside.wait_s) =>
+        {
             Route::GpuNative
         }
         _ => Route::Vendor,
@@ -132,12 +154,15 @@ pub fn adjust(
 /// ([`std::fmt::Display`]) only when a trace record needs them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Note {
-    /// The GPU route was kept off the GPU by the predicted wait behind its queue.
+    /// The GPU route was kept off the GPU by the predicted wait behind its queue, or by
+    /// the vendor's wake.
     Queue {
         /// The GPU route priced.
         gpu: Route,
         /// Predicted wait, seconds.
         wait_s: f64,
+        /// What the vendor's wake added to its host copies, seconds.
+        wake_s: f64,
     },
     /// Corrections measured by this process's calls changed the route.
     Corrected {
@@ -155,6 +180,8 @@ pub enum Note {
         gc: f64,
         /// Predicted wait behind the GPU's queue.
         wait_s: f64,
+        /// What the vendor's wake added to the GPU route's host copies (inside `gc`).
+        wake_s: f64,
     },
     /// The call runs the runner-up to measure it.
     Explore {
@@ -178,13 +205,37 @@ pub enum Note {
     },
 }
 
+/// The vendor's wake on a GPU price, in words.
+struct Wake(f64);
+
+impl std::fmt::Display for Wake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "would stage its operands {:.4} s slower beside the vendor's still-busy threads",
+            self.0
+        )
+    }
+}
+
 impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Note::Queue { gpu, wait_s } => write!(
-                f,
-                "vendor: {gpu} would wait {wait_s:.4} s behind the GPU's queue"
-            ),
+            Note::Queue {
+                gpu,
+                wait_s,
+                wake_s,
+            } => {
+                write!(f, "vendor: {gpu}")?;
+                if *wait_s > 0.0 {
+                    write!(f, " would wait {wait_s:.4} s behind the GPU's queue")?;
+                }
+                if *wake_s > 0.0 {
+                    let and = if *wait_s > 0.0 { " and" } else { "" };
+                    write!(f, "{and} {}", Wake(*wake_s))?;
+                }
+                Ok(())
+            }
             Note::Corrected {
                 route,
                 fv,
@@ -193,12 +244,16 @@ impl std::fmt::Display for Note {
                 fg,
                 gc,
                 wait_s,
+                wake_s,
             } => {
                 write!(
                     f,
                     "{route}: measured calls corrected vendor ×{fv:.2} to {vc:.4} s and {gpu} \
                      ×{fg:.2} to {gc:.4} s"
                 )?;
+                if *wake_s > 0.0 {
+                    write!(f, " (it {})", Wake(*wake_s))?;
+                }
                 if *wait_s > 0.0 {
                     write!(f, " plus {wait_s:.4} s behind the GPU's queue")?;
                 }
@@ -231,6 +286,7 @@ impl Adjusted {
             route,
             correction: None,
             queue_s: None,
+            wake_s: None,
             explore: false,
             feedback: None,
             note: None,
@@ -251,7 +307,7 @@ fn pick(
     key: &dyn Fn(Route) -> ClassKey,
     margin: f64,
     explore: bool,
-    wait_s: f64,
+    beside: Beside,
     tick: &mut dyn FnMut() -> u32,
 ) -> Adjusted {
     let mut out = Adjusted::plain(cached);
@@ -261,10 +317,19 @@ fn pick(
     if !vs.is_finite() || !gs.is_finite() {
         return out;
     }
+    // The GPU route's own price on this host now: its host copies as the vendor's wake
+    // leaves them (the queue's wait is added apart: it is measured apart).
+    let Beside { wait_s, wake_s } = beside;
+    let gs = gs + wake_s;
+    out.wake_s = (wake_s > 0.0).then_some(wake_s);
     if !correctable(vs, gs) {
         if cached != Route::Vendor && !keeps_gpu(vs, gs, wait_s, margin) {
             out.route = Route::Vendor;
-            out.note = Some(Note::Queue { gpu: g, wait_s });
+            out.note = Some(Note::Queue {
+                gpu: g,
+                wait_s,
+                wake_s,
+            });
         } else if cached != Route::Vendor && wait_s > 0.0 {
             out.queue_s = Some(wait_s);
         }
@@ -285,6 +350,7 @@ fn pick(
             fg,
             gc,
             wait_s,
+            wake_s,
         });
     }
     if explore && vc.max(gq) <= EXPLORE_WITHIN * vc.min(gq) && tick().is_multiple_of(EXPLORE_EVERY)
@@ -323,13 +389,20 @@ mod tests {
 
     const MARGIN: f64 = 1.2;
 
+    fn wait(wait_s: f64) -> Beside {
+        Beside {
+            wait_s,
+            wake_s: 0.0,
+        }
+    }
+
     #[test]
     fn a_far_decision_is_neither_corrected_nor_timed() {
         let e = engine();
         let l = Learned::default();
         let s = CallShape::gemm(8, 8, 8);
         let d = e.decide(&s, Some(14));
-        let a = adjust(&l, &d, &s, MARGIN, true, 0.0, || 0);
+        let a = adjust(&l, &d, &s, MARGIN, true, Beside::default(), || 0);
         assert_eq!(
             (a.route, a.feedback, a.explore),
             (Route::Vendor, None, false)
@@ -343,14 +416,14 @@ mod tests {
         let s = CallShape::gemm(1953, 123, 1953);
         let d = e.decide(&s, Some(14));
         assert_eq!(d.route, Route::Vendor, "{}", d.prediction.reason);
-        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 0);
+        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 0);
         assert_eq!(a.route, Route::Vendor);
         let (key, pred) = a.feedback.expect("close: timed");
         // The program's calls take 35x their prediction (16 callers at once).
         for _ in 0..MIN_SAMPLES {
             l.corrections.record(&key, 35.0 * pred, pred);
         }
-        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 0);
+        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 0);
         assert_ne!(a.route, Route::Vendor, "{a:?}");
         assert!(a.note.unwrap().to_string().contains("corrected"));
         assert_eq!(a.correction, None, "the GPU class itself is uncorrected");
@@ -382,12 +455,12 @@ mod tests {
         let l = Learned::default();
         let (s, d) = close_call(&e);
         let runs: Vec<Route> = (0..32)
-            .map(|i| adjust(&l, &d, &s, MARGIN, true, 0.0, || i).route)
+            .map(|i| adjust(&l, &d, &s, MARGIN, true, Beside::default(), || i).route)
             .collect();
         assert_eq!(runs.iter().filter(|&&r| r != Route::Vendor).count(), 2);
-        assert!(
-            (0..32).all(|i| adjust(&l, &d, &s, MARGIN, false, 0.0, || i).route == Route::Vendor)
-        );
+        assert!((0..32).all(
+            |i| adjust(&l, &d, &s, MARGIN, false, Beside::default(), || i).route == Route::Vendor
+        ));
     }
 
     #[test]
@@ -397,13 +470,58 @@ mod tests {
         let s = CallShape::gemm(8192, 8192, 8192);
         let d = e.decide(&s, Some(14));
         assert_ne!(d.route, Route::Vendor);
-        let free = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        let free = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
         assert_eq!(free.route, d.route);
-        let queued = adjust(&l, &d, &s, MARGIN, false, 0.1, || 1);
+        let queued = adjust(&l, &d, &s, MARGIN, false, wait(0.1), || 1);
         assert_eq!(queued.route, d.route);
         assert_eq!(queued.queue_s, Some(0.1));
-        let jammed = adjust(&l, &d, &s, MARGIN, false, 5.0, || 1);
+        let jammed = adjust(&l, &d, &s, MARGIN, false, wait(5.0), || 1);
         assert_eq!(jammed.route, Route::Vendor, "{jammed:?}");
+    }
+
+    /// LOBPCG's 64 x 64 x 110592 product, priced on the GPU at about half the vendor's on a
+    /// quiet host, is mostly staging: decided right after a vendor call, with the vendor's
+    /// threads stretching host copies 3x, it stays on the vendor and the record says why; a
+    /// GPU call made there learns apart from the quiet host's class.
+    #[test]
+    fn the_vendors_wake_keeps_a_staging_bound_call_off_the_gpu() {
+        let e = engine();
+        let l = Learned::default();
+        let s = CallShape {
+            transa: true,
+            ..CallShape::gemm(64, 64, 110592)
+        };
+        let d = e.decide(&s, Some(14));
+        assert_ne!(d.route, Route::Vendor, "{}", d.prediction.reason);
+        let (_, g) = d.gpu.unwrap();
+        assert!(d.gpu_host_s > 0.5 * g, "mostly staging: {d:?}");
+        let wake = ozaki_core::engine::wake::VendorWake {
+            window_s: 0.1,
+            copy_slowdown: 3.0,
+        };
+        let beside = Beside {
+            wait_s: 0.0,
+            wake_s: wake.extra_s(d.gpu_host_s),
+        };
+        let quiet = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
+        assert_eq!((quiet.route, quiet.wake_s), (d.route, None));
+        let awake = adjust(&l, &d, &s, MARGIN, false, beside, || 1);
+        assert_eq!(awake.route, Route::Vendor, "{awake:?}");
+        assert_eq!(awake.wake_s, Some(beside.wake_s));
+        let note = awake.note.unwrap().to_string();
+        assert!(note.contains("still-busy threads"), "{note}");
+        // Explored there, the GPU call feeds the class of calls made beside the wake.
+        let (kq, _) = quiet.feedback.unwrap();
+        let explored = (0..16)
+            .map(|i| adjust(&l, &d, &s, MARGIN, true, beside, || i))
+            .find(|a| a.explore)
+            .expect("close enough to explore");
+        let (ka, pa) = explored.feedback.unwrap();
+        assert!(
+            ka.awake && !kq.awake && ka.in_wake(false) == kq,
+            "{ka:?} {kq:?}"
+        );
+        assert!((pa - (g + beside.wake_s)).abs() < 1e-12);
     }
 
     /// A decision for 540x441x441 priced as a 12-caller CCSD contraction was: GPU Ozaki
@@ -425,6 +543,7 @@ mod tests {
             concurrent: 8,
             vendor_s: vendor_ms * 1e-3,
             gpu: Some((Route::GpuOzaki, 1.9e-3)),
+            gpu_host_s: 0.4e-3,
         };
         (d, s)
     }
@@ -433,14 +552,14 @@ mod tests {
     fn a_declined_class_is_priced_with_cublas_until_its_skips_run_out() {
         let l = Learned::default();
         let (d, s) = ozaki_decision(4.4);
-        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
         assert_eq!(a.route, Route::GpuOzaki);
         let key = a
             .decline_key
             .expect("a GPU Ozaki call feeds the decline memory");
         l.declines.declined(&key);
         let runs: Vec<Adjusted> = (0..=BASE_SKIP)
-            .map(|_| adjust(&l, &d, &s, MARGIN, false, 0.0, || 1))
+            .map(|_| adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1))
             .collect();
         for a in &runs[..BASE_SKIP as usize] {
             assert_eq!(a.route, Route::GpuNative, "{a:?}");
@@ -459,10 +578,10 @@ mod tests {
         let l = Learned::default();
         // The vendor at 2.4 ms: GPU Ozaki wins by 1.26x, cuBLAS fp64 would not by the margin.
         let (d, s) = ozaki_decision(2.4);
-        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
         assert_eq!((a.route, a.on_decline), (Route::GpuOzaki, Route::Vendor));
         l.declines.declined(&a.decline_key.unwrap());
-        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
         assert_eq!(a.route, Route::Vendor, "{a:?}");
     }
 
@@ -470,10 +589,10 @@ mod tests {
     fn a_declined_call_runs_cublas_where_cublas_beats_the_vendor() {
         let l = Learned::default();
         let (d, s) = ozaki_decision(4.4);
-        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
         assert_eq!(a.on_decline, Route::GpuNative);
         let (d, s) = ozaki_decision(2.4);
-        let a = adjust(&l, &d, &s, MARGIN, false, 0.0, || 1);
+        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
         assert_eq!(a.on_decline, Route::Vendor);
     }
 }

@@ -39,6 +39,7 @@ use super::inflight::{self, Flight};
 use super::learned::learned;
 use super::memo::{self, Margin, Memoized};
 use super::start::{self, Ledger, Starter, Status, WhileStarting};
+use super::wake;
 use super::{Choice, adjust};
 use crate::abi::Canon;
 use crate::config::{Config, GpuStart, HostRegister, notice};
@@ -236,6 +237,8 @@ struct EarlyVendor {
     fv: f64,
     /// What its measured time may add to the start's ledger.
     credit: Option<start::Credit>,
+    /// What the vendor's wake added to the GPU's price.
+    wake_s: Option<f64>,
 }
 
 /// A trace's `engine.gpu_start`.
@@ -267,6 +270,9 @@ fn before_engine(
         .gpu
         .filter(|&(_, g)| bound.is_none() && adjust::correctable(d.vendor_s, g))
         .map(|_| (kv, d.vendor_s));
+    // The GPU's price on this host now: its host copies as the vendor's wake leaves them.
+    let wake_s = wake::extra_s(pre.profile().cpu.wake.as_ref(), &d, wake::since_s());
+    let gpu = d.gpu.map(|(r, g)| (r, g + wake_s));
     let to_vendor = |d, bound, why, gpu_start, credit| {
         PreEngine::Vendor(EarlyVendor {
             d,
@@ -276,6 +282,7 @@ fn before_engine(
             feedback,
             fv,
             credit,
+            wake_s: (wake_s > 0.0).then_some(wake_s),
         })
     };
     if clearly(margin, fv) {
@@ -296,7 +303,7 @@ fn before_engine(
             // Only calls the GPU is priced well ahead on count (`start::GAIN_RATIO`): a
             // margin-close price is the kind the profile gets wrong.
             let ratio = start::GAIN_RATIO.max(margin);
-            let gain = match d.gpu {
+            let gain = match gpu {
                 Some((_, g)) if vendor_s >= ratio * g => start::ledger_gain(vendor_s, g, in_flight),
                 _ => 0.0,
             };
@@ -305,15 +312,12 @@ fn before_engine(
             if gained < cost {
                 let why = Early::NotStarted { gained, cost, fv };
                 // priced at its own shape: its measured time is this call's to credit
-                let credit = d
-                    .gpu
-                    .filter(|_| bound.is_none())
-                    .map(|(_, g)| start::Credit {
-                        gpu_s: g,
-                        credited_s: gain,
-                        concurrent: in_flight,
-                        ratio,
-                    });
+                let credit = gpu.filter(|_| bound.is_none()).map(|(_, g)| start::Credit {
+                    gpu_s: g,
+                    credited_s: gain,
+                    concurrent: in_flight,
+                    ratio,
+                });
                 return to_vendor(d, None, why, None, credit);
             }
             start::register_exit_handler();
@@ -332,7 +336,7 @@ fn before_engine(
         .enumerate()
         .filter(|(_, (r, _))| r.as_str() != Route::Vendor.name())
         .min_by(|a, b| a.1.1.total_cmp(b.1.1))
-        .map(|(i, (_, &s))| (i, s));
+        .map(|(i, (_, &s))| (i, s + wake_s));
     let elapsed_s = match status {
         Status::Ready => return PreEngine::Engine(None),
         Status::Failed | Status::Idle => {
@@ -575,6 +579,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                         concurrent: in_flight,
                         correction: (v.fv != 1.0).then_some(v.fv),
                         queue_s: None,
+                        wake_s: v.wake_s,
                         explore: false,
                     })
                 });
@@ -618,13 +623,14 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                 Some((_, g)) => flight.reserve_gpu(g),
                 None => inflight::gpu_wait_s(),
             };
+            let wake_s = wake::extra_s(e.profile().cpu.wake.as_ref(), &d, wake::since_s());
             adjust::adjust(
                 learned(),
                 &d,
                 &cs,
                 e.profile().choice.min_gain,
                 config.explore,
-                wait_s,
+                adjust::Beside { wait_s, wake_s },
                 || EXPLORE_TICK.fetch_add(1, Ordering::Relaxed),
             )
         }
@@ -648,6 +654,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
             concurrent: in_flight,
             correction: a.correction,
             queue_s: a.queue_s,
+            wake_s: a.wake_s,
             explore: a.explore,
         })
     });

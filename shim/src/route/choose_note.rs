@@ -33,6 +33,8 @@ pub struct EngineNote {
     pub correction: Option<f64>,
     /// Predicted wait behind the GPU's queue.
     pub queue_s: Option<f64>,
+    /// What the vendor's wake added to the GPU route's price.
+    pub wake_s: Option<f64>,
     /// The call ran the runner-up.
     pub explore: bool,
 }
@@ -116,6 +118,7 @@ impl EngineNote {
         p.concurrent = Some(self.concurrent);
         p.correction = self.correction;
         p.queue_s = self.queue_s;
+        p.wake_s = self.wake_s;
         p.explore = self.explore;
         p
     }

@@ -42,6 +42,7 @@ pub mod split;
 pub mod start;
 pub mod threads;
 pub mod vendor;
+pub mod wake;
 
 use crate::abi::{CView, Canon, Operands, RawCall};
 use crate::config::Config;
@@ -210,9 +211,16 @@ pub unsafe fn execute<R: RawCall>(
         let run = || unsafe { run_safe(r, plan, canon, config) };
         catch_unwind(AssertUnwindSafe(run)).unwrap_or(Err(RouteError::Panicked))
     };
-    let first = match route {
+    let on_vendor = || {
         // SAFETY: the caller's contract.
-        Route::Vendor => unsafe { vendor::call(id, raw) },
+        let r = unsafe { vendor::call(id, raw) };
+        if r.is_ok() {
+            wake::vendor_returned(canon.mnk());
+        }
+        r
+    };
+    let first = match route {
+        Route::Vendor => on_vendor(),
         other => guarded(other, plan),
     };
     let err = match first {
@@ -242,8 +250,8 @@ pub unsafe fn execute<R: RawCall>(
         }
     }
     if route != Route::Vendor {
-        // SAFETY: the caller's contract; C is untouched by the failed route.
-        if unsafe { vendor::call(id, raw) }.is_ok() {
+        // C is untouched by the failed route.
+        if on_vendor().is_ok() {
             return Executed {
                 route: Route::Vendor,
                 fallback: Some(reason),

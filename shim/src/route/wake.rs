@@ -1,0 +1,98 @@
+//! The vendor's wake as this process sees it (`ozaki_core::engine::wake`): when the last
+//! vendor call big enough to run on the vendor's threads returned, and what that adds to a
+//! GPU call decided now.
+//!
+//! Only products of at least [`THREADED_MNK`] multiply-adds are noted: smaller ones run on
+//! the caller's thread (OpenBLAS threads a gemm from m·n·k above 2^18), leave no pool
+//! spinning, and skip the clock read, so the small calls that dominate call counts pay
+//! nothing for this.
+
+use ozaki_core::engine::choose::Decision;
+use ozaki_core::engine::wake::VendorWake;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Products from this many multiply-adds up are taken to run on the vendor's threads.
+pub const THREADED_MNK: u64 = 1 << 18;
+
+/// Nanoseconds after [`anchor`] at which the last such vendor call returned, plus one (0:
+/// none yet).
+static LAST_RETURN_NS: AtomicU64 = AtomicU64::new(0);
+
+fn anchor() -> Instant {
+    static ANCHOR: OnceLock<Instant> = OnceLock::new();
+    *ANCHOR.get_or_init(Instant::now)
+}
+
+fn now_ns() -> u64 {
+    anchor().elapsed().as_nanos() as u64 + 1
+}
+
+/// Whether a vendor call of `mnk` multiply-adds is taken to run on the vendor's threads.
+fn threaded(mnk: u64) -> bool {
+    mnk >= THREADED_MNK
+}
+
+/// A vendor call of `mnk` multiply-adds has just returned.
+pub fn vendor_returned(mnk: u64) {
+    if threaded(mnk) {
+        LAST_RETURN_NS.fetch_max(now_ns(), Ordering::Relaxed);
+    }
+}
+
+/// Seconds since the last vendor call of [`THREADED_MNK`] or more returned; `None` before
+/// the first.
+pub fn since_s() -> Option<f64> {
+    match LAST_RETURN_NS.load(Ordering::Relaxed) {
+        0 => None,
+        at => Some(now_ns().saturating_sub(at) as f64 * 1e-9),
+    }
+}
+
+/// Extra seconds the GPU route of `d` is priced with when decided `since_s` seconds after
+/// the last threaded vendor call returned: its host copies stretched by `wake`'s slowdown
+/// inside the window, 0 outside it, without a measured wake or without host copies.
+pub fn extra_s(wake: Option<&VendorWake>, d: &Decision, since_s: Option<f64>) -> f64 {
+    match (wake, since_s) {
+        (Some(w), Some(s)) if w.covers(s) => w.extra_s(d.gpu_host_s),
+        _ => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ozaki_core::engine::CallShape;
+    use ozaki_core::engine::choose::Engine;
+    use ozaki_core::engine::profile::Profile;
+
+    /// A host-resident GPU decision is priced with its staged copies stretched inside the
+    /// window only; a device-resident one has no host copies to stretch.
+    #[test]
+    fn only_host_copies_inside_the_window_are_stretched() {
+        let e = Engine::new(Profile::built_in("h200").unwrap(), 16);
+        let d = e.decide(&CallShape::gemm(4096, 4096, 4096), Some(14));
+        assert!(d.gpu_host_s > 0.0, "{d:?}");
+        let w = VendorWake {
+            window_s: 0.1,
+            copy_slowdown: 3.0,
+        };
+        let extra = extra_s(Some(&w), &d, Some(0.05));
+        assert!((extra - 2.0 * d.gpu_host_s).abs() < 1e-12, "{extra}");
+        assert_eq!(extra_s(Some(&w), &d, Some(0.2)), 0.0);
+        assert_eq!(extra_s(Some(&w), &d, None), 0.0);
+        assert_eq!(extra_s(None, &d, Some(0.0)), 0.0);
+        let dev = e.decide_device(&CallShape::gemm(4096, 4096, 4096), Some(14));
+        assert_eq!(extra_s(Some(&w), &dev, Some(0.0)), 0.0);
+    }
+
+    /// Small vendor calls leave no wake behind; a threaded one starts it now.
+    #[test]
+    fn only_threaded_vendor_calls_are_noted() {
+        assert!(!threaded(THREADED_MNK - 1) && threaded(THREADED_MNK));
+        vendor_returned(THREADED_MNK);
+        let s = since_s().unwrap();
+        assert!((0.0..1.0).contains(&s), "{s}");
+    }
+}
