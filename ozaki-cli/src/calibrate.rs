@@ -699,9 +699,11 @@ mod cpu {
         Ilp64(Dgemm64),
     }
 
-    /// A loaded vendor BLAS.
+    /// A loaded vendor BLAS. The library stays loaded until the process exits: its threads
+    /// (a pool still spinning after the last call) may be running its code when this is
+    /// dropped, and unloading it under them would crash the process.
     pub struct VendorBlas {
-        _lib: libloading::Library,
+        _lib: std::mem::ManuallyDrop<libloading::Library>,
         gemm: Gemm,
         set: Option<SetThreads>,
         get: Option<GetThreads>,
@@ -797,7 +799,7 @@ mod cpu {
                     });
                     let default_threads = get.map_or(1, |g| g().max(1) as u32);
                     return Ok(VendorBlas {
-                        _lib: lib,
+                        _lib: std::mem::ManuallyDrop::new(lib),
                         gemm,
                         set,
                         get,

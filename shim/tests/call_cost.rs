@@ -12,7 +12,7 @@ use ozaki_core::engine::correct::MIN_SAMPLES;
 use ozaki_core::engine::profile::Profile;
 use ozaki_core::route::Route;
 use ozaki_shim::abi::{CblasGemm, FortranGemm};
-use ozaki_shim::route::adjust::adjust;
+use ozaki_shim::route::adjust::{Beside, adjust};
 use ozaki_shim::route::learned::Learned;
 use ozaki_shim::symbols::SymId;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -144,7 +144,7 @@ fn a_cached_decision_and_its_adjustment_allocate_nothing() {
     let shape = CallShape::gemm(1953, 123, 1953);
     let decide = || e.decide_loaded(&shape, None, || Some(14), 1);
     let d = decide();
-    let a = adjust(&learned, &d, &shape, 1.2, false, 0.0, || 0);
+    let a = adjust(&learned, &d, &shape, 1.2, false, Beside::default(), || 0);
     let (key, predicted) = a.feedback.expect("close enough to be timed");
     for _ in 0..MIN_SAMPLES {
         learned
@@ -155,7 +155,7 @@ fn a_cached_decision_and_its_adjustment_allocate_nothing() {
     let n = allocations(|| {
         for tick in 0..64 {
             let d = decide();
-            let a = adjust(&learned, &d, &shape, 1.2, true, 0.0, || tick);
+            let a = adjust(&learned, &d, &shape, 1.2, true, Beside::default(), || tick);
             assert!(
                 a.note.is_some(),
                 "the route differs from the cached decision's"

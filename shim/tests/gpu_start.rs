@@ -486,12 +486,14 @@ fn vendor_calls_measured_far_slower_than_the_gpus_price_start_it() {
     let Some((prices, measured)) = priced(&dir, &repo_root().join("profiles/h200.json")) else {
         return;
     };
-    // a 384² product on the reference BLAS takes milliseconds; the GPU is priced well under one
+    // a 384² product on the reference BLAS takes tens of milliseconds, the GPU is priced a
+    // few: a vendor call measured above `CREDIT_RATIO` (4x) times the GPU's price credits
+    // the start (with a margin for timing noise)
     assert!(
-        measured > 8.0 * prices["gpu-ozaki"],
+        measured > 6.5 * prices["gpu-ozaki"],
         "the vendor's {measured} s is not far above the GPU's price {prices:?}"
     );
-    // the vendor priced 1.5x the GPU (no gain counted), measured more than 8x its price
+    // the vendor priced 1.5x the GPU (no gain counted), measured more than 4x the GPU's price
     let factor = 1.5 * prices["gpu-ozaki"] / prices["vendor"];
     let close = dir.join("close.json");
     write_profile(&close, |p| {
