@@ -535,7 +535,7 @@ fn measure(
     }
     let threads = blas.set_threads(0);
     let concurrency = measure_concurrency(blas, threads, &plan.cpu_shapes);
-    let wake = wake::measure(blas, concurrency_shape(&plan.cpu_shapes));
+    let (wake, copy_bytes_per_s) = wake::measure(blas, concurrency_shape(&plan.cpu_shapes));
     // Interposer overhead: what the shim adds per call is dominated by the cached decision.
     let engine = Engine::new(Profile::built_in("cpu-only").expect("ships"), 1);
     let shape = CallShape::gemm(8, 8, 8);
@@ -584,6 +584,7 @@ fn measure(
         cpu: cpu_samples,
         concurrency,
         wake,
+        copy_bytes_per_s,
         gpu,
         routes,
         devices,

@@ -336,6 +336,7 @@ fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements 
         }],
         concurrency: Vec::new(),
         wake: Vec::new(),
+        copy_bytes_per_s: 0.0,
         gpu: Some(GpuMeasurements {
             name: g.name.clone(),
             memory_bytes: g.memory_bytes,

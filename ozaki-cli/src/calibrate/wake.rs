@@ -38,8 +38,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// The copy's slowdown at each of [`DELAYS_S`] after a `shape` product on `blas` at its
-/// current thread count (a product large enough for the vendor to run it on its threads).
-pub(super) fn measure(blas: &VendorBlas, shape: (u64, u64, u64)) -> Vec<WakePoint> {
+/// current thread count (a product large enough for the vendor to run it on its threads),
+/// and the copy's rate on a quiet host, bytes per second.
+pub(super) fn measure(blas: &VendorBlas, shape: (u64, u64, u64)) -> (Vec<WakePoint>, f64) {
     let threads = std::thread::available_parallelism().map_or(1, |c| c.get().clamp(1, 16));
     let src: Vec<u8> = (0..BYTES).map(|i| i as u8).collect();
     let mut dst = vec![0u8; BYTES];
@@ -72,5 +73,5 @@ pub(super) fn measure(blas: &VendorBlas, shape: (u64, u64, u64)) -> Vec<WakePoin
         );
         out.push(WakePoint { delay_s, slowdown });
     }
-    out
+    (out, BYTES as f64 / quiet)
 }

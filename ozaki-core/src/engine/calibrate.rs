@@ -368,6 +368,9 @@ pub struct Measurements {
     /// host (empty: not measured).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wake: Vec<crate::engine::wake::WakePoint>,
+    /// Bytes per second of the wake's host copy on a quiet host (0: not measured).
+    #[serde(default)]
+    pub copy_bytes_per_s: f64,
     /// GPU timings.
     #[serde(default)]
     pub gpu: Option<GpuMeasurements>,
@@ -671,6 +674,7 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
             blas,
             concurrency: meas.concurrency.clone(),
             wake: super::wake::fit(&meas.wake),
+            copy_bytes_per_s: meas.copy_bytes_per_s,
         },
         gpu,
         choice: ChoiceRules::default(),

@@ -40,8 +40,9 @@ pub struct Decision {
     /// The best GPU route and its predicted seconds (split price when a split pays), when
     /// one was priced: the runner-up of a vendor decision, the route of a GPU one.
     pub gpu: Option<(Route, f64)>,
-    /// Seconds of host-link copies (the staged uploads and downloads) in that GPU route's
-    /// one-device price; 0 for device-resident operands or when no GPU route was priced.
+    /// Seconds of host copies (the staged uploads and downloads, the packing of a C with
+    /// gaps) in that GPU route's one-device price; 0 for device-resident operands or when no
+    /// GPU route was priced.
     /// What the vendor's wake stretches ([`super::wake`]).
     pub gpu_host_s: f64,
 }
@@ -532,7 +533,7 @@ impl Engine {
             est.iter()
                 .filter(|e| e.route == g)
                 .flat_map(|e| &e.terms)
-                .filter(|t| t.name == "h2d" || t.name == "d2h")
+                .filter(|t| matches!(t.name, "h2d" | "d2h" | "c-pack"))
                 .map(|t| t.seconds)
                 .sum()
         });

@@ -81,6 +81,10 @@ pub struct CallShape {
     pub alpha_zero: bool,
     /// Where the operands are.
     pub residency: Residency,
+    /// C is a block of a larger array (its leading dimension exceeds its rows): a
+    /// host-resident GPU route packs it into a private copy before the call and writes it
+    /// back after (the shim's `CView`), two host copies of C priced at the host's copy rate.
+    pub c_gaps: bool,
 }
 
 /// The four kinds of work a GEMM-like call does, in elements (brief §4.9: W, n_uniq, mn).
@@ -111,6 +115,7 @@ impl CallShape {
             beta_zero: true,
             alpha_zero: false,
             residency: Residency::Host,
+            c_gaps: false,
         }
     }
 
@@ -140,6 +145,12 @@ impl CallShape {
             t.as_deref()
                 .is_some_and(|s| s.eq_ignore_ascii_case("T") || s.eq_ignore_ascii_case("C"))
         };
+        // C's extent along its leading dimension: rows in column-major order, columns in
+        // row-major order.
+        let c_rows = match (r.routine, r.layout) {
+            (Routine::Dsyrk, _) | (_, crate::trace::Layout::Row) => r.n,
+            (Routine::Dgemm, crate::trace::Layout::Col) => r.m,
+        };
         CallShape {
             routine: r.routine,
             m: if r.routine == Routine::Dsyrk {
@@ -158,6 +169,7 @@ impl CallShape {
             beta_zero: r.beta == 0.0,
             alpha_zero: r.alpha == 0.0,
             residency,
+            c_gaps: r.ldc > c_rows,
         }
     }
 

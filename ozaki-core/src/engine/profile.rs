@@ -190,6 +190,15 @@ pub struct CpuProfile {
     /// priced). See [`super::wake`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake: Option<super::wake::VendorWake>,
+    /// Bytes per second of a multi-threaded host copy on a quiet host (`ozaki calibrate`,
+    /// with the wake): what packing a C with gaps and writing it back cost the GPU routes;
+    /// 0: not measured (the staged host link's rate stands in).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub copy_bytes_per_s: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// The vendor BLAS under concurrent callers: one call's time with `callers` calls in

@@ -383,6 +383,22 @@ mod tests {
         }
     }
 
+    /// A record's C has gaps when its leading dimension exceeds C's extent along it: rows
+    /// in column-major order, columns in row-major order.
+    #[test]
+    fn replayed_shapes_know_when_c_has_gaps() {
+        let mut c = call(0, 0, 1);
+        (c.m, c.n, c.ldc) = (8, 4, 8);
+        assert!(!CallShape::from_record(&c).c_gaps);
+        c.ldc = 9;
+        assert!(CallShape::from_record(&c).c_gaps);
+        c.layout = crate::trace::Layout::Row;
+        (c.m, c.n, c.ldc) = (4, 8, 8);
+        assert!(!CallShape::from_record(&c).c_gaps);
+        c.ldc = 16;
+        assert!(CallShape::from_record(&c).c_gaps);
+    }
+
     #[test]
     fn calls_in_flight_come_from_overlapping_intervals_or_the_record() {
         // [0,10) [2,5) [3,12) [5,6) [12,13): at their starts 1, 2, 3, 3, 1 in flight.

@@ -472,6 +472,7 @@ pub fn canonical_shape(c: &Canon) -> CallShape {
             k,
             alpha,
             beta,
+            ldc,
             ..
         } => CallShape {
             routine: Routine::Dgemm,
@@ -483,6 +484,7 @@ pub fn canonical_shape(c: &Canon) -> CallShape {
             beta_zero: beta == 0.0,
             alpha_zero: alpha == 0.0,
             residency: Residency::Host,
+            c_gaps: ldc > m,
         },
         Canon::Syrk {
             trans,
@@ -490,6 +492,7 @@ pub fn canonical_shape(c: &Canon) -> CallShape {
             k,
             alpha,
             beta,
+            ldc,
             ..
         } => CallShape {
             routine: Routine::Dsyrk,
@@ -501,6 +504,7 @@ pub fn canonical_shape(c: &Canon) -> CallShape {
             beta_zero: beta == 0.0,
             alpha_zero: alpha == 0.0,
             residency: Residency::Host,
+            c_gaps: ldc > n,
         },
     }
 }
@@ -991,9 +995,13 @@ mod tests {
         };
         let g = canonical_shape(&canon(decode_cblas_gemm(&row, false).verdict));
         assert_eq!(
-            (g.m, g.n, g.k, g.transa, g.transb, g.beta_zero),
-            (20, 30, 10, true, false, false)
+            (g.m, g.n, g.k, g.transa, g.transb, g.beta_zero, g.c_gaps),
+            (20, 30, 10, true, false, false, false)
         );
+        // the same C as a block of a wider row-major array: C^T has gaps
+        let wide = CblasGemm { ldc: 24, ..row };
+        let g = canonical_shape(&canon(decode_cblas_gemm(&wide, false).verdict));
+        assert!(g.c_gaps);
         // dsyrk: C is n x n.
         let s = decode_fortran_syrk(
             b'U',
@@ -1010,8 +1018,8 @@ mod tests {
         );
         let s = canonical_shape(&canon(s.verdict));
         assert_eq!(
-            (s.m, s.n, s.k, s.transa, s.transb, s.beta_zero),
-            (40, 40, 9, true, false, true)
+            (s.m, s.n, s.k, s.transa, s.transb, s.beta_zero, s.c_gaps),
+            (40, 40, 9, true, false, true, false)
         );
         assert_eq!(s.residency, Residency::Host);
     }

@@ -63,7 +63,10 @@ impl Key {
             ^ s.n.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
             ^ s.k.wrapping_mul(0x1656_67b1_9e37_79f9)
             ^ (self.concurrent as u64).wrapping_mul(0x27d4_eb2f_1656_67c5)
-            ^ ((s.transa as u64) | (s.transb as u64) << 1 | (s.beta_zero as u64) << 2);
+            ^ ((s.transa as u64)
+                | (s.transb as u64) << 1
+                | (s.beta_zero as u64) << 2
+                | (s.c_gaps as u64) << 3);
         h ^= h >> 32;
         h ^= h >> 16;
         (h as usize) & (SETS - 1)
