@@ -138,6 +138,10 @@ struct Args {
     /// Operands already on the GPU (device entry points).
     #[arg(long)]
     device_resident: bool,
+    /// Leading dimension of C (default: its rows); above them C is a block of a larger
+    /// array, which a host-resident GPU route packs and writes back (the `c-pack` term).
+    #[arg(long)]
+    ldc: Option<u64>,
     /// Moduli count the numerics would choose (default 14; 0 = the contract cannot be met).
     #[arg(long)]
     moduli: Option<u32>,
@@ -216,6 +220,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     shape.transa = a.transa.0;
     shape.transb = a.transb.0;
     shape.beta_zero = !a.beta;
+    shape.c_gaps = a.ldc.is_some_and(|ldc| ldc > shape.m);
     if a.device_resident {
         shape.residency = Residency::Device;
     }
@@ -257,7 +262,8 @@ fn explain_measured(
     if json {
         let v = serde_json::json!({
             "shape": {"routine": format!("{:?}", shape.routine).to_lowercase(), "m": shape.m, "n": shape.n, "k": shape.k,
-                       "transa": shape.transa, "transb": shape.transb, "beta_zero": shape.beta_zero, "residency": shape.residency.name()},
+                       "transa": shape.transa, "transb": shape.transb, "beta_zero": shape.beta_zero, "residency": shape.residency.name(),
+                       "c_gaps": shape.c_gaps},
             "profile": src, "threads": engine.threads(), "moduli": moduli,
             "routes": est, "choice": d.route.name(), "reason": d.prediction.reason,
             "slots": engine.slots(), "splits": splits,
@@ -268,7 +274,7 @@ fn explain_measured(
     let p = engine.profile();
     writeln!(
         out,
-        "{} m={} n={} k={} trans=({},{}) beta{} {}-resident: n̄ = {:.0}, {:.3} GFLOP",
+        "{} m={} n={} k={} trans=({},{}) beta{}{} {}-resident: n̄ = {:.0}, {:.3} GFLOP",
         format!("{:?}", shape.routine).to_lowercase(),
         shape.m,
         shape.n,
@@ -276,6 +282,7 @@ fn explain_measured(
         if shape.transa { 'T' } else { 'N' },
         if shape.transb { 'T' } else { 'N' },
         if shape.beta_zero { "=0" } else { "!=0" },
+        if shape.c_gaps { ", C with gaps" } else { "" },
         shape.residency.name(),
         shape.nbar(),
         shape.flops() / 1e9

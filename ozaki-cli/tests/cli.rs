@@ -486,6 +486,53 @@ fn explain_refuses_a_transpose_letter_blas_does_not_know() {
     }
 }
 
+/// `ozaki explain --ldc` prices a C with gaps the way `auto` does: LU's 4032 x 4032 x 64
+/// trailing update with `ldc = 4096` shows the GPU routes' packing of C (the `c-pack` term,
+/// two host copies of C at the profile's copy rate), and the same call with C contiguous
+/// does not.
+#[test]
+fn explain_shows_what_packing_a_c_with_gaps_costs_the_gpu_routes() {
+    let routes = |extra: &[&str]| {
+        let o = ozaki()
+            .current_dir(repo_root())
+            .args(["explain", "4032", "4032", "64", "--beta", "--json"])
+            .args(["--profile", "profiles/h200.json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let pack = |route: &str| {
+            json["routes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["route"] == route)
+                .and_then(|r| r["terms"].as_array())
+                .and_then(|t| t.iter().find(|t| t["name"] == "c-pack"))
+                .and_then(|t| t["seconds"].as_f64())
+        };
+        (
+            json["shape"]["c_gaps"].clone(),
+            pack("gpu-native"),
+            pack("vendor"),
+        )
+    };
+    let (gaps, native, vendor) = routes(&["--ldc", "4096"]);
+    assert_eq!(gaps, serde_json::Value::Bool(true));
+    let profile: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("profiles/h200.json")).unwrap(),
+    )
+    .unwrap();
+    let rate = profile["cpu"]["copy_bytes_per_s"].as_f64().unwrap();
+    let want = 2.0 * 8.0 * 4032.0 * 4032.0 / rate;
+    let got = native.expect("gpu-native packs C");
+    assert!((got / want - 1.0).abs() < 1e-9, "{got} s, want {want} s");
+    assert_eq!(vendor, None, "the vendor works on C in place");
+    let (gaps, native, _) = routes(&["--ldc", "4032"]);
+    assert_eq!((gaps, native), (serde_json::Value::Bool(false), None));
+}
+
 #[test]
 fn run_of_a_program_that_fails_before_any_blas_call_says_so_without_naming_a_deleted_file() {
     // A script that stops where a python3 without NumPy stops: before any BLAS call.
