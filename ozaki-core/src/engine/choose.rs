@@ -531,11 +531,8 @@ impl Engine {
         };
         let gpu_host_s = gpu.map_or(0.0, |(g, _)| {
             est.iter()
-                .filter(|e| e.route == g)
-                .flat_map(|e| &e.terms)
-                .filter(|t| matches!(t.name, "h2d" | "d2h" | "c-pack"))
-                .map(|t| t.seconds)
-                .sum()
+                .find(|e| e.route == g)
+                .map_or(0.0, RouteEstimate::host_copy_s)
         });
         Decision {
             route,

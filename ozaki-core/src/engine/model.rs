@@ -61,6 +61,16 @@ fn route_name<S: serde::Serializer>(r: &Route, s: S) -> Result<S::Ok, S::Error> 
 }
 
 impl RouteEstimate {
+    /// Seconds of host copies in this estimate: the staged uploads and downloads and the
+    /// packing of a C with gaps (what the vendor's wake stretches, `super::wake`).
+    pub fn host_copy_s(&self) -> f64 {
+        self.terms
+            .iter()
+            .filter(|t| matches!(t.name, "h2d" | "d2h" | "c-pack"))
+            .map(|t| t.seconds)
+            .sum()
+    }
+
     fn excluded(route: Route, why: String) -> RouteEstimate {
         RouteEstimate {
             route,
@@ -70,6 +80,29 @@ impl RouteEstimate {
             storage: "-",
             recon_host: "-",
             moduli: None,
+        }
+    }
+}
+
+/// Prices `estimates` of a call decided inside the wake: each GPU route's host copies
+/// stretched by the slowdown (a `wake` term), as the shim prices a call decided within the
+/// window (`ozaki replay` takes the same prices).
+pub fn in_wake(estimates: &mut [RouteEstimate], wake: &super::wake::VendorWake) {
+    for e in estimates
+        .iter_mut()
+        .filter(|e| e.route != Route::Vendor && e.excluded.is_none())
+    {
+        let extra = wake.extra_s(e.host_copy_s());
+        if extra > 0.0 {
+            e.seconds += extra;
+            e.terms.push(Term {
+                name: "wake",
+                seconds: extra,
+                how: format!(
+                    "host copies {:.2}x slower beside the vendor's still-busy threads",
+                    wake.copy_slowdown
+                ),
+            });
         }
     }
 }

@@ -11,6 +11,7 @@
 use super::choose::Engine;
 use super::platforms::Platform;
 use super::reduced::{self, RateOptions};
+use super::wake::{THREADED_MNK, VendorWake};
 use super::{CallShape, Residency};
 use crate::route::Route;
 use crate::stats::{SMALL_NBAR, WeightedSamples};
@@ -110,16 +111,48 @@ pub fn replay(calls: &[CallRecord], model: &ReplayModel<'_>) -> (Vec<Row>, Compo
 /// [`replay`] with the calls in flight when each record was decided (`in_flight[i]` for
 /// `calls[i]`, [`in_flight`]; missing entries count as alone): a measured profile prices
 /// the vendor at the share of the CPU each call had ([`super::load`]).
+///
+/// With a measured profile that holds the vendor's wake ([`super::wake`]), the records are
+/// replayed in the order they started, and a record that starts within the wake's window
+/// after a replayed vendor call of [`THREADED_MNK`] or more ended (each starting when its
+/// record did and lasting its predicted vendor time) has its GPU routes' host copies
+/// stretched, as the shim prices it.
 pub fn replay_loaded(
     calls: &[CallRecord],
     in_flight: &[u32],
     model: &ReplayModel<'_>,
 ) -> (Vec<Row>, Composites) {
-    let rows: Vec<Row> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| replay_one(c, in_flight.get(i).copied().unwrap_or(1), model))
-        .collect();
+    let wake = match model {
+        ReplayModel::Measured { engine, .. } => engine.profile().cpu.wake,
+        ReplayModel::Reduced { .. } => None,
+    };
+    let mut order: Vec<usize> = (0..calls.len()).collect();
+    order.sort_by_key(|&i| (calls[i].t_ns, calls[i].seq));
+    let mut rows: Vec<Option<Row>> = vec![None; calls.len()];
+    let mut vendor_ends = std::collections::BinaryHeap::new();
+    let mut last_end: Option<u64> = None;
+    for i in order {
+        let c = &calls[i];
+        while let Some(&std::cmp::Reverse(end)) = vendor_ends.peek() {
+            if end > c.t_ns {
+                break;
+            }
+            vendor_ends.pop();
+            last_end = Some(last_end.map_or(end, |l: u64| l.max(end)));
+        }
+        let since_s = last_end.map(|e| c.t_ns.saturating_sub(e) as f64 * 1e-9);
+        let in_wake = wake.filter(|w| since_s.is_some_and(|s| w.covers(s)));
+        let row = replay_one(c, in_flight.get(i).copied().unwrap_or(1), in_wake, model);
+        if wake.is_some() && row.route == Route::Vendor.name() {
+            let shape = CallShape::from_record(c);
+            if shape.m.saturating_mul(shape.n).saturating_mul(shape.k) >= THREADED_MNK {
+                let end = c.t_ns.saturating_add((row.chosen_seconds() * 1e9) as u64);
+                vendor_ends.push(std::cmp::Reverse(end));
+            }
+        }
+        rows[i] = Some(row);
+    }
+    let rows: Vec<Row> = rows.into_iter().flatten().collect();
     let comp = composites(&rows, model);
     (rows, comp)
 }
@@ -149,7 +182,12 @@ pub fn in_flight(calls: &[CallRecord]) -> Vec<u32> {
     out
 }
 
-fn replay_one(c: &CallRecord, in_flight: u32, model: &ReplayModel<'_>) -> Row {
+fn replay_one(
+    c: &CallRecord,
+    in_flight: u32,
+    in_wake: Option<VendorWake>,
+    model: &ReplayModel<'_>,
+) -> Row {
     let shape = CallShape::from_record(c);
     let base = Row {
         seq: c.seq,
@@ -175,8 +213,17 @@ fn replay_one(c: &CallRecord, in_flight: u32, model: &ReplayModel<'_>) -> Row {
                 moduli(&shape)
             };
             let class = super::load::concurrency_class(in_flight);
-            let est = engine.estimates_loaded(&shape, r, class);
-            let d = engine.decide_priced_loaded(&shape, r, &est, class);
+            let mut est = engine.estimates_loaded(&shape, r, class);
+            let d = match in_wake {
+                None => engine.decide_priced_loaded(&shape, r, &est, class),
+                Some(w) => {
+                    // priced apart from the cache, which holds quiet-host decisions
+                    super::model::in_wake(&mut est, &w);
+                    let mut d = engine.decide_from_estimates(&shape, r, &est);
+                    d.prediction.reason.push_str(" (beside the vendor's wake)");
+                    std::sync::Arc::new(d)
+                }
+            };
             let chosen = est.iter().find(|e| e.route == d.route);
             let predicted_s: Vec<(String, f64)> = est
                 .iter()
@@ -381,6 +428,50 @@ mod tests {
             crate::trace::Line::Call(c) => *c,
             _ => unreachable!(),
         }
+    }
+
+    /// With a profile that measured the vendor's wake, LOBPCG's 64 x 64 x 110592 product
+    /// (mostly staging, on the GPU when the host is quiet) replays on the vendor when it
+    /// starts right after a threaded vendor product ended, and on the GPU a second later;
+    /// without the wake both go to the GPU.
+    #[test]
+    fn records_in_the_vendors_wake_replay_with_their_copies_stretched() {
+        let record = |seq: u64, t_ns: u64, m: u64, n: u64, k: u64, transa: &str| {
+            let line = format!(
+                r#"{{"type":"call","seq":{seq},"t_ns":{t_ns},"dur_ns":1000,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","transa":"{transa}","transb":"N","m":{m},"n":{n},"k":{k},"lda":{k},"ldb":{k},"ldc":{m},"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}}"#
+            );
+            match crate::trace::parse_line(&line, 1).unwrap() {
+                crate::trace::Line::Call(c) => *c,
+                _ => unreachable!(),
+            }
+        };
+        let calls = vec![
+            record(0, 0, 64, 64, 64, "N"),
+            record(1, 1_000_000, 64, 64, 110592, "T"),
+            record(2, 1_000_000_000, 64, 64, 110592, "T"),
+        ];
+        let routes = |profile: crate::engine::profile::Profile| {
+            let engine = Engine::new(profile, 16);
+            let moduli = |_: &CallShape| Some(14);
+            let model = ReplayModel::Measured {
+                engine: &engine,
+                moduli: &moduli,
+            };
+            let (rows, _) = replay(&calls, &model);
+            rows.iter().map(|r| r.route.clone()).collect::<Vec<_>>()
+        };
+        let mut p = crate::engine::profile::Profile::built_in("h200").unwrap();
+        p.cpu.wake = Some(VendorWake {
+            window_s: 0.15,
+            copy_slowdown: 3.0,
+        });
+        let with = routes(p.clone());
+        assert_eq!(with[0], "vendor");
+        assert_eq!(with[1], "vendor", "in the wake: {with:?}");
+        assert_ne!(with[2], "vendor", "a second later: {with:?}");
+        p.cpu.wake = None;
+        let without = routes(p);
+        assert_ne!(without[1], "vendor", "no wake measured: {without:?}");
     }
 
     /// A record's C has gaps when its leading dimension exceeds C's extent along it: rows

@@ -13,6 +13,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Products from this many multiply-adds up are taken to run on the vendor's threads and so
+/// to leave its pool spinning (OpenBLAS threads a gemm from m·n·k above 2^18); smaller ones
+/// run on the caller's thread.
+pub const THREADED_MNK: u64 = 1 << 18;
+
 /// A copy within this factor of its quiet-host time counts as unaffected: the copies a
 /// spinning pool slows run 2-8x their quiet time, and a quiet 16-core host's copies of this
 /// size vary by up to 1.3x.

@@ -3,18 +3,14 @@
 //! GPU call decided now.
 //!
 //! Only products of at least [`THREADED_MNK`] multiply-adds are noted: smaller ones run on
-//! the caller's thread (OpenBLAS threads a gemm from m·n·k above 2^18), leave no pool
-//! spinning, and skip the clock read, so the small calls that dominate call counts pay
-//! nothing for this.
+//! the caller's thread, leave no pool spinning, and skip the clock read, so the small calls
+//! that dominate call counts pay nothing for this.
 
 use ozaki_core::engine::choose::Decision;
-use ozaki_core::engine::wake::VendorWake;
+use ozaki_core::engine::wake::{THREADED_MNK, VendorWake};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-/// Products from this many multiply-adds up are taken to run on the vendor's threads.
-pub const THREADED_MNK: u64 = 1 << 18;
 
 /// Nanoseconds after [`anchor`] at which the last such vendor call returned, plus one (0:
 /// none yet).
