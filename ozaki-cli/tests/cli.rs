@@ -409,6 +409,7 @@ fn ab_report_and_report_skip_a_record_with_a_negative_difference() {
 
 #[test]
 fn summary_streams_a_large_trace_in_a_fraction_of_its_size() {
+    let _alone = timed_alone();
     let dir = work_dir("cli-large");
     let path = dir.join("large.jsonl");
     let header =
@@ -575,6 +576,14 @@ fn run_of_a_program_that_fails_before_any_blas_call_says_so_without_naming_a_del
     assert!(err.contains("made no dgemm/dsyrk call"), "{err}");
 }
 
+/// Held by the tests that time or weigh something while they run (the calibrations' copies
+/// and products, the summary's resident peak): one at a time, so that none runs beside
+/// another's load on a small CI machine.
+fn timed_alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ALONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// `ozaki calibrate --cpu-only --quick` over the stand-in vendor built from
 /// `tests/c/<source>`: the profile and the raw measurements it wrote, with its stderr;
 /// `None` without a C compiler (said as a skip).
@@ -590,10 +599,7 @@ fn calibrate_stand_in(
     ) {
         return None;
     }
-    // One calibration at a time: the spinning stand-in's threads would slow the other's
-    // copies and products.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _alone = timed_alone();
     let lib = dir.join("libstand_in_blas.so");
     let o = Command::new("cc")
         .args(["-O2", "-shared", "-fPIC", "-pthread", "-o"])

@@ -62,9 +62,11 @@ pub struct WakePoint {
     pub slowdown: f64,
 }
 
-/// The wake measured by `points` (any order), or `None` when the copy right after a vendor
-/// call was already within [`QUIET_WITHIN`] of quiet (nothing to price) or nothing usable
-/// was measured.
+/// The wake measured by `points` (any order): the window runs from the vendor call's return
+/// to the first delay whose copy ran within [`QUIET_WITHIN`] of quiet (a pool that has gone
+/// to sleep does not wake by itself: a slow copy after that is another process's noise), and
+/// the slowdown is the median of the copies inside it. `None` when the copy right after the
+/// call already ran quiet, or nothing usable was measured.
 pub fn fit(points: &[WakePoint]) -> Option<VendorWake> {
     let mut p: Vec<WakePoint> = points
         .iter()
@@ -72,9 +74,9 @@ pub fn fit(points: &[WakePoint]) -> Option<VendorWake> {
         .filter(|p| p.delay_s.is_finite() && p.delay_s >= 0.0 && p.slowdown.is_finite())
         .collect();
     p.sort_by(|a, b| a.delay_s.total_cmp(&b.delay_s));
-    // The first delay from which on every copy ran quiet.
-    let quiet_from = (0..=p.len())
-        .find(|&i| p[i..].iter().all(|q| q.slowdown < QUIET_WITHIN))
+    let quiet_from = p
+        .iter()
+        .position(|q| q.slowdown < QUIET_WITHIN)
         .unwrap_or(p.len());
     if quiet_from == 0 {
         return None;
@@ -85,7 +87,7 @@ pub fn fit(points: &[WakePoint]) -> Option<VendorWake> {
     };
     let mut inside: Vec<f64> = p[..quiet_from].iter().map(|q| q.slowdown).collect();
     inside.sort_by(f64::total_cmp);
-    let copy_slowdown = inside[inside.len() / 2].max(1.0);
+    let copy_slowdown = inside[inside.len() / 2];
     (window_s > 0.0).then_some(VendorWake {
         window_s,
         copy_slowdown,
@@ -121,11 +123,14 @@ mod tests {
         assert!((w.extra_s(0.01) - 0.026).abs() < 1e-12);
     }
 
-    /// A slow copy after a quiet one still belongs to the window (the pool woke again).
+    /// A slow copy after the first quiet one is noise (another process on the machine): the
+    /// window ends at the first quiet copy, and a vendor whose first copy ran quiet has none.
     #[test]
-    fn a_slow_copy_after_a_quiet_one_extends_the_window() {
+    fn the_first_quiet_copy_ends_the_window() {
         let w = fit(&points(&[(0.0, 2.0), (0.05, 1.0), (0.1, 1.9), (0.2, 1.0)])).unwrap();
-        assert_eq!(w.window_s, 0.2);
+        assert_eq!((w.window_s, w.copy_slowdown), (0.05, 2.0));
+        let noisy = [(0.0, 1.02), (0.1, 1.0), (0.2, 2.1), (0.3, 1.8), (0.4, 2.5)];
+        assert_eq!(fit(&points(&noisy)), None);
     }
 
     /// A vendor that leaves nothing running prices nothing; one that never went quiet gets
