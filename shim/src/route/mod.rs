@@ -221,7 +221,13 @@ pub unsafe fn execute<R: RawCall>(
     };
     let first = match route {
         Route::Vendor => on_vendor(),
-        other => guarded(other, plan),
+        other => {
+            let ran = guarded(other, plan);
+            if ran.is_ok() && matches!(other, Route::GpuNative | Route::GpuOzaki) {
+                wake::gpu_returned(canon.mnk());
+            }
+            ran
+        }
     };
     let err = match first {
         Ok(outcome) => {
@@ -239,6 +245,7 @@ pub unsafe fn execute<R: RawCall>(
     if declined && route == Route::GpuOzaki && on_decline == Route::GpuNative {
         match guarded(Route::GpuNative, None) {
             Ok(outcome) => {
+                wake::gpu_returned(canon.mnk());
                 return Executed {
                     route: Route::GpuNative,
                     fallback: Some(reason),
