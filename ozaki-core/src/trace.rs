@@ -34,8 +34,7 @@ use std::collections::BTreeMap;
 /// optional `cuda_libs` (the CUDA library files behind the first GPU call), which older
 /// readers ignore without miscounting anything, and the optional `phases.wait_ns` (the time a
 /// GPU call waited behind other callers' GPU work, inside `dur_ns`), and the optional
-/// `engine.wake_s` and `engine.vendor_wake_s` (what the vendor's still-busy threads added to
-/// the GPU route's price, or would cost the next GPU call when the vendor takes this one).
+/// `engine.wake_s` (what the vendor's still-busy threads added to the GPU route's price).
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// Which BLAS routine a record describes.
@@ -181,11 +180,6 @@ pub struct Prediction {
     /// priced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_s: Option<f64>,
-    /// Seconds the vendor's side of the decision gained because the call was decided right
-    /// after a GPU call: what the vendor's threads would cost the next GPU call's staged
-    /// copies (absent: the last threaded call was not a GPU call within the window).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vendor_wake_s: Option<f64>,
 }
 
 /// What a call did about a GPU start that was under way or had failed (trace field

@@ -55,8 +55,6 @@ pub struct Adjusted {
     pub queue_s: Option<f64>,
     /// What the vendor's wake added to the GPU route's price, when it did.
     pub wake_s: Option<f64>,
-    /// What the vendor's wake on the next GPU call added to the vendor's side, when it did.
-    pub vendor_wake_s: Option<f64>,
     /// The call runs the runner-up to measure it.
     pub explore: bool,
     /// The class the call's measured time feeds, with the prediction it is compared with.
@@ -70,18 +68,14 @@ pub struct Adjusted {
     pub decline_key: Option<ClassKey>,
 }
 
-/// What the host adds to the two sides of a call's decision now, besides their own prices.
+/// What the host adds to a GPU call's price now, besides its own cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Beside {
     /// Predicted wait behind the GPU calls in flight, seconds.
     pub wait_s: f64,
     /// What the vendor's still-busy threads add to the GPU route's host copies, seconds
-    /// (`super::wake`: a threaded vendor call returned within the window; 0 otherwise).
+    /// (`super::wake`; 0 on a quiet host).
     pub wake_s: f64,
-    /// What the vendor's threads would cost the next GPU call's copies, added to the
-    /// vendor's side (`super::wake`: a threaded GPU call returned within the window; 0
-    /// otherwise).
-    pub vendor_wake_s: f64,
 }
 
 /// The route for a call of `shape` whose cached decision is `d`, given what the process
@@ -141,7 +135,7 @@ pub fn adjust(
     }
     let mut out = first;
     out.decline_key = Some(kz);
-    let vc = corr.corrected(&key(Route::Vendor), d.vendor_s).0 + beside.vendor_wake_s;
+    let (vc, _) = corr.corrected(&key(Route::Vendor), d.vendor_s);
     out.on_decline = match native_s {
         Some(ns)
             if vc
@@ -176,7 +170,7 @@ pub enum Note {
         route: Route,
         /// The vendor's factor and its corrected seconds.
         fv: f64,
-        /// Corrected vendor seconds (with `vendor_wake_s`).
+        /// Corrected vendor seconds.
         vc: f64,
         /// The GPU route compared.
         gpu: Route,
@@ -188,8 +182,6 @@ pub enum Note {
         wait_s: f64,
         /// What the vendor's wake added to the GPU route's host copies (inside `gc`).
         wake_s: f64,
-        /// What the vendor's threads would cost the next GPU call (inside `vc`).
-        vendor_wake_s: f64,
     },
     /// The call runs the runner-up to measure it.
     Explore {
@@ -253,7 +245,6 @@ impl std::fmt::Display for Note {
                 gc,
                 wait_s,
                 wake_s,
-                vendor_wake_s,
             } => {
                 write!(
                     f,
@@ -262,13 +253,6 @@ impl std::fmt::Display for Note {
                 )?;
                 if *wake_s > 0.0 {
                     write!(f, " (it {})", Wake(*wake_s))?;
-                }
-                if *vendor_wake_s > 0.0 {
-                    write!(
-                        f,
-                        " (the vendor's threads would slow the next GPU call's copies by \
-                         {vendor_wake_s:.4} s)"
-                    )?;
                 }
                 if *wait_s > 0.0 {
                     write!(f, " plus {wait_s:.4} s behind the GPU's queue")?;
@@ -303,7 +287,6 @@ impl Adjusted {
             correction: None,
             queue_s: None,
             wake_s: None,
-            vendor_wake_s: None,
             explore: false,
             feedback: None,
             note: None,
@@ -335,18 +318,12 @@ fn pick(
         return out;
     }
     // The GPU route's own price on this host now: its host copies as the vendor's wake
-    // leaves them (the queue's wait is added apart: it is measured apart). The vendor's
-    // wake on the next GPU call is compared with, never learned as the vendor's own time.
-    let Beside {
-        wait_s,
-        wake_s,
-        vendor_wake_s,
-    } = beside;
+    // leaves them (the queue's wait is added apart: it is measured apart).
+    let Beside { wait_s, wake_s } = beside;
     let gs = gs + wake_s;
     out.wake_s = (wake_s > 0.0).then_some(wake_s);
-    out.vendor_wake_s = (vendor_wake_s > 0.0).then_some(vendor_wake_s);
     if !correctable(vs, gs) {
-        if cached != Route::Vendor && !keeps_gpu(vs + vendor_wake_s, gs, wait_s, margin) {
+        if cached != Route::Vendor && !keeps_gpu(vs, gs, wait_s, margin) {
             out.route = Route::Vendor;
             out.note = Some(Note::Queue {
                 gpu: g,
@@ -362,7 +339,6 @@ fn pick(
     let (vc, fv) = corr.corrected(&kv, vs);
     let (gc, fg) = corr.corrected(&kg, gs);
     let gq = gc + wait_s;
-    let vc = vc + vendor_wake_s;
     let on_gpu = vc >= margin * gq;
     out.route = if on_gpu { g } else { Route::Vendor };
     if out.route != cached {
@@ -375,7 +351,6 @@ fn pick(
             gc,
             wait_s,
             wake_s,
-            vendor_wake_s,
         });
     }
     if explore && vc.max(gq) <= EXPLORE_WITHIN * vc.min(gq) && tick().is_multiple_of(EXPLORE_EVERY)
@@ -417,7 +392,7 @@ mod tests {
     fn wait(wait_s: f64) -> Beside {
         Beside {
             wait_s,
-            ..Beside::default()
+            wake_s: 0.0,
         }
     }
 
@@ -525,8 +500,8 @@ mod tests {
             copy_slowdown: 3.0,
         };
         let beside = Beside {
+            wait_s: 0.0,
             wake_s: wake.extra_s(d.gpu_host_s),
-            ..Beside::default()
         };
         let quiet = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
         assert_eq!((quiet.route, quiet.wake_s), (d.route, None));
@@ -547,30 +522,6 @@ mod tests {
             "{ka:?} {kq:?}"
         );
         assert!((pa - (g + beside.wake_s)).abs() < 1e-12);
-    }
-
-    /// Right after a GPU call, a call the vendor would take on a quiet host by a small margin
-    /// stays on the GPU when the vendor's threads would cost the next GPU call more than that
-    /// margin; the vendor's own measured time is still compared with its own price.
-    #[test]
-    fn after_a_gpu_call_the_vendor_carries_the_wake_it_would_leave() {
-        let e = engine();
-        let l = Learned::default();
-        let (s, d) = close_call(&e);
-        let quiet = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
-        assert_eq!(quiet.route, Route::Vendor);
-        let (_, g) = d.gpu.unwrap();
-        let beside = Beside {
-            vendor_wake_s: MARGIN * g,
-            ..Beside::default()
-        };
-        let after_gpu = adjust(&l, &d, &s, MARGIN, false, beside, || 1);
-        assert_ne!(after_gpu.route, Route::Vendor, "{after_gpu:?}");
-        assert_eq!(after_gpu.vendor_wake_s, Some(MARGIN * g));
-        let note = after_gpu.note.unwrap().to_string();
-        assert!(note.contains("next GPU call"), "{note}");
-        let (kg, pg) = after_gpu.feedback.unwrap();
-        assert!(!kg.awake && (pg - g).abs() < 1e-12, "{kg:?} {pg}");
     }
 
     /// A decision for 540x441x441 priced as a 12-caller CCSD contraction was: GPU Ozaki

@@ -237,8 +237,7 @@ struct EarlyVendor {
     fv: f64,
     /// What its measured time may add to the start's ledger.
     credit: Option<start::Credit>,
-    /// What the vendor's wake added to the GPU's price, for a call that weighed waiting for
-    /// the start.
+    /// What the vendor's wake added to the GPU's price.
     wake_s: Option<f64>,
 }
 
@@ -271,13 +270,9 @@ fn before_engine(
         .gpu
         .filter(|&(_, g)| bound.is_none() && adjust::correctable(d.vendor_s, g))
         .map(|_| (kv, d.vendor_s));
-    // The start's ledger prices the GPU on a quiet host: once started, the GPU takes the
-    // calls it wins on, and the vendor calls whose wake would slow them go with them (the
-    // wake is a cost of switching, priced per call once the GPU is up, `super::wake`). A
-    // call that weighs waiting for a start under way runs right after vendor calls, so it
-    // prices the GPU with the wake.
-    let gpu = d.gpu;
-    let wake_s = wake::priced(pre.profile().cpu.wake.as_ref(), &d, wake::last()).on_gpu_s;
+    // The GPU's price on this host now: its host copies as the vendor's wake leaves them.
+    let wake_s = wake::extra_s(pre.profile().cpu.wake.as_ref(), &d, wake::since_s());
+    let gpu = d.gpu.map(|(r, g)| (r, g + wake_s));
     let to_vendor = |d, bound, why, gpu_start, credit| {
         PreEngine::Vendor(EarlyVendor {
             d,
@@ -589,7 +584,6 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                         correction: (v.fv != 1.0).then_some(v.fv),
                         queue_s: None,
                         wake_s: v.wake_s,
-                        vendor_wake_s: None,
                         explore: false,
                     })
                 });
@@ -633,18 +627,14 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                 Some((_, g)) => flight.reserve_gpu(g),
                 None => inflight::gpu_wait_s(),
             };
-            let wake = wake::priced(e.profile().cpu.wake.as_ref(), &d, wake::last());
+            let wake_s = wake::extra_s(e.profile().cpu.wake.as_ref(), &d, wake::since_s());
             adjust::adjust(
                 learned(),
                 &d,
                 &cs,
                 e.profile().choice.min_gain,
                 config.explore,
-                adjust::Beside {
-                    wait_s,
-                    wake_s: wake.on_gpu_s,
-                    vendor_wake_s: wake.on_vendor_s,
-                },
+                adjust::Beside { wait_s, wake_s },
                 || EXPLORE_TICK.fetch_add(1, Ordering::Relaxed),
             )
         }
@@ -669,7 +659,6 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
             correction: a.correction,
             queue_s: a.queue_s,
             wake_s: a.wake_s,
-            vendor_wake_s: a.vendor_wake_s,
             explore: a.explore,
         })
     });

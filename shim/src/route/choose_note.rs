@@ -35,8 +35,6 @@ pub struct EngineNote {
     pub queue_s: Option<f64>,
     /// What the vendor's wake added to the GPU route's price.
     pub wake_s: Option<f64>,
-    /// What the vendor's wake on the next GPU call added to the vendor's side.
-    pub vendor_wake_s: Option<f64>,
     /// The call ran the runner-up.
     pub explore: bool,
 }
@@ -121,7 +119,6 @@ impl EngineNote {
         p.correction = self.correction;
         p.queue_s = self.queue_s;
         p.wake_s = self.wake_s;
-        p.vendor_wake_s = self.vendor_wake_s;
         p.explore = self.explore;
         p
     }

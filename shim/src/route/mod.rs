@@ -221,13 +221,7 @@ pub unsafe fn execute<R: RawCall>(
     };
     let first = match route {
         Route::Vendor => on_vendor(),
-        other => {
-            let ran = guarded(other, plan);
-            if ran.is_ok() && matches!(other, Route::GpuNative | Route::GpuOzaki) {
-                wake::gpu_returned(canon.mnk());
-            }
-            ran
-        }
+        other => guarded(other, plan),
     };
     let err = match first {
         Ok(outcome) => {
@@ -245,7 +239,6 @@ pub unsafe fn execute<R: RawCall>(
     if declined && route == Route::GpuOzaki && on_decline == Route::GpuNative {
         match guarded(Route::GpuNative, None) {
             Ok(outcome) => {
-                wake::gpu_returned(canon.mnk());
                 return Executed {
                     route: Route::GpuNative,
                     fallback: Some(reason),
