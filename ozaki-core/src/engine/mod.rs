@@ -16,6 +16,7 @@
 //! | [`reduced`] | the paper's reduced model (Alg. 4 `rate_rec`, storage modes, ComputeRate) evaluated on a platform |
 //! | [`choose`] | per-call choice under the accuracy contract, with a per-shape decision cache |
 //! | [`load`] | what runs beside a call: the vendor's share of the CPU under concurrent callers, the GPU's queue |
+//! | [`wake`] | what a vendor call leaves behind: its spinning pool's window and the slowdown of host copies made in it |
 //! | [`correct`] | lock-free per-class corrections of the predictions from measured calls |
 //! | [`declines`] | lock-free memory of the accuracy rule declining a class of calls |
 //! | [`replay`] | per-record rows and the composites of a trace replayed through either model |

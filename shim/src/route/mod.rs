@@ -26,7 +26,8 @@
 //!
 //! ## Seams
 //! - `OZAKI_ROUTE=auto`: [`choose()`] asks the per-record engine in
-//!   [`choose::auto`](mod@choose), which starts the GPU in the background ([`start`]).
+//!   [`choose::auto`](mod@choose), which starts the GPU in the background ([`start`]);
+//!   [`execute`] notes each threaded vendor call's return for the vendor's wake ([`wake`]).
 //! - The A/B comparison (`crate::ab`) wraps [`execute`].
 
 pub mod adjust;
