@@ -1,8 +1,8 @@
 //! How close the engine's predictions came to what the calls measured: for every call the
 //! engine decided (`OZAKI_ROUTE=auto`, trace field `engine`) and that ran the route it was
 //! priced for (no `fallback`), the ratio of its measured time `dur_ns` to the prediction for
-//! that route as the engine used it (`predicted_s[route]` times `engine.correction`, plus
-//! `engine.queue_s`).
+//! that route as the engine used it (`predicted_s[route]`, plus `engine.wake_s` on a GPU
+//! route, times `engine.correction`, plus `engine.queue_s`).
 //!
 //! Calls priced at their size class's bound (small calls the engine sends to the vendor
 //! without pricing their own shape) are counted apart: their prediction is the bound's, an
@@ -34,7 +34,12 @@ pub fn used_prediction_s(c: &CallRecord) -> Option<f64> {
         return None;
     }
     let p = *e.predicted_s.get(&c.route)?;
-    let s = p * e.correction.unwrap_or(1.0) + e.queue_s.unwrap_or(0.0);
+    // The vendor's wake stretches the GPU routes' host copies, never the vendor's own time.
+    let wake = match c.route.as_str() {
+        "vendor" => 0.0,
+        _ => e.wake_s.unwrap_or(0.0),
+    };
+    let s = (p + wake) * e.correction.unwrap_or(1.0) + e.queue_s.unwrap_or(0.0);
     (s.is_finite() && s > 0.0).then_some(s)
 }
 
@@ -208,6 +213,19 @@ mod tests {
         let a = s.all().unwrap();
         assert_eq!(a.calls, 1);
         assert!(a.median_abs_err < 1e-9 && a.within == 1.0, "{a:?}");
+    }
+
+    /// A GPU call decided in the vendor's wake was priced with its copies stretched, before
+    /// its class's correction; a vendor call's own price never carries the wake.
+    #[test]
+    fn the_prediction_used_includes_the_wake_on_gpu_routes_only() {
+        let engine = r#"{"predicted_s":{"gpu-native":0.001,"vendor":0.01},"reason":"r","correction":2.0,"wake_s":0.0005}"#;
+        let gpu = call("gpu-native", 3_000_000, engine, false);
+        let p = used_prediction_s(&gpu).unwrap();
+        assert!((p - 0.003).abs() < 1e-15, "{p}");
+        let vendor = call("vendor", 20_000_000, engine, false);
+        let p = used_prediction_s(&vendor).unwrap();
+        assert!((p - 0.02).abs() < 1e-15, "{p}");
     }
 
     #[test]
