@@ -11,7 +11,7 @@
 use super::choose::Engine;
 use super::platforms::Platform;
 use super::reduced::{self, RateOptions};
-use super::wake::{THREADED_MNK, VendorWake};
+use super::wake::{VendorWake, threaded};
 use super::{CallShape, Residency};
 use crate::route::Route;
 use crate::stats::{SMALL_NBAR, WeightedSamples};
@@ -114,7 +114,7 @@ pub fn replay(calls: &[CallRecord], model: &ReplayModel<'_>) -> (Vec<Row>, Compo
 ///
 /// With a measured profile that holds the vendor's wake ([`super::wake`]), the records are
 /// replayed in the order they started, and a record that starts within the wake's window
-/// after a replayed vendor call of [`THREADED_MNK`] or more ended (each starting when its
+/// after a replayed vendor call of [`super::wake::THREADED_MNK`] or more ended (each starting when its
 /// record did and lasting its predicted vendor time) has its GPU routes' host copies
 /// stretched, as the shim prices it.
 pub fn replay_loaded(
@@ -145,7 +145,7 @@ pub fn replay_loaded(
         let row = replay_one(c, in_flight.get(i).copied().unwrap_or(1), in_wake, model);
         if wake.is_some() && row.route == Route::Vendor.name() {
             let shape = CallShape::from_record(c);
-            if shape.m.saturating_mul(shape.n).saturating_mul(shape.k) >= THREADED_MNK {
+            if threaded(shape.m.saturating_mul(shape.n).saturating_mul(shape.k)) {
                 let end = c.t_ns.saturating_add((row.chosen_seconds() * 1e9) as u64);
                 vendor_ends.push(std::cmp::Reverse(end));
             }

@@ -18,6 +18,12 @@ use serde::{Deserialize, Serialize};
 /// run on the caller's thread.
 pub const THREADED_MNK: u64 = 1 << 18;
 
+/// Whether a product of `mnk` multiply-adds is taken to run on the vendor's threads
+/// ([`THREADED_MNK`]).
+pub fn threaded(mnk: u64) -> bool {
+    mnk >= THREADED_MNK
+}
+
 /// A copy within this factor of its quiet-host time counts as unaffected: the copies a
 /// spinning pool slows run 2-8x their quiet time, and a quiet 16-core host's copies of this
 /// size vary by up to 1.3x.

@@ -270,10 +270,7 @@ fn before_engine(
         .gpu
         .filter(|&(_, g)| bound.is_none() && adjust::correctable(d.vendor_s, g))
         .map(|_| (kv, d.vendor_s));
-    // The GPU's price on this host now: its host copies as the vendor's wake leaves them.
-    let wake_s = wake::extra_s(pre.profile().cpu.wake.as_ref(), &d, wake::since_s());
-    let gpu = d.gpu.map(|(r, g)| (r, g + wake_s));
-    let to_vendor = |d, bound, why, gpu_start, credit| {
+    let to_vendor = |d, bound, why, gpu_start, credit, wake_s: f64| {
         PreEngine::Vendor(EarlyVendor {
             d,
             bound,
@@ -286,8 +283,12 @@ fn before_engine(
         })
     };
     if clearly(margin, fv) {
-        return to_vendor(d, bound, Early::Clearly { fv }, None, None);
+        return to_vendor(d, bound, Early::Clearly { fv }, None, None, 0.0);
     }
+    // The GPU's price on this host now: its host copies as the vendor's wake leaves them
+    // (priced past the clearly-vendor calls, which are most of them and need no clock read).
+    let wake_s = wake::extra_s(pre.profile().cpu.wake.as_ref(), &d);
+    let gpu = d.gpu.map(|(r, g)| (r, g + wake_s));
     let vendor_s = d.vendor_s * fv;
     let margin = pre.profile().choice.min_gain;
     let expected = pre
@@ -318,7 +319,7 @@ fn before_engine(
                     concurrent: in_flight,
                     ratio,
                 });
-                return to_vendor(d, None, why, None, credit);
+                return to_vendor(d, None, why, None, credit, wake_s);
             }
             start::register_exit_handler();
             let shape = (cs.m as usize, cs.n as usize, cs.k as usize);
@@ -341,7 +342,7 @@ fn before_engine(
         Status::Ready => return PreEngine::Engine(None),
         Status::Failed | Status::Idle => {
             let start = note(DuringStart::Failed, 0.0, None);
-            return to_vendor(d, None, Early::Failed, start, None);
+            return to_vendor(d, None, Early::Failed, start, None, wake_s);
         }
         Status::Starting { elapsed_s } => elapsed_s,
     };
@@ -361,7 +362,7 @@ fn before_engine(
                 fv,
             };
             let start = note(DuringStart::Vendor, elapsed_s, None);
-            to_vendor(d, None, why, start, None)
+            to_vendor(d, None, why, start, None, wake_s)
         }
         WhileStarting::Wait => {
             let t = std::time::Instant::now();
@@ -391,7 +392,7 @@ fn before_engine(
                 ),
             };
             let start = note(during, elapsed_s, Some(waited));
-            to_vendor(d, None, why, start, None)
+            to_vendor(d, None, why, start, None, wake_s)
         }
     }
 }
@@ -627,7 +628,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                 Some((_, g)) => flight.reserve_gpu(g),
                 None => inflight::gpu_wait_s(),
             };
-            let wake_s = wake::extra_s(e.profile().cpu.wake.as_ref(), &d, wake::since_s());
+            let wake_s = wake::extra_s(e.profile().cpu.wake.as_ref(), &d);
             adjust::adjust(
                 learned(),
                 &d,

@@ -2,12 +2,12 @@
 //! vendor call big enough to run on the vendor's threads returned, and what that adds to a
 //! GPU call decided now.
 //!
-//! Only products of at least [`THREADED_MNK`] multiply-adds are noted: smaller ones run on
+//! Only products the vendor runs on its threads ([`threaded`]) are noted: smaller ones run on
 //! the caller's thread, leave no pool spinning, and skip the clock read, so the small calls
 //! that dominate call counts pay nothing for this.
 
 use ozaki_core::engine::choose::Decision;
-use ozaki_core::engine::wake::{THREADED_MNK, VendorWake};
+use ozaki_core::engine::wake::{VendorWake, threaded};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -25,11 +25,6 @@ fn now_ns() -> u64 {
     anchor().elapsed().as_nanos() as u64 + 1
 }
 
-/// Whether a vendor call of `mnk` multiply-adds is taken to run on the vendor's threads.
-fn threaded(mnk: u64) -> bool {
-    mnk >= THREADED_MNK
-}
-
 /// A vendor call of `mnk` multiply-adds has just returned.
 pub fn vendor_returned(mnk: u64) {
     if threaded(mnk) {
@@ -37,21 +32,31 @@ pub fn vendor_returned(mnk: u64) {
     }
 }
 
-/// Seconds since the last vendor call of [`THREADED_MNK`] or more returned; `None` before
-/// the first.
-pub fn since_s() -> Option<f64> {
+/// Seconds since the last vendor call of [`THREADED_MNK`](ozaki_core::engine::wake::THREADED_MNK)
+/// or more returned; `None` before the first.
+fn since_s() -> Option<f64> {
     match LAST_RETURN_NS.load(Ordering::Relaxed) {
         0 => None,
         at => Some(now_ns().saturating_sub(at) as f64 * 1e-9),
     }
 }
 
+/// Extra seconds the GPU route of `d` is priced with when decided now: [`extra_at`] the time
+/// since the last threaded vendor call returned, read only when there is something to
+/// stretch (a measured wake and host copies).
+pub fn extra_s(wake: Option<&VendorWake>, d: &Decision) -> f64 {
+    match wake {
+        Some(w) if d.gpu_host_s > 0.0 => extra_at(w, d, since_s()),
+        _ => 0.0,
+    }
+}
+
 /// Extra seconds the GPU route of `d` is priced with when decided `since_s` seconds after
 /// the last threaded vendor call returned: its host copies stretched by `wake`'s slowdown
-/// inside the window, 0 outside it, without a measured wake or without host copies.
-pub fn extra_s(wake: Option<&VendorWake>, d: &Decision, since_s: Option<f64>) -> f64 {
-    match (wake, since_s) {
-        (Some(w), Some(s)) if w.covers(s) => w.extra_s(d.gpu_host_s),
+/// inside the window, 0 outside it or before any such call.
+fn extra_at(wake: &VendorWake, d: &Decision, since_s: Option<f64>) -> f64 {
+    match since_s {
+        Some(s) if wake.covers(s) => wake.extra_s(d.gpu_host_s),
         _ => 0.0,
     }
 }
@@ -62,6 +67,7 @@ mod tests {
     use ozaki_core::engine::CallShape;
     use ozaki_core::engine::choose::Engine;
     use ozaki_core::engine::profile::Profile;
+    use ozaki_core::engine::wake::THREADED_MNK;
 
     /// A host-resident GPU decision is priced with its staged copies stretched inside the
     /// window only; a device-resident one has no host copies to stretch.
@@ -74,13 +80,14 @@ mod tests {
             window_s: 0.1,
             copy_slowdown: 3.0,
         };
-        let extra = extra_s(Some(&w), &d, Some(0.05));
+        let extra = extra_at(&w, &d, Some(0.05));
         assert!((extra - 2.0 * d.gpu_host_s).abs() < 1e-12, "{extra}");
-        assert_eq!(extra_s(Some(&w), &d, Some(0.2)), 0.0);
-        assert_eq!(extra_s(Some(&w), &d, None), 0.0);
-        assert_eq!(extra_s(None, &d, Some(0.0)), 0.0);
+        assert_eq!(extra_at(&w, &d, Some(0.2)), 0.0);
+        assert_eq!(extra_at(&w, &d, None), 0.0);
+        assert_eq!(extra_s(None, &d), 0.0);
         let dev = e.decide_device(&CallShape::gemm(4096, 4096, 4096), Some(14));
-        assert_eq!(extra_s(Some(&w), &dev, Some(0.0)), 0.0);
+        assert_eq!(extra_at(&w, &dev, Some(0.0)), 0.0);
+        assert_eq!(extra_s(Some(&w), &dev), 0.0);
     }
 
     /// Small vendor calls leave no wake behind; a threaded one starts it now.
