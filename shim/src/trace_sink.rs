@@ -463,7 +463,7 @@ fn format_body(out: &mut Vec<u8>, seq: u64, t_ns: u64, dur_ns: u64, tid: u64, e:
     }
     if let Some(engine) = e.engine {
         field(out, "engine");
-        let _ = serde_json::to_writer(&mut *out, &engine.prediction());
+        engine.write_json(out);
     }
     if let Some(info) = e.info {
         field(out, "info");
@@ -522,6 +522,13 @@ struct Queue {
 
 /// A value behind a plain pthread mutex (not `std::sync::Mutex`), so the `fork` handlers
 /// can hold it across `fork()` and release it on both sides.
+///
+/// Aligned to two cache lines so that no other value shares one with it: the callers lock the
+/// queue on every record while the flush thread writes the sink's buffer, and with the two
+/// statics side by side each of those writes stole the line the next caller's lock needed
+/// (measured: the queue's lock and unlock took 140 ns of a traced call, stalled on their
+/// atomic instructions).
+#[repr(align(128))]
 struct PMutex<T> {
     mutex: UnsafeCell<libc::pthread_mutex_t>,
     value: UnsafeCell<T>,

@@ -34,7 +34,8 @@
 //!   up, the engine decides every call; if it could not start, every call goes to the vendor
 //!   BLAS.
 
-use super::choose_note::{Early, EngineNote};
+use super::choose_note::{Early, EngineNote, Gated, Pricing};
+use super::gate::Gate;
 use super::inflight::{self, Flight};
 use super::learned::learned;
 use super::memo::{self, Margin, Memoized};
@@ -56,6 +57,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 static ENGINE: Lazy<Engine> = Lazy::new();
+/// The calls too small for the GPU, by the engine's prices ([`super::gate`]).
+static GATE: Gate = Gate::new(CLEARLY * adjust::CORRECTABLE);
+/// The same by the pre-engine's prices.
+static PRE_GATE: Gate = Gate::new(CLEARLY * adjust::CORRECTABLE);
 static PRE_ENGINE: Lazy<Option<Engine>> = Lazy::new();
 /// The background start of the GPU ([`super::start`]).
 static STARTER: Starter = Starter::new();
@@ -567,6 +572,11 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     let cs = canonical_shape(canon);
     let mut flight = Flight::enter();
     let in_flight = flight.concurrent();
+    if let Some(mut choice) = gated(&cs, config, in_flight) {
+        // counted in flight through the vendor's work, as every call `auto` decides
+        choice.flight = Some(flight);
+        return choice;
+    }
     let mut waited = None;
     if ENGINE.get().is_none()
         && let Some(pre) = pre_engine()
@@ -575,7 +585,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
             PreEngine::Vendor(v) => {
                 let engine = config.tracing().then(|| {
                     Box::new(EngineNote {
-                        decision: Arc::clone(&v.d),
+                        pricing: Pricing::Decided(Arc::clone(&v.d)),
                         bound: v.bound,
                         early: Some(v.why),
                         note: None,
@@ -650,7 +660,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     }
     let engine = config.tracing().then(|| {
         Box::new(EngineNote {
-            decision: Arc::clone(&d),
+            pricing: Pricing::Decided(Arc::clone(&d)),
             bound,
             early: None,
             note: a.note,
@@ -673,6 +683,61 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         on_decline: a.on_decline,
         decline_key: a.decline_key,
     }
+}
+
+/// The vendor route for a call too small for the GPU by the prices of the engine that
+/// decides it now ([`super::gate`]), without a decision; `None` for every other call.
+fn gated(cs: &CallShape, config: &Config, in_flight: u32) -> Option<Choice> {
+    let (e, pre) = match ENGINE.get() {
+        Some(e) => (e, false),
+        None => match pre_engine() {
+            Some(p) => (p, true),
+            None => (engine(), false),
+        },
+    };
+    let gate = if pre { &PRE_GATE } else { &GATE };
+    let moduli = config.moduli;
+    let price =
+        |s: &CallShape, c| e.decide_loaded(s, moduli, || Some(priced_moduli(s.k, moduli)), c);
+    if !gate.vendor(cs, in_flight, price) {
+        return None;
+    }
+    let engine = config.tracing().then(|| {
+        let g = Gated {
+            shape: *cs,
+            pre,
+            factor: vendor_factor_now,
+            price: price_gated,
+        };
+        Box::new(EngineNote::gated(g, in_flight))
+    });
+    Some(Choice {
+        route: Route::Vendor,
+        engine,
+        decision: None,
+        feedback: None,
+        start_credit: None,
+        flight: None,
+        on_decline: Route::Vendor,
+        decline_key: None,
+    })
+}
+
+/// The vendor's correction factor for `cs` with `in_flight` calls in flight, as [`decide`]
+/// reads it ([`Gated::factor`]).
+fn vendor_factor_now(cs: &CallShape, in_flight: u32) -> f64 {
+    let c = ozaki_core::engine::load::concurrency_class(in_flight);
+    let kv = ClassKey::new(Route::Vendor, cs.routine, cs.m, cs.n, cs.k, c);
+    learned().corrections.factor_at(kv.placed())
+}
+
+/// Prices a gated call for its trace record ([`Gated::price`]) as [`decide`] prices it on a
+/// miss, by the engine that gated it (`pre`: the pre-engine), with `in_flight` calls in flight.
+fn price_gated(cs: &CallShape, pre: bool, in_flight: u32) -> (Arc<Decision>, Option<CallShape>) {
+    let e = pre.then(pre_engine).flatten().unwrap_or_else(engine);
+    let moduli = crate::config::get().moduli;
+    let fv = vendor_factor_now(cs, in_flight);
+    decide_by_class(e, cs, class_bound(cs), moduli, in_flight, fv)
 }
 
 /// The engine's decision for `cs` with `in_flight` calls in flight, through this thread's

@@ -6,17 +6,43 @@ use super::adjust::Note;
 use ozaki_core::engine::CallShape;
 use ozaki_core::engine::choose::Decision;
 use ozaki_core::trace::{Prediction, StartNote};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 /// Marks a decision priced by the pre-engine.
 const PRICED_BEFORE: &str = " (priced before the GPU was initialised)";
 
+/// Where a record's decision comes from.
+#[derive(Debug, Clone)]
+pub enum Pricing {
+    /// The decision the call was routed by (its predictions and reason).
+    Decided(Arc<Decision>),
+    /// A call the gate sent to the vendor without a decision (`super::gate`): the record is
+    /// priced when it is written, as the decision cache prices such a call.
+    Gated(Gated),
+}
+
+/// A gated call, as its record's writer prices it.
+#[derive(Debug, Clone, Copy)]
+pub struct Gated {
+    /// The call.
+    pub shape: CallShape,
+    /// Priced by the pre-engine (before the GPU was initialised).
+    pub pre: bool,
+    /// The vendor's correction factor for the call at `concurrent` calls in flight, now.
+    pub factor: fn(&CallShape, u32) -> f64,
+    /// Prices the call (by the pre-engine when `pre`) at `concurrent` calls in flight: the
+    /// decision and the size class's bound it was priced at.
+    pub price: fn(&CallShape, bool, u32) -> (Arc<Decision>, Option<CallShape>),
+}
+
 /// One call's engine record: the decision it was priced from and what changed it.
 #[derive(Debug, Clone)]
 pub struct EngineNote {
-    /// The cached decision (its predictions and reason).
-    pub decision: Arc<Decision>,
+    /// The decision, or how to price the call.
+    pub pricing: Pricing,
     /// The size class's bound the decision was priced at, if any.
     pub bound: Option<CallShape>,
     /// Why the pre-engine sent the call to the vendor (`None`: the engine decided).
@@ -109,11 +135,78 @@ fn push_corrected(out: &mut String, fv: f64) {
 }
 
 impl EngineNote {
+    /// The note of a gated call with `concurrent` calls in flight.
+    pub fn gated(gated: Gated, concurrent: u32) -> EngineNote {
+        EngineNote {
+            pricing: Pricing::Gated(gated),
+            bound: None,
+            early: None,
+            note: None,
+            waited_s: None,
+            gpu_start: None,
+            concurrent,
+            correction: None,
+            queue_s: None,
+            wake_s: None,
+            explore: false,
+        }
+    }
+
     /// The trace's `engine` field for this call.
     pub fn prediction(&self) -> Prediction {
-        let d = &self.decision;
+        match self.pricing {
+            Pricing::Decided(ref d) => self.predicted(d),
+            Pricing::Gated(g) => {
+                // What the decision cache would have recorded: the pre-engine's "clearly the
+                // vendor's" with the vendor's correction, or the engine's plain decision.
+                let fv = (g.factor)(&g.shape, self.concurrent);
+                let (d, bound) = (g.price)(&g.shape, g.pre, self.concurrent);
+                let note = EngineNote {
+                    bound,
+                    early: g.pre.then_some(Early::Clearly { fv }),
+                    correction: (g.pre && fv != 1.0).then_some(fv),
+                    ..self.clone()
+                };
+                note.predicted(&d)
+            }
+        }
+    }
+
+    /// Appends the trace's `engine` field value (JSON) for this call to `out`. A gated call's
+    /// is formatted once per kind of call (its shape, engine, calls in flight and the vendor's
+    /// correction) on the writing thread and copied after: the same tiny calls come by the
+    /// million.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let Pricing::Gated(g) = self.pricing else {
+            let _ = serde_json::to_writer(&mut *out, &self.prediction());
+            return;
+        };
+        let fv = (g.factor)(&g.shape, self.concurrent);
+        let key = GatedKey {
+            shape: g.shape,
+            pre: g.pre,
+            concurrent: self.concurrent,
+            fv: fv.to_bits(),
+        };
+        let written = GATED_JSON.try_with(|cache| {
+            let mut cache = cache.borrow_mut();
+            if cache.len() >= GATED_JSON_ENTRIES {
+                cache.clear();
+            }
+            let json = cache
+                .entry(key)
+                .or_insert_with(|| serde_json::to_vec(&self.prediction()).unwrap_or_default());
+            out.extend_from_slice(json);
+        });
+        if written.is_err() {
+            let _ = serde_json::to_writer(&mut *out, &self.prediction());
+        }
+    }
+
+    /// [`EngineNote::prediction`] from the decision `d`.
+    fn predicted(&self, d: &Decision) -> Prediction {
         let mut p = d.prediction.clone();
-        p.reason = self.reason();
+        p.reason = self.reason(d);
         p.gpu_start = self.gpu_start.clone();
         p.concurrent = Some(self.concurrent);
         p.correction = self.correction;
@@ -123,9 +216,9 @@ impl EngineNote {
         p
     }
 
-    /// The record's `engine.reason`.
-    pub fn reason(&self) -> String {
-        let base = &self.decision.prediction.reason;
+    /// The record's `engine.reason`, from its decision `d`.
+    fn reason(&self, d: &Decision) -> String {
+        let base = &d.prediction.reason;
         let mut out = String::with_capacity(base.len() + 96);
         match self.early {
             None => {
@@ -160,7 +253,7 @@ impl EngineNote {
                 fv,
             }) => {
                 let name = best
-                    .and_then(|(i, _)| d_key(&self.decision, i))
+                    .and_then(|(i, _)| d_key(d, i))
                     .unwrap_or("no GPU route");
                 let _ = write!(
                     out,
@@ -194,6 +287,24 @@ impl EngineNote {
         }
         out
     }
+}
+
+/// What a gated call's `engine` field depends on ([`EngineNote::write_json`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct GatedKey {
+    shape: CallShape,
+    pre: bool,
+    concurrent: u32,
+    /// The vendor's correction factor, as bits.
+    fv: u64,
+}
+
+/// Kinds of gated call whose `engine` field a writing thread keeps; past that it starts over.
+const GATED_JSON_ENTRIES: usize = 1024;
+
+thread_local! {
+    /// The `engine` fields of gated calls this thread wrote, by [`GatedKey`].
+    static GATED_JSON: RefCell<HashMap<GatedKey, Vec<u8>>> = RefCell::new(HashMap::new());
 }
 
 /// The name of the decision's `i`-th priced route.

@@ -35,6 +35,7 @@ pub mod builtin;
 pub mod choose;
 pub mod choose_note;
 pub mod cpu_ozaki;
+pub mod gate;
 pub mod gpu;
 pub mod inflight;
 pub mod learned;
