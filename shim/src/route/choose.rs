@@ -733,7 +733,7 @@ fn vendor_factor_now(cs: &CallShape, in_flight: u32) -> f64 {
 
 /// Prices a gated call for its trace record ([`Gated::price`]) as [`decide`] prices it on a
 /// miss, by the engine that gated it (`pre`: the pre-engine), with `in_flight` calls in flight.
-fn price_gated(cs: &CallShape, pre: bool, in_flight: u32) -> (Arc<Decision>, Option<CallShape>) {
+fn price_gated(cs: &CallShape, pre: bool, in_flight: u32) -> memo::Priced {
     let e = pre.then(pre_engine).flatten().unwrap_or_else(engine);
     let moduli = crate::config::get().moduli;
     let fv = vendor_factor_now(cs, in_flight);

@@ -3,6 +3,7 @@
 //! trace's flush thread, so a call pays for no formatting and no allocation of its own.
 
 use super::adjust::Note;
+use super::memo::Priced;
 use ozaki_core::engine::CallShape;
 use ozaki_core::engine::choose::Decision;
 use ozaki_core::trace::{Prediction, StartNote};
@@ -35,7 +36,7 @@ pub struct Gated {
     pub factor: fn(&CallShape, u32) -> f64,
     /// Prices the call (by the pre-engine when `pre`) at `concurrent` calls in flight: the
     /// decision and the size class's bound it was priced at.
-    pub price: fn(&CallShape, bool, u32) -> (Arc<Decision>, Option<CallShape>),
+    pub price: fn(&CallShape, bool, u32) -> Priced,
 }
 
 /// One call's engine record: the decision it was priced from and what changed it.
