@@ -1,23 +1,25 @@
 //! Calls too small for any GPU route, recognised without a decision.
 //!
-//! Most BLAS calls of a real program are tiny (reference LAPACK's panels, PySCF's integral
+//! Most BLAS calls of a real program are small (reference LAPACK's panels, PySCF's integral
 //! blocks), and for them the vendor BLAS wins by orders of magnitude: a GPU route pays a
 //! launch and a round trip over the link whatever the size. Looking up such a call's decision
 //! ([`super::memo`]), checking its margin and copying it into the trace costs a few hundred
 //! nanoseconds, a third of what an 8 x 8 x 8 product itself takes. The gate answers the same
-//! question with a comparison: a call whose every dimension is at most its class's *floor*
-//! goes to the vendor.
+//! question with a table look-up.
 //!
-//! A class is (routine, the transposes and beta/alpha/C-gap flags, concurrency class), and its
-//! floor is the largest power of two `D <=` [`MAX_FLOOR`] for which the engine prices every
-//! other route at least the gate's margin times the vendor on the `D x D x D` product of the
-//! class (`D x D` for dsyrk), computed once per class at its first call. `auto`'s margin is
-//! the pre-engine's "clearly faster" factor times the largest correction this process's
-//! measurements can apply to the vendor's price, so a call through the gate is one the decision would send to the
-//! vendor as "clearly the vendor's" whatever the process measures, and one it would not time
-//! (its prices are further apart than a correction reaches). That the smaller calls of the
-//! class are cheaper still on the vendor relative to the GPU is the size-class argument the
-//! decision cache already prices with (`choose`: a small call priced at its class's bound).
+//! A slot of the table is a size class: the routine, the flags the engine prices by (the
+//! transposes, beta or alpha zero, a C with gaps) and m, n, k rounded up to powers of two (the
+//! class's *bound*), and the concurrency class (calls in flight, rounded down to a power of
+//! two, up to [`MAX_CONCURRENT`]). It is computed once, at the class's first call: the class is
+//! the vendor's when the engine prices every other route at least the gate's margin times the
+//! vendor on the bound at that concurrency. `auto`'s margin is the
+//! pre-engine's "clearly faster" factor times the largest correction this process's
+//! measurements can apply to the vendor's price, so a call through the gate is one the
+//! decision would send to the vendor as "clearly the vendor's" whatever the process measures,
+//! and one it would not time (its prices are further apart than a correction reaches). That a
+//! call below its class's bound is cheaper still on the vendor relative to the GPU is the
+//! size-class argument the decision cache already prices with (`choose`: a small call priced
+//! at its class's bound).
 //!
 //! The trace still records the engine's prediction for a gated call: the record names the
 //! engine and the call, and the trace's writer prices it when it writes the line
@@ -31,31 +33,39 @@ use ozaki_core::trace::Routine;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// The largest floor tried: calls above it take the decision (its first check is one compare).
-pub const MAX_FLOOR: u64 = 64;
+/// Calls with more calls in flight than this take the decision.
+pub const MAX_CONCURRENT: u32 = 64;
+/// Concurrency classes: 1, 2, 4, ..., [`MAX_CONCURRENT`].
+const CONCURRENCY: usize = MAX_CONCURRENT.trailing_zeros() as usize + 1;
 
-/// Concurrency classes kept apart (powers of two; larger ones share the last).
-const CLASSES: usize = 16;
+/// Dimensions up to 2^this have a class; a larger one takes the decision (such a call runs
+/// long enough for a decision's cost not to matter).
+const MAX_LOG2: usize = 13;
+/// Size classes per dimension.
+const SIZES: usize = MAX_LOG2 + 1;
 /// Flag combinations of a call shape ([`flags`]).
 const FLAGS: usize = 32;
-/// Slots of a gate: routine x flags x concurrency class.
-const SLOTS: usize = 2 * FLAGS * CLASSES;
+/// Slots of a gate: routine x flags x m, n, k classes x concurrency classes (1.2 MB, of
+/// which a process touches the pages of the classes it calls).
+const SLOTS: usize = 2 * FLAGS * SIZES * SIZES * SIZES * CONCURRENCY;
 
 /// A slot not computed yet.
-const UNKNOWN: u8 = u8::MAX;
-/// A slot whose class has no floor (even 1 x 1 x 1 is not clearly the vendor's).
-const NONE: u8 = u8::MAX - 1;
+const UNKNOWN: u8 = 0;
+/// A class that is the vendor's.
+const VENDOR: u8 = 1;
+/// A class whose calls take the decision.
+const DECIDE: u8 = 2;
 
-/// One engine's floors, per class; a slot holds `log2(floor)`, [`NONE`] or [`UNKNOWN`].
+/// One engine's size classes (module doc).
 pub struct Gate {
     /// How many times the vendor's price every other route's price must be on a class's
-    /// floor product (module doc).
+    /// bound (module doc).
     margin: f64,
     slots: [AtomicU8; SLOTS],
 }
 
 impl Gate {
-    /// A gate with no floor computed yet, for prices `margin` apart.
+    /// A gate with no class computed yet, for prices `margin` apart.
     pub const fn new(margin: f64) -> Gate {
         Gate {
             margin,
@@ -72,32 +82,45 @@ impl Gate {
         in_flight: u32,
         price: impl Fn(&CallShape, u32) -> Arc<Decision>,
     ) -> bool {
-        let largest = cs.m.max(cs.n).max(cs.k);
-        if largest > MAX_FLOOR {
+        if in_flight > MAX_CONCURRENT {
             return false;
         }
         let c = concurrency_class(in_flight);
-        let slot = &self.slots[index(cs, c)];
-        let log2 = match slot.load(Ordering::Relaxed) {
-            UNKNOWN => {
-                let f = floor(cs, c, self.margin, price).map_or(NONE, |d| d.trailing_zeros() as u8);
-                slot.store(f, Ordering::Relaxed);
-                f
-            }
-            f => f,
+        let Some(i) = index(cs, c) else {
+            return false;
         };
-        log2 != NONE && largest <= 1 << log2
+        let slot = &self.slots[i];
+        match slot.load(Ordering::Relaxed) {
+            UNKNOWN => {
+                let v = if ahead_by(Margin::of(&price(&bound(cs), c)), self.margin) {
+                    VENDOR
+                } else {
+                    DECIDE
+                };
+                slot.store(v, Ordering::Relaxed);
+                v == VENDOR
+            }
+            v => v == VENDOR,
+        }
     }
 }
 
-/// The slot of `cs` at concurrency class `c`.
-fn index(cs: &CallShape, c: u32) -> usize {
-    let class = (c.trailing_zeros() as usize).min(CLASSES - 1);
+/// log2 of `x` rounded up to a power of two (0 and 1: 0), if within [`MAX_LOG2`].
+fn size_class(x: u64) -> Option<usize> {
+    let c = x.max(1).next_power_of_two().trailing_zeros() as usize;
+    (c <= MAX_LOG2).then_some(c)
+}
+
+/// The slot of `cs` at concurrency class `c`, if its dimensions have a class (the
+/// concurrency classes of one size class side by side).
+fn index(cs: &CallShape, c: u32) -> Option<usize> {
     let routine = match cs.routine {
         Routine::Dgemm => 0,
         Routine::Dsyrk => 1,
     };
-    (routine * FLAGS + flags(cs)) * CLASSES + class
+    let (m, n, k) = (size_class(cs.m)?, size_class(cs.n)?, size_class(cs.k)?);
+    let size = (((routine * FLAGS + flags(cs)) * SIZES + m) * SIZES + n) * SIZES + k;
+    Some(size * CONCURRENCY + c.trailing_zeros() as usize)
 }
 
 /// The flags that select a class: what the engine prices differently at one size.
@@ -109,27 +132,14 @@ fn flags(cs: &CallShape) -> usize {
         | (cs.c_gaps as usize) << 4
 }
 
-/// The floor of `cs`'s class at concurrency class `c` (module doc), if any.
-fn floor(
-    cs: &CallShape,
-    c: u32,
-    margin: f64,
-    price: impl Fn(&CallShape, u32) -> Arc<Decision>,
-) -> Option<u64> {
-    let mut d = MAX_FLOOR;
-    while d >= 1 {
-        let bound = CallShape {
-            m: d,
-            n: d,
-            k: d,
-            ..*cs
-        };
-        if ahead_by(Margin::of(&price(&bound, c)), margin) {
-            return Some(d);
-        }
-        d /= 2;
+/// The bound of `cs`'s class: its dimensions rounded up to powers of two.
+fn bound(cs: &CallShape) -> CallShape {
+    CallShape {
+        m: cs.m.max(1).next_power_of_two(),
+        n: cs.n.max(1).next_power_of_two(),
+        k: cs.k.max(1).next_power_of_two(),
+        ..*cs
     }
-    None
 }
 
 #[cfg(test)]
@@ -151,37 +161,44 @@ mod tests {
     }
 
     /// Every call the gate passes is one the engine prices "clearly the vendor's" even with
-    /// the vendor's price at the largest correction, at every concurrency; the gate passes
-    /// tiny calls of the GPU profile and refuses calls above its floor.
+    /// the vendor's price at the largest correction, at its own shape and concurrency (which
+    /// also checks the size-class argument on these shapes); the gate passes the small and
+    /// skinny calls of real programs and refuses those the GPU wins.
     #[test]
     fn the_gate_passes_only_calls_the_engine_prices_clearly_the_vendors() {
         let e = engine("h200");
-        let gate = Gate::new(MARGIN);
-        let mut passed = 0;
+        let gate = Box::new(Gate::new(MARGIN));
+        let shapes = [
+            (1, 1, 1),
+            (8, 8, 8),
+            (3, 64, 17),
+            (64, 64, 64),
+            (65, 2, 2),
+            (4095, 1, 1),
+            (4094, 2, 2),
+            (4032, 64, 64),
+            (18, 114, 114),
+            (123, 1953, 1953),
+            (110592, 64, 64),
+            (8192, 8192, 8),
+            (1024, 1024, 1024),
+            (4096, 4096, 4096),
+        ];
+        let mut passed = Vec::new();
         for in_flight in [1u32, 3, 16, 40] {
-            for &(m, n, k) in &[
-                (1, 1, 1),
-                (8, 8, 8),
-                (3, 64, 17),
-                (64, 64, 64),
-                (65, 2, 2),
-                (2, 2, 200),
-                (48, 33, 64),
-            ] {
-                for (transa, beta_zero, c_gaps) in [
-                    (false, true, false),
-                    (true, false, true),
-                    (false, false, false),
-                ] {
+            for &(m, n, k) in &shapes {
+                for (transa, beta_zero, c_gaps) in
+                    [(false, true, false), (true, false, true), (false, false, false)]
+                {
                     let cs = CallShape {
                         transa,
                         beta_zero,
                         c_gaps,
                         ..CallShape::gemm(m, n, k)
                     };
-                    let d = e.decide_loaded(&cs, None, || Some(priced_moduli(k, None)), in_flight);
                     if gate.vendor(&cs, in_flight, price(&e)) {
-                        passed += 1;
+                        passed.push((m, n, k));
+                        let d = price(&e)(&cs, in_flight);
                         assert!(
                             ahead_by(Margin::of(&d), MARGIN),
                             "{m}x{n}x{k} at {in_flight}: {:?}",
@@ -191,14 +208,15 @@ mod tests {
                 }
             }
         }
-        assert!(passed > 0, "tiny calls pass the gate of the h200 profile");
-        let tiny = CallShape::gemm(8, 8, 8);
-        assert!(gate.vendor(&tiny, 1, price(&e)));
-        assert!(!gate.vendor(&CallShape::gemm(65, 8, 8), 1, price(&e)));
+        for tiny in [(8, 8, 8), (4095, 1, 1), (4094, 2, 2), (3, 64, 17)] {
+            assert!(passed.contains(&tiny), "{tiny:?} passes: {passed:?}");
+        }
+        assert!(!passed.contains(&(4096, 4096, 4096)), "the GPU's calls take the decision");
+        assert!(!gate.vendor(&CallShape::gemm(8, 8, 8), MAX_CONCURRENT + 1, price(&e)));
     }
 
-    /// An engine that prices the GPU routes as fast as the vendor on tiny calls has no floor:
-    /// every call takes the decision.
+    /// An engine that prices the GPU routes as fast as the vendor on small calls has no
+    /// class of the vendor's: every call takes the decision.
     #[test]
     fn a_gpu_priced_close_to_the_vendor_closes_the_gate() {
         let mut p = Profile::built_in("h200").unwrap();
@@ -207,19 +225,20 @@ mod tests {
             b.model.s_fixed += 1.0;
         }
         let e = Engine::new(p, 16);
-        let gate = Gate::new(MARGIN);
+        let gate = Box::new(Gate::new(MARGIN));
         assert!(!gate.vendor(&CallShape::gemm(1, 1, 1), 1, price(&e)));
         assert!(!gate.vendor(&CallShape::gemm(8, 8, 8), 1, price(&e)));
     }
 
-    /// A profile without a GPU has nothing to choose: every small call passes.
+    /// A profile without a GPU has nothing to choose: every call with a class passes.
     #[test]
-    fn without_a_gpu_every_small_call_passes() {
+    fn without_a_gpu_every_call_with_a_class_passes() {
         let e = engine("cpu-only");
-        let gate = Gate::new(MARGIN);
+        let gate = Box::new(Gate::new(MARGIN));
         for in_flight in [1u32, 2, 64] {
-            assert!(gate.vendor(&CallShape::gemm(64, 64, 64), in_flight, price(&e)));
-            assert!(gate.vendor(&CallShape::syrk(7, 64), in_flight, price(&e)));
+            assert!(gate.vendor(&CallShape::gemm(4096, 4096, 4096), in_flight, price(&e)));
+            assert!(gate.vendor(&CallShape::syrk(7, 8192), in_flight, price(&e)));
         }
+        assert!(!gate.vendor(&CallShape::gemm(8193, 8, 8), 1, price(&e)), "no class");
     }
 }
