@@ -107,7 +107,7 @@ impl Gate {
 
 /// log2 of `x` rounded up to a power of two (0 and 1: 0), if within [`MAX_LOG2`].
 fn size_class(x: u64) -> Option<usize> {
-    let c = x.max(1).next_power_of_two().trailing_zeros() as usize;
+    let c = (u64::BITS - x.saturating_sub(1).leading_zeros()) as usize;
     (c <= MAX_LOG2).then_some(c)
 }
 
@@ -187,9 +187,11 @@ mod tests {
         let mut passed = Vec::new();
         for in_flight in [1u32, 3, 16, 40] {
             for &(m, n, k) in &shapes {
-                for (transa, beta_zero, c_gaps) in
-                    [(false, true, false), (true, false, true), (false, false, false)]
-                {
+                for (transa, beta_zero, c_gaps) in [
+                    (false, true, false),
+                    (true, false, true),
+                    (false, false, false),
+                ] {
                     let cs = CallShape {
                         transa,
                         beta_zero,
@@ -211,7 +213,10 @@ mod tests {
         for tiny in [(8, 8, 8), (4095, 1, 1), (4094, 2, 2), (3, 64, 17)] {
             assert!(passed.contains(&tiny), "{tiny:?} passes: {passed:?}");
         }
-        assert!(!passed.contains(&(4096, 4096, 4096)), "the GPU's calls take the decision");
+        assert!(
+            !passed.contains(&(4096, 4096, 4096)),
+            "the GPU's calls take the decision"
+        );
         assert!(!gate.vendor(&CallShape::gemm(8, 8, 8), MAX_CONCURRENT + 1, price(&e)));
     }
 
@@ -230,6 +235,16 @@ mod tests {
         assert!(!gate.vendor(&CallShape::gemm(8, 8, 8), 1, price(&e)));
     }
 
+    /// The size class is log2 of the dimension rounded up to a power of two.
+    #[test]
+    fn size_classes_round_up_to_powers_of_two() {
+        let want = |x: u64| x.max(1).next_power_of_two().trailing_zeros() as usize;
+        for x in (0..=9000).chain([1 << 13, (1 << 13) + 1, 1 << 40]) {
+            let c = size_class(x);
+            assert_eq!(c, Some(want(x)).filter(|&c| c <= MAX_LOG2), "{x}");
+        }
+    }
+
     /// A profile without a GPU has nothing to choose: every call with a class passes.
     #[test]
     fn without_a_gpu_every_call_with_a_class_passes() {
@@ -239,6 +254,9 @@ mod tests {
             assert!(gate.vendor(&CallShape::gemm(4096, 4096, 4096), in_flight, price(&e)));
             assert!(gate.vendor(&CallShape::syrk(7, 8192), in_flight, price(&e)));
         }
-        assert!(!gate.vendor(&CallShape::gemm(8193, 8, 8), 1, price(&e)), "no class");
+        assert!(
+            !gate.vendor(&CallShape::gemm(8193, 8, 8), 1, price(&e)),
+            "no class"
+        );
     }
 }
