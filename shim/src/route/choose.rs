@@ -615,16 +615,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     let e = engine();
     if e.profile().gpu.is_none() && !config.tracing() {
         // Nothing to choose between and nothing to record.
-        return Choice {
-            route: Route::Vendor,
-            engine: None,
-            decision: None,
-            feedback: None,
-            start_credit: None,
-            flight: None,
-            on_decline: Route::Vendor,
-            decline_key: None,
-        };
+        return Choice::vendor(None);
     }
     let (m, _) = decide(e, &cs, config.moduli, in_flight);
     let (d, bound) = m.priced;
@@ -711,16 +702,7 @@ fn gated(cs: &CallShape, config: &Config, in_flight: u32) -> Option<Choice> {
         };
         Box::new(EngineNote::gated(g, in_flight))
     });
-    Some(Choice {
-        route: Route::Vendor,
-        engine,
-        decision: None,
-        feedback: None,
-        start_credit: None,
-        flight: None,
-        on_decline: Route::Vendor,
-        decline_key: None,
-    })
+    Some(Choice::vendor(engine))
 }
 
 /// The vendor's correction factor for `cs` with `in_flight` calls in flight, as [`decide`]

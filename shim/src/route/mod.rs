@@ -140,6 +140,15 @@ pub struct Choice {
 }
 
 impl Choice {
+    /// The vendor BLAS with no decision behind it (nothing to time or queue), and the trace
+    /// record's engine note, if any.
+    pub fn vendor(engine: Option<Box<choose_note::EngineNote>>) -> Choice {
+        Choice {
+            engine,
+            ..Choice::forced(Route::Vendor, None)
+        }
+    }
+
     /// A route taken as it is.
     fn forced(route: Route, decision: Option<Arc<Decision>>) -> Choice {
         Choice {
