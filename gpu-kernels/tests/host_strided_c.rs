@@ -11,8 +11,8 @@
 mod support;
 
 use gpu_kernels::host::{self, Engine, HostC};
-use gpu_kernels::multi;
 use gpu_kernels::ozaki::Options;
+use gpu_kernels::{GpuError, multi};
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, Uplo, span};
 use ozaki_core::devices::{SplitParams, split_c};
 use support::{centered_seeded as vec, have_gpu};
@@ -34,19 +34,8 @@ fn engines() -> [(&'static str, Engine); 2] {
 /// The upload ring and C's download ring shrunk to 1 MiB slots (2 of them for C) while the
 /// guard lives, so C's column blocks travel in several chunks and pieces; serialises the
 /// tests of this file (the tuning is process-wide).
-struct SmallRings(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
-
-fn small_rings() -> SmallRings {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let g = ONE.lock().unwrap_or_else(|p| p.into_inner());
-    host::set_tuning(Some("ring=1,cslots=2,cslot=1".parse().expect("tuning")));
-    SmallRings(g)
-}
-
-impl Drop for SmallRings {
-    fn drop(&mut self) {
-        host::set_tuning(None);
-    }
+fn small_rings() -> support::Tuned {
+    support::tuned("ring=1,cslots=2,cslot=1")
 }
 
 /// A C of `rows x cols` stored `ld` apart: the block from `vec`, NaN in the gaps.
@@ -79,6 +68,25 @@ fn check(
             );
         }
     }
+}
+
+/// `args` on a copy of `c0` (leading dimension `args.ldc`) cut as the pipeline chooses
+/// (through [`HostC`], as the shim calls it) and into 3 column blocks x 2 row panels: each
+/// cut's C and whether the call succeeded.
+type Run = (Vec<f64>, Result<(), GpuError>);
+fn both_cuts(args: &GemmArgs, c0: &[f64], engine: Engine) -> [Run; 2] {
+    let mut auto = c0.to_vec();
+    let view = HostC::of_slice(&mut auto, args.m, args.n, args.ldc).expect("C");
+    let done = host::gemm_c(args, view, engine).map(drop);
+    let auto = (auto, done);
+    let mut cut = c0.to_vec();
+    let mut g = gpu_kernels::gpu().expect("gpu");
+    let grid = host::Grid {
+        blocks: 3,
+        panels: 2,
+    };
+    let done = host::gemm_grid(&mut g, args, &mut cut, engine, grid).map(drop);
+    [auto, (cut, done)]
 }
 
 /// A pipelined host-resident gemm (automatic cut and 3 blocks x 2 panels) on a C with gaps
@@ -120,19 +128,14 @@ fn a_gemm_on_a_c_with_gaps_writes_its_block_only() {
         ozaki_core::blas::gemm(&args, &mut want);
         let tol = 1e-12 * (0.75 * k as f64 + beta.abs());
         for (name, engine) in engines() {
-            let what = format!("{name} {t:?} beta {beta}");
-            let mut c = c0.clone();
-            let view = HostC::of_slice(&mut c, m, n, ldc).expect("C");
-            host::gemm_c(&args, view, engine).expect("automatic cut");
-            check(&what, (&c, &c0, &want), (m, ldc), tol, |_, _| true);
-            let mut c = c0.clone();
-            let mut g = gpu_kernels::gpu().expect("gpu");
-            let grid = host::Grid {
-                blocks: 3,
-                panels: 2,
-            };
-            host::gemm_grid(&mut g, &args, &mut c, engine, grid).expect("3 x 2");
-            check(&what, (&c, &c0, &want), (m, ldc), tol, |_, _| true);
+            for (cut, (c, done)) in ["automatic", "3 x 2"]
+                .iter()
+                .zip(both_cuts(&args, &c0, engine))
+            {
+                let what = format!("{name} {t:?} beta {beta} {cut}");
+                done.unwrap_or_else(|e| panic!("{what}: {e}"));
+                check(&what, (&c, &c0, &want), (m, ldc), tol, |_, _| true);
+            }
         }
     }
 }
@@ -246,18 +249,18 @@ fn a_refused_call_leaves_a_c_with_gaps_untouched() {
             ldc,
             ..GemmArgs::product(m, n, k, &a, &b)
         };
-        let mut c = c0.clone();
-        let view = HostC::of_slice(&mut c, m, n, ldc).expect("C");
-        assert!(host::gemm_c(&args, view, engine).is_err(), "beta {beta}");
-        let mut g = gpu_kernels::gpu().expect("gpu");
-        let grid = host::Grid {
-            blocks: 3,
-            panels: 2,
-        };
-        assert!(host::gemm_grid(&mut g, &args, &mut c, engine, grid).is_err());
-        drop(g);
-        for (at, (x, y)) in c.iter().zip(&c0).enumerate() {
-            assert_eq!(x.to_bits(), y.to_bits(), "beta {beta}: C[{at}] changed");
+        for (cut, (c, done)) in ["automatic", "3 x 2"]
+            .iter()
+            .zip(both_cuts(&args, &c0, engine))
+        {
+            assert!(done.is_err(), "beta {beta} {cut}: a NaN in A was accepted");
+            for (at, (x, y)) in c.iter().zip(&c0).enumerate() {
+                assert_eq!(
+                    x.to_bits(),
+                    y.to_bits(),
+                    "beta {beta} {cut}: C[{at}] changed"
+                );
+            }
         }
     }
 }
