@@ -178,7 +178,7 @@ impl Piece {
             dst,
             src: SendPtr(src as *mut u8),
             bytes: width * cols,
-            runs: (width != pitch && cols > 1).then_some((width, pitch)),
+            runs: (width != pitch && width > 0 && cols > 1).then_some((width, pitch)),
             peers: Vec::new(),
             ctx: Handle(std::ptr::null_mut()),
             publish: None,
