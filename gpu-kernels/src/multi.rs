@@ -8,9 +8,10 @@
 //!
 //! `C[r0.., c0..] = alpha op(A)[r0..r0+rows, :] op(B)[:, c0..c0+cols] + beta C[r0.., c0..]`
 //!
-//! whose operands are plain sub-slices of the caller's A, B and C with the same leading
-//! dimensions ([`tile_args`], [`tile_c_offset`]; nothing is copied on the host beyond the
-//! pinned staging of each slot's own pipeline, `host::staged_gemm`). With beta != 0 each
+//! whose operands are plain sub-slices of the caller's A and B with the same leading
+//! dimensions ([`tile_args`]) and a block of the caller's C ([`host::HostC`]; nothing is
+//! copied on the host beyond the pinned staging of each slot's own pipeline,
+//! `host::staged_gemm`). With beta != 0 each
 //! tile leaves its result in its slot's pinned staging; the threads then meet at a barrier,
 //! and only when **every** tile succeeded does each write its own tile of the caller's C,
 //! straight from its staging (tiles are disjoint), so a failure anywhere leaves C untouched
@@ -30,7 +31,7 @@
 
 use crate::device::gpu_slot;
 use crate::error::GpuError;
-use crate::host::{self, Engine, Handle, HostOutcome};
+use crate::host::{self, Engine, Handle, HostC, HostOutcome};
 use cudarc::driver::sys;
 use ozaki_core::blas::{GemmArgs, Trans};
 use ozaki_core::devices::{SplitPlan, Tile};
@@ -80,45 +81,6 @@ pub fn tile_args<'a>(args: &GemmArgs<'a>, tile: &Tile) -> GemmArgs<'a> {
 /// Index of `tile`'s first element in the caller's C (leading dimension `ldc`).
 pub fn tile_c_offset(ldc: usize, tile: &Tile) -> usize {
     tile.col0 as usize * ldc + tile.row0 as usize
-}
-
-/// The caller's C, shared by the tile threads: read (beta != 0) by every tile before the
-/// barrier, written after it, each tile only its own disjoint rows x cols block.
-#[derive(Clone, Copy)]
-struct SharedC {
-    ptr: *mut f64,
-    len: usize,
-}
-// SAFETY: see the type's doc: reads all happen before any write (barrier), writes are to
-// disjoint elements.
-unsafe impl Send for SharedC {}
-// SAFETY: as above.
-unsafe impl Sync for SharedC {}
-
-/// Writes tile `t` of C (leading dimension `ldc`) from `staged` (the tile's span with the
-/// same `ldc`) on `threads` threads.
-///
-/// # Safety
-/// `c` must cover the tile; no other thread may access the tile's elements meanwhile.
-unsafe fn commit_tile(c: SharedC, ldc: usize, t: &Tile, staged: &[f64], threads: usize) {
-    let (rows, cols) = (t.rows as usize, t.cols as usize);
-    let base = tile_c_offset(ldc, t);
-    assert!(
-        staged.len() >= ozaki_core::blas::span(rows, cols, ldc)
-            && base + ozaki_core::blas::span(rows, cols, ldc) <= c.len,
-        "tile outside C"
-    );
-    // SAFETY: the tile's span lies inside C (checked above) and belongs to this tile alone;
-    // staged holds the tile's span.
-    unsafe {
-        host::write_columns(
-            c.ptr.add(base),
-            staged.as_ptr(),
-            (rows, cols, ldc),
-            None,
-            threads,
-        )
-    }
 }
 
 /// Whether the tiles of `plan` share all of A across distinct devices: one grid row (every
@@ -173,6 +135,26 @@ pub fn gemm(
     engine: Engine,
     plan: &SplitPlan,
 ) -> Result<MultiOutcome, GpuError> {
+    gemm_c(
+        args,
+        HostC::of_slice(c, args.m, args.n, args.ldc)?,
+        engine,
+        plan,
+    )
+}
+
+/// [`gemm`] on the caller's strided C (`m x n` stored `ldc` apart). Each tile reads (beta !=
+/// 0, before the barrier) and writes (after it, or early) only its own rows of its own
+/// columns.
+///
+/// # Errors
+/// - as [`gemm`].
+pub fn gemm_c(
+    args: &GemmArgs,
+    c: HostC,
+    engine: Engine,
+    plan: &SplitPlan,
+) -> Result<MultiOutcome, GpuError> {
     use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::sync::atomic::{AtomicBool, Ordering};
     let _flags = fp_flags::KeepFpFlags::new();
@@ -183,10 +165,9 @@ pub fn gemm(
         .enumerate()
         .map(|(i, t)| tiles[..i].iter().filter(|u| u.device == t.device).count() as u32)
         .collect();
-    let shared = SharedC {
-        ptr: c.as_mut_ptr(),
-        len: c.len(),
-    };
+    if (c.rows(), c.cols(), c.ld()) != (args.m, args.n, args.ldc) {
+        return Err(GpuError::Unsupported("C does not match the call".into()));
+    }
     let share_a = shares_a(plan);
     let a_span = {
         let (ra, ca) = args.a_dims();
@@ -222,7 +203,6 @@ pub fn gemm(
                     let (failed, barrier, a_addrs, board, owner, gate) =
                         (&failed, &barrier, &a_addrs, &board, &owner, &gate);
                     s.spawn(move || -> TileResult {
-                        let shared = shared;
                         let fail = |e: &GpuError| {
                             tracing::debug!(tile = i, error = %e, "split tile failed");
                             failed.store(true, Ordering::SeqCst);
@@ -261,35 +241,19 @@ pub fn gemm(
                             let r = catch_unwind(AssertUnwindSafe(|| {
                                 let g = guard.as_mut().expect("locked above");
                                 let sub = tile_args(args, t);
-                                let off = tile_c_offset(args.ldc, t);
-                                let c_span = ozaki_core::blas::span(sub.m, sub.n, args.ldc);
-                                if off + c_span > shared.len {
-                                    return Err(GpuError::Unsupported(
-                                        "C shorter than its extent".into(),
-                                    ));
-                                }
-                                // With beta == 0 no view of C is lent (C is not read) and tiles
-                                // write only their own elements; with beta != 0 no thread writes
-                                // C before the barrier below.
-                                let (c_in, early): (&[f64], _) = if early_ok {
-                                    let early = crate::host::early_write::EarlyC {
-                                        // SAFETY: off + c_span <= shared.len (checked above).
-                                        c: host::SendPtr(unsafe { shared.ptr.add(off) }),
-                                        threads: commit_threads,
-                                        gate: Some(gate),
-                                    };
-                                    (&[], Some(early))
-                                } else {
-                                    // SAFETY: inside C (checked above); not written before the
-                                    // barrier.
-                                    let c_in = unsafe {
-                                        std::slice::from_raw_parts(
-                                            shared.ptr.add(off) as *const f64,
-                                            c_span,
-                                        )
-                                    };
-                                    (c_in, None)
-                                };
+                                let tile_c = c
+                                    .part(t.row0 as usize, t.col0 as usize, sub.m, sub.n)
+                                    .ok_or_else(|| {
+                                        GpuError::Unsupported("a tile outside C".into())
+                                    })?;
+                                // With beta == 0 C is not read and tiles write only their own
+                                // elements; with beta != 0 no thread writes C before the
+                                // barrier below.
+                                let early = early_ok.then_some(crate::host::early_write::EarlyC {
+                                    c: tile_c,
+                                    threads: commit_threads,
+                                    gate: Some(gate),
+                                });
                                 let mut grid = host::Grid::of(&sub, engine);
                                 let share = match state.as_ref().ok().copied().flatten() {
                                     Some(a_dev) => {
@@ -323,13 +287,13 @@ pub fn gemm(
                                 let (o, st) = host::staged_gemm(
                                     g,
                                     &sub,
-                                    c_in,
+                                    tile_c,
                                     engine,
                                     grid,
                                     host::Tile::Split(share.as_ref()),
                                     early,
                                 )?;
-                                Ok(Some((o, st, c_span)))
+                                Ok(Some((o, st, tile_c)))
                             }))
                             .unwrap_or_else(panicked);
                             if let Err(e) = &r {
@@ -341,7 +305,7 @@ pub fn gemm(
                         // No slot waits on the board any more: release this slot's panel events.
                         board.release(|p| owner[p] == i);
                         // Every tile succeeded -> write this tile of C from staging.
-                        let Some((o, st, c_span)) = staged? else {
+                        let Some((o, st, tile_c)) = staged? else {
                             return Ok(None);
                         };
                         if failed.load(Ordering::SeqCst) {
@@ -350,12 +314,16 @@ pub fn gemm(
                         let t0 = std::time::Instant::now();
                         match st {
                             host::StagedC::Written => {}
-                            // SAFETY: the staging (held by `guard`) holds the tile's span; tiles
-                            // are disjoint and all reads of C happened before the barrier.
-                            host::StagedC::Staged(ptr) => unsafe {
-                                let staged = std::slice::from_raw_parts(ptr, c_span);
-                                commit_tile(shared, args.ldc, t, staged, commit_threads);
-                            },
+                            host::StagedC::Staged(ptr) => {
+                                // SAFETY: the staging (held by `guard`) holds the tile's
+                                // rows x cols values, contiguous.
+                                let staged = unsafe {
+                                    std::slice::from_raw_parts(ptr, tile_c.rows() * tile_c.cols())
+                                };
+                                // tiles are disjoint and all reads of C happened before the
+                                // barrier
+                                host::write_c(&tile_c, staged, None, commit_threads);
+                            }
                             // only when another tile failed, which `failed` said above
                             host::StagedC::Withheld | host::StagedC::Rerun(_) => {
                                 return Err(GpuError::Cuda("early writes withheld".into()));

@@ -93,19 +93,8 @@ impl Operands {
 /// guard lives, so every beta = 0 call of the tests holding it is larger than the ring: its
 /// slots are reused within the call and the download waits for the writer (and, before a
 /// gpu-ozaki call is accepted, for the go). Serialises the tests that hold it.
-struct SmallRing(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
-
-fn small_ring() -> SmallRing {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let g = ONE.lock().unwrap_or_else(|p| p.into_inner());
-    host::set_tuning(Some("cslots=2,cslot=1".parse().expect("tuning")));
-    SmallRing(g)
-}
-
-impl Drop for SmallRing {
-    fn drop(&mut self) {
-        host::set_tuning(None);
-    }
+fn small_ring() -> support::Tuned {
+    support::tuned("cslots=2,cslot=1")
 }
 
 /// Both routes; gpu-ozaki with a fixed moduli count (bit-identity needs the same count).

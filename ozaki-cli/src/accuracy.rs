@@ -22,6 +22,7 @@ use ozaki_core::accuracy::suite::{
     self, FLOOR_ULPS, FamilyReport, Method, NATIVE_FACTOR, Outcome, Problem,
 };
 use ozaki_core::route::Route;
+use ozaki_shim::abi::{CView, Region};
 use ozaki_shim::config::{Config, RawConfig};
 use ozaki_shim::route::{RouteError, RouteOutcome, cpu_ozaki, gpu};
 use std::io::Write;
@@ -99,9 +100,18 @@ fn gpu_host<'a>(route: Route, config: &'a Config, name: &str, checked: bool) -> 
         checked,
         run: Box::new(move |p: &Problem| {
             let mut c = fresh_c(p);
+            let at = c.as_mut_ptr();
+            // SAFETY: `c` holds the problem's C (leading dimension its rows), outlives the
+            // view and nothing else touches it during the call.
+            let view = |region| unsafe { CView::new(at, region) };
             let r = match (p.gemm_args(), p.syrk_args()) {
-                (Some(g), _) => gpu::gemm(route, &g, &mut c, config, None), // one device
-                (_, Some(s)) => gpu::syrk(route, &s, &mut c, config),
+                (Some(g), _) => {
+                    let c = view(Region::gemm(g.m, g.n, g.ldc));
+                    gpu::gemm(route, &g, &c, config, None) // one device
+                }
+                (_, Some(s)) => {
+                    gpu::syrk(route, &s, &view(Region::syrk(s.n, s.ldc, s.uplo)), config)
+                }
                 _ => unreachable!("a problem is dgemm or dsyrk"),
             };
             outcome(r, route, c)

@@ -139,7 +139,8 @@ struct Args {
     #[arg(long)]
     device_resident: bool,
     /// Leading dimension of C (default: its rows); above them C is a block of a larger
-    /// array, which a host-resident GPU route packs and writes back (the `c-pack` term).
+    /// array, whose rows a host-resident GPU route copies to and from pinned staging as it
+    /// would a contiguous C's (priced the same).
     #[arg(long)]
     ldc: Option<u64>,
     /// Moduli count the numerics would choose (default 14; 0 = the contract cannot be met).

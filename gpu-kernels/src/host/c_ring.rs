@@ -87,7 +87,7 @@ impl CRing {
 }
 
 /// A filled slot on its way to the writer: `block` (a piece of a block of C) lies at the
-/// slot's first byte, with the block's leading dimension.
+/// slot's first byte, contiguous (leading dimension = its rows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Filled {
     pub(crate) slot: usize,
@@ -172,10 +172,9 @@ mod tests {
 
     fn piece(j: usize) -> CBlock {
         CBlock {
-            off: 10 * j,
+            col0: j,
             rows: 10,
             cols: 1,
-            ld: 10,
         }
     }
 
@@ -218,7 +217,7 @@ mod tests {
             });
             let mut written = written.into_inner().unwrap();
             if threads > 1 {
-                written.sort_by_key(|b| b.off);
+                written.sort_by_key(|b| b.col0);
             }
             assert_eq!(written, (0..40).map(piece).collect::<Vec<_>>());
             assert_eq!(

@@ -1,15 +1,13 @@
-//! Operands that are small blocks of larger arrays, packed on the host before they travel.
+//! A and B that are small blocks of larger arrays, packed on the host before they travel.
 //!
-//! The pipeline moves each operand's whole span, `(cols - 1) ld + rows` elements, so that the
+//! The pipeline moves A's and B's whole spans, `(cols - 1) ld + rows` elements, so that the
 //! device copy keeps the caller's leading dimension. For a block of a much larger array
-//! (PySCF's CCSD multiplies 81 x 231 blocks of C with `ldc = 8649`) that span is mostly the
-//! other columns' rows: 16 MB moved each way for 150 KB of C. Where an operand's span is at
-//! least [`WASTE`] times its elements, it is packed here into a contiguous copy (leading
-//! dimension = its rows) and the call runs on the packed operands; C's packed result is
-//! written into the caller's C only after the device work succeeded (the host path's
-//! contract: a failure leaves C as it was, for the vendor fallback).
+//! (PySCF's CCSD multiplies blocks of arrays with leading dimension 8649) that span is mostly
+//! the other columns' rows. Where an operand's span is at least [`WASTE`] times its elements,
+//! it is packed here into a contiguous copy (leading dimension = its rows) and the call runs
+//! on the packed operands. C needs no packing: the host path moves only its call's rows of
+//! each column in either direction (`super::caller_c`).
 
-use super::write_back::write_back_rows;
 use crate::error::GpuError;
 use ozaki_core::blas::{GemmArgs, SyrkArgs, span};
 
@@ -54,79 +52,40 @@ fn operand<'a>(
     }
 }
 
-/// A packed copy of C for the call, when C is worth packing: its values when `read`, else
-/// zeros (the caller writes the result back into C once the call succeeded).
-fn c_operand(c: &[f64], m: usize, n: usize, ldc: usize, read: bool) -> Option<Vec<f64>> {
-    if !wasteful(m, n, ldc) {
-        return None;
-    }
-    if read {
-        return pack(c, m, n, ldc);
-    }
-    let mut out = Vec::new();
-    out.try_reserve_exact(m * n).ok()?;
-    out.resize(m * n, 0.0);
-    Some(out)
-}
-
-/// Runs `run` on `args` with each wasteful operand packed ([`WASTE`]), and writes a packed
-/// C's result into `c` once `run` succeeded; `None` when no operand is worth packing (the
-/// caller runs the call as it is).
+/// Runs `run` on `args` with A and B packed where wasteful ([`WASTE`]); `None` when neither
+/// is worth packing (the caller runs the call as it is).
 pub(super) fn gemm<R>(
     args: &GemmArgs,
-    c: &mut [f64],
-    run: impl FnOnce(&GemmArgs, &mut [f64]) -> Result<R, GpuError>,
+    run: impl FnOnce(&GemmArgs) -> Result<R, GpuError>,
 ) -> Option<Result<R, GpuError>> {
-    let (m, n) = (args.m, args.n);
     let ((ra, ca), (rb, cb)) = (args.a_dims(), args.b_dims());
-    if !(wasteful(ra, ca, args.lda) || wasteful(rb, cb, args.ldb) || wasteful(m, n, args.ldc)) {
+    if !(wasteful(ra, ca, args.lda) || wasteful(rb, cb, args.ldb)) {
         return None;
     }
     let (mut pa, mut pb) = (None, None);
     let (a, lda) = operand(args.a, ra, ca, args.lda, &mut pa);
     let (b, ldb) = operand(args.b, rb, cb, args.ldb, &mut pb);
-    let mut pc = c_operand(c, m, n, args.ldc, args.beta != 0.0);
-    let packed = GemmArgs {
+    Some(run(&GemmArgs {
         a,
         lda,
         b,
         ldb,
-        ldc: if pc.is_some() { m } else { args.ldc },
         ..*args
-    };
-    Some(match &mut pc {
-        None => run(&packed, c),
-        Some(p) => run(&packed, p).inspect(|_| write_back_rows(c, args.ldc, p, m, n, None)),
-    })
+    }))
 }
 
-/// [`gemm`] for a syrk: A and C packed where wasteful; only the `uplo` triangle of a packed
-/// C is written back (the other one is the caller's, untouched).
+/// [`gemm`] for a syrk: A packed where wasteful.
 pub(super) fn syrk<R>(
     args: &SyrkArgs,
-    c: &mut [f64],
-    run: impl FnOnce(&SyrkArgs, &mut [f64]) -> Result<R, GpuError>,
+    run: impl FnOnce(&SyrkArgs) -> Result<R, GpuError>,
 ) -> Option<Result<R, GpuError>> {
-    let n = args.n;
     let (ra, ca) = args.a_dims();
-    if !(wasteful(ra, ca, args.lda) || wasteful(n, n, args.ldc)) {
+    if !wasteful(ra, ca, args.lda) {
         return None;
     }
     let mut pa = None;
     let (a, lda) = operand(args.a, ra, ca, args.lda, &mut pa);
-    let mut pc = c_operand(c, n, n, args.ldc, args.beta != 0.0);
-    let packed = SyrkArgs {
-        a,
-        lda,
-        ldc: if pc.is_some() { n } else { args.ldc },
-        ..*args
-    };
-    Some(match &mut pc {
-        None => run(&packed, c),
-        Some(p) => {
-            run(&packed, p).inspect(|_| write_back_rows(c, args.ldc, p, n, n, Some(args.uplo)))
-        }
-    })
+    Some(run(&SyrkArgs { a, lda, ..*args }))
 }
 
 #[cfg(test)]
@@ -141,12 +100,11 @@ mod tests {
             .collect()
     }
 
-    /// A block of a large array (C 5 x 7 with ldc 40, B with ldb 30): the packed call gives
-    /// the reference's result bit for bit, only the block's entries of C change (the other
-    /// rows between its columns keep their values), and the packed call saw contiguous
-    /// operands.
+    /// A block of a large array (B with ldb 30) is packed, A with lda barely above its rows
+    /// is not, and C keeps the caller's leading dimension (the host path moves its rows
+    /// itself): the packed call gives the reference's result bit for bit.
     #[test]
-    fn a_block_of_a_larger_array_is_computed_packed_and_written_into_its_block_only() {
+    fn a_block_of_a_larger_array_is_computed_packed() {
         for (transa, transb, beta) in [
             (Trans::No, Trans::No, 0.5),
             (Trans::Yes, Trans::No, 0.0),
@@ -175,34 +133,16 @@ mod tests {
             let mut want = c0.clone();
             reference_gemm(&args, &mut want);
             let mut got = c0.clone();
-            let seen = gemm(&args, &mut got, |p, pc| {
-                assert_eq!((p.ldc, pc.len()), (m, m * n), "C packed");
+            let seen = gemm(&args, |p| {
+                assert_eq!(p.ldc, ldc, "C as the caller laid it out");
                 assert_eq!(p.ldb, if transb == Trans::No { k } else { n }, "B packed");
                 assert_eq!(p.lda, lda, "A (ld barely above its rows) left as it is");
-                reference_gemm(p, pc);
+                reference_gemm(p, &mut got);
                 Ok(7)
             });
             assert_eq!(seen.map(|r| r.ok()), Some(Some(7)));
             assert_eq!(got, want, "{transa:?} {transb:?} beta {beta}");
         }
-    }
-
-    /// A failed run leaves the caller's C exactly as it was.
-    #[test]
-    fn a_failed_packed_call_leaves_c_untouched() {
-        let (a, b) = (values(100, 1), values(100, 2));
-        let c0 = values(400, 3);
-        let args = GemmArgs {
-            ldc: 40,
-            ..GemmArgs::product(4, 4, 4, &a, &b)
-        };
-        let mut c = c0.clone();
-        let r = gemm(&args, &mut c, |_, pc| {
-            pc.fill(f64::NAN);
-            Err::<(), _>(GpuError::Cuda("device fault".into()))
-        });
-        assert!(matches!(r, Some(Err(_))));
-        assert_eq!(c, c0);
     }
 
     /// What is packed: a block whose span is at least twice its elements, up to
@@ -219,59 +159,45 @@ mod tests {
     }
 
     /// Operands whose leading dimension is their row count, or close to it (LAPACK's
-    /// trailing updates), run as they are.
+    /// trailing updates), run as they are, whatever C's leading dimension.
     #[test]
     fn dense_operands_are_not_packed() {
         let (a, b) = (values(64 * 64, 1), values(64 * 64, 2));
-        let mut c = values(64 * 64, 3);
         let args = GemmArgs::product(60, 60, 60, &a, &b);
         let args = GemmArgs {
             lda: 64,
             ldb: 64,
-            ldc: 64,
+            ldc: 6000,
             ..args
         };
-        assert!(gemm(&args, &mut c, |_, _| Ok(())).is_none());
+        assert!(gemm(&args, |_| Ok(())).is_none());
     }
 
-    /// A packed syrk writes back its triangle only; the caller's other triangle, and the
-    /// rows between C's columns, keep their values (beta = 0 included, where the packed C
-    /// starts as zeros).
+    /// A syrk's A that is a block of a larger array is packed; C keeps its leading
+    /// dimension.
     #[test]
-    fn a_packed_syrk_writes_its_triangle_only() {
-        for (uplo, beta) in [(Uplo::Lower, 0.0), (Uplo::Upper, 2.0)] {
-            let (n, k, lda, ldc) = (4, 3, 20, 25);
-            let a = values(lda * k, 5);
-            let c0 = values(ldc * n, 6);
-            let args = SyrkArgs {
-                uplo,
-                trans: Trans::No,
-                n,
-                k,
-                alpha: 1.0,
-                a: &a,
-                lda,
-                beta,
-                ldc,
-            };
-            let mut c = c0.clone();
-            let r = syrk(&args, &mut c, |p, pc| {
-                assert_eq!((p.lda, p.ldc), (n, n));
-                pc.fill(9.0);
-                Ok(())
-            });
-            assert!(matches!(r, Some(Ok(()))));
-            for j in 0..n {
-                for i in 0..ldc.min(c.len() - j * ldc) {
-                    let inside = i < n
-                        && match uplo {
-                            Uplo::Lower => i >= j,
-                            Uplo::Upper => i <= j,
-                        };
-                    let want = if inside { 9.0 } else { c0[i + j * ldc] };
-                    assert_eq!(c[i + j * ldc], want, "{uplo:?} ({i}, {j})");
-                }
+    fn a_syrk_packs_its_a_only() {
+        let (n, k, lda, ldc) = (4, 3, 20, 25);
+        let a = values(lda * k, 5);
+        let args = SyrkArgs {
+            uplo: Uplo::Lower,
+            trans: Trans::No,
+            n,
+            k,
+            alpha: 1.0,
+            a: &a,
+            lda,
+            beta: 2.0,
+            ldc,
+        };
+        let r = syrk(&args, |p| {
+            assert_eq!((p.lda, p.ldc), (n, ldc));
+            for l in 0..k {
+                assert_eq!(&p.a[l * n..(l + 1) * n], &a[l * lda..l * lda + n]);
             }
-        }
+            Ok(())
+        });
+        assert!(matches!(r, Some(Ok(()))));
+        assert!(syrk(&SyrkArgs { lda: n, ..args }, |_| Ok(())).is_none());
     }
 }

@@ -23,8 +23,8 @@ pub(super) struct Download {
 
 /// Where the blocks of C go.
 pub(super) enum Sink<'r> {
-    /// C's pinned staging, laid out like the device's C (beta != 0: written into the
-    /// caller's C after success).
+    /// C's pinned staging, laid out like the device's C (contiguous; beta != 0: written
+    /// into the caller's C after success).
     Staging(SendPtr<f64>),
     /// C's download ring, each filled slot handed on to the early writer.
     Ring {
@@ -73,13 +73,13 @@ pub(super) fn drain(
                     .result()
                     .ctx("cuEventSynchronize")?;
             }
-            // SAFETY: the piece lies inside the device's C and `dst` holds its span (pinned
+            // SAFETY: the piece lies inside the device's C and `dst` holds its bytes (pinned
             // staging at the same offset, or a ring slot of at least `piece_bytes`);
             // stream-ordered after the block's compute.
             unsafe {
                 sys::cuMemcpyDtoHAsync_v2(
                     dst as *mut _,
-                    dev_c + 8 * piece.off as u64,
+                    dev_c + 8 * piece.off() as u64,
                     piece.bytes(),
                     stream,
                 )
@@ -95,8 +95,8 @@ pub(super) fn drain(
             match &sink {
                 Sink::Staging(c) => {
                     for piece in job.block.pieces(piece_bytes) {
-                        // SAFETY: the staging holds the call's span of C.
-                        copy(piece, unsafe { c.0.add(piece.off) } as *mut u8)?;
+                        // SAFETY: the staging holds the call's m x n C.
+                        copy(piece, unsafe { c.0.add(piece.off()) } as *mut u8)?;
                     }
                 }
                 Sink::Ring { ring, free, filled } => {

@@ -24,16 +24,16 @@
 //! on the device.
 
 use crate::error::{Context, GpuError};
-use crate::host::{CRing, Filled, Giver, Handle, SendPtr, empty_slots, write_columns};
+use crate::host::{CRing, Filled, Giver, Handle, HostC, empty_slots, write_c};
 use cudarc::driver::sys;
 use std::sync::mpsc::Receiver;
 use std::sync::{Condvar, Mutex};
 
-/// Where a call may write C early: the caller's span of C (the call's or the tile's, whose
-/// blocks `host::CBlock` places) and the host threads a tail write-back of it would use.
+/// Where a call may write C early: the caller's C (the call's or the tile's, whose blocks
+/// `host::CBlock` places) and the host threads a tail write-back of it would use.
 #[derive(Clone, Copy)]
 pub(crate) struct EarlyC<'g> {
-    pub c: SendPtr<f64>,
+    pub c: HostC<'g>,
     pub threads: usize,
     /// Says whether the whole call (every tile of a split) was accepted; called once by the
     /// compute thread when its own units were, blocking until the others say.
@@ -113,7 +113,7 @@ pub(crate) fn writer(
     // whole values into the closure (its fields alone are raw pointers, not Sync)
     let (ctx, c) = (&ctx, &early.c);
     empty_slots(filled, free, threads, &|f| {
-        let (ctx, c) = (*ctx, *c);
+        let ctx = *ctx;
         // SAFETY: the caller's context, retained for the process.
         let synced = unsafe { sys::cuCtxSetCurrent(ctx.0) }
             .result()
@@ -130,18 +130,19 @@ pub(crate) fn writer(
             return false;
         }
         let b = f.block;
-        // SAFETY: the piece lies inside the caller's span of C at b.off and at the start of
-        // its slot (same leading dimension); its download completed; pieces are disjoint and
-        // only the writer threads write the caller's C during the call.
-        unsafe {
-            write_columns(
-                c.0.add(b.off),
-                ring.slot(f.slot) as *const f64,
-                (b.rows, b.cols, b.ld),
-                None,
-                1,
-            )
+        let Some(part) = c.part(0, b.col0, b.rows, b.cols) else {
+            *failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(GpuError::Cuda("a block of C outside the caller's C".into()));
+            return false;
         };
+        // SAFETY: the slot holds the piece's rows x cols values (a slot holds at least
+        // `piece_bytes`, and pieces are cut to fit), downloaded (its event fired above); it
+        // is not refilled before it is given back.
+        let staged =
+            unsafe { std::slice::from_raw_parts(ring.slot(f.slot) as *const f64, b.rows * b.cols) };
+        // pieces are disjoint columns and only the writer threads write the caller's C
+        // during the call
+        write_c(&part, staged, None, 1);
         true
     });
     match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {

@@ -4,7 +4,7 @@
 
 use super::Engine;
 use super::tuning::tuning;
-use ozaki_core::blas::{GemmArgs, Trans, span};
+use ozaki_core::blas::{GemmArgs, Trans};
 use ozaki_core::host_pipeline::{CutRule, column_blocks};
 
 /// How a pipelined gemm is cut: C into `blocks` column blocks, op(A) into `panels` row
@@ -138,39 +138,35 @@ pub(super) fn panel_places(args: &GemmArgs, panels: &[(usize, usize)]) -> Vec<Pa
         .collect()
 }
 
-/// A block of C as the host path moves it: `cols` columns of `rows` rows from element `off`
-/// of the call's C (leading dimension `ld`). The same description places it in C on the
-/// device, in C's pinned staging and in the caller's C (all laid out with the caller's
-/// `ldc`); a piece of it in C's download ring starts at the slot's first byte.
+/// A block of C as the host path moves it: columns `col0..col0 + cols` of the call's C of
+/// `rows` rows. On the device and in C's pinned staging C is contiguous (leading dimension =
+/// its rows), so there the block is the `rows x cols` elements from [`CBlock::off`]; in the
+/// caller's C it is rows `0..rows` of those columns (`HostC::part`); a piece of it in C's
+/// download ring starts at the slot's first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CBlock {
-    pub(crate) off: usize,
+    pub(crate) col0: usize,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
-    pub(crate) ld: usize,
 }
 
 impl CBlock {
-    /// Elements from the block's first to its last (the padding rows between its columns
-    /// included, the padding after its last column not).
-    pub(crate) fn span(&self) -> usize {
-        span(self.rows, self.cols, self.ld)
+    /// Index of the block's first element in C on the device and in pinned staging.
+    pub(crate) fn off(&self) -> usize {
+        self.col0 * self.rows
     }
 
-    /// Bytes of [`CBlock::span`].
+    /// Bytes of the block.
     pub(crate) fn bytes(&self) -> usize {
-        8 * self.span()
+        8 * self.rows * self.cols
     }
 
     /// The block cut, in order, into pieces of whole columns, each of at most `max_bytes`
     /// (a piece has at least one column, so a column longer than `max_bytes` is one piece).
     pub(crate) fn pieces(self, max_bytes: usize) -> impl Iterator<Item = CBlock> {
-        let fit = match max_bytes / 8 {
-            e if e <= self.rows => 1,
-            e => (e - self.rows) / self.ld.max(1) + 1,
-        };
+        let fit = (max_bytes / 8 / self.rows.max(1)).max(1);
         (0..self.cols).step_by(fit).map(move |j| CBlock {
-            off: self.off + j * self.ld,
+            col0: self.col0 + j,
             cols: fit.min(self.cols - j),
             ..self
         })
@@ -226,26 +222,26 @@ mod tests {
     }
 
     /// A block's pieces cover its columns in order, each whole columns within the limit
-    /// (or one column when a column alone exceeds it).
+    /// (or one column when a column alone exceeds it), and lie one after the other in the
+    /// contiguous C.
     #[test]
     fn pieces_are_whole_columns_in_order_within_the_limit() {
-        for (rows, cols, ld, max) in [
-            (100, 37, 100, 8 * 1000),
-            (100, 37, 103, 8 * 1000),
-            (100, 37, 103, 8 * 50),
-            (100, 1, 100, 8),
-            (100, 37, 100, 1 << 30),
-            (5, 0, 5, 64),
+        for (rows, cols, max) in [
+            (100, 37, 8 * 1000),
+            (100, 37, 8 * 50),
+            (100, 1, 8),
+            (100, 37, 1 << 30),
+            (5, 0, 64),
         ] {
             let b = CBlock {
-                off: 17 * ld,
+                col0: 17,
                 rows,
                 cols,
-                ld,
             };
             let mut next = 0;
             for p in b.pieces(max) {
-                assert_eq!((p.off, p.rows, p.ld), (b.off + next * ld, rows, ld));
+                assert_eq!((p.col0, p.rows), (b.col0 + next, rows));
+                assert_eq!(p.off(), b.off() + next * rows);
                 assert!(p.cols >= 1);
                 assert!(p.bytes() <= max || p.cols == 1, "{p:?} over {max}");
                 next += p.cols;

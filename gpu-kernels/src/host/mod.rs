@@ -8,14 +8,20 @@
 //! Host copies into and out of pinned memory run on several threads and overlap the DMA of
 //! the previous chunk (two staging buffers alternate).
 //!
-//! What lives where: `tuning` (the knobs), `grid` (how a call is cut into column blocks
-//! and row panels, `CBlock`), `upload` (the pinned ring and the upload thread), `download`
-//! (the download thread), `c_ring` (C's download ring for early writes), `write_back`
-//! (staging into the caller's C), `share` (a split's shared A), `register` (page-locking
-//! the caller's operands for a call, `OZAKI_HOST_REGISTER`); this module holds the entry
-//! points and the pipeline that drives them.
+//! The caller's C is a raw-pointer strided matrix ([`HostC`]): only its call's rows of each
+//! column are read (copied straight into the pinned upload ring) or written (straight from
+//! pinned staging or C's download ring); on the device and in pinned memory C is contiguous.
+//!
+//! What lives where: `caller_c` (the caller's C, [`HostC`]), `tuning` (the knobs), `grid`
+//! (how a call is cut into column blocks and row panels, `CBlock`), `upload` (the pinned ring
+//! and the upload thread), `download` (the download thread), `c_ring` (C's download ring for
+//! early writes), `write_back` (staging into the caller's C), `compact` (A and B that are
+//! small blocks of larger arrays), `share` (a split's shared A), `register` (page-locking the
+//! caller's operands for a call, `OZAKI_HOST_REGISTER`); this module holds the entry points
+//! and the pipeline that drives them.
 
 mod c_ring;
+mod caller_c;
 mod compact;
 mod download;
 pub(crate) mod early_write;
@@ -34,6 +40,7 @@ use crate::ozaki::{self, DeviceCall, Op, Options};
 use crate::timing::{Marks, Phase};
 use c_ring::free_slots;
 pub(crate) use c_ring::{CRing, Filled, Giver, empty_slots};
+pub use caller_c::HostC;
 use cudarc::driver::sys;
 use download::{Download, Sink, drain};
 use early_write::EarlyC;
@@ -48,9 +55,9 @@ pub(crate) use share::{PanelBoard, Share};
 pub(crate) use tuning::write_threads;
 pub use tuning::{Tuning, set_cpu_sharers, set_register, set_tuning, tuning};
 pub(crate) use upload::upload;
-use upload::{Piece, feed, panel_piece, ring};
+use upload::{Piece, feed, panel_piece, ring, upload_piece};
 use whole_rule::Verdict;
-pub(crate) use write_back::write_columns;
+pub(crate) use write_back::write_c;
 use write_back::{copy_out, write_back};
 
 /// Which device computation a host-resident call runs.
@@ -94,30 +101,53 @@ pub struct Timeline {
     pub write_ms: f32,
 }
 
-/// Uploads A (and C when `read_c`) for a syrk; returns their device addresses.
+/// Uploads A (and C when `read_c`, contiguous on the device) for a syrk; returns their
+/// device addresses.
 fn stage_operands(
     gpu: &mut Gpu,
     a: &[f64],
-    c: &[f64],
-    c_span: usize,
+    c: &HostC,
     read_c: bool,
 ) -> Result<(u64, u64), GpuError> {
     let da = gpu.workspace.get("host_a", a.len() * 8)?;
-    let dc = gpu.workspace.get("host_c", c_span * 8)?;
+    let dc = gpu.workspace.get("host_c", c.rows() * c.cols() * 8)?;
     upload(gpu, da, a)?;
     if read_c {
-        upload(gpu, dc, &c[..c_span])?;
+        for p in Piece::columns(dc, c, upload::CHUNK) {
+            upload_piece(gpu, &p)?;
+        }
     }
     Ok((da, dc))
 }
 
-/// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands.
+/// `Err` unless `c` is the `rows x cols` C stored `ld` apart that the call describes.
+fn matches(c: &HostC, rows: usize, cols: usize, ld: usize) -> Result<(), GpuError> {
+    if (c.rows(), c.cols(), c.ld()) == (rows, cols, ld) {
+        return Ok(());
+    }
+    Err(GpuError::Unsupported(format!(
+        "C of {} x {} stored {} apart for a call on {rows} x {cols} stored {ld} apart",
+        c.rows(),
+        c.cols(),
+        c.ld()
+    )))
+}
+
+/// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands, C held in `c`
+/// (leading dimension `args.ldc`); see [`gemm_c`].
 pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
+    gemm_c(args, HostC::of_slice(c, args.m, args.n, args.ldc)?, engine)
+}
+
+/// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands and the caller's
+/// strided C (`m x n` stored `ldc` apart).
+pub fn gemm_c(args: &GemmArgs, c: HostC, engine: Engine) -> Result<HostOutcome, GpuError> {
     let _flags = fp_flags::KeepFpFlags::new();
+    matches(&c, args.m, args.n, args.ldc)?;
     let (mut g, waited_ns) = gpu_queued()?;
-    let mut out = match compact::gemm(args, c, |p, pc| gemm_on(&mut g, p, pc, engine)) {
+    let mut out = match compact::gemm(args, |p| grid_c(&mut g, p, c, engine, Grid::of(p, engine))) {
         Some(packed) => packed?,
-        None => gemm_on(&mut g, args, c, engine)?,
+        None => grid_c(&mut g, args, c, engine, Grid::of(args, engine))?,
     };
     out.phases.wait_ns = waited_ns;
     Ok(out)
@@ -146,17 +176,31 @@ pub fn gemm_grid(
     engine: Engine,
     grid: Grid,
 ) -> Result<HostOutcome, GpuError> {
-    let c_span = span(args.m, args.n, args.ldc);
-    assert!(c.len() >= c_span, "C shorter than its span");
-    // beta == 0: blocks go into C as they arrive (early_write); C is not read, so no view
-    // of it is lent to the pipeline meanwhile
+    let c = HostC::of_slice(c, args.m, args.n, args.ldc)?;
+    grid_c(gpu, args, c, engine, grid)
+}
+
+/// [`gemm_grid`] on the caller's strided C.
+///
+/// C is never half-written by a failure the data can cause: with beta != 0 the result waits
+/// in pinned staging until the whole call succeeded and only then is written into `c`
+/// ([`write_back`]); with beta = 0 blocks are written as they arrive only once every
+/// data-dependent check passed, and a later device fault leaves a C the vendor fallback
+/// overwrites whole without reading it ([`early_write`]).
+fn grid_c(
+    gpu: &mut Gpu,
+    args: &GemmArgs,
+    c: HostC,
+    engine: Engine,
+    grid: Grid,
+) -> Result<HostOutcome, GpuError> {
+    // beta == 0: blocks go into C as they arrive (early_write); C is not read
     let early = (args.beta == 0.0).then(|| EarlyC {
-        c: SendPtr(c.as_mut_ptr()),
+        c,
         threads: write_threads(),
         gate: None,
     });
-    let c_in: &[f64] = if early.is_some() { &[] } else { &c[..c_span] };
-    let (mut out, mut staged) = staged_gemm(gpu, args, c_in, engine, grid, Tile::Whole, early)?;
+    let (mut out, mut staged) = staged_gemm(gpu, args, c, engine, grid, Tile::Whole, early)?;
     if let (StagedC::Rerun(r), Engine::Ozaki(opts)) = (staged, engine) {
         // the whole call's rule chose another count than its units ran with (`whole_rule`):
         // the same cut again with that count, C still untouched
@@ -165,7 +209,7 @@ pub fn gemm_grid(
             ..opts
         });
         let first = out.phases;
-        (out, staged) = staged_gemm(gpu, args, c_in, forced, grid, Tile::Whole, early)?;
+        (out, staged) = staged_gemm(gpu, args, c, forced, grid, Tile::Whole, early)?;
         out.phases.transfer_ns += first.transfer_ns;
         out.phases.convert_ns += first.convert_ns;
         out.phases.products_ns += first.products_ns;
@@ -179,10 +223,10 @@ pub fn gemm_grid(
         }
     };
     let t = std::time::Instant::now();
-    // SAFETY: ptr points at c_span doubles of pinned staging owned by `gpu`, which this
+    // SAFETY: ptr points at m n doubles of pinned staging owned by `gpu`, which this
     // function still borrows mutably, filled by the successful call above.
-    let staged = unsafe { std::slice::from_raw_parts(ptr, c_span) };
-    write_back(&mut c[..c_span], staged, args.m, args.n, args.ldc, None);
+    let staged = unsafe { std::slice::from_raw_parts(ptr, args.m * args.n) };
+    write_back(&c, staged, None);
     out.phases.transfer_ns += t.elapsed().as_nanos() as u64;
     if let Some(tl) = out.timeline.as_mut() {
         tl.write_ms = t.elapsed().as_secs_f32() * 1e3;
@@ -195,7 +239,7 @@ pub fn gemm_grid(
 pub(crate) enum StagedC {
     /// Every block is in the caller's C (early writes, [`early_write`]).
     Written,
-    /// The call's span of C, laid out with its `ldc`, in the GPU's staging buffer
+    /// The call's `m x n` C, contiguous (leading dimension m), in the GPU's staging buffer
     /// [`C_SLOT`]; valid until the next call on that GPU (beta != 0).
     Staged(*const f64),
     /// Neither: the early writes were not allowed to start (another tile of a split
@@ -326,8 +370,9 @@ fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
 
 /// Runs C = alpha op(A) op(B) + beta C on `gpu`. With beta != 0 the result is left in pinned
 /// staging (the caller writes it into its C only once it knows the whole call, or every
-/// tile of a split, succeeded: the route's contract); `c_in` is the call's span of the
-/// caller's C. With `early` and beta == 0, the blocks come home through C's download ring
+/// tile of a split, succeeded: the route's contract); `c` is the caller's C, read only when
+/// beta != 0 (its rows of each column, into the upload ring). On the device and in pinned
+/// memory C is contiguous (leading dimension m). With `early` and beta == 0, the blocks come home through C's download ring
 /// ([`c_ring`]) and are written into the caller's C as they arrive once the call is accepted
 /// ([`early_write`]); the returned [`StagedC`] says where C is.
 ///
@@ -351,12 +396,13 @@ fn wait(stream: sys::CUstream, e: sys::CUevent) -> Result<(), GpuError> {
 pub(crate) fn staged_gemm(
     gpu: &mut Gpu,
     args: &GemmArgs,
-    c_in: &[f64],
+    c: HostC,
     engine: Engine,
     grid: Grid,
     tile: Tile<'_>,
     early: Option<EarlyC<'_>>,
 ) -> Result<(HostOutcome, StagedC), GpuError> {
+    matches(&c, args.m, args.n, args.ldc)?;
     let share = match tile {
         Tile::Whole => None,
         Tile::Split(share) => share,
@@ -366,7 +412,7 @@ pub(crate) fn staged_gemm(
     let ((ra, ca), (rb, cb)) = (args.a_dims(), args.b_dims());
     let a = &args.a[..span(ra, ca, args.lda)];
     let b = &args.b[..span(rb, cb, args.ldb)];
-    let c_span = span(m, n, args.ldc);
+    let c_elems = m * n;
     let read_c = args.beta != 0.0;
     // a large whole call page-locks op(A) and op(B) when registration is on, so they upload
     // without the staging copy; unlocked when this function returns, after its streams
@@ -384,13 +430,13 @@ pub(crate) fn staged_gemm(
         None => gpu.workspace.get("host_a", a.len() * 8)?,
     };
     let db = gpu.workspace.get("host_b", b.len() * 8)?;
-    let dc = gpu.workspace.get("host_c", c_span * 8)?;
+    let dc = gpu.workspace.get("host_c", c_elems * 8)?;
     let ring = ring(gpu)?;
     let mut res = CallResources::new()?;
     // beta = 0: C's ring, sized by the tuning; else C's full staging (grow-only)
     let (c_ring, c_stage) = match early {
         Some(_) => (Some(CRing::new(gpu, m, &mut res)?), std::ptr::null_mut()),
-        None => (None, gpu.staging(C_SLOT, c_span * 8)? as *mut f64),
+        None => (None, gpu.staging(C_SLOT, c_elems * 8)? as *mut f64),
     };
 
     // column blocks of C, multiples of 64 columns; row panels of op(A)
@@ -428,11 +474,8 @@ pub(crate) fn staged_gemm(
             g.push(Piece::new(db, b).direct(locked.locked(1)));
         }
         if read_c {
-            let s = c0 * args.ldc;
-            g.push(Piece::new(
-                dc + 8 * s as u64,
-                &c_in[s..s + span(m, w, args.ldc)],
-            ));
+            let block = c.part(0, c0, m, w).expect("a column block lies inside C");
+            g.extend(Piece::columns(dc + 8 * (c0 * m) as u64, &block, ring.chunk));
         }
         g
     };
@@ -573,7 +616,8 @@ pub(crate) fn staged_gemm(
                 } else {
                     c0
                 } as u64;
-                let c_off = 8 * (c0 * args.ldc + place.r0) as u64;
+                // C on the device: contiguous, leading dimension m
+                let (c_off, ldc) = (8 * (c0 * m + place.r0) as u64, m.max(1));
                 match engine {
                     Engine::Native => {
                         let mut mk = Marks::start(stream)?;
@@ -590,7 +634,7 @@ pub(crate) fn staged_gemm(
                                 (a_p, place.ld),
                                 (db + b_off, args.ldb),
                                 args.beta,
-                                (dc + c_off, args.ldc),
+                                (dc + c_off, ldc),
                             )
                         }?;
                         mk.mark(Phase::Products)?;
@@ -618,7 +662,7 @@ pub(crate) fn staged_gemm(
                                 (p, a_part),
                                 (j, b_part),
                                 (args.alpha, args.beta),
-                                (dc + c_off, args.ldc),
+                                (dc + c_off, ldc),
                             )
                         }?;
                     }
@@ -638,7 +682,7 @@ pub(crate) fn staged_gemm(
                             lda: place.ld,
                             beta: args.beta,
                             c: dc + c_off,
-                            ldc: args.ldc,
+                            ldc,
                         };
                         // not waited for: the next unit's plan overlaps this unit's work
                         // SAFETY: as for the native product above.
@@ -656,10 +700,9 @@ pub(crate) fn staged_gemm(
                 let job = Download {
                     done: Handle(done),
                     block: CBlock {
-                        off: c0 * args.ldc,
+                        col0: c0,
                         rows: m,
                         cols: w,
-                        ld: args.ldc,
                     },
                 };
                 down_tx
@@ -752,11 +795,22 @@ pub(crate) fn staged_gemm(
     Ok((out, staged))
 }
 
-/// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands.
+/// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands, C
+/// held in `c` (leading dimension `args.ldc`); see [`syrk_c`].
 pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {
+    syrk_c(args, HostC::of_slice(c, args.n, args.n, args.ldc)?, engine)
+}
+
+/// C = alpha op(A) op(A)^T + beta C (one triangle) on the GPU for host-resident operands and
+/// the caller's strided C (`n x n` stored `ldc` apart). With beta != 0 rows `0..n` of each
+/// column are uploaded (the other triangle is part of the call's C argument, which dsyrk
+/// leaves unreferenced); only the `uplo` triangle is written, after the device work
+/// succeeded ([`copy_out`]).
+pub fn syrk_c(args: &SyrkArgs, c: HostC, engine: Engine) -> Result<HostOutcome, GpuError> {
     let _flags = fp_flags::KeepFpFlags::new();
+    matches(&c, args.n, args.n, args.ldc)?;
     let (mut g, waited_ns) = gpu_queued()?;
-    let mut out = match compact::syrk(args, c, |p, pc| syrk_on(&mut g, p, pc, engine)) {
+    let mut out = match compact::syrk(args, |p| syrk_on(&mut g, p, c, engine)) {
         Some(packed) => packed?,
         None => syrk_on(&mut g, args, c, engine)?,
     };
@@ -764,18 +818,18 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
     Ok(out)
 }
 
-/// [`syrk`] on a locked GPU, operands as given.
+/// [`syrk_c`] on a locked GPU, operands as given; C is contiguous on the device.
 fn syrk_on(
     gpu: &mut Gpu,
     args: &SyrkArgs,
-    c: &mut [f64],
+    c: HostC,
     engine: Engine,
 ) -> Result<HostOutcome, GpuError> {
     let (ra, ca) = args.a_dims();
     let a = &args.a[..span(ra, ca, args.lda)];
-    let c_span = span(args.n, args.n, args.ldc);
+    let ldc = args.n.max(1);
     let t0 = std::time::Instant::now();
-    let (st_a, st_c) = stage_operands(gpu, a, c, c_span, args.beta != 0.0)?;
+    let (st_a, st_c) = stage_operands(gpu, a, &c, args.beta != 0.0)?;
     let up_ns = t0.elapsed().as_nanos() as u64;
     let stream = gpu.stream;
     let mut out = HostOutcome {
@@ -796,7 +850,7 @@ fn syrk_on(
                     args.alpha,
                     (st_a, args.lda),
                     args.beta,
-                    (st_c, args.ldc),
+                    (st_c, ldc),
                 )
             }?;
             mk.mark(Phase::Products)?;
@@ -817,7 +871,7 @@ fn syrk_on(
                 lda: args.lda,
                 beta: args.beta,
                 c: st_c,
-                ldc: args.ldc,
+                ldc,
             };
             // SAFETY: as for the native call above (gemm waits for its stream).
             let o = unsafe { ozaki::gemm(gpu, stream, &call, opts) }?;
@@ -826,15 +880,7 @@ fn syrk_on(
         }
     }
     let t1 = std::time::Instant::now();
-    copy_out(
-        gpu,
-        st_c,
-        &mut c[..c_span],
-        args.n,
-        args.n,
-        args.ldc,
-        Some(args.uplo),
-    )?;
+    copy_out(gpu, st_c, &c, Some(args.uplo))?;
     out.phases.transfer_ns += up_ns + t1.elapsed().as_nanos() as u64;
     Ok(out)
 }

@@ -2,42 +2,35 @@
 //! it on several copy threads while the copy engine drains it, and the pieces it moves
 //! (including a split's panels of A copied on to the peer devices).
 
+use super::caller_c::HostC;
 use super::grid::PanelPlace;
 use super::tuning::{copy_threads, tuning};
 use super::{Handle, PanelBoard, SendPtr, record};
 use crate::device::{Gpu, sync};
 use crate::error::{Context, GpuError};
-use crate::host_copy;
+use crate::host_copy::{self, CopyKind};
 use cudarc::driver::sys;
 use ozaki_core::blas::{GemmArgs, Trans, span};
 
-const CHUNK: usize = 64 << 20;
-
-/// dst[..] = src[..] on several threads (large copies between pageable and pinned memory
-/// are limited by one core's bandwidth otherwise).
-fn par_copy(dst: &mut [u8], src: &[u8]) {
-    let t = if src.len() < (4 << 20) {
-        1
-    } else {
-        copy_threads()
-    };
-    let len = src.len().min(dst.len());
-    // SAFETY: both slices hold len bytes and, being & and &mut, do not overlap.
-    unsafe { host_copy::par_copy(dst.as_mut_ptr(), src.as_ptr(), len, t, tuning().upload) }
-}
-
-fn as_bytes(x: &[f64]) -> &[u8] {
-    // SAFETY: f64 has no padding and any byte pattern is a valid u8.
-    unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, std::mem::size_of_val(x)) }
-}
+/// Bytes per staging buffer of [`upload`].
+pub(super) const CHUNK: usize = 64 << 20;
 
 /// Copies `src` to device address `dst` through the two pinned staging buffers.
 pub(crate) fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuError> {
-    let bytes = as_bytes(src);
+    upload_piece(gpu, &Piece::new(dst, src))
+}
+
+/// Copies the piece to its device range through the two pinned staging buffers, each chunk
+/// filled on several threads (large copies between pageable and pinned memory are limited
+/// by one core's bandwidth otherwise).
+pub(super) fn upload_piece(gpu: &mut Gpu, p: &Piece) -> Result<(), GpuError> {
     let stream = gpu.copy_stream;
+    let step = p.step(CHUNK);
+    let kind = tuning().upload;
     let mut events: [Option<sys::CUevent>; 2] = [None, None];
     let result = (|| {
-        for (i, chunk) in bytes.chunks(CHUNK).enumerate() {
+        for (i, off) in (0..p.bytes).step_by(step.max(1)).enumerate() {
+            let len = step.min(p.bytes - off);
             let slot = i % 2;
             if let Some(e) = events[slot] {
                 // SAFETY: e was recorded after the copy that last read this staging buffer.
@@ -45,20 +38,20 @@ pub(crate) fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuErro
                     .result()
                     .ctx("cuEventSynchronize")?;
             }
-            let stage = gpu.staging(slot, CHUNK)?;
-            // SAFETY: staging holds CHUNK bytes and no copy is reading it (waited above).
-            par_copy(
-                unsafe { std::slice::from_raw_parts_mut(stage, chunk.len()) },
-                chunk,
-            );
-            // SAFETY: pinned source of chunk.len() bytes, device destination inside dst's span.
+            let stage = SendPtr(gpu.staging(slot, CHUNK)?);
+            let src = p.src_at(off);
+            let t = if len < (4 << 20) { 1 } else { copy_threads() };
+            ozaki_core::spawn::by_parts(t, t, &|parts| {
+                let (stage, src) = (&stage, &src);
+                for w in parts {
+                    // SAFETY: staging holds CHUNK >= len bytes and no copy is reading it
+                    // (waited above); [off, off + len) lies inside the piece's source.
+                    unsafe { copy_part(stage.0, src.0, len, p.runs, (w, t), kind) };
+                }
+            });
+            // SAFETY: pinned source of len bytes, device destination inside dst's span.
             unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    dst + (i * CHUNK) as u64,
-                    stage as *const _,
-                    chunk.len(),
-                    stream,
-                )
+                sys::cuMemcpyHtoDAsync_v2(p.dst + off as u64, stage.0 as *const _, len, stream)
             }
             .result()
             .ctx("cuMemcpyHtoDAsync")?;
@@ -82,6 +75,42 @@ pub(crate) fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuErro
         let _ = unsafe { sys::cuEventDestroy_v2(e) };
     }
     result
+}
+
+/// Part `w` of `parts` of copying `len` bytes of a piece, from `src` (the piece's source at
+/// a chunk's first byte, [`Piece::src_at`]) into `dst` (a ring slot or staging, filled in
+/// order): for a strided source (`runs`: run width, source pitch) whole runs, run r from
+/// `src + r pitch` to `dst + r width`, so nothing between the runs is read; otherwise an
+/// equal share of the bytes.
+///
+/// # Safety
+/// `dst..dst + len` is writable and read by no one meanwhile; the source bytes of the chunk
+/// (`len / width` runs `pitch` apart, or `len` bytes) are readable and not written
+/// meanwhile; `len` is whole runs for a strided source ([`Piece::step`]).
+unsafe fn copy_part(
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    runs: Option<(usize, usize)>,
+    (w, parts): (usize, usize),
+    kind: CopyKind,
+) {
+    match runs {
+        Some((width, pitch)) => {
+            let n = len / width;
+            let per = n.div_ceil(parts);
+            for r in (w * per).min(n)..((w + 1) * per).min(n) {
+                // SAFETY: run r of the chunk (the contract); streaming copies are fenced.
+                unsafe { host_copy::copy(dst.add(r * width), src.add(r * pitch), width, kind) };
+            }
+        }
+        None => {
+            let per = len.div_ceil(parts);
+            let (lo, hi) = ((w * per).min(len), ((w + 1) * per).min(len));
+            // SAFETY: [lo, hi) of the chunk (the contract); a streaming copy is fenced.
+            unsafe { host_copy::copy(dst.add(lo), src.add(lo), hi - lo, kind) };
+        }
+    }
 }
 
 /// One host span to copy to a contiguous device range, and from there on to the same offset
@@ -137,6 +166,34 @@ impl Piece {
             runs: (width != pitch).then_some((width, pitch)),
             ..Piece::new(dst, src)
         }
+    }
+
+    /// The caller's C (or a block of its columns), packed one column after the other at
+    /// `dst`: rows `0..rows` of each column, never the rows between them. A ring chunk holds
+    /// whole columns ([`Piece::step`]), so a column longer than `chunk` bytes makes a piece
+    /// of its own (contiguous, cut anywhere).
+    pub(super) fn columns(dst: u64, c: &HostC, chunk: usize) -> Vec<Piece> {
+        let (width, pitch) = (8 * c.rows(), 8 * c.ld());
+        let piece = |dst: u64, src: *const f64, cols: usize| Piece {
+            dst,
+            src: SendPtr(src as *mut u8),
+            bytes: width * cols,
+            runs: (width != pitch && width > 0 && cols > 1).then_some((width, pitch)),
+            peers: Vec::new(),
+            ctx: Handle(std::ptr::null_mut()),
+            publish: None,
+            direct: false,
+        };
+        if width <= chunk {
+            return vec![piece(dst, c.as_ptr(), c.cols())];
+        }
+        (0..c.cols())
+            .map(|j| {
+                // SAFETY: column j's first element lies inside C (j < cols).
+                let at = unsafe { c.as_ptr().add(j * c.ld()) };
+                piece(dst + (j * width) as u64, at, 1)
+            })
+            .collect()
     }
 
     /// Source address of destination byte `off` (a run boundary for strided spans).
@@ -260,30 +317,9 @@ pub(super) fn feed(
                     else {
                         break;
                     };
-                    if let Some((width, pitch)) = runs {
-                        // whole runs per worker: run r goes from src + r pitch to d + r width
-                        let n = bytes / width;
-                        let per = n.div_ceil(workers);
-                        for r in (w * per).min(n)..((w + 1) * per).min(n) {
-                            // SAFETY: run r lies inside the live strided source and the ring
-                            // slot no DMA is reading; streaming copies are fenced.
-                            unsafe {
-                                host_copy::copy(
-                                    d.0.add(r * width),
-                                    src.0.add(r * pitch),
-                                    width,
-                                    kind,
-                                )
-                            };
-                        }
-                        done.wait();
-                        continue;
-                    }
-                    let per = bytes.div_ceil(workers);
-                    let (lo, hi) = ((w * per).min(bytes), ((w + 1) * per).min(bytes));
-                    // SAFETY: [lo, hi) of a live source and a ring slot no DMA is reading; a
-                    // streaming copy is fenced before `done` hands the slot to the DMA.
-                    unsafe { host_copy::copy(d.0.add(lo), src.0.add(lo), hi - lo, kind) };
+                    // SAFETY: the chunk of a live source and a ring slot no DMA is reading;
+                    // a streaming copy is fenced before `done` hands the slot to the DMA.
+                    unsafe { copy_part(d.0, src.0, bytes, runs, (w, workers), kind) };
                     done.wait();
                 }
             });
@@ -477,6 +513,71 @@ mod tests {
                 std::slice::from_raw_parts(piece.src.0.add(r * pitch) as *const f64, w / 8)
             };
             dev[at + r * w / 8..at + (r + 1) * w / 8].copy_from_slice(run);
+        }
+    }
+
+    /// Moves `piece` as the upload thread does, on plain host memory: chunk by chunk
+    /// ([`Piece::step`] of a `chunk`-byte ring slot), each chunk filled by `workers` parts
+    /// ([`copy_part`]) into a slot, which then "DMAs" into `dev` (a device buffer from
+    /// address `base`).
+    fn through_ring(piece: &Piece, chunk: usize, workers: usize, base: u64, dev: &mut [f64]) {
+        let mut slot = vec![0f64; chunk / 8];
+        let step = piece.step(chunk);
+        let mut off = 0;
+        while off < piece.bytes {
+            let len = step.min(piece.bytes - off);
+            assert!(len <= chunk, "a chunk overflows its slot");
+            slot.fill(f64::NAN);
+            let dst = slot.as_mut_ptr() as *mut u8;
+            for w in 0..workers {
+                // SAFETY: the slot holds len bytes; the chunk's source lies inside the
+                // piece's (a live C).
+                unsafe {
+                    copy_part(
+                        dst,
+                        piece.src_at(off).0,
+                        len,
+                        piece.runs,
+                        (w, workers),
+                        CopyKind::Memcpy,
+                    )
+                };
+            }
+            let at = ((piece.dst - base) as usize + off) / 8;
+            dev[at..at + len / 8].copy_from_slice(&slot[..len / 8]);
+            off += len;
+        }
+    }
+
+    /// The caller's C with gaps (NaN in rows m..ld) goes through the ring straight from its
+    /// columns, as the pipeline uploads it (each column block's pieces, `Piece::columns` of
+    /// `HostC::part`): with a slot holding several, one, or less than one column, and one or
+    /// several workers per chunk, the device holds C contiguous (leading dimension m) and
+    /// exactly, none of the gap rows (which would show as NaN), and C is unchanged.
+    #[test]
+    fn a_c_with_gaps_lands_contiguous_from_its_own_columns() {
+        let (m, n, ld) = (13usize, 10usize, 17usize);
+        let orig: Vec<f64> = (0..span(m, n, ld))
+            .map(|i| if i % ld < m { i as f64 } else { f64::NAN })
+            .collect();
+        let want: Vec<f64> = (0..m * n).map(|e| orig[e % m + e / m * ld]).collect();
+        for (chunk, workers) in [(8 * m * 3, 1), (8 * m * 3 + 40, 3), (8 * m, 2), (40, 2)] {
+            for blocks in [vec![(0, n)], vec![(0, 4), (4, 4), (8, 2)]] {
+                let mut c = orig.clone();
+                let view = HostC::of_slice(&mut c, m, n, ld).unwrap();
+                let base = 1u64 << 20;
+                let mut dev = vec![f64::NAN; m * n];
+                for &(c0, w) in &blocks {
+                    let block = view.part(0, c0, m, w).unwrap();
+                    for piece in Piece::columns(base + 8 * (c0 * m) as u64, &block, chunk) {
+                        through_ring(&piece, chunk, workers, base, &mut dev);
+                    }
+                }
+                assert_eq!(dev, want, "slot {chunk}, {workers} workers, {blocks:?}");
+                for (x, y) in c.iter().zip(&orig) {
+                    assert_eq!(x.to_bits(), y.to_bits(), "C changed");
+                }
+            }
         }
     }
 

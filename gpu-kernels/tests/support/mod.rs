@@ -130,3 +130,22 @@ pub fn bits_differ(x: &[f64], y: &[f64]) -> usize {
         .filter(|(a, b)| a.to_bits() != b.to_bits())
         .count()
 }
+
+/// A process-wide host tuning (`gpu_kernels::host::set_tuning`) held while the guard lives,
+/// then the default again; the guards of one test program take turns, so tests that set a
+/// tuning never see each other's.
+pub struct Tuned(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+/// The tuning `spec` (`gpu_kernels::host::Tuning`'s syntax) until the guard is dropped.
+pub fn tuned(spec: &str) -> Tuned {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let g = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    gpu_kernels::host::set_tuning(Some(spec.parse().expect("tuning")));
+    Tuned(g)
+}
+
+impl Drop for Tuned {
+    fn drop(&mut self) {
+        gpu_kernels::host::set_tuning(None);
+    }
+}

@@ -82,9 +82,10 @@ pub struct CallShape {
     pub alpha_zero: bool,
     /// Where the operands are.
     pub residency: Residency,
-    /// C is a block of a larger array (its leading dimension exceeds its rows): a
-    /// host-resident GPU route packs it into a private copy before the call and writes it
-    /// back after (the shim's `CView`), two host copies of C priced at the host's copy rate.
+    /// C is a block of a larger array (its leading dimension exceeds its rows). The GPU
+    /// routes move only C's rows of each column to and from pinned staging, so the gaps cost
+    /// them nothing beyond a contiguous C's copies; the shape keeps it so that decisions
+    /// and `ozaki explain` tell such calls apart.
     pub c_gaps: bool,
 }
 

@@ -61,12 +61,12 @@ fn route_name<S: serde::Serializer>(r: &Route, s: S) -> Result<S::Ok, S::Error> 
 }
 
 impl RouteEstimate {
-    /// Seconds of host copies in this estimate: the staged uploads and downloads and the
-    /// packing of a C with gaps (what the vendor's wake stretches, `super::wake`).
+    /// Seconds of host copies in this estimate: the staged uploads and downloads (what the
+    /// vendor's wake stretches, `super::wake`).
     pub fn host_copy_s(&self) -> f64 {
         self.terms
             .iter()
-            .filter(|t| matches!(t.name, "h2d" | "d2h" | "c-pack"))
+            .filter(|t| matches!(t.name, "h2d" | "d2h"))
             .map(|t| t.seconds)
             .sum()
     }
@@ -179,43 +179,7 @@ fn price(
             est.seconds *= f;
         }
     }
-    if est.excluded.is_none()
-        && route != Route::Vendor
-        && let Some(t) = c_pack(profile, shape, detail)
-    {
-        est.seconds += t.seconds;
-        est.terms.push(t);
-    }
     est
-}
-
-/// What a host-resident GPU call whose C has gaps pays on the host for it (the `c-pack`
-/// term, outside the end-to-end corrections, which were fitted on contiguous C): C packed
-/// into a private copy before the call (when beta != 0: the copy is read) and the result
-/// written back after, each a host copy of C at the profile's measured copy rate (the staged
-/// link's where none was measured).
-fn c_pack(profile: &Profile, shape: &CallShape, detail: bool) -> Option<Term> {
-    if !shape.c_gaps || shape.residency != Residency::Host || shape.no_product() {
-        return None;
-    }
-    let (rate, which) = match profile.cpu.copy_bytes_per_s {
-        r if r > 0.0 => (r, "measured host copy"),
-        _ => (profile.gpu.as_ref()?.link.h2d_staged, "staged host link"),
-    };
-    let passes = if shape.beta_zero { 1.0 } else { 2.0 };
-    let bytes = passes * 8.0 * shape.output_elems();
-    Some(Term {
-        name: "c-pack",
-        seconds: bytes / rate.max(1.0),
-        how: how(detail, || {
-            format!(
-                "C has gaps: {passes:.0} host cop{} of {:.3} MB at {:.1} GB/s ({which})",
-                if passes > 1.0 { "ies" } else { "y" },
-                8.0 * shape.output_elems() / 1e6,
-                rate / 1e9
-            )
-        }),
-    })
 }
 
 /// The end-to-end correction of `route` for `shape` and the residency of the timings it was
@@ -813,57 +777,71 @@ mod tests {
     }
 
     /// LU's trailing update, a 4032 x 4032 block of C with `ldc = 4096` updated with k = 64:
-    /// the GPU routes pay for packing C and writing it back (two host copies of 130 MB when
-    /// beta != 0, one when C is only written), at the measured host copy rate or the staged
-    /// link's; the vendor works on C in place and pays nothing, nor does a device-resident
-    /// call or a C without gaps.
+    /// the GPU routes copy C's rows straight between the caller's memory and pinned staging,
+    /// so a C with gaps costs them what a contiguous C costs: one staged copy of C each way
+    /// (up when beta != 0, down always), in the `h2d` and `d2h` terms, and nothing else.
     #[test]
-    fn a_c_with_gaps_costs_the_gpu_routes_its_packing() {
-        let mut p = Profile::built_in("h200").expect("ships");
+    fn a_c_with_gaps_costs_the_gpu_routes_what_a_contiguous_c_costs() {
+        let p = Profile::built_in("h200").expect("ships");
         let update = CallShape {
             beta_zero: false,
             c_gaps: true,
             ..CallShape::gemm(4032, 4032, 64)
         };
-        let price = |p: &Profile, s: &CallShape, r: Route| {
-            let e = predict_loaded(p, s, r, Some(14), 16, 1);
-            let pack = e
-                .terms
-                .iter()
-                .find(|t| t.name == "c-pack")
-                .map(|t| t.seconds);
-            (e.seconds, pack)
+        let contiguous = CallShape {
+            c_gaps: false,
+            ..update
         };
+        let link = p.gpu.as_ref().unwrap().link.clone();
         let c = 8.0 * 4032.0 * 4032.0;
-        let rate = p.cpu.copy_bytes_per_s;
-        assert!(rate > 0.0, "the shipped profile measured its host copy");
+        let term = |e: &RouteEstimate, name: &str| {
+            e.terms
+                .iter()
+                .find(|t| t.name == name)
+                .map(|t| t.seconds)
+                .expect("priced")
+        };
         for r in [Route::GpuNative, Route::GpuOzaki] {
-            let (with, pack) = price(&p, &update, r);
-            let (without, none) = price(
-                &p,
-                &CallShape {
-                    c_gaps: false,
+            for beta_zero in [false, true] {
+                let gaps = CallShape {
+                    beta_zero,
                     ..update
-                },
-                r,
-            );
-            assert_eq!(none, None);
-            let pack = pack.expect("priced");
-            assert!((pack - 2.0 * c / rate).abs() < 1e-12, "{r}: {pack}");
-            assert!((with - without - pack).abs() < 1e-12);
-            let written = CallShape {
-                beta_zero: true,
-                ..update
-            };
-            assert!((price(&p, &written, r).1.unwrap() - c / rate).abs() < 1e-12);
-            let on_device = update.with_residency(Residency::Device);
-            assert_eq!(price(&p, &on_device, r).1, None);
+                };
+                let flat = CallShape {
+                    beta_zero,
+                    ..contiguous
+                };
+                let (with, without) = (
+                    predict_loaded(&p, &gaps, r, Some(14), 16, 1),
+                    predict_loaded(&p, &flat, r, Some(14), 16, 1),
+                );
+                assert_eq!(with.seconds, without.seconds, "{r} beta_zero {beta_zero}");
+                let names = |e: &RouteEstimate| e.terms.iter().map(|t| t.name).collect::<Vec<_>>();
+                assert_eq!(names(&with), names(&without));
+                let up_c = term(&with, "h2d")
+                    - term(
+                        &predict_loaded(
+                            &p,
+                            &CallShape {
+                                beta_zero: true,
+                                ..gaps
+                            },
+                            r,
+                            Some(14),
+                            16,
+                            1,
+                        ),
+                        "h2d",
+                    );
+                let want_up = if beta_zero { 0.0 } else { c / link.h2d_staged };
+                assert!((up_c - want_up).abs() < 1e-12, "{r}: C up {up_c}");
+                let down = term(&with, "d2h") - link.latency_s;
+                assert!(
+                    (down - c / link.d2h_staged).abs() < 1e-12,
+                    "{r}: C down {down}"
+                );
+            }
         }
-        assert_eq!(price(&p, &update, Route::Vendor).1, None);
-        p.cpu.copy_bytes_per_s = 0.0;
-        let staged = p.gpu.as_ref().unwrap().link.h2d_staged;
-        let (_, pack) = price(&p, &update, Route::GpuNative);
-        assert!((pack.unwrap() - 2.0 * c / staged).abs() < 1e-12);
     }
 
     fn shape_on_device(s: u64) -> CallShape {

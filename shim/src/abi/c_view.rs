@@ -7,7 +7,10 @@
 //! `ldc = 20000`). So no Rust reference ever covers that span. [`CView`] reads and writes the
 //! call's [`Region`] element by element through the raw pointer, and [`CView::block`] gives a
 //! route a contiguous `m x n` block: the caller's own memory when C has no gaps
-//! (`ldc == m`), otherwise a packed private copy that [`CBlock::finish`] writes back.
+//! (`ldc == m`), otherwise a packed private copy that [`CBlock::finish`] writes back. The GPU
+//! routes take the view's pointer itself (`gpu_kernels::host::HostC`, [`CView::as_ptr`]):
+//! they copy C's rows between the caller's memory and pinned staging directly, so a C with
+//! gaps costs them no packed copy.
 
 use super::Canon;
 use ozaki_core::blas::Uplo;
@@ -115,6 +118,12 @@ impl CView {
     /// The elements the call writes.
     pub fn region(&self) -> Region {
         self.region
+    }
+
+    /// The caller's pointer: the region's elements lie at `i + j * ld` from it (the
+    /// constructor's contract covers exactly those).
+    pub fn as_ptr(&self) -> *mut f64 {
+        self.p
     }
 
     /// The region's values, column by column.

@@ -10,9 +10,10 @@
 //! checks library presence before any cudarc call and contains cudarc's panics.
 
 use super::{RouteError, RouteOutcome};
+use crate::abi::CView;
 use crate::config::{Config, notice};
 use gpu_kernels::GpuError;
-use gpu_kernels::host::{self, Engine, HostOutcome};
+use gpu_kernels::host::{self, Engine, HostC, HostOutcome};
 use gpu_kernels::ozaki::Options;
 use ozaki_core::blas::{GemmArgs, SyrkArgs};
 use ozaki_core::devices::SplitPlan;
@@ -101,6 +102,18 @@ fn needs_product(alpha: f64, beta: f64, k: usize) -> Result<(), RouteError> {
     Ok(())
 }
 
+/// The call's C as the host path takes it: rows x cols stored ld apart at the view's
+/// pointer. The host path reads rows `0..rows` of each column (beta != 0) and writes only
+/// the view's region (a dsyrk's triangle), never the rows between the columns; for a dsyrk
+/// the rows it reads include the other triangle, part of the call's own C argument, which
+/// the reference leaves unreferenced (as [`CView::block`] hands it to the other routes).
+fn host_c(c: &CView) -> HostC<'_> {
+    let r = c.region();
+    // SAFETY: the view's constructor contract: the call's C, valid and the call's alone for
+    // as long as the view is used; `ld >= rows` (the reference checks, `abi`).
+    unsafe { HostC::from_raw(c.as_ptr(), r.rows, r.cols, r.ld) }
+}
+
 /// C = alpha op(A) op(B) + beta C on the GPU; `route` is `GpuNative` or `GpuOzaki`, split
 /// over the GPU slots as `plan` says.
 ///
@@ -113,7 +126,7 @@ fn needs_product(alpha: f64, beta: f64, k: usize) -> Result<(), RouteError> {
 pub fn gemm(
     route: Route,
     args: &GemmArgs<'_>,
-    c: &mut [f64],
+    c: &CView,
     config: &Config,
     plan: Option<&SplitPlan>,
 ) -> Result<RouteOutcome, RouteError> {
@@ -127,7 +140,8 @@ pub fn gemm(
     // (gpu_kernels::multi; the plan is the call's decision, `super::split`); the trace
     // records every tile's device.
     if let Some(plan) = plan {
-        let o = gpu_kernels::multi::gemm(args, c, engine, plan).map_err(|e| error(route, e))?;
+        let o = gpu_kernels::multi::gemm_c(args, host_c(c), engine, plan)
+            .map_err(|e| error(route, e))?;
         tracing::info!(devices = ?o.devices, grid = ?(plan.grid_rows, plan.grid_cols), "dgemm split across device slots");
         return Ok(RouteOutcome {
             moduli: o.moduli,
@@ -137,7 +151,7 @@ pub fn gemm(
             phases: Some(o.phases),
         });
     }
-    host::gemm(args, c, engine)
+    host::gemm_c(args, host_c(c), engine)
         .map(|o| outcome(o, engine))
         .map_err(|e| error(route, e))
 }
@@ -149,13 +163,13 @@ pub fn gemm(
 pub fn syrk(
     route: Route,
     args: &SyrkArgs<'_>,
-    c: &mut [f64],
+    c: &CView,
     config: &Config,
 ) -> Result<RouteOutcome, RouteError> {
     needs_product(args.alpha, args.beta, args.k)?;
     share_cpu();
     let engine = engine(route, config);
-    host::syrk(args, c, engine)
+    host::syrk_c(args, host_c(c), engine)
         .map(|o| outcome(o, engine))
         .map_err(|e| error(route, e))
 }
@@ -163,6 +177,7 @@ pub fn syrk(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::Region;
     use crate::config::RawConfig;
     use ozaki_core::blas::{Trans, Uplo};
 
@@ -186,7 +201,9 @@ mod tests {
                     beta,
                     ..GemmArgs::product(2, 2, 2, &a, &b)
                 };
-                let got = gemm(route, &args, &mut c, &config, None);
+                // SAFETY: `c` outlives the view and nothing else touches it meanwhile.
+                let view = unsafe { CView::new(c.as_mut_ptr(), Region::gemm(2, 2, 2)) };
+                let got = gemm(route, &args, &view, &config, None);
                 assert_eq!(
                     got,
                     Err(RouteError::NonFinite),
@@ -203,7 +220,9 @@ mod tests {
                     beta,
                     ldc: 2,
                 };
-                let got = syrk(route, &args, &mut c, &config);
+                // SAFETY: as above.
+                let view = unsafe { CView::new(c.as_mut_ptr(), Region::syrk(2, 2, Uplo::Lower)) };
+                let got = syrk(route, &args, &view, &config);
                 assert_eq!(
                     got,
                     Err(RouteError::NonFinite),

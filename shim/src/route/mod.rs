@@ -19,7 +19,9 @@
 //! [`crate::abi::Operands`]: when `alpha == 0` or `k == 0`, A and B are empty slices; quick
 //! returns never reach a route). Its C is the call's m x n block, contiguous (`ldc` = rows:
 //! the caller's own C when it has no gaps, otherwise a packed copy, [`on_block`]), so no route
-//! reads or writes the rows between C's columns. It must write its C only once its whole result is
+//! reads or writes the rows between C's columns. The GPU routes take the call's
+//! [`CView`] instead and copy C's rows straight between the caller's memory and pinned
+//! staging (`gpu_kernels::host::HostC`), under the same rules. It must write its C only once its whole result is
 //! ready (compute into scratch or device buffers, copy out last), so that a fallback after an
 //! `Err` or a panic starts from the original C. It reports what it did in [`RouteOutcome`]
 //! (moduli, device, phases), which the trace record carries.
@@ -294,18 +296,24 @@ unsafe fn run_safe(
 ) -> Result<RouteOutcome, RouteError> {
     // SAFETY: the caller's contract.
     match unsafe { canon.operands() } {
-        Operands::Gemm(args, c) => on_block(&c, args, |args, c| match route {
-            Route::Builtin => Ok(builtin::gemm(args, c)),
-            Route::CpuOzaki => cpu_ozaki::gemm(args, c, config),
-            Route::GpuNative | Route::GpuOzaki => gpu::gemm(route, args, c, config, plan),
-            Route::Vendor => unreachable!("the vendor route takes the raw arguments"),
-        }),
-        Operands::Syrk(args, c) => on_block(&c, args, |args, c| match route {
-            Route::Builtin => Ok(builtin::syrk(args, c)),
-            Route::CpuOzaki => cpu_ozaki::syrk(args, c, config),
-            Route::GpuNative | Route::GpuOzaki => gpu::syrk(route, args, c, config),
-            Route::Vendor => unreachable!("the vendor route takes the raw arguments"),
-        }),
+        // the GPU routes move C's rows between the caller's memory and pinned staging
+        // themselves, from the view: no packed block
+        Operands::Gemm(args, c) => match route {
+            Route::GpuNative | Route::GpuOzaki => gpu::gemm(route, &args, &c, config, plan),
+            _ => on_block(&c, args, |args, c| match route {
+                Route::Builtin => Ok(builtin::gemm(args, c)),
+                Route::CpuOzaki => cpu_ozaki::gemm(args, c, config),
+                _ => unreachable!("the vendor route takes the raw arguments"),
+            }),
+        },
+        Operands::Syrk(args, c) => match route {
+            Route::GpuNative | Route::GpuOzaki => gpu::syrk(route, &args, &c, config),
+            _ => on_block(&c, args, |args, c| match route {
+                Route::Builtin => Ok(builtin::syrk(args, c)),
+                Route::CpuOzaki => cpu_ozaki::syrk(args, c, config),
+                _ => unreachable!("the vendor route takes the raw arguments"),
+            }),
+        },
     }
 }
 
