@@ -87,6 +87,16 @@ pub fn quick_return(rows: usize, cols: usize, k: usize, alpha: f64, beta: f64) -
     rows == 0 || cols == 0 || ((alpha == 0.0 || k == 0) && beta == 1.0)
 }
 
+/// Rows of column `j` of an `m`-row C that a call writes: all of them, or those of the `tri`
+/// triangle (dsyrk).
+pub fn column_rows(j: usize, m: usize, tri: Option<Uplo>) -> std::ops::Range<usize> {
+    match tri {
+        None => 0..m,
+        Some(Uplo::Upper) => 0..(j + 1).min(m),
+        Some(Uplo::Lower) => j.min(m)..m,
+    }
+}
+
 /// Elements of a column-major `rows x cols` matrix with leading dimension `ld` that a BLAS
 /// call may touch: `ld (cols - 1) + rows`, 0 for an empty matrix (the caller's array may be
 /// longer; reading past this span is what the reference forbids).

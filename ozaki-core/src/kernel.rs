@@ -248,11 +248,7 @@ pub fn for_each_column<T: Send>(
 ) {
     par_columns(&mut out[..m * n], m, n, threads, |j0, j1, cols| {
         for j in j0..j1 {
-            let rows = match tri {
-                None => 0..m,
-                Some(Uplo::Upper) => 0..(j + 1).min(m),
-                Some(Uplo::Lower) => j.min(m)..m,
-            };
+            let rows = crate::blas::column_rows(j, m, tri);
             f(j, rows, &mut cols[(j - j0) * m..(j - j0 + 1) * m]);
         }
     });

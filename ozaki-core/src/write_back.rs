@@ -126,12 +126,7 @@ pub fn write_back(
     prod: Option<&Product<'_>>,
 ) {
     for j in 0..n {
-        let (lo, hi) = match tri {
-            None => (0, m),
-            Some(Uplo::Upper) => (0, (j + 1).min(m)),
-            Some(Uplo::Lower) => (j, m),
-        };
-        for i in lo..hi {
+        for i in crate::blas::column_rows(j, m, tri) {
             let cij = &mut c[i + j * ldc];
             *cij = match prod {
                 None if beta == 0.0 => 0.0,

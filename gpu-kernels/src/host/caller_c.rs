@@ -12,7 +12,7 @@
 
 use crate::error::GpuError;
 use crate::host_copy::{self, CopyKind};
-use ozaki_core::blas::{Uplo, span};
+use ozaki_core::blas::{Uplo, column_rows, span};
 use std::marker::PhantomData;
 
 /// The caller's C of one call (or one tile of a split): `rows x cols` stored `ld` apart from
@@ -138,30 +138,20 @@ impl<'a> HostC<'a> {
             // the whole wrappers, not their raw-pointer fields, are what the closure captures
             let (d, s) = (&d, &s);
             for j in cols {
-                let (lo, hi) = rows_of(j, m, uplo);
-                // SAFETY: rows lo..hi of column j are elements of C (the contract) and of the
+                let rows = column_rows(j, m, uplo);
+                // SAFETY: these rows of column j are elements of C (the contract) and of the
                 // contiguous source (checked above); columns are split among the threads,
                 // so this range is this thread's alone.
                 unsafe {
                     host_copy::copy(
-                        d.0.add(j * ld + lo) as *mut u8,
-                        s.0.add(j * m + lo) as *const u8,
-                        8 * (hi - lo),
+                        d.0.add(j * ld + rows.start) as *mut u8,
+                        s.0.add(j * m + rows.start) as *const u8,
+                        8 * rows.len(),
                         kind,
                     )
                 };
             }
         });
-    }
-}
-
-/// Rows `lo..hi` of column `j` of an `m`-row C that a write touches: all of them, or those
-/// of the `uplo` triangle.
-fn rows_of(j: usize, m: usize, uplo: Option<Uplo>) -> (usize, usize) {
-    match uplo {
-        None => (0, m),
-        Some(Uplo::Upper) => (0, (j + 1).min(m)),
-        Some(Uplo::Lower) => (j.min(m), m),
     }
 }
 
@@ -205,8 +195,7 @@ mod tests {
                 for (at, (got, was)) in c.iter().zip(&orig).enumerate() {
                     let (i, j) = (at % ld, at / ld);
                     let inside = i >= r0 && i < r0 + rows && j >= c0 && j < c0 + cols && {
-                        let (lo, hi) = rows_of(j - c0, rows, uplo);
-                        (lo..hi).contains(&(i - r0))
+                        column_rows(j - c0, rows, uplo).contains(&(i - r0))
                     };
                     let want = if inside {
                         src[(i - r0) + (j - c0) * rows]

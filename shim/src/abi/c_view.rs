@@ -74,11 +74,7 @@ impl Region {
 
     /// Row range of column `j`.
     fn rows_of(&self, j: usize) -> Range<usize> {
-        match self.tri {
-            None => 0..self.rows,
-            Some(Uplo::Upper) => 0..(j + 1).min(self.rows),
-            Some(Uplo::Lower) => j.min(self.rows)..self.rows,
-        }
+        ozaki_core::blas::column_rows(j, self.rows, self.tri)
     }
 
     /// Number of elements.

@@ -714,11 +714,11 @@ fn vendor_factor_now(cs: &CallShape, in_flight: u32) -> f64 {
 }
 
 /// Prices a gated call for its trace record ([`Gated::price`]) as [`decide`] prices it on a
-/// miss, by the engine that gated it (`pre`: the pre-engine), with `in_flight` calls in flight.
-fn price_gated(cs: &CallShape, pre: bool, in_flight: u32) -> memo::Priced {
+/// miss, by the engine that gated it (`pre`: the pre-engine), with `in_flight` calls in flight
+/// and the vendor's correction factor `fv`.
+fn price_gated(cs: &CallShape, pre: bool, in_flight: u32, fv: f64) -> memo::Priced {
     let e = pre.then(pre_engine).flatten().unwrap_or_else(engine);
     let moduli = crate::config::get().moduli;
-    let fv = vendor_factor_now(cs, in_flight);
     decide_by_class(e, cs, class_bound(cs), moduli, in_flight, fv)
 }
 
@@ -765,12 +765,7 @@ fn class_bound(cs: &CallShape) -> Option<CallShape> {
     if cs.m.saturating_mul(cs.n).saturating_mul(cs.k) > SMALL_MNK {
         return None;
     }
-    let bound = CallShape {
-        m: cs.m.next_power_of_two(),
-        n: cs.n.next_power_of_two(),
-        k: cs.k.next_power_of_two(),
-        ..*cs
-    };
+    let bound = super::gate::size_class_bound(cs);
     (bound != *cs).then_some(bound)
 }
 

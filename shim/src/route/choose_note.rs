@@ -34,9 +34,10 @@ pub struct Gated {
     pub pre: bool,
     /// The vendor's correction factor for the call at `concurrent` calls in flight, now.
     pub factor: fn(&CallShape, u32) -> f64,
-    /// Prices the call (by the pre-engine when `pre`) at `concurrent` calls in flight: the
-    /// decision and the size class's bound it was priced at.
-    pub price: fn(&CallShape, bool, u32) -> Priced,
+    /// Prices the call (by the pre-engine when `pre`) at `concurrent` calls in flight with the
+    /// vendor's correction factor `fv` ([`Gated::factor`]): the decision and the size class's
+    /// bound it was priced at.
+    pub price: fn(&CallShape, bool, u32, f64) -> Priced,
 }
 
 /// One call's engine record: the decision it was priced from and what changed it.
@@ -161,7 +162,7 @@ impl EngineNote {
                 // What the decision cache would have recorded: the pre-engine's "clearly the
                 // vendor's" with the vendor's correction, or the engine's plain decision.
                 let fv = (g.factor)(&g.shape, self.concurrent);
-                let (d, bound) = (g.price)(&g.shape, g.pre, self.concurrent);
+                let (d, bound) = (g.price)(&g.shape, g.pre, self.concurrent, fv);
                 let note = EngineNote {
                     bound,
                     early: g.pre.then_some(Early::Clearly { fv }),

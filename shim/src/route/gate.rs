@@ -92,7 +92,7 @@ impl Gate {
         let slot = &self.slots[i];
         match slot.load(Ordering::Relaxed) {
             UNKNOWN => {
-                let v = if ahead_by(Margin::of(&price(&bound(cs), c)), self.margin) {
+                let v = if ahead_by(Margin::of(&price(&size_class_bound(cs), c)), self.margin) {
                     VENDOR
                 } else {
                     DECIDE
@@ -132,8 +132,9 @@ fn flags(cs: &CallShape) -> usize {
         | (cs.c_gaps as usize) << 4
 }
 
-/// The bound of `cs`'s class: its dimensions rounded up to powers of two.
-fn bound(cs: &CallShape) -> CallShape {
+/// The bound of `cs`'s size class: its dimensions rounded up to powers of two (0 to 1). The
+/// decision cache prices small calls at the same bound (`super::choose`).
+pub fn size_class_bound(cs: &CallShape) -> CallShape {
     CallShape {
         m: cs.m.max(1).next_power_of_two(),
         n: cs.n.max(1).next_power_of_two(),

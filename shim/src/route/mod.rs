@@ -19,11 +19,11 @@
 //! [`crate::abi::Operands`]: when `alpha == 0` or `k == 0`, A and B are empty slices; quick
 //! returns never reach a route). Its C is the call's m x n block, contiguous (`ldc` = rows:
 //! the caller's own C when it has no gaps, otherwise a packed copy, [`on_block`]), so no route
-//! reads or writes the rows between C's columns. The GPU routes take the call's
-//! [`CView`] instead and copy C's rows straight between the caller's memory and pinned
-//! staging (`gpu_kernels::host::HostC`), under the same rules. It must write its C only once its whole result is
-//! ready (compute into scratch or device buffers, copy out last), so that a fallback after an
-//! `Err` or a panic starts from the original C. It reports what it did in [`RouteOutcome`]
+//! reads or writes the rows between C's columns. The GPU routes take the call's [`CView`]
+//! instead and copy C's rows straight between the caller's memory and pinned staging
+//! (`gpu_kernels::host::HostC`), under the same rules. It must write its C only once its
+//! whole result is ready (compute into scratch or device buffers, copy out last), so that a
+//! fallback after an `Err` or a panic starts from the original C. It reports what it did in [`RouteOutcome`]
 //! (moduli, device, phases), which the trace record carries.
 //!
 //! ## Seams
