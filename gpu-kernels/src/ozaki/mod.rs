@@ -193,8 +193,9 @@ pub struct Options {
     pub accuracy: Accuracy,
     /// Largest column block (for tests of the blocked path; 0 = as memory allows).
     pub max_block: usize,
-    /// Alignment of the int8 products' m, n and k ([`padding::alignment`]: 0 is
-    /// [`padding::ALIGN`], 1 leaves m and n unpadded); the result is the same bits at any.
+    /// Alignment of the int8 products' m, n and k ([`padding::alignment`]: 0 is the
+    /// default, 128 for large calls and 16 for the rest; 1 leaves m and n unpadded); the
+    /// result is the same bits at any.
     pub align: usize,
 }
 
@@ -608,7 +609,7 @@ pub unsafe fn enqueue(
     if m > i32::MAX as usize || n > i32::MAX as usize {
         return Err(GpuError::Unsupported("dimension beyond int32".into()));
     }
-    let pad = padding::padded(m, n, k, padding::alignment(opts.align));
+    let pad = padding::padded(m, n, k, padding::alignment(opts.align, m, n, k));
     let kpad = pad.k;
     let syrk = matches!(call.op, Op::Syrk { .. });
     // Element (i, l) of op(A) is contiguous along l when A is transposed.

@@ -122,7 +122,7 @@ impl Pieces {
             return Err(GpuError::Unsupported("dimension out of range".into()));
         }
         let r = r.clamp(2, MODULI.len());
-        let pad = padding::padded(m, n, k, padding::alignment(opts.align));
+        let pad = padding::padded(m, n, k, padding::alignment(opts.align, m, n, k));
         let kpad = pad.k;
         let (panels, bytes_a) = slices(panels, pad.align, kpad, r);
         let (blocks, bytes_b) = slices(blocks, pad.align, kpad, r);
