@@ -34,6 +34,7 @@ pub mod platforms;
 pub mod profile;
 pub mod reduced;
 pub mod replay;
+pub mod sides;
 pub mod split;
 pub mod wake;
 pub mod work_model;

@@ -20,11 +20,21 @@
 //! Exploration: when the corrected predictions are within [`EXPLORE_WITHIN`], one call in
 //! [`EXPLORE_EVERY`] runs the runner-up instead, so a route the profile prices wrongly gets
 //! measured too. `OZAKI_EXPLORE=0` turns it off.
+//!
+//! The vendor's wake (`super::wake`): a GPU call decided while the vendor's threads still
+//! spin is priced with its host copies stretched. Every compared call made alone (no other
+//! call in flight) also notes its quiet prices in the process's side ledger
+//! (`ozaki_core::engine::sides`); while those calls run clearly faster on the GPU, a vendor
+//! run of such a call is charged with the wake it would leave in front of the next GPU call
+//! ([`Beside::switch_s`]), so that one wake does not keep a GPU-bound program on the vendor
+//! call after call. Calls made beside others are left out: inside an OpenMP team (PySCF) each
+//! vendor call runs on its caller's thread and leaves no pool spinning, and the GPU's queue,
+//! not the wake, is what prices their GPU calls.
 
 use super::learned::Learned;
 use ozaki_core::engine::CallShape;
 use ozaki_core::engine::choose::Decision;
-use ozaki_core::engine::correct::{ClassKey, Corrections};
+use ozaki_core::engine::correct::ClassKey;
 use ozaki_core::engine::load::keeps_gpu;
 use ozaki_core::route::Route;
 
@@ -76,6 +86,10 @@ pub struct Beside {
     /// What the vendor's still-busy threads add to the GPU route's host copies, seconds
     /// (`super::wake`; 0 on a quiet host).
     pub wake_s: f64,
+    /// What a vendor run of this call would add to the host copies of a GPU call of its
+    /// shape made right after it (its wake; 0 for a call the vendor runs on the caller's
+    /// thread, or without a measured wake). Charged to the vendor on the GPU side only.
+    pub switch_s: f64,
 }
 
 /// The route for a call of `shape` whose cached decision is `d`, given what the process
@@ -104,7 +118,7 @@ pub fn adjust(
         .copied()
         .filter(|s| s.is_finite());
     let first = pick(
-        corr, d, d.route, d.gpu, &key, margin, explore, beside, &mut tick,
+        learned, d, d.route, d.gpu, &key, margin, explore, beside, &mut tick,
     );
     if first.route != Route::GpuOzaki {
         return first;
@@ -122,7 +136,9 @@ pub fn adjust(
                     Route::Vendor
                 };
                 let gpu = Some((Route::GpuNative, ns));
-                pick(corr, d, cached, gpu, &key, margin, false, beside, &mut tick)
+                pick(
+                    learned, d, cached, gpu, &key, margin, false, beside, &mut tick,
+                )
             }
             None => Adjusted::plain(Route::Vendor),
         };
@@ -182,6 +198,22 @@ pub enum Note {
         wait_s: f64,
         /// What the vendor's wake added to the GPU route's host copies (inside `gc`).
         wake_s: f64,
+    },
+    /// The program's recent calls run clearly faster on the GPU, and a vendor run was
+    /// charged with the wake it leaves, which changed the route.
+    Side {
+        /// The route run.
+        route: Route,
+        /// The recent vendor prices over the quiet GPU prices.
+        ratio: f64,
+        /// Corrected vendor seconds.
+        vc: f64,
+        /// The wake a vendor run leaves, seconds.
+        switch_s: f64,
+        /// The GPU route compared.
+        gpu: Route,
+        /// Its corrected seconds (the wake it finds included) plus the queue.
+        gq: f64,
     },
     /// The call runs the runner-up to measure it.
     Explore {
@@ -259,6 +291,19 @@ impl std::fmt::Display for Note {
                 }
                 Ok(())
             }
+            Note::Side {
+                route,
+                ratio,
+                vc,
+                switch_s,
+                gpu,
+                gq,
+            } => write!(
+                f,
+                "{route}: the recent calls run {ratio:.2}x faster on the GPU, so a vendor run \
+                 is charged with the wake it leaves (vendor {vc:.4} s + {switch_s:.4} s, {gpu} \
+                 {gq:.4} s)"
+            ),
             Note::Explore { route, vc, gpu, gq } => write!(
                 f,
                 "{route}: exploring the runner-up (vendor {vc:.4} s, {gpu} {gq:.4} s corrected, \
@@ -300,7 +345,7 @@ impl Adjusted {
 /// decision whose cached route is `cached`.
 #[allow(clippy::too_many_arguments)]
 fn pick(
-    corr: &Corrections,
+    learned: &Learned,
     d: &Decision,
     cached: Route,
     gpu: Option<(Route, f64)>,
@@ -310,6 +355,7 @@ fn pick(
     beside: Beside,
     tick: &mut dyn FnMut() -> u32,
 ) -> Adjusted {
+    let corr = &learned.corrections;
     let mut out = Adjusted::plain(cached);
     let (Some((g, gs)), vs) = (gpu, d.vendor_s) else {
         return out;
@@ -319,7 +365,12 @@ fn pick(
     }
     // The GPU route's own price on this host now: its host copies as the vendor's wake
     // leaves them (the queue's wait is added apart: it is measured apart).
-    let Beside { wait_s, wake_s } = beside;
+    let Beside {
+        wait_s,
+        wake_s,
+        switch_s,
+    } = beside;
+    let quiet_gs = gs;
     let gs = gs + wake_s;
     out.wake_s = (wake_s > 0.0).then_some(wake_s);
     if !correctable(vs, gs) {
@@ -339,7 +390,12 @@ fn pick(
     let (vc, fv) = corr.corrected(&kv, vs);
     let (gc, fg) = corr.corrected(&kg, gs);
     let gq = gc + wait_s;
-    let on_gpu = vc >= margin * gq;
+    let sides = &learned.sides;
+    let alone = d.concurrent <= 1;
+    if alone {
+        sides.note(corr.corrected(&kg.in_wake(false), quiet_gs).0, vc);
+    }
+    let mut on_gpu = vc >= margin * gq;
     out.route = if on_gpu { g } else { Route::Vendor };
     if out.route != cached {
         out.note = Some(Note::Corrected {
@@ -351,6 +407,25 @@ fn pick(
             gc,
             wait_s,
             wake_s,
+        });
+    }
+    // On the GPU side both routes pay a wake: the one the GPU route finds now, or the one a
+    // vendor run leaves in front of the next GPU call. The margin applies to the rest.
+    if !on_gpu
+        && alone
+        && switch_s > 0.0
+        && sides.gpu_side()
+        && vc + switch_s >= margin * (gq - wake_s).max(0.0) + wake_s
+    {
+        on_gpu = true;
+        out.route = g;
+        out.note = Some(Note::Side {
+            route: g,
+            ratio: sides.ratio(),
+            vc,
+            switch_s,
+            gpu: g,
+            gq,
         });
     }
     if explore && vc.max(gq) <= EXPLORE_WITHIN * vc.min(gq) && tick().is_multiple_of(EXPLORE_EVERY)
@@ -392,7 +467,7 @@ mod tests {
     fn wait(wait_s: f64) -> Beside {
         Beside {
             wait_s,
-            wake_s: 0.0,
+            ..Beside::default()
         }
     }
 
@@ -500,8 +575,8 @@ mod tests {
             copy_slowdown: 3.0,
         };
         let beside = Beside {
-            wait_s: 0.0,
             wake_s: wake.extra_s(d.gpu_host_s),
+            ..Beside::default()
         };
         let quiet = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
         assert_eq!((quiet.route, quiet.wake_s), (d.route, None));
@@ -522,6 +597,106 @@ mod tests {
             "{ka:?} {kq:?}"
         );
         assert!((pa - (g + beside.wake_s)).abs() < 1e-12);
+    }
+
+    /// On the GPU side a vendor run pays for the wake it leaves: the staging-bound call the
+    /// wake keeps on the vendor goes to the GPU while the recent calls run clearly faster
+    /// there, and stays on the vendor while they favour the vendor or its vendor run would
+    /// leave no wake.
+    #[test]
+    fn on_the_gpu_side_a_vendor_run_is_charged_with_the_wake_it_leaves() {
+        use ozaki_core::engine::sides::MIN_CALLS;
+        let e = engine();
+        let s = CallShape {
+            transa: true,
+            ..CallShape::gemm(64, 64, 110592)
+        };
+        let d = e.decide(&s, Some(14));
+        assert_ne!(d.route, Route::Vendor, "{}", d.prediction.reason);
+        let wake = ozaki_core::engine::wake::VendorWake {
+            window_s: 0.1,
+            copy_slowdown: 3.0,
+        };
+        let w = wake.extra_s(d.gpu_host_s);
+        let beside = Beside {
+            wait_s: 0.0,
+            wake_s: w,
+            switch_s: w,
+        };
+        let vendor_side = Learned::default();
+        for _ in 0..MIN_CALLS {
+            vendor_side.sides.note(0.02, 0.01);
+        }
+        let a = adjust(&vendor_side, &d, &s, MARGIN, false, beside, || 1);
+        assert_eq!(a.route, Route::Vendor, "{a:?}");
+        let gpu_side = Learned::default();
+        for _ in 0..MIN_CALLS {
+            gpu_side.sides.note(0.01, 0.02);
+        }
+        let a = adjust(&gpu_side, &d, &s, MARGIN, false, beside, || 1);
+        assert_eq!(a.route, d.route, "{a:?}");
+        let note = a.note.unwrap().to_string();
+        assert!(note.contains("charged with the wake it leaves"), "{note}");
+        let no_wake_left = Beside {
+            switch_s: 0.0,
+            ..beside
+        };
+        let a = adjust(&gpu_side, &d, &s, MARGIN, false, no_wake_left, || 1);
+        assert_eq!(a.route, Route::Vendor, "{a:?}");
+        let beside_others = Decision {
+            concurrent: 4,
+            ..(*d).clone()
+        };
+        let a = adjust(&gpu_side, &beside_others, &s, MARGIN, false, beside, || 1);
+        assert_eq!(a.route, Route::Vendor, "a call beside others: {a:?}");
+    }
+
+    /// Every compared call notes its quiet prices, the wake left out: a GPU-bound call seen
+    /// only inside the wake still counts toward the GPU side.
+    #[test]
+    fn compared_calls_note_their_quiet_prices() {
+        use ozaki_core::engine::sides::MIN_CALLS;
+        let e = engine();
+        let s = CallShape::gemm(4096, 4096, 4096);
+        let d = e.decide(&s, Some(14));
+        let (_, g) = d.gpu.unwrap();
+        assert!(d.vendor_s >= 2.0 * g, "GPU-bound: {d:?}");
+        let l = Learned::default();
+        let beside = Beside {
+            wake_s: 2.0 * d.vendor_s,
+            ..Beside::default()
+        };
+        for _ in 0..MIN_CALLS {
+            let a = adjust(&l, &d, &s, MARGIN, false, beside, || 1);
+            assert_eq!(a.route, Route::Vendor, "the wake keeps it off: {a:?}");
+        }
+        assert!(l.sides.gpu_side(), "ratio {}", l.sides.ratio());
+        let far = CallShape::gemm(8, 8, 8);
+        let l = Learned::default();
+        for _ in 0..MIN_CALLS {
+            adjust(
+                &l,
+                &e.decide(&far, Some(14)),
+                &far,
+                MARGIN,
+                false,
+                beside,
+                || 1,
+            );
+        }
+        assert!(l.sides.ratio().is_nan(), "far calls are not compared");
+        let beside_others = Decision {
+            concurrent: 4,
+            ..(*d).clone()
+        };
+        let l = Learned::default();
+        for _ in 0..MIN_CALLS {
+            adjust(&l, &beside_others, &s, MARGIN, false, beside, || 1);
+        }
+        assert!(
+            l.sides.ratio().is_nan(),
+            "calls beside others are not noted"
+        );
     }
 
     /// A decision for 540x441x441 priced as a 12-caller CCSD contraction was: GPU Ozaki

@@ -629,14 +629,20 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                 Some((_, g)) => flight.reserve_gpu(g),
                 None => inflight::gpu_wait_s(),
             };
-            let wake_s = wake::extra_s(e.profile().cpu.wake.as_ref(), &d);
+            let measured_wake = e.profile().cpu.wake.as_ref();
+            let wake_s = wake::extra_s(measured_wake, &d);
+            let switch_s = wake::left_s(measured_wake, &d, canon.mnk());
             adjust::adjust(
                 learned(),
                 &d,
                 &cs,
                 e.profile().choice.min_gain,
                 config.explore,
-                adjust::Beside { wait_s, wake_s },
+                adjust::Beside {
+                    wait_s,
+                    wake_s,
+                    switch_s,
+                },
                 || EXPLORE_TICK.fetch_add(1, Ordering::Relaxed),
             )
         }

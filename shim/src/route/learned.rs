@@ -1,6 +1,7 @@
 //! What this process learned from its own calls: the per-class corrections of the
-//! predictions (`ozaki_core::engine::correct`) and the classes the accuracy rule declined
-//! (`ozaki_core::engine::declines`).
+//! predictions (`ozaki_core::engine::correct`), the classes the accuracy rule declined
+//! (`ozaki_core::engine::declines`) and which side its recent work runs faster on
+//! (`ozaki_core::engine::sides`).
 //!
 //! One table per process, shared by the pre-engine (which prices calls before the GPU is
 //! initialised) and the engine built once it is: the vendor calls timed while the GPU was
@@ -10,6 +11,7 @@
 use crate::lazy::Lazy;
 use ozaki_core::engine::correct::Corrections;
 use ozaki_core::engine::declines::Declines;
+use ozaki_core::engine::sides::Sides;
 
 /// The process's learned state.
 #[derive(Debug, Default)]
@@ -18,6 +20,8 @@ pub struct Learned {
     pub corrections: Corrections,
     /// Classes the emulation declined recently.
     pub declines: Declines,
+    /// The recent calls' quiet GPU and vendor prices.
+    pub sides: Sides,
 }
 
 static LEARNED: Lazy<Learned> = Lazy::new();

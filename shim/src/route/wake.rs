@@ -51,6 +51,17 @@ pub fn extra_s(wake: Option<&VendorWake>, d: &Decision) -> f64 {
     }
 }
 
+/// What a vendor run of the call of `mnk` multiply-adds decided as `d` would add to the host
+/// copies of a GPU call like it made right after it returns: its GPU route's copies
+/// stretched by the wake's slowdown when the vendor runs it on its threads ([`threaded`]),
+/// else 0 (no pool left spinning). Reads no clock.
+pub fn left_s(wake: Option<&VendorWake>, d: &Decision, mnk: u64) -> f64 {
+    match wake {
+        Some(w) if threaded(mnk) => w.extra_s(d.gpu_host_s),
+        _ => 0.0,
+    }
+}
+
 /// Extra seconds the GPU route of `d` is priced with when decided `since_s` seconds after
 /// the last threaded vendor call returned: its host copies stretched by `wake`'s slowdown
 /// inside the window, 0 outside it or before any such call.
@@ -88,6 +99,22 @@ mod tests {
         let dev = e.decide_device(&CallShape::gemm(4096, 4096, 4096), Some(14));
         assert_eq!(extra_at(&w, &dev, Some(0.0)), 0.0);
         assert_eq!(extra_s(Some(&w), &dev), 0.0);
+    }
+
+    /// A threaded vendor run leaves the wake a GPU call of its shape would find; one on the
+    /// caller's thread, or a profile without a measured wake, leaves none.
+    #[test]
+    fn a_threaded_vendor_run_leaves_its_shapes_wake() {
+        let e = Engine::new(Profile::built_in("h200").unwrap(), 16);
+        let d = e.decide(&CallShape::gemm(4096, 4096, 4096), Some(14));
+        let w = VendorWake {
+            window_s: 0.1,
+            copy_slowdown: 3.0,
+        };
+        let left = left_s(Some(&w), &d, 4096 * 4096 * 4096);
+        assert!((left - 2.0 * d.gpu_host_s).abs() < 1e-12, "{left}");
+        assert_eq!(left_s(Some(&w), &d, THREADED_MNK - 1), 0.0);
+        assert_eq!(left_s(None, &d, 4096 * 4096 * 4096), 0.0);
     }
 
     /// Small vendor calls leave no wake behind; a threaded one starts it now.
