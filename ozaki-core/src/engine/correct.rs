@@ -45,6 +45,16 @@ const EW_SPAN: u32 = 32;
 /// that says the profile does not describe this machine, and the route still gets priced.
 const LN_LIMIT: f64 = 4.158_883_083_359_672;
 
+/// Vendor and GPU priced within this factor: the shim corrects the decision and times the
+/// call (the largest factor a class correction applies, e^[`LN_LIMIT`]).
+pub const CORRECTABLE: f64 = 64.0;
+
+/// Whether a vendor price and a GPU price are within [`CORRECTABLE`] of each other: only then
+/// can a class correction change the choice between them, so only then is a call timed.
+pub fn correctable(vendor_s: f64, gpu_s: f64) -> bool {
+    vendor_s.max(gpu_s) <= CORRECTABLE * vendor_s.min(gpu_s)
+}
+
 /// Slots in the table (a power of two).
 const SLOTS: usize = 4096;
 
@@ -326,6 +336,14 @@ pub fn fold_into_profile(profile: &mut super::profile::Profile, calls: &[CallRec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only calls whose prices a correction could swap are compared and timed.
+    #[test]
+    fn correctable_is_the_largest_correction_either_way() {
+        assert!((LN_LIMIT.exp() - CORRECTABLE).abs() < 1e-9);
+        assert!(correctable(1.0, 64.0) && correctable(64.0, 1.0));
+        assert!(!correctable(1.0, 64.1) && !correctable(64.1, 1.0));
+    }
 
     fn key(m: u64) -> ClassKey {
         ClassKey::new(Route::Vendor, Routine::Dgemm, m, 123, m, 16)

@@ -116,7 +116,9 @@ pub fn replay(calls: &[CallRecord], model: &ReplayModel<'_>) -> (Vec<Row>, Compo
 /// replayed in the order they started, and a record that starts within the wake's window
 /// after a replayed vendor call of [`super::wake::THREADED_MNK`] or more ended (each starting when its
 /// record did and lasting its predicted vendor time) has its GPU routes' host copies
-/// stretched, as the shim prices it.
+/// stretched, as the shim prices it; and, as in the shim, the records replayed alone keep a
+/// side ledger ([`super::sides`]) of their quiet GPU and vendor prices, and while it says the
+/// GPU side, a record the vendor would take is charged with the wake its vendor run leaves.
 pub fn replay_loaded(
     calls: &[CallRecord],
     in_flight: &[u32],
@@ -131,6 +133,7 @@ pub fn replay_loaded(
     let mut rows: Vec<Option<Row>> = vec![None; calls.len()];
     let mut vendor_ends = std::collections::BinaryHeap::new();
     let mut last_end: Option<u64> = None;
+    let sides = super::sides::Sides::default();
     for i in order {
         let c = &calls[i];
         while let Some(&std::cmp::Reverse(end)) = vendor_ends.peek() {
@@ -142,7 +145,13 @@ pub fn replay_loaded(
         }
         let since_s = last_end.map(|e| c.t_ns.saturating_sub(e) as f64 * 1e-9);
         let in_wake = wake.filter(|w| since_s.is_some_and(|s| w.covers(s)));
-        let row = replay_one(c, in_flight.get(i).copied().unwrap_or(1), in_wake, model);
+        let beside = Beside {
+            in_flight: in_flight.get(i).copied().unwrap_or(1),
+            in_wake,
+            wake,
+            sides: &sides,
+        };
+        let row = replay_one(c, beside, model);
         if wake.is_some() && row.route == Route::Vendor.name() {
             let shape = CallShape::from_record(c);
             if threaded(shape.m.saturating_mul(shape.n).saturating_mul(shape.k)) {
@@ -182,12 +191,51 @@ pub fn in_flight(calls: &[CallRecord]) -> Vec<u32> {
     out
 }
 
-fn replay_one(
-    c: &CallRecord,
+/// What one record is replayed beside: the calls in flight, the vendor's wake (the measured
+/// one, and whether the record starts inside it) and the side ledger of the records before.
+struct Beside<'a> {
     in_flight: u32,
     in_wake: Option<VendorWake>,
-    model: &ReplayModel<'_>,
-) -> Row {
+    wake: Option<VendorWake>,
+    sides: &'a super::sides::Sides,
+}
+
+/// The route `d` takes once the side ledger has seen it (the shim's `route::adjust`): a record
+/// decided alone with a vendor and a GPU price a correction could swap notes its quiet prices
+/// (`quiet_gpu_s`: the GPU route's price without the wake), and on the GPU side a vendor
+/// choice whose vendor run leaves a wake is charged with it, as the GPU route is with the wake
+/// it finds. Returns the GPU route when that charge changes the choice.
+fn side_choice(
+    d: &super::choose::Decision,
+    quiet_gpu_s: f64,
+    shape: &CallShape,
+    margin: f64,
+    beside: &Beside<'_>,
+) -> Option<Route> {
+    let (g, gs) = d.gpu?;
+    if beside.in_flight > 1 || !super::correct::correctable(d.vendor_s, gs) {
+        return None;
+    }
+    beside.sides.note(quiet_gpu_s, d.vendor_s);
+    let w = beside.wake?;
+    let mnk = shape.m.saturating_mul(shape.n).saturating_mul(shape.k);
+    let switch_s = if threaded(mnk) {
+        w.extra_s(d.gpu_host_s)
+    } else {
+        0.0
+    };
+    let wake_s = (gs - quiet_gpu_s).max(0.0);
+    (d.route == Route::Vendor
+        && switch_s > 0.0
+        && beside.sides.gpu_side()
+        && d.vendor_s + switch_s >= margin * quiet_gpu_s + wake_s)
+        .then_some(g)
+}
+
+fn replay_one(c: &CallRecord, beside: Beside<'_>, model: &ReplayModel<'_>) -> Row {
+    let Beside {
+        in_flight, in_wake, ..
+    } = beside;
     let shape = CallShape::from_record(c);
     let base = Row {
         seq: c.seq,
@@ -214,6 +262,7 @@ fn replay_one(
             };
             let class = super::load::concurrency_class(in_flight);
             let mut est = engine.estimates_loaded(&shape, r, class);
+            let quiet = engine.decide_priced_loaded(&shape, r, &est, class);
             let d = match in_wake {
                 None => engine.decide_priced_loaded(&shape, r, &est, class),
                 Some(w) => {
@@ -224,20 +273,34 @@ fn replay_one(
                     std::sync::Arc::new(d)
                 }
             };
-            let chosen = est.iter().find(|e| e.route == d.route);
+            let margin = engine.profile().choice.min_gain;
+            let quiet_gpu_s = quiet.gpu.map_or(f64::INFINITY, |(_, g)| g);
+            let (route, reason) = match side_choice(&d, quiet_gpu_s, &shape, margin, &beside) {
+                Some(g) => (
+                    g,
+                    format!(
+                        "{g}: on the GPU side ({:.2}x), the vendor charged with the wake it \
+                         leaves; {}",
+                        beside.sides.ratio(),
+                        d.prediction.reason
+                    ),
+                ),
+                None => (d.route, d.prediction.reason.clone()),
+            };
+            let chosen = est.iter().find(|e| e.route == route);
             let predicted_s: Vec<(String, f64)> = est
                 .iter()
                 .map(|e| (e.route.name().to_string(), e.seconds))
                 .collect();
             let secs = chosen.map_or(f64::INFINITY, |e| e.seconds);
             Row {
-                route: d.route.name().to_string(),
+                route: route.name().to_string(),
                 predicted_s,
                 storage: chosen.map_or("-", |e| e.storage).to_string(),
                 recon_host: chosen.map_or("-", |e| e.recon_host).to_string(),
                 moduli: d.moduli,
                 rate: if secs > 0.0 { base.flops / secs } else { 0.0 },
-                reason: d.prediction.reason.clone(),
+                reason,
                 ..base
             }
         }
@@ -472,6 +535,83 @@ mod tests {
         p.cpu.wake = None;
         let without = routes(p);
         assert_ne!(without[1], "vendor", "no wake measured: {without:?}");
+    }
+
+    /// A program whose calls all run faster on the GPU, each starting inside the wake of the
+    /// vendor call before it: priced call by call every one stays on the vendor; with the side
+    /// ledger the replay, as the shim, moves them to the GPU once the ledger has seen enough
+    /// of them, and the same records replayed as if made beside other calls stay put.
+    #[test]
+    fn a_gpu_bound_program_in_the_vendors_wake_moves_to_the_gpu_side() {
+        use crate::engine::sides::MIN_CALLS;
+        let record = |seq: u64, (m, n, k): (u64, u64, u64)| {
+            let line = format!(
+                r#"{{"type":"call","seq":{seq},"t_ns":{},"dur_ns":1000,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","transa":"T","transb":"N","m":{m},"n":{n},"k":{k},"lda":{k},"ldb":{k},"ldc":{m},"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}}"#,
+                seq * 1_000_000
+            );
+            match crate::trace::parse_line(&line, 1).unwrap() {
+                crate::trace::Line::Call(c) => *c,
+                _ => unreachable!(),
+            }
+        };
+        // a threaded product the vendor takes, then GPU-bound ones 1 ms apart
+        let calls: Vec<_> = (0..3 * MIN_CALLS as u64)
+            .map(|i| {
+                record(
+                    i,
+                    if i == 0 {
+                        (256, 256, 64)
+                    } else {
+                        (64, 64, 110592)
+                    },
+                )
+            })
+            .collect();
+        let mut p = crate::engine::profile::Profile::built_in("h200").unwrap();
+        p.cpu.wake = Some(VendorWake {
+            window_s: 0.15,
+            copy_slowdown: 3.0,
+        });
+        let engine = Engine::new(p, 16);
+        let moduli = |_: &CallShape| Some(14);
+        let model = ReplayModel::Measured {
+            engine: &engine,
+            moduli: &moduli,
+        };
+        let alone = vec![1; calls.len()];
+        let (rows, _) = replay_loaded(&calls, &alone, &model);
+        let routes: Vec<&str> = rows.iter().map(|r| r.route.as_str()).collect();
+        assert_eq!(routes[0], "vendor", "{routes:?}");
+        let first_gpu_side = routes[1..]
+            .iter()
+            .position(|r| *r != "vendor")
+            .map(|i| i + 1)
+            .expect("moves to the GPU side");
+        assert!(first_gpu_side >= MIN_CALLS as usize, "{routes:?}");
+        assert!(
+            routes[first_gpu_side..].iter().all(|r| *r != "vendor"),
+            "{routes:?}"
+        );
+        assert!(rows[first_gpu_side].reason.contains("wake it leaves"));
+        // a vendor choice made beside other calls is left as it is, on the GPU side too
+        let sides = crate::engine::sides::Sides::default();
+        for _ in 0..MIN_CALLS {
+            sides.note(0.01, 0.05);
+        }
+        let shape = CallShape::from_record(&calls[1]);
+        let mut d = (*engine.decide(&shape, Some(14))).clone();
+        d.route = Route::Vendor;
+        let (_, g) = d.gpu.unwrap();
+        d.vendor_s = 0.99 * g;
+        let wake = engine.profile().cpu.wake;
+        let beside = |in_flight| Beside {
+            in_flight,
+            in_wake: wake,
+            wake,
+            sides: &sides,
+        };
+        assert!(side_choice(&d, g, &shape, 1.1, &beside(1)).is_some());
+        assert_eq!(side_choice(&d, g, &shape, 1.1, &beside(4)), None);
     }
 
     /// A record's C has gaps when its leading dimension exceeds C's extent along it: rows

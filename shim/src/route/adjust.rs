@@ -35,18 +35,9 @@ use super::learned::Learned;
 use ozaki_core::engine::CallShape;
 use ozaki_core::engine::choose::Decision;
 use ozaki_core::engine::correct::ClassKey;
+pub use ozaki_core::engine::correct::{CORRECTABLE, correctable};
 use ozaki_core::engine::load::keeps_gpu;
 use ozaki_core::route::Route;
-
-/// Vendor and GPU priced within this factor: the decision is corrected and the call timed
-/// (the largest factor a class correction applies, `correct`'s limit).
-pub const CORRECTABLE: f64 = 64.0;
-
-/// Whether a vendor price and a GPU price are within [`CORRECTABLE`] of each other: only then
-/// can a class correction change the choice between them, so only then is a call timed.
-pub fn correctable(vendor_s: f64, gpu_s: f64) -> bool {
-    vendor_s.max(gpu_s) <= CORRECTABLE * vendor_s.min(gpu_s)
-}
 
 /// Corrected predictions within this factor: the runner-up is explored.
 pub const EXPLORE_WITHIN: f64 = 1.3;
