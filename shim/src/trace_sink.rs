@@ -421,10 +421,11 @@ impl Ring {
             if tail & CLOSED != 0 {
                 return Err(q);
             }
-            if tail - self.seen_head.load(Ordering::Acquire) >= cap {
+            // (`tail` may be stale, even below `head`: then the exchange below fails.)
+            if tail.saturating_sub(self.seen_head.load(Ordering::Acquire)) >= cap {
                 let head = self.head.0.load(Ordering::Acquire);
                 self.seen_head.fetch_max(head, Ordering::AcqRel);
-                if tail - head >= cap {
+                if tail.saturating_sub(head) >= cap {
                     return Err(q);
                 }
             }
