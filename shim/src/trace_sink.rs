@@ -1747,11 +1747,13 @@ mod tests {
         let (claimed, stalled) = std::sync::mpsc::channel();
         let (go, wait) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|s| {
+            let go = go;
             let ring = &ring;
             let stalled_caller = s.spawn(move || {
                 ring.push_stalling(queued(1, 2), || {
                     claimed.send(()).unwrap();
-                    wait.recv().unwrap();
+                    // (Goes on if the test fails first and drops `go`: no hang.)
+                    let _ = wait.recv();
                 })
                 .is_ok()
             });
@@ -1809,11 +1811,13 @@ mod tests {
         let (claimed, stalled) = std::sync::mpsc::channel();
         let (go, wait) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|s| {
+            let go = go;
             let ring = &ring;
             let filling = s.spawn(move || {
                 ring.push_stalling(queued(1, 2), || {
                     claimed.send(()).unwrap();
-                    wait.recv().unwrap();
+                    // (Goes on if the test fails first and drops `go`: no hang.)
+                    let _ = wait.recv();
                 })
                 .is_ok()
             });
