@@ -29,21 +29,38 @@
 //!
 //! ## Who formats what
 //! A call's thread only reads the clock and leaves its record, as numbers, in one
-//! process-wide queue behind a mutex ([`record`]: no JSON, no formatting of reasons; the
-//! engine's `engine` field is put into words from the decision it names,
-//! `crate::route::choose_note`). The flush thread, started with the file, turns the queue
-//! into lines and writes them with `write(2)`, whole lines only, in queue order: when a
-//! caller has queued [`WAKE_RECORDS`] records (it wakes the thread), and every [`FLUSH_TICK`]
-//! once the oldest record is [`FLUSH_AGE_NS`] old. A caller that finds [`MAX_QUEUED`]
-//! records waiting writes the queue itself, so the queue stays bounded and no record is
-//! dropped. The file is created by the first record's caller, so a trace file exists (with
-//! its header) as soon as a call was made.
+//! process-wide queue ([`record`]: no JSON, no formatting of reasons; the engine's `engine`
+//! field is put into words from the decision it names, `crate::route::choose_note`). The
+//! queue is a ring of [`MAX_QUEUED`] preallocated slots: a caller claims the next slot with
+//! one compare-and-swap, writes its record there with no lock held and publishes it with a
+//! release store of the slot's flag; it never waits for a reader. An atomic instruction
+//! right after the record's stores (a lock's release, the call's in-flight count) waits until
+//! they have drained, which takes tens of nanoseconds when their lines were last read by the
+//! reader's core: so no lock is released after them, and each call asks, as it starts, for
+//! the lines of the slot it will likely take, so that its stores find them ready. One thread
+//! at a time, holding the sink's lock, takes records out in the order their slots were
+//! claimed and turns them into lines; a slot claimed but not yet published is waited for
+//! briefly (spinning, then yielding: 1 ms, 1 s at exit), after which that reader stops there
+//! and a later one goes on from it.
+//!
+//! The flush thread, started with the file, writes the queue with `write(2)`, whole lines
+//! only, in queue order: when woken by the caller of every [`WAKE_RECORDS`]-th record, and
+//! every [`FLUSH_TICK`] once [`WAKE_RECORDS`] records wait or the oldest is
+//! [`FLUSH_AGE_NS`] old. A caller that finds the ring full ([`MAX_QUEUED`] records waiting)
+//! writes the queue itself and then its own record, so the queue stays bounded and no record
+//! is dropped. A record written at once (ring full, or writing through) follows every record
+//! queued before it, unless the caller of one of those is stalled between its claim and its
+//! publication (preempted, or interrupted by a signal): that one is written when it arrives.
+//! The file is created by the first record's caller, so a trace file exists (with its
+//! header) as soon as a call was made.
 //!
 //! ## What survives what
 //! Concurrent threads never tear or lose a line, and:
-//! - normal exit, `exit()` from any thread, the end of `main`: an `atexit` handler writes the
-//!   queue; records made by other threads after that are written immediately;
-//! - `fork()`: the child drops the parent's queued records (the parent writes them) and opens
+//! - normal exit, `exit()` from any thread, the end of `main`: an `atexit` handler closes the
+//!   queue and writes what it holds; records made by other threads after that are written
+//!   immediately;
+//! - `fork()`: the child drops the parent's queued records (the parent writes them; a slot a
+//!   thread of the parent was still filling is skipped, never read) and opens
 //!   its own file at its first call: the template expanded with the child's pid, or, when the
 //!   template has no `%p`, `FILE.<pid>`. Its header has `parent_pid`; its `seq` starts at 0 and
 //!   its `t_ns` counts from the fork. Children write every record at once, since they often
@@ -52,7 +69,7 @@
 //!   loses at most the records still queued or being formatted: normally under
 //!   [`WAKE_RECORDS`] plus one batch, at most [`MAX_QUEUED`] when callers outrun the flush
 //!   thread, and never a record older than [`FLUSH_AGE_NS`] plus one [`FLUSH_TICK`]. The
-//!   thread takes the locks only when it wakes, and is not copied into `fork` children
+//!   thread takes the sink's lock only when it wakes, and is not copied into `fork` children
 //!   (which write through).
 //!
 //! A program that `exec`s other programs passes `OZAKI_TRACE` on; give such programs a `%p` in
@@ -135,6 +152,7 @@ pub struct Start {
 
 /// Takes the sequence number and start time of a call (only when tracing).
 pub fn start() -> Start {
+    RING.prefetch_next();
     Start {
         seq: SEQ.fetch_add(1, Ordering::Relaxed),
         t: now_ns(),
@@ -250,6 +268,304 @@ impl Queued {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// The queue
+
+/// Set in [`Ring::tail`] once the ring is closed: callers write through.
+const CLOSED: u64 = 1 << 63;
+
+/// Times a reader checks a claimed record before it starts yielding to its caller.
+const SPINS: u32 = 64;
+
+/// How long a drain waits for the caller of a claimed record to finish leaving it before it
+/// stops there (the flush thread comes back to it; a caller writing through writes its own
+/// record after the records before it). A caller takes a few dozen nanoseconds unless it is
+/// preempted in between.
+const PUBLISH_PATIENCE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// [`PUBLISH_PATIENCE`] of the exit flush, the last chance to write the queue.
+const EXIT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A value alone on its cache lines (two, for the adjacent-line prefetcher).
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// One place in the [`Ring`].
+#[repr(align(64))]
+struct Slot {
+    /// `index + 1` once the record claimed at `index` is in `record`: stored (Release) by
+    /// the caller that claimed it, after writing it; loaded (Acquire) by the reader.
+    ready: AtomicU64,
+    record: UnsafeCell<std::mem::MaybeUninit<Queued>>,
+}
+
+/// The queue: a bounded ring that any thread adds records to and one reader at a time takes
+/// them out of, in the order they were claimed.
+///
+/// A caller claims an index (one compare-and-swap on `tail`), writes its record into that
+/// index's slot and publishes it through the slot's `ready`, a plain store: no lock is
+/// released after the record's stores, whose atomic instruction would wait for them to drain
+/// (module docs).
+struct Ring {
+    /// Records it holds at most.
+    cap: usize,
+    /// `cap` slots, allocated at the first record.
+    slots: OnceLock<Box<[Slot]>>,
+    /// Next index to claim, with [`CLOSED`].
+    tail: Padded<AtomicU64>,
+    /// A value `head` had, read by a caller: callers check for room against it and read
+    /// `head` itself only when it says the ring is full, so they do not miss on the line the
+    /// reader writes at every record.
+    seen_head: AtomicU64,
+    /// Next index to take out: every record below it has been taken out of its slot.
+    head: Padded<AtomicU64>,
+    /// Held by the reader ([`Ring::drain`], [`Ring::close_and_discard`],
+    /// [`Ring::with_oldest`]).
+    reading: Padded<AtomicBool>,
+}
+
+// SAFETY: a slot's `record` is written only by the caller that claimed its index (indices
+// are unique: each is claimed by one successful compare-and-swap of `tail`), between its
+// claim and its Release store of `ready`; it is read or moved out only by the one reader
+// (`reading`), after an Acquire load of `ready` equal to `index + 1`, and before that reader
+// moves `head` past the index with a Release store. A caller claims the slot's next index
+// (`index + cap`) only after an Acquire load of `head` (or of `seen_head`, stored with
+// Release after one) past `index`, so every access to a slot happens-before the next. The
+// records are `Send` (checked below), so they may be written and dropped on any thread.
+unsafe impl Sync for Ring {}
+
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Queued>();
+};
+
+/// Prefetches the cache lines of `value` for writing (`prefetchw` on x86-64, a hint that
+/// neither faults nor changes memory; nothing elsewhere, and nothing under Miri).
+fn prefetch_for_write<T>(value: &T) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        let start = (value as *const T).cast::<u8>();
+        for offset in (0..std::mem::size_of::<T>()).step_by(64) {
+            // SAFETY: `prefetchw` only asks the cache for a line; it reads and writes no
+            // memory, cannot fault, and x86-64 processors without it run it as a no-op. The
+            // address is inside `value` anyway.
+            unsafe {
+                std::arch::asm!(
+                    "prefetchw [{}]",
+                    in(reg) start.wrapping_add(offset),
+                    options(nostack, preserves_flags, readonly)
+                )
+            };
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = value;
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // The records still in it (the process-wide ring is never dropped; tests' rings are).
+        self.close_and_discard();
+    }
+}
+
+/// Clears `reading` when a reader is done (also if what it calls panics).
+struct Reading<'a>(&'a AtomicBool);
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Ring {
+    const fn new(cap: usize) -> Ring {
+        Ring {
+            cap,
+            slots: OnceLock::new(),
+            tail: Padded(AtomicU64::new(0)),
+            seen_head: AtomicU64::new(0),
+            head: Padded(AtomicU64::new(0)),
+            reading: Padded(AtomicBool::new(false)),
+        }
+    }
+
+    fn slot(slots: &[Slot], index: u64) -> &Slot {
+        &slots[(index % slots.len() as u64) as usize]
+    }
+
+    /// Adds a record; returns its index, or the record when the ring is closed or full.
+    // The record comes back only when it is written at once; boxing it would allocate on
+    // every call to spare that path a copy.
+    #[allow(clippy::result_large_err)]
+    fn push(&self, q: Queued) -> Result<u64, Queued> {
+        self.push_stalling(q, || {})
+    }
+
+    /// [`Ring::push`], calling `between` once the index is claimed and before the record is
+    /// written (tests stall a caller there).
+    #[inline(always)]
+    #[allow(clippy::result_large_err)]
+    fn push_stalling(&self, q: Queued, between: impl FnOnce()) -> Result<u64, Queued> {
+        let slots = self.slots.get_or_init(|| {
+            (0..self.cap.max(1))
+                .map(|_| Slot {
+                    ready: AtomicU64::new(0),
+                    record: UnsafeCell::new(std::mem::MaybeUninit::uninit()),
+                })
+                .collect()
+        });
+        let cap = slots.len() as u64;
+        let mut tail = self.tail.0.load(Ordering::Relaxed);
+        let index = loop {
+            if tail & CLOSED != 0 {
+                return Err(q);
+            }
+            // (`tail` may be stale, even below `head`: then the exchange below fails.)
+            if tail.saturating_sub(self.seen_head.load(Ordering::Acquire)) >= cap {
+                let head = self.head.0.load(Ordering::Acquire);
+                self.seen_head.fetch_max(head, Ordering::AcqRel);
+                if tail.saturating_sub(head) >= cap {
+                    return Err(q);
+                }
+            }
+            match self.tail.0.compare_exchange_weak(
+                tail,
+                tail + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break tail,
+                Err(now) => tail = now,
+            }
+        };
+        between();
+        let slot = Self::slot(slots, index);
+        // SAFETY: `index` is ours alone (the compare-and-swap above) and the reader has moved
+        // `head` past `index - cap`, the slot's previous index, as the Acquire load above of
+        // `head` or `seen_head` showed: nobody else touches the slot until `ready` says it
+        // holds `index` (the `Sync` contract of `Ring`).
+        unsafe { (*slot.record.get()).write(q) };
+        slot.ready.store(index + 1, Ordering::Release);
+        Ok(index)
+    }
+
+    /// Asks for the lines of the slot the next record will likely take (the next index to
+    /// claim, this thread's when no other thread records first) in a state that lets this
+    /// core write them, while the call runs: the reader on another core last read them, and
+    /// a caller writing them unprepared leaves the stores waiting for that core to give the
+    /// lines up, which the caller's next atomic instruction then waits for.
+    fn prefetch_next(&self) {
+        if let Some(slots) = self.slots.get() {
+            let next = self.tail.0.load(Ordering::Relaxed) & !CLOSED;
+            prefetch_for_write(Self::slot(slots, next));
+        }
+    }
+
+    /// Records claimed and not yet taken out.
+    fn len(&self) -> usize {
+        let head = self.head.0.load(Ordering::Acquire);
+        let tail = self.tail.0.load(Ordering::Acquire) & !CLOSED;
+        tail.saturating_sub(head) as usize
+    }
+
+    /// Claims the reader's role, unless another thread holds it.
+    fn reader(&self) -> Option<(&[Slot], Reading<'_>)> {
+        let slots = self.slots.get()?;
+        if self.reading.0.swap(true, Ordering::Acquire) {
+            return None;
+        }
+        Some((slots, Reading(&self.reading.0)))
+    }
+
+    /// Whether the record claimed at `index` has been published into `slot`, waiting for it
+    /// (spinning, then yielding) at most `patience`.
+    fn published(slot: &Slot, index: u64, patience: std::time::Duration) -> bool {
+        let ready = || slot.ready.load(Ordering::Acquire) == index + 1;
+        for _ in 0..SPINS {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        let since = std::time::Instant::now();
+        while !ready() {
+            if since.elapsed() >= patience {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// Takes out the records claimed before it started, in index order, and hands each to
+    /// `write`; stops early at a record its caller has not published within `patience` (the
+    /// next drain starts there), and does nothing while another thread is draining. Returns
+    /// whether it took out all of them.
+    fn drain(&self, patience: std::time::Duration, mut write: impl FnMut(Queued)) -> bool {
+        let Some((slots, _reading)) = self.reader() else {
+            return self.slots.get().is_none();
+        };
+        let end = self.tail.0.load(Ordering::Acquire) & !CLOSED;
+        let mut head = self.head.0.load(Ordering::Relaxed);
+        while head < end {
+            let slot = Self::slot(slots, head);
+            if !Self::published(slot, head, patience) {
+                return false;
+            }
+            // SAFETY: this thread is the reader (`_reading`) and `ready` says (Acquire) that
+            // the slot holds the record claimed at `head`, published and not taken out
+            // (`head` has not passed it); moving `head` past it below hands the slot back.
+            let r = unsafe { (*slot.record.get()).assume_init_read() };
+            head += 1;
+            self.head.0.store(head, Ordering::Release);
+            write(r);
+        }
+        true
+    }
+
+    /// Calls `f` with the oldest record not yet taken out, when it has been published and no
+    /// other thread is reading.
+    fn with_oldest<R>(&self, f: impl FnOnce(&Queued) -> R) -> Option<R> {
+        let (slots, _reading) = self.reader()?;
+        let head = self.head.0.load(Ordering::Relaxed);
+        let tail = self.tail.0.load(Ordering::Acquire) & !CLOSED;
+        let slot = Self::slot(slots, head);
+        if head >= tail || slot.ready.load(Ordering::Acquire) != head + 1 {
+            return None;
+        }
+        // SAFETY: as in `drain`: this thread is the reader and the slot holds the published
+        // record claimed at `head`, which only this reader can take out.
+        Some(f(unsafe { (*slot.record.get()).assume_init_ref() }))
+    }
+
+    /// Closes the ring: every later [`Ring::push`] returns its record.
+    fn close(&self) {
+        self.tail.0.fetch_or(CLOSED, Ordering::AcqRel);
+    }
+
+    /// Closes the ring and drops the records in it unwritten, skipping any still being left
+    /// (in a `fork` child, by threads of the parent, which the child has not). A skipped
+    /// slot is never read again: the ring claims no index after it is closed.
+    fn close_and_discard(&self) {
+        self.close();
+        let Some((slots, _reading)) = self.reader() else {
+            return;
+        };
+        let end = self.tail.0.load(Ordering::Acquire) & !CLOSED;
+        let mut head = self.head.0.load(Ordering::Relaxed);
+        while head < end {
+            let slot = Self::slot(slots, head);
+            if slot.ready.load(Ordering::Acquire) == head + 1 {
+                // SAFETY: as in `drain`: the reader takes out a published record.
+                drop(unsafe { (*slot.record.get()).assume_init_read() });
+            }
+            head += 1;
+            self.head.0.store(head, Ordering::Release);
+        }
+    }
+}
+
 /// Records one finished call: the record joins the queue the flush thread writes (see the
 /// module docs); the caller formats nothing unless the queue is full or the sink writes
 /// every record at once.
@@ -291,38 +607,25 @@ pub fn record_taking(start: &Start, entry: &Entry<'_>, engine: Option<Box<Engine
         }
         OPENED.store(true, Ordering::Release);
     }
-    let mut queue = QUEUE.lock();
-    if queue.write_through {
-        drop(queue);
-        let mut sink = SHARED.lock();
-        sink.drain();
-        sink.write_one(&q);
-        return;
-    }
-    if queue.records.capacity() == 0 {
-        queue.records.reserve_exact(4 * WAKE_RECORDS);
-    }
-    if queue.records.is_empty() {
-        queue.oldest_ns = end;
-    }
-    queue.records.push(q);
-    let queued = queue.records.len();
-    let start_flusher = !queue.flusher;
-    queue.flusher = true;
-    drop(queue);
-    if start_flusher {
+    let index = match RING.push(q) {
+        Ok(index) => index,
+        // Writing through (after the exit flush, in a `fork` child), or MAX_QUEUED records
+        // wait: the record is written now, after the queue.
+        Err(q) => {
+            SHARED.lock().write_one(&q);
+            return;
+        }
+    };
+    if !FLUSHER_STARTED.load(Ordering::Relaxed) && !FLUSHER_STARTED.swap(true, Ordering::Relaxed) {
         // Without the thread the queue is still written at MAX_QUEUED and at exit.
         if let Ok(handle) = crate::shim_thread::spawn("ozaki-trace-flush", flush_when_due) {
             let _ = FLUSHER.set(handle.thread().clone());
         }
     }
-    if queued.is_multiple_of(WAKE_RECORDS)
+    if (index + 1).is_multiple_of(WAKE_RECORDS as u64)
         && let Some(t) = FLUSHER.get()
     {
         t.unpark();
-    }
-    if queued >= MAX_QUEUED {
-        SHARED.lock().drain();
     }
 }
 
@@ -495,8 +798,6 @@ struct Sink {
     path: String,
     /// Formatted lines waiting for one `write(2)`.
     buf: Vec<u8>,
-    /// The records being formatted, taken from the queue (kept to reuse its capacity).
-    batch: Vec<Queued>,
     /// Whether a write error has been reported (once per file).
     write_error_reported: bool,
     /// A failed write may have left a line cut short: the next write starts a new line.
@@ -509,25 +810,11 @@ struct Sink {
     cuda_announced: bool,
 }
 
-/// The records callers have left and nobody has written yet.
-struct Queue {
-    records: Vec<Queued>,
-    /// Clock reading of the oldest record in `records` (meaningless when it is empty).
-    oldest_ns: u64,
-    /// Whether the background flush thread has been started in this process.
-    flusher: bool,
-    /// The sink writes every record at once: callers do not queue.
-    write_through: bool,
-}
-
 /// A value behind a plain pthread mutex (not `std::sync::Mutex`), so the `fork` handlers
 /// can hold it across `fork()` and release it on both sides.
 ///
-/// Aligned to two cache lines so that no other value shares one with it: the callers lock the
-/// queue on every record while the flush thread writes the sink's buffer, and with the two
-/// statics side by side each of those writes stole the line the next caller's lock needed
-/// (measured: the queue's lock and unlock took 140 ns of a traced call, stalled on their
-/// atomic instructions).
+/// Aligned to two cache lines so that no other value shares one with it (callers read the
+/// ring's indices on every record while the flush thread writes the sink's buffer).
 #[repr(align(128))]
 struct PMutex<T> {
     mutex: UnsafeCell<libc::pthread_mutex_t>,
@@ -582,7 +869,6 @@ static SHARED: PMutex<Sink> = PMutex::new(Sink {
     fd: -1,
     path: String::new(),
     buf: Vec::new(),
-    batch: Vec::new(),
     write_error_reported: false,
     torn: false,
     write_through: false,
@@ -590,12 +876,11 @@ static SHARED: PMutex<Sink> = PMutex::new(Sink {
     cuda_announced: false,
 });
 
-static QUEUE: PMutex<Queue> = PMutex::new(Queue {
-    records: Vec::new(),
-    oldest_ns: 0,
-    flusher: false,
-    write_through: false,
-});
+/// The records callers have left and nobody has written yet.
+static RING: Ring = Ring::new(MAX_QUEUED);
+
+/// Whether the background flush thread has been started in this process.
+static FLUSHER_STARTED: AtomicBool = AtomicBool::new(false);
 
 /// Whether this process has opened (or failed to open) its trace file: callers check it
 /// without a lock.
@@ -629,7 +914,7 @@ fn push_cuda_libs(out: &mut Vec<u8>, announced: &mut bool, gpu_libraries: Option
 /// The flush thread, for waking it.
 static FLUSHER: OnceLock<std::thread::Thread> = OnceLock::new();
 
-/// A locked value, until dropped. Lock order: the sink before the queue.
+/// A locked value, until dropped.
 struct Locked<'a, T>(&'a PMutex<T>);
 
 impl<T> Drop for Locked<'_, T> {
@@ -654,24 +939,27 @@ impl<T> std::ops::DerefMut for Locked<'_, T> {
     }
 }
 
-/// The background flush: woken by a caller at [`WAKE_RECORDS`] queued records, and every
-/// [`FLUSH_TICK`], it writes the queue when it holds that many or its oldest record is
-/// [`FLUSH_AGE_NS`] old, so a program killed by a signal after a pause loses nothing. Ends
-/// once the exit handler has switched the sink to writing through.
+/// The background flush: woken by the caller of every [`WAKE_RECORDS`]-th record, it writes
+/// the queue; every [`FLUSH_TICK`] it writes it when it holds that many records or its
+/// oldest record is [`FLUSH_AGE_NS`] old, so a program killed by a signal after a pause loses
+/// nothing. Ends once the exit handler has switched the sink to writing through.
 fn flush_when_due() {
     loop {
+        let parked = std::time::Instant::now();
         std::thread::park_timeout(FLUSH_TICK);
+        // Woken by a caller (at every WAKE_RECORDS-th record), not by the tick.
+        let woken = parked.elapsed() < FLUSH_TICK;
         let mut sink = SHARED.lock();
         if sink.write_through {
             return;
         }
-        let (queued, oldest) = {
-            let q = QUEUE.lock();
-            (q.records.len(), q.oldest_ns)
+        let queued = RING.len();
+        let aged = || {
+            RING.with_oldest(|r| ORIGIN_NS.load(Ordering::Relaxed) + r.t_ns + r.dur_ns)
+                .is_some_and(|end| now_ns().saturating_sub(end) >= FLUSH_AGE_NS)
         };
-        if queued >= WAKE_RECORDS || (queued > 0 && now_ns().saturating_sub(oldest) >= FLUSH_AGE_NS)
-        {
-            sink.drain();
+        if queued > 0 && (woken || queued >= WAKE_RECORDS || aged()) {
+            sink.drain(PUBLISH_PATIENCE);
         }
     }
 }
@@ -720,30 +1008,22 @@ impl Sink {
         }
     }
 
-    /// Writes every queued record, in queue order, formatting them here.
-    fn drain(&mut self) {
-        {
-            let mut q = QUEUE.lock();
-            std::mem::swap(&mut q.records, &mut self.batch);
-        }
-        if self.batch.is_empty() {
-            return;
-        }
-        let mut batch = std::mem::take(&mut self.batch);
-        for r in &batch {
-            self.format(r);
+    /// Writes the records queued when it starts, in queue order, formatting them here; stops
+    /// early at a record whose caller has not finished leaving it within `patience`
+    /// ([`Ring::drain`]).
+    fn drain(&mut self, patience: std::time::Duration) {
+        RING.drain(patience, |r| {
+            self.format(&r);
             if self.buf.len() >= FLUSH_BYTES {
                 self.flush();
             }
-        }
+        });
         self.flush();
-        batch.clear();
-        self.batch = batch;
     }
 
     /// Writes one record at once (write-through), after what was queued before it.
     fn write_one(&mut self, r: &Queued) {
-        self.drain();
+        self.drain(PUBLISH_PATIENCE);
         self.format(r);
         self.flush();
     }
@@ -1003,40 +1283,36 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
 
 pub(crate) fn flush_at_exit() {
     let mut sink = SHARED.lock();
-    sink.drain();
+    // Callers write through from here on; every record claimed before is written now.
+    RING.close();
+    sink.drain(EXIT_PATIENCE);
     sink.write_through = true;
-    QUEUE.lock().write_through = true;
-    // Records queued between the drain and the switch.
-    sink.drain();
 }
 
 pub(crate) fn before_fork() {
-    // Hold the sink and the queue across fork() so the child never inherits them locked by
-    // another thread (sink first: the lock order).
+    // Hold the sink across fork() so the child never inherits it locked by another thread;
+    // holding it also keeps every reader of the ring out of it.
     SHARED.lock_raw();
-    QUEUE.lock_raw();
 }
 
 pub(crate) fn after_fork_parent() {
     // SAFETY: locked in before_fork by this thread.
-    unsafe {
-        QUEUE.unlock_raw();
-        SHARED.unlock_raw();
-    }
+    unsafe { SHARED.unlock_raw() };
 }
 
 pub(crate) fn after_fork_child() {
-    // SAFETY: both mutexes are held by this (the only) thread since before_fork.
-    let (sink, queue) = unsafe { (SHARED.held(), QUEUE.held()) };
+    // SAFETY: the mutex is held by this (the only) thread since before_fork.
+    let sink = unsafe { SHARED.held() };
     if sink.state == State::Open {
         // SAFETY: our own descriptor; the parent keeps its copy.
         unsafe { libc::close(sink.fd) };
     }
     sink.fd = -1;
     sink.buf.clear();
-    queue.records.clear(); // the parent's records: the parent writes them
-    queue.flusher = false; // the parent's flush thread is not copied into the child
-    queue.write_through = true;
+    // The parent's records (the parent writes them); the child writes through.
+    RING.close_and_discard();
+    // The parent's flush thread is not copied into the child.
+    FLUSHER_STARTED.store(false, Ordering::Relaxed);
     sink.state = State::Closed;
     sink.write_through = true;
     sink.announced = [false; COUNT];
@@ -1046,10 +1322,7 @@ pub(crate) fn after_fork_child() {
     set_origin();
     let _ = TID.try_with(|t| t.set(0));
     // SAFETY: locked in before_fork; this thread is its owner's copy.
-    unsafe {
-        QUEUE.unlock_raw();
-        SHARED.unlock_raw();
-    }
+    unsafe { SHARED.unlock_raw() };
 }
 
 #[cfg(test)]
@@ -1379,5 +1652,189 @@ mod tests {
         assert_eq!(record(Some(&[])), None);
         assert_eq!(record(Some(&libs)).as_deref(), Some(&libs[..]));
         assert_eq!(record(Some(&libs)), None);
+    }
+
+    /// A record of `seq` made by thread `tid`, with no allocation of its own.
+    fn queued(seq: u64, tid: u64) -> Queued {
+        Queued {
+            seq,
+            t_ns: seq,
+            dur_ns: 1,
+            tid,
+            sym: SymId::DGEMM.into(),
+            shape: shape(Routine::Dgemm),
+            route: "vendor",
+            fallback: None,
+            outcome: None,
+            engine: None,
+            info: None,
+            ab: None,
+        }
+    }
+
+    /// Takes out what `ring` holds now (patience `patience`): the records' `seq`s, and whether
+    /// it took out all of them.
+    fn drained(ring: &Ring, patience: std::time::Duration) -> (Vec<u64>, bool) {
+        let mut got = Vec::new();
+        let all = ring.drain(patience, |r| got.push(r.seq));
+        (got, all)
+    }
+
+    #[test]
+    fn concurrent_writers_and_a_reader_keep_every_record_once_whole_and_in_order() {
+        // A small ring, so the writers wrap it many times and often find it full.
+        let (writers, each, cap) = if cfg!(miri) {
+            (3, 12, 4)
+        } else {
+            (6, 5000, 32)
+        };
+        let ring = Ring::new(cap);
+        let got = std::thread::scope(|s| {
+            for w in 0..writers {
+                let ring = &ring;
+                s.spawn(move || {
+                    for i in 0..each {
+                        // A record carrying a heap value: Miri checks it is dropped once.
+                        let mut q = queued(i, w);
+                        q.fallback = Some(format!("writer {w} record {i}").into());
+                        // A full ring hands the record back (the sink then writes it at
+                        // once); here the writer offers it again.
+                        while let Err(back) = ring.push(q) {
+                            q = back;
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+            let mut lines = Vec::new();
+            while lines.len() < (writers * each) as usize {
+                ring.drain(std::time::Duration::from_millis(1), |r| {
+                    let mut out = Vec::new();
+                    format_body(&mut out, r.seq, r.t_ns, r.dur_ns, r.tid, &r.entry());
+                    out.push(b'}');
+                    lines.push(String::from_utf8(out).unwrap());
+                });
+                assert!(ring.len() <= cap, "the ring holds more than its capacity");
+                std::thread::yield_now();
+            }
+            lines
+        });
+        let mut next = vec![0; writers as usize];
+        for text in &got {
+            let Line::Call(c) = parse_line(text, 1).unwrap_or_else(|e| panic!("{e}: {text}"))
+            else {
+                panic!("{text}")
+            };
+            // Whole: the record is the one its writer made, every field from the same call.
+            let w = c.tid as usize;
+            assert_eq!(
+                c.fallback.as_deref(),
+                Some(format!("writer {w} record {}", c.seq).as_str())
+            );
+            assert_eq!((c.t_ns, c.dur_ns), (c.seq, 1));
+            // Once each, and each writer's records in the order it made them.
+            assert_eq!(c.seq, next[w], "writer {w}: lost, repeated or reordered");
+            next[w] += 1;
+        }
+        assert!(next.iter().all(|&n| n == each), "{next:?}");
+        assert_eq!(ring.len(), 0);
+    }
+
+    #[test]
+    fn a_reader_stops_at_a_claimed_record_until_its_caller_publishes_it() {
+        let ring = Ring::new(8);
+        ring.push(queued(0, 1)).ok().unwrap();
+        let (claimed, stalled) = std::sync::mpsc::channel();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let go = go;
+            let ring = &ring;
+            let stalled_caller = s.spawn(move || {
+                ring.push_stalling(queued(1, 2), || {
+                    claimed.send(()).unwrap();
+                    // (Goes on if the test fails first and drops `go`: no hang.)
+                    let _ = wait.recv();
+                })
+                .is_ok()
+            });
+            stalled.recv().unwrap();
+            // A later caller does not wait for the stalled one.
+            assert_eq!(ring.push(queued(2, 1)).ok(), Some(2));
+            assert_eq!(ring.len(), 2 + 1);
+            // An impatient reader takes out what comes before the claimed record, stops there,
+            // and leaves the rest queued.
+            assert_eq!(drained(ring, std::time::Duration::ZERO), (vec![0], false));
+            assert_eq!(ring.len(), 2);
+            assert_eq!(ring.with_oldest(|r| r.seq), None, "not published yet");
+            // A patient reader waits for it, then goes on in claim order.
+            let reader = s.spawn(|| drained(ring, std::time::Duration::from_secs(60)));
+            go.send(()).unwrap();
+            assert_eq!(reader.join().unwrap(), (vec![1, 2], true));
+            assert!(stalled_caller.join().unwrap());
+        });
+        assert_eq!(ring.len(), 0);
+    }
+
+    #[test]
+    fn a_full_or_closed_ring_hands_the_record_back_and_keeps_what_it_holds() {
+        let ring = Ring::new(4);
+        for i in 0..4 {
+            assert_eq!(ring.push(queued(i, 0)).ok(), Some(i));
+        }
+        // MAX_QUEUED records wait: the caller gets its record back, to write it at once.
+        let back = ring.push(queued(4, 0)).err().unwrap();
+        assert_eq!(back.seq, 4);
+        assert_eq!(ring.with_oldest(|r| r.seq), Some(0));
+        assert_eq!(
+            drained(&ring, std::time::Duration::ZERO),
+            (vec![0, 1, 2, 3], true)
+        );
+        // Room again, in the slots the reader gave back.
+        assert_eq!(ring.push(back).ok(), Some(4));
+        assert_eq!(ring.push(queued(5, 0)).ok(), Some(5));
+        ring.close();
+        assert_eq!(ring.push(queued(6, 0)).err().map(|q| q.seq), Some(6));
+        // Closing keeps what was queued before, for the exit flush to write.
+        assert_eq!(
+            drained(&ring, std::time::Duration::ZERO),
+            (vec![4, 5], true)
+        );
+        assert_eq!(drained(&ring, std::time::Duration::ZERO), (vec![], true));
+    }
+
+    #[test]
+    fn a_fork_child_discards_the_queue_and_skips_a_slot_being_filled() {
+        let ring = Ring::new(4);
+        let mut kept = queued(0, 1);
+        kept.fallback = Some("dropped unwritten, once".into());
+        ring.push(kept).ok().unwrap();
+        let (claimed, stalled) = std::sync::mpsc::channel();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let go = go;
+            let ring = &ring;
+            let filling = s.spawn(move || {
+                ring.push_stalling(queued(1, 2), || {
+                    claimed.send(()).unwrap();
+                    // (Goes on if the test fails first and drops `go`: no hang.)
+                    let _ = wait.recv();
+                })
+                .is_ok()
+            });
+            stalled.recv().unwrap();
+            ring.push(queued(2, 1)).ok().unwrap();
+            // What `after_fork_child` does: nothing is waited for, nothing is left to read.
+            ring.close_and_discard();
+            assert_eq!(ring.len(), 0);
+            assert!(
+                ring.push(queued(3, 1)).is_err(),
+                "closed: the child writes through"
+            );
+            // The slot's caller (in the child, a thread of the parent) finishing later changes
+            // nothing the ring reads.
+            go.send(()).unwrap();
+            assert!(filling.join().unwrap());
+        });
+        assert_eq!(drained(&ring, std::time::Duration::ZERO), (vec![], true));
     }
 }
