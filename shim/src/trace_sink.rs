@@ -309,7 +309,7 @@ struct Slot {
 struct Ring {
     /// Records it holds at most.
     cap: usize,
-    /// `cap` slots, allocated at the first record.
+    /// `cap` slots, allocated at the first record with the sink held ([`Ring::allocate`]).
     slots: OnceLock<Box<[Slot]>>,
     /// Next index to claim, with [`CLOSED`].
     tail: Padded<AtomicU64>,
@@ -390,11 +390,26 @@ impl Ring {
         }
     }
 
+    /// Allocates the slots, once. Called with the sink held ([`record_taking`]), which
+    /// `fork` also takes first ([`before_fork`]), so no child inherits the allocation half
+    /// done; until it has run, [`Ring::push`] hands every record back.
+    fn allocate(&self) {
+        self.slots.get_or_init(|| {
+            (0..self.cap.max(1))
+                .map(|_| Slot {
+                    ready: AtomicU64::new(0),
+                    record: UnsafeCell::new(std::mem::MaybeUninit::uninit()),
+                })
+                .collect()
+        });
+    }
+
     fn slot(slots: &[Slot], index: u64) -> &Slot {
         &slots[(index % slots.len() as u64) as usize]
     }
 
-    /// Adds a record; returns its index, or the record when the ring is closed or full.
+    /// Adds a record; returns its index, or the record when the ring is closed, full or not
+    /// allocated yet ([`Ring::allocate`]).
     // The record comes back only when it is written at once; boxing it would allocate on
     // every call to spare that path a copy.
     #[allow(clippy::result_large_err)]
@@ -407,14 +422,11 @@ impl Ring {
     #[inline(always)]
     #[allow(clippy::result_large_err)]
     fn push_stalling(&self, q: Queued, between: impl FnOnce()) -> Result<u64, Queued> {
-        let slots = self.slots.get_or_init(|| {
-            (0..self.cap.max(1))
-                .map(|_| Slot {
-                    ready: AtomicU64::new(0),
-                    record: UnsafeCell::new(std::mem::MaybeUninit::uninit()),
-                })
-                .collect()
-        });
+        // Never allocated here: a `fork` between another thread's start of that allocation and
+        // its end would leave the child's first record waiting for it forever.
+        let Some(slots) = self.slots.get() else {
+            return Err(q);
+        };
         let cap = slots.len() as u64;
         let mut tail = self.tail.0.load(Ordering::Relaxed);
         let index = loop {
@@ -605,6 +617,7 @@ pub fn record_taking(start: &Start, entry: &Entry<'_>, engine: Option<Box<Engine
         if sink.state == State::Closed {
             sink.open();
         }
+        RING.allocate();
         OPENED.store(true, Ordering::Release);
     }
     let index = match RING.push(q) {
@@ -1689,6 +1702,7 @@ mod tests {
             (6, 5000, 32)
         };
         let ring = Ring::new(cap);
+        ring.allocate();
         let got = std::thread::scope(|s| {
             for w in 0..writers {
                 let ring = &ring;
@@ -1743,6 +1757,7 @@ mod tests {
     #[test]
     fn a_reader_stops_at_a_claimed_record_until_its_caller_publishes_it() {
         let ring = Ring::new(8);
+        ring.allocate();
         ring.push(queued(0, 1)).ok().unwrap();
         let (claimed, stalled) = std::sync::mpsc::channel();
         let (go, wait) = std::sync::mpsc::channel::<()>();
@@ -1775,9 +1790,22 @@ mod tests {
         assert_eq!(ring.len(), 0);
     }
 
+    /// A caller never allocates the slots (a `fork` during that allocation would leave the
+    /// child's first record waiting for it forever): before [`Ring::allocate`], which runs
+    /// with the sink held, every record comes back to be written at once.
+    #[test]
+    fn a_ring_not_yet_allocated_hands_the_record_back() {
+        let ring = Ring::new(4);
+        assert_eq!(ring.push(queued(0, 0)).err().map(|q| q.seq), Some(0));
+        assert_eq!(ring.len(), 0);
+        ring.allocate();
+        assert_eq!(ring.push(queued(1, 0)).ok(), Some(0));
+    }
+
     #[test]
     fn a_full_or_closed_ring_hands_the_record_back_and_keeps_what_it_holds() {
         let ring = Ring::new(4);
+        ring.allocate();
         for i in 0..4 {
             assert_eq!(ring.push(queued(i, 0)).ok(), Some(i));
         }
@@ -1805,6 +1833,7 @@ mod tests {
     #[test]
     fn a_fork_child_discards_the_queue_and_skips_a_slot_being_filled() {
         let ring = Ring::new(4);
+        ring.allocate();
         let mut kept = queued(0, 1);
         kept.fallback = Some("dropped unwritten, once".into());
         ring.push(kept).ok().unwrap();
