@@ -1754,25 +1754,38 @@ mod tests {
         assert_eq!(ring.len(), 0);
     }
 
+    /// A caller on a thread of `s` that has claimed the record of seq 1 in `ring` and stalls
+    /// before writing it, once it has claimed it: its handle (whether its push succeeded),
+    /// and the sender that lets it go on (dropping it does too, so a failing test reports
+    /// instead of hanging).
+    fn stalled_caller<'scope>(
+        s: &'scope std::thread::Scope<'scope, '_>,
+        ring: &'scope Ring,
+    ) -> (
+        std::thread::ScopedJoinHandle<'scope, bool>,
+        std::sync::mpsc::Sender<()>,
+    ) {
+        let (claimed, stalled) = std::sync::mpsc::channel();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let caller = s.spawn(move || {
+            ring.push_stalling(queued(1, 2), || {
+                claimed.send(()).unwrap();
+                let _ = wait.recv();
+            })
+            .is_ok()
+        });
+        stalled.recv().unwrap();
+        (caller, go)
+    }
+
     #[test]
     fn a_reader_stops_at_a_claimed_record_until_its_caller_publishes_it() {
         let ring = Ring::new(8);
         ring.allocate();
         ring.push(queued(0, 1)).ok().unwrap();
-        let (claimed, stalled) = std::sync::mpsc::channel();
-        let (go, wait) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|s| {
-            let go = go;
             let ring = &ring;
-            let stalled_caller = s.spawn(move || {
-                ring.push_stalling(queued(1, 2), || {
-                    claimed.send(()).unwrap();
-                    // (Goes on if the test fails first and drops `go`: no hang.)
-                    let _ = wait.recv();
-                })
-                .is_ok()
-            });
-            stalled.recv().unwrap();
+            let (stalled_caller, go) = stalled_caller(s, ring);
             // A later caller does not wait for the stalled one.
             assert_eq!(ring.push(queued(2, 1)).ok(), Some(2));
             assert_eq!(ring.len(), 2 + 1);
@@ -1837,20 +1850,9 @@ mod tests {
         let mut kept = queued(0, 1);
         kept.fallback = Some("dropped unwritten, once".into());
         ring.push(kept).ok().unwrap();
-        let (claimed, stalled) = std::sync::mpsc::channel();
-        let (go, wait) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|s| {
-            let go = go;
             let ring = &ring;
-            let filling = s.spawn(move || {
-                ring.push_stalling(queued(1, 2), || {
-                    claimed.send(()).unwrap();
-                    // (Goes on if the test fails first and drops `go`: no hang.)
-                    let _ = wait.recv();
-                })
-                .is_ok()
-            });
-            stalled.recv().unwrap();
+            let (filling, go) = stalled_caller(s, ring);
             ring.push(queued(2, 1)).ok().unwrap();
             // What `after_fork_child` does: nothing is waited for, nothing is left to read.
             ring.close_and_discard();
