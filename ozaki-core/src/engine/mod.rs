@@ -176,6 +176,11 @@ impl CallShape {
         }
     }
 
+    /// Multiply-adds of the product, m·n·k (dsyrk: n·n·k, both triangles counted), saturating.
+    pub fn mnk(&self) -> u64 {
+        self.m.saturating_mul(self.n).saturating_mul(self.k)
+    }
+
     /// Useful floating-point operations (2mnk; dsyrk n(n+1)k).
     pub fn flops(&self) -> f64 {
         self.routine.flops(self.m, self.n, self.k)

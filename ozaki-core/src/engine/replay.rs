@@ -154,7 +154,7 @@ pub fn replay_loaded(
         let row = replay_one(c, beside, model);
         if wake.is_some() && row.route == Route::Vendor.name() {
             let shape = CallShape::from_record(c);
-            if threaded(shape.m.saturating_mul(shape.n).saturating_mul(shape.k)) {
+            if threaded(shape.mnk()) {
                 let end = c.t_ns.saturating_add((row.chosen_seconds() * 1e9) as u64);
                 vendor_ends.push(std::cmp::Reverse(end));
             }
@@ -217,19 +217,13 @@ fn side_choice(
         return None;
     }
     beside.sides.note(quiet_gpu_s, d.vendor_s);
-    let w = beside.wake?;
-    let mnk = shape.m.saturating_mul(shape.n).saturating_mul(shape.k);
-    let switch_s = if threaded(mnk) {
-        w.extra_s(d.gpu_host_s)
-    } else {
-        0.0
-    };
+    let switch_s = beside.wake?.left_by(shape.mnk(), d.gpu_host_s);
     let wake_s = (gs - quiet_gpu_s).max(0.0);
     (d.route == Route::Vendor
-        && switch_s > 0.0
-        && beside.sides.gpu_side()
-        && d.vendor_s + switch_s >= margin * quiet_gpu_s + wake_s)
-        .then_some(g)
+        && beside
+            .sides
+            .switches_to_gpu(d.vendor_s, switch_s, gs, wake_s, margin))
+    .then_some(g)
 }
 
 fn replay_one(c: &CallRecord, beside: Beside<'_>, model: &ReplayModel<'_>) -> Row {
@@ -264,7 +258,7 @@ fn replay_one(c: &CallRecord, beside: Beside<'_>, model: &ReplayModel<'_>) -> Ro
             let mut est = engine.estimates_loaded(&shape, r, class);
             let quiet = engine.decide_priced_loaded(&shape, r, &est, class);
             let d = match in_wake {
-                None => engine.decide_priced_loaded(&shape, r, &est, class),
+                None => std::sync::Arc::clone(&quiet),
                 Some(w) => {
                     // priced apart from the cache, which holds quiet-host decisions
                     super::model::in_wake(&mut est, &w);

@@ -65,6 +65,23 @@ impl Sides {
                 >= GPU_SIDE * f64::from_bits(self.gpu_s.load(Ordering::Relaxed))
     }
 
+    /// Whether a call the vendor would take goes to the GPU once both routes pay a wake: the
+    /// program is on the GPU side and the vendor run leaves one (`switch_s` > 0), and the
+    /// vendor's `vendor_s` plus `switch_s` is at least `margin` times the GPU's own price plus
+    /// the wake it finds. `gpu_s` is the GPU's price with that wake (`wake_s`) in it.
+    pub fn switches_to_gpu(
+        &self,
+        vendor_s: f64,
+        switch_s: f64,
+        gpu_s: f64,
+        wake_s: f64,
+        margin: f64,
+    ) -> bool {
+        switch_s > 0.0
+            && self.gpu_side()
+            && vendor_s + switch_s >= margin * (gpu_s - wake_s).max(0.0) + wake_s
+    }
+
     /// The recent vendor prices over the quiet GPU prices (NaN before any call), for the
     /// trace's reasons.
     pub fn ratio(&self) -> f64 {

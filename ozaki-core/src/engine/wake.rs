@@ -51,6 +51,18 @@ impl VendorWake {
         }
     }
 
+    /// What a vendor run of a product of `mnk` multiply-adds leaves in front of a GPU call
+    /// whose host copies are priced `host_s` on a quiet host: those copies stretched
+    /// ([`VendorWake::extra_s`]) when the vendor runs it on its threads ([`threaded`]), else
+    /// 0 (no pool left spinning).
+    pub fn left_by(&self, mnk: u64, host_s: f64) -> f64 {
+        if threaded(mnk) {
+            self.extra_s(host_s)
+        } else {
+            0.0
+        }
+    }
+
     /// Whether a call decided `since_s` seconds after the last vendor call returned falls in
     /// the window.
     pub fn covers(&self, since_s: f64) -> bool {

@@ -384,7 +384,13 @@ fn pick(
     let sides = &learned.sides;
     let alone = d.concurrent <= 1;
     if alone {
-        sides.note(corr.corrected(&kg.in_wake(false), quiet_gs).0, vc);
+        // outside the wake the GPU's corrected price is already the quiet one
+        let quiet_gc = if wake_s > 0.0 {
+            corr.corrected(&kg.in_wake(false), quiet_gs).0
+        } else {
+            gc
+        };
+        sides.note(quiet_gc, vc);
     }
     let mut on_gpu = vc >= margin * gq;
     out.route = if on_gpu { g } else { Route::Vendor };
@@ -402,12 +408,7 @@ fn pick(
     }
     // On the GPU side both routes pay a wake: the one the GPU route finds now, or the one a
     // vendor run leaves in front of the next GPU call. The margin applies to the rest.
-    if !on_gpu
-        && alone
-        && switch_s > 0.0
-        && sides.gpu_side()
-        && vc + switch_s >= margin * (gq - wake_s).max(0.0) + wake_s
-    {
+    if !on_gpu && alone && sides.switches_to_gpu(vc, switch_s, gq, wake_s, margin) {
         on_gpu = true;
         out.route = g;
         out.note = Some(Note::Side {

@@ -768,7 +768,7 @@ fn decide(e: &Engine, cs: &CallShape, moduli: Option<u32>, in_flight: u32) -> (M
 /// The size class's bound a small call is first priced at (m, n, k rounded up to powers of
 /// two; [`SMALL_MNK`]), when it differs from the call.
 fn class_bound(cs: &CallShape) -> Option<CallShape> {
-    if cs.m.saturating_mul(cs.n).saturating_mul(cs.k) > SMALL_MNK {
+    if cs.mnk() > SMALL_MNK {
         return None;
     }
     let bound = super::gate::size_class_bound(cs);

@@ -56,10 +56,7 @@ pub fn extra_s(wake: Option<&VendorWake>, d: &Decision) -> f64 {
 /// stretched by the wake's slowdown when the vendor runs it on its threads ([`threaded`]),
 /// else 0 (no pool left spinning). Reads no clock.
 pub fn left_s(wake: Option<&VendorWake>, d: &Decision, mnk: u64) -> f64 {
-    match wake {
-        Some(w) if threaded(mnk) => w.extra_s(d.gpu_host_s),
-        _ => 0.0,
-    }
+    wake.map_or(0.0, |w| w.left_by(mnk, d.gpu_host_s))
 }
 
 /// Extra seconds the GPU route of `d` is priced with when decided `since_s` seconds after
