@@ -396,7 +396,7 @@ fn slow_gpu_calls(p: &mut serde_json::Value, extra_s: f64) {
 fn calls_that_leave_the_gpu_unstarted(
     dir: &Path,
     profile: &Path,
-    args: [&str; 2],
+    args: &[&str],
     what: &str,
 ) -> Option<Vec<ozaki_core::trace::CallRecord>> {
     let prog = build_c(dir, "gpu_start", &["-lblas"])?;
@@ -434,7 +434,7 @@ fn calls_that_never_gain_enough_never_start_the_gpu() {
         slow_cpu_blas(p, factor);
     });
     let what = "calls that never pay";
-    if let Some(calls) = calls_that_leave_the_gpu_unstarted(&dir, &slow_start, ["2", "4"], what) {
+    if let Some(calls) = calls_that_leave_the_gpu_unstarted(&dir, &slow_start, &["2", "4"], what) {
         assert_eq!(calls.len(), 8);
         let mut gained = 0.0;
         for c in &calls {
@@ -469,7 +469,7 @@ fn calls_priced_only_a_little_faster_on_the_gpu_never_start_it() {
         slow_cpu_blas(p, factor);
     });
     let what = "margin-close gains";
-    let Some(calls) = calls_that_leave_the_gpu_unstarted(&dir, &cheap, ["1", "4"], what) else {
+    let Some(calls) = calls_that_leave_the_gpu_unstarted(&dir, &cheap, &["1", "4"], what) else {
         return;
     };
     assert_eq!(calls.len(), 4);
@@ -606,4 +606,75 @@ fn a_vendor_measured_much_slower_than_priced_starts_the_gpu() {
         marks.entered(),
         "a vendor measured far slower than priced did not start the GPU"
     );
+}
+
+/// Writes to `path` a profile that prices the `gpu_start` products of order `n`
+/// `vendor_over_gpu` times faster on a quiet GPU than on the vendor BLAS, the vendor at what
+/// the first one measured; whose vendor wake (`copy_slowdown` 1000 for 10 s) stretches a GPU
+/// call's copies after every vendor call past half the vendor's price; and whose GPU start
+/// costs three such calls' quiet gains. Returns the quiet GPU price.
+fn profile_with_wake(dir: &Path, path: &Path, n: &str, vendor_over_gpu: f64) -> Option<f64> {
+    let base = repo_root().join("profiles/h200.json");
+    let (prices, measured) = priced_at(dir, &base, n)?;
+    let gpu = prices["gpu-native"].min(prices["gpu-ozaki"]);
+    let quiet = measured / vendor_over_gpu;
+    // the GPU's fixed costs leave room below the vendor's measured time
+    assert!(
+        quiet > 1.2 * gpu,
+        "order {n}: the vendor's {measured} s is too close to the GPU's price {prices:?}"
+    );
+    // a background start costs a quarter of its time (`route::start::BACKGROUND_COST_SHARE`)
+    let start_s = 4.0 * 3.0 * (measured - quiet);
+    write_profile(path, |p| {
+        p["gpu"]["start_s"] = serde_json::json!(start_s);
+        slow_cpu_blas(p, measured / prices["vendor"]);
+        slow_gpu_calls(p, quiet - gpu);
+        p["cpu"]["wake"] = serde_json::json!({"window_s": 10.0, "copy_slowdown": 1000.0});
+    });
+    Some(quiet)
+}
+
+/// Calls made one after another, each priced 3x faster on a quiet GPU but slower on the GPU
+/// in the vendor's wake, start the GPU once the program is seen to be on the GPU's side: once
+/// the GPU is up its calls follow GPU calls, where no wake is left. Only the first call,
+/// made before any wake, would count otherwise, and the start costs three. The same calls
+/// priced only 1.4x faster on a quiet GPU (the program on the vendor's side) leave it
+/// unstarted.
+#[test]
+fn a_program_on_the_gpus_side_starts_it_despite_the_vendors_wake() {
+    let dir = work_dir("gpu-start-sides");
+    const N: &str = "512";
+    let gpu_side = dir.join("gpu-side.json");
+    let Some(quiet) = profile_with_wake(&dir, &gpu_side, N, 3.0) else {
+        return;
+    };
+    let prog = build_c(&dir, "gpu_start", &["-lblas"]).expect("built above");
+    let fake = fake_cuda(&dir);
+    let marks = CuInitMarks::new(&dir, "sides");
+    let trace = dir.join("sides.jsonl");
+    let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
+    cmd.args(["1", "12", N])
+        .env("OZAKI_PROFILE", &gpu_side)
+        .env("FAKE_CUINIT_MARK", &marks.0)
+        .env("GPU_START_LINGER_MS", "300");
+    let (o, _) = run(cmd);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let calls = read_trace(&trace).calls;
+    // the second call came in the first one's wake, priced past twice the vendor's price
+    let second = calls[1].engine.as_ref().expect("engine field");
+    let wake = second.wake_s.expect("the wake was priced");
+    assert!(
+        second.predicted_s["vendor"] < 2.0 * (quiet + wake),
+        "{second:?}: the wake leaves the GPU a gain worth counting"
+    );
+    assert!(second.reason.contains("not started"), "{}", second.reason);
+    assert!(
+        marks.entered(),
+        "a program on the GPU's side did not start the GPU"
+    );
+
+    let vendor_side = dir.join("vendor-side.json");
+    profile_with_wake(&dir, &vendor_side, N, 1.4).expect("priced above");
+    let what = "a program on the vendor's side";
+    calls_that_leave_the_gpu_unstarted(&dir, &vendor_side, &["1", "12", N], what);
 }

@@ -165,6 +165,11 @@ fn price(
         && let Some((c, residency)) = end_to_end(profile, shape, route)
     {
         let f = c.factor(shape.m, shape.n, shape.k);
+        let f = if uploads_c(shape, route) {
+            f.max(1.0)
+        } else {
+            f
+        };
         if (f - 1.0).abs() > 1e-9 {
             est.terms.push(Term {
                 name: "end-to-end",
@@ -180,6 +185,20 @@ fn price(
         }
     }
     est
+}
+
+/// Whether a host-resident GPU call uploads its C (beta != 0), which the calibration's
+/// end-to-end timings never did, so that a correction making it faster than its terms does
+/// not carry over to it: `ozaki calibrate` times plain products (beta = 0), whose uploads,
+/// products and downloads overlap block by block, and near LU's trailing updates (2048 x
+/// 2048 x 64) its gpu-native timings ran 0.68x of their terms. An update must have its C on
+/// the GPU before its product: reference LAPACK `dgetrf`'s 3584-3968 x 64 updates (beta =
+/// 1) ran 10-16 ms forced to gpu-native on an H100 host (most of them 10-12 ms), against
+/// 10.5-12.4 ms of terms and 7.4-8.7 ms priced with the correction (BENCHMARKS.md, "Real
+/// programs under the shim"). Such a call keeps a correction that makes it slower, never
+/// one that makes it faster.
+fn uploads_c(shape: &CallShape, route: Route) -> bool {
+    route != Route::Vendor && shape.residency == Residency::Host && !shape.beta_zero
 }
 
 /// The end-to-end correction of `route` for `shape` and the residency of the timings it was
@@ -842,6 +861,50 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// LU's trailing update uploads its C (beta = 1): the built-in profile's correction
+    /// near its shape, fitted on plain products that upload none, would price it 0.7x of its
+    /// terms, and it ran at its terms. It keeps a correction only where that makes it slower;
+    /// the same product with beta = 0 still takes the correction, and the vendor's price is
+    /// not touched.
+    #[test]
+    fn a_call_uploading_its_c_is_never_priced_faster_than_its_terms() {
+        let p = Profile::built_in("h200").expect("ships");
+        let update = CallShape {
+            beta_zero: false,
+            c_gaps: true,
+            ..CallShape::gemm(3584, 3584, 64)
+        };
+        let plain = CallShape {
+            beta_zero: true,
+            ..update
+        };
+        let correction = |e: &RouteEstimate| {
+            e.terms
+                .iter()
+                .find(|t| t.name == "end-to-end")
+                .map_or(0.0, |t| t.seconds)
+        };
+        for r in [Route::GpuNative, Route::GpuOzaki] {
+            let (u, q) = (
+                predict_loaded(&p, &update, r, Some(14), 16, 1),
+                predict_loaded(&p, &plain, r, Some(14), 16, 1),
+            );
+            assert!(
+                correction(&q) < 0.0,
+                "{r}: the plain product is corrected faster"
+            );
+            assert!(correction(&u) >= 0.0, "{r}: {:?}", u.terms);
+            let terms: f64 = u.terms.iter().map(|t| t.seconds).sum();
+            assert!(
+                (u.seconds - terms).abs() < 1e-12,
+                "{r}: {} against {terms}",
+                u.seconds
+            );
+        }
+        let v = |s: &CallShape| predict_loaded(&p, s, Route::Vendor, None, 16, 1);
+        assert_eq!(correction(&v(&update)), correction(&v(&plain)));
     }
 
     fn shape_on_device(s: u64) -> CallShape {
