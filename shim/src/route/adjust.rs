@@ -109,7 +109,7 @@ pub fn adjust(
         .copied()
         .filter(|s| s.is_finite());
     let first = pick(
-        learned, d, d.route, d.gpu, &key, margin, explore, beside, &mut tick,
+        learned, d, d.route, d.gpu, &key, margin, explore, beside, true, &mut tick,
     );
     if first.route != Route::GpuOzaki {
         return first;
@@ -128,7 +128,7 @@ pub fn adjust(
                 };
                 let gpu = Some((Route::GpuNative, ns));
                 pick(
-                    learned, d, cached, gpu, &key, margin, false, beside, &mut tick,
+                    learned, d, cached, gpu, &key, margin, false, beside, false, &mut tick,
                 )
             }
             None => Adjusted::plain(Route::Vendor),
@@ -333,7 +333,8 @@ impl Adjusted {
 }
 
 /// The corrected choice between the vendor and the GPU route `gpu` (its prediction) for a
-/// decision whose cached route is `cached`.
+/// decision whose cached route is `cached`; `note_sides`: the call's prices go into the side
+/// ledger (once per call: not again when a declined emulation is priced as cuBLAS).
 #[allow(clippy::too_many_arguments)]
 fn pick(
     learned: &Learned,
@@ -344,6 +345,7 @@ fn pick(
     margin: f64,
     explore: bool,
     beside: Beside,
+    note_sides: bool,
     tick: &mut dyn FnMut() -> u32,
 ) -> Adjusted {
     let corr = &learned.corrections;
@@ -383,7 +385,7 @@ fn pick(
     let gq = gc + wait_s;
     let sides = &learned.sides;
     let alone = d.concurrent <= 1;
-    if alone {
+    if alone && note_sides {
         // outside the wake the GPU's corrected price is already the quiet one
         let quiet_gc = if wake_s > 0.0 {
             corr.corrected(&kg.in_wake(false), quiet_gs).0
@@ -738,6 +740,28 @@ mod tests {
         }
         // The skips used up, the next call tries the emulation again.
         assert_eq!(runs[BASE_SKIP as usize].route, Route::GpuOzaki);
+    }
+
+    /// A call whose emulation is declined is priced twice (as the emulation, then as cuBLAS
+    /// in its place) but is one call in the side ledger.
+    #[test]
+    fn a_declined_call_is_noted_once_in_the_side_ledger() {
+        use ozaki_core::engine::sides::MIN_CALLS;
+        let l = Learned::default();
+        let (d, s) = ozaki_decision(4.4);
+        let d = Decision {
+            concurrent: 1,
+            ..d
+        };
+        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
+        l.declines.declined(&a.decline_key.unwrap());
+        for _ in 1..MIN_CALLS - 1 {
+            let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
+            assert_eq!(a.route, Route::GpuNative, "declined: {a:?}");
+        }
+        assert!(!l.sides.gpu_side(), "{} calls counted as more", MIN_CALLS - 1);
+        adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
+        assert!(l.sides.gpu_side(), "ratio {}", l.sides.ratio());
     }
 
     #[test]
