@@ -749,17 +749,18 @@ mod tests {
         use ozaki_core::engine::sides::MIN_CALLS;
         let l = Learned::default();
         let (d, s) = ozaki_decision(4.4);
-        let d = Decision {
-            concurrent: 1,
-            ..d
-        };
+        let d = Decision { concurrent: 1, ..d };
         let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
         l.declines.declined(&a.decline_key.unwrap());
         for _ in 1..MIN_CALLS - 1 {
             let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
             assert_eq!(a.route, Route::GpuNative, "declined: {a:?}");
         }
-        assert!(!l.sides.gpu_side(), "{} calls counted as more", MIN_CALLS - 1);
+        assert!(
+            !l.sides.gpu_side(),
+            "{} calls counted as more",
+            MIN_CALLS - 1
+        );
         adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
         assert!(l.sides.gpu_side(), "ratio {}", l.sides.ratio());
     }
