@@ -192,11 +192,11 @@ fn price(
 /// not carry over to it: `ozaki calibrate` times plain products (beta = 0), whose uploads,
 /// products and downloads overlap block by block, and near LU's trailing updates (2048 x
 /// 2048 x 64) its gpu-native timings ran 0.68x of their terms. An update must have its C on
-/// the GPU before its product: reference LAPACK `dgetrf`'s 3584-3968 x 64 updates (beta =
-/// 1) ran 10-16 ms forced to gpu-native on an H100 host (most of them 10-12 ms), against
-/// 10.5-12.4 ms of terms and 7.4-8.7 ms priced with the correction (BENCHMARKS.md, "Real
-/// programs under the shim"). Such a call keeps a correction that makes it slower, never
-/// one that makes it faster.
+/// the GPU before its product: reference LAPACK `dgetrf`'s 3584-3968 x 64 updates, with
+/// beta = 1, ran 10-16 ms forced to gpu-native on an H100 host (most of them 10-12 ms),
+/// against 10.5-12.4 ms of terms and 7.4-8.7 ms priced with the correction (BENCHMARKS.md,
+/// "Real programs under the shim"). Such a call keeps a correction that makes it slower,
+/// never one that makes it faster.
 fn uploads_c(shape: &CallShape, route: Route) -> bool {
     route != Route::Vendor && shape.residency == Residency::Host && !shape.beta_zero
 }
