@@ -404,7 +404,7 @@ mod tests {
         // A library pip's directories have is never looked up elsewhere.
         let pip = root.join("site/nvidia/cu13/lib");
         touch(&pip, &["libnvrtc.so.13"]);
-        let found = plan(&[pip.clone()], &system, |_| false);
+        let found = plan(std::slice::from_ref(&pip), &system, |_| false);
         assert_eq!(found[3], pip.join("libnvrtc.so.13"));
         assert!(found[..3].iter().all(|f| f.starts_with(&toolkit)));
         std::fs::remove_dir_all(&root).unwrap();
@@ -419,7 +419,7 @@ mod tests {
         let root = scratch("family");
         let pip = root.join("site/nvidia/cu13/lib");
         touch(&pip, ALL);
-        let found = plan(&[pip.clone()], &[], |n| n == "libcublas.so");
+        let found = plan(std::slice::from_ref(&pip), &[], |n| n == "libcublas.so");
         assert_eq!(
             names(&found),
             ["libnvrtc-builtins.so.13.0", "libnvrtc.so.13"]

@@ -86,57 +86,6 @@ impl Libraries {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_missing_library_says_how_to_get_it() {
-        let all = Libraries {
-            driver: true,
-            cublas: true,
-            cublaslt: true,
-            nvrtc: true,
-        };
-        assert_eq!((all.native_missing(), all.ozaki_missing()), (None, None));
-        assert!(!all.driver_without_libraries());
-        let no_nvrtc = Libraries {
-            nvrtc: false,
-            ..all
-        };
-        assert_eq!(no_nvrtc.native_missing(), None);
-        let why = no_nvrtc.ozaki_missing().unwrap();
-        assert!(why.starts_with("libnvrtc.so.13 not found"), "{why}");
-        assert!(
-            why.contains("ozaki-shim[cu13]") && why.contains("OZAKI_CUDA_LIB_DIRS"),
-            "{why}"
-        );
-        let no_cublas = Libraries {
-            cublas: false,
-            ..all
-        };
-        assert!(
-            no_cublas
-                .native_missing()
-                .unwrap()
-                .starts_with("libcublas.so.13")
-        );
-        assert!(no_cublas.driver_without_libraries());
-        let no_driver = Libraries {
-            driver: false,
-            cublas: false,
-            ..all
-        };
-        assert!(
-            no_driver
-                .native_missing()
-                .unwrap()
-                .contains("no CUDA driver")
-        );
-        assert!(!no_driver.driver_without_libraries());
-    }
-}
-
 /// Whether the CUDA driver library can be loaded, once per process. Cheaper than
 /// [`Libraries::detect`], whose dlopen of cuBLAS and cuBLASLt cost about 160 ms on the H200
 /// machine: the shim's pre-engine asks only this before deciding that a small call goes to the
@@ -193,5 +142,56 @@ pub fn contain<T>(what: &str, f: impl FnOnce() -> Result<T, GpuError>) -> Result
                 .unwrap_or_else(|| "panic".into());
             Err(GpuError::Unavailable(format!("{what}: {msg}")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_says_how_to_get_it() {
+        let all = Libraries {
+            driver: true,
+            cublas: true,
+            cublaslt: true,
+            nvrtc: true,
+        };
+        assert_eq!((all.native_missing(), all.ozaki_missing()), (None, None));
+        assert!(!all.driver_without_libraries());
+        let no_nvrtc = Libraries {
+            nvrtc: false,
+            ..all
+        };
+        assert_eq!(no_nvrtc.native_missing(), None);
+        let why = no_nvrtc.ozaki_missing().unwrap();
+        assert!(why.starts_with("libnvrtc.so.13 not found"), "{why}");
+        assert!(
+            why.contains("ozaki-shim[cu13]") && why.contains("OZAKI_CUDA_LIB_DIRS"),
+            "{why}"
+        );
+        let no_cublas = Libraries {
+            cublas: false,
+            ..all
+        };
+        assert!(
+            no_cublas
+                .native_missing()
+                .unwrap()
+                .starts_with("libcublas.so.13")
+        );
+        assert!(no_cublas.driver_without_libraries());
+        let no_driver = Libraries {
+            driver: false,
+            cublas: false,
+            ..all
+        };
+        assert!(
+            no_driver
+                .native_missing()
+                .unwrap()
+                .contains("no CUDA driver")
+        );
+        assert!(!no_driver.driver_without_libraries());
     }
 }

@@ -433,6 +433,8 @@ fn summary_streams_a_large_trace_in_a_fraction_of_its_size() {
     }
     out.flush().unwrap();
     drop(out);
+    // reaped below by wait4, which Child::wait cannot replace here
+    #[allow(clippy::zombie_processes)]
     let child = ozaki()
         .arg("summary")
         .arg(&path)

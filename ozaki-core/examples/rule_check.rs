@@ -12,6 +12,9 @@ fn outliers(x: &mut [f64], rate: f64, factor: f64, rng: &mut Rng) {
     }
 }
 
+/// Draws op(A) and op(B) of one input family.
+type Operands = Box<dyn Fn(&mut Rng) -> (Vec<f64>, Vec<f64>)>;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (m, k) = (
@@ -19,7 +22,7 @@ fn main() {
         args.get(2).map_or(4096, |s| s.parse().unwrap()),
     );
     let n = m;
-    let fams: Vec<(&str, Box<dyn Fn(&mut Rng) -> (Vec<f64>, Vec<f64>)>)> = vec![
+    let fams: Vec<(&str, Operands)> = vec![
         (
             "normal",
             Box::new(move |r| {

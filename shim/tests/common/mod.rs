@@ -19,7 +19,10 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// The `ozaki` binary cargo built for this test run. Only the tests of the `ozaki-cli`
-/// package, which builds the binary, may call this.
+/// package, which builds the binary, may call this: the shim's tests share this module but
+/// have no such binary, so the name cannot be `env!` (their build would fail) and a call
+/// from them panics with the reason.
+#[allow(clippy::option_env_unwrap)]
 pub fn ozaki_bin() -> PathBuf {
     PathBuf::from(
         option_env!("CARGO_BIN_EXE_ozaki").expect("only ozaki-cli's tests run the ozaki binary"),
