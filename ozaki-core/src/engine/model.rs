@@ -760,7 +760,7 @@ mod tests {
         let h2d = |p: &Profile, s: &CallShape| {
             let gpu = p.gpu.as_ref().unwrap();
             let e = gpu_route(gpu, s, Route::GpuNative, None, true);
-            e.terms.iter().find(|t| t.name == "h2d").map(|t| t.seconds)
+            term_s(&e, "h2d")
         };
         let big = CallShape::gemm(16384, 16384, 16384);
         let small = CallShape::gemm(1024, 1024, 1024);
@@ -802,24 +802,14 @@ mod tests {
     #[test]
     fn a_c_with_gaps_costs_the_gpu_routes_what_a_contiguous_c_costs() {
         let p = Profile::built_in("h200").expect("ships");
-        let update = CallShape {
-            beta_zero: false,
-            c_gaps: true,
-            ..CallShape::gemm(4032, 4032, 64)
-        };
+        let update = lu_update(4032);
         let contiguous = CallShape {
             c_gaps: false,
             ..update
         };
         let link = p.gpu.as_ref().unwrap().link.clone();
         let c = 8.0 * 4032.0 * 4032.0;
-        let term = |e: &RouteEstimate, name: &str| {
-            e.terms
-                .iter()
-                .find(|t| t.name == name)
-                .map(|t| t.seconds)
-                .expect("priced")
-        };
+        let term = |e: &RouteEstimate, name: &str| term_s(e, name).expect("priced");
         for r in [Route::GpuNative, Route::GpuOzaki] {
             for beta_zero in [false, true] {
                 let gaps = CallShape {
@@ -871,21 +861,12 @@ mod tests {
     #[test]
     fn a_call_uploading_its_c_is_never_priced_faster_than_its_terms() {
         let p = Profile::built_in("h200").expect("ships");
-        let update = CallShape {
-            beta_zero: false,
-            c_gaps: true,
-            ..CallShape::gemm(3584, 3584, 64)
-        };
+        let update = lu_update(3584);
         let plain = CallShape {
             beta_zero: true,
             ..update
         };
-        let correction = |e: &RouteEstimate| {
-            e.terms
-                .iter()
-                .find(|t| t.name == "end-to-end")
-                .map_or(0.0, |t| t.seconds)
-        };
+        let correction = |e: &RouteEstimate| term_s(e, "end-to-end").unwrap_or(0.0);
         for r in [Route::GpuNative, Route::GpuOzaki] {
             let (u, q) = (
                 predict_loaded(&p, &update, r, Some(14), 16, 1),
@@ -905,6 +886,21 @@ mod tests {
         }
         let v = |s: &CallShape| predict_loaded(&p, s, Route::Vendor, None, 16, 1);
         assert_eq!(correction(&v(&update)), correction(&v(&plain)));
+    }
+
+    /// Seconds of the term `name` of `e`, if it has one.
+    fn term_s(e: &RouteEstimate, name: &str) -> Option<f64> {
+        e.terms.iter().find(|t| t.name == name).map(|t| t.seconds)
+    }
+
+    /// Reference LAPACK LU's trailing update of order `n`: C -= A B with k = 64 (beta != 0)
+    /// on a block of a larger array (`ldc` > m).
+    fn lu_update(n: u64) -> CallShape {
+        CallShape {
+            beta_zero: false,
+            c_gaps: true,
+            ..CallShape::gemm(n, n, 64)
+        }
     }
 
     fn shape_on_device(s: u64) -> CallShape {
