@@ -617,10 +617,11 @@ fn a_vendor_measured_much_slower_than_priced_starts_the_gpu() {
 /// measured twice its time on a busy machine credits). Returns the quiet GPU price.
 fn profile_with_wake(dir: &Path, path: &Path, n: &str, vendor_over_gpu: f64) -> Option<f64> {
     let base = repo_root().join("profiles/h200.json");
-    let (prices, _) = priced_at(dir, &base, n)?;
-    // the vendor's time from the fastest of a few calls: a first call on a busy machine
-    // (tests running beside it) can take twice as long as the ones after it
+    build_c(dir, "gpu_start", &["-lblas"])?;
+    // the prices of the first call, and the vendor's time from the fastest of a few: a first
+    // call on a busy machine (tests running beside it) can take twice as long as the others
     let (calls, _) = traced_start(dir, "vendor-time", &base, &["1", "4", n]);
+    let prices = &calls[0].engine.as_ref().expect("engine field").predicted_s;
     let measured = calls.iter().map(|c| c.dur_ns).min().expect("calls") as f64 * 1e-9;
     let gpu = prices["gpu-native"].min(prices["gpu-ozaki"]);
     let quiet = measured / vendor_over_gpu;
