@@ -25,8 +25,9 @@ use ozaki_core::engine::Residency;
 use ozaki_core::engine::calibrate::{
     self as cal, CpuSamples, Measurements, Mnk, Plan, RouteSample, ValidationReport,
 };
-use ozaki_core::engine::choose::{Engine, MODULI_WITHOUT_DATA};
+use ozaki_core::engine::choose::Engine;
 use ozaki_core::engine::model::Sample;
+use ozaki_core::engine::priced_moduli::priced_moduli;
 use ozaki_core::engine::profile::{self, Machine, PROFILE_VERSION, Profile};
 use ozaki_core::trace::Routine;
 use std::path::PathBuf;
@@ -119,7 +120,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             serde_json::from_value(v.get("samples").cloned().context("report has no samples")?)?;
         let threads = prof.cpu.blas.first().map_or(1, |c| c.threads);
         let rep = cal::validate(&prof, threads, &samples, &|s: &CallShape| {
-            Some(ozaki_shim::route::choose::priced_moduli(s.k, None))
+            Some(priced_moduli(s.k, None))
         });
         write_validation(&rep, a.validation_out.as_deref())?;
         return Ok(ExitCode::SUCCESS);
@@ -539,7 +540,8 @@ fn measure(
     // Interposer overhead: what the shim adds per call is dominated by the cached decision.
     let engine = Engine::new(Profile::built_in("cpu-only").expect("ships"), 1);
     let shape = CallShape::gemm(8, 8, 8);
-    engine.decide(&shape, Some(MODULI_WITHOUT_DATA));
+    let moduli = Some(priced_moduli(shape.k, None));
+    engine.decide(&shape, moduli);
     let n = 200_000;
     let t = Instant::now();
     for i in 0..n {
@@ -548,7 +550,7 @@ fn measure(
                 k: 8 + (i & 1),
                 ..shape
             },
-            Some(MODULI_WITHOUT_DATA),
+            moduli,
         ));
     }
     let decision_s = t.elapsed().as_secs_f64() / n as f64;
@@ -641,7 +643,7 @@ fn validate(
     }
     let threads = blas.threads();
     Ok(cal::validate(prof, threads, &samples, &|s: &CallShape| {
-        Some(ozaki_shim::route::choose::priced_moduli(s.k, None))
+        Some(priced_moduli(s.k, None))
     }))
 }
 

@@ -8,8 +8,9 @@
 use anyhow::Context;
 use clap::Parser;
 use ozaki_core::engine::adapt::GpuTraits;
-use ozaki_core::engine::choose::{self, Engine, MODULI_WITHOUT_DATA};
+use ozaki_core::engine::choose::{self, Engine};
 use ozaki_core::engine::platforms::{self, Platform};
+use ozaki_core::engine::priced_moduli::priced_moduli;
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::reduced::{self, RateOptions};
 use ozaki_core::engine::{CallShape, Residency};
@@ -143,7 +144,9 @@ struct Args {
     /// would a contiguous C's (priced the same).
     #[arg(long)]
     ldc: Option<u64>,
-    /// Moduli count the numerics would choose (default 14; 0 = the contract cannot be met).
+    /// Moduli count the numerics would choose (default: the accuracy rule's count for
+    /// normally distributed data at this k, as `auto` prices it; 0 = the contract cannot be
+    /// met).
     #[arg(long)]
     moduli: Option<u32>,
     /// Print JSON instead of a table.
@@ -228,7 +231,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let moduli = match a.moduli {
         Some(0) => None,
         Some(r) => Some(r),
-        None => Some(MODULI_WITHOUT_DATA),
+        None => Some(priced_moduli(shape.k, None)),
     };
     match a.model.load()? {
         Model::Measured(engine, src) => {

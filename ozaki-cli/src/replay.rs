@@ -7,7 +7,7 @@ use crate::explain::{Model, ModelArgs};
 use anyhow::Context;
 use clap::Parser;
 use ozaki_core::engine::CallShape;
-use ozaki_core::engine::choose::MODULI_WITHOUT_DATA;
+use ozaki_core::engine::priced_moduli::priced_moduli;
 use ozaki_core::engine::replay::{self, ReplayModel};
 use std::io::Write;
 use std::process::ExitCode;
@@ -22,7 +22,9 @@ struct Args {
     /// Write the per-record rows here as CSV (`-` for stdout).
     #[arg(long)]
     csv: Option<std::path::PathBuf>,
-    /// Moduli count to price for records that carry none (default 14; 0 = contract never met).
+    /// Moduli count to price for records that carry none (default: the accuracy rule's count
+    /// for normally distributed data at the record's k, as `auto` priced it; 0 = contract
+    /// never met).
     #[arg(long)]
     moduli: Option<u32>,
     #[command(flatten)]
@@ -63,16 +65,22 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         _ => {}
     }
     let most = in_flight.iter().copied().max().unwrap_or(1);
-    let default_r = match a.moduli {
+    // A record without a count is priced as `auto` priced it: the rule's count at its k.
+    let default_r = move |k: u64| match a.moduli {
         Some(0) => None,
         Some(r) => Some(r),
-        None => Some(MODULI_WITHOUT_DATA),
+        None => Some(priced_moduli(k, None)),
     };
     let moduli_of: std::collections::HashMap<(u64, u64, u64), u32> = calls
         .iter()
         .filter_map(|c| c.moduli.map(|r| ((c.m, c.n, c.k), r)))
         .collect();
-    let moduli = move |s: &CallShape| moduli_of.get(&(s.m, s.n, s.k)).copied().or(default_r);
+    let moduli = move |s: &CallShape| {
+        moduli_of
+            .get(&(s.m, s.n, s.k))
+            .copied()
+            .or_else(|| default_r(s.k))
+    };
     let model = a.model.load()?;
     let (desc, rm) = match &model {
         Model::Measured(engine, src) => (

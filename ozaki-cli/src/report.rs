@@ -27,7 +27,7 @@ use crate::tracefile;
 use anyhow::Context;
 use clap::Parser;
 use ozaki_core::engine::CallShape;
-use ozaki_core::engine::choose::MODULI_WITHOUT_DATA;
+use ozaki_core::engine::priced_moduli::priced_moduli;
 use ozaki_core::engine::replay::{self, ReplayModel};
 use ozaki_core::stats::{NbarStats, SMALL_NBAR};
 use ozaki_core::trace::{CallRecord, Trace};
@@ -153,7 +153,7 @@ pub fn predict(calls: &[CallRecord], model: &Model) -> Predicted {
         moduli_of
             .get(&(s.m, s.n, s.k))
             .copied()
-            .or(Some(MODULI_WITHOUT_DATA))
+            .or(Some(priced_moduli(s.k, None)))
     };
     let gpu_routes = match model {
         Model::Measured(engine, _) => engine.profile().gpu.is_some(),

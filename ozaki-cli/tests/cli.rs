@@ -539,6 +539,29 @@ fn explain_prices_a_c_with_gaps_as_a_contiguous_c_on_the_gpu_routes() {
     assert_eq!(ozaki, ozaki_flat);
 }
 
+/// `ozaki explain` prices GPU Ozaki at the count `auto` prices: the accuracy rule's for
+/// normal data at the call's k, 14 moduli at k = 4096 and 15 at k = 8192 (a fixed 14 priced
+/// 8192³ one modulus cheap, and so faster than the emulation the GPU then ran); `--moduli`
+/// still overrides it.
+#[test]
+fn explain_prices_the_moduli_count_auto_prices() {
+    let moduli = |n: &str, extra: &[&str]| {
+        let o = ozaki()
+            .current_dir(repo_root())
+            .args(["explain", n, n, n, "--device-resident", "--json"])
+            .args(["--profile", "profiles/h200.json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        json["moduli"].as_u64()
+    };
+    assert_eq!(moduli("4096", &[]), Some(14));
+    assert_eq!(moduli("8192", &[]), Some(15));
+    assert_eq!(moduli("8192", &["--moduli", "14"]), Some(14));
+}
+
 #[test]
 fn run_of_a_program_that_fails_before_any_blas_call_says_so_without_naming_a_deleted_file() {
     // A script that stops where a python3 without NumPy stops: before any BLAS call.

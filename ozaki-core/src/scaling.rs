@@ -103,6 +103,11 @@ pub enum Quantizer {
     Truncate,
 }
 
+/// The GPU route's scaling when none is asked for: the norm bound (no extra product, about
+/// one modulus fewer than fast on normal data and two on phi = 2; ACCURACY.md). The engine
+/// prices GPU Ozaki at it (`crate::engine::priced_moduli`).
+pub const GPU_DEFAULT_SCALING: ScalingMode = ScalingMode::Norm;
+
 /// How the shifts are bounded (module doc, step 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ScalingMode {

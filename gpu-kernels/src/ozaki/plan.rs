@@ -13,9 +13,9 @@ use ozaki_core::scaling::SHIFT_CLASSES;
 pub use ozaki_core::rule::plan::Plan;
 pub use ozaki_core::scaling::ScalingMode;
 
-/// The GPU route's scaling when none is asked for: the norm bound (no extra product, about
-/// one modulus fewer than fast on normal data and two on phi = 2; ACCURACY.md).
-pub const DEFAULT_SCALING: ScalingMode = ScalingMode::Norm;
+/// The GPU route's scaling when none is asked for
+/// (`ozaki_core::scaling::GPU_DEFAULT_SCALING`, which the engine prices at).
+pub const DEFAULT_SCALING: ScalingMode = ozaki_core::scaling::GPU_DEFAULT_SCALING;
 
 /// The scaling a call asking for `requested` runs ([`Options::scaling`]): the default when
 /// none, and norm for accurate (a plan from line statistics cannot bound it,

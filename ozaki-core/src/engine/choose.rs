@@ -579,9 +579,3 @@ pub fn blas_threads(get: impl Fn(&str) -> Option<String>, available: u32) -> u32
     })
     .unwrap_or(available.max(1))
 }
-
-/// The moduli count priced when the call's data is not at hand (`ozaki explain`, replay of a
-/// trace without a `moduli` field): 14, the count GEMMul8 needs to match native fp64 on
-/// normally distributed data at these sizes (reference h200-baselines.md); the shim itself
-/// passes the count the numerics choose from the operands.
-pub const MODULI_WITHOUT_DATA: u32 = 14;

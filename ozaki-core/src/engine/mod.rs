@@ -31,6 +31,7 @@ pub mod declines;
 pub mod load;
 pub mod model;
 pub mod platforms;
+pub mod priced_moduli;
 pub mod profile;
 pub mod reduced;
 pub mod replay;

@@ -49,6 +49,7 @@ use ozaki_core::blas::Trans;
 use ozaki_core::engine::adapt::GpuTraits;
 use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
 use ozaki_core::engine::correct::ClassKey;
+pub use ozaki_core::engine::priced_moduli::priced_moduli;
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
@@ -531,57 +532,6 @@ pub fn canonical_shape(c: &Canon) -> CallShape {
             residency: Residency::Host,
             c_gaps: ldc > n,
         },
-    }
-}
-
-/// The moduli count GPU Ozaki is priced at for inner dimension `k` (`forced`: OZAKI_MODULI):
-/// the accuracy rule's count for lines of normally distributed entries with the GPU route's
-/// default scaling (`ozaki_core::rule::typical_moduli`; GEMMul8 needs 14 moduli on such data at
-/// n = 4096).
-pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
-    forced.unwrap_or_else(|| typical_moduli_tabulated(k))
-}
-
-/// Inner dimensions up to this are priced at their own k; above, at k rounded up to a
-/// quarter octave ([`typical_moduli_tabulated`]).
-const EXACT_K: u64 = 256;
-
-/// Quarter-octave steps from [`EXACT_K`] up to 2^63.
-const GRID_STEPS: usize = 4 * (63 - EXACT_K.trailing_zeros() as usize) + 1;
-
-/// `ozaki_core::rule::typical_moduli` at the default scaling, each value computed once per
-/// process: the rule builds and judges a normal line of min(k, 4096) entries, about 0.3 ms,
-/// which must not be paid again for every new k of an uncached decision. Up to [`EXACT_K`]
-/// the count is the rule's at k itself (it is not monotone there); above, at the smallest
-/// quarter-octave step `ceil(2^(j/4))` at or above k, where the count grows with k by at
-/// most one modulus a step, so the price is at worst one modulus high.
-fn typical_moduli_tabulated(k: u64) -> u32 {
-    use std::sync::atomic::AtomicU32;
-    static EXACT: [AtomicU32; EXACT_K as usize + 1] =
-        [const { AtomicU32::new(0) }; EXACT_K as usize + 1];
-    static STEPS: [AtomicU32; GRID_STEPS] = [const { AtomicU32::new(0) }; GRID_STEPS];
-    static GRID: OnceLock<[u64; GRID_STEPS]> = OnceLock::new();
-    let k = k.max(1);
-    let (slot, at) = if k <= EXACT_K {
-        (&EXACT[k as usize], k)
-    } else {
-        let grid = GRID.get_or_init(|| {
-            let base = EXACT_K.trailing_zeros() as f64;
-            std::array::from_fn(|j| {
-                2f64.powf(base + j as f64 / 4.0).ceil().min(u64::MAX as f64) as u64
-            })
-        });
-        let j = grid.partition_point(|&g| g < k).min(GRID_STEPS - 1);
-        (&STEPS[j], grid[j].max(k))
-    };
-    match slot.load(Ordering::Relaxed) {
-        0 => {
-            use gpu_kernels::ozaki::DEFAULT_SCALING;
-            let r = ozaki_core::rule::typical_moduli(DEFAULT_SCALING, at as usize) as u32;
-            slot.store(r.max(1), Ordering::Relaxed);
-            r
-        }
-        r => r,
     }
 }
 
@@ -1090,42 +1040,5 @@ mod tests {
             (40, 40, 9, true, false, true, false)
         );
         assert_eq!(s.residency, Residency::Host);
-    }
-
-    /// The tabulated count is the rule's at k up to 256, and above it the rule's at a k at
-    /// most a quarter octave higher: never below the count at k itself, at most one above.
-    #[test]
-    fn tabulated_moduli_follow_the_rule_within_a_quarter_octave() {
-        use gpu_kernels::ozaki::DEFAULT_SCALING;
-        let rule = |k: u64| ozaki_core::rule::typical_moduli(DEFAULT_SCALING, k as usize) as u32;
-        for k in [1u64, 7, 100, 256] {
-            assert_eq!(priced_moduli(k, None), rule(k), "k = {k}");
-        }
-        for k in [257u64, 300, 1000, 4097, 5000, 70000, 1 << 20] {
-            let (priced, own, above) = (priced_moduli(k, None), rule(k), rule(k + k / 5));
-            assert!(
-                priced >= own && priced <= above.max(own + 1),
-                "k = {k}: {priced} vs {own}"
-            );
-            assert_eq!(
-                priced_moduli(k, None),
-                priced,
-                "a second look-up gives the same count"
-            );
-        }
-    }
-
-    #[test]
-    fn priced_moduli_honours_the_forced_count_and_grows_with_k() {
-        assert_eq!(priced_moduli(1 << 20, Some(9)), 9);
-        // (from k = 256 up: below it the norm rule asks one more bit per halving of k, as
-        // short dot products of spread data need, so tiny k may cost a modulus more)
-        assert!((2..=20).contains(&priced_moduli(16, None)));
-        let counts: Vec<u32> = [256u64, 4096, 65536]
-            .iter()
-            .map(|&k| priced_moduli(k, None))
-            .collect();
-        assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
-        assert!(counts.iter().all(|&r| (2..=20).contains(&r)), "{counts:?}");
     }
 }
