@@ -21,7 +21,7 @@ macro_rules! not_found {
 }
 
 /// Which CUDA libraries this process can load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Libraries {
     /// libcuda (the driver): needed by every GPU route.
     pub driver: bool,
@@ -40,15 +40,18 @@ impl Libraries {
     pub fn detect() -> Libraries {
         static FOUND: OnceLock<Libraries> = OnceLock::new();
         *FOUND.get_or_init(|| {
-            // pip's CUDA wheels first, so that the names below find them (cuda_lib_dirs.rs);
-            // without a driver they would be loaded for nothing.
-            if driver_present() {
-                crate::cuda_lib_dirs::preload();
+            // Without a driver no GPU route can run, and looking for the libraries (each a
+            // dlopen of every candidate name, about 3 ms in all on a CPU-only machine) would
+            // cost every process for nothing: the driver is reported missing first anyway.
+            if !driver_present() {
+                return Libraries::default();
             }
+            // pip's CUDA wheels first, so that the names below find them (cuda_lib_dirs.rs).
+            crate::cuda_lib_dirs::preload();
             // SAFETY: is_culib_present only dlopens candidate names and drops the handle.
             unsafe {
                 Libraries {
-                    driver: driver_present(),
+                    driver: true,
                     cublas: cudarc::cublas::sys::is_culib_present(),
                     cublaslt: cudarc::cublaslt::sys::is_culib_present(),
                     nvrtc: cudarc::nvrtc::sys::is_culib_present(),
