@@ -224,8 +224,8 @@ pub fn reference_syrk(s: &SyrkArgs<'_>, c: &mut [f64]) {
 }
 
 /// GPUs as the driver describes them (datasheet clocks and bandwidths), for tests of what the
-/// engine makes of a GPU: the H200 the built-in profile was measured on, an H100 of the same
-/// architecture and an A100 of another.
+/// engine makes of a GPU: the H200 and H100 SXM the built-in profiles were measured on, an
+/// H100 PCIe of the same architecture without one, and an A100 of another.
 pub mod gpus {
     use crate::engine::adapt::GpuTraits;
 
@@ -248,6 +248,11 @@ pub mod gpus {
     /// NVIDIA H100 SXM (sm_90, 132 SMs, 1980 MHz, 3.35 TB/s, 80 GiB).
     pub fn h100() -> GpuTraits {
         gpu("NVIDIA H100 80GB HBM3", (9, 0), 132, 1980, 3.35, 80)
+    }
+
+    /// NVIDIA H100 PCIe (sm_90, 114 SMs, 1755 MHz, 2.0 TB/s, 80 GiB): no profile of its own.
+    pub fn h100_pcie() -> GpuTraits {
+        gpu("NVIDIA H100 PCIe", (9, 0), 114, 1755, 2.0, 80)
     }
 
     /// NVIDIA A100 (sm_80, 108 SMs, 1410 MHz, 1.555 TB/s, 40 GiB).

@@ -36,6 +36,10 @@ fn built_in_profiles_load_and_match_their_gpu() {
     let (name, p) = Profile::built_in_for_gpu("NVIDIA H200").unwrap();
     assert_eq!(name, "h200");
     assert!(p.gpu.is_some());
+    let (name, p) = Profile::built_in_for_gpu("NVIDIA H100 80GB HBM3").unwrap();
+    assert_eq!(name, "h100");
+    assert_eq!(p.gpu.unwrap().name, "NVIDIA H100 80GB HBM3");
+    assert!(Profile::built_in_for_gpu("NVIDIA H100 PCIe").is_none());
     assert!(Profile::built_in_for_gpu("NVIDIA A100-SXM4-40GB").is_none());
     assert_eq!(profile::gpu_slug("NVIDIA H200 NVL"), "nvidia-h200-nvl");
 }
@@ -69,9 +73,9 @@ fn resolve_prefers_env_then_cache_then_built_in_with_warning() {
         let warn = warn.unwrap();
         assert!(p.gpu.is_none() && !warn.routine && warn.text.contains("never chosen"));
     }
-    // A GPU of the H200's architecture without a profile of its own (an H100): the H200's
-    // profile scaled to it, loudly, so the GPU routes are priced.
-    let h100 = gpus::h100();
+    // A GPU of the H200's architecture without a profile of its own (an H100 PCIe): the
+    // H200's profile scaled to it, loudly, so the GPU routes are priced.
+    let h100 = gpus::h100_pcie();
     let (p, src, warn) = profile::resolve_in(None, Some(&h100), Some(&dir)).unwrap();
     let warn = warn.unwrap();
     assert_eq!(src, ProfileSource::Scaled("h200"));

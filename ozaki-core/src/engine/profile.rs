@@ -426,9 +426,16 @@ pub enum ProfileSource {
     Scaled(&'static str),
 }
 
-/// The built-in profiles shipped with the crate: (file name, GPU name fragment, JSON).
+/// The built-in profiles shipped with the crate: (file name, GPU name fragment, JSON). The
+/// H100's fragment is the SXM board's full name: the PCIe and NVL boards, of the same
+/// architecture but other clocks and memory, get the H200's profile scaled to them.
 pub const BUILT_IN: &[(&str, &str, &str)] = &[
     ("h200", "H200", include_str!("../../../profiles/h200.json")),
+    (
+        "h100",
+        "H100 80GB HBM3",
+        include_str!("../../../profiles/h100.json"),
+    ),
     (
         "cpu-only",
         "",
@@ -773,6 +780,7 @@ fn built_in_fallback(gpu: Option<&GpuTraits>) -> (Profile, ProfileSource, Option
 fn measured_on(name: &str) -> Option<((i32, i32), u32, u32, f64)> {
     match name {
         "h200" => Some(((9, 0), 132, 1_980_000, 4.8e12)),
+        "h100" => Some(((9, 0), 132, 1_980_000, 3.35e12)),
         _ => None,
     }
 }
