@@ -80,21 +80,27 @@ pub struct WakePoint {
     pub slowdown: f64,
 }
 
-/// A copy right after the call this many times slower than the fastest copy at any delay
-/// shows a wake above whatever else kept the host busy (see [`fit`]).
+/// A copy near the call this many times slower than the fastest copy at any delay shows a
+/// wake above whatever else kept the host busy (see [`fit`]).
 pub const WAKE_OVER_FLOOR: f64 = 2.0;
 
+/// The wake shows in one of this many first delays or not at all: the copy made right as the
+/// call returns can run nearly quiet while the pool settles into its spin (an H100 host: 1.20x
+/// at 0 ms, then 1.65-1.74x from 10 to 100 ms, quiet from 150 ms).
+pub const WAKE_SHOWS_WITHIN: usize = 2;
+
 /// The wake measured by `points` (any order): the window runs from the vendor call's return
-/// to the first delay whose copy ran within [`QUIET_WITHIN`] of quiet (a pool that has gone
-/// to sleep does not wake by itself: a slow copy after that is another process's noise), and
-/// the slowdown is the median of the copies inside it. `None` when the copy right after the
-/// call already ran quiet, or nothing usable was measured.
+/// to the first delay, after the wake showed, whose copy ran within [`QUIET_WITHIN`] of quiet
+/// (a pool that has gone to sleep does not wake by itself: a slow copy after that is another
+/// process's noise), and the slowdown is the median of the slow copies before it. `None`
+/// when none of the first [`WAKE_SHOWS_WITHIN`] delays' copies ran slow, or nothing usable
+/// was measured.
 ///
 /// "Quiet" is the host's level during the measurement: where other work slowed every copy
 /// (a calibration beside another busy process), the fastest copy over all delays is that
-/// level, and the window ends within [`QUIET_WITHIN`] of it, provided the copy right after
-/// the call ran at least [`WAKE_OVER_FLOOR`] times slower (else the level is taken as the
-/// quiet host's, and copies slow at every delay make the window the largest delay).
+/// level, and the window ends within [`QUIET_WITHIN`] of it, provided a copy among the first
+/// delays ran at least [`WAKE_OVER_FLOOR`] times slower (else the level is taken as the quiet
+/// host's, and copies slow at every delay make the window the largest delay).
 pub fn fit(points: &[WakePoint]) -> Option<VendorWake> {
     let mut p: Vec<WakePoint> = points
         .iter()
@@ -102,23 +108,28 @@ pub fn fit(points: &[WakePoint]) -> Option<VendorWake> {
         .filter(|p| p.delay_s.is_finite() && p.delay_s >= 0.0 && p.slowdown.is_finite())
         .collect();
     p.sort_by(|a, b| a.delay_s.total_cmp(&b.delay_s));
+    let lead = &p[..p.len().min(WAKE_SHOWS_WITHIN)];
     let floor = p.iter().map(|q| q.slowdown).fold(f64::INFINITY, f64::min);
-    let level = match p.first() {
-        Some(first) if first.slowdown >= WAKE_OVER_FLOOR * floor => floor.max(1.0),
-        _ => 1.0,
-    };
-    let quiet_from = p
+    let near = lead
         .iter()
-        .position(|q| q.slowdown < QUIET_WITHIN * level)
-        .unwrap_or(p.len());
-    if quiet_from == 0 {
-        return None;
-    }
-    let window_s = match p.get(quiet_from) {
+        .map(|q| q.slowdown)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let level = if near >= WAKE_OVER_FLOOR * floor {
+        floor.max(1.0)
+    } else {
+        1.0
+    };
+    let quiet = |q: &WakePoint| q.slowdown < QUIET_WITHIN * level;
+    let start = lead.iter().position(|q| !quiet(q))?;
+    let end = p[start..]
+        .iter()
+        .position(quiet)
+        .map_or(p.len(), |i| start + i);
+    let window_s = match p.get(end) {
         Some(q) => q.delay_s,
         None => p.last()?.delay_s,
     };
-    let mut inside: Vec<f64> = p[..quiet_from].iter().map(|q| q.slowdown).collect();
+    let mut inside: Vec<f64> = p[start..end].iter().map(|q| q.slowdown).collect();
     inside.sort_by(f64::total_cmp);
     let copy_slowdown = inside[inside.len() / 2];
     (window_s > 0.0).then_some(VendorWake {
@@ -187,6 +198,35 @@ mod tests {
         // The same copies without the clear step after the call: no level to measure from.
         let flat = [(0.0, 2.2), (0.1, 1.8), (0.2, 1.6), (0.4, 1.7)];
         assert_eq!(fit(&points(&flat)).unwrap().window_s, 0.4);
+    }
+
+    /// Measured by `ozaki calibrate` on an H100 host's OpenBLAS: the copy made as the call
+    /// returned ran nearly quiet, the next ones 1.65-1.74x until 150 ms. That is a wake of
+    /// 0.15 s, not none (the first copy alone had made it none).
+    #[test]
+    fn a_nearly_quiet_copy_at_the_return_does_not_hide_the_wake_after_it() {
+        let h100 = [
+            (0.0, 1.20),
+            (0.01, 1.65),
+            (0.025, 1.74),
+            (0.05, 1.74),
+            (0.1, 1.74),
+            (0.15, 1.07),
+            (0.2, 0.92),
+            (0.3, 1.02),
+            (0.4, 1.10),
+        ];
+        let w = fit(&points(&h100)).unwrap();
+        assert_eq!((w.window_s, w.copy_slowdown), (0.15, 1.74));
+        // The same slow copies from the third delay on are another process's, not a wake.
+        let late = [
+            (0.0, 1.2),
+            (0.01, 1.1),
+            (0.025, 1.7),
+            (0.05, 1.7),
+            (0.1, 1.1),
+        ];
+        assert_eq!(fit(&points(&late)), None);
     }
 
     /// A vendor that leaves nothing running prices nothing; one that never went quiet gets
