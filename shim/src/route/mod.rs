@@ -37,6 +37,7 @@ pub mod builtin;
 pub mod choose;
 pub mod choose_note;
 pub mod cpu_ozaki;
+pub mod follow;
 pub mod gate;
 pub mod gpu;
 pub mod inflight;
