@@ -28,7 +28,6 @@ pub mod calibrate;
 pub mod choose;
 pub mod correct;
 pub mod declines;
-pub mod follow;
 pub mod load;
 pub mod model;
 pub mod platforms;

@@ -30,18 +30,12 @@
 //! call after call. Calls made beside others are left out: inside an OpenMP team (PySCF) each
 //! vendor call runs on its caller's thread and leaves no pool spinning, and the GPU's queue,
 //! not the wake, is what prices their GPU calls.
-//!
-//! The program's own work after a call (`ozaki_core::engine::follow`, measured by
-//! `super::follow`): once this process has seen a class's calls run on both sides, a vendor
-//! run is priced with how much longer the program's work after it took than after a GPU run
-//! (the vendor's pool spinning beside that work).
 
 use super::learned::Learned;
 use ozaki_core::engine::CallShape;
 use ozaki_core::engine::choose::Decision;
 use ozaki_core::engine::correct::ClassKey;
 pub use ozaki_core::engine::correct::{CORRECTABLE, correctable};
-use ozaki_core::engine::follow::FollowKey;
 use ozaki_core::engine::load::keeps_gpu;
 use ozaki_core::route::Route;
 
@@ -183,11 +177,8 @@ pub enum Note {
         route: Route,
         /// The vendor's factor and its corrected seconds.
         fv: f64,
-        /// Corrected vendor seconds (`follow_s` included).
+        /// Corrected vendor seconds.
         vc: f64,
-        /// What a vendor run adds to the program's work after it beyond a GPU run
-        /// (`ozaki_core::engine::follow`), seconds.
-        follow_s: f64,
         /// The GPU route compared.
         gpu: Route,
         /// The GPU route's factor.
@@ -272,7 +263,6 @@ impl std::fmt::Display for Note {
                 route,
                 fv,
                 vc,
-                follow_s,
                 gpu,
                 fg,
                 gc,
@@ -281,16 +271,9 @@ impl std::fmt::Display for Note {
             } => {
                 write!(
                     f,
-                    "{route}: measured calls corrected vendor ×{fv:.2} to {vc:.4} s"
+                    "{route}: measured calls corrected vendor ×{fv:.2} to {vc:.4} s and {gpu} \
+                     ×{fg:.2} to {gc:.4} s"
                 )?;
-                if *follow_s > 0.0 {
-                    write!(
-                        f,
-                        " (of it {follow_s:.4} s: the program's work after a vendor run took that \
-                         much longer than after a GPU run)"
-                    )?;
-                }
-                write!(f, " and {gpu} ×{fg:.2} to {gc:.4} s")?;
                 if *wake_s > 0.0 {
                     write!(f, " (it {})", Wake(*wake_s))?;
                 }
@@ -398,10 +381,6 @@ fn pick(
     }
     let (kv, kg) = (key(Route::Vendor), key(g));
     let (vc, fv) = corr.corrected(&kv, vs);
-    // What a vendor run costs the program's own work after it beyond a GPU run, as this
-    // process measured it: part of the vendor's price from here on.
-    let follow_s = learned.follow.vendor_extra_s(FollowKey::of(&kv));
-    let vc = vc + follow_s;
     let (gc, fg) = corr.corrected(&kg, gs);
     let gq = gc + wait_s;
     let sides = &learned.sides;
@@ -422,7 +401,6 @@ fn pick(
             route: out.route,
             fv,
             vc,
-            follow_s,
             gpu: g,
             fg,
             gc,
@@ -498,39 +476,6 @@ mod tests {
             (a.route, a.feedback, a.explore),
             (Route::Vendor, None, false)
         );
-    }
-
-    /// A class whose vendor runs leave the program's next work slower than its GPU runs do
-    /// (measured: 1953 x 123 x 1953 followed by work that took 2 x its vendor price longer)
-    /// goes to the GPU, and says why; before the GPU side was seen, it stays on the vendor.
-    #[test]
-    fn the_programs_slower_work_after_vendor_runs_sends_a_class_to_the_gpu() {
-        use ozaki_core::engine::follow::{FollowKey, MIN_GAPS};
-        let e = engine();
-        let l = Learned::default();
-        let s = CallShape::gemm(1953, 123, 1953);
-        let d = e.decide(&s, Some(14));
-        assert_eq!(d.route, Route::Vendor, "{}", d.prediction.reason);
-        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 0);
-        let (kv, vs) = a.feedback.expect("close: timed");
-        let k = FollowKey::of(&kv);
-        for _ in 0..MIN_GAPS {
-            l.follow.note(k, true, 0.010 + 2.0 * vs);
-        }
-        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 0);
-        assert_eq!(a.route, Route::Vendor, "no GPU run seen yet");
-        for _ in 0..MIN_GAPS {
-            l.follow.note(k, false, 0.010);
-        }
-        let a = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 0);
-        assert_ne!(a.route, Route::Vendor, "{a:?}");
-        let note = a.note.unwrap().to_string();
-        assert!(
-            note.contains("the program's work after a vendor run"),
-            "{note}"
-        );
-        // the call's own time still feeds its own route's class, not the gap
-        assert_eq!(a.feedback.map(|(k, _)| k.route), Some(a.route));
     }
 
     #[test]

@@ -546,7 +546,6 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         choice.flight = Some(flight);
         return choice;
     }
-    super::follow::entered(in_flight);
     let mut waited = None;
     if ENGINE.get().is_none()
         && let Some(pre) = pre_engine()
@@ -789,17 +788,13 @@ static EXPLORE_TICK: AtomicU32 = AtomicU32::new(1);
 ///
 /// A vendor call priced before the GPU start adds what its measured time gains the GPU
 /// beyond its price to the start's ledger ([`start::Credit`]); the next call priced weighs
-/// the start on that. Every timed call starts the gap to the program's next call
-/// ([`super::follow`]).
+/// the start on that.
 pub fn feed(choice: &Choice, done: &super::Executed, seconds: f64) {
     if let Some(credit) = &choice.start_credit
         && done.route == Route::Vendor
         && done.fallback.is_none()
     {
         LEDGER.add(credit.extra_s(seconds, crate::lazy::calls_in_flight()));
-    }
-    if let Some((key, _)) = &choice.feedback {
-        super::follow::returned(key, done.route);
     }
     if let Some((key, predicted)) = &choice.feedback
         && key.route == done.route

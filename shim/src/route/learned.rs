@@ -1,8 +1,7 @@
 //! What this process learned from its own calls: the per-class corrections of the
 //! predictions (`ozaki_core::engine::correct`), the classes the accuracy rule declined
-//! (`ozaki_core::engine::declines`), which side its recent work runs faster on
-//! (`ozaki_core::engine::sides`) and how long its own work after each class of call takes
-//! on either side (`ozaki_core::engine::follow`).
+//! (`ozaki_core::engine::declines`) and which side its recent work runs faster on
+//! (`ozaki_core::engine::sides`).
 //!
 //! One table per process, shared by the pre-engine (which prices calls before the GPU is
 //! initialised) and the engine built once it is: the vendor calls timed while the GPU was
@@ -12,7 +11,6 @@
 use crate::lazy::Lazy;
 use ozaki_core::engine::correct::Corrections;
 use ozaki_core::engine::declines::Declines;
-use ozaki_core::engine::follow::Follow;
 use ozaki_core::engine::sides::Sides;
 
 /// The process's learned state.
@@ -24,8 +22,6 @@ pub struct Learned {
     pub declines: Declines,
     /// The recent calls' quiet GPU and vendor prices.
     pub sides: Sides,
-    /// The program's gaps after its calls, per class and side.
-    pub follow: Follow,
 }
 
 static LEARNED: Lazy<Learned> = Lazy::new();

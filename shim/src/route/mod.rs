@@ -37,7 +37,6 @@ pub mod builtin;
 pub mod choose;
 pub mod choose_note;
 pub mod cpu_ozaki;
-pub mod follow;
 pub mod gate;
 pub mod gpu;
 pub mod inflight;
