@@ -489,6 +489,20 @@ fn explain_refuses_a_transpose_letter_blas_does_not_know() {
     }
 }
 
+/// `ozaki explain ARGS --json` with the built-in H200 profile, run from the repository root:
+/// its JSON.
+fn explain_json(args: &[&str]) -> serde_json::Value {
+    let o = ozaki()
+        .current_dir(repo_root())
+        .arg("explain")
+        .args(args)
+        .args(["--json", "--profile", "profiles/h200.json"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 /// `ozaki explain --ldc` prices a C with gaps the way `auto` does: LU's 4032 x 4032 x 64
 /// trailing update with `ldc = 4096` is a C with gaps, and the GPU routes, which copy its
 /// rows straight between the caller's memory and pinned staging, price it exactly as the
@@ -496,15 +510,7 @@ fn explain_refuses_a_transpose_letter_blas_does_not_know() {
 #[test]
 fn explain_prices_a_c_with_gaps_as_a_contiguous_c_on_the_gpu_routes() {
     let routes = |extra: &[&str]| {
-        let o = ozaki()
-            .current_dir(repo_root())
-            .args(["explain", "4032", "4032", "64", "--beta", "--json"])
-            .args(["--profile", "profiles/h200.json"])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let json = explain_json(&[&["4032", "4032", "64", "--beta"], extra].concat());
         let terms = |route: &str| {
             json["routes"]
                 .as_array()
@@ -546,16 +552,7 @@ fn explain_prices_a_c_with_gaps_as_a_contiguous_c_on_the_gpu_routes() {
 #[test]
 fn explain_prices_the_moduli_count_auto_prices() {
     let moduli = |n: &str, extra: &[&str]| {
-        let o = ozaki()
-            .current_dir(repo_root())
-            .args(["explain", n, n, n, "--device-resident", "--json"])
-            .args(["--profile", "profiles/h200.json"])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        json["moduli"].as_u64()
+        explain_json(&[&[n, n, n, "--device-resident"], extra].concat())["moduli"].as_u64()
     };
     assert_eq!(moduli("4096", &[]), Some(14));
     assert_eq!(moduli("8192", &[]), Some(15));
