@@ -876,30 +876,40 @@ mod tests {
         assert!(f > 2.0, "{f}");
     }
 
-    /// A vendor call priced before the start adds what its measured time missed to the
-    /// start's ledger; the same call falling back, or run by another route, adds nothing.
     /// The tests that add to the process's start ledger take turns on it.
     static LEDGER_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    #[test]
-    fn a_measured_vendor_call_before_the_start_feeds_the_ledger() {
-        let _turn = LEDGER_TURN.lock().unwrap_or_else(|p| p.into_inner());
-        let credit = start::Credit {
-            gpu_s: 0.0066,
+    /// A vendor call's credit toward the start, priced alone at `gpu_s` on the GPU.
+    fn lone_credit(gpu_s: f64) -> start::Credit {
+        start::Credit {
+            gpu_s,
             credited_s: 0.0,
             concurrent: 1,
             ratio: start::CREDIT_RATIO,
-        };
-        let choice = Choice {
-            start_credit: Some(credit),
-            ..Choice::forced(Route::Vendor, None)
-        };
-        let done = |route, fallback: Option<&str>| super::super::Executed {
+        }
+    }
+
+    /// A call that ran on `route`, falling back with `fallback` if given.
+    fn executed(route: Route, fallback: Option<&str>) -> super::super::Executed {
+        super::super::Executed {
             route,
             fallback: fallback.map(str::to_string),
             outcome: RouteOutcome::default(),
             declined: false,
+        }
+    }
+
+    /// A vendor call priced before the start adds what its measured time missed to the
+    /// start's ledger; the same call falling back, or run by another route, adds nothing.
+    #[test]
+    fn a_measured_vendor_call_before_the_start_feeds_the_ledger() {
+        let _turn = LEDGER_TURN.lock().unwrap_or_else(|p| p.into_inner());
+        let credit = lone_credit(0.0066);
+        let choice = Choice {
+            start_credit: Some(credit),
+            ..Choice::forced(Route::Vendor, None)
         };
+        let done = executed;
         let total = || LEDGER.add(0.0);
         let before = total();
         feed(&choice, &done(Route::Vendor, None), 0.060);
@@ -924,12 +934,7 @@ mod tests {
     #[test]
     fn a_team_s_first_caller_credits_its_share_of_the_team_not_a_lone_call() {
         let _turn = LEDGER_TURN.lock().unwrap_or_else(|p| p.into_inner());
-        let credit = start::Credit {
-            gpu_s: 0.0059,
-            credited_s: 0.0,
-            concurrent: 1,
-            ratio: start::CREDIT_RATIO,
-        };
+        let credit = lone_credit(0.0059);
         let first = Flight::enter();
         let team: Vec<Flight> = (0..15).map(|_| Flight::enter()).collect();
         let choice = Choice {
@@ -937,12 +942,7 @@ mod tests {
             flight: Some(first),
             ..Choice::forced(Route::Vendor, None)
         };
-        let done = super::super::Executed {
-            route: Route::Vendor,
-            fallback: None,
-            outcome: RouteOutcome::default(),
-            declined: false,
-        };
+        let done = executed(Route::Vendor, None);
         assert!(credit.extra_s(0.052, 1) > 0.04, "alone it would credit");
         let total = || LEDGER.add(0.0);
         let before = total();
