@@ -327,12 +327,8 @@ fn before_engine(
             // Only calls the GPU is priced well ahead on count (`start::GAIN_RATIO`): a
             // margin-close price is the kind the profile gets wrong.
             let ratio = start::GAIN_RATIO.max(margin);
-            // A call that finds itself alone may be the first of a team that comes in
-            // behind it: its share of the wall clock is taken among as many as the recent
-            // timed calls ran beside (`inflight::recent_overlap`).
-            let sharing = in_flight.max(inflight::recent_overlap());
             let gain = match ledger_gpu {
-                Some((_, g)) if vendor_s >= ratio * g => start::ledger_gain(vendor_s, g, sharing),
+                Some((_, g)) if vendor_s >= ratio * g => start::ledger_gain(vendor_s, g, in_flight),
                 _ => 0.0,
             };
             let gained = LEDGER.add(gain);
@@ -345,7 +341,7 @@ fn before_engine(
                     .map(|(_, g)| start::Credit {
                         gpu_s: g,
                         credited_s: gain,
-                        concurrent: sharing,
+                        concurrent: in_flight,
                         ratio,
                     });
                 return to_vendor(d, None, why, None, credit, wake_s);
@@ -794,20 +790,11 @@ static EXPLORE_TICK: AtomicU32 = AtomicU32::new(1);
 /// beyond its price to the start's ledger ([`start::Credit`]); the next call priced weighs
 /// the start on that.
 pub fn feed(choice: &Choice, done: &super::Executed, seconds: f64) {
-    // the calls that ran beside this one over its whole life, not only those it found
-    let overlap = choice
-        .flight
-        .as_ref()
-        .map_or(1, |f| f.overlapped())
-        .max(crate::lazy::calls_in_flight());
-    if choice.timed() {
-        inflight::note_overlap(overlap);
-    }
     if let Some(credit) = &choice.start_credit
         && done.route == Route::Vendor
         && done.fallback.is_none()
     {
-        LEDGER.add(credit.extra_s(seconds, overlap));
+        LEDGER.add(credit.extra_s(seconds, crate::lazy::calls_in_flight()));
     }
     if let Some((key, predicted)) = &choice.feedback
         && key.route == done.route
@@ -876,40 +863,26 @@ mod tests {
         assert!(f > 2.0, "{f}");
     }
 
-    /// The tests that add to the process's start ledger take turns on it.
-    static LEDGER_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    /// A vendor call's credit toward the start, priced alone at `gpu_s` on the GPU.
-    fn lone_credit(gpu_s: f64) -> start::Credit {
-        start::Credit {
-            gpu_s,
-            credited_s: 0.0,
-            concurrent: 1,
-            ratio: start::CREDIT_RATIO,
-        }
-    }
-
-    /// A call that ran on `route`, falling back with `fallback` if given.
-    fn executed(route: Route, fallback: Option<&str>) -> super::super::Executed {
-        super::super::Executed {
-            route,
-            fallback: fallback.map(str::to_string),
-            outcome: RouteOutcome::default(),
-            declined: false,
-        }
-    }
-
     /// A vendor call priced before the start adds what its measured time missed to the
     /// start's ledger; the same call falling back, or run by another route, adds nothing.
     #[test]
     fn a_measured_vendor_call_before_the_start_feeds_the_ledger() {
-        let _turn = LEDGER_TURN.lock().unwrap_or_else(|p| p.into_inner());
-        let credit = lone_credit(0.0066);
+        let credit = start::Credit {
+            gpu_s: 0.0066,
+            credited_s: 0.0,
+            concurrent: 1,
+            ratio: start::CREDIT_RATIO,
+        };
         let choice = Choice {
             start_credit: Some(credit),
             ..Choice::forced(Route::Vendor, None)
         };
-        let done = executed;
+        let done = |route, fallback: Option<&str>| super::super::Executed {
+            route,
+            fallback: fallback.map(str::to_string),
+            outcome: RouteOutcome::default(),
+            declined: false,
+        };
         let total = || LEDGER.add(0.0);
         let before = total();
         feed(&choice, &done(Route::Vendor, None), 0.060);
@@ -925,30 +898,6 @@ mod tests {
         feed(&choice, &done(Route::Vendor, Some("vendor: x")), 0.060);
         let after = total();
         assert!(after - before < 0.05, "{before} -> {after}");
-    }
-
-    /// The first caller of an OpenMP team finds itself alone, but 15 more come in while its
-    /// 52 ms vendor call runs: its gain on one GPU (5.9 ms a call, the team served one after
-    /// another) is its 1/16 of the wall clock less that, nothing, where counted alone it
-    /// would credit 46 ms toward the start.
-    #[test]
-    fn a_team_s_first_caller_credits_its_share_of_the_team_not_a_lone_call() {
-        let _turn = LEDGER_TURN.lock().unwrap_or_else(|p| p.into_inner());
-        let credit = lone_credit(0.0059);
-        let first = Flight::enter();
-        let team: Vec<Flight> = (0..15).map(|_| Flight::enter()).collect();
-        let choice = Choice {
-            start_credit: Some(credit),
-            flight: Some(first),
-            ..Choice::forced(Route::Vendor, None)
-        };
-        let done = executed(Route::Vendor, None);
-        assert!(credit.extra_s(0.052, 1) > 0.04, "alone it would credit");
-        let total = || LEDGER.add(0.0);
-        let before = total();
-        feed(&choice, &done, 0.052);
-        assert!(total() - before < 1e-9, "{before} -> {}", total());
-        drop(team);
     }
 
     /// Small calls go to the vendor BLAS without initialising the GPU; calls where a GPU route

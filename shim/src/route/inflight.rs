@@ -11,23 +11,14 @@
 //! predicted GPU time of the calls in flight on the GPU, the wait a new GPU call is priced
 //! with.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 static GPU_QUEUE_NS: AtomicU64 = AtomicU64::new(0);
-
-/// Flights entered so far in this process.
-static ENTERED: AtomicU64 = AtomicU64::new(0);
-
-/// The overlap ([`Flight::overlapped`]) the process's recent timed calls saw, decaying by
-/// one per call noted ([`note_overlap`]).
-static RECENT_OVERLAP: AtomicU32 = AtomicU32::new(1);
 
 /// One call from its decision to its end (drop).
 pub struct Flight {
     concurrent: u32,
     queued_ns: u64,
-    /// [`ENTERED`] once this flight had entered.
-    entered: u64,
 }
 
 impl Flight {
@@ -37,17 +28,7 @@ impl Flight {
         Flight {
             concurrent: crate::lazy::calls_in_flight().max(1),
             queued_ns: 0,
-            entered: ENTERED.fetch_add(1, Ordering::Relaxed) + 1,
         }
-    }
-
-    /// The calls that shared some of this one's life, itself included: those in flight when
-    /// it came and every one that came after it, so far. A team of threads entering one
-    /// after another each find few in flight (the first finds itself alone), though the
-    /// whole team runs beside each of them; counted this way each sees the team.
-    pub fn overlapped(&self) -> u32 {
-        let after = ENTERED.load(Ordering::Relaxed).saturating_sub(self.entered);
-        u32::try_from(u64::from(self.concurrent).saturating_add(after)).unwrap_or(u32::MAX)
     }
 
     /// Calls in flight when this one came, itself included.
@@ -87,25 +68,6 @@ impl Drop for Flight {
     }
 }
 
-/// Notes the overlap a timed call saw over its life ([`Flight::overlapped`]).
-pub fn note_overlap(overlap: u32) {
-    let _ = RECENT_OVERLAP.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
-        Some(decayed(r, overlap))
-    });
-}
-
-/// The recent overlap `r` after a call that saw `overlap`.
-fn decayed(r: u32, overlap: u32) -> u32 {
-    overlap.max(r.saturating_sub(1)).max(1)
-}
-
-/// The overlap the process's recent timed calls saw: the largest noted, less one for each
-/// call noted since (at least 1). What a call deciding now can expect beside it when it
-/// finds itself alone because it came first: the team's last burst.
-pub fn recent_overlap() -> u32 {
-    RECENT_OVERLAP.load(Ordering::Relaxed).max(1)
-}
-
 /// Predicted seconds of GPU work in flight: what a new GPU call waits behind.
 pub fn gpu_wait_s() -> f64 {
     GPU_QUEUE_NS.load(Ordering::Relaxed) as f64 * 1e-9
@@ -114,39 +76,6 @@ pub fn gpu_wait_s() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A team's first caller finds itself alone, yet the calls that came while it ran share
-    /// its life; a lone call's own later flights do not come before its end in practice,
-    /// but any that do count.
-    #[test]
-    fn a_flight_counts_the_calls_that_came_while_it_lived() {
-        let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-        let first = Flight::enter();
-        let at_entry = first.overlapped();
-        let team: Vec<Flight> = (0..15).map(|_| Flight::enter()).collect();
-        assert!(
-            first.overlapped() >= at_entry + 15,
-            "{}",
-            first.overlapped()
-        );
-        let last = team.last().unwrap();
-        assert!(last.overlapped() >= last.concurrent());
-    }
-
-    /// The recent overlap keeps a burst's count for as many calls as it had, then falls
-    /// back one call at a time, never below 1.
-    #[test]
-    fn the_recent_overlap_decays_one_call_at_a_time() {
-        assert_eq!(decayed(1, 16), 16);
-        assert_eq!(decayed(16, 1), 15);
-        assert_eq!(decayed(16, 12), 15);
-        assert_eq!(decayed(1, 0), 1);
-        let mut r = 16;
-        for _ in 0..20 {
-            r = decayed(r, 1);
-        }
-        assert_eq!(r, 1);
-    }
 
     /// The queue is the process's: these tests take turns on it.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());

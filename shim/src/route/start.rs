@@ -165,14 +165,10 @@ impl Credit {
     /// The gain the call adds now that it took `measured_s` on the vendor BLAS, beyond
     /// what its price credited: [`ledger_gain`] on the measured time, when that is at least
     /// `ratio` times the GPU's price, at the larger of the calls in flight when it was
-    /// priced and `ending_with` (the calls that shared its life: those in flight when it came
-    /// and all that came while it ran, `inflight::Flight::overlapped`). The first thread of an
-    /// OpenMP team to arrive finds itself alone, though the team runs beside it the whole
-    /// call: PySCF's 1953 x 122 x 1953 products took 117 ms single-threaded, 16 at once, and
-    /// the first of them, counted alone, credited a whole start by itself. Counted by the
-    /// calls in flight as each ended, the team's staggered callers still credited a start on
-    /// an H200 host where the team's 52 ms calls gained nothing on one GPU (BENCHMARKS.md,
-    /// "Real programs under the shim").
+    /// priced and `ending_with` (those in flight as it ends). The first thread of an OpenMP
+    /// team to arrive finds itself alone, though the team runs beside it the whole call:
+    /// PySCF's 1953 x 122 x 1953 products took 117 ms single-threaded, 16 at once, and the
+    /// first of them, counted alone, credited a whole start by itself.
     pub fn extra_s(&self, measured_s: f64, ending_with: u32) -> f64 {
         if !(measured_s.is_finite() && measured_s >= self.ratio * self.gpu_s) {
             return 0.0;
