@@ -11,9 +11,13 @@
 //! predicted GPU time of the calls in flight on the GPU, the wait a new GPU call is priced
 //! with.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 static GPU_QUEUE_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The calls in flight the process's recent timed calls found at their decision or their
+/// end, decaying by one per call noted ([`note_overlap`]).
+static RECENT_OVERLAP: AtomicU32 = AtomicU32::new(1);
 
 /// One call from its decision to its end (drop).
 pub struct Flight {
@@ -68,6 +72,26 @@ impl Drop for Flight {
     }
 }
 
+/// Notes the calls in flight a timed call found at its decision or its end, whichever was
+/// more (read only for timed calls: the small calls that dominate call counts pay nothing).
+pub fn note_overlap(overlap: u32) {
+    let _ = RECENT_OVERLAP.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+        Some(decayed(r, overlap))
+    });
+}
+
+/// The recent overlap `r` after a call that saw `overlap`.
+fn decayed(r: u32, overlap: u32) -> u32 {
+    overlap.max(r.saturating_sub(1)).max(1)
+}
+
+/// The calls in flight the process's recent timed calls saw: the largest noted, less one
+/// for each call noted since (at least 1). A call that finds itself alone may be the first
+/// of an OpenMP team coming in behind it; this is how many ran beside the last burst.
+pub fn recent_overlap() -> u32 {
+    RECENT_OVERLAP.load(Ordering::Relaxed).max(1)
+}
+
 /// Predicted seconds of GPU work in flight: what a new GPU call waits behind.
 pub fn gpu_wait_s() -> f64 {
     GPU_QUEUE_NS.load(Ordering::Relaxed) as f64 * 1e-9
@@ -76,6 +100,21 @@ pub fn gpu_wait_s() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The recent overlap keeps a burst's count for as many calls as it had, then falls
+    /// back one call at a time, never below 1.
+    #[test]
+    fn the_recent_overlap_decays_one_call_at_a_time() {
+        assert_eq!(decayed(1, 16), 16);
+        assert_eq!(decayed(16, 1), 15);
+        assert_eq!(decayed(16, 12), 15);
+        assert_eq!(decayed(1, 0), 1);
+        let mut r = 16;
+        for _ in 0..20 {
+            r = decayed(r, 1);
+        }
+        assert_eq!(r, 1);
+    }
 
     /// The queue is the process's: these tests take turns on it.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
