@@ -41,7 +41,8 @@ fn emulates(request: RouteRequest, decided: impl FnOnce() -> Route) -> bool {
 
 /// The engine's route for a device-resident call (`Engine::decide_device`, cached per shape).
 fn device_decision(canon: &Canon, moduli: Option<u32>) -> Route {
-    use crate::route::choose::{canonical_shape, engine, priced_moduli};
+    use crate::route::choose::{canonical_shape, engine};
+    use ozaki_core::engine::priced_moduli::priced_moduli;
     let shape = canonical_shape(canon);
     engine()
         .decide_device(&shape, Some(priced_moduli(shape.k, moduli)))

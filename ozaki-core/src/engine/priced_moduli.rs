@@ -8,7 +8,7 @@
 //! `replay`, `report` and `calibrate` for a call whose trace record names no count. The
 //! trace's `moduli` field shows the count a call really used.
 
-use crate::scaling::{GPU_DEFAULT_SCALING, ScalingMode};
+use crate::scaling::GPU_DEFAULT_SCALING;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// default scaling, at `k` rounded up to a quarter octave above 256 (see [`tabulated`]).
 /// On such data at k = 4096 that is 14, the count GEMMul8 needs there; at k = 8192, 15.
 pub fn priced_moduli(k: u64, forced: Option<u32>) -> u32 {
-    forced.unwrap_or_else(|| tabulated(GPU_DEFAULT_SCALING, k))
+    forced.unwrap_or_else(|| tabulated(k))
 }
 
 /// Inner dimensions up to this are priced at their own k; above, at k rounded up to a
@@ -27,19 +27,18 @@ const EXACT_K: u64 = 256;
 /// Quarter-octave steps from [`EXACT_K`] up to 2^63.
 const GRID_STEPS: usize = 4 * (63 - EXACT_K.trailing_zeros() as usize) + 1;
 
-/// [`crate::rule::typical_moduli`] at `scaling` (the GPU default: the only one tabulated),
-/// each value computed once per process: the rule builds and judges a normal line of min(k,
+/// [`crate::rule::typical_moduli`] at the GPU route's default scaling, each value computed
+/// once per process: the rule builds and judges a normal line of min(k,
 /// 4096) entries, about 0.3 ms, which must not be paid again for every new k of an uncached
 /// decision. Up to [`EXACT_K`] the count is the rule's at k itself (it is not monotone
 /// there); above, at the smallest quarter-octave step `ceil(2^(j/4))` at or above k, where the
 /// count grows with k by at most one modulus a step, so the price is at worst one modulus
 /// high.
-fn tabulated(scaling: ScalingMode, k: u64) -> u32 {
+fn tabulated(k: u64) -> u32 {
     static EXACT: [AtomicU32; EXACT_K as usize + 1] =
         [const { AtomicU32::new(0) }; EXACT_K as usize + 1];
     static STEPS: [AtomicU32; GRID_STEPS] = [const { AtomicU32::new(0) }; GRID_STEPS];
     static GRID: OnceLock<[u64; GRID_STEPS]> = OnceLock::new();
-    debug_assert_eq!(scaling, GPU_DEFAULT_SCALING);
     let k = k.max(1);
     let (slot, at) = if k <= EXACT_K {
         (&EXACT[k as usize], k)
@@ -55,7 +54,7 @@ fn tabulated(scaling: ScalingMode, k: u64) -> u32 {
     };
     match slot.load(Ordering::Relaxed) {
         0 => {
-            let r = crate::rule::typical_moduli(scaling, at as usize) as u32;
+            let r = crate::rule::typical_moduli(GPU_DEFAULT_SCALING, at as usize) as u32;
             slot.store(r.max(1), Ordering::Relaxed);
             r
         }

@@ -49,7 +49,7 @@ use ozaki_core::blas::Trans;
 use ozaki_core::engine::adapt::GpuTraits;
 use ozaki_core::engine::choose::{Decision, Engine, blas_threads};
 use ozaki_core::engine::correct::ClassKey;
-pub use ozaki_core::engine::priced_moduli::priced_moduli;
+use ozaki_core::engine::priced_moduli::priced_moduli;
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
@@ -797,13 +797,12 @@ static EXPLORE_TICK: AtomicU32 = AtomicU32::new(1);
 ///
 /// A vendor call priced before the GPU start adds what its measured time gains the GPU
 /// beyond its price to the start's ledger ([`start::Credit`]); the next call priced weighs
-/// the start on that.
+/// the start on that. Called for timed calls only ([`Choice::timed`]), each of which also
+/// notes the calls in flight it saw ([`inflight::note_overlap`]).
 pub fn feed(choice: &Choice, done: &super::Executed, seconds: f64) {
     let ending_with = crate::lazy::calls_in_flight();
-    if choice.timed() {
-        let began_with = choice.flight.as_ref().map_or(1, |f| f.concurrent());
-        inflight::note_overlap(began_with.max(ending_with));
-    }
+    let began_with = choice.flight.as_ref().map_or(1, |f| f.concurrent());
+    inflight::note_overlap(began_with.max(ending_with));
     if let Some(credit) = &choice.start_credit
         && done.route == Route::Vendor
         && done.fallback.is_none()

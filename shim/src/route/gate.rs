@@ -147,8 +147,9 @@ pub fn size_class_bound(cs: &CallShape) -> CallShape {
 mod tests {
     use super::*;
     use crate::route::adjust::CORRECTABLE;
-    use crate::route::choose::{CLEARLY, priced_moduli};
+    use crate::route::choose::CLEARLY;
     use ozaki_core::engine::choose::Engine;
+    use ozaki_core::engine::priced_moduli::priced_moduli;
     use ozaki_core::engine::profile::Profile;
 
     const MARGIN: f64 = CLEARLY * CORRECTABLE;

@@ -12,11 +12,12 @@
 //! route is chosen ([`decision`]); the route never asks the engine again.
 
 use super::Choice;
-use super::choose::{canonical_shape, engine, priced_moduli};
+use super::choose::{canonical_shape, engine};
 use crate::abi::Canon;
 use crate::config::{Config, SplitMode};
 use ozaki_core::devices::{SplitParams, SplitPlan, split_c};
 use ozaki_core::engine::choose::Decision;
+use ozaki_core::engine::priced_moduli::priced_moduli;
 use ozaki_core::route::Route;
 use std::sync::Arc;
 
