@@ -1134,6 +1134,35 @@ mod gpu {
                 eprintln!("gpu {mm}x{nn}x{kk}: skipped ({e})");
             }
         }
+        // cuBLAS at sizes not aligned to 16, one per alignment class: the work model is
+        // fitted on aligned shapes and cannot tell 4095 from 4096.
+        for &size in &ozaki_core::engine::alignment::CALIBRATION_SIZES {
+            let n = size as usize;
+            let one = || -> Result<f64, gpu_kernels::GpuError> {
+                let a = measure::upload(&data(n * n, 1))?;
+                let b = measure::upload(&data(n * n, 2))?;
+                let c = DeviceBuffer::new(8 * n * n)?;
+                time_dgemm(&g, (n, n, n), [&a, &b, &c], 7)
+            };
+            match one() {
+                Ok(t) => {
+                    m.fp64_unaligned.push(Sample {
+                        routine: Routine::Dgemm,
+                        m: size,
+                        n: size,
+                        k: size,
+                        seconds: t,
+                    });
+                    eprintln!(
+                        "gpu {size}^3 (multiples of {} only): fp64 {:.3} ms ({:.1} TF)",
+                        1u64 << size.trailing_zeros(),
+                        t * 1e3,
+                        2.0 * (size * size * size) as f64 / t / 1e12
+                    );
+                }
+                Err(e) => eprintln!("gpu {size}^3: skipped ({e})"),
+            }
+        }
         // Reached: a measured rate no other unit of the H200 could deliver is the evidence
         // (the SASS/kernel-name check is scripts/gpu-check's `sass` stage).
         if let Some(r) = int8_4096 {

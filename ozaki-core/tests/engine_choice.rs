@@ -2,6 +2,7 @@
 //! the decision cache, and calibration fits/validation.
 
 use ozaki_core::engine::adapt::GpuTraits;
+use ozaki_core::engine::alignment::{self, AlignmentSlowdown};
 use ozaki_core::engine::calibrate::{
     self, CpuSamples, Direction, GpuMeasurements, HostMemory, LinkSample, Measurements, Plan,
     RouteSample, StagedSample, StreamSample,
@@ -347,6 +348,19 @@ fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements 
             free_bytes: g.free_bytes,
             largest_alloc_bytes: g.free_bytes - g.reserve_bytes,
             fp64: plan.gpu_shapes.iter().map(|&s| time(&g.fp64, s)).collect(),
+            fp64_unaligned: alignment::CALIBRATION_SIZES
+                .iter()
+                .map(|&n| {
+                    let aligned = time(&g.fp64, (n, n, n));
+                    let slowdown =
+                        alignment::slowdown(&g.fp64_alignment, &CallShape::gemm(n, n, n));
+                    let fixed = g.fp64.s_fixed;
+                    Sample {
+                        seconds: fixed + (aligned.seconds - fixed) * slowdown,
+                        ..aligned
+                    }
+                })
+                .collect(),
             int8: plan.gpu_shapes.iter().map(|&s| time(&g.int8, s)).collect(),
             convert: stream(&g.convert).to_vec(),
             reconstruct: stream(&g.reconstruct).to_vec(),
@@ -378,6 +392,20 @@ fn smooth_truth() -> Profile {
     g.overlap = 0.5;
     g.route_overhead_s.insert("gpu-native".into(), 40e-6);
     g.route_overhead_s.insert("gpu-ozaki".into(), 90e-6);
+    g.fp64_alignment = vec![
+        AlignmentSlowdown {
+            align: 1,
+            slowdown: 1.45,
+        },
+        AlignmentSlowdown {
+            align: 2,
+            slowdown: 1.2,
+        },
+        AlignmentSlowdown {
+            align: 8,
+            slowdown: 1.1,
+        },
+    ];
     t
 }
 
@@ -400,6 +428,14 @@ fn fit_profile_recovers_the_machine_that_produced_the_measurements() {
         (fitted.gpu.as_ref().unwrap().overlap - 0.5).abs() < 1e-9,
         "overlap fitted from end-to-end timings"
     );
+    // cuBLAS's unaligned classes, including one (multiples of 4) that runs as aligned
+    let classes = &fitted.gpu.as_ref().unwrap().fp64_alignment;
+    let want = [(1, 1.45), (2, 1.2), (4, 1.0), (8, 1.1)];
+    assert_eq!(classes.len(), want.len(), "{classes:?}");
+    for (got, (align, slowdown)) in classes.iter().zip(want) {
+        assert_eq!(got.align, align);
+        assert!((got.slowdown - slowdown).abs() < 0.01, "{classes:?}");
+    }
     for &(m, n, k) in &calibrate::validation_shapes() {
         let s = CallShape::gemm(m, n, k);
         for r in [Route::Vendor, Route::GpuNative, Route::GpuOzaki] {

@@ -320,6 +320,10 @@ pub struct GpuMeasurements {
     pub largest_alloc_bytes: u64,
     /// cuBLAS DGEMM, device-resident.
     pub fp64: Vec<Sample>,
+    /// cuBLAS DGEMM, device-resident, at sizes not aligned to 16
+    /// ([`super::alignment::CALIBRATION_SIZES`]; fit [`GpuProfile::fp64_alignment`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fp64_unaligned: Vec<Sample>,
     /// One INT8 GEMM, device-resident.
     pub int8: Vec<Sample>,
     /// Conversion kernel timings.
@@ -634,12 +638,14 @@ pub fn fit_profile(meas: &Measurements, name: &str, source: &str) -> Result<Prof
                 )
             });
             let h2d_registered = fit_registered(&g.staged, d2h_staged).unwrap_or(0.0);
+            let fp64 = WorkModel::fit(&g.fp64).map_err(|e| format!("gpu fp64: {e}"))?;
             Some(GpuProfile {
                 name: g.name.clone(),
                 memory_bytes: g.memory_bytes,
                 free_bytes: g.free_bytes,
                 reserve_bytes: g.free_bytes.saturating_sub(g.largest_alloc_bytes),
-                fp64: WorkModel::fit(&g.fp64).map_err(|e| format!("gpu fp64: {e}"))?,
+                fp64_alignment: super::alignment::fit(&g.fp64_unaligned, &fp64),
+                fp64,
                 int8: WorkModel::fit(&g.int8).map_err(|e| format!("gpu int8: {e}"))?,
                 convert: fit_stream(&g.convert),
                 reconstruct: fit_stream(&g.reconstruct),

@@ -9,6 +9,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`work_model`] | a kernel's seconds as priced work terms, fitted to timings, with its local correction |
+//! | [`alignment`] | cuBLAS DGEMM's slowdown at sizes that are not multiples of 16, per class of alignment |
 //! | [`model`] | cost terms per route from a [`profile::Profile`]: work models, transfers, conversion, r INT8 products, reconstruction, latencies |
 //! | [`profile`] | the versioned JSON machine profile: load/save, `OZAKI_PROFILE`, the per-GPU default in the cache dir, built-in fallbacks |
 //! | [`adapt`] | a GPU as the driver describes it, and the factors that carry a profile to another GPU of its architecture (`Profile::scaled_to`) |
@@ -24,6 +25,7 @@
 //! | [`split`] | a host-resident dgemm split over several GPUs, priced per device with the shared host link |
 
 pub mod adapt;
+pub mod alignment;
 pub mod calibrate;
 pub mod choose;
 pub mod correct;

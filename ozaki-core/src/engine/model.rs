@@ -467,15 +467,26 @@ fn gpu_route(
     }
     let compute = match route {
         Route::GpuNative => {
-            let t = gpu.fp64.seconds(shape);
+            let aligned = gpu.fp64.seconds(shape);
+            // The slowdown stretches the work, not the fixed latency.
+            let fixed = gpu.fp64.s_fixed.min(aligned);
+            let slowdown = super::alignment::slowdown(&gpu.fp64_alignment, shape);
+            let t = fixed + (aligned - fixed) * slowdown;
             terms.push(Term {
                 name: "fp64-gemm",
                 seconds: t,
                 how: how(detail, || {
-                    format!(
+                    let mut text = format!(
                         "cuBLAS fp64 work model (sustained {:.1} TFLOP/s on the mnk term)",
                         gpu.fp64.peak_flops() / 1e12
-                    )
+                    );
+                    if slowdown != 1.0 {
+                        text.push_str(&format!(
+                            ", ×{slowdown:.2} where m, n and k are multiples of {} only (calibrated)",
+                            super::alignment::class(shape)
+                        ));
+                    }
+                    text
                 }),
             });
             t
@@ -652,6 +663,47 @@ mod tests {
             Route::GpuOzaki,
             "4096x4096x16384"
         );
+    }
+
+    /// Odd sizes go to the emulation where cuBLAS's measured slowdown there outweighs its
+    /// margin: on an H100 cuBLAS ran 4095³ at 39.1 TF/s against 56.0 at 4096³, while the
+    /// emulation, padding its int8 products, ran both in the same time (1.44x and 1.00x
+    /// cuBLAS). Without the measurement the engine prices 4095³ as 4096³ and keeps cuBLAS.
+    #[test]
+    fn odd_device_calls_go_to_the_emulation_once_cublas_slowdown_there_is_measured() {
+        let decide = |p: Profile, n: u64| {
+            crate::engine::choose::Engine::new(p, 16)
+                .decide_device(&CallShape::gemm(n, n, n), Some(14))
+                .route
+        };
+        let mut p = Profile::built_in("h100").expect("ships");
+        p.gpu.as_mut().expect("a GPU").fp64_alignment.clear();
+        assert_eq!(decide(p.clone(), 4095), Route::GpuNative);
+        p.gpu.as_mut().expect("a GPU").fp64_alignment = vec![
+            crate::engine::alignment::AlignmentSlowdown {
+                align: 1,
+                slowdown: 56.0 / 39.1,
+            },
+            crate::engine::alignment::AlignmentSlowdown {
+                align: 4,
+                slowdown: 56.0 / 51.9,
+            },
+        ];
+        assert_eq!(decide(p.clone(), 4095), Route::GpuOzaki);
+        assert_eq!(decide(p.clone(), 4096), Route::GpuNative);
+        let explained = predict(
+            &p,
+            &CallShape::gemm(4095, 4095, 4095).with_residency(Residency::Device),
+            Route::GpuNative,
+            None,
+            1,
+        );
+        let gemm = explained
+            .terms
+            .iter()
+            .find(|t| t.name == "fp64-gemm")
+            .unwrap();
+        assert!(gemm.how.contains("multiples of 1 only"), "{}", gemm.how);
     }
 
     /// A device-resident call takes the device-resident correction where the profile has

@@ -21,7 +21,8 @@
 //! - 3: `device_corrections`, end-to-end corrections of the routes on device-resident
 //!   operands (the `ozaki_*_device` entry points), fitted from device-resident timings of
 //!   square, skinny and k-heavy shapes. Optional: without them a device-resident call takes
-//!   the host-resident corrections, as before.
+//!   the host-resident corrections, as before. Later, within version 3 (optional, ignored
+//!   by older readers): `gpu.fp64_alignment`, cuBLAS's slowdown at unaligned sizes.
 
 use super::adapt::{self, GpuTraits, Scale};
 use super::work_model::{Correction, WorkModel};
@@ -311,6 +312,11 @@ pub struct GpuProfile {
     pub reserve_bytes: u64,
     /// cuBLAS fp64 GEMM, device-resident.
     pub fp64: WorkModel,
+    /// cuBLAS fp64 GEMM at shapes whose m, n and k are not all multiples of 16: per class of
+    /// alignment, its time over what `fp64` prices (see [`super::alignment`]); empty: not
+    /// measured, every shape priced as aligned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fp64_alignment: Vec<super::alignment::AlignmentSlowdown>,
     /// One INT8 GEMM (int8 × int8 → int32), device-resident.
     pub int8: WorkModel,
     /// Exponent scan, scaling and residue formation.
