@@ -235,15 +235,18 @@ def jax_case(n):
 
 # The cases whose operation has a "device" run: plain products, one ozaki_dgemm_device call
 # per product of the same shape (torch-linear's bias epilogue has no such call).
-DEVICE_CASES = {"cupy-matmul-4096", "cupy-matmul-8192", "cupy-matmul-16384",
+DEVICE_CASES = {"cupy-matmul-4095", "cupy-matmul-4096", "cupy-matmul-8192", "cupy-matmul-16384",
+                "torch-matmul-4097",
                 "cupy-batched-16x2048", "torch-matmul-8192", "torch-bmm-16x2048",
                 "torch-lt-matmul-8192", "torch-lt-bmm-16x2048"}
 
 CASES = {
+    "cupy-matmul-4095": lambda: cupy_case("matmul", 4095),
     "cupy-matmul-4096": lambda: cupy_case("matmul", 4096),
     "cupy-matmul-8192": lambda: cupy_case("matmul", 8192),
     "cupy-matmul-16384": lambda: cupy_case("matmul", 16384),
     "cupy-batched-16x2048": lambda: cupy_case("batched", 2048),
+    "torch-matmul-4097": lambda: torch_case("matmul", 4097),
     "torch-matmul-8192": lambda: torch_case("matmul", 8192),
     "torch-bmm-16x2048": lambda: torch_case("bmm", 2048),
     "torch-lt-matmul-8192": lambda: torch_case("matmul", 8192, lt=True),

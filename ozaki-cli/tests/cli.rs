@@ -650,6 +650,28 @@ fn calibrate_stand_in(
     Some((read(&out), read(&meas), text(&o.stderr)))
 }
 
+/// Runs [`calibrate_stand_in`] until `check` accepts what it measured, three calibrations
+/// at most, and fails with every rejection: the calibration times copies and products
+/// beside whatever else the machine runs (the other tests of this binary, on CI's 2 cores),
+/// and a run that load disturbed is repeated, not taken for the fit's answer.
+fn calibrated_within_three(
+    name: &str,
+    source: &str,
+    check: impl Fn(&serde_json::Value, &serde_json::Value) -> Result<(), String>,
+) {
+    let mut failed = Vec::new();
+    for _ in 0..3 {
+        let Some((profile, m, err)) = calibrate_stand_in(name, source) else {
+            return;
+        };
+        match check(&profile, &m) {
+            Ok(()) => return,
+            Err(why) => failed.push(format!("{why}\n{err}")),
+        }
+    }
+    panic!("three calibrations:\n{}", failed.join("\n"));
+}
+
 /// `ozaki calibrate --cpu-only` measures what a call costs its caller while others run: with
 /// a vendor that serialises concurrent calls behind one lock (as OpenBLAS's level-3 lock
 /// does), two callers released together take twice as long per call in flight. Timing each
@@ -658,24 +680,25 @@ fn calibrate_stand_in(
 /// nothing. That vendor leaves nothing running after a call, so no wake is priced.
 #[test]
 fn calibrate_measures_a_vendor_that_serialises_concurrent_calls() {
-    let Some((profile, m, err)) = calibrate_stand_in("calibrate-serial", "serial_blas.c") else {
-        return;
-    };
-    let points = m["concurrency"].as_array().expect("concurrency measured");
-    let two = points
-        .iter()
-        .find(|p| p["callers"] == 2)
-        .expect("two callers measured");
-    let slowdown = two["slowdown"].as_f64().unwrap();
-    assert!(
-        (1.7..2.4).contains(&slowdown),
-        "two callers of a serialising vendor: {slowdown:.2}x alone, want about 2x\n{err}"
-    );
-    assert!(
-        profile["cpu"].get("wake").is_none(),
-        "a vendor that leaves nothing running after a call has no wake: {}\n{err}",
-        profile["cpu"]
-    );
+    calibrated_within_three("calibrate-serial", "serial_blas.c", |profile, m| {
+        let points = m["concurrency"].as_array().expect("concurrency measured");
+        let two = points
+            .iter()
+            .find(|p| p["callers"] == 2)
+            .expect("two callers measured");
+        let slowdown = two["slowdown"].as_f64().unwrap();
+        if !(1.7..2.4).contains(&slowdown) {
+            return Err(format!(
+                "two callers of a serialising vendor: {slowdown:.2}x alone, want about 2x"
+            ));
+        }
+        if let Some(wake) = profile["cpu"].get("wake") {
+            return Err(format!(
+                "a vendor that leaves nothing running after a call has no wake: {wake}"
+            ));
+        }
+        Ok(())
+    });
 }
 
 /// `ozaki calibrate --cpu-only` measures the vendor's wake: a vendor whose threads spin for
@@ -684,18 +707,20 @@ fn calibrate_measures_a_vendor_that_serialises_concurrent_calls() {
 /// GPU staging made there.
 #[test]
 fn calibrate_measures_how_long_a_vendor_keeps_the_host_busy_after_a_call() {
-    let Some((profile, m, err)) = calibrate_stand_in("calibrate-spin", "spin_blas.c") else {
-        return;
-    };
-    let points = m["wake"].as_array().expect("wake measured");
-    assert!(points.len() >= 5, "{points:?}");
-    let wake = &profile["cpu"]["wake"];
-    let window = wake["window_s"].as_f64().unwrap_or(0.0);
-    let slowdown = wake["copy_slowdown"].as_f64().unwrap_or(0.0);
-    assert!(
-        (0.1..=0.3).contains(&window) && slowdown > 1.3,
-        "a pool spinning 0.12 s after each call: window {window} s, copies {slowdown:.2}x\n{err}"
-    );
+    calibrated_within_three("calibrate-spin", "spin_blas.c", |profile, m| {
+        let points = m["wake"].as_array().expect("wake measured");
+        assert!(points.len() >= 5, "{points:?}");
+        let wake = &profile["cpu"]["wake"];
+        let window = wake["window_s"].as_f64().unwrap_or(0.0);
+        let slowdown = wake["copy_slowdown"].as_f64().unwrap_or(0.0);
+        if (0.1..=0.3).contains(&window) && slowdown > 1.3 {
+            Ok(())
+        } else {
+            Err(format!(
+                "a pool spinning 0.12 s after each call: window {window} s, copies {slowdown:.2}x"
+            ))
+        }
+    });
 }
 
 /// The child a calibration times the GPU's start with: without a usable GPU it says so and

@@ -677,6 +677,11 @@ mod tests {
                 .route
         };
         let mut p = Profile::built_in("h100").expect("ships");
+        assert_eq!(
+            decide(p.clone(), 4095),
+            Route::GpuOzaki,
+            "the shipped H100 profile"
+        );
         p.gpu.as_mut().expect("a GPU").fp64_alignment.clear();
         assert_eq!(decide(p.clone(), 4095), Route::GpuNative);
         p.gpu.as_mut().expect("a GPU").fp64_alignment = vec![
