@@ -153,11 +153,43 @@ fn lock_timed(
         Err(TryLockError::Poisoned(p)) => (p.into_inner(), None),
         Err(TryLockError::WouldBlock) => {
             let t = Instant::now();
-            (m.lock().unwrap_or_else(|p| p.into_inner()), Some(t))
+            let holder = holder::current();
+            let g = m.lock().unwrap_or_else(|p| p.into_inner());
+            tracing::info!(
+                waited_ms = t.elapsed().as_secs_f64() * 1e3,
+                holder = %holder,
+                "GPU lock: waited for another thread's GPU work"
+            );
+            (g, Some(t))
         }
     };
+    holder::took();
     g.make_current()?;
     Ok((g, contended))
+}
+
+/// Which thread last took the GPU's lock, so that a call that had to wait for it can say for
+/// whom (`OZAKI_LOG=info`): the process's threads all share one GPU.
+mod holder {
+    use std::sync::Mutex;
+
+    static LAST: Mutex<String> = Mutex::new(String::new());
+
+    /// Notes the calling thread as the lock's holder: its name, else its id.
+    pub(super) fn took() {
+        let t = std::thread::current();
+        let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+        last.clear();
+        match t.name() {
+            Some(name) => last.push_str(name),
+            None => last.push_str(&format!("{:?}", t.id())),
+        }
+    }
+
+    /// The last holder noted.
+    pub(super) fn current() -> String {
+        LAST.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// The `Gpu` of one slot of a split plan: device `ordinal`, `replica`-th slot on
