@@ -155,7 +155,7 @@ fn lock_timed(
             let t = Instant::now();
             let holder = holder::current();
             let g = m.lock().unwrap_or_else(|p| p.into_inner());
-            tracing::info!(
+            tracing::debug!(
                 waited_ms = t.elapsed().as_secs_f64() * 1e3,
                 holder = %holder,
                 "GPU lock: waited for another thread's GPU work"
@@ -169,7 +169,7 @@ fn lock_timed(
 }
 
 /// Which thread last took the GPU's lock, so that a call that had to wait for it can say for
-/// whom (`OZAKI_LOG=info`): the process's threads all share one GPU.
+/// whom (`OZAKI_LOG=gpu_kernels=debug`): the process's threads all share one GPU.
 mod holder {
     use std::sync::Mutex;
 

@@ -556,7 +556,9 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         return choice;
     }
     let mut waited = None;
-    if ENGINE.get().is_none()
+    // Before the start ends, the start decides: its job builds the engine and then warms the
+    // GPU up, holding it (`Starter::under_way`).
+    if (ENGINE.get().is_none() || STARTER.under_way())
         && let Some(pre) = pre_engine()
     {
         match before_engine(pre, &cs, config.moduli, config.gpu_start, in_flight) {

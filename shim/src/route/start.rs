@@ -35,7 +35,7 @@
 //!   wait.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -272,6 +272,10 @@ enum Phase {
 pub struct Starter {
     phase: Mutex<Phase>,
     changed: Condvar,
+    /// Set when the job begins and when it ends, so that [`Starter::under_way`] is two
+    /// atomic loads instead of the phase's lock.
+    began: AtomicBool,
+    ended: AtomicBool,
 }
 
 /// Process id of the process that began the start (0: none began).
@@ -293,6 +297,8 @@ impl Starter {
         Starter {
             phase: Mutex::new(Phase::Idle),
             changed: Condvar::new(),
+            began: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
         }
     }
 
@@ -311,6 +317,17 @@ impl Starter {
             Phase::Ready => Status::Ready,
             Phase::Failed => Status::Failed,
         }
+    }
+
+    /// Whether the start began and has not ended (in a process forked while it ran, too,
+    /// where [`Starter::status`] says it failed): lock-free, for the check every call past
+    /// the gate makes. The job may have built the engine while it still warms the GPU up
+    /// (`choose::start_gpu`), so a call must not take the engine's existence for the GPU's
+    /// being ready: on an H100 the first GPU call of SciPy LOBPCG and of NumPy, decided by
+    /// the engine while the warm-up held the GPU, waited 64-152 ms for it
+    /// (BENCHMARKS.md, "Real programs under the shim").
+    pub fn under_way(&self) -> bool {
+        self.began.load(Ordering::Acquire) && !self.ended.load(Ordering::Acquire)
     }
 
     /// Where the start stands.
@@ -335,6 +352,7 @@ impl Starter {
                 pid: pid(),
             };
             START_PID.store(pid(), Ordering::Relaxed);
+            self.began.store(true, Ordering::Release);
         }
         let job = Arc::new(Mutex::new(Some(job)));
         let theirs = Arc::clone(&job);
@@ -362,6 +380,7 @@ impl Starter {
     fn run(&self, job: impl FnOnce() -> bool) {
         let ok = catch_unwind(AssertUnwindSafe(job)).unwrap_or(false);
         *self.lock() = if ok { Phase::Ready } else { Phase::Failed };
+        self.ended.store(true, Ordering::Release);
         self.changed.notify_all();
     }
 
@@ -578,11 +597,13 @@ mod tests {
         assert_eq!(s.status(), Status::Idle);
         let gate = Arc::new(Barrier::new(2));
         let g = Arc::clone(&gate);
+        assert!(!s.under_way(), "idle");
         let begun = s.begin(move || {
             g.wait(); // held until the test has seen "starting"
             true
         });
         assert!(matches!(begun, Status::Starting { .. }), "{begun:?}");
+        assert!(s.under_way(), "the job runs");
         std::thread::sleep(Duration::from_millis(20));
         match s.status() {
             Status::Starting { elapsed_s } => assert!(elapsed_s >= 0.015, "{elapsed_s}"),
@@ -598,6 +619,7 @@ mod tests {
         gate.wait();
         assert_eq!(s.wait(LONG), Status::Ready);
         assert_eq!(s.status(), Status::Ready);
+        assert!(!s.under_way(), "the job ended");
     }
 
     #[test]
@@ -605,6 +627,7 @@ mod tests {
         let s = leak();
         s.begin(|| false);
         assert_eq!(s.wait(LONG), Status::Failed);
+        assert!(!s.under_way(), "a failed start has ended");
         let s = leak();
         s.begin(|| panic!("cudarc could not load a symbol"));
         assert_eq!(s.wait(LONG), Status::Failed);
