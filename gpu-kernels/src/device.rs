@@ -153,17 +153,21 @@ fn lock_timed(
         Err(TryLockError::Poisoned(p)) => (p.into_inner(), None),
         Err(TryLockError::WouldBlock) => {
             let t = Instant::now();
-            let holder = holder::current();
+            let holder = holder::noted().then(holder::current);
             let g = m.lock().unwrap_or_else(|p| p.into_inner());
-            tracing::debug!(
-                waited_ms = t.elapsed().as_secs_f64() * 1e3,
-                holder = %holder,
-                "GPU lock: waited for another thread's GPU work"
-            );
+            if let Some(holder) = holder {
+                tracing::debug!(
+                    waited_ms = t.elapsed().as_secs_f64() * 1e3,
+                    holder = %holder,
+                    "GPU lock: waited for another thread's GPU work"
+                );
+            }
             (g, Some(t))
         }
     };
-    holder::took();
+    if holder::noted() {
+        holder::took();
+    }
     g.make_current()?;
     Ok((g, contended))
 }
@@ -174,6 +178,11 @@ mod holder {
     use std::sync::Mutex;
 
     static LAST: Mutex<String> = Mutex::new(String::new());
+
+    /// Whether holders are noted: only while the debug line that names them is enabled.
+    pub(super) fn noted() -> bool {
+        tracing::enabled!(tracing::Level::DEBUG)
+    }
 
     /// Notes the calling thread as the lock's holder: its name, else its id.
     pub(super) fn took() {
