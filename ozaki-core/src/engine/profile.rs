@@ -21,8 +21,8 @@
 //! - 3: `device_corrections`, end-to-end corrections of the routes on device-resident
 //!   operands (the `ozaki_*_device` entry points), fitted from device-resident timings of
 //!   square, skinny and k-heavy shapes. Optional: without them a device-resident call takes
-//!   the host-resident corrections, as before. Later, within version 3 (optional, ignored
-//!   by older readers): `gpu.fp64_alignment`, cuBLAS's slowdown at unaligned sizes.
+//!   the host-resident corrections. Also in version 3, optional (readers without it ignore
+//!   it): `gpu.fp64_alignment`, cuBLAS's slowdown at unaligned sizes.
 
 use super::adapt::{self, GpuTraits, Scale};
 use super::work_model::{Correction, WorkModel};
