@@ -559,6 +559,39 @@ fn explain_prices_the_moduli_count_auto_prices() {
     assert_eq!(moduli("8192", &["--moduli", "14"]), Some(14));
 }
 
+/// `ozaki explain` prices cuBLAS at an odd size with the slowdown the profile measured there
+/// and says so in the term, where the emulation (padded to the tile edge) is not slowed: the
+/// shipped H200 profile sends a device-resident 4095³ to the emulation, and prices 4096³'s
+/// cuBLAS product without a factor.
+#[test]
+fn explain_prices_cublas_slower_at_odd_sizes() {
+    let explained = |n: &str| explain_json(&[n, n, n, "--device-resident"]);
+    let fp64_term = |json: &serde_json::Value| {
+        json["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["route"] == "gpu-native")
+            .and_then(|r| {
+                r["terms"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|t| t["name"] == "fp64-gemm")
+            })
+            .expect("gpu-native's cuBLAS term")["how"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let odd = explained("4095");
+    assert_eq!(odd["choice"], "gpu-ozaki", "{odd}");
+    let how = fp64_term(&odd);
+    assert!(how.contains("multiples of 1 only"), "{how}");
+    let aligned = fp64_term(&explained("4096"));
+    assert!(!aligned.contains("multiples of"), "{aligned}");
+}
+
 #[test]
 fn run_of_a_program_that_fails_before_any_blas_call_says_so_without_naming_a_deleted_file() {
     // A script that stops where a python3 without NumPy stops: before any BLAS call.
