@@ -351,13 +351,11 @@ fn synthetic(truth: &Profile, route_shapes: &[(u64, u64, u64)]) -> Measurements 
             fp64_unaligned: alignment::CALIBRATION_SIZES
                 .iter()
                 .map(|&n| {
-                    let aligned = time(&g.fp64, (n, n, n));
-                    let slowdown =
-                        alignment::slowdown(&g.fp64_alignment, &CallShape::gemm(n, n, n));
-                    let fixed = g.fp64.s_fixed;
+                    let shape = CallShape::gemm(n, n, n);
+                    let slowdown = alignment::slowdown(&g.fp64_alignment, &shape);
                     Sample {
-                        seconds: fixed + (aligned.seconds - fixed) * slowdown,
-                        ..aligned
+                        seconds: g.fp64.stretched_seconds(&shape, slowdown),
+                        ..time(&g.fp64, (n, n, n))
                     }
                 })
                 .collect(),

@@ -75,12 +75,12 @@ pub fn fit(unaligned: &[Sample], model: &WorkModel) -> Vec<AlignmentSlowdown> {
         if align >= ALIGNED {
             continue;
         }
-        let modelled = model.seconds(&shape);
-        let fixed = model.s_fixed.min(modelled);
-        if s.seconds <= 0.0 || modelled - fixed <= 0.0 {
+        let Some(ratio) = model
+            .stretch_of(&shape, s.seconds)
+            .filter(|_| s.seconds > 0.0)
+        else {
             continue;
-        }
-        let ratio = (s.seconds - fixed).max(0.0) / (modelled - fixed);
+        };
         match by_class.iter_mut().find(|(a, _)| *a == align) {
             Some((_, v)) => v.push(ratio),
             None => by_class.push((align, vec![ratio])),

@@ -278,10 +278,7 @@ fn vendor(
     let blas = if shape.no_product() {
         0.0
     } else {
-        let work = model.seconds(shape);
-        // The slowdown stretches the work terms, not the fixed latency.
-        let fixed = model.s_fixed.min(work);
-        fixed + (work - fixed) * share.slowdown
+        model.stretched_seconds(shape, share.slowdown)
     };
     let mut terms = vec![
         Term {
@@ -467,11 +464,8 @@ fn gpu_route(
     }
     let compute = match route {
         Route::GpuNative => {
-            let aligned = gpu.fp64.seconds(shape);
-            // The slowdown stretches the work, not the fixed latency.
-            let fixed = gpu.fp64.s_fixed.min(aligned);
             let slowdown = super::alignment::slowdown(&gpu.fp64_alignment, shape);
-            let t = fixed + (aligned - fixed) * slowdown;
+            let t = gpu.fp64.stretched_seconds(shape, slowdown);
             terms.push(Term {
                 name: "fp64-gemm",
                 seconds: t,

@@ -154,6 +154,22 @@ impl WorkModel {
         self.base_seconds(&shape.work()) * self.correction.factor(shape.m, shape.n, shape.k)
     }
 
+    /// [`WorkModel::seconds`] with the work `factor` times slower: the fixed latency does not
+    /// stretch (a loaded CPU or an unaligned cuBLAS kernel slows the work terms only).
+    pub fn stretched_seconds(&self, shape: &CallShape, factor: f64) -> f64 {
+        let t = self.seconds(shape);
+        let fixed = self.s_fixed.min(t);
+        fixed + (t - fixed) * factor
+    }
+
+    /// The factor [`WorkModel::stretched_seconds`] would need to give `measured_s` at
+    /// `shape`; `None` where the model prices no work beyond its fixed latency there.
+    pub fn stretch_of(&self, shape: &CallShape, measured_s: f64) -> Option<f64> {
+        let t = self.seconds(shape);
+        let fixed = self.s_fixed.min(t);
+        (t - fixed > 0.0).then(|| (measured_s - fixed).max(0.0) / (t - fixed))
+    }
+
     /// The sustained rate the `mnk` term alone implies (FLOP/s), for reports.
     pub fn peak_flops(&self) -> f64 {
         if self.s_per_mnk > 0.0 {
