@@ -272,10 +272,9 @@ enum Phase {
 pub struct Starter {
     phase: Mutex<Phase>,
     changed: Condvar,
-    /// Set when the job begins and when it ends, so that [`Starter::under_way`] is two
-    /// atomic loads instead of the phase's lock.
-    began: AtomicBool,
-    ended: AtomicBool,
+    /// Set when the job begins, cleared when it ends, so that [`Starter::under_way`] is one
+    /// atomic load instead of the phase's lock.
+    running: AtomicBool,
 }
 
 /// Process id of the process that began the start (0: none began).
@@ -297,8 +296,7 @@ impl Starter {
         Starter {
             phase: Mutex::new(Phase::Idle),
             changed: Condvar::new(),
-            began: AtomicBool::new(false),
-            ended: AtomicBool::new(false),
+            running: AtomicBool::new(false),
         }
     }
 
@@ -327,7 +325,7 @@ impl Starter {
     /// the engine while the warm-up held the GPU, waited 64-152 ms for it
     /// (BENCHMARKS.md, "Real programs under the shim").
     pub fn under_way(&self) -> bool {
-        self.began.load(Ordering::Acquire) && !self.ended.load(Ordering::Acquire)
+        self.running.load(Ordering::Acquire)
     }
 
     /// Where the start stands.
@@ -352,7 +350,7 @@ impl Starter {
                 pid: pid(),
             };
             START_PID.store(pid(), Ordering::Relaxed);
-            self.began.store(true, Ordering::Release);
+            self.running.store(true, Ordering::Release);
         }
         let job = Arc::new(Mutex::new(Some(job)));
         let theirs = Arc::clone(&job);
@@ -380,7 +378,7 @@ impl Starter {
     fn run(&self, job: impl FnOnce() -> bool) {
         let ok = catch_unwind(AssertUnwindSafe(job)).unwrap_or(false);
         *self.lock() = if ok { Phase::Ready } else { Phase::Failed };
-        self.ended.store(true, Ordering::Release);
+        self.running.store(false, Ordering::Release);
         self.changed.notify_all();
     }
 
