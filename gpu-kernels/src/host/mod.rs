@@ -90,6 +90,9 @@ pub struct HostOutcome {
 /// prints it to show which stage bounds the call.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Timeline {
+    /// Host time from the call's start to its first queued upload (device buffers, pinned
+    /// staging grown on first use, streams and events); the other marks count from there.
+    pub setup_ms: f32,
     /// Per column block: its operands were on the device.
     pub uploaded_ms: Vec<f32>,
     /// Per column block: its part of C was computed on the device.
@@ -113,7 +116,7 @@ fn stage_operands(
     let dc = gpu.workspace.get("host_c", c.rows() * c.cols() * 8)?;
     upload(gpu, da, a)?;
     if read_c {
-        for p in Piece::columns(dc, c, upload::CHUNK) {
+        for p in Piece::columns(dc, c, tuning().ring_chunk) {
             upload_piece(gpu, &p)?;
         }
     }
@@ -544,6 +547,7 @@ pub(crate) fn staged_gemm(
     let (ctx, copy_stream, stream) = (gpu.ctx, gpu.copy_stream, gpu.stream);
     let begin = res.event()?;
     record(begin, copy_stream)?;
+    let setup_ms = t0.elapsed().as_secs_f32() * 1e3;
     let (mut ups, mut dones) = (Vec::new(), Vec::new());
     let cancel = std::sync::atomic::AtomicBool::new(false);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -742,6 +746,7 @@ pub(crate) fn staged_gemm(
                     .ctx("cuEventElapsedTime")
             };
             out.timeline = Some(Timeline {
+                setup_ms,
                 uploaded_ms: ups.iter().map(|&e| at(e)).collect::<Result<_, _>>()?,
                 computed_ms: dones.iter().map(|&e| at(e)).collect::<Result<_, _>>()?,
                 downloaded_ms: at(downloaded)?,

@@ -12,9 +12,6 @@ use crate::host_copy::{self, CopyKind};
 use cudarc::driver::sys;
 use ozaki_core::blas::{GemmArgs, Trans, span};
 
-/// Bytes per staging buffer of [`upload`].
-pub(super) const CHUNK: usize = 64 << 20;
-
 /// Copies `src` to device address `dst` through the two pinned staging buffers.
 pub(crate) fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuError> {
     upload_piece(gpu, &Piece::new(dst, src))
@@ -23,9 +20,20 @@ pub(crate) fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuErro
 /// Copies the piece to its device range through the two pinned staging buffers, each chunk
 /// filled on several threads (large copies between pageable and pinned memory are limited
 /// by one core's bandwidth otherwise).
+///
+/// The two buffers are the upload ring's first two slots at the ring's size
+/// ([`Tuning::ring_chunk`]), so an unpipelined call (a syrk's A, a small gemm's operands)
+/// reuses what the warm-up and the pipelined calls allocated. A second size would regrow the
+/// slots (`cuMemHostAlloc`, which page-locks every page) inside the first call that asks for
+/// it: with 64 MiB buffers here and 32 MiB ring slots, a LOBPCG run's first GPU `dsyrk`
+/// spent 40-46 ms in transfers against about 5 ms for the next ones (BENCHMARKS.md, "Real
+/// programs under the shim").
+///
+/// [`Tuning::ring_chunk`]: super::Tuning::ring_chunk
 pub(super) fn upload_piece(gpu: &mut Gpu, p: &Piece) -> Result<(), GpuError> {
     let stream = gpu.copy_stream;
-    let step = p.step(CHUNK);
+    let chunk = tuning().ring_chunk;
+    let step = p.step(chunk);
     let kind = tuning().upload;
     let mut events: [Option<sys::CUevent>; 2] = [None, None];
     let result = (|| {
@@ -38,13 +46,13 @@ pub(super) fn upload_piece(gpu: &mut Gpu, p: &Piece) -> Result<(), GpuError> {
                     .result()
                     .ctx("cuEventSynchronize")?;
             }
-            let stage = SendPtr(gpu.staging(slot, CHUNK)?);
+            let stage = SendPtr(gpu.staging(RING[slot], chunk)?);
             let src = p.src_at(off);
             let t = if len < (4 << 20) { 1 } else { copy_threads() };
             ozaki_core::spawn::by_parts(t, t, &|parts| {
                 let (stage, src) = (&stage, &src);
                 for w in parts {
-                    // SAFETY: staging holds CHUNK >= len bytes and no copy is reading it
+                    // SAFETY: staging holds chunk >= len bytes and no copy is reading it
                     // (waited above); [off, off + len) lies inside the piece's source.
                     unsafe { copy_part(stage.0, src.0, len, p.runs, (w, t), kind) };
                 }

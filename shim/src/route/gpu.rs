@@ -67,6 +67,21 @@ fn scaling(engine: Engine) -> Option<&'static str> {
 }
 
 fn outcome(o: HostOutcome, engine: Engine) -> RouteOutcome {
+    // where a slow host-resident call spent its time (the trace keeps only the phases)
+    if let Some(t) = o
+        .timeline
+        .as_ref()
+        .filter(|_| tracing::enabled!(tracing::Level::DEBUG))
+    {
+        tracing::debug!(
+            setup_ms = t.setup_ms,
+            uploaded_ms = ?t.uploaded_ms,
+            computed_ms = ?t.computed_ms,
+            downloaded_ms = t.downloaded_ms,
+            write_ms = t.write_ms,
+            "host-resident call's timeline"
+        );
+    }
     RouteOutcome {
         moduli: o.moduli,
         scaling: scaling(engine),
