@@ -90,8 +90,9 @@ pub struct HostOutcome {
 /// prints it to show which stage bounds the call.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Timeline {
-    /// Host time from the call's start to its first queued upload (device buffers, pinned
-    /// staging grown on first use, streams and events); the other marks count from there.
+    /// Host time from the call's start to its first queued upload: device buffers (the
+    /// emulation's parts included), pinned staging grown on first use, page-locking, streams
+    /// and events. The other marks count from there.
     pub setup_ms: f32,
     /// Per column block: its operands were on the device.
     pub uploaded_ms: Vec<f32>,
