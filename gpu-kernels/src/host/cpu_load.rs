@@ -5,11 +5,10 @@
 //! (OpenBLAS about 0.1 s), and a program's other BLAS (SciPy's own OpenBLAS under LAPACK)
 //! does the same out of the shim's sight. A GPU call made then put 16 copy threads beside 15
 //! spinning ones, and its copies, split evenly and waited for as a whole, ran at the pace of
-//! the threads the scheduler kept waiting: LOBPCG's 110592 x 64 x 64 and Gram products took
-//! 17-63 ms on the GPU within 0.1 s of a vendor call (and a few more long after one, where
-//! SciPy's LAPACK had likely run) against 5-7 ms otherwise (BENCHMARKS.md, "Real programs
-//! under the shim"). A pool no larger than the idle cores, the caller's own included (it
-//! waits for the pool), is not held back by threads the scheduler parks.
+//! the threads the scheduler kept waiting: the same LOBPCG products took 17-63 ms within
+//! 0.1 s of a vendor call against 5-7 ms otherwise (BENCHMARKS.md, "Real programs under the
+//! shim"). A pool no larger than the idle cores, the caller's own included (it waits for
+//! the pool), copies at the speed of its threads.
 //!
 //! The count comes from `/proc/self/task/*/stat` (state `R`: running or runnable), read once
 //! per call after the GPU lock is taken: the process's own threads, not the machine's (in a
