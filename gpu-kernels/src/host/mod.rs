@@ -23,7 +23,6 @@
 mod c_ring;
 mod caller_c;
 mod compact;
-pub(crate) mod cpu_load;
 mod download;
 pub(crate) mod early_write;
 mod grid;
@@ -150,7 +149,6 @@ pub fn gemm_c(args: &GemmArgs, c: HostC, engine: Engine) -> Result<HostOutcome, 
     let _flags = fp_flags::KeepFpFlags::new();
     matches(&c, args.m, args.n, args.ldc)?;
     let (mut g, waited_ns) = gpu_queued()?;
-    cpu_load::note(8 * (args.m * args.k + args.k * args.n + args.m * args.n));
     let mut out = match compact::gemm(args, |p| grid_c(&mut g, p, c, engine, Grid::of(p, engine))) {
         Some(packed) => packed?,
         None => grid_c(&mut g, args, c, engine, Grid::of(args, engine))?,
@@ -818,7 +816,6 @@ pub fn syrk_c(args: &SyrkArgs, c: HostC, engine: Engine) -> Result<HostOutcome, 
     let _flags = fp_flags::KeepFpFlags::new();
     matches(&c, args.n, args.n, args.ldc)?;
     let (mut g, waited_ns) = gpu_queued()?;
-    cpu_load::note(8 * (args.n * args.k + args.n * args.n));
     let mut out = match compact::syrk(args, |p| syrk_on(&mut g, p, c, engine)) {
         Some(packed) => packed?,
         None => syrk_on(&mut g, args, c, engine)?,

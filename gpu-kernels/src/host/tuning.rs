@@ -179,18 +179,15 @@ pub fn set_cpu_sharers(calls: fn() -> u32) {
     }
 }
 
-/// `n` threads divided among the calls in flight ([`set_cpu_sharers`]), and no more than
-/// the cores the process's other running threads leave idle at the call's start
-/// (`super::cpu_load`); at least one.
+/// `n` threads divided among the calls in flight ([`set_cpu_sharers`]), at least one.
 fn share(n: usize) -> usize {
-    let idle = cores().saturating_sub(super::cpu_load::others_running());
     let f = SHARERS.load(Ordering::Relaxed);
     if f == 0 {
-        return n.min(idle).max(1);
+        return n;
     }
     // SAFETY: only `set_cpu_sharers` stores a non-zero value, the address of a `fn() -> u32`.
     let calls: fn() -> u32 = unsafe { std::mem::transmute::<usize, fn() -> u32>(f) };
-    (n / calls().max(1) as usize).min(idle).max(1)
+    (n / calls().max(1) as usize).max(1)
 }
 
 /// Threads that write a result from pinned staging into the caller's C: one per core (at
@@ -245,18 +242,6 @@ mod tests {
         );
         assert_eq!(share(24), 1);
         CALLS.store(1, Ordering::Relaxed);
-        // other threads of the process running at the call's start: only the idle cores
-        let busy = cores().saturating_sub(2);
-        super::super::cpu_load::set_others_running(busy);
-        assert_eq!(
-            (copy_threads(), write_threads()),
-            (copy.min(2), write.min(2)),
-            "{busy} of {} cores busy",
-            cores()
-        );
-        super::super::cpu_load::set_others_running(cores() + 5);
-        assert_eq!((copy_threads(), write_threads()), (1, 1), "every core busy");
-        super::super::cpu_load::set_others_running(0);
     }
 
     /// Tunings parse as key=value pairs over the defaults; bad keys and values are refused.
