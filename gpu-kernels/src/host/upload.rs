@@ -23,11 +23,11 @@ pub(crate) fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuErro
 ///
 /// The two buffers are the upload ring's first two slots at the ring's size
 /// ([`Tuning::ring_chunk`]), so an unpipelined call (a syrk's A, a small gemm's operands)
-/// reuses what the warm-up and the pipelined calls allocated. A second size would regrow the
-/// slots (`cuMemHostAlloc`, which page-locks every page) inside the first call that asks for
-/// it: with 64 MiB buffers here and 32 MiB ring slots, a LOBPCG run's first GPU `dsyrk`
-/// spent 40-46 ms in transfers against about 5 ms for the next ones (BENCHMARKS.md, "Real
-/// programs under the shim").
+/// reuses what the warm-up and the pipelined calls allocated. Buffers of another size would
+/// regrow the slots (`cuMemHostAlloc`, which page-locks every page) inside the first call
+/// that asks for them: at 64 MiB beside the ring's 32 MiB, a LOBPCG run's first GPU `dsyrk`
+/// spent 40-46 ms in transfers (about 5 ms for the next ones); at the ring's size it took
+/// 7.5-21.9 ms (BENCHMARKS.md, "Real programs under the shim").
 ///
 /// [`Tuning::ring_chunk`]: super::Tuning::ring_chunk
 pub(super) fn upload_piece(gpu: &mut Gpu, p: &Piece) -> Result<(), GpuError> {
