@@ -11,6 +11,13 @@
 //! LOBPCG ran 10-13x its price, and each of those calls costs 50-65 ms, so waiting for eight
 //! of them cost a third of a second).
 //!
+//! A GPU call decided inside the vendor's wake learns apart from the same class on a quiet
+//! host ([`ClassKey::awake`]); every such call also feeds one class of every shape of its
+//! route ([`ClassKey::wake_wide`]), which prices a shape's first calls in the wake until its
+//! own class is corrected ([`Corrections::corrected_gpu`]). In SciPy's LOBPCG the Gram and
+//! 110592 x 64 x 64 products ran 2-8x their wake-stretched price on the GPU, each shape
+//! apart, so learning shape by shape took three slow calls of every shape.
+//!
 //! The table is lock-free: a fixed array of 64-bit slots, each packing the class tag, the
 //! sample count, the length of the current gross streak and the mean log-ratio, updated by
 //! compare-and-swap. Two classes that hash
@@ -58,6 +65,9 @@ pub fn correctable(vendor_s: f64, gpu_s: f64) -> bool {
 /// Slots in the table (a power of two).
 const SLOTS: usize = 4096;
 
+/// The log2 entries of [`ClassKey::wake_wide`]: no call's (a dimension's is at most 63).
+const ANY_SIZE: u8 = u8::MAX;
+
 /// The class of a call: route, routine, log2 of m, n, k, and the concurrency class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ClassKey {
@@ -90,6 +100,17 @@ impl ClassKey {
     /// The same class, for a call decided inside the vendor's wake or not.
     pub fn in_wake(self, awake: bool) -> Self {
         ClassKey { awake, ..self }
+    }
+
+    /// Every shape's calls of this route, routine and concurrency class decided inside the
+    /// vendor's wake, as one class: how far the wake-stretched prices of such calls were off,
+    /// whatever their shape.
+    pub fn wake_wide(self) -> Self {
+        ClassKey {
+            log2: [ANY_SIZE; 3],
+            awake: true,
+            ..self
+        }
     }
 
     /// (slot index, 16-bit tag) of the class.
@@ -279,6 +300,31 @@ impl Corrections {
         let f = self.factor_at(key.placed());
         (predicted_s * f, f)
     }
+
+    /// Feeds one timed call as [`Corrections::record`] does; a call decided inside the
+    /// vendor's wake feeds its route's [`ClassKey::wake_wide`] class too.
+    pub fn record_call(&self, key: &ClassKey, measured_s: f64, predicted_s: f64) {
+        self.record(key, measured_s, predicted_s);
+        if key.awake {
+            self.record(&key.wake_wide(), measured_s, predicted_s);
+        }
+    }
+
+    /// A GPU route's price `predicted_s` for `key`'s class, corrected: as
+    /// [`Corrections::corrected`], except that a class decided inside the vendor's wake whose
+    /// own correction does not apply yet takes the larger of its quiet class's factor and
+    /// its route's [`ClassKey::wake_wide`] factor (a shape slow on a quiet host is no faster
+    /// in the wake, and the wake slowed the route's other shapes by the wide factor).
+    pub fn corrected_gpu(&self, key: &ClassKey, predicted_s: f64) -> (f64, f64) {
+        let own = self.get(key);
+        if !key.awake || own.is_some_and(|c| c.applies()) {
+            return self.corrected(key, predicted_s);
+        }
+        let quiet = self.factor_at(key.in_wake(false).placed());
+        let wide = self.factor_at(key.wake_wide().placed());
+        let f = quiet.max(wide);
+        (predicted_s * f, f)
+    }
 }
 
 /// What [`fold_into_profile`] folded per route: (route name, records used, shapes).
@@ -398,6 +444,68 @@ mod tests {
         }
         assert_eq!(t.get(&alternating).unwrap().streak, 1);
         assert_eq!(t.corrected(&alternating, 1.0).1, 1.0);
+    }
+
+    fn gpu_key(m: u64, n: u64, k: u64) -> ClassKey {
+        ClassKey::new(Route::GpuNative, Routine::Dgemm, m, n, k, 1).in_wake(true)
+    }
+
+    /// The wide class is no real shape's and keeps the route, routine and concurrency.
+    #[test]
+    fn the_wake_wide_class_is_no_shapes_class() {
+        let k = gpu_key(110592, 64, 64);
+        let w = k.wake_wide();
+        assert_eq!(
+            (w.route, w.routine, w.concurrent, w.awake),
+            (k.route, k.routine, 1, true)
+        );
+        assert_ne!(w.placed(), k.placed());
+        assert_eq!(w, gpu_key(64, 64, 110592).wake_wide());
+        assert_eq!(w, k.in_wake(false).wake_wide());
+        assert_ne!(
+            w,
+            ClassKey::new(Route::Vendor, Routine::Dgemm, 1, 1, 1, 1).wake_wide()
+        );
+    }
+
+    /// Calls of one shape slow in the wake price another shape's first calls in the wake,
+    /// not its calls on a quiet host; a shape measured slow on a quiet host keeps that
+    /// factor in the wake; a shape's own correction, once it applies, wins.
+    #[test]
+    fn the_wake_slows_a_new_shape_by_what_other_shapes_measured_in_it() {
+        let t = Corrections::default();
+        let (gram, tall) = (gpu_key(64, 64, 110592), gpu_key(110592, 64, 64));
+        assert_eq!(
+            t.corrected_gpu(&tall, 0.006),
+            (0.006, 1.0),
+            "nothing measured"
+        );
+        for _ in 0..GROSS_STREAK {
+            t.record_call(&gram, 0.024, 0.006);
+        }
+        let (s, f) = t.corrected_gpu(&tall, 0.006);
+        assert!(
+            (f - 4.0).abs() < 1e-3 && (s - 0.024).abs() < 1e-5,
+            "{s} {f}"
+        );
+        assert_eq!(
+            t.corrected_gpu(&tall.in_wake(false), 0.006).1,
+            1.0,
+            "a quiet call is not priced as one in the wake"
+        );
+        // quiet calls of the shape ran 6x their price: more than the wake's 4x
+        let quiet = tall.in_wake(false);
+        for _ in 0..GROSS_STREAK {
+            t.record_call(&quiet, 0.036, 0.006);
+        }
+        assert!((t.corrected_gpu(&tall, 0.006).1 - 6.0).abs() < 1e-3);
+        // the shape's own calls in the wake, once corrected, decide
+        for _ in 0..GROSS_STREAK {
+            t.record_call(&tall, 0.003, 0.0012);
+        }
+        assert!((t.corrected_gpu(&tall, 0.0012).1 - 2.5).abs() < 1e-3);
+        // a quiet sample feeds no wide class
+        assert_eq!(t.get(&quiet.wake_wide()).unwrap().samples, 2 * GROSS_STREAK);
     }
 
     #[test]

@@ -147,7 +147,9 @@ pub fn adjust(
         Some(ns)
             if vc
                 >= margin
-                    * (corr.corrected(&key(Route::GpuNative), ns + beside.wake_s).0
+                    * (corr
+                        .corrected_gpu(&key(Route::GpuNative), ns + beside.wake_s)
+                        .0
                         + beside.wait_s) =>
         {
             Route::GpuNative
@@ -381,7 +383,7 @@ fn pick(
     }
     let (kv, kg) = (key(Route::Vendor), key(g));
     let (vc, fv) = corr.corrected(&kv, vs);
-    let (gc, fg) = corr.corrected(&kg, gs);
+    let (gc, fg) = corr.corrected_gpu(&kg, gs);
     let gq = gc + wait_s;
     let sides = &learned.sides;
     let alone = d.concurrent <= 1;
@@ -591,6 +593,47 @@ mod tests {
             "{ka:?} {kq:?}"
         );
         assert!((pa - (g + beside.wake_s)).abs() < 1e-12);
+    }
+
+    /// A shape's first calls inside the vendor's wake are priced with what its route's other
+    /// shapes measured there: after another shape's GPU calls in the wake ran 4x their
+    /// price, a staging-bound call the wake's calibrated price leaves on the GPU goes to the
+    /// vendor in the wake, and still to the GPU on a quiet host.
+    #[test]
+    fn the_wake_measured_on_one_shape_keeps_another_shapes_first_calls_off_the_gpu() {
+        use ozaki_core::engine::correct::GROSS_STREAK;
+        use ozaki_core::trace::Routine;
+        let e = engine();
+        let l = Learned::default();
+        let s = CallShape {
+            transa: true,
+            ..CallShape::gemm(64, 64, 110592)
+        };
+        let d = e.decide(&s, Some(14));
+        let (g, _) = d.gpu.unwrap();
+        assert_eq!(d.route, g, "{}", d.prediction.reason);
+        let wake = ozaki_core::engine::wake::VendorWake {
+            window_s: 0.1,
+            copy_slowdown: 1.5,
+        };
+        let beside = Beside {
+            wake_s: wake.extra_s(d.gpu_host_s),
+            ..Beside::default()
+        };
+        let first = adjust(&l, &d, &s, MARGIN, false, beside, || 1);
+        assert_eq!(
+            first.route, g,
+            "the wake's own price keeps it on the GPU: {first:?}"
+        );
+        let other = ClassKey::new(g, Routine::Dgemm, 110592, 64, 64, d.concurrent).in_wake(true);
+        for _ in 0..GROSS_STREAK {
+            l.corrections.record_call(&other, 0.040, 0.010);
+        }
+        let awake = adjust(&l, &d, &s, MARGIN, false, beside, || 1);
+        assert_eq!(awake.route, Route::Vendor, "{awake:?}");
+        assert!(awake.note.unwrap().to_string().contains("corrected"));
+        let quiet = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
+        assert_eq!(quiet.route, g, "{quiet:?}");
     }
 
     /// On the GPU side a vendor run pays for the wake it leaves: the staging-bound call the

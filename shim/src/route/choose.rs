@@ -816,7 +816,7 @@ pub fn feed(choice: &Choice, done: &super::Executed, seconds: f64) {
         && done.fallback.is_none()
     {
         let waited = done.outcome.phases.as_ref().map_or(0, |p| p.wait_ns) as f64 * 1e-9;
-        learned().corrections.record(
+        learned().corrections.record_call(
             key,
             (seconds - waited).max(0.0),
             predicted.max(f64::MIN_POSITIVE),
