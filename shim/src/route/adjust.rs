@@ -460,6 +460,22 @@ mod tests {
 
     const MARGIN: f64 = 1.2;
 
+    /// LOBPCG's 64 x 64 x 110592 Gram product (op(A) = A^T), its decision on `e`, and what
+    /// the vendor's wake, with host copies `slowdown` times slower, adds to its GPU route.
+    fn gram_in_wake(e: &Engine, slowdown: f64) -> (CallShape, std::sync::Arc<Decision>, f64) {
+        let s = CallShape {
+            transa: true,
+            ..CallShape::gemm(64, 64, 110592)
+        };
+        let d = e.decide(&s, Some(14));
+        let wake = ozaki_core::engine::wake::VendorWake {
+            window_s: 0.1,
+            copy_slowdown: slowdown,
+        };
+        let w = wake.extra_s(d.gpu_host_s);
+        (s, d, w)
+    }
+
     fn wait(wait_s: f64) -> Beside {
         Beside {
             wait_s,
@@ -556,22 +572,13 @@ mod tests {
     /// GPU call made there learns apart from the quiet host's class.
     #[test]
     fn the_vendors_wake_keeps_a_staging_bound_call_off_the_gpu() {
-        let e = engine();
         let l = Learned::default();
-        let s = CallShape {
-            transa: true,
-            ..CallShape::gemm(64, 64, 110592)
-        };
-        let d = e.decide(&s, Some(14));
+        let (s, d, w) = gram_in_wake(&engine(), 3.0);
         assert_ne!(d.route, Route::Vendor, "{}", d.prediction.reason);
         let (_, g) = d.gpu.unwrap();
         assert!(d.gpu_host_s > 0.5 * g, "mostly staging: {d:?}");
-        let wake = ozaki_core::engine::wake::VendorWake {
-            window_s: 0.1,
-            copy_slowdown: 3.0,
-        };
         let beside = Beside {
-            wake_s: wake.extra_s(d.gpu_host_s),
+            wake_s: w,
             ..Beside::default()
         };
         let quiet = adjust(&l, &d, &s, MARGIN, false, Beside::default(), || 1);
@@ -603,21 +610,12 @@ mod tests {
     fn the_wake_measured_on_one_shape_keeps_another_shapes_first_calls_off_the_gpu() {
         use ozaki_core::engine::correct::GROSS_STREAK;
         use ozaki_core::trace::Routine;
-        let e = engine();
         let l = Learned::default();
-        let s = CallShape {
-            transa: true,
-            ..CallShape::gemm(64, 64, 110592)
-        };
-        let d = e.decide(&s, Some(14));
+        let (s, d, w) = gram_in_wake(&engine(), 1.5);
         let (g, _) = d.gpu.unwrap();
         assert_eq!(d.route, g, "{}", d.prediction.reason);
-        let wake = ozaki_core::engine::wake::VendorWake {
-            window_s: 0.1,
-            copy_slowdown: 1.5,
-        };
         let beside = Beside {
-            wake_s: wake.extra_s(d.gpu_host_s),
+            wake_s: w,
             ..Beside::default()
         };
         let first = adjust(&l, &d, &s, MARGIN, false, beside, || 1);
@@ -643,18 +641,8 @@ mod tests {
     #[test]
     fn on_the_gpu_side_a_vendor_run_is_charged_with_the_wake_it_leaves() {
         use ozaki_core::engine::sides::MIN_CALLS;
-        let e = engine();
-        let s = CallShape {
-            transa: true,
-            ..CallShape::gemm(64, 64, 110592)
-        };
-        let d = e.decide(&s, Some(14));
+        let (s, d, w) = gram_in_wake(&engine(), 3.0);
         assert_ne!(d.route, Route::Vendor, "{}", d.prediction.reason);
-        let wake = ozaki_core::engine::wake::VendorWake {
-            window_s: 0.1,
-            copy_slowdown: 3.0,
-        };
-        let w = wake.extra_s(d.gpu_host_s);
         let beside = Beside {
             wait_s: 0.0,
             wake_s: w,
