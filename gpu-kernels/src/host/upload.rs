@@ -4,7 +4,7 @@
 
 use super::caller_c::HostC;
 use super::grid::PanelPlace;
-use super::tuning::{copy_threads, tuning};
+use super::tuning::{Tuning, copy_threads, tuning};
 use super::{Handle, PanelBoard, SendPtr, record};
 use crate::device::{Gpu, sync};
 use crate::error::{Context, GpuError};
@@ -32,9 +32,12 @@ pub(crate) fn upload(gpu: &mut Gpu, dst: u64, src: &[f64]) -> Result<(), GpuErro
 /// [`Tuning::ring_chunk`]: super::Tuning::ring_chunk
 pub(super) fn upload_piece(gpu: &mut Gpu, p: &Piece) -> Result<(), GpuError> {
     let stream = gpu.copy_stream;
-    let chunk = tuning().ring_chunk;
+    let Tuning {
+        ring_chunk: chunk,
+        upload: kind,
+        ..
+    } = tuning();
     let step = p.step(chunk);
-    let kind = tuning().upload;
     let mut events: [Option<sys::CUevent>; 2] = [None, None];
     let result = (|| {
         for (i, off) in (0..p.bytes).step_by(step.max(1)).enumerate() {

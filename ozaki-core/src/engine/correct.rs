@@ -316,13 +316,16 @@ impl Corrections {
     /// its route's [`ClassKey::wake_wide`] factor (a shape slow on a quiet host is no faster
     /// in the wake, and the wake slowed the route's other shapes by the wide factor).
     pub fn corrected_gpu(&self, key: &ClassKey, predicted_s: f64) -> (f64, f64) {
-        let own = self.get(key);
-        if !key.awake || own.is_some_and(|c| c.applies()) {
+        if !key.awake {
             return self.corrected(key, predicted_s);
         }
-        let quiet = self.factor_at(key.in_wake(false).placed());
-        let wide = self.factor_at(key.wake_wide().placed());
-        let f = quiet.max(wide);
+        let f = match self.get(key) {
+            Some(own) if own.applies() => own.factor(),
+            _ => {
+                let quiet = self.factor_at(key.in_wake(false).placed());
+                quiet.max(self.factor_at(key.wake_wide().placed()))
+            }
+        };
         (predicted_s * f, f)
     }
 }

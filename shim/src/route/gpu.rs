@@ -67,12 +67,9 @@ fn scaling(engine: Engine) -> Option<&'static str> {
 }
 
 fn outcome(o: HostOutcome, engine: Engine) -> RouteOutcome {
-    // where a slow host-resident call spent its time (the trace keeps only the phases)
-    if let Some(t) = o
-        .timeline
-        .as_ref()
-        .filter(|_| tracing::enabled!(tracing::Level::DEBUG))
-    {
+    // where a slow host-resident call spent its time (the trace keeps only the phases);
+    // the fields are formatted only when the debug level is enabled
+    if let Some(t) = &o.timeline {
         tracing::debug!(
             setup_ms = t.setup_ms,
             uploaded_ms = ?t.uploaded_ms,
