@@ -38,6 +38,11 @@ pub struct ModelArgs {
     /// Price the reduced model's co-design roof (ComputeRate returns P_roof; --platform only).
     #[arg(long)]
     pub codesign: bool,
+    /// The spin timeout of the priced process's OpenBLAS pools (log2 of cycles), from a
+    /// trace's header: it bounds the profile's vendor wake as it bounded the shim's
+    /// (`ozaki_core::engine::spin`).
+    #[arg(skip)]
+    pub vendor_spin_log2: Option<u32>,
 }
 
 /// The model the arguments select.
@@ -96,6 +101,8 @@ impl ModelArgs {
                 (p, s)
             }
         };
+        let mut prof = prof;
+        prof.cpu.wake = ozaki_core::engine::spin::bounded(prof.cpu.wake, self.vendor_spin_log2);
         Ok(Model::Measured(Box::new(Engine::new(prof, threads)), src))
     }
 }

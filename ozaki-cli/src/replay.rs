@@ -43,6 +43,12 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         }
         recorded_threads =
             recorded_threads.or(loaded.trace.headers.iter().find_map(|h| h.blas_threads));
+        // The vendor's wake as the traced process's spin left it.
+        a.model.vendor_spin_log2 = a.model.vendor_spin_log2.or(loaded
+            .trace
+            .headers
+            .iter()
+            .find_map(|h| h.vendor_spin_log2));
         // Records the shim answered without a product (illegal arguments, quick returns)
         // are not work for any route; they still occupied their thread, so the calls in
         // flight are counted over every record of the file first.

@@ -20,12 +20,17 @@
 //! A part whose process is still running is left in place and named. A program killed by a
 //! signal is said to have a trace that may be incomplete.
 //!
+//! The program's OpenBLAS pools are given the shim's spin timeout (`OPENBLAS_THREAD_TIMEOUT`,
+//! `OZAKI_VENDOR_SPIN`, `ozaki_core::engine::spin`) before it starts, unless the user set
+//! one: a program linked with OpenBLAS initialises it before the shim's constructor runs.
+//!
 //! MPI: both `mpirun -n 4 ozaki run -- ./prog` (each rank summarises its own
 //! trace) and `ozaki run -- mpirun -n 4 ./prog` (one summary of every rank's trace) work;
 //! see `launcher.rs` for how the environment crosses Open MPI's launcher.
 
 use anyhow::Context as _;
 use clap::Parser;
+use ozaki_core::engine::spin::{self, OPENBLAS_TIMEOUT_VAR, SpinSetting};
 use ozaki_core::route::RouteRequest;
 use std::ffi::OsString;
 use std::os::unix::fs::DirBuilderExt as _;
@@ -99,13 +104,16 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             None => per_process(pattern),
         };
 
+    let spin = vendor_spin();
     // An Open MPI launcher is told to forward these to ranks on other hosts (launcher.rs).
-    let forwarded: &[&str] = if args.route.is_some() {
-        &["LD_PRELOAD", "OZAKI_TRACE", "OZAKI_ROUTE"]
-    } else {
-        &["LD_PRELOAD", "OZAKI_TRACE"]
-    };
-    let mut cmd = launcher::command(&args.command, forwarded);
+    let mut forwarded = vec!["LD_PRELOAD", "OZAKI_TRACE"];
+    if args.route.is_some() {
+        forwarded.push("OZAKI_ROUTE");
+    }
+    if spin.is_some() {
+        forwarded.push(OPENBLAS_TIMEOUT_VAR);
+    }
+    let mut cmd = launcher::command(&args.command, &forwarded);
     cmd.env(
         "LD_PRELOAD",
         prepend_preload(&shim, ozaki_core::env::var_os("LD_PRELOAD").as_deref()),
@@ -113,6 +121,9 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     cmd.env("OZAKI_TRACE", &pattern);
     if let Some(route) = &args.route {
         cmd.env("OZAKI_ROUTE", route);
+    }
+    if let Some(n) = spin {
+        cmd.env(OPENBLAS_TIMEOUT_VAR, n.to_string());
     }
 
     let started = std::time::SystemTime::now();
@@ -153,6 +164,19 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_dir_all(dir);
     }
     Ok(ExitCode::from(code as u8))
+}
+
+/// The spin timeout the program's OpenBLAS pools get (`OZAKI_VENDOR_SPIN`,
+/// `ozaki_core::engine::spin`), set before it starts so that an OpenBLAS it links directly
+/// reads it too (the shim's constructor runs after such a library initialised); `None`
+/// keeps the user's own value or the vendor's default. A bad setting is left to the shim,
+/// which reports it.
+fn vendor_spin() -> Option<u32> {
+    let setting = SpinSetting::parse(ozaki_core::env::var(ozaki_core::env::VENDOR_SPIN).as_deref());
+    spin::timeout_to_set(
+        setting.ok()?,
+        ozaki_core::env::var(OPENBLAS_TIMEOUT_VAR).as_deref(),
+    )
 }
 
 /// `path` from the current directory when it is relative (the program may change directory

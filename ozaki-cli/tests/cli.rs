@@ -773,3 +773,33 @@ fn timing_a_gpu_start_without_a_gpu_is_an_error_not_a_time() {
     assert!(!o.status.success() && o.status.code() != Some(101), "{o:?}");
     assert!(o.stdout.is_empty(), "no time printed: {}", text(&o.stdout));
 }
+
+/// `ozaki run` gives the program the shim's spin timeout before it starts (an OpenBLAS the
+/// program links initialises before the shim's constructor), keeps the user's own, and sets
+/// none with `OZAKI_VENDOR_SPIN=keep`.
+#[test]
+fn run_sets_the_vendors_spin_before_the_program_starts() {
+    let seen = |spin: Option<&str>, user: Option<&str>| {
+        let mut c = ozaki();
+        c.args([
+            "run",
+            "--no-summary",
+            "--",
+            "sh",
+            "-c",
+            "echo \"${OPENBLAS_THREAD_TIMEOUT-unset}\"",
+        ]);
+        c.env_remove("OPENBLAS_THREAD_TIMEOUT");
+        if let Some(s) = spin {
+            c.env("OZAKI_VENDOR_SPIN", s);
+        }
+        if let Some(u) = user {
+            c.env("OPENBLAS_THREAD_TIMEOUT", u);
+        }
+        text(&run_ok(&mut c).stdout).trim().to_string()
+    };
+    assert_eq!(seen(None, None), "22");
+    assert_eq!(seen(Some("18"), None), "18");
+    assert_eq!(seen(None, Some("26")), "26");
+    assert_eq!(seen(Some("keep"), None), "unset");
+}

@@ -40,6 +40,8 @@ pub const SCALING: &str = "OZAKI_SCALING";
 pub const ACCURACY: &str = "OZAKI_ACCURACY";
 /// `OZAKI_VENDOR_BLAS`: the BLAS to forward to.
 pub const VENDOR_BLAS: &str = "OZAKI_VENDOR_BLAS";
+/// `OZAKI_VENDOR_SPIN`: how long the vendor's idle threads spin after a call.
+pub const VENDOR_SPIN: &str = "OZAKI_VENDOR_SPIN";
 /// `OZAKI_LOG`: the diagnostics filter.
 pub const LOG: &str = "OZAKI_LOG";
 /// `OZAKI_SPLIT`: whether host dgemms are split over GPU slots.
@@ -112,6 +114,14 @@ pub const VARIABLES: &[Variable] = &[
         name: VENDOR_BLAS,
         meaning: "the BLAS library to forward to, before any other lookup",
         default: "found automatically",
+    },
+    Variable {
+        name: VENDOR_SPIN,
+        meaning: "how long OpenBLAS's idle threads spin after a call: `short` (2^22 cycles, \
+                  1-4 ms), `keep` (the vendor's own, about 0.1 s) or log2 of the cycles, 4-30; \
+                  sets `OPENBLAS_THREAD_TIMEOUT` for pools loaded after the shim unless the \
+                  user set it",
+        default: "short",
     },
     Variable {
         name: LOG,

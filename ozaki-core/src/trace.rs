@@ -34,7 +34,9 @@ use std::collections::BTreeMap;
 /// optional `cuda_libs` (the CUDA library files behind the first GPU call), which older
 /// readers ignore without miscounting anything, and the optional `phases.wait_ns` (the time a
 /// GPU call waited behind other callers' GPU work, inside `dur_ns`), and the optional
-/// `engine.wake_s` (what the vendor's still-busy threads added to the GPU route's price).
+/// `engine.wake_s` (what the vendor's still-busy threads added to the GPU route's price), and
+/// the header's optional `vendor_spin_log2` (the spin timeout of the process's OpenBLAS
+/// pools, which bounds the vendor's wake the engine priced).
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// Which BLAS routine a record describes.
@@ -110,6 +112,11 @@ pub struct Header {
     /// `cpus`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blas_threads: Option<u32>,
+    /// The spin timeout, log2 of TSC cycles, of every OpenBLAS pool of the process, when the
+    /// shim knows it (`OPENBLAS_THREAD_TIMEOUT` from the start, or set by the shim before any
+    /// OpenBLAS was loaded; `ozaki_core::engine::spin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor_spin_log2: Option<u32>,
 }
 
 fn default_schema() -> u32 {

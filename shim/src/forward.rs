@@ -262,6 +262,39 @@ fn in_loaded_objects(name: &CStr) -> Option<*const c_void> {
     (!walk.found.is_null()).then_some(walk.found)
 }
 
+/// Whether the file name of an object the process has loaded satisfies `pred`.
+pub fn any_loaded(pred: impl Fn(&str) -> bool) -> bool {
+    loaded_names().iter().any(|n| pred(n))
+}
+
+/// The file names of the loaded objects (the main program and the vDSO have none).
+fn loaded_names() -> Vec<String> {
+    unsafe extern "C" fn visit_name(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        crate::shield::shielded_or(0, || {
+            // SAFETY: `data` is the vector passed below and `info` is valid for this
+            // callback; dlpi_name is NULL or a NUL-terminated string.
+            let (names, path) = unsafe { (&mut *(data as *mut Vec<String>), (*info).dlpi_name) };
+            if !path.is_null() {
+                // SAFETY: as above.
+                let name = unsafe { CStr::from_ptr(path) }.to_string_lossy();
+                if !name.is_empty() {
+                    names.push(name.into_owned());
+                }
+            }
+            0
+        })
+    }
+    let mut names: Vec<String> = Vec::new();
+    // SAFETY: `visit_name` matches the callback contract and only uses `names` during the
+    // call.
+    unsafe { libc::dl_iterate_phdr(Some(visit_name), (&raw mut names).cast()) };
+    names
+}
+
 /// A symbol by global lookup (`RTLD_DEFAULT`), then in the loaded objects; never one of ours.
 /// Used for error handlers (`xerbla_`, `cblas_xerbla`) and the CBLAS global `RowMajorStrg`.
 pub fn global_symbol(name: &str) -> Option<*mut c_void> {
@@ -293,6 +326,12 @@ mod tests {
         assert!(resolve_guarded(c"ozaki_no_such_symbol_anywhere", || panic!("again")).is_none());
         let ok = resolve_guarded(c"strlen", || None);
         assert!(ok.is_none(), "a lookup that returns is taken as it is");
+    }
+
+    #[test]
+    fn the_loaded_objects_are_listed_by_file_name() {
+        assert!(any_loaded(|n| n.contains("libc.so")));
+        assert!(!any_loaded(|n| n.contains("no-such-library-anywhere")));
     }
 
     #[test]

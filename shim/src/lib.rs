@@ -42,6 +42,7 @@
 //! | `cublas_hook` | the exported fp64 cuBLAS entry points: a GPU-resident program's calls through the device-resident decision |
 //! | [`config`] | `OZAKI_*` environment variables, read once |
 //! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
+//! | [`vendor_spin`] | `OZAKI_VENDOR_SPIN`: the vendor's spin timeout, set at load before the program loads its BLAS |
 //! | [`ab`] | `OZAKI_AB`: the vendor beside the chosen route on a private copy of C, differences and times in the trace |
 //!
 //! ## Guarantees
@@ -68,8 +69,9 @@
 //! - Device-resident C entry points (`ozaki_*`) live in their own module with their own stubs;
 //!   cbindgen puts them into the same header.
 //!
-//! Nothing is resolved in a constructor; the only load-time work is taking the trace clock
-//! origin and registering the `fork`/`exit` handlers ([`process`]).
+//! Nothing is resolved in a constructor; the only load-time work is setting the vendor's
+//! spin timeout for the BLAS the program loads later ([`vendor_spin`]), taking the trace
+//! clock origin and registering the `fork`/`exit` handlers ([`process`]).
 
 pub mod ab;
 pub mod abi;
@@ -90,3 +92,4 @@ mod shield;
 pub mod shim_thread;
 pub mod symbols;
 pub mod trace_sink;
+pub mod vendor_spin;

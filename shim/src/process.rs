@@ -62,12 +62,14 @@ pub fn ensure_loaded() {
 /// linker, with an `.init_array` entry in an object of the cdylib link alone), before the
 /// first BLAS call can arrive through the library's exports. It is not an `.init_array`
 /// entry of the Rust code on purpose: the `ozaki` command links this crate as an ordinary
-/// library and must not start the interposer in its own process. Sets up the process state
-/// ([`ensure_loaded`]), then arms the main-thread exit guard of the GPU start
+/// library and must not start the interposer in its own process. Sets the vendor's spin
+/// timeout first, while this is the only thread ([`crate::vendor_spin`]), sets up the
+/// process state ([`ensure_loaded`]), then arms the main-thread exit guard of the GPU start
 /// ([`crate::route::start`]) on the loading thread.
 #[unsafe(no_mangle)]
 extern "C" fn _ozaki_shim_on_load() {
     shielded(|| {
+        crate::vendor_spin::apply_at_load();
         ensure_loaded();
         crate::route::start::arm_main_exit_guard();
     });

@@ -1288,6 +1288,7 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
         parent_pid,
         cpus: Some(crate::route::choose::machine_threads().0),
         blas_threads: Some(crate::route::choose::machine_threads().1),
+        vendor_spin_log2: crate::vendor_spin::timeout_log2(),
     }
 }
 

@@ -18,6 +18,7 @@
 //! | [`choose`] | per-call choice under the accuracy contract, with a per-shape decision cache |
 //! | [`load`] | what runs beside a call: the vendor's share of the CPU under concurrent callers, the GPU's queue |
 //! | [`wake`] | what a vendor call leaves behind: its spinning pool's window and the slowdown of host copies made in it |
+//! | [`spin`] | how long the vendor's idle threads spin: the `OPENBLAS_THREAD_TIMEOUT` the shim sets (`OZAKI_VENDOR_SPIN`) and the bound it puts on the wake |
 //! | [`correct`] | lock-free per-class corrections of the predictions from measured calls |
 //! | [`declines`] | lock-free memory of the accuracy rule declining a class of calls |
 //! | [`replay`] | per-record rows and the composites of a trace replayed through either model |
@@ -38,6 +39,7 @@ pub mod profile;
 pub mod reduced;
 pub mod replay;
 pub mod sides;
+pub mod spin;
 pub mod split;
 pub mod wake;
 pub mod work_model;

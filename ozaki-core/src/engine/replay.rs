@@ -490,7 +490,7 @@ mod tests {
     /// With a profile that measured the vendor's wake, LOBPCG's 64 x 64 x 110592 product
     /// (mostly staging, on the GPU when the host is quiet) replays on the vendor when it
     /// starts right after a threaded vendor product ended, and on the GPU a second later;
-    /// without the wake both go to the GPU.
+    /// without the wake, or with the vendor's spin shorter than the gap, both go to the GPU.
     #[test]
     fn records_in_the_vendors_wake_replay_with_their_copies_stretched() {
         let record = |seq: u64, t_ns: u64, m: u64, n: u64, k: u64, transa: &str| {
@@ -526,6 +526,11 @@ mod tests {
         assert_eq!(with[0], "vendor");
         assert_eq!(with[1], "vendor", "in the wake: {with:?}");
         assert_ne!(with[2], "vendor", "a second later: {with:?}");
+        // a process whose pools spin 2^18 cycles (at most 0.26 ms) has no wake 1 ms later
+        let measured = p.cpu.wake;
+        p.cpu.wake = crate::engine::spin::bounded(measured, Some(18));
+        let short = routes(p.clone());
+        assert_ne!(short[1], "vendor", "a short spin: {short:?}");
         p.cpu.wake = None;
         let without = routes(p);
         assert_ne!(without[1], "vendor", "no wake measured: {without:?}");

@@ -293,7 +293,7 @@ fn before_engine(
     }
     // The GPU's price on this host now: its host copies as the vendor's wake leaves them
     // (priced past the clearly-vendor calls, which are most of them and need no clock read).
-    let wake_s = wake::extra_s(pre.profile().cpu.wake.as_ref(), &d);
+    let wake_s = wake::extra_s(wake::measured(pre.profile()).as_ref(), &d);
     let gpu = d.gpu.map(|(r, g)| (r, g + wake_s));
     let vendor_s = d.vendor_s * fv;
     // Which side the program's work runs faster on, from the quiet prices of the calls made
@@ -609,9 +609,9 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                 Some((_, g)) => flight.reserve_gpu(g),
                 None => inflight::gpu_wait_s(),
             };
-            let measured_wake = e.profile().cpu.wake.as_ref();
-            let wake_s = wake::extra_s(measured_wake, &d);
-            let switch_s = wake::left_s(measured_wake, &d, canon.mnk());
+            let measured_wake = wake::measured(e.profile());
+            let wake_s = wake::extra_s(measured_wake.as_ref(), &d);
+            let switch_s = wake::left_s(measured_wake.as_ref(), &d, canon.mnk());
             adjust::adjust(
                 learned(),
                 &d,

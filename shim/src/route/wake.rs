@@ -7,6 +7,7 @@
 //! that dominate call counts pay nothing for this.
 
 use ozaki_core::engine::choose::Decision;
+use ozaki_core::engine::profile::Profile;
 use ozaki_core::engine::wake::{VendorWake, threaded};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,13 @@ fn anchor() -> Instant {
 
 fn now_ns() -> u64 {
     anchor().elapsed().as_nanos() as u64 + 1
+}
+
+/// The wake `profile` measured, as the vendor's pools of this process leave it: its window no
+/// longer than their spin when the shim knows it (`ozaki_core::engine::spin`, set by
+/// [`crate::vendor_spin`]).
+pub fn measured(profile: &Profile) -> Option<VendorWake> {
+    ozaki_core::engine::spin::bounded(profile.cpu.wake, crate::vendor_spin::timeout_log2())
 }
 
 /// A vendor call of `mnk` multiply-adds has just returned.
