@@ -7,8 +7,9 @@
 //! program's own code when it brings threads of its own. Measured on a 16-core H100 host
 //! (BENCHMARKS.md, "The vendor's spinning pool"): SciPy's `eigh` of a 192 x 192 matrix, on
 //! SciPy's own OpenBLAS pool, took 24x its quiet time right after a NumPy product, 12x
-//! 60 ms after and 5x 100 ms after. With the timeout at 2^22 cycles (1-4 ms) the wake was
-//! gone, and SciPy's LOBPCG ran 1.07-1.12x faster without the shim.
+//! 60 ms after and 5x 100 ms after; with the timeout at 2^4 cycles the wake was gone. With
+//! it at 2^22 cycles (1-4 ms), SciPy's LOBPCG ran 1.12-1.17x faster without the shim.
+//! The price: a pool idle for longer than its spin sleeps, and its next call wakes it.
 //!
 //! The shim therefore sets `OPENBLAS_THREAD_TIMEOUT` to [`SHORT_LOG2`] for the OpenBLAS
 //! pools the process loads after it ([`timeout_to_set`]): calls that follow each other
