@@ -216,83 +216,58 @@ fn library_of(p: *const c_void) -> String {
     }
 }
 
-struct Walk<'a> {
-    name: &'a CStr,
-    found: *const c_void,
-}
-
-unsafe extern "C" fn visit(
-    info: *mut libc::dl_phdr_info,
-    _size: usize,
-    data: *mut c_void,
-) -> c_int {
-    // Called by the loader: a panic must not unwind into it (0 goes on with the walk).
-    crate::shield::shielded_or(0, || {
-        // SAFETY: `data` is the `Walk` passed by `in_loaded_objects`, `info` is valid for this
-        // callback.
-        let (walk, path) = unsafe { (&mut *(data as *mut Walk<'_>), (*info).dlpi_name) };
-        // SAFETY: dlpi_name is NULL or a NUL-terminated string.
-        if path.is_null() || unsafe { *path } == 0 {
-            return 0; // the main program (already covered by the global lookup) or the vDSO
-        }
+/// The first definition of `name` in the loaded objects, in the loader's order, skipping
+/// our own; the object that holds it stays open while we hold its address.
+fn in_loaded_objects(name: &CStr) -> Option<*const c_void> {
+    loaded_paths().into_iter().find_map(|path| {
         // SAFETY: RTLD_NOLOAD only returns a handle for an object that is already loaded.
-        let handle = unsafe { libc::dlopen(path, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
         if handle.is_null() {
-            return 0;
+            return None;
         }
         // SAFETY: valid handle and name.
-        let p = unsafe { libc::dlsym(handle, walk.name.as_ptr()) } as *const c_void;
+        let p = unsafe { libc::dlsym(handle, name.as_ptr()) } as *const c_void;
         if !p.is_null() && !is_ours(p) {
-            walk.found = p;
-            return 1; // keep the handle: the library stays loaded while we hold its address
+            return Some(p); // keep the handle: the library stays loaded while we hold its address
         }
         // SAFETY: balances the dlopen above.
         unsafe { libc::dlclose(handle) };
-        0
+        None
     })
-}
-
-fn in_loaded_objects(name: &CStr) -> Option<*const c_void> {
-    let mut walk = Walk {
-        name,
-        found: std::ptr::null(),
-    };
-    // SAFETY: `visit` matches the callback contract and only uses `walk` during the call.
-    unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut walk).cast()) };
-    (!walk.found.is_null()).then_some(walk.found)
 }
 
 /// Whether the file name of an object the process has loaded satisfies `pred`.
 pub fn any_loaded(pred: impl Fn(&str) -> bool) -> bool {
-    loaded_names().iter().any(|n| pred(n))
+    loaded_paths().iter().any(|p| pred(&p.to_string_lossy()))
 }
 
-/// The file names of the loaded objects (the main program and the vDSO have none).
-fn loaded_names() -> Vec<String> {
-    unsafe extern "C" fn visit_name(
+/// The file names of the loaded objects, in the loader's order (the main program and the
+/// vDSO have none: the global lookup covers the first).
+fn loaded_paths() -> Vec<CString> {
+    unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut c_void,
     ) -> c_int {
+        // Called by the loader: a panic must not unwind into it (0 goes on with the walk).
         crate::shield::shielded_or(0, || {
             // SAFETY: `data` is the vector passed below and `info` is valid for this
             // callback; dlpi_name is NULL or a NUL-terminated string.
-            let (names, path) = unsafe { (&mut *(data as *mut Vec<String>), (*info).dlpi_name) };
+            let (paths, path) = unsafe { (&mut *(data as *mut Vec<CString>), (*info).dlpi_name) };
             if !path.is_null() {
                 // SAFETY: as above.
-                let name = unsafe { CStr::from_ptr(path) }.to_string_lossy();
-                if !name.is_empty() {
-                    names.push(name.into_owned());
+                let path = unsafe { CStr::from_ptr(path) };
+                if !path.is_empty() {
+                    paths.push(path.to_owned());
                 }
             }
             0
         })
     }
-    let mut names: Vec<String> = Vec::new();
-    // SAFETY: `visit_name` matches the callback contract and only uses `names` during the
-    // call.
-    unsafe { libc::dl_iterate_phdr(Some(visit_name), (&raw mut names).cast()) };
-    names
+    let mut paths: Vec<CString> = Vec::new();
+    // SAFETY: `visit` matches the callback contract and only uses `paths` during the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&raw mut paths).cast()) };
+    paths
 }
 
 /// A symbol by global lookup (`RTLD_DEFAULT`), then in the loaded objects; never one of ours.
