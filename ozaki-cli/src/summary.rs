@@ -380,6 +380,18 @@ impl Summary {
         for (sym, lib) in &vendors {
             writeln!(out, "  vendor {sym} -> {lib}")?;
         }
+        let spins: std::collections::BTreeSet<u32> = self
+            .files
+            .iter()
+            .flat_map(|f| &f.headers)
+            .filter_map(|h| h.vendor_spin_log2)
+            .collect();
+        for n in spins {
+            writeln!(
+                out,
+                "  vendor spin: OPENBLAS_THREAD_TIMEOUT={n} (idle threads sleep after 2^{n} cycles)"
+            )?;
+        }
         for lib in &self.cuda_libs {
             writeln!(out, "  CUDA library {lib}")?;
         }
@@ -735,6 +747,16 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("vendor dgemm_ -> /lib/libblas.so.3"), "{s}");
+        assert!(!s.contains("vendor spin"), "no spin recorded: {s}");
+        let spun = text.replacen(
+            r#""start_unix_s":1.0"#,
+            r#""start_unix_s":1.0,"vendor_spin_log2":22"#,
+            1,
+        );
+        assert!(
+            summary_of(&spun, "a.jsonl").contains("vendor spin: OPENBLAS_THREAD_TIMEOUT=22"),
+            "{spun}"
+        );
         let line = |prefix: &str| {
             s.lines()
                 .find(|l| l.trim_start().starts_with(prefix))
