@@ -45,8 +45,13 @@ const MAX_SAMPLES: u32 = 0xfff;
 const MAX_STREAK: u32 = 0x7;
 
 /// Weight of a new sample once a class has this many (a running mean before): old
-/// behaviour fades over about this many calls.
-const EW_SPAN: u32 = 32;
+/// behaviour fades over about this many calls. A program's classes drift as it moves
+/// through its phases, so the span is short: replayed over the application suite's H100
+/// traces (`scripts/replay-corrections`; BENCHMARKS.md, "Correction span replayed over the
+/// suite's traces"), 8 predicted every program's calls at least as well as 32 (PySCF's at a
+/// median error of 19-21% against 21-24%, LOBPCG's at 8-17% against 8-19%); 4 did a little
+/// better still, but one outlier call moves its factor twice as far.
+const EW_SPAN: u32 = 8;
 
 /// The largest correction applied, either way (ln 64): a class measured further off than
 /// that says the profile does not describe this machine, and the route still gets priced.
