@@ -9,6 +9,7 @@ use clap::Parser;
 use ozaki_core::engine::CallShape;
 use ozaki_core::engine::priced_moduli::priced_moduli;
 use ozaki_core::engine::replay::{self, ReplayModel};
+use ozaki_core::engine::spin;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -43,11 +44,12 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         }
         recorded_threads =
             recorded_threads.or(loaded.trace.headers.iter().find_map(|h| h.blas_threads));
-        // The vendor's wake as the traced process's spin left it.
+        // The vendor's wake as the traced process's spin left it (an OpenBLAS vendor's).
         a.model.vendor_spin_log2 = a.model.vendor_spin_log2.or(loaded
             .trace
             .headers
             .iter()
+            .filter(|h| h.vendor.values().any(|lib| spin::is_openblas(lib)))
             .find_map(|h| h.vendor_spin_log2));
         // Records the shim answered without a product (illegal arguments, quick returns)
         // are not work for any route; they still occupied their thread, so the calls in

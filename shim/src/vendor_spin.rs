@@ -32,7 +32,7 @@ pub fn apply_at_load() {
         let Some(n) = spin::timeout_to_set(setting, existing.as_deref()) else {
             return spin::timeout_of(existing.as_deref());
         };
-        if crate::forward::any_loaded(|name| name.contains("openblas")) {
+        if crate::forward::any_loaded(spin::is_openblas) {
             tracing::debug!("an OpenBLAS was loaded before the shim: its spin stays as it is");
             return None;
         }
@@ -53,6 +53,22 @@ pub fn apply_at_load() {
 /// ran; `None` otherwise (the crate used as a library reads the variable).
 pub fn timeout_log2() -> Option<u32> {
     *TIMEOUT.get_or_init(|| spin::timeout_of(ozaki_core::env::var(OPENBLAS_TIMEOUT_VAR).as_deref()))
+}
+
+/// [`timeout_log2`] when the process's vendor BLAS is an OpenBLAS (the first resolved vendor
+/// library says, `ozaki_core::engine::spin::is_openblas`): the bound on the wake the engine
+/// prices. `None` for another vendor, whose pool `OPENBLAS_THREAD_TIMEOUT` does not reach,
+/// and before any vendor symbol is resolved.
+pub fn vendor_timeout_log2() -> Option<u32> {
+    static OPENBLAS_VENDOR: OnceLock<bool> = OnceLock::new();
+    let openblas = match OPENBLAS_VENDOR.get() {
+        Some(&b) => b,
+        None => {
+            let first = crate::forward::resolved().first().map(|&(_, lib)| lib)?;
+            *OPENBLAS_VENDOR.get_or_init(|| spin::is_openblas(first))
+        }
+    };
+    if openblas { timeout_log2() } else { None }
 }
 
 /// Whether the calling thread is the process's only one (`/proc/self/task`).

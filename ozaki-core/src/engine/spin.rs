@@ -85,6 +85,14 @@ pub fn timeout_of(value: Option<&str>) -> Option<u32> {
     Some(n.clamp(*OPENBLAS_RANGE.start(), *OPENBLAS_RANGE.end()))
 }
 
+/// Whether the library file `path` is an OpenBLAS build (Debian's `openblas-pthread/`,
+/// the NumPy and SciPy wheels' `libscipy_openblas*`, `libopenblas*`): the vendors whose
+/// spin `OPENBLAS_THREAD_TIMEOUT` sets. Another vendor's pool (MKL's Intel OpenMP, say)
+/// keeps the wake the profile measured.
+pub fn is_openblas(path: &str) -> bool {
+    path.to_ascii_lowercase().contains("openblas")
+}
+
 /// The longest an idle OpenBLAS thread spins with the timeout at 2^`log2` cycles, in
 /// seconds, on a time-stamp counter of at least 1 GHz.
 pub fn spin_bound_s(log2: u32) -> f64 {
@@ -132,6 +140,23 @@ mod tests {
         assert_eq!(timeout_to_set(SpinSetting::Short, Some("28")), None);
         assert_eq!(timeout_to_set(SpinSetting::Log2(18), Some("26")), None);
         assert_eq!(timeout_to_set(SpinSetting::Keep, None), None);
+    }
+
+    #[test]
+    fn openblas_builds_are_told_apart_from_other_vendors() {
+        for p in [
+            "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
+            "/venv/numpy.libs/libscipy_openblas64_-61654e39.so",
+            "/opt/conda/lib/libopenblasp-r0.3.21.so",
+        ] {
+            assert!(is_openblas(p), "{p}");
+        }
+        for p in [
+            "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3",
+            "/opt/intel/libmkl_rt.so.2",
+        ] {
+            assert!(!is_openblas(p), "{p}");
+        }
     }
 
     #[test]

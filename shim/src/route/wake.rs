@@ -26,11 +26,11 @@ fn now_ns() -> u64 {
     anchor().elapsed().as_nanos() as u64 + 1
 }
 
-/// The wake `profile` measured, as the vendor's pools of this process leave it: its window no
-/// longer than their spin when the shim knows it (`ozaki_core::engine::spin`, set by
-/// [`crate::vendor_spin`]).
+/// The wake `profile` measured, as the vendor's pool of this process leaves it: its window no
+/// longer than the pool's spin when the vendor is an OpenBLAS whose timeout the shim knows
+/// (`ozaki_core::engine::spin`, [`crate::vendor_spin::vendor_timeout_log2`]).
 pub fn measured(profile: &Profile) -> Option<VendorWake> {
-    ozaki_core::engine::spin::bounded(profile.cpu.wake, crate::vendor_spin::timeout_log2())
+    ozaki_core::engine::spin::bounded(profile.cpu.wake, crate::vendor_spin::vendor_timeout_log2())
 }
 
 /// A vendor call of `mnk` multiply-adds has just returned.
