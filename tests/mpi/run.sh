@@ -169,17 +169,27 @@ echo "argv: $*"
 echo "env_list: ${OMPI_MCA_mca_base_env_list-unset}"
 FAKE
 chmod +x "$WORK/fake/mpirun"
-if run fake-x "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog &&
-    grep -qx "argv: -x LD_PRELOAD -x OZAKI_TRACE -n 2 ./prog" "$WORK/fake-x.out" &&
+# `ozaki run` also sets the vendor's spin (OPENBLAS_THREAD_TIMEOUT, OZAKI_VENDOR_SPIN) and
+# forwards it; with OZAKI_VENDOR_SPIN=keep it sets none, and forwards the setting itself (as
+# every OZAKI_* variable).
+if run fake-x env -u OPENBLAS_THREAD_TIMEOUT "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog &&
+    grep -qx "argv: -x LD_PRELOAD -x OPENBLAS_THREAD_TIMEOUT -x OZAKI_TRACE -n 2 ./prog" "$WORK/fake-x.out" &&
     grep -qx "env_list: unset" "$WORK/fake-x.out"; then
-    echo "ok: ozaki run -- mpirun: adds -x LD_PRELOAD -x OZAKI_TRACE for ranks on other hosts"
+    echo "ok: ozaki run -- mpirun: adds -x LD_PRELOAD -x OPENBLAS_THREAD_TIMEOUT -x OZAKI_TRACE for ranks on other hosts"
 else
-    fail "ozaki run -- mpirun: expected '-x LD_PRELOAD -x OZAKI_TRACE' first:"
+    fail "ozaki run -- mpirun: expected '-x LD_PRELOAD -x OPENBLAS_THREAD_TIMEOUT -x OZAKI_TRACE' first:"
     sed 's/^/  | /' "$WORK/fake-x.out"
 fi
-if run fake-list env OMPI_MCA_mca_base_env_list=FOO "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog &&
+if run fake-keep env -u OPENBLAS_THREAD_TIMEOUT OZAKI_VENDOR_SPIN=keep "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog &&
+    grep -qx "argv: -x LD_PRELOAD -x OZAKI_TRACE -x OZAKI_VENDOR_SPIN -n 2 ./prog" "$WORK/fake-keep.out"; then
+    echo "ok: ozaki run -- mpirun with OZAKI_VENDOR_SPIN=keep: no OPENBLAS_THREAD_TIMEOUT set or forwarded"
+else
+    fail "ozaki run -- mpirun with OZAKI_VENDOR_SPIN=keep: expected '-x LD_PRELOAD -x OZAKI_TRACE -x OZAKI_VENDOR_SPIN' first:"
+    sed 's/^/  | /' "$WORK/fake-keep.out"
+fi
+if run fake-list env -u OPENBLAS_THREAD_TIMEOUT OMPI_MCA_mca_base_env_list=FOO "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog &&
     grep -qx "argv: -n 2 ./prog" "$WORK/fake-list.out" &&
-    grep -qx "env_list: FOO;LD_PRELOAD;OZAKI_TRACE" "$WORK/fake-list.out"; then
+    grep -qx "env_list: FOO;LD_PRELOAD;OPENBLAS_THREAD_TIMEOUT;OZAKI_TRACE" "$WORK/fake-list.out"; then
     echo "ok: ozaki run -- mpirun with mca_base_env_list set: extends the list, adds no -x"
 else
     fail "ozaki run -- mpirun with mca_base_env_list set: expected the list extended and no -x:"
