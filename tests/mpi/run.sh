@@ -169,32 +169,31 @@ echo "argv: $*"
 echo "env_list: ${OMPI_MCA_mca_base_env_list-unset}"
 FAKE
 chmod +x "$WORK/fake/mpirun"
+# launcher_check NAME WHAT ARGV ENV_LIST CMD...: CMD ran the stand-in mpirun, which saw the
+# arguments ARGV and the env list ENV_LIST.
+launcher_check() {
+    name=$1 what=$2 argv=$3 list=$4
+    shift 4
+    if run "$name" "$@" && grep -qx "argv: $argv" "$WORK/$name.out" &&
+        grep -qx "env_list: $list" "$WORK/$name.out"; then
+        echo "ok: $what"
+    else
+        fail "$what: expected 'argv: $argv' and 'env_list: $list':"
+        sed 's/^/  | /' "$WORK/$name.out"
+    fi
+}
 # `ozaki run` also sets the vendor's spin (OPENBLAS_THREAD_TIMEOUT, OZAKI_VENDOR_SPIN) and
 # forwards it; with OZAKI_VENDOR_SPIN=keep it sets none, and forwards the setting itself (as
 # every OZAKI_* variable).
-if run fake-x env -u OPENBLAS_THREAD_TIMEOUT "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog &&
-    grep -qx "argv: -x LD_PRELOAD -x OPENBLAS_THREAD_TIMEOUT -x OZAKI_TRACE -n 2 ./prog" "$WORK/fake-x.out" &&
-    grep -qx "env_list: unset" "$WORK/fake-x.out"; then
-    echo "ok: ozaki run -- mpirun: adds -x LD_PRELOAD -x OPENBLAS_THREAD_TIMEOUT -x OZAKI_TRACE for ranks on other hosts"
-else
-    fail "ozaki run -- mpirun: expected '-x LD_PRELOAD -x OPENBLAS_THREAD_TIMEOUT -x OZAKI_TRACE' first:"
-    sed 's/^/  | /' "$WORK/fake-x.out"
-fi
-if run fake-keep env -u OPENBLAS_THREAD_TIMEOUT OZAKI_VENDOR_SPIN=keep "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog &&
-    grep -qx "argv: -x LD_PRELOAD -x OZAKI_TRACE -x OZAKI_VENDOR_SPIN -n 2 ./prog" "$WORK/fake-keep.out"; then
-    echo "ok: ozaki run -- mpirun with OZAKI_VENDOR_SPIN=keep: no OPENBLAS_THREAD_TIMEOUT set or forwarded"
-else
-    fail "ozaki run -- mpirun with OZAKI_VENDOR_SPIN=keep: expected '-x LD_PRELOAD -x OZAKI_TRACE -x OZAKI_VENDOR_SPIN' first:"
-    sed 's/^/  | /' "$WORK/fake-keep.out"
-fi
-if run fake-list env -u OPENBLAS_THREAD_TIMEOUT OMPI_MCA_mca_base_env_list=FOO "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog &&
-    grep -qx "argv: -n 2 ./prog" "$WORK/fake-list.out" &&
-    grep -qx "env_list: FOO;LD_PRELOAD;OPENBLAS_THREAD_TIMEOUT;OZAKI_TRACE" "$WORK/fake-list.out"; then
-    echo "ok: ozaki run -- mpirun with mca_base_env_list set: extends the list, adds no -x"
-else
-    fail "ozaki run -- mpirun with mca_base_env_list set: expected the list extended and no -x:"
-    sed 's/^/  | /' "$WORK/fake-list.out"
-fi
+launcher_check fake-x "ozaki run -- mpirun: -x for ranks on other hosts" \
+    "-x LD_PRELOAD -x OPENBLAS_THREAD_TIMEOUT -x OZAKI_TRACE -n 2 ./prog" unset \
+    env -u OPENBLAS_THREAD_TIMEOUT "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog
+launcher_check fake-keep "ozaki run -- mpirun with OZAKI_VENDOR_SPIN=keep: no timeout set or forwarded" \
+    "-x LD_PRELOAD -x OZAKI_TRACE -x OZAKI_VENDOR_SPIN -n 2 ./prog" unset \
+    env -u OPENBLAS_THREAD_TIMEOUT OZAKI_VENDOR_SPIN=keep "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog
+launcher_check fake-list "ozaki run -- mpirun with mca_base_env_list set: the list extended, no -x" \
+    "-n 2 ./prog" "FOO;LD_PRELOAD;OPENBLAS_THREAD_TIMEOUT;OZAKI_TRACE" \
+    env -u OPENBLAS_THREAD_TIMEOUT OMPI_MCA_mca_base_env_list=FOO "$OZAKI" run --no-summary -- "$WORK/fake/mpirun" -n 2 ./prog
 
 # `ozaki summary` merges rank traces: totals over all ranks, and one row per rank.
 set -- "$WORK/$prog-2-ozaki-mpirun-"*.jsonl
