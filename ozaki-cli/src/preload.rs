@@ -1,4 +1,5 @@
-//! Where the shim library is, and the `LD_PRELOAD` value that puts it in front of a program.
+//! Where the shim library is, the `LD_PRELOAD` value that puts it in front of a program, and
+//! the vendor spin timeout the program is given beside it.
 //!
 //! The library is looked up next to this executable (`libozaki_shim.so`, then
 //! `../lib/libozaki_shim.so`). The first is the layout of `target/release/`; the second that
@@ -7,6 +8,7 @@
 //! made absolute, so it stays valid in whatever directory the program changes to.
 
 use anyhow::Context as _;
+use ozaki_core::engine::spin::{self, SpinSetting};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
@@ -39,6 +41,19 @@ pub fn prepend_preload(shim: &Path, existing: Option<&OsStr>) -> OsString {
         v.push(e);
     }
     v
+}
+
+/// The spin timeout the program's OpenBLAS pools get (`OZAKI_VENDOR_SPIN`,
+/// `ozaki_core::engine::spin`), set before it starts so that an OpenBLAS it links directly
+/// reads it too (the shim's constructor runs after such a library initialised); `None`
+/// keeps the user's own value or the vendor's default. A bad setting is left to the shim,
+/// which reports it. `ozaki run` sets it and `ozaki env` prints it.
+pub fn vendor_spin_timeout() -> Option<u32> {
+    let setting = SpinSetting::parse(ozaki_core::env::var(ozaki_core::env::VENDOR_SPIN).as_deref());
+    spin::timeout_to_set(
+        setting.ok()?,
+        ozaki_core::env::var(spin::OPENBLAS_TIMEOUT_VAR).as_deref(),
+    )
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@
 
 use anyhow::Context as _;
 use clap::Parser;
-use ozaki_core::engine::spin::{self, OPENBLAS_TIMEOUT_VAR, SpinSetting};
+use ozaki_core::engine::spin::OPENBLAS_TIMEOUT_VAR;
 use ozaki_core::route::RouteRequest;
 use std::ffi::OsString;
 use std::os::unix::fs::DirBuilderExt as _;
@@ -40,7 +40,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::launcher;
-use crate::preload::{find_shim, prepend_preload};
+use crate::preload::{find_shim, prepend_preload, vendor_spin_timeout};
 use crate::summary;
 
 /// Run a program with the ozaki shim preloaded, then print a summary of its BLAS calls.
@@ -104,7 +104,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             None => per_process(pattern),
         };
 
-    let spin = vendor_spin();
+    let spin = vendor_spin_timeout();
     // An Open MPI launcher is told to forward these to ranks on other hosts (launcher.rs).
     let mut forwarded = vec!["LD_PRELOAD", "OZAKI_TRACE"];
     if args.route.is_some() {
@@ -164,19 +164,6 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_dir_all(dir);
     }
     Ok(ExitCode::from(code as u8))
-}
-
-/// The spin timeout the program's OpenBLAS pools get (`OZAKI_VENDOR_SPIN`,
-/// `ozaki_core::engine::spin`), set before it starts so that an OpenBLAS it links directly
-/// reads it too (the shim's constructor runs after such a library initialised); `None`
-/// keeps the user's own value or the vendor's default. A bad setting is left to the shim,
-/// which reports it.
-fn vendor_spin() -> Option<u32> {
-    let setting = SpinSetting::parse(ozaki_core::env::var(ozaki_core::env::VENDOR_SPIN).as_deref());
-    spin::timeout_to_set(
-        setting.ok()?,
-        ozaki_core::env::var(OPENBLAS_TIMEOUT_VAR).as_deref(),
-    )
 }
 
 /// `path` from the current directory when it is relative (the program may change directory

@@ -776,7 +776,7 @@ fn timing_a_gpu_start_without_a_gpu_is_an_error_not_a_time() {
 
 /// `ozaki run` gives the program the shim's spin timeout before it starts (an OpenBLAS the
 /// program links initialises before the shim's constructor), keeps the user's own, and sets
-/// none with `OZAKI_VENDOR_SPIN=keep`.
+/// none with `OZAKI_VENDOR_SPIN=keep`; `ozaki env` prints the same.
 #[test]
 fn run_sets_the_vendors_spin_before_the_program_starts() {
     let seen = |spin: Option<&str>, user: Option<&str>| {
@@ -802,4 +802,15 @@ fn run_sets_the_vendors_spin_before_the_program_starts() {
     assert_eq!(seen(Some("18"), None), "18");
     assert_eq!(seen(None, Some("26")), "26");
     assert_eq!(seen(Some("keep"), None), "unset");
+    // `ozaki env` prints what `ozaki run` sets, for a launcher to pass on.
+    let printed = |spin: Option<&str>| {
+        let mut c = ozaki();
+        c.args(["env"]).env_remove("OPENBLAS_THREAD_TIMEOUT");
+        if let Some(s) = spin {
+            c.env("OZAKI_VENDOR_SPIN", s);
+        }
+        text(&run_ok(&mut c).stdout)
+    };
+    assert!(printed(None).contains("\nOPENBLAS_THREAD_TIMEOUT=22\n"));
+    assert!(!printed(Some("keep")).contains("OPENBLAS_THREAD_TIMEOUT"));
 }
