@@ -8,7 +8,7 @@
 //! made absolute, so it stays valid in whatever directory the program changes to.
 
 use anyhow::Context as _;
-use ozaki_core::engine::spin::{self, SpinSetting};
+use ozaki_core::engine::spin;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
@@ -49,11 +49,7 @@ pub fn prepend_preload(shim: &Path, existing: Option<&OsStr>) -> OsString {
 /// keeps the user's own value or the vendor's default. A bad setting is left to the shim,
 /// which reports it. `ozaki run` sets it and `ozaki env` prints it.
 pub fn vendor_spin_timeout() -> Option<u32> {
-    let setting = SpinSetting::parse(ozaki_core::env::var(ozaki_core::env::VENDOR_SPIN).as_deref());
-    spin::timeout_to_set(
-        setting.ok()?,
-        ozaki_core::env::var(spin::OPENBLAS_TIMEOUT_VAR).as_deref(),
-    )
+    spin::timeout_to_set_from_env().ok().flatten()
 }
 
 #[cfg(test)]

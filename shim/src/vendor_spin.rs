@@ -10,7 +10,7 @@
 //! other threads). Python loads its BLAS behind an extension module, long after the
 //! constructor, so NumPy's and SciPy's pools take the setting.
 
-use ozaki_core::engine::spin::{self, OPENBLAS_TIMEOUT_VAR, SpinSetting};
+use ozaki_core::engine::spin::{self, OPENBLAS_TIMEOUT_VAR};
 use std::sync::OnceLock;
 
 /// The timeout every OpenBLAS pool of the process spins (log2 of cycles), when known.
@@ -19,18 +19,13 @@ static TIMEOUT: OnceLock<Option<u32>> = OnceLock::new();
 /// Applies `OZAKI_VENDOR_SPIN`; called once by the load-time constructor, first.
 pub fn apply_at_load() {
     TIMEOUT.get_or_init(|| {
-        let existing = ozaki_core::env::var(OPENBLAS_TIMEOUT_VAR);
-        let setting =
-            match SpinSetting::parse(ozaki_core::env::var(ozaki_core::env::VENDOR_SPIN).as_deref())
-            {
-                Ok(s) => s,
-                Err(e) => {
-                    crate::config::notice(&format!("{e}; the vendor's spin is left as it is"));
-                    SpinSetting::Keep
-                }
-            };
-        let Some(n) = spin::timeout_to_set(setting, existing.as_deref()) else {
-            return spin::timeout_of(existing.as_deref());
+        let n = match spin::timeout_to_set_from_env() {
+            Ok(Some(n)) => n,
+            Ok(None) => return spin::timeout_in_env(),
+            Err(e) => {
+                crate::config::notice(&format!("{e}; the vendor's spin is left as it is"));
+                return spin::timeout_in_env();
+            }
         };
         if crate::forward::any_loaded(spin::is_openblas) {
             tracing::debug!("an OpenBLAS was loaded before the shim: its spin stays as it is");
@@ -52,7 +47,7 @@ pub fn apply_at_load() {
 /// it: set by [`apply_at_load`], or given in `OPENBLAS_THREAD_TIMEOUT` when the constructor
 /// ran; `None` otherwise (the crate used as a library reads the variable).
 pub fn timeout_log2() -> Option<u32> {
-    *TIMEOUT.get_or_init(|| spin::timeout_of(ozaki_core::env::var(OPENBLAS_TIMEOUT_VAR).as_deref()))
+    *TIMEOUT.get_or_init(spin::timeout_in_env)
 }
 
 /// [`timeout_log2`] when the process's vendor BLAS is an OpenBLAS (the first resolved vendor

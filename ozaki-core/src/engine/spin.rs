@@ -77,6 +77,23 @@ pub fn timeout_to_set(setting: SpinSetting, existing: Option<&str>) -> Option<u3
     }
 }
 
+/// [`timeout_to_set`] for this process's environment (`OZAKI_VENDOR_SPIN`,
+/// `OPENBLAS_THREAD_TIMEOUT`): `Ok(None)` when nothing is to be set, the setting's error when
+/// `OZAKI_VENDOR_SPIN` is bad. The shim's constructor and `ozaki run` / `ozaki env` all ask
+/// this.
+pub fn timeout_to_set_from_env() -> Result<Option<u32>, String> {
+    let setting = SpinSetting::parse(crate::env::var(crate::env::VENDOR_SPIN).as_deref())?;
+    Ok(timeout_to_set(
+        setting,
+        crate::env::var(OPENBLAS_TIMEOUT_VAR).as_deref(),
+    ))
+}
+
+/// [`timeout_of`] this process's `OPENBLAS_THREAD_TIMEOUT`.
+pub fn timeout_in_env() -> Option<u32> {
+    timeout_of(crate::env::var(OPENBLAS_TIMEOUT_VAR).as_deref())
+}
+
 /// The timeout an `OPENBLAS_THREAD_TIMEOUT` value gives OpenBLAS (log2 of cycles, clamped to
 /// [`OPENBLAS_RANGE`] as OpenBLAS does); `None` for no value or one OpenBLAS ignores (it
 /// takes only a positive number).
