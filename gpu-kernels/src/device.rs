@@ -427,6 +427,20 @@ impl Gpu {
         Ok(self.staging[i].as_mut_ptr())
     }
 
+    /// Puts `buf` in place of pinned staging buffer `i` and returns the buffer it held, or
+    /// gives `buf` back when there is no buffer `i` yet: a call takes its result with it this
+    /// way (`host::handoff`).
+    pub(crate) fn swap_staging(
+        &mut self,
+        i: usize,
+        buf: PinnedBuffer,
+    ) -> Result<PinnedBuffer, PinnedBuffer> {
+        match self.staging.get_mut(i) {
+            Some(s) => Ok(std::mem::replace(s, buf)),
+            None => Err(buf),
+        }
+    }
+
     /// What the engine reads of the device to price it ([`GpuTraits`]: a profile measured on
     /// another GPU of this architecture is scaled by these).
     pub fn traits(&self) -> GpuTraits {

@@ -25,6 +25,19 @@ pub fn registers_operands(m: usize, n: usize, k: usize) -> bool {
     elems.saturating_mul(8) >= PIPELINE_MIN_BYTES
 }
 
+/// The largest C, in bytes, that a host-resident gemm made beside other BLAS calls hands off
+/// ([`hands_off_c`]).
+pub const HANDOFF_MAX_BYTES: usize = 64 << 20;
+
+/// Whether a host-resident gemm with an `m x n` C, made with `concurrent` BLAS calls in
+/// flight (itself included), hands its C off: it gives up the GPU once C is in pinned
+/// memory of its own and writes it into the caller's memory after, so that the callers
+/// queued behind it wait only for its GPU work (`gpu_kernels::host`). A larger C belongs to
+/// a call long enough that overlapping the write with the download matters more.
+pub fn hands_off_c(m: usize, n: usize, concurrent: u32) -> bool {
+    concurrent > 1 && m.saturating_mul(n).saturating_mul(8) <= HANDOFF_MAX_BYTES
+}
+
 /// Fewest columns of a column block.
 pub const BLOCK_MIN_COLS: usize = 256;
 
@@ -139,6 +152,18 @@ pub fn pipelined_seconds(s: &Stages, cut: Cut) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// PySCF's 1953 x 1953 C (30.5 MB) from 16 threads is handed off; the same call alone,
+    /// and a 4096 x 4096 C (134 MB) beside others, keep the early writes.
+    #[test]
+    fn only_a_c_up_to_the_limit_made_beside_other_calls_is_handed_off() {
+        assert!(hands_off_c(1953, 1953, 16));
+        assert!(hands_off_c(1953, 1953, 2));
+        assert!(!hands_off_c(1953, 1953, 1));
+        assert!(!hands_off_c(4096, 4096, 16));
+        assert!(hands_off_c(HANDOFF_MAX_BYTES / 8, 1, 2));
+        assert!(!hands_off_c(HANDOFF_MAX_BYTES / 8 + 1, 1, 2));
+    }
 
     fn cut(m: usize, n: usize, k: usize, native: bool) -> Cut {
         let rule = if native {

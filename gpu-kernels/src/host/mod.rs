@@ -26,6 +26,7 @@ mod compact;
 mod download;
 pub(crate) mod early_write;
 mod grid;
+mod handoff;
 mod register;
 mod share;
 mod tuning;
@@ -35,6 +36,7 @@ mod write_back;
 
 use crate::device::{Gpu, gpu_queued, sync};
 use crate::error::{Context, GpuError};
+use crate::memory;
 use crate::ozaki::pieces::{Operand, Pieces};
 use crate::ozaki::{self, DeviceCall, Op, Options};
 use crate::timing::{Marks, Phase};
@@ -48,7 +50,7 @@ pub(crate) use grid::{CBlock, shared_panels};
 pub use grid::{Grid, PANEL_MIN_ROWS, PIPELINE_MIN_BYTES, pipeline_blocks, pipeline_panels};
 use grid::{panel_places, row_panels};
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, span};
-use ozaki_core::host_pipeline::registers_operands;
+use ozaki_core::host_pipeline::{hands_off_c, registers_operands};
 use ozaki_core::trace::Phases;
 use register::Registration;
 pub(crate) use share::{PanelBoard, Share};
@@ -83,6 +85,9 @@ pub struct HostOutcome {
     /// op(A) and op(B) were page-locked for the call and uploaded from the caller's memory
     /// (`OZAKI_HOST_REGISTER`), not staged.
     pub page_locked: bool,
+    /// C was handed off ([`handoff`]): written into the caller's memory after the call gave
+    /// up the GPU.
+    pub handed_off: bool,
 }
 
 /// When each stage of a pipelined host-resident gemm was done, in ms after it began staging
@@ -144,15 +149,37 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
 }
 
 /// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands and the caller's
-/// strided C (`m x n` stored `ldc` apart).
+/// strided C (`m x n` stored `ldc` apart). A call made beside other BLAS calls hands its C
+/// off ([`handoff`]): it gives up the GPU before writing C into the caller's memory.
 pub fn gemm_c(args: &GemmArgs, c: HostC, engine: Engine) -> Result<HostOutcome, GpuError> {
     let _flags = fp_flags::KeepFpFlags::new();
     matches(&c, args.m, args.n, args.ldc)?;
     let (mut g, waited_ns) = gpu_queued()?;
-    let mut out = match compact::gemm(args, |p| grid_c(&mut g, p, c, engine, Grid::of(p, engine))) {
-        Some(packed) => packed?,
-        None => grid_c(&mut g, args, c, engine, Grid::of(args, engine))?,
+    let hand_off = hands_off_c(args.m, args.n, tuning::sharers());
+    let mut run = |p: &GemmArgs| {
+        let grid = Grid::of(p, engine);
+        if hand_off {
+            handed_off(&mut g, p, c, engine, grid).map(|(out, buf)| (out, Some(buf)))
+        } else {
+            grid_c(&mut g, p, c, engine, grid).map(|out| (out, None))
+        }
     };
+    let (mut out, taken) = match compact::gemm(args, &mut run) {
+        Some(packed) => packed?,
+        None => run(args)?,
+    };
+    drop(g);
+    if let Some(mut buf) = taken {
+        let t = std::time::Instant::now();
+        // SAFETY: the buffer holds the call's m n doubles of C, downloaded and synchronised
+        // by `handed_off`; it is this call's alone until it goes back to the pool below.
+        let staged =
+            unsafe { std::slice::from_raw_parts(buf.as_mut_ptr() as *const f64, args.m * args.n) };
+        write_back(&c, staged, None);
+        handoff::give_back(buf);
+        out.phases.transfer_ns += t.elapsed().as_nanos() as u64;
+        out.handed_off = true;
+    }
     out.phases.wait_ns = waited_ns;
     Ok(out)
 }
@@ -204,6 +231,49 @@ fn grid_c(
         threads: write_threads(),
         gate: None,
     });
+    let (mut out, ptr) = match whole_call(gpu, args, c, engine, grid, early)? {
+        (out, StagedC::Written) => return Ok(out),
+        (out, StagedC::Staged(ptr)) => (out, ptr),
+        _ => return Err(GpuError::Cuda("early writes withheld".into())),
+    };
+    let t = std::time::Instant::now();
+    // SAFETY: ptr points at m n doubles of pinned staging owned by `gpu`, which this
+    // function still borrows mutably, filled by the successful call above.
+    let staged = unsafe { std::slice::from_raw_parts(ptr, args.m * args.n) };
+    write_back(&c, staged, None);
+    out.phases.transfer_ns += t.elapsed().as_nanos() as u64;
+    if let Some(tl) = out.timeline.as_mut() {
+        tl.write_ms = t.elapsed().as_secs_f32() * 1e3;
+    }
+    Ok(out)
+}
+
+/// [`grid_c`] for a C handed off ([`handoff`]): C comes home whole into pinned staging (no
+/// early writes), which the call takes with it; the caller writes it into `c` once it has
+/// given up the GPU, and gives the buffer back.
+fn handed_off(
+    gpu: &mut Gpu,
+    args: &GemmArgs,
+    c: HostC,
+    engine: Engine,
+    grid: Grid,
+) -> Result<(HostOutcome, memory::PinnedBuffer), GpuError> {
+    match whole_call(gpu, args, c, engine, grid, None)? {
+        (out, StagedC::Staged(_)) => Ok((out, handoff::take(gpu, C_SLOT, args.m * args.n * 8)?)),
+        _ => Err(GpuError::Cuda("C was not staged".into())),
+    }
+}
+
+/// The whole call through [`staged_gemm`], run again with the whole call's moduli count when
+/// its rule chose another than the units ran with; says where C is.
+fn whole_call(
+    gpu: &mut Gpu,
+    args: &GemmArgs,
+    c: HostC,
+    engine: Engine,
+    grid: Grid,
+    early: Option<EarlyC<'_>>,
+) -> Result<(HostOutcome, StagedC), GpuError> {
     let (mut out, mut staged) = staged_gemm(gpu, args, c, engine, grid, Tile::Whole, early)?;
     if let (StagedC::Rerun(r), Engine::Ozaki(opts)) = (staged, engine) {
         // the whole call's rule chose another count than its units ran with (`whole_rule`):
@@ -219,23 +289,10 @@ fn grid_c(
         out.phases.products_ns += first.products_ns;
         out.phases.reconstruct_ns += first.reconstruct_ns;
     }
-    let ptr = match staged {
-        StagedC::Written => return Ok(out),
-        StagedC::Staged(ptr) => ptr,
-        StagedC::Withheld | StagedC::Rerun(_) => {
-            return Err(GpuError::Cuda("early writes withheld".into()));
-        }
-    };
-    let t = std::time::Instant::now();
-    // SAFETY: ptr points at m n doubles of pinned staging owned by `gpu`, which this
-    // function still borrows mutably, filled by the successful call above.
-    let staged = unsafe { std::slice::from_raw_parts(ptr, args.m * args.n) };
-    write_back(&c, staged, None);
-    out.phases.transfer_ns += t.elapsed().as_nanos() as u64;
-    if let Some(tl) = out.timeline.as_mut() {
-        tl.write_ms = t.elapsed().as_secs_f32() * 1e3;
+    match staged {
+        StagedC::Rerun(_) => Err(GpuError::Cuda("early writes withheld".into())),
+        s => Ok((out, s)),
     }
-    Ok(out)
 }
 
 /// Where [`staged_gemm`] left C.

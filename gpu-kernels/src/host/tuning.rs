@@ -179,15 +179,21 @@ pub fn set_cpu_sharers(calls: fn() -> u32) {
     }
 }
 
-/// `n` threads divided among the calls in flight ([`set_cpu_sharers`]), at least one.
-fn share(n: usize) -> usize {
+/// The BLAS calls in flight in the process ([`set_cpu_sharers`]), at least 1; 1 when none
+/// was registered.
+pub(crate) fn sharers() -> u32 {
     let f = SHARERS.load(Ordering::Relaxed);
     if f == 0 {
-        return n;
+        return 1;
     }
     // SAFETY: only `set_cpu_sharers` stores a non-zero value, the address of a `fn() -> u32`.
     let calls: fn() -> u32 = unsafe { std::mem::transmute::<usize, fn() -> u32>(f) };
-    (n / calls().max(1) as usize).max(1)
+    calls().max(1)
+}
+
+/// `n` threads divided among the calls in flight ([`set_cpu_sharers`]), at least one.
+fn share(n: usize) -> usize {
+    (n / sharers() as usize).max(1)
 }
 
 /// Threads that write a result from pinned staging into the caller's C: one per core (at

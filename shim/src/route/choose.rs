@@ -336,8 +336,13 @@ fn before_engine(
             // that gained nothing on an H200 host (BENCHMARKS.md, "Real programs under the
             // shim").
             let sharing = in_flight.max(inflight::recent_overlap());
+            // the GPU's share of the call is what it holds the GPU for (a handed-off C is
+            // written after, beside the next caller's GPU work)
+            let held = |g: f64| d.gpu_held_s(g, sharing);
             let gain = match ledger_gpu {
-                Some((_, g)) if vendor_s >= ratio * g => start::ledger_gain(vendor_s, g, sharing),
+                Some((_, g)) if vendor_s >= ratio * g => {
+                    start::ledger_gain(vendor_s, held(g), sharing)
+                }
                 _ => 0.0,
             };
             let gained = LEDGER.add(gain);
@@ -349,6 +354,7 @@ fn before_engine(
                     .filter(|_| bound.is_none())
                     .map(|(_, g)| start::Credit {
                         gpu_s: g,
+                        held_s: held(g),
                         credited_s: gain,
                         concurrent: sharing,
                         ratio,
@@ -606,7 +612,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         None => {
             // the wait behind the GPU, read as this call's GPU time is reserved
             let wait_s = match d.gpu {
-                Some((_, g)) => flight.reserve_gpu(g),
+                Some((_, g)) => flight.reserve_gpu(d.gpu_held_s(g, in_flight)),
                 None => inflight::gpu_wait_s(),
             };
             let measured_wake = wake::measured(e.profile());
@@ -632,7 +638,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         // for its class, which later calls wait behind; any other leaves it.
         flight.settle_gpu(match a.route {
             Route::Vendor => 0.0,
-            _ => g * a.correction.unwrap_or(1.0),
+            _ => d.gpu_held_s(g * a.correction.unwrap_or(1.0), in_flight),
         });
     }
     let engine = config.tracing().then(|| {
@@ -886,6 +892,7 @@ mod tests {
         let _turn = FEED_TURN.lock().unwrap_or_else(|p| p.into_inner());
         let credit = start::Credit {
             gpu_s: 0.0066,
+            held_s: 0.0066,
             credited_s: 0.0,
             concurrent: 1,
             ratio: start::CREDIT_RATIO,

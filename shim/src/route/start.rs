@@ -152,6 +152,9 @@ pub const CREDIT_RATIO: f64 = 2.0 * GAIN_RATIO;
 pub struct Credit {
     /// The GPU's price of the call.
     pub gpu_s: f64,
+    /// What of that price the call would hold the one GPU for: all of it, less the write
+    /// of a C it hands off when made beside other calls (`Decision::gpu_held_s`).
+    pub held_s: f64,
     /// The gain credited when it was priced.
     pub credited_s: f64,
     /// Calls in flight when it was priced (itself included).
@@ -174,7 +177,7 @@ impl Credit {
             return 0.0;
         }
         let concurrent = self.concurrent.max(ending_with);
-        (ledger_gain(measured_s, self.gpu_s, concurrent) - self.credited_s).max(0.0)
+        (ledger_gain(measured_s, self.held_s, concurrent) - self.credited_s).max(0.0)
     }
 }
 
@@ -475,6 +478,7 @@ mod tests {
         // 60 ms alone
         let dsyrk = Credit {
             gpu_s: 0.0066,
+            held_s: 0.0066,
             credited_s: 0.0,
             concurrent: 1,
             ratio: CREDIT_RATIO,
@@ -485,6 +489,7 @@ mod tests {
         assert_eq!(dsyrk.extra_s(0.020, 1), 0.0);
         let lu = Credit {
             gpu_s: 0.0089,
+            held_s: 0.0089,
             ..dsyrk
         };
         assert_eq!(lu.extra_s(0.020, 1), 0.0);
@@ -494,6 +499,7 @@ mod tests {
         let priced = ledger_gain(0.02175, 0.01076, 1);
         let tt = Credit {
             gpu_s: 0.01076,
+            held_s: 0.01076,
             credited_s: priced,
             concurrent: 1,
             ratio: CREDIT_RATIO,
@@ -503,6 +509,7 @@ mod tests {
         // sixteen callers: the measured time counts at its share of the wall clock
         let team = Credit {
             gpu_s: 0.0055,
+            held_s: 0.0055,
             credited_s: 0.0,
             concurrent: 16,
             ratio: CREDIT_RATIO,

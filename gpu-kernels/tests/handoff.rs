@@ -1,0 +1,148 @@
+//! Host-resident gemms made from several threads at once, as PySCF's OpenMP team makes them:
+//! each call hands its C off (it gives up the GPU once C is in a pinned buffer of its own and
+//! writes it into the caller's memory after), so every caller must get its own product, in
+//! its own C's block only, bit for bit what the same call gives made alone (which keeps the
+//! early writes or the write inside the call), for both routes and both kinds of beta.
+//! Skips itself visibly with "skipped: ..." without a GPU; runs in the GPU round
+//! (`scripts/gpu-check`).
+
+mod support;
+
+use gpu_kernels::host::{self, Engine, HostC};
+use gpu_kernels::ozaki::Options;
+use ozaki_core::blas::{GemmArgs, Trans, span};
+use std::sync::atomic::{AtomicU32, Ordering};
+use support::{bits_differ, centered_seeded as vec, have_gpu};
+
+/// The BLAS calls in flight the host path sees (`host::set_cpu_sharers`): 1 while the
+/// reference runs alone, the team's size while the team runs.
+static IN_FLIGHT: AtomicU32 = AtomicU32::new(1);
+
+fn in_flight() -> u32 {
+    IN_FLIGHT.load(Ordering::Relaxed)
+}
+
+/// One caller's call: its own seeded A, B and C (C with gaps of NaN guards between its
+/// columns), beta 0 or not by its index.
+struct Call {
+    a: Vec<f64>,
+    b: Vec<f64>,
+    c0: Vec<f64>,
+    beta: f64,
+}
+
+const M: usize = 389;
+const N: usize = 517;
+const K: usize = 61;
+const LDC: usize = M + 23;
+
+impl Call {
+    fn new(i: u64) -> Call {
+        let c = vec(3 * i + 3, span(M, N, LDC));
+        Call {
+            a: vec(3 * i + 1, M * K),
+            b: vec(3 * i + 2, K * N),
+            c0: c
+                .iter()
+                .enumerate()
+                .map(|(at, x)| if at % LDC < M { *x } else { f64::NAN })
+                .collect(),
+            beta: if i.is_multiple_of(2) { 0.0 } else { -0.5 },
+        }
+    }
+
+    fn args(&self) -> GemmArgs<'_> {
+        GemmArgs {
+            transa: Trans::No,
+            transb: Trans::No,
+            m: M,
+            n: N,
+            k: K,
+            alpha: 1.25,
+            a: &self.a,
+            lda: M,
+            b: &self.b,
+            ldb: K,
+            beta: self.beta,
+            ldc: LDC,
+        }
+    }
+
+    /// C after the call on the GPU route `engine`, and whether the call handed C off.
+    fn run(&self, engine: Engine) -> (Vec<f64>, bool) {
+        let mut c = self.c0.clone();
+        let view = HostC::of_slice(&mut c, M, N, LDC).expect("C");
+        let out = host::gemm_c(&self.args(), view, engine).expect("the GPU call");
+        (c, out.handed_off)
+    }
+}
+
+#[test]
+fn calls_made_at_once_each_get_their_own_c_as_made_alone() {
+    if !have_gpu!() {
+        return;
+    }
+    host::set_cpu_sharers(in_flight);
+    let team = 8u32;
+    let calls: Vec<Call> = (0..u64::from(team)).map(Call::new).collect();
+    for (name, engine) in [
+        ("gpu-native", Engine::Native),
+        (
+            "gpu-ozaki",
+            Engine::Ozaki(Options {
+                moduli: Some(14),
+                ..Options::default()
+            }),
+        ),
+    ] {
+        IN_FLIGHT.store(1, Ordering::Relaxed);
+        let alone: Vec<Vec<f64>> = calls
+            .iter()
+            .map(|c| {
+                let (c, handed_off) = c.run(engine);
+                assert!(!handed_off, "{name}: a call alone keeps its C");
+                c
+            })
+            .collect();
+        for (i, (call, c)) in calls.iter().zip(&alone).enumerate() {
+            let mut want = call.c0.clone();
+            ozaki_core::blas::gemm(&call.args(), &mut want);
+            let tol = 1e-12 * (1.25 * K as f64 + call.beta.abs());
+            for (at, (x, y)) in c.iter().zip(&want).enumerate() {
+                if at % LDC < M {
+                    assert!(
+                        (x - y).abs() <= tol,
+                        "{name} call {i} alone: C[{at}] = {x}, want {y}"
+                    );
+                } else {
+                    assert!(x.is_nan(), "{name} call {i} alone: a gap changed at {at}");
+                }
+            }
+        }
+        IN_FLIGHT.store(team, Ordering::Relaxed);
+        for round in 0..3 {
+            let together: Vec<(Vec<f64>, bool)> = std::thread::scope(|s| {
+                let runs: Vec<_> = calls
+                    .iter()
+                    .map(|c| s.spawn(move || c.run(engine)))
+                    .collect();
+                runs.into_iter()
+                    .map(|h| h.join().expect("a caller"))
+                    .collect()
+            });
+            for (i, ((c, handed_off), want)) in together.iter().zip(&alone).enumerate() {
+                assert!(
+                    handed_off,
+                    "{name} round {round}: call {i} beside others kept its C"
+                );
+                assert_eq!(
+                    bits_differ(c, want),
+                    0,
+                    "{name} round {round}: call {i} made beside {} others differs from it alone",
+                    team - 1
+                );
+            }
+        }
+    }
+    IN_FLIGHT.store(1, Ordering::Relaxed);
+}
