@@ -142,6 +142,11 @@ impl PinnedBuffer {
         self.ptr
     }
 
+    /// Host address, for reading.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
     /// Size in bytes.
     pub fn len(&self) -> usize {
         self.bytes

@@ -2,7 +2,9 @@
 //! each call hands its C off (it gives up the GPU once C is in a pinned buffer of its own and
 //! writes it into the caller's memory after), so every caller must get its own product, in
 //! its own C's block only, bit for bit what the same call gives made alone (which keeps the
-//! early writes or the write inside the call), for both routes and both kinds of beta.
+//! early writes or the write inside the call, and stages its operands through the ring),
+//! for both routes and both kinds of beta; calls made together also copy their operands
+//! into pinned memory of their own before they queue for the GPU.
 //! Skips itself visibly with "skipped: ..." without a GPU; runs in the GPU round
 //! (`scripts/gpu-check`).
 
@@ -68,12 +70,13 @@ impl Call {
         }
     }
 
-    /// C after the call on the GPU route `engine`, and whether the call handed C off.
-    fn run(&self, engine: Engine) -> (Vec<f64>, bool) {
+    /// C after the call on the GPU route `engine`, whether the call handed C off, and
+    /// whether it copied its operands into pinned memory of its own.
+    fn run(&self, engine: Engine) -> (Vec<f64>, bool, bool) {
         let mut c = self.c0.clone();
         let view = HostC::of_slice(&mut c, M, N, LDC).expect("C");
         let out = host::gemm_c(&self.args(), view, engine).expect("the GPU call");
-        (c, out.handed_off)
+        (c, out.handed_off, out.operands_pinned)
     }
 }
 
@@ -99,8 +102,11 @@ fn calls_made_at_once_each_get_their_own_c_as_made_alone() {
         let alone: Vec<Vec<f64>> = calls
             .iter()
             .map(|c| {
-                let (c, handed_off) = c.run(engine);
-                assert!(!handed_off, "{name}: a call alone keeps its C");
+                let (c, handed_off, pinned) = c.run(engine);
+                assert!(
+                    !handed_off && !pinned,
+                    "{name}: a call alone keeps the ring"
+                );
                 c
             })
             .collect();
@@ -120,8 +126,9 @@ fn calls_made_at_once_each_get_their_own_c_as_made_alone() {
             }
         }
         IN_FLIGHT.store(team, Ordering::Relaxed);
+        let mut pinned_calls = 0;
         for round in 0..3 {
-            let together: Vec<(Vec<f64>, bool)> = std::thread::scope(|s| {
+            let together: Vec<(Vec<f64>, bool, bool)> = std::thread::scope(|s| {
                 let runs: Vec<_> = calls
                     .iter()
                     .map(|c| s.spawn(move || c.run(engine)))
@@ -130,11 +137,12 @@ fn calls_made_at_once_each_get_their_own_c_as_made_alone() {
                     .map(|h| h.join().expect("a caller"))
                     .collect()
             });
-            for (i, ((c, handed_off), want)) in together.iter().zip(&alone).enumerate() {
+            for (i, ((c, handed_off, pinned), want)) in together.iter().zip(&alone).enumerate() {
                 assert!(
                     handed_off,
                     "{name} round {round}: call {i} beside others kept its C"
                 );
+                pinned_calls += usize::from(*pinned);
                 assert_eq!(
                     bits_differ(c, want),
                     0,
@@ -143,6 +151,12 @@ fn calls_made_at_once_each_get_their_own_c_as_made_alone() {
                 );
             }
         }
+        // the buffers the first round gave back serve the later rounds' operands (a new
+        // thread has no context current to allocate one)
+        assert!(
+            pinned_calls > 0,
+            "{name}: no call copied its operands into pinned memory"
+        );
     }
     IN_FLIGHT.store(1, Ordering::Relaxed);
 }

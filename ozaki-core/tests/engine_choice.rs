@@ -762,16 +762,17 @@ fn end_to_end_vendor_timings_are_fitted_against_the_default_thread_model() {
     assert!(checked >= 4, "the measurements hold large vendor timings");
 }
 
-/// A call made beside others hands its C off and writes it after giving up the GPU, so the
-/// GPU's queue holds it for its price less that write; alone, or with a C too large to
-/// hand off, or device-resident, it holds the GPU for the whole price.
+/// A call made beside others makes its host copies (op(A) and op(B) into pinned memory,
+/// C out of it) outside the GPU's lock, so the GPU's queue holds it for its price less
+/// those copies; alone, or with a C too large to hand off, device-resident, or a dsyrk, it
+/// holds the GPU for the whole price.
 #[test]
-fn a_handed_off_c_is_written_outside_the_gpus_queue() {
+fn a_call_beside_others_holds_the_gpu_without_its_host_copies() {
     let e = Engine::new(h200(), 16);
     let held = |shape: &CallShape, concurrent: u32| {
         let d = e.decide(shape, Some(14));
         let (_, g) = d.gpu.expect("a GPU route is priced");
-        (g, d.gpu_held_s(g, concurrent), d.gpu_c_write_s)
+        (g, d.gpu_held_s(g, concurrent), d.gpu_unlocked_s)
     };
     // PySCF's CCSD product: a 30.5 MB C, downloaded at the staged link in the price
     let pyscf = CallShape::gemm(1953, 1953, 122);
@@ -788,13 +789,13 @@ fn a_handed_off_c_is_written_outside_the_gpus_queue() {
     );
     // 134 MB of C: the early writes overlap its download, the call keeps the GPU
     let big = CallShape::gemm(4096, 4096, 4096);
-    let (g, beside, write) = held(&big, 16);
-    assert_eq!((beside, write), (g, 0.0));
-    // operands on the device: nothing to write
+    let (g, beside, copies) = held(&big, 16);
+    assert_eq!((beside, copies), (g, 0.0));
+    // operands on the device: nothing to copy
     let dev = pyscf.with_residency(Residency::Device);
     let (g, beside, _) = held(&dev, 16);
     assert_eq!(beside, g);
-    // a dsyrk's C stays inside the call
-    let (g, beside, _) = held(&CallShape::syrk(1953, 122), 16);
+    // a dsyrk keeps its copies inside the call
+    let (g, beside, _) = held(&CallShape::syrk(1953, 1953), 16);
     assert_eq!(beside, g);
 }

@@ -1,28 +1,33 @@
-//! C handed off the GPU: a host-resident call made beside other BLAS calls leaves its result
-//! in a pinned buffer of its own, so that the GPU's lock is given up before the copy into
-//! the caller's C, not after it.
+//! A host-resident gemm made beside other BLAS calls does its host copies outside the GPU's
+//! lock: it copies op(A) and op(B) into pinned memory of its own before it queues for the
+//! GPU ([`Operands`]), and takes C home in a pinned buffer of its own, which it writes into
+//! the caller's memory after giving the GPU up ([`take`]).
 //!
-//! The copy from pinned staging into the caller's (pageable) C is host work: it needs no
-//! GPU, only the caller's share of the cores. Inside the lock it made every caller behind
-//! it wait for it. PySCF's CCSD calls `dgemm` from 16 OpenMP threads at once; its 1953 x 122
-//! x 1953 products held the GPU 2.4-6.1 ms each (0.04 ms of product, the rest moving 34 MB,
-//! most of it the write of C on the one write thread its share of the cores allows) and
-//! queued 6-65 ms behind one another (H100 host, BENCHMARKS.md "Real programs under the
-//! shim"). Handed off, each caller writes its own C while the next one's DMA runs.
+//! The copies between the caller's (pageable) memory and pinned memory are host work: they
+//! need no GPU, only the caller's share of the cores. Inside the lock they made every caller
+//! behind it wait for them. PySCF's CCSD calls `dgemm` from 16 OpenMP threads at once; its
+//! 1953 x 122 x 1953 products held the GPU 3.6-6.8 ms each (0.04 ms of product, the rest
+//! moving the 30.5 MB of A through the pinned ring on the one copy thread its share of the
+//! cores allows) and queued 6-65 ms behind one another (H100 host, BENCHMARKS.md "Real
+//! programs under the shim"). With the copies outside, a call holds the GPU for its DMA and
+//! its product, and each caller's copies run beside the others' GPU work.
 //!
-//! A call hands its C off when another BLAS call is in flight ([`super::tuning`]'s sharers)
-//! and its C is small enough (`ozaki_core::host_pipeline::hands_off_c`, which the engine
-//! prices with too): C then comes home whole into the GPU's C staging,
-//! which the call takes with it ([`take`]), leaving a spare buffer of the pool in its place;
-//! after the write it gives the buffer back ([`give_back`]). A single caller keeps the early
-//! writes (`early_write`), which overlap the write with the download of a large C.
+//! A call does so when another BLAS call is in flight ([`super::tuning`]'s sharers) and its
+//! C is small enough (`ozaki_core::host_pipeline::hands_off_c`, which the engine prices with
+//! too). C then comes home whole into the GPU's C staging, which the call takes with it,
+//! leaving a spare buffer of the pool in its place; after the write it gives the buffer back
+//! ([`give_back`]). A single caller keeps the early writes (`early_write`), which overlap the
+//! write with the download of a large C, and the pinned ring.
 //!
 //! The pool holds buffers of the default GPU's context (the only one `gemm_c` runs on), at
-//! most [`POOL_BYTES`] together; a buffer beyond that is freed.
+//! most [`POOL_BYTES`] together; a buffer beyond that is freed. A buffer for the operands is
+//! allocated outside the lock only on a thread where a CUDA context is current (portable,
+//! so the GPU's context DMAs from it whichever that is); otherwise the call stages its operands through the ring as a single caller does.
 
 use crate::device::Gpu;
 use crate::error::GpuError;
 use crate::memory::PinnedBuffer;
+use ozaki_core::blas::GemmArgs;
 use std::sync::Mutex;
 
 /// The most pinned memory the spare buffers keep together.
@@ -30,6 +35,85 @@ const POOL_BYTES: usize = 1 << 30;
 
 /// Spare C buffers, in no order.
 static SPARE: Mutex<Vec<PinnedBuffer>> = Mutex::new(Vec::new());
+
+/// A call's op(A) and op(B), each packed (leading dimension = its rows) into one pinned
+/// buffer of the pool before the call queues for the GPU; the buffer goes back to the pool
+/// with [`Operands::give_back`] once the call's transfers are done.
+pub(super) struct Operands {
+    buf: PinnedBuffer,
+    /// op(A)'s stored rows and columns (A's, before the transpose).
+    a: (usize, usize),
+    /// op(B)'s, likewise; B starts right after A.
+    b: (usize, usize),
+}
+
+impl Operands {
+    /// `args`'s A and B copied into a pinned buffer on this thread, or `None` when no
+    /// buffer can be had here: none in the pool big enough and no CUDA context current on
+    /// this thread to allocate one (a thread's first GPU call makes it current).
+    pub(super) fn stage(args: &GemmArgs) -> Option<Operands> {
+        let (a, b) = (args.a_dims(), args.b_dims());
+        let elems = a.0 * a.1 + b.0 * b.1;
+        let mut buf = pinned_at_least(elems * 8)?;
+        // SAFETY: the buffer holds at least `elems` doubles and is this call's alone.
+        let dst = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut f64, elems) };
+        let (da, db) = dst.split_at_mut(a.0 * a.1);
+        pack_into(da, args.a, a, args.lda);
+        pack_into(db, args.b, b, args.ldb);
+        Some(Operands { buf, a, b })
+    }
+
+    /// `args` with A and B read from the pinned copies.
+    pub(super) fn args<'s>(&'s self, args: &GemmArgs<'_>) -> GemmArgs<'s> {
+        let na = self.a.0 * self.a.1;
+        // SAFETY: `stage` wrote na doubles of A and then B's doubles at the buffer's start;
+        // the buffer lives as long as `self`.
+        let all = unsafe {
+            std::slice::from_raw_parts(self.buf.as_ptr() as *const f64, na + self.b.0 * self.b.1)
+        };
+        let (a, b) = all.split_at(na);
+        GemmArgs {
+            a,
+            lda: self.a.0.max(1),
+            b,
+            ldb: self.b.0.max(1),
+            ..*args
+        }
+    }
+
+    /// The buffer back to the pool (the call's uploads are done).
+    pub(super) fn give_back(self) {
+        give_back(self.buf);
+    }
+}
+
+/// A `rows x cols` operand stored `ld` apart, copied column by column into `dst`.
+fn pack_into(dst: &mut [f64], src: &[f64], (rows, cols): (usize, usize), ld: usize) {
+    for j in 0..cols {
+        dst[j * rows..(j + 1) * rows].copy_from_slice(&src[j * ld..j * ld + rows]);
+    }
+}
+
+/// A pinned buffer of at least `bytes`: the pool's smallest that fits, else a new one when
+/// a CUDA context is current on this thread.
+fn pinned_at_least(bytes: usize) -> Option<PinnedBuffer> {
+    {
+        let mut spare = lock();
+        if let Some(i) = index_for(&lens(&spare), bytes).filter(|&i| spare[i].len() >= bytes) {
+            return Some(spare.swap_remove(i));
+        }
+    }
+    let current = crate::device::current_context().ok()?;
+    if current.is_null() {
+        return None;
+    }
+    // portable: pinned for the GPU's context whichever context is current here
+    PinnedBuffer::portable(bytes).ok()
+}
+
+fn lens(spare: &[PinnedBuffer]) -> Vec<usize> {
+    spare.iter().map(PinnedBuffer::len).collect()
+}
 
 /// The GPU's staging buffer `slot`, which holds the call's C, in exchange for a spare one
 /// (the smallest spare that holds `bytes`, else the largest; a 64-byte one when there is

@@ -88,6 +88,9 @@ pub struct HostOutcome {
     /// C was handed off ([`handoff`]): written into the caller's memory after the call gave
     /// up the GPU.
     pub handed_off: bool,
+    /// op(A) and op(B) were copied into pinned memory of the call's own before it queued
+    /// for the GPU ([`handoff`]), not staged through the ring.
+    pub operands_pinned: bool,
 }
 
 /// When each stage of a pipelined host-resident gemm was done, in ms after it began staging
@@ -154,21 +157,36 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
 pub fn gemm_c(args: &GemmArgs, c: HostC, engine: Engine) -> Result<HostOutcome, GpuError> {
     let _flags = fp_flags::KeepFpFlags::new();
     matches(&c, args.m, args.n, args.ldc)?;
-    let (mut g, waited_ns) = gpu_queued()?;
     let hand_off = hands_off_c(args.m, args.n, tuning::sharers());
+    // op(A) and op(B) copied into pinned memory of the call's own before it queues for the
+    // GPU, when it hands off and a buffer can be had
+    let t = std::time::Instant::now();
+    let pinned = hand_off.then(|| handoff::Operands::stage(args)).flatten();
+    let staging_ns = t.elapsed().as_nanos() as u64;
+    let (mut g, waited_ns) = gpu_queued()?;
     let mut run = |p: &GemmArgs| {
         let grid = Grid::of(p, engine);
-        if hand_off {
-            handed_off(&mut g, p, c, engine, grid).map(|(out, buf)| (out, Some(buf)))
+        if let Some(ops) = &pinned {
+            handed_off(&mut g, &ops.args(p), c, engine, (grid, Tile::Pinned))
+                .map(|(out, buf)| (out, Some(buf)))
+        } else if hand_off {
+            handed_off(&mut g, p, c, engine, (grid, Tile::Whole)).map(|(out, buf)| (out, Some(buf)))
         } else {
             grid_c(&mut g, p, c, engine, grid).map(|out| (out, None))
         }
     };
-    let (mut out, taken) = match compact::gemm(args, &mut run) {
-        Some(packed) => packed?,
-        None => run(args)?,
+    // pinned operands are packed already; others are packed here where wasteful (`compact`)
+    let (mut out, taken) = match pinned.is_none().then(|| compact::gemm(args, &mut run)) {
+        Some(Some(packed)) => packed?,
+        _ => run(args)?,
     };
     drop(g);
+    if let Some(ops) = pinned {
+        ops.give_back();
+        out.phases.transfer_ns += staging_ns;
+        out.operands_pinned = true;
+        out.page_locked = false;
+    }
     if let Some(mut buf) = taken {
         let t = std::time::Instant::now();
         // SAFETY: the buffer holds the call's m n doubles of C, downloaded and synchronised
@@ -231,7 +249,7 @@ fn grid_c(
         threads: write_threads(),
         gate: None,
     });
-    let (mut out, ptr) = match whole_call(gpu, args, c, engine, grid, early)? {
+    let (mut out, ptr) = match whole_call(gpu, args, c, engine, (grid, Tile::Whole), early)? {
         (out, StagedC::Written) => return Ok(out),
         (out, StagedC::Staged(ptr)) => (out, ptr),
         _ => return Err(GpuError::Cuda("early writes withheld".into())),
@@ -250,15 +268,16 @@ fn grid_c(
 
 /// [`grid_c`] for a C handed off ([`handoff`]): C comes home whole into pinned staging (no
 /// early writes), which the call takes with it; the caller writes it into `c` once it has
-/// given up the GPU, and gives the buffer back.
+/// given up the GPU, and gives the buffer back. `tile` is [`Tile::Pinned`] when op(A) and
+/// op(B) lie in pinned memory of the call's own.
 fn handed_off(
     gpu: &mut Gpu,
     args: &GemmArgs,
     c: HostC,
     engine: Engine,
-    grid: Grid,
+    (grid, tile): (Grid, Tile<'_>),
 ) -> Result<(HostOutcome, memory::PinnedBuffer), GpuError> {
-    match whole_call(gpu, args, c, engine, grid, None)? {
+    match whole_call(gpu, args, c, engine, (grid, tile), None)? {
         (out, StagedC::Staged(_)) => Ok((out, handoff::take(gpu, C_SLOT, args.m * args.n * 8)?)),
         _ => Err(GpuError::Cuda("C was not staged".into())),
     }
@@ -271,10 +290,10 @@ fn whole_call(
     args: &GemmArgs,
     c: HostC,
     engine: Engine,
-    grid: Grid,
+    (grid, tile): (Grid, Tile<'_>),
     early: Option<EarlyC<'_>>,
 ) -> Result<(HostOutcome, StagedC), GpuError> {
-    let (mut out, mut staged) = staged_gemm(gpu, args, c, engine, grid, Tile::Whole, early)?;
+    let (mut out, mut staged) = staged_gemm(gpu, args, c, engine, grid, tile, early)?;
     if let (StagedC::Rerun(r), Engine::Ozaki(opts)) = (staged, engine) {
         // the whole call's rule chose another count than its units ran with (`whole_rule`):
         // the same cut again with that count, C still untouched
@@ -283,7 +302,7 @@ fn whole_call(
             ..opts
         });
         let first = out.phases;
-        (out, staged) = staged_gemm(gpu, args, c, forced, grid, Tile::Whole, early)?;
+        (out, staged) = staged_gemm(gpu, args, c, forced, grid, tile, early)?;
         out.phases.transfer_ns += first.transfer_ns;
         out.phases.convert_ns += first.convert_ns;
         out.phases.products_ns += first.products_ns;
@@ -318,6 +337,9 @@ pub(crate) enum Tile<'a> {
     /// (`ozaki::pieces`) and runs the accuracy rule once on all of it (`whole_rule`), so C
     /// does not depend on the cut.
     Whole,
+    /// The whole call, its op(A) and op(B) already in pinned memory of its own
+    /// ([`handoff::Operands`]): uploaded straight from there, without the staging copy.
+    Pinned,
     /// One tile of a split over several devices (its own call, with its own rule), with
     /// the split's shared A when it has one.
     Split(Option<&'a Share<'a>>),
@@ -465,7 +487,7 @@ pub(crate) fn staged_gemm(
 ) -> Result<(HostOutcome, StagedC), GpuError> {
     matches(&c, args.m, args.n, args.ldc)?;
     let share = match tile {
-        Tile::Whole => None,
+        Tile::Whole | Tile::Pinned => None,
         Tile::Split(share) => share,
     };
     let t0 = std::time::Instant::now();
@@ -479,6 +501,7 @@ pub(crate) fn staged_gemm(
     // without the staging copy; unlocked when this function returns, after its streams
     // were synchronised (on success by the pipeline, on failure below)
     let locked = match tile {
+        Tile::Pinned => Registration::pinned(2),
         Tile::Whole if tuning::register_on() && registers_operands(m, n, k) => {
             Registration::lock(&[a, b])
         }
@@ -583,7 +606,9 @@ pub(crate) fn staged_gemm(
     // = 0 is refused by the unit's own emulated call, as for any call)
     let side = res.side;
     let mut pieces = match (tile, engine) {
-        (Tile::Whole, Engine::Ozaki(opts)) if units.len() > 1 && args.alpha != 0.0 => {
+        (Tile::Whole | Tile::Pinned, Engine::Ozaki(opts))
+            if units.len() > 1 && args.alpha != 0.0 =>
+        {
             let panels: Vec<(usize, usize)> = places.iter().map(|p| (p.r0, p.rows)).collect();
             // SAFETY: the GPU's context is current; its earlier calls were synchronised.
             Some(unsafe {

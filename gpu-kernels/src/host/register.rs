@@ -63,6 +63,15 @@ impl Registration {
         }
     }
 
+    /// Every one of `spans` counted as page-locked: they lie in pinned memory already
+    /// (`super::handoff::Operands`), and nothing is registered or unregistered.
+    pub(crate) fn pinned(spans: usize) -> Registration {
+        Registration {
+            ours: Vec::new(),
+            locked: vec![true; spans],
+        }
+    }
+
     /// Page-locks the pages of each of `spans` (host memory the call only reads) that it
     /// can, read-only where the driver supports it. Runs with the GPU's context current.
     pub(crate) fn lock(spans: &[&[f64]]) -> Registration {

@@ -45,21 +45,23 @@ pub struct Decision {
     /// GPU route was priced.
     /// What the vendor's wake stretches ([`super::wake`]).
     pub gpu_host_s: f64,
-    /// Seconds at the end of that GPU route's one-device price that a call made beside
-    /// others spends writing its handed-off C into the caller's memory, after it gave up the
-    /// GPU (`host_pipeline::hands_off_c`): C's download priced at the staged link less the
-    /// same bytes at the pinned one. 0 for a C too large to hand off, device-resident
+    /// Seconds of that GPU route's one-device price that a call made beside others spends
+    /// on host copies while it does not hold the GPU (`host_pipeline::hands_off_c`): op(A)
+    /// and op(B) copied into pinned memory before it queues, C written into the caller's
+    /// memory after. Priced as those bytes at the staged link less the same bytes at the
+    /// pinned one. 0 for a call that does not hand off at its size, device-resident
     /// operands, or no GPU route priced.
-    pub gpu_c_write_s: f64,
+    pub gpu_unlocked_s: f64,
 }
 
 impl Decision {
     /// Seconds the GPU route holds the one GPU for this call, made with `concurrent` calls
-    /// in flight: its price, less the write of a C it hands off ([`Decision::gpu_c_write_s`]).
+    /// in flight: its price, less the host copies it makes outside the GPU's lock
+    /// ([`Decision::gpu_unlocked_s`]).
     /// What callers queued behind it wait for.
     pub fn gpu_held_s(&self, gpu_s: f64, concurrent: u32) -> f64 {
         if concurrent > 1 {
-            (gpu_s - self.gpu_c_write_s).max(0.0)
+            (gpu_s - self.gpu_unlocked_s).max(0.0)
         } else {
             gpu_s
         }
@@ -82,7 +84,7 @@ impl Decision {
             vendor_s: f64::INFINITY,
             gpu: None,
             gpu_host_s: 0.0,
-            gpu_c_write_s: 0.0,
+            gpu_unlocked_s: 0.0,
         }
     }
 
@@ -552,8 +554,8 @@ impl Engine {
                 .find(|e| e.route == g)
                 .map_or(0.0, RouteEstimate::host_copy_s)
         });
-        let gpu_c_write_s = match (&self.profile.gpu, gpu) {
-            (Some(p), Some(_)) => c_write_s(shape, &p.link),
+        let gpu_unlocked_s = match (&self.profile.gpu, gpu) {
+            (Some(p), Some(_)) => unlocked_copies_s(shape, &p.link),
             _ => 0.0,
         };
         Decision {
@@ -569,27 +571,38 @@ impl Engine {
             vendor_s,
             gpu,
             gpu_host_s,
-            gpu_c_write_s,
+            gpu_unlocked_s,
         }
     }
 }
 
-/// What writing a handed-off C into the caller's memory adds to a host-resident call's
-/// staged download ([`Decision::gpu_c_write_s`]): C's bytes at the staged link less the same
-/// bytes at the pinned one; 0 for a C too large to hand off, device-resident operands or a
-/// dsyrk (whose C is not handed off).
-fn c_write_s(shape: &CallShape, link: &super::profile::HostLink) -> f64 {
+/// The host copies a host-resident gemm made beside others makes outside the GPU's lock
+/// ([`Decision::gpu_unlocked_s`]): op(A) and op(B) into pinned memory, C out of it, each at
+/// the staged link less the pinned one (a C read as input, beta != 0, still travels through
+/// the ring inside the lock); 0 for a call that does not hand off at its size,
+/// device-resident operands or a dsyrk.
+fn unlocked_copies_s(shape: &CallShape, link: &super::profile::HostLink) -> f64 {
     let (m, n) = (shape.m as usize, shape.n as usize);
     // the size rule alone: whether others are in flight is the caller's to say
     if shape.routine != crate::trace::Routine::Dgemm
         || shape.residency != super::Residency::Host
         || !crate::host_pipeline::hands_off_c(m, n, 2)
-        || !(link.d2h_staged > 0.0 && link.d2h_pinned > 0.0)
+        || [
+            link.h2d_staged,
+            link.h2d_pinned,
+            link.d2h_staged,
+            link.d2h_pinned,
+        ]
+        .iter()
+        .any(|r| !(*r > 0.0))
     {
         return 0.0;
     }
-    let bytes = 8.0 * shape.output_elems();
-    (bytes / link.d2h_staged - bytes / link.d2h_pinned).max(0.0)
+    let ab = 8.0 * shape.input_elems();
+    let c = 8.0 * shape.output_elems();
+    let upload = ab / link.h2d_staged - ab / link.h2d_pinned;
+    let download = c / link.d2h_staged - c / link.d2h_pinned;
+    upload.max(0.0) + download.max(0.0)
 }
 
 /// The `predicted_s` key of a split in the trace's `engine` field: `gpu-ozaki split 0,1`.

@@ -744,7 +744,7 @@ mod tests {
             vendor_s: vendor_ms * 1e-3,
             gpu: Some((Route::GpuOzaki, 1.9e-3)),
             gpu_host_s: 0.4e-3,
-            gpu_c_write_s: 0.0,
+            gpu_unlocked_s: 0.0,
         };
         (d, s)
     }

@@ -336,8 +336,8 @@ fn before_engine(
             // that gained nothing on an H200 host (BENCHMARKS.md, "Real programs under the
             // shim").
             let sharing = in_flight.max(inflight::recent_overlap());
-            // the GPU's share of the call is what it holds the GPU for (a handed-off C is
-            // written after, beside the next caller's GPU work)
+            // the GPU's share of the call is what it holds the GPU for (beside other calls its
+            // host copies run outside the GPU's lock, beside the next caller's GPU work)
             let held = |g: f64| d.gpu_held_s(g, sharing);
             let gain = match ledger_gpu {
                 Some((_, g)) if vendor_s >= ratio * g => {

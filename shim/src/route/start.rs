@@ -152,8 +152,9 @@ pub const CREDIT_RATIO: f64 = 2.0 * GAIN_RATIO;
 pub struct Credit {
     /// The GPU's price of the call.
     pub gpu_s: f64,
-    /// What of that price the call would hold the one GPU for: all of it, less the write
-    /// of a C it hands off when made beside other calls (`Decision::gpu_held_s`).
+    /// What of that price the call would hold the one GPU for: all of it, less the host
+    /// copies it makes outside the GPU's lock when made beside other calls
+    /// (`Decision::gpu_held_s`).
     pub held_s: f64,
     /// The gain credited when it was priced.
     pub credited_s: f64,
