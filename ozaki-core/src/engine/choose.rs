@@ -594,7 +594,7 @@ fn unlocked_copies_s(shape: &CallShape, link: &super::profile::HostLink) -> f64 
             link.d2h_pinned,
         ]
         .iter()
-        .any(|r| !(*r > 0.0))
+        .any(|r| r.is_nan() || *r <= 0.0)
     {
         return 0.0;
     }
