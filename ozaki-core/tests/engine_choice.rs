@@ -774,19 +774,24 @@ fn a_call_beside_others_holds_the_gpu_without_its_host_copies() {
         let (_, g) = d.gpu.expect("a GPU route is priced");
         (g, d.gpu_held_s(g, concurrent), d.gpu_unlocked_s)
     };
-    // PySCF's CCSD product: a 30.5 MB C, downloaded at the staged link in the price
-    let pyscf = CallShape::gemm(1953, 1953, 122);
-    let (g, beside, write) = held(&pyscf, 16);
-    assert!(write > 0.0 && write < g, "{write} of {g}");
+    // PySCF's CCSD product: 30.5 MB of A, uploaded at the staged link in the price
+    let pyscf = CallShape::gemm(1953, 122, 1953);
+    let (g, beside, copies) = held(&pyscf, 16);
+    assert!(copies > 0.0 && copies < g, "{copies} of {g}");
     assert!(
-        (beside - (g - write)).abs() < 1e-15,
-        "{beside} = {g} - {write}"
+        (beside - (g - copies)).abs() < 1e-15,
+        "{beside} = {g} - {copies}"
     );
     assert_eq!(
         held(&pyscf, 1).1,
         g,
-        "alone: the early writes, inside the call"
+        "alone: the ring's copies, inside the call"
     );
+    // its queue: the held price beside others, whatever its class measured; alone, the
+    // corrected price
+    let d = e.decide(&pyscf, Some(14));
+    assert_eq!(d.gpu_queue_s(g, 9.0 * g, 16), beside);
+    assert_eq!(d.gpu_queue_s(g, 9.0 * g, 1), 9.0 * g);
     // 134 MB of C: the early writes overlap its download, the call keeps the GPU
     let big = CallShape::gemm(4096, 4096, 4096);
     let (g, beside, copies) = held(&big, 16);

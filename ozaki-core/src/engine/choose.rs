@@ -67,6 +67,23 @@ impl Decision {
         }
     }
 
+    /// What a call sent to the GPU keeps on the GPU's queue, priced `gpu_s` and corrected
+    /// by its class to `corrected_s`, made with `concurrent` calls in flight: the corrected
+    /// price when it holds the GPU for all of its call; when its host copies run outside the
+    /// GPU's lock, the price it holds the GPU for ([`Decision::gpu_held_s`]), uncorrected.
+    /// Beside others, what such a class measures over its price is its copies running on the
+    /// caller's share of the cores: PySCF's 1953 x 122 x 1953 products measured 9.6x their
+    /// price beside 15 other callers while each held the GPU about its price, and queued
+    /// at the corrected price the queue's predicted wait kept most of them off the GPU (H100
+    /// host, BENCHMARKS.md "Real programs under the shim").
+    pub fn gpu_queue_s(&self, gpu_s: f64, corrected_s: f64, concurrent: u32) -> f64 {
+        if concurrent > 1 && self.gpu_unlocked_s > 0.0 {
+            self.gpu_held_s(gpu_s, concurrent)
+        } else {
+            corrected_s
+        }
+    }
+
     /// The split to run for `route`, when the priced split beats one device by the switch
     /// margin (the GPU routes consult this for forced routes too).
     pub fn split(&self, route: Route) -> Option<&SplitEstimate> {

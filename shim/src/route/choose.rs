@@ -638,7 +638,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         // for its class, which later calls wait behind; any other leaves it.
         flight.settle_gpu(match a.route {
             Route::Vendor => 0.0,
-            _ => d.gpu_held_s(g * a.correction.unwrap_or(1.0), in_flight),
+            _ => d.gpu_queue_s(g, g * a.correction.unwrap_or(1.0), in_flight),
         });
     }
     let engine = config.tracing().then(|| {
