@@ -17,6 +17,7 @@
 //! | [`ozaki`] | the emulated pipeline on device memory; its host plan and moduli rule |
 //! | [`host`] | host-resident calls: staging, transfers, write-back after success |
 //! | `host::early_write` | with beta = 0, blocks of C written as they arrive once the call is accepted |
+//! | `host::handoff` | a call beside other BLAS calls copies its operands in and C out outside the GPU's lock |
 //! | [`host_copy`] | streaming (non-temporal) copies between pageable and pinned memory |
 //! | [`host_link`] | host-memory and host-link microbenchmarks (`ozaki bench --host-link`) |
 //! | [`multi`] | one host-resident dgemm split across several device slots |

@@ -17,8 +17,9 @@
 //! and the upload thread), `download` (the download thread), `c_ring` (C's download ring for
 //! early writes), `write_back` (staging into the caller's C), `compact` (A and B that are
 //! small blocks of larger arrays), `share` (a split's shared A), `register` (page-locking the
-//! caller's operands for a call, `OZAKI_HOST_REGISTER`); this module holds the entry points
-//! and the pipeline that drives them.
+//! caller's operands for a call, `OZAKI_HOST_REGISTER`), `handoff` (a call beside other
+//! BLAS calls makes its host copies outside the GPU's lock); this module holds the entry
+//! points and the pipeline that drives them.
 
 mod c_ring;
 mod caller_c;
