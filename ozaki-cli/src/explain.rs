@@ -38,11 +38,6 @@ pub struct ModelArgs {
     /// Price the reduced model's co-design roof (ComputeRate returns P_roof; --platform only).
     #[arg(long)]
     pub codesign: bool,
-    /// The spin timeout of the priced process's OpenBLAS pools (log2 of cycles), from a
-    /// trace's header: it bounds the profile's vendor wake as it bounded the shim's
-    /// (`ozaki_core::engine::spin`).
-    #[arg(skip)]
-    pub vendor_spin_log2: Option<u32>,
 }
 
 /// The model the arguments select.
@@ -56,6 +51,13 @@ pub enum Model {
 impl ModelArgs {
     /// Loads the profile or platform; prints the profile warning once on stderr.
     pub fn load(&self) -> anyhow::Result<Model> {
+        self.load_for_spin(None)
+    }
+
+    /// [`ModelArgs::load`] for a process whose OpenBLAS pools spun `2^vendor_spin_log2`
+    /// cycles (a trace header's): that bounds the profile's vendor wake as it bounded the
+    /// shim's (`ozaki_core::engine::spin`).
+    pub fn load_for_spin(&self, vendor_spin_log2: Option<u32>) -> anyhow::Result<Model> {
         if let Some(p) = &self.platform {
             let pl = platforms::by_name(p).with_context(|| {
                 let names: Vec<&str> = platforms::all().iter().map(|x| x.name).collect();
@@ -102,7 +104,7 @@ impl ModelArgs {
             }
         };
         let mut prof = prof;
-        prof.cpu.wake = ozaki_core::engine::spin::bounded(prof.cpu.wake, self.vendor_spin_log2);
+        prof.cpu.wake = ozaki_core::engine::spin::bounded(prof.cpu.wake, vendor_spin_log2);
         Ok(Model::Measured(Box::new(Engine::new(prof, threads)), src))
     }
 }

@@ -37,6 +37,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let mut calls = Vec::new();
     let mut in_flight = Vec::new();
     let mut recorded_threads = None;
+    let mut vendor_spin_log2 = None;
     for path in &a.traces {
         let mut loaded = crate::tracefile::load(path)?;
         for n in &loaded.notes {
@@ -45,7 +46,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         recorded_threads =
             recorded_threads.or(loaded.trace.headers.iter().find_map(|h| h.blas_threads));
         // The vendor's wake as the traced process's spin left it (an OpenBLAS vendor's).
-        a.model.vendor_spin_log2 = a.model.vendor_spin_log2.or(loaded
+        vendor_spin_log2 = vendor_spin_log2.or(loaded
             .trace
             .headers
             .iter()
@@ -89,7 +90,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             .copied()
             .or_else(|| default_r(s.k))
     };
-    let model = a.model.load()?;
+    let model = a.model.load_for_spin(vendor_spin_log2)?;
     let (desc, rm) = match &model {
         Model::Measured(engine, src) => (
             format!("profile {} [{src}]", engine.profile().name),
