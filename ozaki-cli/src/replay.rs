@@ -134,6 +134,20 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             out,
             "calls in flight: up to {most} at once (vendor priced at each call's share of the CPU)"
         )?;
+        let waited: Vec<f64> = rows
+            .iter()
+            .map(|r| r.queue_s)
+            .filter(|&w| w > 0.0)
+            .collect();
+        if !waited.is_empty() {
+            writeln!(
+                out,
+                "GPU queue: {} records sent to the GPU waited behind the ones before them, {:.6} s \
+                 in all (in auto's time; the all-on rows price each record alone)",
+                waited.len(),
+                waited.iter().sum::<f64>()
+            )?;
+        }
     }
     if c.records == 0 {
         return Ok(ExitCode::SUCCESS);

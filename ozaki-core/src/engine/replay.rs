@@ -68,15 +68,19 @@ pub struct Row {
     pub rate: f64,
     /// Why.
     pub reason: String,
+    /// Predicted wait behind the GPU's queue of the replayed calls before it, for a record
+    /// the model sends to the GPU beside other calls (0 otherwise).
+    pub queue_s: f64,
 }
 
 impl Row {
-    /// Predicted seconds of the chosen route.
+    /// Predicted seconds of the chosen route, its wait behind the GPU's queue included.
     pub fn chosen_seconds(&self) -> f64 {
         self.predicted_s
             .iter()
             .find(|(r, _)| *r == self.route)
             .map_or(f64::INFINITY, |(_, s)| *s)
+            + self.queue_s
     }
 }
 
@@ -87,11 +91,11 @@ pub struct Composites {
     pub records: usize,
     /// Total useful FLOP.
     pub flops: f64,
-    /// Σ predicted seconds of the auto choice.
+    /// Σ predicted seconds of the auto choice, the waits behind the GPU's queue included.
     pub auto_seconds: f64,
-    /// Per route: Σ predicted seconds if every record ran on it (records the route cannot
-    /// take count at the vendor time for a measured profile, the shim's fallback), and the
-    /// number of records it could not take.
+    /// Per route: Σ predicted seconds if every record ran on it, each priced alone (no
+    /// GPU queue; records the route cannot take count at the vendor time for a measured
+    /// profile, the shim's fallback), and the number of records it could not take.
     pub all_route_seconds: Vec<(String, f64, usize)>,
     /// Per route: Σ_all-route seconds / Σ auto seconds (≥ 1 means auto is faster).
     pub speedup_vs: Vec<(String, f64)>,
@@ -119,6 +123,11 @@ pub fn replay(calls: &[CallRecord], model: &ReplayModel<'_>) -> (Vec<Row>, Compo
 /// stretched, as the shim prices it; and, as in the shim, the records replayed alone keep a
 /// side ledger ([`super::sides`]) of their quiet GPU and vendor prices, and while it says the
 /// GPU side, a record the vendor would take is charged with the wake its vendor run leaves.
+///
+/// The one GPU serves the replayed calls one after another ([`GpuQueue`]): a record made
+/// beside other calls that the model sends to the GPU waits for the GPU work of the records
+/// sent there before it, and goes to the vendor when that wait costs the GPU its margin
+/// (`load::keeps_gpu`, as in the shim). Its wait counts in its predicted time.
 pub fn replay_loaded(
     calls: &[CallRecord],
     in_flight: &[u32],
@@ -134,6 +143,7 @@ pub fn replay_loaded(
     let mut vendor_ends = std::collections::BinaryHeap::new();
     let mut last_end: Option<u64> = None;
     let sides = super::sides::Sides::default();
+    let queue = GpuQueue::default();
     for i in order {
         let c = &calls[i];
         while let Some(&std::cmp::Reverse(end)) = vendor_ends.peek() {
@@ -145,11 +155,14 @@ pub fn replay_loaded(
         }
         let since_s = last_end.map(|e| c.t_ns.saturating_sub(e) as f64 * 1e-9);
         let in_wake = wake.filter(|w| since_s.is_some_and(|s| w.covers(s)));
+        let calls_in_flight = in_flight.get(i).copied().unwrap_or(1);
         let beside = Beside {
-            in_flight: in_flight.get(i).copied().unwrap_or(1),
+            in_flight: calls_in_flight,
             in_wake,
             wake,
             sides: &sides,
+            queue: &queue,
+            t_ns: c.t_ns,
         };
         let row = replay_one(c, beside, model);
         if wake.is_some() && row.route == Route::Vendor.name() {
@@ -192,12 +205,46 @@ pub fn in_flight(calls: &[CallRecord]) -> Vec<u32> {
 }
 
 /// What one record is replayed beside: the calls in flight, the vendor's wake (the measured
-/// one, and whether the record starts inside it) and the side ledger of the records before.
+/// one, and whether the record starts inside it), the side ledger of the records before, and
+/// the GPU's queue when the record starts (at `t_ns`).
 struct Beside<'a> {
     in_flight: u32,
     in_wake: Option<VendorWake>,
     wake: Option<VendorWake>,
     sides: &'a super::sides::Sides,
+    queue: &'a GpuQueue,
+    t_ns: u64,
+}
+
+/// The one GPU of a replay, serving the records sent to it in the order they started.
+#[derive(Debug, Default)]
+struct GpuQueue {
+    /// When the GPU work of the records sent to it so far is done (trace clock, ns).
+    free_ns: std::cell::Cell<u64>,
+}
+
+impl GpuQueue {
+    /// The wait of a record starting at `t_ns` beside `in_flight - 1` other calls: none for
+    /// a record made alone, whose program made the records before it one after another
+    /// (their replayed times are not the recorded ones, so their queue would be an artifact).
+    fn wait_s(&self, t_ns: u64, in_flight: u32) -> f64 {
+        if in_flight > 1 {
+            self.free_ns.get().saturating_sub(t_ns) as f64 * 1e-9
+        } else {
+            0.0
+        }
+    }
+
+    /// Puts a record starting at `t_ns` that holds the GPU for `held_s` on the queue.
+    fn push(&self, t_ns: u64, in_flight: u32, held_s: f64) {
+        let start = if in_flight > 1 {
+            self.free_ns.get().max(t_ns)
+        } else {
+            t_ns
+        };
+        self.free_ns
+            .set(start.saturating_add((held_s.max(0.0) * 1e9) as u64));
+    }
 }
 
 /// The route `d` takes once the side ledger has seen it (the shim's `route::adjust`): a record
@@ -227,9 +274,7 @@ fn side_choice(
 }
 
 fn replay_one(c: &CallRecord, beside: Beside<'_>, model: &ReplayModel<'_>) -> Row {
-    let Beside {
-        in_flight, in_wake, ..
-    } = beside;
+    let (in_flight, in_wake) = (beside.in_flight, beside.in_wake);
     let shape = CallShape::from_record(c);
     let base = Row {
         seq: c.seq,
@@ -246,6 +291,7 @@ fn replay_one(c: &CallRecord, beside: Beside<'_>, model: &ReplayModel<'_>) -> Ro
         moduli: None,
         rate: 0.0,
         reason: String::new(),
+        queue_s: 0.0,
     };
     match model {
         ReplayModel::Measured { engine, moduli } => {
@@ -281,6 +327,28 @@ fn replay_one(c: &CallRecord, beside: Beside<'_>, model: &ReplayModel<'_>) -> Ro
                 ),
                 None => (d.route, d.prediction.reason.clone()),
             };
+            // the GPU's queue: the wait behind the records sent there before this one
+            let wait_s = beside.queue.wait_s(beside.t_ns, in_flight);
+            let gpu_s = est
+                .iter()
+                .find(|e| e.route == route && route != Route::Vendor)
+                .map(|e| e.seconds);
+            let (route, reason, queue_s) = match gpu_s {
+                Some(g) if !super::load::keeps_gpu(d.vendor_s, g, wait_s, margin) => (
+                    Route::Vendor,
+                    format!(
+                        "vendor: {route} would wait {wait_s:.4} s behind the GPU's queue; {reason}"
+                    ),
+                    0.0,
+                ),
+                Some(g) => {
+                    beside
+                        .queue
+                        .push(beside.t_ns, in_flight, d.gpu_held_s(g, in_flight));
+                    (route, reason, wait_s)
+                }
+                None => (route, reason, 0.0),
+            };
             let chosen = est.iter().find(|e| e.route == route);
             let predicted_s: Vec<(String, f64)> = est
                 .iter()
@@ -295,6 +363,7 @@ fn replay_one(c: &CallRecord, beside: Beside<'_>, model: &ReplayModel<'_>) -> Ro
                 moduli: d.moduli,
                 rate: if secs > 0.0 { base.flops / secs } else { 0.0 },
                 reason,
+                queue_s,
                 ..base
             }
         }
@@ -487,6 +556,61 @@ mod tests {
         }
     }
 
+    /// Sixteen threads each making a 1024 x 1024 x 256 product at the same instant (priced
+    /// about 7x faster on the GPU alone than on a sixteenth of the vendor's cores): replayed beside each other, the one GPU serves them one after
+    /// another, so the later ones wait behind the earlier ones, and once the wait costs the
+    /// GPU its margin they go to the vendor; the same records made one after another (alone)
+    /// wait for nothing.
+    #[test]
+    fn calls_made_at_once_queue_for_the_one_gpu() {
+        let record = |seq: u64, t_ns: u64| {
+            let line = format!(
+                r#"{{"type":"call","seq":{seq},"t_ns":{t_ns},"dur_ns":20000000,"tid":{seq},"sym":"dgemm_","routine":"dgemm","layout":"col","m":1024,"n":1024,"k":256,"lda":1024,"ldb":256,"ldc":1024,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"vendor"}}"#
+            );
+            match crate::trace::parse_line(&line, 1).unwrap() {
+                crate::trace::Line::Call(c) => *c,
+                _ => unreachable!(),
+            }
+        };
+        let engine = Engine::new(
+            crate::engine::profile::Profile::built_in("h200").unwrap(),
+            16,
+        );
+        let moduli = |_: &CallShape| Some(14);
+        let model = ReplayModel::Measured {
+            engine: &engine,
+            moduli: &moduli,
+        };
+        let team: Vec<CallRecord> = (0..16).map(|i| record(i, 0)).collect();
+        let (rows, comp) = replay_loaded(&team, &[16; 16], &model);
+        assert_ne!(rows[0].route, "vendor", "{:?}", rows[0]);
+        assert_eq!(rows[0].queue_s, 0.0);
+        let gpu: Vec<&Row> = rows.iter().filter(|r| r.route != "vendor").collect();
+        for w in gpu.windows(2) {
+            assert!(
+                w[1].queue_s > w[0].queue_s,
+                "later calls wait longer: {w:?}"
+            );
+        }
+        let to_vendor: Vec<&Row> = rows.iter().filter(|r| r.route == "vendor").collect();
+        assert!(!to_vendor.is_empty(), "the queue sends some to the vendor");
+        assert!(
+            to_vendor
+                .iter()
+                .all(|r| r.reason.contains("behind the GPU's queue")),
+            "{to_vendor:?}"
+        );
+        let summed: f64 = rows.iter().map(Row::chosen_seconds).sum();
+        assert!(
+            (comp.auto_seconds - summed).abs() < 1e-9,
+            "waits count in auto's time"
+        );
+        // one after another, each alone (where the whole vendor wins): no queue
+        let alone: Vec<CallRecord> = (0..16).map(|i| record(i, i * 1_000_000)).collect();
+        let (rows, _) = replay_loaded(&alone, &[1; 16], &model);
+        assert!(rows.iter().all(|r| r.queue_s == 0.0), "{rows:?}");
+    }
+
     /// With a profile that measured the vendor's wake, LOBPCG's 64 x 64 x 110592 product
     /// (mostly staging, on the GPU when the host is quiet) replays on the vendor when it
     /// starts right after a threaded vendor product ended, and on the GPU a second later;
@@ -603,11 +727,14 @@ mod tests {
         let (_, g) = d.gpu.unwrap();
         d.vendor_s = 0.99 * g;
         let wake = engine.profile().cpu.wake;
+        let queue = GpuQueue::default();
         let beside = |in_flight| Beside {
             in_flight,
             in_wake: wake,
             wake,
             sides: &sides,
+            queue: &queue,
+            t_ns: 0,
         };
         assert!(side_choice(&d, g, &shape, 1.1, &beside(1)).is_some());
         assert_eq!(side_choice(&d, g, &shape, 1.1, &beside(4)), None);
