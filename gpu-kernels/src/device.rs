@@ -79,6 +79,13 @@ static GPU: OnceLock<Cell> = OnceLock::new();
 /// device 1 would then wait for the whole tile on device 0, serialising the split).
 static DEFAULT_ORDINAL: OnceLock<u32> = OnceLock::new();
 
+/// Whether the process's default GPU has been initialised and works: `false` before its
+/// first use and after a failed initialisation. Touches no driver (a process without one
+/// must not load it just to ask).
+pub(crate) fn default_ready() -> bool {
+    matches!(GPU.get(), Some(Ok(_)))
+}
+
 fn default_cell() -> &'static Cell {
     GPU.get_or_init(|| {
         let g = contain("GPU initialisation", Gpu::init);

@@ -95,8 +95,12 @@ fn pack_into(dst: &mut [f64], src: &[f64], (rows, cols): (usize, usize), ld: usi
 }
 
 /// A pinned buffer of at least `bytes`: the pool's smallest that fits, else a new one when
-/// a CUDA context is current on this thread.
+/// a CUDA context is current on this thread; none before the GPU was initialised (the call
+/// then finds out whether there is one, staging through the ring).
 fn pinned_at_least(bytes: usize) -> Option<PinnedBuffer> {
+    if !crate::device::default_ready() {
+        return None;
+    }
     {
         let mut spare = lock();
         if let Some(i) = index_for(&lens(&spare), bytes).filter(|&i| spare[i].len() >= bytes) {
