@@ -143,6 +143,17 @@ fn build(dir: &Path) -> Option<PathBuf> {
         ],
         dir,
     );
+    cc(
+        &[
+            "-O2",
+            "-Wall",
+            "-o",
+            "cublas_dlsym_client",
+            &s("cublas_dlsym_client.c"),
+            "-ldl",
+        ],
+        dir,
+    );
     Some(dir.join("cublas_client"))
 }
 
@@ -343,4 +354,83 @@ fn ozaki_ab_compares_nothing_that_stays_on_cublas() {
             c.sym
         );
     }
+}
+
+/// A program that resolves cuBLAS's entry points with `dlsym` on its own handle (JAX's XLA
+/// plugin does) never reaches a preloaded library; with the audit library
+/// (`LD_AUDIT=libozaki_audit.so`) its fp64 calls go through the hook, each recorded once,
+/// while cuBLAS receives exactly what it receives without the shim (the fp32 call, the
+/// handle's creation and the fake's own inner call untouched).
+#[test]
+fn entry_points_found_with_dlsym_reach_the_hook_through_the_audit_library() {
+    let Some(audit) = audit_lib() else {
+        require(
+            false,
+            "libozaki_audit.so of this build",
+            "cargo build --workspace (scripts/test-all does)",
+        );
+        return;
+    };
+    let dir = work_dir("cublas-hook-dlsym");
+    let Some(_) = build(&dir) else {
+        return;
+    };
+    let prog = dir.join("cublas_dlsym_client");
+    let route = ("OZAKI_ROUTE", "gpu-ozaki");
+    let plain = run(&dir, &prog, false, &[], "plain");
+    assert!(
+        plain.log.lines().count() >= 4,
+        "the fake logged the calls:\n{}",
+        plain.log
+    );
+    let preloaded = run(&dir, &prog, true, &[route], "preloaded");
+    assert_eq!(preloaded.log, plain.log);
+    // dlsym on cuBLAS's handle finds cuBLAS, not the preloaded shim: no record of the
+    // program's own calls (the fake's fp64 cublasGemmEx calls its exported cublasDgemm_v2
+    // through its PLT, which the preload does reach, unguarded here)
+    assert!(
+        preloaded
+            .calls
+            .iter()
+            .all(|c| c.sym == "cublasDgemm_v2" && c.m == 96 && c.ldc == 96),
+        "{:?}",
+        described(&preloaded.calls)
+    );
+    let audit = audit.to_string_lossy().into_owned();
+    let audited = run(&dir, &prog, true, &[route, ("LD_AUDIT", &audit)], "audited");
+    assert_eq!(
+        audited.log, plain.log,
+        "what cuBLAS received, without vs through the hook"
+    );
+    assert_eq!(
+        described(&audited.calls),
+        [
+            ("cublasDgemm_v2".to_string(), None),
+            ("cublasGemmEx".to_string(), None)
+        ]
+    );
+    for c in &audited.calls {
+        assert_eq!(c.route, "gpu-native", "{}: no GPU, so cuBLAS", c.sym);
+        let why = c.fallback.as_deref().unwrap_or("");
+        assert!(why.contains("unavailable"), "{}: {why}", c.sym);
+    }
+    assert_eq!((audited.calls[0].m, audited.calls[0].ldc), (96, 100));
+    // the audit library without the shim redirects nothing
+    let mut alone = plain_audit(&dir, &prog, &audit);
+    assert_eq!(alone.remove(0), plain.log);
+}
+
+/// The client run with the audit library and no shim: the fake's log.
+fn plain_audit(dir: &Path, prog: &Path, audit: &str) -> Vec<String> {
+    let log = dir.join("audit-alone.log");
+    let o = run_ok(
+        plain(prog)
+            .arg(dir)
+            .current_dir(dir)
+            .env("FAKE_CUBLAS_LOG", &log)
+            .env("LD_LIBRARY_PATH", dir)
+            .env("LD_AUDIT", audit),
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "done\n");
+    vec![std::fs::read_to_string(&log).unwrap()]
 }

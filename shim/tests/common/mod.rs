@@ -42,16 +42,28 @@ fn profile_dir() -> PathBuf {
 /// but only `cargo build` copies it up to `target/<profile>/`, so the newer of the two
 /// is the one that matches the code under test.
 pub fn shim_lib() -> PathBuf {
-    let up = profile_dir().join("libozaki_shim.so");
-    let deps = profile_dir().join("deps").join("libozaki_shim.so");
+    let lib = newest_build("libozaki_shim.so");
+    assert!(lib.is_file(), "{} not built", lib.display());
+    lib
+}
+
+/// The audit library (`ozaki-audit`) of this build, when the workspace built it (`cargo
+/// build --workspace`, as `scripts/test-all` does; `cargo test -p ozaki-shim` alone does
+/// not): the newer of its two copies, as for [`shim_lib`].
+pub fn audit_lib() -> Option<PathBuf> {
+    Some(newest_build("libozaki_audit.so")).filter(|p| p.is_file())
+}
+
+/// The newer of `target/<profile>/NAME` and `target/<profile>/deps/NAME` (see [`shim_lib`]).
+fn newest_build(name: &str) -> PathBuf {
+    let up = profile_dir().join(name);
+    let deps = profile_dir().join("deps").join(name);
     let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let lib = match (mtime(&up), mtime(&deps)) {
+    match (mtime(&up), mtime(&deps)) {
         (Some(a), Some(b)) if b > a => deps,
         (None, Some(_)) => deps,
         _ => up,
-    };
-    assert!(lib.is_file(), "{} not built", lib.display());
-    lib
+    }
 }
 
 /// Installs the `ozaki` binary and the shim into `dir/bin` and `dir/lib`, the layout of an
