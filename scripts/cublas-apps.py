@@ -4,7 +4,9 @@
 Each case runs in its own process, up to four times:
 - without the shim;
 - with LD_PRELOAD=libozaki_shim.so (OZAKI_ROUTE from GPU_CHECK_CUBLAS_ROUTE, default auto; a
-  trace per case);
+  trace per case), and LD_AUDIT=libozaki_audit.so when that library lies beside the shim
+  (it sends the entry points a program finds with dlsym, JAX's, to the hook;
+  GPU_CHECK_CUBLAS_AUDIT=0 leaves it out);
 - for the plain products (CuPy a @ b and batched matmul, PyTorch matmul and bmm), "device":
   the same products, on the same shapes and data layout, through the shim's
   `ozaki_dgemm_device` called directly (ctypes), with the shim preloaded as in the run
@@ -22,8 +24,8 @@ with), the hook against the kernels (time device / time with), the emulation aga
 fp64 on the same calls (the "ab" run's largest differences), and the hook's trace records
 (count, routes, entry points; of the emulated calls the moduli, the operations and the
 median call time from the records; how often the device run's calls were emulated). A framework that is not
-installed, or a case whose calls never reach the hook (JAX: XLA resolves cuBLAS with dlsym),
-says so.
+installed, or a case whose calls never reach the hook (JAX without the audit library: XLA
+resolves cuBLAS with dlsym), says so.
 
 Usage: cublas-apps.py --shim LIB --out DIR [--cases a,b,...]
        cublas-apps.py --case NAME --result FILE      (one measurement, used by the driver)
@@ -325,15 +327,27 @@ def sides(name):
     return out
 
 
+def audit_lib(shim):
+    """libozaki_audit.so beside the shim, unless GPU_CHECK_CUBLAS_AUDIT=0 or it is absent."""
+    lib = os.path.join(os.path.dirname(shim), "libozaki_audit.so")
+    if os.environ.get("GPU_CHECK_CUBLAS_AUDIT", "1") == "0" or not os.path.exists(lib):
+        return None
+    return lib
+
+
 def run_case(name, shim, out):
     res = {}
+    audit = audit_lib(shim)
     for side, extra in sides(name):
         env = dict(os.environ)
         env.pop("LD_PRELOAD", None)
+        env.pop("LD_AUDIT", None)
         result = os.path.join(out, f"{name}.{side}.json")
         trace = os.path.join(out, f"{name}.{side}.trace.jsonl")
         if extra is not None:
             env["LD_PRELOAD"] = shim
+            if audit:
+                env["LD_AUDIT"] = audit
             env["OZAKI_ROUTE"] = os.environ.get("GPU_CHECK_CUBLAS_ROUTE", "auto")
             env["OZAKI_TRACE"] = trace
             for k, v in extra.items():
