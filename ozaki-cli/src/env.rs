@@ -9,8 +9,9 @@
 //! ```
 //!
 //! The variables: `LD_PRELOAD` (the shim's absolute path in front of the current value, as
-//! `ozaki run` sets it), `OPENBLAS_THREAD_TIMEOUT` when `ozaki run` would set it (the vendor's
-//! spin, `OZAKI_VENDOR_SPIN`), `OZAKI_TRACE` and `OZAKI_ROUTE` from the options, and every
+//! `ozaki run` sets it), `LD_AUDIT` with `OZAKI_CUBLAS_AUDIT=1` (the audit library in front
+//! of the current value), `OPENBLAS_THREAD_TIMEOUT` when `ozaki run` would set it (the
+//! vendor's spin, `OZAKI_VENDOR_SPIN`), `OZAKI_TRACE` and `OZAKI_ROUTE` from the options, and every
 //! other `OZAKI_*` of this environment. Nothing is set in the calling shell; the names printed are
 //! the same as those `ozaki run` sets. A trace template without `%r` or `%p` gets `%r`
 //! before its extension, so that the ranks write one file each.
@@ -23,7 +24,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 use crate::launcher;
-use crate::preload::{find_shim, prepend_preload, vendor_spin_timeout};
+use crate::preload::{audit, find_shim, prepend_preload, vendor_spin_timeout};
 use ozaki_core::engine::spin::OPENBLAS_TIMEOUT_VAR;
 
 /// Print the variables that preload the shim, for an MPI launcher (mpirun -x, srun --export).
@@ -64,6 +65,9 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         "LD_PRELOAD".into(),
         prepend_preload(&shim, ozaki_core::env::var_os("LD_PRELOAD").as_deref()),
     )];
+    if let Some(a) = audit(&shim)? {
+        vars.push(("LD_AUDIT".into(), a));
+    }
     if let Some(n) = vendor_spin_timeout() {
         vars.push((OPENBLAS_TIMEOUT_VAR.into(), n.to_string().into()));
     }

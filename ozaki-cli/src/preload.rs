@@ -1,5 +1,6 @@
-//! Where the shim library is, the `LD_PRELOAD` value that puts it in front of a program, and
-//! the vendor spin timeout the program is given beside it.
+//! Where the shim library is, the `LD_PRELOAD` value that puts it in front of a program, the
+//! `LD_AUDIT` value that adds the audit library when asked for, and the vendor spin timeout
+//! the program is given beside them.
 //!
 //! The library is looked up next to this executable (`libozaki_shim.so`, then
 //! `../lib/libozaki_shim.so`). The first is the layout of `target/release/`; the second that
@@ -35,12 +36,41 @@ pub fn find_shim() -> anyhow::Result<PathBuf> {
 
 /// `LD_PRELOAD` with the shim first, so it wins over anything else preloaded.
 pub fn prepend_preload(shim: &Path, existing: Option<&OsStr>) -> OsString {
-    let mut v = shim.as_os_str().to_os_string();
+    prepend(shim, existing)
+}
+
+/// `lib` in front of a colon-separated list of libraries (`LD_PRELOAD`, `LD_AUDIT`).
+fn prepend(lib: &Path, existing: Option<&OsStr>) -> OsString {
+    let mut v = lib.as_os_str().to_os_string();
     if let Some(e) = existing.filter(|e| !e.is_empty()) {
         v.push(":");
         v.push(e);
     }
     v
+}
+
+/// File name of the audit library (crate `ozaki-audit`).
+pub const AUDIT_LIB: &str = "libozaki_audit.so";
+
+/// The `LD_AUDIT` value that loads the audit library found beside `shim` in front of the
+/// current one, when `OZAKI_CUBLAS_AUDIT=1` asks for it; `Ok(None)` when it does not.
+///
+/// # Errors
+/// Asked for, but no `libozaki_audit.so` lies beside the shim.
+pub fn audit(shim: &Path) -> anyhow::Result<Option<OsString>> {
+    if ozaki_core::env::var(ozaki_core::env::CUBLAS_AUDIT).as_deref() != Some("1") {
+        return Ok(None);
+    }
+    let lib = shim.with_file_name(AUDIT_LIB);
+    anyhow::ensure!(
+        lib.is_file(),
+        "OZAKI_CUBLAS_AUDIT=1, but {} is missing (build it with `cargo build --release --workspace`)",
+        lib.display()
+    );
+    Ok(Some(prepend(
+        &lib,
+        ozaki_core::env::var_os("LD_AUDIT").as_deref(),
+    )))
 }
 
 /// The spin timeout the program's OpenBLAS pools get (`OZAKI_VENDOR_SPIN`,

@@ -40,7 +40,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::launcher;
-use crate::preload::{find_shim, prepend_preload, vendor_spin_timeout};
+use crate::preload::{audit, find_shim, prepend_preload, vendor_spin_timeout};
 use crate::summary;
 
 /// Run a program with the ozaki shim preloaded, then print a summary of its BLAS calls.
@@ -105,8 +105,12 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         };
 
     let spin = vendor_spin_timeout();
+    let audit = audit(&shim)?;
     // An Open MPI launcher is told to forward these to ranks on other hosts (launcher.rs).
     let mut forwarded = vec!["LD_PRELOAD", "OZAKI_TRACE"];
+    if audit.is_some() {
+        forwarded.push("LD_AUDIT");
+    }
     if args.route.is_some() {
         forwarded.push("OZAKI_ROUTE");
     }
@@ -118,6 +122,9 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
         "LD_PRELOAD",
         prepend_preload(&shim, ozaki_core::env::var_os("LD_PRELOAD").as_deref()),
     );
+    if let Some(a) = &audit {
+        cmd.env("LD_AUDIT", a);
+    }
     cmd.env("OZAKI_TRACE", &pattern);
     if let Some(route) = &args.route {
         cmd.env("OZAKI_ROUTE", route);

@@ -814,3 +814,61 @@ fn run_sets_the_vendors_spin_before_the_program_starts() {
     assert!(printed(None).contains("\nOPENBLAS_THREAD_TIMEOUT=22\n"));
     assert!(!printed(Some("keep")).contains("OPENBLAS_THREAD_TIMEOUT"));
 }
+
+/// With `OZAKI_CUBLAS_AUDIT=1`, `ozaki run` gives the program `LD_AUDIT` with the audit library
+/// beside the shim in front of the user's own, and `ozaki env` prints it; without it, neither
+/// sets `LD_AUDIT`.
+#[test]
+fn run_loads_the_audit_library_when_asked() {
+    let Some(_) = audit_lib() else {
+        require(
+            false,
+            "libozaki_audit.so of this build",
+            "cargo build --workspace (scripts/test-all does)",
+        );
+        return;
+    };
+    let seen = |asked: bool, user: Option<&str>| {
+        let mut c = ozaki();
+        c.args([
+            "run",
+            "--no-summary",
+            "--",
+            "sh",
+            "-c",
+            "echo \"${LD_AUDIT-unset}\"",
+        ]);
+        c.env_remove("LD_AUDIT").env_remove("OZAKI_CUBLAS_AUDIT");
+        if asked {
+            c.env("OZAKI_CUBLAS_AUDIT", "1");
+        }
+        if let Some(u) = user {
+            c.env("LD_AUDIT", u);
+        }
+        text(&run_ok(&mut c).stdout).trim().to_string()
+    };
+    assert_eq!(seen(false, None), "unset");
+    let own = seen(true, None);
+    assert!(
+        own.ends_with("/libozaki_audit.so") && !own.contains(':'),
+        "{own}"
+    );
+    let both = seen(true, Some("/u/libaudit.so"));
+    assert_eq!(both, format!("{own}:/u/libaudit.so"));
+    let printed = |asked: bool| {
+        let mut c = ozaki();
+        c.args(["env"])
+            .env_remove("LD_AUDIT")
+            .env_remove("OZAKI_CUBLAS_AUDIT");
+        if asked {
+            c.env("OZAKI_CUBLAS_AUDIT", "1");
+        }
+        text(&run_ok(&mut c).stdout)
+    };
+    assert!(
+        printed(true).contains(&format!("\nLD_AUDIT={own}\n")),
+        "{}",
+        printed(true)
+    );
+    assert!(!printed(false).contains("LD_AUDIT"));
+}

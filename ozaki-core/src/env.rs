@@ -52,6 +52,9 @@ pub const GPU_START: &str = "OZAKI_GPU_START";
 pub const EXPLORE: &str = "OZAKI_EXPLORE";
 /// `OZAKI_CUBLAS`: whether the cuBLAS hook traces and routes the program's cuBLAS calls.
 pub const CUBLAS: &str = "OZAKI_CUBLAS";
+/// `OZAKI_CUBLAS_AUDIT`: whether `ozaki run` and `ozaki env` also load the audit library, so
+/// that cuBLAS entry points a program finds with `dlsym` reach the hook.
+pub const CUBLAS_AUDIT: &str = "OZAKI_CUBLAS_AUDIT";
 /// `OZAKI_AB`: the A/B comparison against the vendor.
 pub const AB: &str = "OZAKI_AB";
 /// `OZAKI_AB_KEEP`: which result an A/B-compared call returns.
@@ -152,6 +155,11 @@ pub const VARIABLES: &[Variable] = &[
         name: CUBLAS,
         meaning: "`0` hands every cuBLAS call of the program to cuBLAS untouched and unrecorded",
         default: "1",
+    },
+    Variable {
+        name: CUBLAS_AUDIT,
+        meaning: "`1`: `ozaki run` and `ozaki env` also set `LD_AUDIT` to `libozaki_audit.so` beside the shim, so that cuBLAS entry points a program finds with `dlsym` (JAX) reach the hook",
+        default: "0",
     },
     Variable {
         name: AB,

@@ -66,15 +66,19 @@ fn newest_build(name: &str) -> PathBuf {
     }
 }
 
-/// Installs the `ozaki` binary and the shim into `dir/bin` and `dir/lib`, the layout of an
-/// installed prefix, and returns the binary: `ozaki run` must find `../lib/libozaki_shim.so`,
-/// and the copy is sure to be the library under test (see [`shim_lib`]).
+/// Installs the `ozaki` binary and the shim (and the audit library, when built) into `dir/bin`
+/// and `dir/lib`, the layout of an installed prefix, and returns the binary: `ozaki run` must
+/// find `../lib/libozaki_shim.so`, and the copy is sure to be the library under test (see
+/// [`shim_lib`]).
 pub fn install_ozaki(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir.join("bin")).unwrap();
     std::fs::create_dir_all(dir.join("lib")).unwrap();
     let bin = dir.join("bin/ozaki");
     std::fs::copy(ozaki_bin(), &bin).unwrap();
     std::fs::copy(shim_lib(), dir.join("lib/libozaki_shim.so")).unwrap();
+    if let Some(audit) = audit_lib() {
+        std::fs::copy(audit, dir.join("lib/libozaki_audit.so")).unwrap();
+    }
     bin
 }
 
