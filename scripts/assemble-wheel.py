@@ -7,6 +7,8 @@ no build backend has to be installed. Layout inside the wheel:
     ozaki_shim/__init__.py, __main__.py   (from python/ozaki_shim)
     ozaki_shim/bin/ozaki                  the launcher; it finds ../lib/libozaki_shim.so
     ozaki_shim/lib/libozaki_shim.so       the shim, preloaded only by `ozaki run`
+    ozaki_shim/lib/libozaki_audit.so      the audit library (with --audit), which `ozaki run`
+                                          loads with OZAKI_CUBLAS_AUDIT=1
     ozaki_shim-VERSION.dist-info/         METADATA (with the `cu13` extra), WHEEL,
                                           entry_points.txt (the `ozaki` command), RECORD
 
@@ -73,10 +75,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", required=True, type=pathlib.Path, help="libozaki_shim.so")
     ap.add_argument("--bin", required=True, type=pathlib.Path, help="the ozaki binary")
+    ap.add_argument("--audit", type=pathlib.Path,
+                    help="libozaki_audit.so (OZAKI_CUBLAS_AUDIT=1), when built")
     ap.add_argument("--plat", required=True, help="platform tag, e.g. manylinux_2_28_x86_64")
     ap.add_argument("--out", default="dist", type=pathlib.Path)
     args = ap.parse_args()
-    for f in (args.lib, args.bin):
+    for f in (args.lib, args.bin) + ((args.audit,) if args.audit else ()):
         if not f.is_file():
             sys.exit(f"assemble-wheel: {f} not found (build it first)")
 
@@ -86,7 +90,10 @@ def main():
     for py in sorted((ROOT / "python" / NAME).glob("*.py")):
         files[f"{NAME}/{py.name}"] = (py.read_bytes(), False)
     with tempfile.TemporaryDirectory() as tmp:
-        for src, arc in ((args.bin, f"{NAME}/bin/ozaki"), (args.lib, f"{NAME}/lib/libozaki_shim.so")):
+        parts = [(args.bin, f"{NAME}/bin/ozaki"), (args.lib, f"{NAME}/lib/libozaki_shim.so")]
+        if args.audit:
+            parts.append((args.audit, f"{NAME}/lib/libozaki_audit.so"))
+        for src, arc in parts:
             dst = pathlib.Path(tmp) / src.name
             stripped_copy(src, dst)
             files[arc] = (dst.read_bytes(), True)

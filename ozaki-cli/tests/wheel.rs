@@ -58,6 +58,9 @@ fn wheel_installs_into_a_fresh_venv_and_runs_programs_under_the_shim() {
             std::fs::create_dir_all(&built).unwrap();
             std::fs::copy(ozaki_bin(), built.join("ozaki")).unwrap();
             std::fs::copy(shim_lib(), built.join("libozaki_shim.so")).unwrap();
+            if let Some(audit) = audit_lib() {
+                std::fs::copy(audit, built.join("libozaki_audit.so")).unwrap();
+            }
             test.arg("--from-target").arg(&built);
         }
     }
