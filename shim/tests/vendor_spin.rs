@@ -49,8 +49,9 @@ fn run(mut cmd: Command) -> Seen {
 }
 
 /// The lowest idle CPU of three runs, and the highest: a busy test machine can starve a
-/// spinning thread (on 2 loaded cores the default's 0.1 s of spinning burned 23-103 ms) but
-/// cannot make a sleeping one burn (the short spin's: 0-2 ms).
+/// spinning thread (on 2 loaded cores the default's 0.1 s of spinning burned 12-103 ms, with
+/// builds running beside the tests 11.6-28 ms) but cannot make a sleeping one burn (the short
+/// spin's: 0-2 ms).
 fn idle_range(make: impl Fn() -> Command) -> (String, f64, f64) {
     let seen: Vec<Seen> = (0..3).map(|_| run(make())).collect();
     let lo = seen
@@ -85,7 +86,7 @@ fn a_later_loaded_openblas_stops_spinning_soon_after_a_call() {
         c
     });
     assert!(
-        short < 8.0 && kept > 12.0 && plain_hi > 12.0,
+        short < 5.0 && kept > 8.0 && plain_hi > 8.0,
         "idle CPU in 300 ms after a call: {short:.1} ms under the shim, {kept:.1} ms with \
          keep, {plain_hi:.1} ms without the shim"
     );
