@@ -774,29 +774,35 @@ fn timing_a_gpu_start_without_a_gpu_is_an_error_not_a_time() {
     assert!(o.stdout.is_empty(), "no time printed: {}", text(&o.stdout));
 }
 
+/// `var` as a program under `ozaki run` sees it (`unset` when it is not set), with each of
+/// `env` set to its value or removed (`None`), and `var` itself removed unless `env` sets it.
+fn seen_by_program(var: &str, env: &[(&str, Option<&str>)]) -> String {
+    let mut c = ozaki();
+    let echo = format!("echo \"${{{var}-unset}}\"");
+    c.args(["run", "--no-summary", "--", "sh", "-c", &echo]);
+    c.env_remove(var);
+    for (k, v) in env {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    text(&run_ok(&mut c).stdout).trim().to_string()
+}
+
 /// `ozaki run` gives the program the shim's spin timeout before it starts (an OpenBLAS the
 /// program links initialises before the shim's constructor), keeps the user's own, and sets
 /// none with `OZAKI_VENDOR_SPIN=keep`; `ozaki env` prints the same.
 #[test]
 fn run_sets_the_vendors_spin_before_the_program_starts() {
     let seen = |spin: Option<&str>, user: Option<&str>| {
-        let mut c = ozaki();
-        c.args([
-            "run",
-            "--no-summary",
-            "--",
-            "sh",
-            "-c",
-            "echo \"${OPENBLAS_THREAD_TIMEOUT-unset}\"",
-        ]);
-        c.env_remove("OPENBLAS_THREAD_TIMEOUT");
-        if let Some(s) = spin {
-            c.env("OZAKI_VENDOR_SPIN", s);
-        }
-        if let Some(u) = user {
-            c.env("OPENBLAS_THREAD_TIMEOUT", u);
-        }
-        text(&run_ok(&mut c).stdout).trim().to_string()
+        seen_by_program(
+            "OPENBLAS_THREAD_TIMEOUT",
+            &[
+                ("OZAKI_VENDOR_SPIN", spin),
+                ("OPENBLAS_THREAD_TIMEOUT", user),
+            ],
+        )
     };
     assert_eq!(seen(None, None), "22");
     assert_eq!(seen(Some("18"), None), "18");
@@ -829,23 +835,13 @@ fn run_loads_the_audit_library_when_asked() {
         return;
     };
     let seen = |asked: bool, user: Option<&str>| {
-        let mut c = ozaki();
-        c.args([
-            "run",
-            "--no-summary",
-            "--",
-            "sh",
-            "-c",
-            "echo \"${LD_AUDIT-unset}\"",
-        ]);
-        c.env_remove("LD_AUDIT").env_remove("OZAKI_CUBLAS_AUDIT");
-        if asked {
-            c.env("OZAKI_CUBLAS_AUDIT", "1");
-        }
-        if let Some(u) = user {
-            c.env("LD_AUDIT", u);
-        }
-        text(&run_ok(&mut c).stdout).trim().to_string()
+        seen_by_program(
+            "LD_AUDIT",
+            &[
+                ("OZAKI_CUBLAS_AUDIT", asked.then_some("1")),
+                ("LD_AUDIT", user),
+            ],
+        )
     };
     assert_eq!(seen(false, None), "unset");
     let own = seen(true, None);
