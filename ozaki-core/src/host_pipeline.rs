@@ -38,6 +38,20 @@ pub fn hands_off_c(m: usize, n: usize, concurrent: u32) -> bool {
     concurrent > 1 && m.saturating_mul(n).saturating_mul(8) <= HANDOFF_MAX_BYTES
 }
 
+/// The most bytes of op(A) and op(B) together that a call handing off its C copies into
+/// pinned memory of its own ([`copies_operands_apart`]): pinned memory is allocated for the
+/// call when the pool has none that fits, and a larger pair stages through the pinned ring
+/// inside the call as before.
+pub const HANDOFF_MAX_OPERAND_BYTES: usize = 256 << 20;
+
+/// Whether an `m x n x k` gemm made with `concurrent` calls in flight copies its op(A) and
+/// op(B) into pinned memory of its own before it queues for the GPU: it hands off its C
+/// ([`hands_off_c`]) and the operands take at most [`HANDOFF_MAX_OPERAND_BYTES`].
+pub fn copies_operands_apart(m: usize, n: usize, k: usize, concurrent: u32) -> bool {
+    let elems = m.saturating_mul(k).saturating_add(k.saturating_mul(n));
+    hands_off_c(m, n, concurrent) && elems.saturating_mul(8) <= HANDOFF_MAX_OPERAND_BYTES
+}
+
 /// Fewest columns of a column block.
 pub const BLOCK_MIN_COLS: usize = 256;
 
@@ -163,6 +177,19 @@ mod tests {
         assert!(!hands_off_c(4096, 4096, 16));
         assert!(hands_off_c(HANDOFF_MAX_BYTES / 8, 1, 2));
         assert!(!hands_off_c(HANDOFF_MAX_BYTES / 8 + 1, 1, 2));
+    }
+
+    /// PySCF's 30.5 MB of A is copied apart; a small C over a 1.6 GB A stages through the
+    /// ring, and nothing is copied apart by a call made alone.
+    #[test]
+    fn operands_are_copied_apart_up_to_their_limit() {
+        assert!(copies_operands_apart(1953, 122, 1953, 16));
+        assert!(!copies_operands_apart(1024, 1024, 100_000, 16));
+        assert!(!copies_operands_apart(1953, 122, 1953, 1));
+        assert!(
+            !copies_operands_apart(4096, 4096, 64, 16),
+            "C too large to hand off"
+        );
     }
 
     fn cut(m: usize, n: usize, k: usize, native: bool) -> Cut {

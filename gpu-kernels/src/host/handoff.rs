@@ -14,7 +14,7 @@
 //!
 //! A call does so when another BLAS call is in flight ([`super::tuning`]'s sharers) and its
 //! C is small enough (`ozaki_core::host_pipeline::hands_off_c`, which the engine prices with
-//! too). C then comes home whole into the GPU's C staging, which the call takes with it,
+//! too; its operands only up to `copies_operands_apart`'s size). C then comes home whole into the GPU's C staging, which the call takes with it,
 //! leaving a spare buffer of the pool in its place; after the write it gives the buffer back
 //! ([`give_back`]). A single caller keeps the early writes (`early_write`), which overlap the
 //! write with the download of a large C, and the pinned ring.

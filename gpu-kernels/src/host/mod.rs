@@ -51,7 +51,7 @@ pub(crate) use grid::{CBlock, shared_panels};
 pub use grid::{Grid, PANEL_MIN_ROWS, PIPELINE_MIN_BYTES, pipeline_blocks, pipeline_panels};
 use grid::{panel_places, row_panels};
 use ozaki_core::blas::{GemmArgs, SyrkArgs, Trans, span};
-use ozaki_core::host_pipeline::{hands_off_c, registers_operands};
+use ozaki_core::host_pipeline::{copies_operands_apart, hands_off_c, registers_operands};
 use ozaki_core::trace::Phases;
 use register::Registration;
 pub(crate) use share::{PanelBoard, Share};
@@ -160,9 +160,11 @@ pub fn gemm_c(args: &GemmArgs, c: HostC, engine: Engine) -> Result<HostOutcome, 
     matches(&c, args.m, args.n, args.ldc)?;
     let hand_off = hands_off_c(args.m, args.n, tuning::sharers());
     // op(A) and op(B) copied into pinned memory of the call's own before it queues for the
-    // GPU, when it hands off and a buffer can be had
+    // GPU, when it hands off, they are not too large and a buffer can be had
     let t = std::time::Instant::now();
-    let pinned = hand_off.then(|| handoff::Operands::stage(args)).flatten();
+    let pinned = copies_operands_apart(args.m, args.n, args.k, tuning::sharers())
+        .then(|| handoff::Operands::stage(args))
+        .flatten();
     let staging_ns = t.elapsed().as_nanos() as u64;
     let (mut g, waited_ns) = gpu_queued()?;
     let mut run = |p: &GemmArgs| {

@@ -594,8 +594,9 @@ impl Engine {
 }
 
 /// The host copies a host-resident gemm made beside others makes outside the GPU's lock
-/// ([`Decision::gpu_unlocked_s`]): op(A) and op(B) into pinned memory, C out of it, each at
-/// the staged link less the pinned one (a C read as input, beta != 0, still travels through
+/// ([`Decision::gpu_unlocked_s`]): op(A) and op(B) into pinned memory (up to
+/// `host_pipeline::HANDOFF_MAX_OPERAND_BYTES`), C out of it, each at the staged link less the
+/// pinned one (a C read as input, beta != 0, still travels through
 /// the ring inside the lock); 0 for a call that does not hand off at its size,
 /// device-resident operands or a dsyrk.
 fn unlocked_copies_s(shape: &CallShape, link: &super::profile::HostLink) -> f64 {
@@ -617,7 +618,12 @@ fn unlocked_copies_s(shape: &CallShape, link: &super::profile::HostLink) -> f64 
     }
     let ab = 8.0 * shape.input_elems();
     let c = 8.0 * shape.output_elems();
-    let upload = ab / link.h2d_staged - ab / link.h2d_pinned;
+    let k = shape.k as usize;
+    let upload = if crate::host_pipeline::copies_operands_apart(m, n, k, 2) {
+        ab / link.h2d_staged - ab / link.h2d_pinned
+    } else {
+        0.0
+    };
     let download = c / link.d2h_staged - c / link.d2h_pinned;
     upload.max(0.0) + download.max(0.0)
 }
