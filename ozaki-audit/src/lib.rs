@@ -6,7 +6,7 @@
 //! program binds by name through the global scope (CuPy, PyTorch). JAX's XLA plugin does
 //! not: it `dlopen`s cuBLAS and resolves each entry point with `dlsym` on that handle, which
 //! searches cuBLAS alone. The dynamic linker tells an audit library of every such binding
-//! (`la_symbind64`, for `dlsym` too since glibc 2.35) and calls what the audit library
+//! (`la_symbind64`, for `dlsym` too: tested with glibc 2.36 and 2.39) and calls what the audit library
 //! returns. So, with
 //!
 //! ```text
