@@ -6,8 +6,8 @@
 //! program binds by name through the global scope (CuPy, PyTorch). JAX's XLA plugin does
 //! not: it `dlopen`s cuBLAS and resolves each entry point with `dlsym` on that handle, which
 //! searches cuBLAS alone. The dynamic linker tells an audit library of every such binding
-//! (`la_symbind64`, for `dlsym` too: tested with glibc 2.36 and 2.39) and calls what the audit library
-//! returns. So, with
+//! (`la_symbind64`, for `dlsym` too: tested with glibc 2.36 and 2.39) and calls what the
+//! audit library returns. So, with
 //!
 //! ```text
 //! LD_AUDIT=libozaki_audit.so LD_PRELOAD=libozaki_shim.so python3 program.py

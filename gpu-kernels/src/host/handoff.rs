@@ -14,15 +14,17 @@
 //!
 //! A call does so when another BLAS call is in flight ([`super::tuning`]'s sharers) and its
 //! C is small enough (`ozaki_core::host_pipeline::hands_off_c`, which the engine prices with
-//! too; its operands only up to `copies_operands_apart`'s size). C then comes home whole into the GPU's C staging, which the call takes with it,
-//! leaving a spare buffer of the pool in its place; after the write it gives the buffer back
-//! ([`give_back`]). A single caller keeps the early writes (`early_write`), which overlap the
-//! write with the download of a large C, and the pinned ring.
+//! too); it copies its operands apart only up to `copies_operands_apart`'s size. C then comes
+//! home whole into the GPU's C staging, which the call takes with it, leaving a spare buffer
+//! of the pool in its place; after the write it gives the buffer back ([`give_back`]). A
+//! single caller keeps the early writes (`early_write`), which overlap the write with the
+//! download of a large C, and the pinned ring.
 //!
 //! The pool holds buffers of the default GPU's context (the only one `gemm_c` runs on), at
 //! most [`POOL_BYTES`] together; a buffer beyond that is freed. A buffer for the operands is
-//! allocated outside the lock only on a thread where a CUDA context is current (portable,
-//! so the GPU's context DMAs from it whichever that is); otherwise the call stages its operands through the ring as a single caller does.
+//! allocated outside the lock only once the GPU is up and on a thread where a CUDA context
+//! is current (portable, so the GPU's context DMAs from it whichever that is); otherwise
+//! the call stages its operands through the ring as a single caller does.
 
 use crate::device::Gpu;
 use crate::error::GpuError;
