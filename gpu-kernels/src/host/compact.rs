@@ -29,10 +29,20 @@ fn wasteful(rows: usize, cols: usize, ld: usize) -> bool {
 fn pack(src: &[f64], rows: usize, cols: usize, ld: usize) -> Option<Vec<f64>> {
     let mut out = Vec::new();
     out.try_reserve_exact(rows * cols).ok()?;
-    for j in 0..cols {
-        out.extend_from_slice(&src[j * ld..j * ld + rows]);
+    for col in columns(src, (rows, cols), ld) {
+        out.extend_from_slice(col);
     }
     Some(out)
+}
+
+/// The columns of the `rows x cols` block of `src` stored `ld` apart, each `rows` long: what
+/// a packed copy of the block holds one after the other.
+pub(super) fn columns(
+    src: &[f64],
+    (rows, cols): (usize, usize),
+    ld: usize,
+) -> impl Iterator<Item = &[f64]> {
+    (0..cols).map(move |j| &src[j * ld..j * ld + rows])
 }
 
 /// An operand as the call uses it: the caller's, or its packed copy.

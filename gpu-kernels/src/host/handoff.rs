@@ -26,6 +26,7 @@
 //! is current (portable, so the GPU's context DMAs from it whichever that is); otherwise
 //! the call stages its operands through the ring as a single caller does.
 
+use super::compact::columns;
 use crate::device::Gpu;
 use crate::error::GpuError;
 use crate::memory::PinnedBuffer;
@@ -59,9 +60,12 @@ impl Operands {
         let mut buf = pinned_at_least(elems * 8)?;
         // SAFETY: the buffer holds at least `elems` doubles and is this call's alone.
         let dst = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut f64, elems) };
-        let (da, db) = dst.split_at_mut(a.0 * a.1);
-        pack_into(da, args.a, a, args.lda);
-        pack_into(db, args.b, b, args.ldb);
+        // A's columns, then B's, each packed (leading dimension = its rows)
+        let mut at = 0;
+        for col in columns(args.a, a, args.lda).chain(columns(args.b, b, args.ldb)) {
+            dst[at..at + col.len()].copy_from_slice(col);
+            at += col.len();
+        }
         Some(Operands { buf, a, b })
     }
 
@@ -86,13 +90,6 @@ impl Operands {
     /// The buffer back to the pool (the call's uploads are done).
     pub(super) fn give_back(self) {
         give_back(self.buf);
-    }
-}
-
-/// A `rows x cols` operand stored `ld` apart, copied column by column into `dst`.
-fn pack_into(dst: &mut [f64], src: &[f64], (rows, cols): (usize, usize), ld: usize) {
-    for j in 0..cols {
-        dst[j * rows..(j + 1) * rows].copy_from_slice(&src[j * ld..j * ld + rows]);
     }
 }
 
@@ -138,7 +135,7 @@ pub(super) fn take(gpu: &mut Gpu, slot: usize, bytes: usize) -> Result<PinnedBuf
 /// Returns a buffer taken with [`take`] to the pool, or frees it when the pool is full.
 pub(super) fn give_back(buf: PinnedBuffer) {
     let mut spare = lock();
-    let held: usize = spare.iter().map(PinnedBuffer::len).sum();
+    let held: usize = lens(&spare).iter().sum();
     if held + buf.len() <= POOL_BYTES {
         spare.push(buf);
     }
@@ -150,10 +147,7 @@ fn lock() -> std::sync::MutexGuard<'static, Vec<PinnedBuffer>> {
 
 /// Takes out of `spare` the smallest buffer of at least `bytes`, else the largest.
 fn pick(spare: &mut Vec<PinnedBuffer>, bytes: usize) -> Option<PinnedBuffer> {
-    let i = index_for(
-        &spare.iter().map(PinnedBuffer::len).collect::<Vec<_>>(),
-        bytes,
-    )?;
+    let i = index_for(&lens(spare), bytes)?;
     Some(spare.swap_remove(i))
 }
 

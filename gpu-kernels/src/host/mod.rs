@@ -158,11 +158,12 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
 pub fn gemm_c(args: &GemmArgs, c: HostC, engine: Engine) -> Result<HostOutcome, GpuError> {
     let _flags = fp_flags::KeepFpFlags::new();
     matches(&c, args.m, args.n, args.ldc)?;
-    let hand_off = hands_off_c(args.m, args.n, tuning::sharers());
+    let sharers = tuning::sharers();
+    let hand_off = hands_off_c(args.m, args.n, sharers);
     // op(A) and op(B) copied into pinned memory of the call's own before it queues for the
     // GPU, when it hands off, they are not too large and a buffer can be had
     let t = std::time::Instant::now();
-    let pinned = copies_operands_apart(args.m, args.n, args.k, tuning::sharers())
+    let pinned = copies_operands_apart(args.m, args.n, args.k, sharers)
         .then(|| handoff::Operands::stage(args))
         .flatten();
     let staging_ns = t.elapsed().as_nanos() as u64;

@@ -557,10 +557,10 @@ mod tests {
     }
 
     /// Sixteen threads each making a 1024 x 1024 x 256 product at the same instant (priced
-    /// about 7x faster on the GPU alone than on a sixteenth of the vendor's cores): replayed beside each other, the one GPU serves them one after
-    /// another, so the later ones wait behind the earlier ones, and once the wait costs the
-    /// GPU its margin they go to the vendor; the same records made one after another (alone)
-    /// wait for nothing.
+    /// about 7x faster on the GPU alone than on a sixteenth of the vendor's cores): replayed
+    /// beside each other, the one GPU serves them one after another, so the later ones wait
+    /// behind the earlier ones, and once the wait costs the GPU its margin they go to the
+    /// vendor; the same records made one after another (alone) wait for nothing.
     #[test]
     fn calls_made_at_once_queue_for_the_one_gpu() {
         let record = |seq: u64, t_ns: u64| {
