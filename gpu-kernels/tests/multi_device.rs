@@ -91,8 +91,8 @@ impl Operands {
 
 /// C's download ring (beta = 0, `host::Tuning::c_ring`) shrunk to 2 slots of 1 MiB while the
 /// guard lives, so every beta = 0 call of the tests holding it is larger than the ring: its
-/// slots are reused within the call and the download waits for the writer (and, before a
-/// gpu-ozaki call is accepted, for the go). Serialises the tests that hold it.
+/// slots are reused within the call and the download waits for the writer (and, where the
+/// writes wait for a call's acceptance, for the go). Serialises the tests that hold it.
 fn small_ring() -> support::Tuned {
     support::tuned("cslots=2,cslot=1")
 }
@@ -366,21 +366,29 @@ fn page_locked_operands_give_the_staged_result_bit_for_bit() {
 }
 
 /// A NaN that only the last column block of the pipeline sees fails the emulated call
-/// after earlier blocks were computed and downloaded; the caller's C is still untouched,
-/// also with beta = 0 and a C (4 MiB) larger than its download ring (2 MiB), whose
-/// download must then wait for a go that never comes without hanging the call.
+/// after earlier blocks were computed and downloaded. Where C is an input (beta != 0), or
+/// with beta = 0 when the writes wait for the whole call's rule (`ozaki_write=accepted`),
+/// the caller's C is still untouched, with a C (4 MiB) larger than its download ring (2
+/// MiB), whose download must then wait for a go that never comes without hanging the call.
+/// With beta = 0 and the default (blocks written as they arrive) the call still fails, and
+/// the next call on the same memory computes all of C as the shim's fallback would.
 #[test]
-fn a_nan_in_the_last_block_leaves_c_untouched() {
+fn a_nan_in_the_last_block_fails_the_call_and_leaves_a_read_c_untouched() {
     if !have_gpu!() {
         return;
     }
-    let _ring = small_ring();
     let (m, n, k) = (512usize, 1024usize, 64usize);
     let a = vec(10, m * k);
     let mut b = vec(11, k * n);
     b[k * n - 1] = f64::NAN; // last column of B: only the last block sees it
     let c0 = vec(12, m * n);
-    for beta in [0.0, 1.0] {
+    let cases = [
+        (1.0, "cslots=2,cslot=1", true),
+        (0.0, "cslots=2,cslot=1,ozaki_write=accepted", true),
+        (0.0, "cslots=2,cslot=1", false),
+    ];
+    for (beta, tuning, untouched) in cases {
+        let _ring = support::tuned(tuning);
         let args = GemmArgs {
             beta,
             ..GemmArgs::product(m, n, k, &a, &b)
@@ -398,23 +406,37 @@ fn a_nan_in_the_last_block_leaves_c_untouched() {
             Engine::Ozaki(Options::default()),
             grid,
         );
-        assert!(r.is_err(), "NaN in B must fail the emulated route");
         assert!(
-            c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()),
-            "C was written although the last block failed (beta {beta})"
+            r.is_err(),
+            "NaN in B must fail the emulated route ({tuning})"
         );
-        // the GPU is still usable afterwards
+        if untouched {
+            assert!(
+                c.iter().zip(&c0).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "C was written although the last block failed (beta {beta}, {tuning})"
+            );
+        }
+        // the GPU is still usable afterwards, on the same C: the fallback's product, whole
         let ok = GemmArgs {
             b: &a[..k * 64],
             n: 64,
             ..args
         };
-        let mut c2 = c0[..m * 64].to_vec();
+        let mut want = c[..m * 64].to_vec();
+        ozaki_core::blas::gemm(&ok, &mut want);
         let grid = host::Grid {
             blocks: 2,
             panels: 2,
         };
-        host::gemm_grid(&mut g, &ok, &mut c2, Engine::Native, grid).expect("after a failure");
+        host::gemm_grid(&mut g, &ok, &mut c[..m * 64], Engine::Native, grid)
+            .expect("after a failure");
+        let scale = k as f64 + beta;
+        for (at, (x, y)) in c[..m * 64].iter().zip(&want).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-12 * scale,
+                "the call after a failure: C[{at}] = {x}, want {y} ({tuning})"
+            );
+        }
     }
 }
 
@@ -438,10 +460,14 @@ fn a_failing_tile_on_two_gpus_leaves_c_untouched() {
     };
     let plan = split_c(m as u64, n as u64, &[0, 1], &params);
     assert_eq!(plan.grid_rows, 1, "{plan:?}");
-    // each tile's C (2 MiB) fills its download ring before the gate fails
-    let _ring = small_ring();
-    // beta = 0: the first tile, whose data pass, must not write early either (early_write::Gate)
-    for beta in [0.5, 0.0] {
+    // each tile's C (2 MiB) fills its download ring before the gate fails; with beta = 0 and
+    // the writes waiting for acceptance, the first tile, whose data pass, must not write
+    // early either (early_write::Gate)
+    for (beta, tuning) in [
+        (0.5, "cslots=2,cslot=1"),
+        (0.0, "cslots=2,cslot=1,ozaki_write=accepted"),
+    ] {
+        let _ring = support::tuned(tuning);
         let args = GemmArgs {
             beta,
             ..GemmArgs::product(m, n, k, &a, &b)

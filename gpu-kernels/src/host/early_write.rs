@@ -4,19 +4,22 @@
 //! The pipelined host path ([`crate::host::staged_gemm`]) can leave C in pinned staging for
 //! the caller to copy into its own memory afterwards: at 32768² that serial tail is 8.6 GB,
 //! about 0.1 s of a 0.85 s split, and 7-8 ms of a 40 ms call at 8192 (BENCHMARKS.md,
-//! "Host-resident path and split"). When beta == 0 the call never reads C, so each column block can be written as soon
-//! as it is downloaded, under two rules that keep what the program sees exactly as before:
-//! - **No write before the whole call is accepted.** Writing starts only once every
-//!   data-dependent check of the call has passed: at once for gpu-native (which has none),
-//!   and for gpu-ozaki after the last unit's moduli plan accepted its operands (NaN/Inf,
-//!   exponent range, accuracy), and in a split only when every tile got that far ([`Gate`]).
-//!   So every failure the data can cause still leaves C untouched, whatever beta is.
-//! - **A device fault after that** (a CUDA error at a later synchronisation) can leave C
-//!   partly written. With beta == 0 that C is never read: the shim's fallback computes the
-//!   whole call again from A and B (`shim::route::execute`), so the program still receives
-//!   one complete result, never a mixture.
+//! "Host-resident path and split"). When beta == 0 the call never reads C, so each column
+//! block can be written as soon as it is downloaded:
+//! - **C is no input.** With beta == 0 neither the call nor the shim's fallback reads C: a
+//!   failure after some blocks were written (a NaN/Inf, exponent range or accuracy decline
+//!   that gpu-ozaki finds once every part of the call was converted, or a CUDA error at a
+//!   later synchronisation) returns the call's error, and the fallback computes the whole
+//!   call again from A and B (`shim::route::execute`) and writes all of C, so the program
+//!   receives one complete result, never a mixture, as from a vendor BLAS that writes C as
+//!   it goes. gpu-ozaki's writes may wait for its whole call's accuracy rule instead
+//!   (`Tuning::ozaki_write`, `accepted`), which leaves C untouched by every data-dependent
+//!   failure but puts the whole write-back behind the last upload (BENCHMARKS.md,
+//!   "Host-resident calls at the link bound").
+//! - **A split writes when every tile may.** Each tile's go waits at a [`Gate`] for the
+//!   others, and a tile that failed first closes it.
 //!
-//! With beta != 0, C is an input of the fallback and is written only after success, as before.
+//! With beta != 0, C is an input of the fallback and is written only after success.
 //!
 //! The blocks come home through C's download ring (`crate::host::c_ring`): a few pinned
 //! slots the writer empties into the caller's C, not a pinned buffer the size of C. Until
@@ -35,13 +38,14 @@ use std::sync::{Condvar, Mutex};
 pub(crate) struct EarlyC<'g> {
     pub c: HostC<'g>,
     pub threads: usize,
-    /// Says whether the whole call (every tile of a split) was accepted; called once by the
-    /// compute thread when its own units were, blocking until the others say.
+    /// Says whether the whole call (every tile of a split) may write; called once by the
+    /// compute thread when its own tile may, blocking until the others say.
     pub gate: Option<&'g Gate>,
 }
 
-/// The acceptance meeting of a split's tiles: each tile arrives once its own units passed
-/// their checks; writing may start when all arrived, never when one failed.
+/// The meeting of a split's tiles: each tile arrives once it may write (at once, or once
+/// its own units passed their checks); writing may start when all arrived, never when one
+/// failed.
 pub(crate) struct Gate {
     state: Mutex<(usize, bool)>,
     all: Condvar,
@@ -76,8 +80,8 @@ impl Gate {
 }
 
 impl EarlyC<'_> {
-    /// The writer's go (see the module doc), sent once this call's own units passed (in a
-    /// split, after waiting for every tile): `None` when writing must not start, else the
+    /// The writer's go (see the module doc), sent when this call may write (in a split, after
+    /// waiting for every tile): `None` when writing must not start, else the
     /// threads to write with: half of [`EarlyC::threads`] while the upload's copy threads
     /// still run beside the writer (both are host-memory bound), all once every upload is
     /// done.

@@ -1,9 +1,10 @@
 //! Host-resident calls (everything LD_PRELOAD sees): operands are staged through pinned
 //! buffers reused across calls, moved to the device, computed by the native or emulated
 //! route, and C is copied back into the caller's memory only once the device work
-//! succeeded, or with beta = 0 once the call was accepted (`early_write`). Any
-//! failure the data can cause leaves the caller's C untouched, so the shim can still run the
-//! vendor BLAS on the original data.
+//! succeeded, or with beta = 0 block by block as it arrives (`early_write`). A failure
+//! leaves the caller's C untouched where the call reads it (beta != 0), so the shim can
+//! still run the vendor BLAS on the original data; with beta = 0 C is no input of the call
+//! or of that fallback, which writes all of it.
 //!
 //! Host copies into and out of pinned memory run on several threads and overlap the DMA of
 //! the previous chunk (two staging buffers alternate).
@@ -56,7 +57,7 @@ use ozaki_core::trace::Phases;
 use register::Registration;
 pub(crate) use share::{PanelBoard, Share};
 pub(crate) use tuning::write_threads;
-pub use tuning::{Tuning, set_cpu_sharers, set_register, set_tuning, tuning};
+pub use tuning::{Tuning, WriteStart, set_cpu_sharers, set_register, set_tuning, tuning};
 pub(crate) use upload::upload;
 use upload::{Piece, feed, panel_piece, ring, upload_piece};
 use whole_rule::Verdict;
@@ -221,7 +222,8 @@ pub fn gemm_on(
 /// per unit shape, and not at all for `gpu-ozaki`: each entry depends only on its row of
 /// op(A), its column of op(B) and the moduli count, which is the whole call's (`whole_rule`).
 /// When the whole call's rule chooses another count than the units ran with, the call runs
-/// again with that count (C untouched until then).
+/// again with that count (C untouched until then, unless beta = 0 wrote blocks early: the
+/// second run writes every block again).
 pub fn gemm_grid(
     gpu: &mut Gpu,
     args: &GemmArgs,
@@ -235,10 +237,9 @@ pub fn gemm_grid(
 
 /// [`gemm_grid`] on the caller's strided C.
 ///
-/// C is never half-written by a failure the data can cause: with beta != 0 the result waits
-/// in pinned staging until the whole call succeeded and only then is written into `c`
-/// ([`write_back`]); with beta = 0 blocks are written as they arrive only once every
-/// data-dependent check passed, and a later device fault leaves a C the vendor fallback
+/// With beta != 0 the result waits in pinned staging until the whole call succeeded and only
+/// then is written into `c` ([`write_back`]), so a failure leaves C as it was; with beta = 0
+/// blocks are written as they arrive, and a failure leaves a C the vendor fallback
 /// overwrites whole without reading it ([`early_write`]).
 fn grid_c(
     gpu: &mut Gpu,
@@ -300,7 +301,7 @@ fn whole_call(
     let (mut out, mut staged) = staged_gemm(gpu, args, c, engine, grid, tile, early)?;
     if let (StagedC::Rerun(r), Engine::Ozaki(opts)) = (staged, engine) {
         // the whole call's rule chose another count than its units ran with (`whole_rule`):
-        // the same cut again with that count, C still untouched
+        // the same cut again with that count; it writes every block of C again
         let forced = Engine::Ozaki(Options {
             moduli: Some(r),
             ..opts
@@ -330,7 +331,8 @@ pub(crate) enum StagedC {
     /// failed), so the call cannot be committed.
     Withheld,
     /// Neither: the whole call's accuracy rule chose this other moduli count than its units
-    /// ran with (`whole_rule`); C is untouched and the call must run again with it.
+    /// ran with (`whole_rule`); the call must run again with it (C is untouched, or with
+    /// beta = 0 may hold early blocks the second run overwrites).
     Rerun(usize),
 }
 
@@ -667,10 +669,15 @@ pub(crate) fn staged_gemm(
         let down = s.spawn(move || drain(d2h, dc, down_rx, sink));
         let r = (|| -> Result<(), GpuError> {
             // dropped on every way out, so the writer never waits for a go that cannot come
-            let go = go_tx;
-            // gpu-native has no data-dependent failure: its blocks may be written at once
-            if let (Some(e), Engine::Native) = (&early, engine) {
-                let _ = go.send(e.go(false));
+            let mut go = Some(go_tx);
+            // blocks written as they are downloaded (early_write's module doc): gpu-native's
+            // always, gpu-ozaki's unless the tuning waits for the whole call's rule
+            let at_once = match engine {
+                Engine::Native => true,
+                Engine::Ozaki(_) => tuning().ozaki_write == WriteStart::Downloaded,
+            };
+            if let (Some(e), true, Some(g)) = (&early, at_once, go.take()) {
+                let _ = g.send(e.go(false));
             }
             let mut marks = Vec::new();
             let mut pending = Vec::new();
@@ -802,17 +809,17 @@ pub(crate) fn staged_gemm(
             }
             drop(down_tx);
             // the whole call's rule, once every part's statistics are on the host (not
-            // waiting for the products); a decline is the call's error (no go: C untouched)
+            // waiting for the products); a decline is the call's error
             if let (Some(pc), Engine::Ozaki(opts)) = (pieces.as_mut(), engine) {
                 let plan = pc.plan(gpu, opts.moduli)?;
                 if let Verdict::Rerun(r) = whole_rule::verdict(opts, pc.moduli(), plan.moduli) {
                     rerun = Some(r);
                 }
             }
-            // gpu-ozaki: every unit's plan accepted its operands (early_write's module doc);
+            // a go that waited for the rule: every unit's plan accepted its operands, and
             // every group was uploaded before its units were enqueued
-            if let (Some(e), Engine::Ozaki(_)) = (&early, engine) {
-                let _ = go.send(if rerun.is_none() { e.go(true) } else { None });
+            if let (Some(e), Some(g)) = (&early, go.take()) {
+                let _ = g.send(if rerun.is_none() { e.go(true) } else { None });
             }
             sync(stream)?;
             down.join()

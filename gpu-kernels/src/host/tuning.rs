@@ -50,6 +50,32 @@ pub struct Tuning {
     /// staging them (`super::register`); `None`: the process's setting ([`set_register`],
     /// from `OZAKI_HOST_REGISTER`).
     pub register: Option<bool>,
+    /// When a gpu-ozaki call with beta = 0 starts writing C into the caller's memory
+    /// (`super::early_write`).
+    pub ozaki_write: WriteStart,
+}
+
+/// When a gpu-ozaki call with beta = 0 starts writing the blocks of C it downloaded into the
+/// caller's memory (gpu-native always writes them as they arrive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteStart {
+    /// Each block as soon as it is downloaded, while later parts still upload.
+    Downloaded,
+    /// Only once the whole call's accuracy rule accepted its operands, after the last
+    /// upload: C stays untouched by every failure the data can cause, and its write-back is
+    /// a tail behind the uploads.
+    Accepted,
+}
+
+impl std::str::FromStr for WriteStart {
+    type Err = String;
+    fn from_str(s: &str) -> Result<WriteStart, String> {
+        match s {
+            "downloaded" => Ok(WriteStart::Downloaded),
+            "accepted" => Ok(WriteStart::Accepted),
+            _ => Err(format!("{s:?} is not downloaded or accepted")),
+        }
+    }
 }
 
 impl Default for Tuning {
@@ -68,6 +94,7 @@ impl Default for Tuning {
             panel_rows: (native.panel_rows, ozaki.panel_rows),
             c_ring: (24, 4 << 20),
             register: None,
+            ozaki_write: WriteStart::Downloaded,
         }
     }
 }
@@ -79,7 +106,8 @@ impl std::str::FromStr for Tuning {
     /// `ring=MiB`, `block=MiB` (both routes), `ozaki_block=MiB`, `native=N`, `ozaki=N` (most
     /// blocks), `panel_rows=N`, `ozaki_panel_rows=N` (fewest rows per panel), `panels=N`,
     /// `ozaki_panels=N`, `cslots=N`, `cslot=MiB` (C's download ring), `register=0|1`
-    /// (page-lock op(A) and op(B) for the call) (`default` alone: the defaults).
+    /// (page-lock op(A) and op(B) for the call), `ozaki_write=downloaded|accepted` (when
+    /// gpu-ozaki starts writing C with beta = 0) (`default` alone: the defaults).
     fn from_str(spec: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         for kv in spec
@@ -111,6 +139,7 @@ impl std::str::FromStr for Tuning {
                 "ozaki_panels" => t.panels.1 = num()?.max(1),
                 "cslots" => t.c_ring.0 = num()?.max(1),
                 "cslot" => t.c_ring.1 = num()?.max(1) << 20,
+                "ozaki_write" => t.ozaki_write = v.parse()?,
                 "register" => {
                     t.register = Some(match v {
                         "0" => false,
@@ -290,6 +319,15 @@ mod tests {
             Some(false)
         );
         assert!("register=yes".parse::<Tuning>().is_err());
+        assert_eq!(Tuning::default().ozaki_write, WriteStart::Downloaded);
+        assert_eq!(
+            "ozaki_write=accepted"
+                .parse::<Tuning>()
+                .unwrap()
+                .ozaki_write,
+            WriteStart::Accepted
+        );
+        assert!("ozaki_write=never".parse::<Tuning>().is_err());
         assert!("copy=fast".parse::<Tuning>().is_err());
         assert!("threads".parse::<Tuning>().is_err());
         assert!("color=red".parse::<Tuning>().is_err());

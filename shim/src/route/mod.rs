@@ -23,7 +23,9 @@
 //! instead and copy C's rows straight between the caller's memory and pinned staging
 //! (`gpu_kernels::host::HostC`), under the same rules. It must write its C only once its
 //! whole result is ready (compute into scratch or device buffers, copy out last), so that a
-//! fallback after an `Err` or a panic starts from the original C. It reports what it did in [`RouteOutcome`]
+//! fallback after an `Err` or a panic starts from the original C; with beta = 0, where C is
+//! no input of the call or of its fallback, the GPU's host path may write blocks of C as
+//! they arrive (`gpu_kernels::host`), and the fallback then writes all of it. It reports what it did in [`RouteOutcome`]
 //! (moduli, device, phases), which the trace record carries.
 //!
 //! ## Seams
@@ -86,7 +88,7 @@ pub enum RouteError {
     /// The inputs hold NaN, Inf or exponents the emulation cannot represent exactly.
     NonFinite,
     /// The emulation declined the call: its accuracy rule cannot meet the contract on these
-    /// operands, or it does not handle the shape. C is untouched.
+    /// operands, or it does not handle the shape. C is untouched where the call reads it.
     Declined(String),
     /// Anything else the route detected.
     Failed(String),
@@ -263,7 +265,8 @@ pub unsafe fn execute<R: RawCall>(
         }
     }
     if route != Route::Vendor {
-        // C is untouched by the failed route.
+        // C is as the caller left it where the call reads it (beta != 0); with beta = 0 the
+        // failed route may have written blocks of it, which the vendor overwrites.
         if on_vendor().is_ok() {
             return Executed {
                 route: Route::Vendor,
