@@ -126,8 +126,10 @@ pub(crate) fn fill_slot(
 
 /// Writer side: `threads` threads take the filled slots in the order they were filled; each
 /// writes its slot with `write` and then gives it back. Once a `write` returned false
-/// (nothing more may be written), every later slot is only given back. Returns when the
-/// download side is done and every slot taken was given back.
+/// (nothing more may be written), every later slot is only given back. Each `Some(n)` that
+/// arrives on `more` grows the crew to `n` threads (the call's other host work is done and
+/// its cores are free); the crew stops growing when `more`'s sender is gone. Returns when the
+/// download side is done, every slot taken was given back and `more`'s sender is gone.
 ///
 /// Each piece is written whole by one thread, so the threads never wait for each other: a
 /// crew of threads sharing out every piece (a barrier per piece) made NumPy's calls 3-47 ms
@@ -138,6 +140,7 @@ pub(crate) fn empty_slots(
     filled: Receiver<Filled>,
     free: Giver,
     threads: usize,
+    more: Option<Receiver<Option<usize>>>,
     write: &(dyn Fn(&Filled) -> bool + Sync),
 ) {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -154,13 +157,31 @@ pub(crate) fn empty_slots(
             let _ = free.0.send(f.slot);
         }
     };
+    let run = &run;
     std::thread::scope(|s| {
         // Started under the spawn hook (the shim's blocks the program's signals in them).
-        ozaki_core::spawn::spawning(|| {
-            for _ in 1..threads.max(1) {
-                s.spawn(run);
-            }
-        });
+        let hire = |n: usize| {
+            ozaki_core::spawn::spawning(|| {
+                for _ in 0..n {
+                    s.spawn(run);
+                }
+            })
+        };
+        hire(threads.max(1) - 1);
+        if let Some(more) = more {
+            let mut crew = threads.max(1);
+            ozaki_core::spawn::spawning(|| {
+                s.spawn(move || {
+                    while let Ok(ask) = more.recv() {
+                        let n = ask.unwrap_or(0);
+                        if n > crew {
+                            hire(n - crew);
+                            crew = n;
+                        }
+                    }
+                })
+            });
+        }
         run();
     });
 }
@@ -207,7 +228,7 @@ mod tests {
                         .expect("writer alive");
                     }
                 });
-                empty_slots(rx, giver, threads, &|f| {
+                empty_slots(rx, giver, threads, None, &|f| {
                     std::thread::sleep(std::time::Duration::from_micros(200));
                     written.lock().unwrap().push(f.block);
                     outstanding.fetch_sub(1, Ordering::SeqCst);
@@ -251,7 +272,7 @@ mod tests {
             assert!(!down.is_finished());
             // the call is accepted: the writer empties the slots and the download finishes
             let seen = AtomicUsize::new(0);
-            empty_slots(rx, giver, 2, &|_| {
+            empty_slots(rx, giver, 2, None, &|_| {
                 seen.fetch_add(1, Ordering::SeqCst);
                 true
             });
@@ -274,7 +295,7 @@ mod tests {
                 }
             });
             // the second write fails: nothing after it is written
-            empty_slots(rx, giver, 1, &|_| {
+            empty_slots(rx, giver, 1, None, &|_| {
                 writes.fetch_add(1, Ordering::SeqCst) + 1 < 2
             });
         });
@@ -285,5 +306,35 @@ mod tests {
         fill_slot(&free, piece(0), &tx, |_| Ok(())).unwrap();
         drop((giver, rx));
         assert!(fill_slot(&free, piece(1), &tx, |_| Ok(())).is_err());
+    }
+
+    /// A crew of one grows to three when asked: three slots are then written at once, and
+    /// the writer returns only once the asking side is gone.
+    #[test]
+    fn the_crew_grows_when_asked() {
+        let (free, giver) = free_slots(4);
+        let (tx, rx) = channel();
+        let (ask, more) = channel();
+        let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                for j in 0..8 {
+                    fill_slot(&free, piece(j), &tx, |_| Ok(())).expect("writer alive");
+                    if j == 1 {
+                        ask.send(Some(3)).unwrap();
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                drop(ask);
+            });
+            empty_slots(rx, giver, 1, Some(more), &|_| {
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(n, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                now.fetch_sub(1, Ordering::SeqCst);
+                true
+            });
+        });
+        assert_eq!(most.load(Ordering::SeqCst), 3, "the crew did not grow to 3");
     }
 }

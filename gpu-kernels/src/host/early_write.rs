@@ -98,9 +98,10 @@ impl EarlyC<'_> {
 /// The writer thread: waits for the go ([`EarlyC::go`]; a dropped sender means the call
 /// failed first), then has go's number of threads write the filled slots of C's ring into
 /// the caller's C, each piece as soon as its download event fired and by one thread, giving
-/// each slot back once it is written. Without a go, or after a failed wait, the slots are
-/// given back unwritten (so the download never waits for ever). Returns whether every piece
-/// was written.
+/// each slot back once it is written; a later `Some(n)` on `go` grows the writers to `n`
+/// (the uploads' copy threads are done), and the writer returns only once `go`'s sender is
+/// gone. Without a go, or after a failed wait, the slots are given back unwritten (so the
+/// download never waits for ever). Returns whether every piece was written.
 pub(crate) fn writer(
     ctx: Handle<sys::CUcontext>,
     early: EarlyC<'_>,
@@ -110,13 +111,13 @@ pub(crate) fn writer(
     free: Giver,
 ) -> Result<bool, GpuError> {
     let Some(threads) = go.recv().ok().flatten() else {
-        empty_slots(filled, free, 1, &|_| false);
+        empty_slots(filled, free, 1, None, &|_| false);
         return Ok(false);
     };
     let failure = Mutex::new(None);
     // whole values into the closure (its fields alone are raw pointers, not Sync)
     let (ctx, c) = (&ctx, &early.c);
-    empty_slots(filled, free, threads, &|f| {
+    empty_slots(filled, free, threads, Some(go), &|f| {
         let ctx = *ctx;
         // SAFETY: the caller's context, retained for the process.
         let synced = unsafe { sys::cuCtxSetCurrent(ctx.0) }

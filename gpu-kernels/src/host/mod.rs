@@ -668,17 +668,22 @@ pub(crate) fn staged_gemm(
         };
         let down = s.spawn(move || drain(d2h, dc, down_rx, sink));
         let r = (|| -> Result<(), GpuError> {
-            // dropped on every way out, so the writer never waits for a go that cannot come
-            let mut go = Some(go_tx);
+            // dropped on every way out (and before the writer is joined), so the writer never
+            // waits for a message that cannot come
+            let go = go_tx;
             // blocks written as they are downloaded (early_write's module doc): gpu-native's
             // always, gpu-ozaki's unless the tuning waits for the whole call's rule
             let at_once = match engine {
                 Engine::Native => true,
                 Engine::Ozaki(_) => tuning().ozaki_write == WriteStart::Downloaded,
             };
-            if let (Some(e), true, Some(g)) = (&early, at_once, go.take()) {
-                let _ = g.send(e.go(false));
-            }
+            let went = match &early {
+                Some(e) if at_once => {
+                    let _ = go.send(e.go(false));
+                    true
+                }
+                _ => false,
+            };
             let mut marks = Vec::new();
             let mut pending = Vec::new();
             // the compute stream has waited for groups ..= waited, and for these panels of
@@ -808,6 +813,10 @@ pub(crate) fn staged_gemm(
                     .map_err(|_| GpuError::Cuda("download thread ended early".into()))?;
             }
             drop(down_tx);
+            // every group's host copy is done: writers already at work get every thread
+            if let (Some(e), true) = (&early, went) {
+                let _ = go.send(Some(e.threads));
+            }
             // the whole call's rule, once every part's statistics are on the host (not
             // waiting for the products); a decline is the call's error
             if let (Some(pc), Engine::Ozaki(opts)) = (pieces.as_mut(), engine) {
@@ -818,9 +827,10 @@ pub(crate) fn staged_gemm(
             }
             // a go that waited for the rule: every unit's plan accepted its operands, and
             // every group was uploaded before its units were enqueued
-            if let (Some(e), Some(g)) = (&early, go.take()) {
-                let _ = g.send(if rerun.is_none() { e.go(true) } else { None });
+            if let (Some(e), false) = (&early, went) {
+                let _ = go.send(if rerun.is_none() { e.go(true) } else { None });
             }
+            drop(go);
             sync(stream)?;
             down.join()
                 .unwrap_or_else(|_| Err(GpuError::Cuda("download thread panicked".into())))?;
