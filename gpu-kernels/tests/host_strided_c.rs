@@ -228,9 +228,9 @@ fn a_split_gemm_on_a_c_with_gaps_writes_its_block_only() {
 }
 
 /// gpu-ozaki refuses a NaN in A: a C with gaps is left exactly as it was where the call
-/// reads it (beta != 0) and with beta = 0 when the writes wait for the whole call's rule
-/// (`ozaki_write=accepted`), whole and pipelined; with beta = 0 and blocks written as they
-/// arrive (the default) the call fails too, and the gaps keep their bits.
+/// reads it (beta != 0) and with beta = 0 while the writes wait for the whole call's rule
+/// (the default), whole and pipelined; with beta = 0 and blocks written as they arrive
+/// (`ozaki_write=downloaded`) the call fails too, and the gaps keep their bits.
 #[test]
 fn a_refused_call_leaves_a_c_with_gaps_untouched() {
     if !have_gpu!() {
@@ -244,11 +244,11 @@ fn a_refused_call_leaves_a_c_with_gaps_untouched() {
     let c0 = gapped(m, n, ldc, 11);
     let engine = engines()[1].1;
     let rings = "ring=1,cslots=2,cslot=1";
-    let accepted = format!("{rings},ozaki_write=accepted");
+    let downloaded = format!("{rings},ozaki_write=downloaded");
     for (beta, tuning, untouched) in [
         (1.0, rings, true),
-        (0.0, accepted.as_str(), true),
-        (0.0, rings, false),
+        (0.0, rings, true),
+        (0.0, downloaded.as_str(), false),
     ] {
         let _rings = support::tuned(tuning);
         let args = GemmArgs {

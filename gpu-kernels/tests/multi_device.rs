@@ -367,11 +367,12 @@ fn page_locked_operands_give_the_staged_result_bit_for_bit() {
 
 /// A NaN that only the last column block of the pipeline sees fails the emulated call
 /// after earlier blocks were computed and downloaded. Where C is an input (beta != 0), or
-/// with beta = 0 when the writes wait for the whole call's rule (`ozaki_write=accepted`),
-/// the caller's C is still untouched, with a C (4 MiB) larger than its download ring (2
-/// MiB), whose download must then wait for a go that never comes without hanging the call.
-/// With beta = 0 and the default (blocks written as they arrive) the call still fails, and
-/// the next call on the same memory computes all of C as the shim's fallback would.
+/// with beta = 0 while the writes wait for the whole call's rule (the default), the
+/// caller's C is still untouched, with a C (4 MiB) larger than its download ring (2 MiB),
+/// whose download must then wait for a go that never comes without hanging the call. With
+/// beta = 0 and blocks written as they arrive (`ozaki_write=downloaded`) the call still
+/// fails, and the next call on the same memory computes all of C as the shim's fallback
+/// would.
 #[test]
 fn a_nan_in_the_last_block_fails_the_call_and_leaves_a_read_c_untouched() {
     if !have_gpu!() {
@@ -384,8 +385,8 @@ fn a_nan_in_the_last_block_fails_the_call_and_leaves_a_read_c_untouched() {
     let c0 = vec(12, m * n);
     let cases = [
         (1.0, "cslots=2,cslot=1", true),
-        (0.0, "cslots=2,cslot=1,ozaki_write=accepted", true),
-        (0.0, "cslots=2,cslot=1", false),
+        (0.0, "cslots=2,cslot=1", true),
+        (0.0, "cslots=2,cslot=1,ozaki_write=downloaded", false),
     ];
     for (beta, tuning, untouched) in cases {
         let _ring = support::tuned(tuning);
@@ -461,12 +462,9 @@ fn a_failing_tile_on_two_gpus_leaves_c_untouched() {
     let plan = split_c(m as u64, n as u64, &[0, 1], &params);
     assert_eq!(plan.grid_rows, 1, "{plan:?}");
     // each tile's C (2 MiB) fills its download ring before the gate fails; with beta = 0 and
-    // the writes waiting for acceptance, the first tile, whose data pass, must not write
-    // early either (early_write::Gate)
-    for (beta, tuning) in [
-        (0.5, "cslots=2,cslot=1"),
-        (0.0, "cslots=2,cslot=1,ozaki_write=accepted"),
-    ] {
+    // the writes waiting for acceptance (the default), the first tile, whose data pass, must
+    // not write early either (early_write::Gate)
+    for (beta, tuning) in [(0.5, "cslots=2,cslot=1"), (0.0, "cslots=2,cslot=1")] {
         let _ring = support::tuned(tuning);
         let args = GemmArgs {
             beta,

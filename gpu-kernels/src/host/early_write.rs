@@ -5,19 +5,21 @@
 //! the caller to copy into its own memory afterwards: at 32768² that serial tail is 8.6 GB,
 //! about 0.1 s of a 0.85 s split, and 7-8 ms of a 40 ms call at 8192 (BENCHMARKS.md,
 //! "Host-resident path and split"). When beta == 0 the call never reads C, so each column
-//! block can be written as soon as it is downloaded:
-//! - **C is no input.** With beta == 0 neither the call nor the shim's fallback reads C: a
-//!   failure after some blocks were written (a NaN/Inf, exponent range or accuracy decline
-//!   that gpu-ozaki finds once every part of the call was converted, or a CUDA error at a
-//!   later synchronisation) returns the call's error, and the fallback computes the whole
-//!   call again from A and B (`shim::route::execute`) and writes all of C, so the program
-//!   receives one complete result, never a mixture, as from a vendor BLAS that writes C as
-//!   it goes. gpu-ozaki's writes may wait for its whole call's accuracy rule instead
-//!   (`Tuning::ozaki_write`, `accepted`), which leaves C untouched by every data-dependent
-//!   failure but puts the whole write-back behind the last upload (BENCHMARKS.md,
+//! block can be written as soon as it is downloaded and the call may write it:
+//! - **gpu-native writes at once**: it has no data-dependent failure.
+//! - **gpu-ozaki writes once the whole call is accepted** (by default): after its whole
+//!   call's accuracy rule accepted the operands (NaN/Inf, exponent range, accuracy), which it
+//!   knows once the last part was uploaded and converted; in a split only when every tile
+//!   got that far ([`Gate`]). So every failure the data can cause leaves C untouched. The
+//!   blocks written after that overlap the remaining products. Writing each block as it
+//!   arrives instead (`Tuning::ozaki_write`, `downloaded`) made the uploads' staging copies
+//!   share the host's memory with the writes, and the calls slower (BENCHMARKS.md,
 //!   "Host-resident calls at the link bound").
-//! - **A split writes when every tile may.** Each tile's go waits at a [`Gate`] for the
-//!   others, and a tile that failed first closes it.
+//! - **A failure after writing began** (a CUDA error at a later synchronisation, or a data
+//!   decline under `downloaded`) can leave C partly written. With beta == 0 that C is no
+//!   input: the shim's fallback computes the whole call again from A and B
+//!   (`shim::route::execute`) and writes all of C, so the program receives one complete
+//!   result, never a mixture.
 //!
 //! With beta != 0, C is an input of the fallback and is written only after success.
 //!

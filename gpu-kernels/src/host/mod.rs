@@ -1,10 +1,10 @@
 //! Host-resident calls (everything LD_PRELOAD sees): operands are staged through pinned
 //! buffers reused across calls, moved to the device, computed by the native or emulated
 //! route, and C is copied back into the caller's memory only once the device work
-//! succeeded, or with beta = 0 block by block as it arrives (`early_write`). A failure
-//! leaves the caller's C untouched where the call reads it (beta != 0), so the shim can
-//! still run the vendor BLAS on the original data; with beta = 0 C is no input of the call
-//! or of that fallback, which writes all of it.
+//! succeeded, or with beta = 0 block by block as it arrives (`early_write`). A failure the
+//! data can cause leaves the caller's C untouched, so the shim can still run the vendor
+//! BLAS on the original data; with beta = 0, where C is no input of the call or of that
+//! fallback, a later device fault can leave blocks written that the fallback overwrites.
 //!
 //! Host copies into and out of pinned memory run on several threads and overlap the DMA of
 //! the previous chunk (two staging buffers alternate).
@@ -239,8 +239,8 @@ pub fn gemm_grid(
 ///
 /// With beta != 0 the result waits in pinned staging until the whole call succeeded and only
 /// then is written into `c` ([`write_back`]), so a failure leaves C as it was; with beta = 0
-/// blocks are written as they arrive, and a failure leaves a C the vendor fallback
-/// overwrites whole without reading it ([`early_write`]).
+/// blocks are written as they arrive once the call may write them, and a failure after that
+/// leaves a C the vendor fallback overwrites whole without reading it ([`early_write`]).
 fn grid_c(
     gpu: &mut Gpu,
     args: &GemmArgs,
@@ -672,7 +672,8 @@ pub(crate) fn staged_gemm(
             // waits for a message that cannot come
             let go = go_tx;
             // blocks written as they are downloaded (early_write's module doc): gpu-native's
-            // always, gpu-ozaki's unless the tuning waits for the whole call's rule
+            // always, gpu-ozaki's only when the tuning says so (by default they wait for the
+            // whole call's rule)
             let at_once = match engine {
                 Engine::Native => true,
                 Engine::Ozaki(_) => tuning().ozaki_write == WriteStart::Downloaded,

@@ -59,11 +59,14 @@ pub struct Tuning {
 /// caller's memory (gpu-native always writes them as they arrive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteStart {
-    /// Each block as soon as it is downloaded, while later parts still upload.
+    /// Each block as soon as it is downloaded, while later parts still upload: the writes
+    /// then share the host's memory with the uploads' staging copies, and on an H100 host
+    /// the uploads ended 4-36 ms later (BENCHMARKS.md, "Host-resident calls at the link
+    /// bound").
     Downloaded,
-    /// Only once the whole call's accuracy rule accepted its operands, after the last
-    /// upload: C stays untouched by every failure the data can cause, and its write-back is
-    /// a tail behind the uploads.
+    /// Once the whole call's accuracy rule accepted its operands, after the last upload's
+    /// copy (the default): C stays untouched by every failure the data can cause, and the
+    /// blocks written after the uploads are done overlap the remaining products.
     Accepted,
 }
 
@@ -94,7 +97,7 @@ impl Default for Tuning {
             panel_rows: (native.panel_rows, ozaki.panel_rows),
             c_ring: (24, 4 << 20),
             register: None,
-            ozaki_write: WriteStart::Downloaded,
+            ozaki_write: WriteStart::Accepted,
         }
     }
 }
@@ -319,13 +322,13 @@ mod tests {
             Some(false)
         );
         assert!("register=yes".parse::<Tuning>().is_err());
-        assert_eq!(Tuning::default().ozaki_write, WriteStart::Downloaded);
+        assert_eq!(Tuning::default().ozaki_write, WriteStart::Accepted);
         assert_eq!(
-            "ozaki_write=accepted"
+            "ozaki_write=downloaded"
                 .parse::<Tuning>()
                 .unwrap()
                 .ozaki_write,
-            WriteStart::Accepted
+            WriteStart::Downloaded
         );
         assert!("ozaki_write=never".parse::<Tuning>().is_err());
         assert!("copy=fast".parse::<Tuning>().is_err());
