@@ -42,6 +42,9 @@ pub const ACCURACY: &str = "OZAKI_ACCURACY";
 pub const VENDOR_BLAS: &str = "OZAKI_VENDOR_BLAS";
 /// `OZAKI_VENDOR_SPIN`: how long the vendor's idle threads spin after a call.
 pub const VENDOR_SPIN: &str = "OZAKI_VENDOR_SPIN";
+/// `OZAKI_VENDOR_THREADS`: whether `auto` runs a vendor call made beside other BLAS calls at
+/// one vendor thread.
+pub const VENDOR_THREADS: &str = "OZAKI_VENDOR_THREADS";
 /// `OZAKI_LOG`: the diagnostics filter.
 pub const LOG: &str = "OZAKI_LOG";
 /// `OZAKI_SPLIT`: whether host dgemms are split over GPU slots.
@@ -125,6 +128,14 @@ pub const VARIABLES: &[Variable] = &[
                   sets `OPENBLAS_THREAD_TIMEOUT` for pools loaded after the shim unless the \
                   user set it",
         default: "short",
+    },
+    Variable {
+        name: VENDOR_THREADS,
+        meaning: "`one`: with `auto`, a call kept on an OpenBLAS while other BLAS calls of the \
+                  process are in flight runs that OpenBLAS at one thread (each caller already \
+                  has its core), and the last such call to end sets its count back; `keep`: \
+                  the vendor's own count",
+        default: "one",
     },
     Variable {
         name: LOG,

@@ -56,6 +56,8 @@ pub struct RawConfig {
     pub cublas: Option<OsString>,
     /// `OZAKI_HOST_REGISTER`.
     pub host_register: Option<OsString>,
+    /// `OZAKI_VENDOR_THREADS`.
+    pub vendor_threads: Option<OsString>,
 }
 
 impl RawConfig {
@@ -77,6 +79,7 @@ impl RawConfig {
             threads: var("OZAKI_THREADS"),
             cublas: var("OZAKI_CUBLAS"),
             host_register: var("OZAKI_HOST_REGISTER"),
+            vendor_threads: var("OZAKI_VENDOR_THREADS"),
         }
     }
 }
@@ -115,6 +118,9 @@ pub struct Config {
     /// Whether large host-resident gemms page-lock the caller's operands
     /// (`OZAKI_HOST_REGISTER`).
     pub host_register: HostRegister,
+    /// Whether `auto` runs a vendor call made beside other BLAS calls at one vendor thread
+    /// (`OZAKI_VENDOR_THREADS=one`, the default) or keeps the vendor's count (`keep`).
+    pub vendor_threads: bool,
 }
 
 /// `OZAKI_HOST_REGISTER`: whether the GPU routes page-lock the caller's op(A) and op(B) of a
@@ -260,6 +266,16 @@ impl Config {
                 HostRegister::Auto
             }
         };
+        let vendor_threads = match text(&raw.vendor_threads).as_deref().map(str::trim) {
+            None | Some("one") => true,
+            Some("keep") => false,
+            Some(other) => {
+                problems.push(format!(
+                    "OZAKI_VENDOR_THREADS={other:?} is neither one nor keep; using one"
+                ));
+                true
+            }
+        };
         let explore = on_unless_0(&raw.explore, "OZAKI_EXPLORE", "exploring", &mut problems);
         let cublas = on_unless_0(
             &raw.cublas,
@@ -282,6 +298,7 @@ impl Config {
             threads,
             cublas,
             host_register,
+            vendor_threads,
         };
         (config, problems)
     }

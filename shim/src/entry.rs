@@ -70,6 +70,7 @@ pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
             illegal,
             held,
             mnk,
+            narrow,
         }) => {
             if illegal {
                 // The vendor's handler may longjmp or throw out of this call.
@@ -77,6 +78,7 @@ pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
             }
             // SAFETY: the caller's contract; `vendor` defines the same exported name.
             unsafe { raw.forward(vendor) };
+            drop(narrow);
             route::wake::vendor_returned(mnk);
             if let Some(pending) = then {
                 shielded(|| pending.record());
@@ -113,6 +115,8 @@ enum Plan {
         illegal: bool,
         held: Option<crate::lazy::InFlight>,
         mnk: u64,
+        /// The vendor runs at one thread until the call returned (a call beside others).
+        narrow: Option<route::vendor_threads::Narrow>,
     },
     /// Call the error handler the reference would call (no vendor BLAS exists).
     Report(Handler),
@@ -200,6 +204,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     illegal: true,
                     held: None,
                     mnk: 0,
+                    narrow: None,
                 },
                 None => Plan::Report(xerbla::handler_for(id, &bad)),
             }
@@ -214,6 +219,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     illegal: false,
                     held: None,
                     mnk: 0,
+                    narrow: None,
                 },
                 None => {
                     if let Some(p) = then {
@@ -225,6 +231,19 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
         }
         Verdict::Compute(canon) => {
             let mut choice = route::choose(config.route, &canon, config);
+            // `auto`'s vendor calls beside others run the vendor at one thread
+            // (route::vendor_threads)
+            let narrow = if choice.route == Route::Vendor
+                && config.route == ozaki_core::route::RouteRequest::Auto
+            {
+                route::vendor_threads::Narrow::beside_others(
+                    id,
+                    crate::lazy::calls_in_flight(),
+                    config.vendor_threads,
+                )
+            } else {
+                None
+            };
             // A vendor call the engine times runs through the route below; one it only counts
             // goes straight to the vendor, counted until it returns (a vendor choice queues no
             // GPU time, so its route flight has nothing else to hold).
@@ -246,6 +265,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     illegal: false,
                     held,
                     mnk: canon.mnk(),
+                    narrow,
                 };
             }
             let plan = route::split::plan(&choice, &canon, config);
@@ -263,6 +283,7 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
                     config,
                 )
             };
+            drop(narrow);
             if let Some(t) = timed {
                 let s = t.elapsed().as_secs_f64();
                 route::choose::feed(&choice, &done, s);

@@ -442,6 +442,69 @@ fn a_call_from_a_constructor_that_runs_before_ours_is_this_processs_own() {
     }
 }
 
+/// `auto` runs a vendor call made while other BLAS calls are in flight at one vendor thread,
+/// and the last such call to end sets the vendor's count back; `OZAKI_VENDOR_THREADS=keep`
+/// and the forced vendor route leave the count alone. Four threads call a stand-in OpenBLAS
+/// that notes the count at each call and computes exactly, so C is the same in every mode.
+#[test]
+fn auto_runs_the_vendor_at_one_thread_beside_other_calls() {
+    let dir = work_dir("vendor-threads");
+    let (Some(prog), Some(vendor)) = (
+        build_c(&dir, "threads", &["-lblas"]),
+        shared_lib(&dir, "narrow_vendor.c", "libnarrow_vendor.so", &[]),
+    ) else {
+        return;
+    };
+    let mut hashes = Vec::new();
+    for (route, setting, narrowed) in [
+        ("auto", None, true),
+        ("auto", Some("one"), true),
+        ("auto", Some("keep"), false),
+        ("vendor", None, false),
+    ] {
+        let what = format!("OZAKI_ROUTE={route} OZAKI_VENDOR_THREADS={setting:?}");
+        let mut cmd = shimmed(&prog, None);
+        cmd.args(["4", "20"])
+            .env("OZAKI_VENDOR_BLAS", &vendor)
+            .env("OZAKI_ROUTE", route);
+        if let Some(v) = setting {
+            cmd.env("OZAKI_VENDOR_THREADS", v);
+        }
+        let out = run_ok(&mut cmd);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let line = err
+            .lines()
+            .find_map(|l| l.strip_prefix("narrow-vendor: "))
+            .unwrap_or_else(|| panic!("{what}: no report from the stand-in vendor: {err}"));
+        let n: Vec<u32> = line
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let [one, many, last] = n[..] else {
+            panic!("{what}: {line}")
+        };
+        assert_eq!(
+            one + many,
+            80,
+            "{what}: every call reached the vendor: {line}"
+        );
+        assert_eq!(last, 16, "{what}: the vendor's count is set back: {line}");
+        if narrowed {
+            assert!(
+                one > 40,
+                "{what}: calls beside others ran at one thread: {line}"
+            );
+        } else {
+            assert_eq!(one, 0, "{what}: the vendor's count was changed: {line}");
+        }
+        hashes.push(stdout(&out));
+    }
+    assert!(
+        hashes.windows(2).all(|w| w[0] == w[1]),
+        "C differs between modes: {hashes:?}"
+    );
+}
+
 #[test]
 fn a_vendor_calling_dgemm_from_its_constructor_does_not_hang() {
     let dir = work_dir("ctor-vendor");

@@ -48,6 +48,7 @@ pub mod split;
 pub mod start;
 pub mod threads;
 pub mod vendor;
+pub mod vendor_threads;
 pub mod wake;
 
 use crate::abi::{CView, Canon, Operands, RawCall};
