@@ -289,6 +289,9 @@ pub struct Engine {
     slots: Vec<u32>,
     split_params: SplitParams,
     cache: Mutex<Cache>,
+    /// Whether a vendor call made beside others runs the vendor at one thread (the shim's
+    /// `OZAKI_VENDOR_THREADS=one`), so that it is priced at the one-thread rate.
+    one_thread_beside: bool,
 }
 
 impl Engine {
@@ -300,6 +303,27 @@ impl Engine {
             slots: Vec::new(),
             split_params: SplitParams::default(),
             cache: Mutex::new(Cache::default()),
+            one_thread_beside: false,
+        }
+    }
+
+    /// The same engine for a process whose vendor calls made beside other calls run the
+    /// vendor at one thread: such a call is priced at the profile's one-thread rate, alone
+    /// (each caller has a core of its own while there are no more callers than the vendor's
+    /// threads), instead of at its share of a vendor pool that every caller splits its call
+    /// over.
+    pub fn with_one_thread_beside_others(mut self, on: bool) -> Engine {
+        self.one_thread_beside = on;
+        self
+    }
+
+    /// The vendor threads and calls in flight a call made while `concurrent` calls are in
+    /// flight is priced at ([`Engine::with_one_thread_beside_others`]).
+    fn vendor_load(&self, concurrent: u32) -> (u32, u32) {
+        if self.one_thread_beside && concurrent > 1 {
+            (1, 1)
+        } else {
+            (self.threads, concurrent)
         }
     }
 
@@ -359,7 +383,8 @@ impl Engine {
         moduli: Option<u32>,
         concurrent: u32,
     ) -> Vec<RouteEstimate> {
-        model::predict_all_loaded(&self.profile, shape, moduli, self.threads, concurrent)
+        let (threads, concurrent) = self.vendor_load(concurrent);
+        model::predict_all_loaded(&self.profile, shape, moduli, threads, concurrent)
     }
 
     /// [`Engine::estimates_loaded`] without the terms' texts: what a decision is made from.
@@ -369,14 +394,8 @@ impl Engine {
         moduli: Option<u32>,
         concurrent: u32,
     ) -> Vec<RouteEstimate> {
-        model::price_all(
-            &self.profile,
-            shape,
-            moduli,
-            self.threads,
-            concurrent,
-            false,
-        )
+        let (threads, concurrent) = self.vendor_load(concurrent);
+        model::price_all(&self.profile, shape, moduli, threads, concurrent, false)
     }
 
     /// The decision for a call made with `in_flight` calls in flight in the process (itself

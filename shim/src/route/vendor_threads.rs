@@ -157,11 +157,12 @@ mod tests {
     use std::sync::atomic::{AtomicI32, Ordering};
 
     static COUNT: AtomicI32 = AtomicI32::new(16);
+    // stand-ins for the library's entry points, called through `extern "C"` pointers
     extern "C" fn set(n: c_int) {
-        COUNT.store(n, Ordering::SeqCst);
+        crate::shield::shielded(|| COUNT.store(n, Ordering::SeqCst));
     }
     extern "C" fn get() -> c_int {
-        COUNT.load(Ordering::SeqCst)
+        crate::shield::shielded_or(0, || COUNT.load(Ordering::SeqCst))
     }
 
     /// The first call beside others sets one thread, the last to end restores the count the
