@@ -9,12 +9,14 @@
 //! repeated shape still costs one lookup. The GPU is priced alone in the cached decision and
 //! the wait for the calls already queued on it ([`keeps_gpu`]) is checked per call.
 //!
-//! What the share does not model: a BLAS called from inside an OpenMP team (PySCF's own
-//! OpenBLAS) runs each call on one thread however many are in flight, so a call sent to the
-//! GPU frees a core that no other call takes up; the per-class corrections (`correct`) still
-//! price such a vendor call at what it measures, and the GPU start counts each call's gain
-//! at its share of the wall clock (the shim's `route::start::ledger_gain`), but the per-call
-//! choice cannot see that a parallel loop ends with its slowest call.
+//! Where the shim runs a vendor call made beside others at one vendor thread (its
+//! `OZAKI_VENDOR_THREADS=one`), the engine prices that call at the one-thread rate alone
+//! instead (`choose::Engine::with_one_thread_beside_others`): each caller then has its own
+//! core, and a call sent to the GPU frees a core that no other call takes up. The per-class
+//! corrections (`correct`) price such a vendor call at what it measures, and the GPU start
+//! counts each call's gain at its share of the wall clock (the shim's
+//! `route::start::ledger_gain`), but the per-call choice cannot see that a parallel loop ends
+//! with its slowest call.
 
 use super::profile::{ConcurrentRate, CpuProfile};
 
