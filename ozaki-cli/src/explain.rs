@@ -51,13 +51,19 @@ pub enum Model {
 impl ModelArgs {
     /// Loads the profile or platform; prints the profile warning once on stderr.
     pub fn load(&self) -> anyhow::Result<Model> {
-        self.load_for_spin(None)
+        self.load_as_traced(None, false)
     }
 
-    /// [`ModelArgs::load`] for a process whose OpenBLAS pools spun `2^vendor_spin_log2`
-    /// cycles (a trace header's): that bounds the profile's vendor wake as it bounded the
-    /// shim's (`ozaki_core::engine::spin`).
-    pub fn load_for_spin(&self, vendor_spin_log2: Option<u32>) -> anyhow::Result<Model> {
+    /// [`ModelArgs::load`] for the process a trace header describes: its OpenBLAS pools spun
+    /// `2^vendor_spin_log2` cycles, which bounds the profile's vendor wake as it bounded the
+    /// shim's (`ozaki_core::engine::spin`), and with `threads_shared` its vendor calls made
+    /// beside others ran at their share of the vendor's threads, priced so
+    /// (`Engine::with_vendor_threads_shared`).
+    pub fn load_as_traced(
+        &self,
+        vendor_spin_log2: Option<u32>,
+        threads_shared: bool,
+    ) -> anyhow::Result<Model> {
         if let Some(p) = &self.platform {
             let pl = platforms::by_name(p).with_context(|| {
                 let names: Vec<&str> = platforms::all().iter().map(|x| x.name).collect();
@@ -105,7 +111,8 @@ impl ModelArgs {
         };
         let mut prof = prof;
         prof.cpu.wake = ozaki_core::engine::spin::bounded(prof.cpu.wake, vendor_spin_log2);
-        Ok(Model::Measured(Box::new(Engine::new(prof, threads)), src))
+        let engine = Engine::new(prof, threads).with_vendor_threads_shared(threads_shared);
+        Ok(Model::Measured(Box::new(engine), src))
     }
 }
 

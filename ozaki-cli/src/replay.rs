@@ -38,6 +38,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
     let mut in_flight = Vec::new();
     let mut recorded_threads = None;
     let mut vendor_spin_log2 = None;
+    let mut threads_shared = false;
     for path in &a.traces {
         let mut loaded = crate::tracefile::load(path)?;
         for n in &loaded.notes {
@@ -52,6 +53,11 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             .iter()
             .filter(|h| h.vendor.values().any(|lib| spin::is_openblas(lib)))
             .find_map(|h| h.vendor_spin_log2));
+        threads_shared |= loaded
+            .trace
+            .headers
+            .iter()
+            .any(|h| h.vendor_threads_shared == Some(true));
         // Records the shim answered without a product (illegal arguments, quick returns)
         // are not work for any route; they still occupied their thread, so the calls in
         // flight are counted over every record of the file first.
@@ -90,7 +96,7 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             .copied()
             .or_else(|| default_r(s.k))
     };
-    let model = a.model.load_for_spin(vendor_spin_log2)?;
+    let model = a.model.load_as_traced(vendor_spin_log2, threads_shared)?;
     let (desc, rm) = match &model {
         Model::Measured(engine, src) => (
             format!("profile {} [{src}]", engine.profile().name),

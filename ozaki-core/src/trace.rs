@@ -36,7 +36,9 @@ use std::collections::BTreeMap;
 /// GPU call waited behind other callers' GPU work, inside `dur_ns`), and the optional
 /// `engine.wake_s` (what the vendor's still-busy threads added to the GPU route's price), and
 /// the header's optional `vendor_spin_log2` (the spin timeout of the process's OpenBLAS
-/// pools, which bounds the vendor's wake the engine priced).
+/// pools, which bounds the vendor's wake the engine priced) and `vendor_threads_shared`
+/// (vendor calls beside others ran at their share of the vendor's threads); an older reader
+/// prices such a trace's vendor calls at a shared pool's rate, as the shim then did.
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// Which BLAS routine a record describes.
@@ -117,6 +119,11 @@ pub struct Header {
     /// OpenBLAS was loaded; `ozaki_core::engine::spin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vendor_spin_log2: Option<u32>,
+    /// True when `auto` ran vendor calls made beside other BLAS calls at their share of the
+    /// vendor's threads (the shim's `OZAKI_VENDOR_THREADS=share`), which the engine prices
+    /// so; absent in traces of shims without that rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor_threads_shared: Option<bool>,
 }
 
 fn default_schema() -> u32 {

@@ -805,12 +805,12 @@ fn a_call_beside_others_holds_the_gpu_without_its_host_copies() {
     assert_eq!(beside, g);
 }
 
-/// With one vendor thread for calls beside others, a vendor call made among 16 in flight
-/// (PySCF's 1953 x 122 x 1953 from an OpenMP team) is priced at the one-thread rate alone,
-/// not at its share of a 16-thread pool that every caller splits its call over; a call made
-/// alone is priced as before.
+/// With the vendor's threads shared among calls beside each other, a vendor call made among
+/// 16 in flight (PySCF's 1953 x 122 x 1953 from an OpenMP team) is priced at the one-thread
+/// rate alone and one among 2 at the 8-thread rate, not at their share of a 16-thread pool
+/// that every caller splits its call over; a call made alone is priced as before.
 #[test]
-fn calls_beside_others_at_one_vendor_thread_are_priced_at_the_one_thread_rate() {
+fn calls_beside_others_are_priced_at_their_share_of_the_vendor_threads() {
     let shape = CallShape::gemm(1953, 1953, 122);
     let vendor = |e: &Engine, concurrent| {
         e.estimates_loaded(&shape, None, concurrent)
@@ -820,10 +820,12 @@ fn calls_beside_others_at_one_vendor_thread_are_priced_at_the_one_thread_rate() 
             .seconds
     };
     let pool = Engine::new(h200(), 16);
-    let narrowed = Engine::new(h200(), 16).with_one_thread_beside_others(true);
+    let narrowed = Engine::new(h200(), 16).with_vendor_threads_shared(true);
     let one = Engine::new(h200(), 1);
+    let eight = Engine::new(h200(), 8);
     assert_eq!(vendor(&narrowed, 1), vendor(&pool, 1), "alone: unchanged");
     assert_eq!(vendor(&narrowed, 16), vendor(&one, 1), "beside 15 others");
+    assert_eq!(vendor(&narrowed, 2), vendor(&eight, 1), "beside one other");
     assert!(
         vendor(&pool, 16) > vendor(&narrowed, 16),
         "the shared pool is priced slower: {} vs {}",

@@ -118,8 +118,9 @@ pub struct Config {
     /// Whether large host-resident gemms page-lock the caller's operands
     /// (`OZAKI_HOST_REGISTER`).
     pub host_register: HostRegister,
-    /// Whether `auto` runs a vendor call made beside other BLAS calls at one vendor thread
-    /// (`OZAKI_VENDOR_THREADS=one`, the default) or keeps the vendor's count (`keep`).
+    /// Whether `auto` runs vendor calls made beside other BLAS calls at their share of the
+    /// vendor's threads (`OZAKI_VENDOR_THREADS=share`, the default) or keeps the vendor's
+    /// count (`keep`).
     pub vendor_threads: bool,
 }
 
@@ -267,11 +268,11 @@ impl Config {
             }
         };
         let vendor_threads = match text(&raw.vendor_threads).as_deref().map(str::trim) {
-            None | Some("one") => true,
+            None | Some("share") => true,
             Some("keep") => false,
             Some(other) => {
                 problems.push(format!(
-                    "OZAKI_VENDOR_THREADS={other:?} is neither one nor keep; using one"
+                    "OZAKI_VENDOR_THREADS={other:?} is neither share nor keep; using share"
                 ));
                 true
             }

@@ -115,7 +115,8 @@ enum Plan {
         illegal: bool,
         held: Option<crate::lazy::InFlight>,
         mnk: u64,
-        /// The vendor runs at one thread until the call returned (a call beside others).
+        /// The vendor runs at a share of its threads until the call returned (a call
+        /// beside others).
         narrow: Option<route::vendor_threads::Narrow>,
     },
     /// Call the error handler the reference would call (no vendor BLAS exists).
@@ -231,8 +232,8 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
         }
         Verdict::Compute(canon) => {
             let mut choice = route::choose(config.route, &canon, config);
-            // `auto`'s vendor calls beside others run the vendor at one thread
-            // (route::vendor_threads)
+            // `auto`'s vendor calls beside others run the vendor at their share of its
+            // threads (route::vendor_threads)
             let narrow = if choice.route == Route::Vendor
                 && config.route == ozaki_core::route::RouteRequest::Auto
             {

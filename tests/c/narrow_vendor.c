@@ -2,8 +2,8 @@
  * transposes, exact naive loops) plus openblas_set_num_threads / openblas_get_num_threads.
  * Each dgemm_ call notes the thread count set at its start and holds the CPU for about a
  * millisecond, so that calls from several threads overlap. At exit it prints on stderr
- * "narrow-vendor: one N many M final F": the calls that ran at one thread, those that ran at
- * more, and the count set at the end (16 at the start).
+ * "narrow-vendor: fewer N all M final F": the calls that ran at fewer than the 16 threads it
+ * starts with, those that ran at 16 or more, and the count set at the end.
  *
  * Build: cc -shared -fPIC narrow_vendor.c -o libnarrow_vendor.so
  */
@@ -12,7 +12,7 @@
 #include <time.h>
 
 static atomic_int threads = 16;
-static atomic_int one, many;
+static atomic_int fewer, all;
 
 void openblas_set_num_threads(int n) { atomic_store(&threads, n < 1 ? 1 : n); }
 int openblas_get_num_threads(void) { return atomic_load(&threads); }
@@ -22,7 +22,7 @@ void dgemm_(const char *ta, const char *tb, const int *m, const int *n, const in
             const int *ldb, const double *beta, double *c, const int *ldc) {
     (void)ta;
     (void)tb;
-    atomic_fetch_add(atomic_load(&threads) == 1 ? &one : &many, 1);
+    atomic_fetch_add(atomic_load(&threads) < 16 ? &fewer : &all, 1);
     for (int j = 0; j < *n; j++)
         for (int i = 0; i < *m; i++) {
             double s = 0.0;
@@ -37,6 +37,6 @@ void dgemm_(const char *ta, const char *tb, const int *m, const int *n, const in
 }
 
 __attribute__((destructor)) static void report(void) {
-    fprintf(stderr, "narrow-vendor: one %d many %d final %d\n", atomic_load(&one),
-            atomic_load(&many), atomic_load(&threads));
+    fprintf(stderr, "narrow-vendor: fewer %d all %d final %d\n", atomic_load(&fewer),
+            atomic_load(&all), atomic_load(&threads));
 }

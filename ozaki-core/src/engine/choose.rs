@@ -289,9 +289,9 @@ pub struct Engine {
     slots: Vec<u32>,
     split_params: SplitParams,
     cache: Mutex<Cache>,
-    /// Whether a vendor call made beside others runs the vendor at one thread (the shim's
-    /// `OZAKI_VENDOR_THREADS=one`), so that it is priced at the one-thread rate.
-    one_thread_beside: bool,
+    /// Whether vendor calls made beside others run the vendor at their share of its threads
+    /// (the shim's `OZAKI_VENDOR_THREADS=share`), so that each is priced at that share alone.
+    vendor_threads_shared: bool,
 }
 
 impl Engine {
@@ -303,25 +303,24 @@ impl Engine {
             slots: Vec::new(),
             split_params: SplitParams::default(),
             cache: Mutex::new(Cache::default()),
-            one_thread_beside: false,
+            vendor_threads_shared: false,
         }
     }
 
-    /// The same engine for a process whose vendor calls made beside other calls run the
-    /// vendor at one thread: such a call is priced at the profile's one-thread rate, alone
-    /// (each caller has a core of its own while there are no more callers than the vendor's
-    /// threads), instead of at its share of a vendor pool that every caller splits its call
-    /// over.
-    pub fn with_one_thread_beside_others(mut self, on: bool) -> Engine {
-        self.one_thread_beside = on;
+    /// The same engine for a process whose vendor calls made beside others run the vendor at
+    /// their share of its threads (its thread count divided by the calls in flight, at least
+    /// one): such a call is priced at the profile's rate for that many threads, alone, instead
+    /// of at its share of a vendor pool that every caller splits its call over.
+    pub fn with_vendor_threads_shared(mut self, on: bool) -> Engine {
+        self.vendor_threads_shared = on;
         self
     }
 
     /// The vendor threads and calls in flight a call made while `concurrent` calls are in
-    /// flight is priced at ([`Engine::with_one_thread_beside_others`]).
+    /// flight is priced at ([`Engine::with_vendor_threads_shared`]).
     fn vendor_load(&self, concurrent: u32) -> (u32, u32) {
-        if self.one_thread_beside && concurrent > 1 {
-            (1, 1)
+        if self.vendor_threads_shared && concurrent > 1 {
+            ((self.threads / concurrent).max(1), 1)
         } else {
             (self.threads, concurrent)
         }

@@ -9,10 +9,10 @@
 //! repeated shape still costs one lookup. The GPU is priced alone in the cached decision and
 //! the wait for the calls already queued on it ([`keeps_gpu`]) is checked per call.
 //!
-//! Where the shim runs a vendor call made beside others at one vendor thread (its
-//! `OZAKI_VENDOR_THREADS=one`), the engine prices that call at the one-thread rate alone
-//! instead (`choose::Engine::with_one_thread_beside_others`): each caller then has its own
-//! core, and a call sent to the GPU frees a core that no other call takes up. The per-class
+//! Where the shim runs vendor calls made beside others at their share of the vendor's
+//! threads (its `OZAKI_VENDOR_THREADS=share`), the engine prices such a call at the rate for
+//! that many threads, alone (`choose::Engine::with_vendor_threads_shared`): each caller then
+//! has cores of its own, and a call sent to the GPU frees cores that no other call takes up. The per-class
 //! corrections (`correct`) price such a vendor call at what it measures, and the GPU start
 //! counts each call's gain at its share of the wall clock (the shim's
 //! `route::start::ledger_gain`), but the per-call choice cannot see that a parallel loop ends

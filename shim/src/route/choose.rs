@@ -186,11 +186,11 @@ pub fn machine_threads() -> (u32, u32) {
 }
 
 /// An engine pricing `prof` for the vendor BLAS's thread count in this process, and its
-/// calls beside others at one vendor thread when `OZAKI_VENDOR_THREADS` says so
-/// (`super::vendor_threads`).
+/// calls beside others at their share of the vendor's threads when `OZAKI_VENDOR_THREADS`
+/// says so (`super::vendor_threads`).
 fn engine_for(prof: Profile) -> Engine {
     Engine::new(prof, machine_threads().1)
-        .with_one_thread_beside_others(crate::config::get().vendor_threads)
+        .with_vendor_threads_shared(crate::config::get().vendor_threads)
 }
 
 /// The engine of this process.

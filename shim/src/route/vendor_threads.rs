@@ -1,27 +1,29 @@
-//! One vendor thread for the calls `auto` sends to the vendor while other BLAS calls of the
-//! process are in flight (`OZAKI_VENDOR_THREADS`, default `one`).
+//! Vendor calls that `auto` makes while other BLAS calls of the process are in flight run
+//! the vendor at their share of its threads (`OZAKI_VENDOR_THREADS`, default `share`).
 //!
 //! A program that calls its BLAS from many threads at once (PySCF's C code from every thread
 //! of an OpenMP team) hands each call to a vendor that splits it again over its own pool of
 //! one thread per core: 16 callers on 16 cores then share 16 pool threads, and each call
 //! waits for the others' parts. PySCF's CCSD on a 16-core host ran in 6.7 s so, and in 4.0
-//! s with `OPENBLAS_NUM_THREADS=1` (BENCHMARKS.md, "One vendor thread beside other calls"):
-//! its BLAS calls, each on the one core its caller already has, went 1.7x faster in all.
+//! s with `OPENBLAS_NUM_THREADS=1` (BENCHMARKS.md, "The vendor's threads shared among
+//! concurrent calls"): its BLAS calls, each on the one core its caller already has, went
+//! 1.7x faster in all.
 //!
-//! So while a call `auto` keeps on the vendor runs beside others, the vendor library that
-//! defines it runs at one thread: the first such call saves the library's thread count
-//! (`openblas_get_num_threads`) and sets 1 (`openblas_set_num_threads`, also under the names
-//! of pip's `scipy_openblas` wheels), and the last one to end sets the saved count back. A
-//! call made alone keeps the library's count. The count is one setting of the whole library,
-//! so a call that starts alone while calls beside each other still run also gets one thread,
-//! and a count the program sets while such calls run is replaced by the saved one when they
-//! end.
+//! So while calls `auto` keeps on the vendor run beside others, the vendor library that
+//! defines them runs at its thread count divided by the calls in flight (at least one): the
+//! first such call saves the library's count (`openblas_get_num_threads`) and each one sets
+//! the share for the calls in flight when it starts (`openblas_set_num_threads`, also under
+//! the names of pip's `scipy_openblas` wheels); the last one to end sets the saved count
+//! back. Sixteen callers on a 16-thread vendor get one thread each, two get eight. A call
+//! made alone keeps the library's count. The count is one setting of the whole library, so a
+//! call that starts alone while others still run also gets a share, and a count the program
+//! sets while such calls run is replaced by the saved one when they end.
 //!
-//! What it changes: the vendor splits a call differently at one thread than at sixteen, so
-//! C can differ in the last bits (as between two thread settings of the vendor; OpenBLAS
-//! 0.3.21 on 2 cores differed in 4 of 6 shapes); the vendor route forced with
-//! `OZAKI_ROUTE=vendor` and `OZAKI_VENDOR_THREADS=keep` leave the vendor's setting alone.
-//! Vendors without these entry points (MKL, BLIS, the reference BLAS) are left as they are.
+//! What it changes: the vendor splits a call differently at another thread count, so C can
+//! differ in the last bits (as between two thread settings of the vendor; OpenBLAS 0.3.21 on
+//! 2 cores differed in 4 of 6 shapes); the vendor route forced with `OZAKI_ROUTE=vendor` and
+//! `OZAKI_VENDOR_THREADS=keep` leave the vendor's setting alone. Vendors without these entry
+//! points (MKL, BLIS, the reference BLAS) are left as they are.
 
 use crate::symbols::SymId;
 use libc::c_int;
@@ -55,24 +57,24 @@ struct Control {
 static CONTROLS: [crate::lazy::Lazy<Option<Control>>; crate::symbols::COUNT] =
     [const { crate::lazy::Lazy::new() }; crate::symbols::COUNT];
 
-/// The narrowed libraries: a setter's address, the calls narrowing it, the count to restore.
+/// The shared libraries: a setter's address, the calls sharing it, the count to restore.
 static NARROWED: Mutex<Vec<(usize, usize, c_int)>> = Mutex::new(Vec::new());
 
-/// A call that runs its vendor at one thread until it is dropped.
+/// A call that runs its vendor at a share of its threads until it is dropped.
 pub struct Narrow {
     control: Control,
 }
 
 impl Narrow {
-    /// Narrows the vendor library of `id` for a call made beside `concurrent - 1` others (with
-    /// `OZAKI_VENDOR_THREADS=one`); `None` when the call is alone, the setting is `keep`, or
-    /// the library has no thread count to set.
+    /// Sets the vendor library of `id` to its share of threads for a call made beside
+    /// `concurrent - 1` others (with `OZAKI_VENDOR_THREADS=share`); `None` when the call is
+    /// alone, the setting is `keep`, or the library has no thread count to set.
     pub fn beside_others(id: SymId, concurrent: u32, enabled: bool) -> Option<Narrow> {
         if !enabled || concurrent < 2 {
             return None;
         }
         let control = *CONTROLS[id.index()].get_or_init(|| find(id)).as_ref()?;
-        enter(control);
+        enter(control, concurrent);
         Some(Narrow { control })
     }
 }
@@ -87,17 +89,26 @@ fn key(c: Control) -> usize {
     c.set as usize
 }
 
-fn enter(c: Control) {
+/// `saved` threads shared among `concurrent` calls: at least one each.
+fn share(saved: c_int, concurrent: u32) -> c_int {
+    (saved / concurrent.max(1) as c_int).max(1)
+}
+
+fn enter(c: Control, concurrent: u32) {
     let mut all = NARROWED.lock().unwrap_or_else(|p| p.into_inner());
-    match all.iter_mut().find(|e| e.0 == key(c)) {
-        Some(e) => e.1 += 1,
+    let saved = match all.iter_mut().find(|e| e.0 == key(c)) {
+        Some(e) => {
+            e.1 += 1;
+            e.2
+        }
         None => {
             let saved = (c.get)();
-            if saved > 1 {
-                (c.set)(1);
-            }
             all.push((key(c), 1, saved));
+            saved
         }
+    };
+    if saved > 1 {
+        (c.set)(share(saved, concurrent));
     }
 }
 
@@ -145,7 +156,7 @@ fn find(id: SymId) -> Option<Control> {
         }
     };
     tracing::debug!(
-        "vendor threads: {} can be run at one thread beside other calls",
+        "vendor threads: {} is shared among calls beside each other",
         vendor.library
     );
     Some(control)
@@ -165,21 +176,23 @@ mod tests {
         crate::shield::shielded_or(0, || COUNT.load(Ordering::SeqCst))
     }
 
-    /// The first call beside others sets one thread, the last to end restores the count the
-    /// library had; calls in between leave it at one.
+    /// The first call beside others sets its share of the library's threads, later ones the
+    /// share for the calls in flight when they start, and the last to end restores the
+    /// count the library had; a library at one thread is left alone.
     #[test]
-    fn one_thread_from_the_first_narrowed_call_to_the_last() {
+    fn calls_beside_others_share_the_threads_until_the_last_ends() {
         let c = Control { set, get };
-        enter(c);
-        assert_eq!(get(), 1);
-        enter(c);
+        enter(c, 16);
+        assert_eq!(get(), 1, "16 calls on 16 threads");
+        enter(c, 2);
+        assert_eq!(get(), 8, "2 calls on 16 threads");
         leave(c);
-        assert_eq!(get(), 1, "restored while a narrowed call still runs");
+        assert_eq!(get(), 8, "restored while a call still runs");
         leave(c);
         assert_eq!(get(), 16);
-        // a library already at one thread is left alone
+        assert_eq!(share(16, 40), 1, "at least one thread");
         set(1);
-        enter(c);
+        enter(c, 4);
         leave(c);
         assert_eq!(get(), 1);
         set(16);
