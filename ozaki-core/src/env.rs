@@ -135,7 +135,7 @@ pub const VARIABLES: &[Variable] = &[
                   the process are in flight run that OpenBLAS at its thread count divided by \
                   the calls in flight (at least one), and the last such call to end sets the \
                   count back; `keep`: the vendor's own count",
-        default: "share",
+        default: "keep",
     },
     Variable {
         name: LOG,

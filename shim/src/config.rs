@@ -119,8 +119,8 @@ pub struct Config {
     /// (`OZAKI_HOST_REGISTER`).
     pub host_register: HostRegister,
     /// Whether `auto` runs vendor calls made beside other BLAS calls at their share of the
-    /// vendor's threads (`OZAKI_VENDOR_THREADS=share`, the default) or keeps the vendor's
-    /// count (`keep`).
+    /// vendor's threads (`OZAKI_VENDOR_THREADS=share`) or keeps the vendor's count (`keep`,
+    /// the default).
     pub vendor_threads: bool,
 }
 
@@ -268,13 +268,13 @@ impl Config {
             }
         };
         let vendor_threads = match text(&raw.vendor_threads).as_deref().map(str::trim) {
-            None | Some("share") => true,
-            Some("keep") => false,
+            Some("share") => true,
+            None | Some("keep") => false,
             Some(other) => {
                 problems.push(format!(
-                    "OZAKI_VENDOR_THREADS={other:?} is neither share nor keep; using share"
+                    "OZAKI_VENDOR_THREADS={other:?} is neither share nor keep; using keep"
                 ));
-                true
+                false
             }
         };
         let explore = on_unless_0(&raw.explore, "OZAKI_EXPLORE", "exploring", &mut problems);

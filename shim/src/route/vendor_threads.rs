@@ -1,5 +1,7 @@
 //! Vendor calls that `auto` makes while other BLAS calls of the process are in flight run
-//! the vendor at their share of its threads (`OZAKI_VENDOR_THREADS`, default `share`).
+//! the vendor at their share of its threads, with `OZAKI_VENDOR_THREADS=share` (the default
+//! is `keep`: measured under the shim, the rule did not make PySCF faster, BENCHMARKS.md,
+//! "The vendor's threads shared among concurrent calls").
 //!
 //! A program that calls its BLAS from many threads at once (PySCF's C code from every thread
 //! of an OpenMP team) hands each call to a vendor that splits it again over its own pool of
@@ -68,7 +70,8 @@ pub struct Narrow {
 impl Narrow {
     /// Sets the vendor library of `id` to its share of threads for a call made beside
     /// `concurrent - 1` others (with `OZAKI_VENDOR_THREADS=share`); `None` when the call is
-    /// alone, the setting is `keep`, or the library has no thread count to set.
+    /// alone, the setting is `keep` (the default), or the library has no thread count to
+    /// set.
     pub fn beside_others(id: SymId, concurrent: u32, enabled: bool) -> Option<Narrow> {
         if !enabled || concurrent < 2 {
             return None;
