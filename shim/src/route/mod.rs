@@ -33,6 +33,8 @@
 //!   [`choose::auto`](mod@choose), which starts the GPU in the background ([`start`]);
 //!   [`execute`] notes each threaded vendor call's return for the vendor's wake ([`wake`]).
 //! - The A/B comparison (`crate::ab`) wraps [`execute`].
+//! - With `OZAKI_VENDOR_THREADS=share`, `auto`'s vendor calls made beside others run the
+//!   vendor at their share of its threads ([`vendor_threads`], held by `crate::entry`).
 
 pub mod adjust;
 pub mod builtin;
