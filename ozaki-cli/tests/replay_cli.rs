@@ -144,3 +144,55 @@ fn concurrent_calls_price_the_vendor_at_their_share_of_the_cpu() {
         "{largest:?}"
     );
 }
+
+/// A trace whose header says the shim shared the vendor's threads among calls beside each
+/// other (`vendor_threads_shared`) is replayed so: PySCF CCSD's vendor calls made beside
+/// another are priced at their share of 16 threads alone (8 each), not at a shared pool's
+/// rate, so their vendor total changes; the same trace without the field replays as before.
+#[test]
+fn a_trace_of_shared_vendor_threads_is_priced_at_each_calls_share() {
+    let dir = work_dir("replay-shared-threads");
+    let mut text = String::new();
+    let gz = std::fs::read(repo_root().join("traces/ccsd-benzene-ccpvdz.jsonl.gz")).unwrap();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .expect("gzip trace");
+    let (header, rest) = text.split_once('\n').expect("a header line");
+    assert!(header.contains("\"header\"") && !header.contains("vendor_threads_shared"));
+    let shared = format!(
+        "{},\"vendor_threads_shared\":true}}\n{rest}",
+        header.trim_end().trim_end_matches('}')
+    );
+    let (plain, marked) = (dir.join("plain.jsonl"), dir.join("shared.jsonl"));
+    std::fs::write(&plain, &text).unwrap();
+    std::fs::write(&marked, shared).unwrap();
+    let vendor_total = |trace: &std::path::Path| {
+        let o = Command::new(ozaki_bin())
+            .current_dir(repo_root())
+            .arg("replay")
+            .arg(trace)
+            .args([
+                "--profile",
+                "profiles/h200.json",
+                "--threads",
+                "16",
+                "--csv",
+                "-",
+            ])
+            .output()
+            .expect("run ozaki replay");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let csv = String::from_utf8(o.stdout).unwrap();
+        let mut lines = csv.lines();
+        let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let cv = head.iter().position(|h| *h == "t_vendor_s").unwrap();
+        lines
+            .map(|l| l.split(',').nth(cv).unwrap().parse::<f64>().unwrap())
+            .sum::<f64>()
+    };
+    let (p, s) = (vendor_total(&plain), vendor_total(&marked));
+    assert!(
+        (s - p).abs() > 0.01 * p,
+        "the shared threads changed no price: {p:.3} s against {s:.3} s"
+    );
+}
