@@ -50,6 +50,27 @@ fn fixture(name: &str) -> String {
     }
 }
 
+/// The per-record CSV of `ozaki replay TRACE --profile profiles/h200.json --threads 16`, run
+/// from the repository root (TRACE relative to it or absolute).
+fn replay_csv_h200(trace: &std::path::Path) -> String {
+    let o = Command::new(ozaki_bin())
+        .current_dir(repo_root())
+        .arg("replay")
+        .arg(trace)
+        .args([
+            "--profile",
+            "profiles/h200.json",
+            "--threads",
+            "16",
+            "--csv",
+            "-",
+        ])
+        .output()
+        .expect("run ozaki replay");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).expect("utf-8 output")
+}
+
 /// Line by line, so a difference names the record.
 fn assert_same(got: &str, want: &str, what: &str) {
     for (i, (g, w)) in got.lines().zip(want.lines()).enumerate() {
@@ -100,22 +121,7 @@ fn replay_composites_are_the_recorded_ones() {
 /// price the GPU faster.
 #[test]
 fn concurrent_calls_price_the_vendor_at_their_share_of_the_cpu() {
-    let o = Command::new(ozaki_bin())
-        .current_dir(repo_root())
-        .args([
-            "replay",
-            "traces/ccsd-benzene-ccpvdz.jsonl.gz",
-            "--profile",
-            "profiles/h200.json",
-            "--threads",
-            "16",
-            "--csv",
-            "-",
-        ])
-        .output()
-        .expect("run ozaki replay");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let csv = String::from_utf8(o.stdout).unwrap();
+    let csv = replay_csv_h200(std::path::Path::new("traces/ccsd-benzene-ccpvdz.jsonl.gz"));
     let mut vendor_total = 0.0;
     let mut largest = Vec::new();
     let mut lines = csv.lines();
@@ -167,22 +173,7 @@ fn a_trace_of_shared_vendor_threads_is_priced_at_each_calls_share() {
     std::fs::write(&plain, &text).unwrap();
     std::fs::write(&marked, shared).unwrap();
     let vendor_total = |trace: &std::path::Path| {
-        let o = Command::new(ozaki_bin())
-            .current_dir(repo_root())
-            .arg("replay")
-            .arg(trace)
-            .args([
-                "--profile",
-                "profiles/h200.json",
-                "--threads",
-                "16",
-                "--csv",
-                "-",
-            ])
-            .output()
-            .expect("run ozaki replay");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let csv = String::from_utf8(o.stdout).unwrap();
+        let csv = replay_csv_h200(trace);
         let mut lines = csv.lines();
         let head: Vec<&str> = lines.next().unwrap().split(',').collect();
         let cv = head.iter().position(|h| *h == "t_vendor_s").unwrap();

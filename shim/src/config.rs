@@ -308,6 +308,13 @@ impl Config {
     pub fn tracing(&self) -> bool {
         self.trace.is_some()
     }
+
+    /// Whether `auto` runs vendor calls made beside others at their share of the vendor's
+    /// threads (`OZAKI_ROUTE=auto` with `OZAKI_VENDOR_THREADS=share`,
+    /// `route::vendor_threads`).
+    pub fn shares_vendor_threads(&self) -> bool {
+        self.route == ozaki_core::route::RouteRequest::Auto && self.vendor_threads
+    }
 }
 
 /// A switch that is on unless set to `0`: `1` or unset is on, anything else is reported

@@ -234,14 +234,8 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             let mut choice = route::choose(config.route, &canon, config);
             // `auto`'s vendor calls beside others run the vendor at their share of its
             // threads (route::vendor_threads)
-            let narrow = if choice.route == Route::Vendor
-                && config.route == ozaki_core::route::RouteRequest::Auto
-            {
-                route::vendor_threads::Narrow::beside_others(
-                    id,
-                    crate::lazy::calls_in_flight(),
-                    config.vendor_threads,
-                )
+            let narrow = if choice.route == Route::Vendor && config.shares_vendor_threads() {
+                route::vendor_threads::Narrow::beside_others(id, crate::lazy::calls_in_flight())
             } else {
                 None
             };

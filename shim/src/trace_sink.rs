@@ -1289,10 +1289,7 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
         cpus: Some(crate::route::choose::machine_threads().0),
         blas_threads: Some(crate::route::choose::machine_threads().1),
         vendor_spin_log2: crate::vendor_spin::timeout_log2(),
-        vendor_threads_shared: Some(
-            crate::config::get().route == ozaki_core::route::RouteRequest::Auto
-                && crate::config::get().vendor_threads,
-        ),
+        vendor_threads_shared: Some(crate::config::get().shares_vendor_threads()),
     }
 }
 

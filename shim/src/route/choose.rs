@@ -190,7 +190,7 @@ pub fn machine_threads() -> (u32, u32) {
 /// says so (`super::vendor_threads`).
 fn engine_for(prof: Profile) -> Engine {
     Engine::new(prof, machine_threads().1)
-        .with_vendor_threads_shared(crate::config::get().vendor_threads)
+        .with_vendor_threads_shared(crate::config::get().shares_vendor_threads())
 }
 
 /// The engine of this process.

@@ -69,11 +69,10 @@ pub struct Narrow {
 
 impl Narrow {
     /// Sets the vendor library of `id` to its share of threads for a call made beside
-    /// `concurrent - 1` others (with `OZAKI_VENDOR_THREADS=share`); `None` when the call is
-    /// alone, the setting is `keep` (the default), or the library has no thread count to
-    /// set.
-    pub fn beside_others(id: SymId, concurrent: u32, enabled: bool) -> Option<Narrow> {
-        if !enabled || concurrent < 2 {
+    /// `concurrent - 1` others (the caller checks `Config::shares_vendor_threads`); `None`
+    /// when the call is alone or the library has no thread count to set.
+    pub fn beside_others(id: SymId, concurrent: u32) -> Option<Narrow> {
+        if concurrent < 2 {
             return None;
         }
         let control = *CONTROLS[id.index()].get_or_init(|| find(id)).as_ref()?;
