@@ -119,9 +119,11 @@ pub struct Header {
     /// OpenBLAS was loaded; `ozaki_core::engine::spin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vendor_spin_log2: Option<u32>,
-    /// True when `auto` ran vendor calls made beside other BLAS calls at their share of the
-    /// vendor's threads (the shim's `OZAKI_VENDOR_THREADS=share`), which the engine prices
-    /// so; absent in traces of shims without that rule.
+    /// True when `auto` ran some vendor calls at a share of the vendor's threads, which the
+    /// engine prices so: calls made beside other BLAS calls (the shim's
+    /// `OZAKI_VENDOR_THREADS=share`) or from inside an OpenMP team (`team`, where such a
+    /// call's `engine.concurrent` counts at least its team); absent in traces of shims
+    /// without these rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vendor_threads_shared: Option<bool>,
 }

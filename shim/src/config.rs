@@ -118,10 +118,23 @@ pub struct Config {
     /// Whether large host-resident gemms page-lock the caller's operands
     /// (`OZAKI_HOST_REGISTER`).
     pub host_register: HostRegister,
-    /// Whether `auto` runs vendor calls made beside other BLAS calls at their share of the
-    /// vendor's threads (`OZAKI_VENDOR_THREADS=share`) or keeps the vendor's count (`keep`,
-    /// the default).
-    pub vendor_threads: bool,
+    /// How `auto` sets the vendor's thread count for the calls it keeps there
+    /// (`OZAKI_VENDOR_THREADS`, `route::vendor_threads`).
+    pub vendor_threads: VendorThreads,
+}
+
+/// `OZAKI_VENDOR_THREADS`: the thread count `auto` runs the vendor at for a call it keeps
+/// there (`route::vendor_threads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VendorThreads {
+    /// `keep`: the vendor's own count.
+    Keep,
+    /// `share`: a call made while others are in flight gets the count divided by the calls
+    /// in flight.
+    Share,
+    /// `team`: a call made from inside an OpenMP parallel region gets the count divided by
+    /// the region's team.
+    Team,
 }
 
 /// `OZAKI_HOST_REGISTER`: whether the GPU routes page-lock the caller's op(A) and op(B) of a
@@ -268,13 +281,14 @@ impl Config {
             }
         };
         let vendor_threads = match text(&raw.vendor_threads).as_deref().map(str::trim) {
-            Some("share") => true,
-            None | Some("keep") => false,
+            Some("share") => VendorThreads::Share,
+            Some("team") => VendorThreads::Team,
+            None | Some("keep") => VendorThreads::Keep,
             Some(other) => {
                 problems.push(format!(
-                    "OZAKI_VENDOR_THREADS={other:?} is neither share nor keep; using keep"
+                    "OZAKI_VENDOR_THREADS={other:?} is not team, share or keep; using keep"
                 ));
-                false
+                VendorThreads::Keep
             }
         };
         let explore = on_unless_0(&raw.explore, "OZAKI_EXPLORE", "exploring", &mut problems);
@@ -309,11 +323,21 @@ impl Config {
         self.trace.is_some()
     }
 
-    /// Whether `auto` runs vendor calls made beside others at their share of the vendor's
-    /// threads (`OZAKI_ROUTE=auto` with `OZAKI_VENDOR_THREADS=share`,
-    /// `route::vendor_threads`).
+    /// The rule `auto` sets the vendor's threads by (`OZAKI_VENDOR_THREADS`); `Keep` for
+    /// every forced route (`route::vendor_threads`).
+    pub fn vendor_threads_rule(&self) -> VendorThreads {
+        if self.route == ozaki_core::route::RouteRequest::Auto {
+            self.vendor_threads
+        } else {
+            VendorThreads::Keep
+        }
+    }
+
+    /// Whether `auto` runs some vendor calls at a share of the vendor's threads
+    /// (`OZAKI_VENDOR_THREADS=share` or `team` with `OZAKI_ROUTE=auto`), each priced at that
+    /// share alone.
     pub fn shares_vendor_threads(&self) -> bool {
-        self.route == ozaki_core::route::RouteRequest::Auto && self.vendor_threads
+        self.vendor_threads_rule() != VendorThreads::Keep
     }
 }
 

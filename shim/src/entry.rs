@@ -232,10 +232,10 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
         }
         Verdict::Compute(canon) => {
             let mut choice = route::choose(config.route, &canon, config);
-            // `auto`'s vendor calls beside others run the vendor at their share of its
-            // threads (route::vendor_threads)
+            // `auto`'s vendor calls may run the vendor at a share of its threads
+            // (route::vendor_threads)
             let narrow = if choice.route == Route::Vendor && config.shares_vendor_threads() {
-                route::vendor_threads::Narrow::beside_others(id, crate::lazy::calls_in_flight())
+                route::vendor_threads::Narrow::for_call(id, config, choice.flight.as_ref())
             } else {
                 None
             };

@@ -473,18 +473,7 @@ fn auto_shares_the_vendors_threads_among_calls_beside_each_other() {
             cmd.env("OZAKI_VENDOR_THREADS", v);
         }
         let out = run_ok(&mut cmd);
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        let line = err
-            .lines()
-            .find_map(|l| l.strip_prefix("narrow-vendor: "))
-            .unwrap_or_else(|| panic!("{what}: no report from the stand-in vendor: {err}"));
-        let n: Vec<u32> = line
-            .split_whitespace()
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        let [fewer, all, last] = n[..] else {
-            panic!("{what}: {line}")
-        };
+        let (fewer, all, last, line) = narrow_report(&out, &what);
         assert_eq!(
             fewer + all,
             80,
@@ -498,6 +487,78 @@ fn auto_shares_the_vendors_threads_among_calls_beside_each_other() {
             );
         } else {
             assert_eq!(fewer, 0, "{what}: the vendor's count was changed: {line}");
+        }
+        hashes.push(stdout(&out));
+    }
+    assert!(
+        hashes.windows(2).all(|w| w[0] == w[1]),
+        "C differs between modes: {hashes:?}"
+    );
+}
+
+/// What the stand-in OpenBLAS (`tests/c/narrow_vendor.c`) reported at exit: its calls made
+/// at fewer than its 16 threads, those made at 16, the count set at the end, and the line.
+fn narrow_report(out: &std::process::Output, what: &str) -> (u32, u32, u32, String) {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("narrow-vendor: "))
+        .unwrap_or_else(|| panic!("{what}: no report from the stand-in vendor: {err}"));
+    let n: Vec<u32> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [fewer, all, last] = n[..] else {
+        panic!("{what}: {line}")
+    };
+    (fewer, all, last, line.to_string())
+}
+
+/// With `OZAKI_VENDOR_THREADS=team`, `auto` runs the vendor calls made from inside an OpenMP
+/// parallel region at the vendor's count divided by the team, and those the main thread
+/// makes after the region at the whole count, which is set back at the end; the default,
+/// `keep` and the forced vendor route leave the count alone. A team of 4 and then the main
+/// thread call a stand-in OpenBLAS that notes the count at each call and computes exactly, so
+/// C is the same in every mode.
+#[test]
+fn auto_runs_the_vendor_at_one_share_per_openmp_team_member() {
+    let dir = work_dir("vendor-team");
+    let (Some(prog), Some(vendor)) = (
+        build_c(&dir, "omp_team", &["-fopenmp", "-lblas"]),
+        shared_lib(&dir, "narrow_vendor.c", "libnarrow_vendor.so", &[]),
+    ) else {
+        return;
+    };
+    let mut hashes = Vec::new();
+    for (route, setting, narrowed) in [
+        ("auto", Some("team"), true),
+        ("auto", None, false),
+        ("auto", Some("keep"), false),
+        ("vendor", Some("team"), false),
+    ] {
+        let what = format!("OZAKI_ROUTE={route} OZAKI_VENDOR_THREADS={setting:?}");
+        let mut cmd = shimmed(&prog, None);
+        cmd.args(["4", "20"])
+            .env("OZAKI_VENDOR_BLAS", &vendor)
+            .env("OZAKI_ROUTE", route);
+        if let Some(v) = setting {
+            cmd.env("OZAKI_VENDOR_THREADS", v);
+        }
+        let out = run_ok(&mut cmd);
+        let (fewer, all, last, line) = narrow_report(&out, &what);
+        assert_eq!(last, 16, "{what}: the vendor's count is set back: {line}");
+        if narrowed {
+            assert_eq!(
+                (fewer, all),
+                (80, 20),
+                "{what}: the team's calls at a share, the main thread's alone at all: {line}"
+            );
+        } else {
+            assert_eq!(
+                (fewer, all),
+                (0, 100),
+                "{what}: the count was changed: {line}"
+            );
         }
         hashes.push(stdout(&out));
     }

@@ -557,7 +557,7 @@ pub fn canonical_shape(c: &Canon) -> CallShape {
 /// prediction for the trace.
 pub fn auto(canon: &Canon, config: &Config) -> Choice {
     let cs = canonical_shape(canon);
-    let mut flight = Flight::enter();
+    let mut flight = Flight::enter_in_team(super::vendor_threads::team(config, cs.mnk()));
     let in_flight = flight.concurrent();
     if let Some(mut choice) = gated(&cs, config, in_flight) {
         // counted in flight through the vendor's work, as every call `auto` decides
@@ -603,8 +603,12 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     }
     let e = engine();
     if e.profile().gpu.is_none() && !config.tracing() {
-        // Nothing to choose between and nothing to record.
-        return Choice::vendor(None);
+        // Nothing to choose between and nothing to record (the flight still holds the
+        // team the vendor's threads are shared by).
+        return Choice {
+            flight: Some(flight),
+            ..Choice::vendor(None)
+        };
     }
     let (m, _) = decide(e, &cs, config.moduli, in_flight);
     let (d, bound) = m.priced;

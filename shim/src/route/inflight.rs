@@ -22,6 +22,7 @@ static RECENT_OVERLAP: AtomicU32 = AtomicU32::new(1);
 /// One call from its decision to its end (drop).
 pub struct Flight {
     concurrent: u32,
+    team: u32,
     queued_ns: u64,
 }
 
@@ -29,8 +30,16 @@ impl Flight {
     /// This call's flight, decided now: `concurrent` is the calls in flight, itself
     /// included (at least 1).
     pub fn enter() -> Flight {
+        Flight::enter_in_team(1)
+    }
+
+    /// [`Flight::enter`] for a call made from inside an OpenMP team of `team` threads
+    /// (`super::openmp_team`), counted with at least that many calls in flight: the team's
+    /// other threads share the cores with it and, running the same loop, the GPU.
+    pub fn enter_in_team(team: u32) -> Flight {
         Flight {
-            concurrent: crate::lazy::calls_in_flight().max(1),
+            concurrent: crate::lazy::calls_in_flight().max(team).max(1),
+            team: team.max(1),
             queued_ns: 0,
         }
     }
@@ -38,6 +47,11 @@ impl Flight {
     /// Calls in flight when this one came, itself included.
     pub fn concurrent(&self) -> u32 {
         self.concurrent
+    }
+
+    /// The OpenMP team the call was made from (1: none, or not asked).
+    pub fn team(&self) -> u32 {
+        self.team
     }
 
     /// Puts `seconds` of predicted GPU time on the queue, before this call's route is

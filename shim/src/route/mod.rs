@@ -33,8 +33,9 @@
 //!   [`choose::auto`](mod@choose), which starts the GPU in the background ([`start`]);
 //!   [`execute`] notes each threaded vendor call's return for the vendor's wake ([`wake`]).
 //! - The A/B comparison (`crate::ab`) wraps [`execute`].
-//! - With `OZAKI_VENDOR_THREADS=share`, `auto`'s vendor calls made beside others run the
-//!   vendor at their share of its threads ([`vendor_threads`], held by `crate::entry`).
+//! - With `OZAKI_VENDOR_THREADS=team` or `share`, `auto`'s vendor calls made from inside an
+//!   OpenMP team ([`openmp_team`]) or beside other calls run the vendor at their share of its
+//!   threads ([`vendor_threads`], held by `crate::entry`).
 
 pub mod adjust;
 pub mod builtin;
@@ -46,6 +47,7 @@ pub mod gpu;
 pub mod inflight;
 pub mod learned;
 pub mod memo;
+pub mod openmp_team;
 pub mod split;
 pub mod start;
 pub mod threads;

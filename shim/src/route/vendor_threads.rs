@@ -1,25 +1,31 @@
-//! Vendor calls that `auto` makes while other BLAS calls of the process are in flight run
-//! the vendor at their share of its threads, with `OZAKI_VENDOR_THREADS=share` (the default
-//! is `keep`: measured under the shim, the rule did not make PySCF faster, BENCHMARKS.md,
-//! "The vendor's threads shared among concurrent calls").
+//! The thread count `auto` runs the vendor at for a call it keeps there
+//! (`OZAKI_VENDOR_THREADS`): the vendor's own (`keep`, the default), its count divided by
+//! the OpenMP team the call is made from (`team`), or divided by the calls in flight
+//! (`share`).
 //!
 //! A program that calls its BLAS from many threads at once (PySCF's C code from every thread
 //! of an OpenMP team) hands each call to a vendor that splits it again over its own pool of
 //! one thread per core: 16 callers on 16 cores then share 16 pool threads, and each call
-//! waits for the others' parts. PySCF's CCSD on a 16-core host ran in 6.7 s so, and in 4.0
+//! waits for the others' parts (a pthreads OpenBLAS hands the parts of concurrent calls to
+//! its pool one call at a time). PySCF's CCSD on a 16-core host ran in 6.7 s so, and in 4.0
 //! s with `OPENBLAS_NUM_THREADS=1` (BENCHMARKS.md, "The vendor's threads shared among
-//! concurrent calls"): its BLAS calls, each on the one core its caller already has, went
-//! 1.7x faster in all.
+//! concurrent calls").
 //!
-//! So while calls `auto` keeps on the vendor run beside others, the vendor library that
-//! defines them runs at its thread count divided by the calls in flight (at least one): the
-//! first such call saves the library's count (`openblas_get_num_threads`) and each one sets
-//! the share for the calls in flight when it starts (`openblas_set_num_threads`, also under
-//! the names of pip's `scipy_openblas` wheels); the last one to end sets the saved count
-//! back. Sixteen callers on a 16-thread vendor get one thread each, two get eight. A call
-//! made alone keeps the library's count. The count is one setting of the whole library, so a
-//! call that starts alone while others still run also gets a share, and a count the program
-//! sets while such calls run is replaced by the saved one when they end.
+//! - `team`: a call of at least [`NARROW_MIN_MNK`] made from inside an OpenMP parallel region
+//!   of T threads ([`super::openmp_team`]) runs the vendor at its count divided by T, at
+//!   least one: what OpenBLAS built for OpenMP does by itself. Calls made outside any
+//!   parallel region keep the count.
+//! - `share`: a call made while other BLAS calls of the process are in flight runs the vendor
+//!   at its count divided by the calls in flight (measured under the shim, this did not make
+//!   PySCF faster: most of its calls overlap few others, and each still went to the pool).
+//!
+//! The first narrowed call saves the library's count (`openblas_get_num_threads`) and each
+//! one sets the share it is due when it starts (`openblas_set_num_threads`, also under the
+//! names of pip's `scipy_openblas` wheels, only when the count changes); the last one to end
+//! sets the saved count back. The count is one setting of the whole library, so a call that
+//! starts outside the rule while narrowed calls run also gets their share, and a count the
+//! program sets while such calls run is replaced by the saved one when they end. The engine
+//! prices a narrowed call at that many threads, alone (`Config::shares_vendor_threads`).
 //!
 //! What it changes: the vendor splits a call differently at another thread count, so C can
 //! differ in the last bits (as between two thread settings of the vendor; OpenBLAS 0.3.21 on
@@ -27,6 +33,8 @@
 //! `OZAKI_VENDOR_THREADS=keep` leave the vendor's setting alone. Vendors without these entry
 //! points (MKL, BLIS, the reference BLAS) are left as they are.
 
+use super::inflight::Flight;
+use crate::config::{Config, VendorThreads};
 use crate::symbols::SymId;
 use libc::c_int;
 use std::ffi::CString;
@@ -59,8 +67,32 @@ struct Control {
 static CONTROLS: [crate::lazy::Lazy<Option<Control>>; crate::symbols::COUNT] =
     [const { crate::lazy::Lazy::new() }; crate::symbols::COUNT];
 
-/// The shared libraries: a setter's address, the calls sharing it, the count to restore.
-static NARROWED: Mutex<Vec<(usize, usize, c_int)>> = Mutex::new(Vec::new());
+/// Calls (m n k) below this size are never narrowed: a vendor runs them on one thread
+/// anyway (OpenBLAS's own threshold for threading a gemm is 4 * 65536), and setting the count
+/// would cost more than they take.
+pub const NARROW_MIN_MNK: u64 = 1 << 16;
+
+/// A narrowed library: its setter's address, the calls narrowing it, the count to restore
+/// and the count set now.
+struct Narrowed {
+    key: usize,
+    calls: usize,
+    saved: c_int,
+    now: c_int,
+}
+
+static NARROWED: Mutex<Vec<Narrowed>> = Mutex::new(Vec::new());
+
+/// The OpenMP team a call of `mnk` is priced and narrowed for under `config`: its team's
+/// size with `OZAKI_VENDOR_THREADS=team` (and `auto`) for a call of at least
+/// [`NARROW_MIN_MNK`], else 1.
+pub fn team(config: &Config, mnk: u64) -> u32 {
+    if config.vendor_threads_rule() == VendorThreads::Team && mnk >= NARROW_MIN_MNK {
+        super::openmp_team::size()
+    } else {
+        1
+    }
+}
 
 /// A call that runs its vendor at a share of its threads until it is dropped.
 pub struct Narrow {
@@ -68,15 +100,21 @@ pub struct Narrow {
 }
 
 impl Narrow {
-    /// Sets the vendor library of `id` to its share of threads for a call made beside
-    /// `concurrent - 1` others (the caller checks `Config::shares_vendor_threads`); `None`
-    /// when the call is alone or the library has no thread count to set.
-    pub fn beside_others(id: SymId, concurrent: u32) -> Option<Narrow> {
-        if concurrent < 2 {
+    /// Sets the vendor library of `id` to the share of its threads a call that `auto` keeps
+    /// there is due under `config` (its `flight` holds the OpenMP team it was priced for);
+    /// `None` when the rule leaves the call the whole count or the library has no thread
+    /// count to set.
+    pub fn for_call(id: SymId, config: &Config, flight: Option<&Flight>) -> Option<Narrow> {
+        let divisor = match config.vendor_threads_rule() {
+            VendorThreads::Keep => 1,
+            VendorThreads::Share => crate::lazy::calls_in_flight(),
+            VendorThreads::Team => flight.map_or(1, Flight::team),
+        };
+        if divisor < 2 {
             return None;
         }
         let control = *CONTROLS[id.index()].get_or_init(|| find(id)).as_ref()?;
-        enter(control, concurrent);
+        enter(control, divisor);
         Some(Narrow { control })
     }
 }
@@ -91,39 +129,47 @@ fn key(c: Control) -> usize {
     c.set as usize
 }
 
-/// `saved` threads shared among `concurrent` calls: at least one each.
-fn share(saved: c_int, concurrent: u32) -> c_int {
-    (saved / concurrent.max(1) as c_int).max(1)
+/// `saved` threads shared `divisor` ways: at least one each.
+fn share(saved: c_int, divisor: u32) -> c_int {
+    (saved / divisor.max(1) as c_int).max(1)
 }
 
-fn enter(c: Control, concurrent: u32) {
+fn enter(c: Control, divisor: u32) {
     let mut all = NARROWED.lock().unwrap_or_else(|p| p.into_inner());
-    let saved = match all.iter_mut().find(|e| e.0 == key(c)) {
-        Some(e) => {
-            e.1 += 1;
-            e.2
+    let i = match all.iter().position(|e| e.key == key(c)) {
+        Some(i) => {
+            all[i].calls += 1;
+            i
         }
         None => {
             let saved = (c.get)();
-            all.push((key(c), 1, saved));
-            saved
+            all.push(Narrowed {
+                key: key(c),
+                calls: 1,
+                saved,
+                now: saved,
+            });
+            all.len() - 1
         }
     };
-    if saved > 1 {
-        (c.set)(share(saved, concurrent));
+    let e = &mut all[i];
+    let want = share(e.saved, divisor);
+    if e.saved > 1 && want != e.now {
+        (c.set)(want);
+        e.now = want;
     }
 }
 
 fn leave(c: Control) {
     let mut all = NARROWED.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(i) = all.iter().position(|e| e.0 == key(c)) else {
+    let Some(i) = all.iter().position(|e| e.key == key(c)) else {
         return;
     };
-    all[i].1 -= 1;
-    if all[i].1 == 0 {
-        let saved = all.swap_remove(i).2;
-        if saved > 1 {
-            (c.set)(saved);
+    all[i].calls -= 1;
+    if all[i].calls == 0 {
+        let e = all.swap_remove(i);
+        if e.saved > 1 && e.now != e.saved {
+            (c.set)(e.saved);
         }
     }
 }
