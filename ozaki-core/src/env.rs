@@ -42,8 +42,8 @@ pub const ACCURACY: &str = "OZAKI_ACCURACY";
 pub const VENDOR_BLAS: &str = "OZAKI_VENDOR_BLAS";
 /// `OZAKI_VENDOR_SPIN`: how long the vendor's idle threads spin after a call.
 pub const VENDOR_SPIN: &str = "OZAKI_VENDOR_SPIN";
-/// `OZAKI_VENDOR_THREADS`: whether `auto` runs vendor calls made beside other BLAS calls at
-/// their share of the vendor's threads.
+/// `OZAKI_VENDOR_THREADS`: whether `auto` runs vendor calls made from inside an OpenMP team
+/// or beside other BLAS calls at their share of the vendor's threads.
 pub const VENDOR_THREADS: &str = "OZAKI_VENDOR_THREADS";
 /// `OZAKI_LOG`: the diagnostics filter.
 pub const LOG: &str = "OZAKI_LOG";
@@ -131,10 +131,12 @@ pub const VARIABLES: &[Variable] = &[
     },
     Variable {
         name: VENDOR_THREADS,
-        meaning: "`share`: with `auto`, calls kept on an OpenBLAS while other BLAS calls of \
-                  the process are in flight run that OpenBLAS at its thread count divided by \
-                  the calls in flight (at least one), and the last such call to end sets the \
-                  count back; `keep`: the vendor's own count",
+        meaning: "`team`: with `auto`, calls kept on an OpenBLAS that are made from inside \
+                  an OpenMP parallel region run that OpenBLAS at its thread count divided by \
+                  the region's team (at least one); `share`: such calls made while other BLAS \
+                  calls of the process are in flight run it at its count divided by the calls \
+                  in flight; with either, the last narrowed call to end sets the count back; \
+                  `keep`: the vendor's own count",
         default: "keep",
     },
     Variable {

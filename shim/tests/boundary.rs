@@ -465,15 +465,7 @@ fn auto_shares_the_vendors_threads_among_calls_beside_each_other() {
         ("vendor", Some("share"), false),
     ] {
         let what = format!("OZAKI_ROUTE={route} OZAKI_VENDOR_THREADS={setting:?}");
-        let mut cmd = shimmed(&prog, None);
-        cmd.args(["4", "20"])
-            .env("OZAKI_VENDOR_BLAS", &vendor)
-            .env("OZAKI_ROUTE", route);
-        if let Some(v) = setting {
-            cmd.env("OZAKI_VENDOR_THREADS", v);
-        }
-        let out = run_ok(&mut cmd);
-        let (fewer, all, last, line) = narrow_report(&out, &what);
+        let (fewer, all, last, line, out) = run_narrowed(&prog, &vendor, route, setting, &what);
         assert_eq!(
             fewer + all,
             80,
@@ -488,7 +480,7 @@ fn auto_shares_the_vendors_threads_among_calls_beside_each_other() {
         } else {
             assert_eq!(fewer, 0, "{what}: the vendor's count was changed: {line}");
         }
-        hashes.push(stdout(&out));
+        hashes.push(out);
     }
     assert!(
         hashes.windows(2).all(|w| w[0] == w[1]),
@@ -496,9 +488,25 @@ fn auto_shares_the_vendors_threads_among_calls_beside_each_other() {
     );
 }
 
-/// What the stand-in OpenBLAS (`tests/c/narrow_vendor.c`) reported at exit: its calls made
-/// at fewer than its 16 threads, those made at 16, the count set at the end, and the line.
-fn narrow_report(out: &std::process::Output, what: &str) -> (u32, u32, u32, String) {
+/// Runs `prog 4 20` under the shim over the stand-in OpenBLAS (`tests/c/narrow_vendor.c`)
+/// with `OZAKI_ROUTE=route` and `OZAKI_VENDOR_THREADS=setting`, and returns what that vendor
+/// reported at exit: its calls made at fewer than its 16 threads, those made at 16, the count
+/// set at the end, the line, and the program's output.
+fn run_narrowed(
+    prog: &Path,
+    vendor: &Path,
+    route: &str,
+    setting: Option<&str>,
+    what: &str,
+) -> (u32, u32, u32, String, String) {
+    let mut cmd = shimmed(prog, None);
+    cmd.args(["4", "20"])
+        .env("OZAKI_VENDOR_BLAS", vendor)
+        .env("OZAKI_ROUTE", route);
+    if let Some(v) = setting {
+        cmd.env("OZAKI_VENDOR_THREADS", v);
+    }
+    let out = run_ok(&mut cmd);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let line = err
         .lines()
@@ -511,7 +519,7 @@ fn narrow_report(out: &std::process::Output, what: &str) -> (u32, u32, u32, Stri
     let [fewer, all, last] = n[..] else {
         panic!("{what}: {line}")
     };
-    (fewer, all, last, line.to_string())
+    (fewer, all, last, line.to_string(), stdout(&out))
 }
 
 /// With `OZAKI_VENDOR_THREADS=team`, `auto` runs the vendor calls made from inside an OpenMP
@@ -537,15 +545,7 @@ fn auto_runs_the_vendor_at_one_share_per_openmp_team_member() {
         ("vendor", Some("team"), false),
     ] {
         let what = format!("OZAKI_ROUTE={route} OZAKI_VENDOR_THREADS={setting:?}");
-        let mut cmd = shimmed(&prog, None);
-        cmd.args(["4", "20"])
-            .env("OZAKI_VENDOR_BLAS", &vendor)
-            .env("OZAKI_ROUTE", route);
-        if let Some(v) = setting {
-            cmd.env("OZAKI_VENDOR_THREADS", v);
-        }
-        let out = run_ok(&mut cmd);
-        let (fewer, all, last, line) = narrow_report(&out, &what);
+        let (fewer, all, last, line, out) = run_narrowed(&prog, &vendor, route, setting, &what);
         assert_eq!(last, 16, "{what}: the vendor's count is set back: {line}");
         if narrowed {
             assert_eq!(
@@ -560,7 +560,7 @@ fn auto_runs_the_vendor_at_one_share_per_openmp_team_member() {
                 "{what}: the count was changed: {line}"
             );
         }
-        hashes.push(stdout(&out));
+        hashes.push(out);
     }
     assert!(
         hashes.windows(2).all(|w| w[0] == w[1]),

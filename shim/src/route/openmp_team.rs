@@ -90,7 +90,7 @@ fn objects_added() -> u64 {
         data: *mut libc::c_void,
     ) -> libc::c_int {
         // SAFETY: the loader passes a valid `info` for the call; `data` is the `u64` below.
-        unsafe { *(data as *mut u64) = (*info).dlpi_adds as u64 };
+        unsafe { *(data as *mut u64) = (*info).dlpi_adds };
         1
     }
     let mut adds = 0u64;

@@ -204,7 +204,7 @@ fn find(id: SymId) -> Option<Control> {
         }
     };
     tracing::debug!(
-        "vendor threads: {} is shared among calls beside each other",
+        "vendor threads: {} runs narrowed calls at their share",
         vendor.library
     );
     Some(control)
