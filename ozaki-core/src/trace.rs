@@ -179,6 +179,11 @@ pub struct Prediction {
     /// 3); the vendor price is for that load, at its power-of-two class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrent: Option<u32>,
+    /// The OpenMP team the call was made from, when the shim's `OZAKI_VENDOR_THREADS=team`
+    /// asked and it had more than one thread (optional, schema 4): `concurrent` counts at
+    /// least the team, and a vendor call ran the vendor at its count divided by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<u32>,
     /// Factor the chosen route's prediction got from measured calls of its class (schema 3;
     /// absent: no correction applied).
     #[serde(default, skip_serializing_if = "Option::is_none")]

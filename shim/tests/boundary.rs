@@ -465,7 +465,8 @@ fn auto_shares_the_vendors_threads_among_calls_beside_each_other() {
         ("vendor", Some("share"), false),
     ] {
         let what = format!("OZAKI_ROUTE={route} OZAKI_VENDOR_THREADS={setting:?}");
-        let (fewer, all, last, line, out) = run_narrowed(&prog, &vendor, route, setting, &what);
+        let (fewer, all, last, line, out) =
+            run_narrowed(&prog, &vendor, route, setting, &what, None);
         assert_eq!(
             fewer + all,
             80,
@@ -498,8 +499,9 @@ fn run_narrowed(
     route: &str,
     setting: Option<&str>,
     what: &str,
+    trace: Option<&Path>,
 ) -> (u32, u32, u32, String, String) {
-    let mut cmd = shimmed(prog, None);
+    let mut cmd = shimmed(prog, trace);
     cmd.args(["4", "20"])
         .env("OZAKI_VENDOR_BLAS", vendor)
         .env("OZAKI_ROUTE", route);
@@ -545,15 +547,33 @@ fn auto_runs_the_vendor_at_one_share_per_openmp_team_member() {
         ("vendor", Some("team"), false),
     ] {
         let what = format!("OZAKI_ROUTE={route} OZAKI_VENDOR_THREADS={setting:?}");
-        let (fewer, all, last, line, out) = run_narrowed(&prog, &vendor, route, setting, &what);
+        let trace = dir.join(format!("{route}-{}.jsonl", setting.unwrap_or("default")));
+        let (fewer, all, last, line, out) =
+            run_narrowed(&prog, &vendor, route, setting, &what, Some(&trace));
         assert_eq!(last, 16, "{what}: the vendor's count is set back: {line}");
+        let teams: Vec<Option<u32>> = read_trace(&trace)
+            .calls
+            .iter()
+            .map(|c| c.engine.as_ref().and_then(|e| e.team))
+            .collect();
+        assert_eq!(teams.len(), 100, "{what}: every call recorded");
         if narrowed {
             assert_eq!(
                 (fewer, all),
                 (80, 20),
                 "{what}: the team's calls at a share, the main thread's alone at all: {line}"
             );
+            let in_team = teams.iter().filter(|t| **t == Some(4)).count();
+            assert_eq!(
+                (in_team, teams.iter().filter(|t| t.is_none()).count()),
+                (80, 20),
+                "{what}: the records name the team of the calls made from it"
+            );
         } else {
+            assert!(
+                teams.iter().all(Option::is_none),
+                "{what}: no team asked for"
+            );
             assert_eq!(
                 (fewer, all),
                 (0, 100),

@@ -559,7 +559,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     let cs = canonical_shape(canon);
     let mut flight = Flight::enter_in_team(super::vendor_threads::team(config, cs.mnk()));
     let in_flight = flight.concurrent();
-    if let Some(mut choice) = gated(&cs, config, in_flight) {
+    if let Some(mut choice) = gated(&cs, config, in_flight, flight.team()) {
         // counted in flight through the vendor's work, as every call `auto` decides
         choice.flight = Some(flight);
         return choice;
@@ -581,6 +581,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                         waited_s: None,
                         gpu_start: v.gpu_start,
                         concurrent: in_flight,
+                        team: flight.team(),
                         correction: (v.fv != 1.0).then_some(v.fv),
                         queue_s: None,
                         wake_s: v.wake_s,
@@ -657,6 +658,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
             waited_s: waited.as_ref().map(|w| w.waited_s.unwrap_or(0.0)),
             gpu_start: waited,
             concurrent: in_flight,
+            team: flight.team(),
             correction: a.correction,
             queue_s: a.queue_s,
             wake_s: a.wake_s,
@@ -677,7 +679,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
 
 /// The vendor route for a call too small for the GPU by the prices of the engine that
 /// decides it now ([`super::gate`]), without a decision; `None` for every other call.
-fn gated(cs: &CallShape, config: &Config, in_flight: u32) -> Option<Choice> {
+fn gated(cs: &CallShape, config: &Config, in_flight: u32, team: u32) -> Option<Choice> {
     let (e, pre) = match ENGINE.get() {
         Some(e) => (e, false),
         None => match pre_engine() {
@@ -699,7 +701,7 @@ fn gated(cs: &CallShape, config: &Config, in_flight: u32) -> Option<Choice> {
             factor: vendor_factor_now,
             price: price_gated,
         };
-        Box::new(EngineNote::gated(g, in_flight))
+        Box::new(EngineNote::gated(g, in_flight, team))
     });
     Some(Choice::vendor(engine))
 }

@@ -57,6 +57,8 @@ pub struct EngineNote {
     pub gpu_start: Option<StartNote>,
     /// Calls in flight when the call was decided.
     pub concurrent: u32,
+    /// The OpenMP team it was made from (1: none, or not asked).
+    pub team: u32,
     /// Factor applied to the run route's prediction.
     pub correction: Option<f64>,
     /// Predicted wait behind the GPU's queue.
@@ -137,9 +139,11 @@ fn push_corrected(out: &mut String, fv: f64) {
 }
 
 impl EngineNote {
-    /// The note of a gated call with `concurrent` calls in flight.
-    pub fn gated(gated: Gated, concurrent: u32) -> EngineNote {
+    /// The note of a gated call with `concurrent` calls in flight, made from an OpenMP team
+    /// of `team` threads.
+    pub fn gated(gated: Gated, concurrent: u32, team: u32) -> EngineNote {
         EngineNote {
+            team,
             pricing: Pricing::Gated(gated),
             bound: None,
             early: None,
@@ -188,6 +192,7 @@ impl EngineNote {
             shape: g.shape,
             pre: g.pre,
             concurrent: self.concurrent,
+            team: self.team,
             fv: fv.to_bits(),
         };
         let written = GATED_JSON.try_with(|cache| {
@@ -211,6 +216,7 @@ impl EngineNote {
         p.reason = self.reason(d);
         p.gpu_start = self.gpu_start.clone();
         p.concurrent = Some(self.concurrent);
+        p.team = (self.team > 1).then_some(self.team);
         p.correction = self.correction;
         p.queue_s = self.queue_s;
         p.wake_s = self.wake_s;
@@ -297,6 +303,7 @@ struct GatedKey {
     shape: CallShape,
     pre: bool,
     concurrent: u32,
+    team: u32,
     /// The vendor's correction factor, as bits.
     fv: u64,
 }

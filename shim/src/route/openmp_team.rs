@@ -89,13 +89,17 @@ fn objects_added() -> u64 {
         _size: libc::size_t,
         data: *mut libc::c_void,
     ) -> libc::c_int {
-        // SAFETY: the loader passes a valid `info` for the call; `data` is the `u64` below.
-        unsafe { *(data as *mut u64) = (*info).dlpi_adds };
-        1
+        // Called by the loader: a panic must not unwind into it (1 ends the walk).
+        crate::shield::shielded_or(1, || {
+            // SAFETY: the loader passes a valid `info` for the call; `data` is the `u64`
+            // below.
+            unsafe { *(data as *mut u64) = (*info).dlpi_adds };
+            1
+        })
     }
     let mut adds = 0u64;
-    // SAFETY: `first` matches the callback type, writes only `adds` and never unwinds; it
-    // stops the walk at the first object.
+    // SAFETY: `first` matches the callback type and writes only `adds`; it stops the walk at
+    // the first object.
     unsafe { libc::dl_iterate_phdr(Some(first), (&raw mut adds).cast()) };
     adds
 }
