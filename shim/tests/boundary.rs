@@ -466,7 +466,7 @@ fn auto_shares_the_vendors_threads_among_calls_beside_each_other() {
     ] {
         let what = format!("OZAKI_ROUTE={route} OZAKI_VENDOR_THREADS={setting:?}");
         let (fewer, all, last, line, out) =
-            run_narrowed(&prog, &vendor, route, setting, &what, None);
+            run_narrowed(&prog, &vendor, (route, setting, "1"), &what, None);
         assert_eq!(
             fewer + all,
             80,
@@ -490,21 +490,22 @@ fn auto_shares_the_vendors_threads_among_calls_beside_each_other() {
 }
 
 /// Runs `prog 4 20` under the shim over the stand-in OpenBLAS (`tests/c/narrow_vendor.c`)
-/// with `OZAKI_ROUTE=route` and `OZAKI_VENDOR_THREADS=setting`, and returns what that vendor
-/// reported at exit: its calls made at fewer than its 16 threads, those made at 16, the count
-/// set at the end, the line, and the program's output.
+/// with `OZAKI_ROUTE=route`, `OZAKI_VENDOR_THREADS=setting` and the stand-in's threading
+/// model `model` (`NARROW_VENDOR_PARALLEL`), and returns what that vendor reported at exit:
+/// its calls made at fewer than its 16 threads, those made at 16, the count set at the end,
+/// the line, and the program's output.
 fn run_narrowed(
     prog: &Path,
     vendor: &Path,
-    route: &str,
-    setting: Option<&str>,
+    (route, setting, model): (&str, Option<&str>, &str),
     what: &str,
     trace: Option<&Path>,
 ) -> (u32, u32, u32, String, String) {
     let mut cmd = shimmed(prog, trace);
     cmd.args(["4", "20"])
         .env("OZAKI_VENDOR_BLAS", vendor)
-        .env("OZAKI_ROUTE", route);
+        .env("OZAKI_ROUTE", route)
+        .env("NARROW_VENDOR_PARALLEL", model);
     if let Some(v) = setting {
         cmd.env("OZAKI_VENDOR_THREADS", v);
     }
@@ -527,7 +528,8 @@ fn run_narrowed(
 /// With `OZAKI_VENDOR_THREADS=team`, `auto` runs the vendor calls made from inside an OpenMP
 /// parallel region at the vendor's count divided by the team, and those the main thread
 /// makes after the region at the whole count, which is set back at the end; the default,
-/// `keep` and the forced vendor route leave the count alone. A team of 4 and then the main
+/// `keep`, the forced vendor route and an OpenBLAS built for OpenMP (which runs such calls on
+/// their caller's thread by itself) leave the count alone. A team of 4 and then the main
 /// thread call a stand-in OpenBLAS that notes the count at each call and computes exactly, so
 /// C is the same in every mode.
 #[test]
@@ -540,16 +542,23 @@ fn auto_runs_the_vendor_at_one_share_per_openmp_team_member() {
         return;
     };
     let mut hashes = Vec::new();
-    for (route, setting, narrowed) in [
-        ("auto", Some("team"), true),
-        ("auto", None, false),
-        ("auto", Some("keep"), false),
-        ("vendor", Some("team"), false),
+    // (the last case: an OpenBLAS built for OpenMP, whose count is its caller's team size)
+    for (route, setting, model, narrowed) in [
+        ("auto", Some("team"), "1", true),
+        ("auto", None, "1", false),
+        ("auto", Some("keep"), "1", false),
+        ("vendor", Some("team"), "1", false),
+        ("auto", Some("team"), "2", false),
     ] {
-        let what = format!("OZAKI_ROUTE={route} OZAKI_VENDOR_THREADS={setting:?}");
-        let trace = dir.join(format!("{route}-{}.jsonl", setting.unwrap_or("default")));
+        let what = format!(
+            "OZAKI_ROUTE={route} OZAKI_VENDOR_THREADS={setting:?} vendor threading model {model}"
+        );
+        let trace = dir.join(format!(
+            "{route}-{}-{model}.jsonl",
+            setting.unwrap_or("default")
+        ));
         let (fewer, all, last, line, out) =
-            run_narrowed(&prog, &vendor, route, setting, &what, Some(&trace));
+            run_narrowed(&prog, &vendor, (route, setting, model), &what, Some(&trace));
         assert_eq!(last, 16, "{what}: the vendor's count is set back: {line}");
         let teams: Vec<Option<u32>> = read_trace(&trace)
             .calls
@@ -571,7 +580,7 @@ fn auto_runs_the_vendor_at_one_share_per_openmp_team_member() {
             );
         } else {
             assert!(
-                teams.iter().all(Option::is_none),
+                setting == Some("team") && route == "auto" || teams.iter().all(Option::is_none),
                 "{what}: no team asked for"
             );
             assert_eq!(

@@ -1,5 +1,6 @@
-/* A stand-in OpenBLAS for the shim's vendor-thread rule: dgemm_ (column-major, no
- * transposes, exact naive loops) plus openblas_set_num_threads / openblas_get_num_threads.
+/* A stand-in OpenBLAS for the shim's vendor-thread rules: dgemm_ (column-major, no
+ * transposes, exact naive loops) plus openblas_set_num_threads / openblas_get_num_threads /
+ * openblas_get_parallel.
  * Each dgemm_ call notes the thread count set at its start and holds the CPU for about a
  * millisecond, so that calls from several threads overlap. At exit it prints on stderr
  * "narrow-vendor: fewer N all M final F": the calls that ran at fewer than the 16 threads it
@@ -9,6 +10,7 @@
  */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 static atomic_int threads = 16;
@@ -16,6 +18,11 @@ static atomic_int fewer, all;
 
 void openblas_set_num_threads(int n) { atomic_store(&threads, n < 1 ? 1 : n); }
 int openblas_get_num_threads(void) { return atomic_load(&threads); }
+/* A pthreads build, unless NARROW_VENDOR_PARALLEL names another model (2: OpenMP). */
+int openblas_get_parallel(void) {
+    const char *model = getenv("NARROW_VENDOR_PARALLEL");
+    return model ? atoi(model) : 1;
+}
 
 void dgemm_(const char *ta, const char *tb, const int *m, const int *n, const int *k,
             const double *alpha, const double *a, const int *lda, const double *b,

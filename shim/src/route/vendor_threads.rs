@@ -31,7 +31,8 @@
 //! differ in the last bits (as between two thread settings of the vendor; OpenBLAS 0.3.21 on
 //! 2 cores differed in 4 of 6 shapes); the vendor route forced with `OZAKI_ROUTE=vendor` and
 //! `OZAKI_VENDOR_THREADS=keep` leave the vendor's setting alone. Vendors without these entry
-//! points (MKL, BLIS, the reference BLAS) are left as they are.
+//! points (MKL, BLIS, the reference BLAS) and OpenBLAS builds other than pthreads ones
+//! (`openblas_get_parallel`) are left as they are.
 
 use super::inflight::Flight;
 use crate::config::{Config, VendorThreads};
@@ -54,6 +55,21 @@ const GETTERS: &[&str] = &[
     "scipy_openblas_get_num_threads",
     "scipy_openblas_get_num_threads64_",
 ];
+
+/// The matching threading-model queries, each `int name(void)`: 0 sequential, 1 pthreads,
+/// 2 OpenMP. Only a pthreads build is narrowed: an OpenMP build already runs a call made
+/// from inside a parallel region on its caller's thread, and its setter sets the calling
+/// thread's OpenMP team size (`omp_set_num_threads`), which a restore from another thread
+/// would not undo.
+const MODELS: &[&str] = &[
+    "openblas_get_parallel",
+    "openblas_get_parallel64_",
+    "scipy_openblas_get_parallel",
+    "scipy_openblas_get_parallel64_",
+];
+
+/// [`MODELS`]' answer for a pthreads build.
+const PTHREADS: c_int = 1;
 
 /// A vendor library's thread-count entry points.
 #[derive(Clone, Copy)]
@@ -194,15 +210,25 @@ fn find(id: SymId) -> Option<Control> {
             (!p.is_null()).then_some(p)
         })
     };
-    let (set, get) = (sym(SETTERS)?, sym(GETTERS)?);
-    // SAFETY: OpenBLAS documents these names as `void (int)` and `int (void)`, callable from
-    // any thread at any time.
-    let control = unsafe {
-        Control {
-            set: std::mem::transmute::<*mut libc::c_void, extern "C" fn(c_int)>(set),
-            get: std::mem::transmute::<*mut libc::c_void, extern "C" fn() -> c_int>(get),
-        }
+    let (set, get, model) = (sym(SETTERS)?, sym(GETTERS)?, sym(MODELS)?);
+    // SAFETY: OpenBLAS documents these names as `void (int)`, `int (void)` and `int (void)`,
+    // callable from any thread at any time.
+    let (control, model) = unsafe {
+        (
+            Control {
+                set: std::mem::transmute::<*mut libc::c_void, extern "C" fn(c_int)>(set),
+                get: std::mem::transmute::<*mut libc::c_void, extern "C" fn() -> c_int>(get),
+            },
+            std::mem::transmute::<*mut libc::c_void, extern "C" fn() -> c_int>(model),
+        )
     };
+    if model() != PTHREADS {
+        tracing::debug!(
+            "vendor threads: {} is not a pthreads build; its count is left alone",
+            vendor.library
+        );
+        return None;
+    }
     tracing::debug!(
         "vendor threads: {} runs narrowed calls at their share",
         vendor.library
