@@ -26,6 +26,9 @@ int main(int argc, char **argv) {
     const char *sig = argc > 3 ? argv[3] : "kill";
     struct timespec idle = {idle_ms / 1000, (idle_ms % 1000) * 1000000L};
     nanosleep(&idle, NULL);
-    raise(strcmp(sig, "term") == 0 ? SIGTERM : strcmp(sig, "int") == 0 ? SIGINT : SIGKILL);
+    int s = strcmp(sig, "term") == 0 ? SIGTERM : strcmp(sig, "int") == 0 ? SIGINT : SIGKILL;
+    /* the default action, even where a background shell started us with SIGINT ignored */
+    if (s != SIGKILL) signal(s, SIG_DFL);
+    raise(s);
     return 0;
 }
