@@ -511,18 +511,19 @@ fn run_narrowed(
     }
     let out = run_ok(&mut cmd);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    let line = err
-        .lines()
-        .find_map(|l| l.strip_prefix("narrow-vendor: "))
+    let (line, n) = numbers_after(&err, "narrow-vendor: ")
         .unwrap_or_else(|| panic!("{what}: no report from the stand-in vendor: {err}"));
-    let n: Vec<u32> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
     let [fewer, all, last] = n[..] else {
         panic!("{what}: {line}")
     };
-    (fewer, all, last, line.to_string(), stdout(&out))
+    let count = |x: i64| x as u32;
+    (
+        count(fewer),
+        count(all),
+        count(last),
+        line.to_string(),
+        stdout(&out),
+    )
 }
 
 /// With `OZAKI_VENDOR_THREADS=team`, `auto` runs the vendor calls made from inside an OpenMP

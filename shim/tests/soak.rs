@@ -32,14 +32,8 @@ const MAX_GROWTH_KIB: i64 = 2 * 1024;
 const LEAK_PER_CALL: u64 = 8;
 
 fn rss(stderr: &str) -> (i64, i64) {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("rss_kib"))
-        .unwrap_or_else(|| panic!("no rss line:\n{stderr}"));
-    let v: Vec<i64> = line
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
+    let (_, v) =
+        numbers_after(stderr, "rss_kib").unwrap_or_else(|| panic!("no rss line:\n{stderr}"));
     (v[0], v[1])
 }
 

@@ -465,3 +465,14 @@ pub fn seeded_runner(cases: u32) -> (u64, proptest::test_runner::TestRunner) {
         TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)),
     )
 }
+
+/// The first line of `text` that starts with `prefix`, without it, and the numbers among its
+/// whitespace-separated words: how the C programs and stand-ins of these tests report.
+pub fn numbers_after<'a>(text: &'a str, prefix: &str) -> Option<(&'a str, Vec<i64>)> {
+    let line = text.lines().find_map(|l| l.strip_prefix(prefix))?;
+    let numbers = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    Some((line, numbers))
+}
