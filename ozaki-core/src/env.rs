@@ -137,7 +137,7 @@ pub const VARIABLES: &[Variable] = &[
                   calls of the process are in flight run it at its count divided by the calls \
                   in flight; with either, the last narrowed call to end sets the count back; \
                   `keep`: the vendor's own count",
-        default: "keep",
+        default: "team",
     },
     Variable {
         name: LOG,

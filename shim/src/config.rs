@@ -132,8 +132,8 @@ pub enum VendorThreads {
     /// `share`: a call made while others are in flight gets the count divided by the calls
     /// in flight.
     Share,
-    /// `team`: a call made from inside an OpenMP parallel region gets the count divided by
-    /// the region's team.
+    /// `team` (the default): a call made from inside an OpenMP parallel region gets the
+    /// count divided by the region's team.
     Team,
 }
 
@@ -282,13 +282,13 @@ impl Config {
         };
         let vendor_threads = match text(&raw.vendor_threads).as_deref().map(str::trim) {
             Some("share") => VendorThreads::Share,
-            Some("team") => VendorThreads::Team,
-            None | Some("keep") => VendorThreads::Keep,
+            None | Some("team") => VendorThreads::Team,
+            Some("keep") => VendorThreads::Keep,
             Some(other) => {
                 problems.push(format!(
-                    "OZAKI_VENDOR_THREADS={other:?} is not team, share or keep; using keep"
+                    "OZAKI_VENDOR_THREADS={other:?} is not team, share or keep; using team"
                 ));
-                VendorThreads::Keep
+                VendorThreads::Team
             }
         };
         let explore = on_unless_0(&raw.explore, "OZAKI_EXPLORE", "exploring", &mut problems);

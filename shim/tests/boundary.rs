@@ -444,10 +444,10 @@ fn a_call_from_a_constructor_that_runs_before_ours_is_this_processs_own() {
 
 /// With `OZAKI_VENDOR_THREADS=share`, `auto` runs vendor calls made while other BLAS calls
 /// are in flight at their share of the vendor's threads, and the last such call to end sets
-/// the vendor's count back; the default (`keep`), `keep` and the forced vendor route leave
-/// the count alone. Four
-/// threads call a stand-in OpenBLAS that notes the count at each call and computes exactly,
-/// so C is the same in every mode.
+/// the vendor's count back; the default (`team`, and these threads are in no OpenMP team),
+/// `keep` and the forced vendor route leave the count alone. Four threads call a stand-in
+/// OpenBLAS that notes the count at each call and computes exactly, so C is the same in every
+/// mode.
 #[test]
 fn auto_shares_the_vendors_threads_among_calls_beside_each_other() {
     let dir = work_dir("vendor-threads");
@@ -526,9 +526,9 @@ fn run_narrowed(
     )
 }
 
-/// With `OZAKI_VENDOR_THREADS=team`, `auto` runs the vendor calls made from inside an OpenMP
-/// parallel region at the vendor's count divided by the team, and those the main thread
-/// makes after the region at the whole count, which is set back at the end; the default,
+/// With `OZAKI_VENDOR_THREADS=team` (the default), `auto` runs the vendor calls made from
+/// inside an OpenMP parallel region at the vendor's count divided by the team, and those the
+/// main thread makes after the region at the whole count, which is set back at the end;
 /// `keep`, the forced vendor route and an OpenBLAS built for OpenMP (which runs such calls on
 /// their caller's thread by itself) leave the count alone. A team of 4 and then the main
 /// thread call a stand-in OpenBLAS that notes the count at each call and computes exactly, so
@@ -546,7 +546,7 @@ fn auto_runs_the_vendor_at_one_share_per_openmp_team_member() {
     // (the last case: an OpenBLAS built for OpenMP, whose count is its caller's team size)
     for (route, setting, model, narrowed) in [
         ("auto", Some("team"), "1", true),
-        ("auto", None, "1", false),
+        ("auto", None, "1", true),
         ("auto", Some("keep"), "1", false),
         ("vendor", Some("team"), "1", false),
         ("auto", Some("team"), "2", false),
@@ -581,7 +581,7 @@ fn auto_runs_the_vendor_at_one_share_per_openmp_team_member() {
             );
         } else {
             assert!(
-                setting == Some("team") && route == "auto" || teams.iter().all(Option::is_none),
+                setting != Some("keep") && route == "auto" || teams.iter().all(Option::is_none),
                 "{what}: no team asked for"
             );
             assert_eq!(
