@@ -15,8 +15,8 @@
 //!   of T threads ([`super::openmp_team`]) runs the vendor at its count divided by T, at
 //!   least one: what OpenBLAS built for OpenMP does by itself. Calls made outside any
 //!   parallel region keep the count. Measured on PySCF's CCSD (16 threads, H100 host), `auto`
-//!   ran 1.16-1.18x the program without the shim with it and 1.05-1.07x keeping the count
-//!   (BENCHMARKS.md, "OpenMP teams over a pthreads OpenBLAS").
+//!   ran 1.18x / 1.19x (best / mean) the program without the shim with it and 1.07x / 1.08x
+//!   keeping the count (BENCHMARKS.md, "OpenMP teams over a pthreads OpenBLAS").
 //! - `share`: a call made while other BLAS calls of the process are in flight runs the vendor
 //!   at its count divided by the calls in flight (measured under the shim, this did not make
 //!   PySCF faster: most of its calls overlap few others, and each still went to the pool).
