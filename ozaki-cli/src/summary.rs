@@ -236,6 +236,8 @@ pub struct Summary {
     by_route: BTreeMap<String, Totals>,
     by_shape: BTreeMap<Shape, Totals>,
     gpu_start: BTreeMap<&'static str, Seen>,
+    /// Calls made from inside OpenMP teams (`engine.team`), per team size and route.
+    teams: BTreeMap<(u32, String), Seen>,
     /// The CUDA library files the GPU calls ran on (`cuda_libs`), of every process.
     cuda_libs: std::collections::BTreeSet<String>,
     predictions: predictions::Predictions,
@@ -317,6 +319,11 @@ impl Summary {
             e.split += u64::from(list.len() > 1);
             e.flops += c.flops() / list.len() as f64;
             e.waited_ns += c.phases.as_ref().map_or(0, |p| p.wait_ns);
+        }
+        if let Some(team) = c.engine.as_ref().and_then(|e| e.team) {
+            let e = self.teams.entry((team, c.route.clone())).or_default();
+            e.calls += 1;
+            e.ns += c.dur_ns;
         }
         if let Some(n) = c.engine.as_ref().and_then(|e| e.gpu_start.as_ref()) {
             let key = match n.during {
@@ -450,6 +457,7 @@ impl Summary {
         self.write_per_rank(out)?;
         self.write_per_device(out)?;
         self.write_gpu_start(out)?;
+        self.write_teams(out)?;
         self.predictions.write(out)?;
 
         writeln!(out, "\nCall size nbar = 2mn/(m+n), weighted by FLOPs:")?;
@@ -571,6 +579,29 @@ impl Summary {
                 e.split.to_string(),
                 gflop(e.flops),
                 seconds(e.waited_ns),
+            ]);
+        }
+        t.write(out)
+    }
+
+    /// Calls made from inside OpenMP teams (trace field `engine.team`, the shim's
+    /// `OZAKI_VENDOR_THREADS=team`), per team size and route: the vendor ran those it kept at
+    /// its thread count divided by the team. Absent when no call named a team.
+    fn write_teams(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        if self.teams.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "\nCalls from OpenMP teams (vendor threads divided by the team):"
+        )?;
+        let mut t = Table::new(&["team", "route", "calls", "time s"]);
+        for ((team, route), e) in &self.teams {
+            t.row(vec![
+                team.to_string(),
+                route.clone(),
+                e.calls.to_string(),
+                seconds(e.ns),
             ]);
         }
         t.write(out)
@@ -701,6 +732,42 @@ mod tests {
             "plain.jsonl",
         );
         assert!(!plain.contains("GPU start"), "{plain}");
+    }
+
+    #[test]
+    fn calls_from_openmp_teams_are_counted_per_team_and_route() {
+        let in_team = |seq, (m, n, k), dur, route: &str, team: u32| {
+            call(seq, "dgemm_", "dgemm", m, n, k, dur).replace(
+                r#""route":"vendor"}"#,
+                &format!(r#""route":"{route}","engine":{{"reason":"r","team":{team}}}}}"#),
+            )
+        };
+        let text = [
+            HEADER.to_string(),
+            in_team(0, (64, 64, 64), 2_000_000, "vendor", 16),
+            in_team(1, (64, 64, 64), 3_000_000, "vendor", 16),
+            in_team(2, (2048, 128, 2048), 50_000_000, "gpu-native", 16),
+            in_team(3, (64, 64, 64), 1_000_000, "vendor", 4),
+            call(4, "dgemm_", "dgemm", 64, 64, 64, 7_000_000),
+        ]
+        .join("\n");
+        let s = summary_of(&text, "teams.jsonl");
+        let rows = table_rows(&s, "Calls from OpenMP teams", 3);
+        assert_eq!(
+            rows,
+            [
+                ["4", "vendor", "1", "0.0010"],
+                ["16", "gpu-native", "1", "0.0500"],
+                ["16", "vendor", "2", "0.0050"],
+            ],
+            "{s}"
+        );
+        // A trace without the field has no such table.
+        let plain = summary_of(
+            &[HEADER.to_string(), call(0, "dgemm_", "dgemm", 8, 8, 8, 1)].join("\n"),
+            "plain-teams.jsonl",
+        );
+        assert!(!plain.contains("OpenMP teams"), "{plain}");
     }
 
     #[test]
