@@ -15,8 +15,9 @@
 //! loader reports objects added since the last one, checked on a thread's first query and
 //! then every [`RECHECK_EVERY`] queries of that thread.
 
+use crate::forward::KeptOpen;
 use std::cell::Cell;
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -138,23 +139,14 @@ fn record(inp: usize, num: usize) {
     }
 }
 
-/// `omp_in_parallel` and `omp_get_num_threads` of the loaded runtime at `path`, its handle
-/// kept open for the process.
+/// `omp_in_parallel` and `omp_get_num_threads` of the loaded runtime at `path`, kept open for
+/// the process.
 fn entry_points(path: &std::path::Path) -> Option<(usize, usize)> {
     use std::os::unix::ffi::OsStrExt as _;
-    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: dlopen of an already loaded object (RTLD_NOLOAD loads nothing); the handle is
-    // never closed, so the object stays loaded and the addresses valid.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if handle.is_null() {
-        return None;
-    }
-    let sym = |name: &CStr| {
-        // SAFETY: dlsym on a live handle with a NUL-terminated name.
-        let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
-        (!p.is_null()).then_some(p as usize)
-    };
-    Some((sym(c"omp_in_parallel")?, sym(c"omp_get_num_threads")?))
+    let lib = KeptOpen::open(&CString::new(path.as_os_str().as_bytes()).ok()?)?;
+    let inp = lib.first_of(&[c"omp_in_parallel"])?;
+    let num = lib.first_of(&[c"omp_get_num_threads"])?;
+    Some((inp as usize, num as usize))
 }
 
 #[cfg(test)]

@@ -38,24 +38,25 @@
 
 use super::inflight::Flight;
 use crate::config::{Config, VendorThreads};
+use crate::forward::KeptOpen;
 use crate::symbols::SymId;
 use libc::c_int;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::sync::Mutex;
 
 /// Setters of an OpenBLAS's thread count, most specific first; each is `void name(int)`.
-const SETTERS: &[&str] = &[
-    "openblas_set_num_threads",
-    "openblas_set_num_threads64_",
-    "scipy_openblas_set_num_threads",
-    "scipy_openblas_set_num_threads64_",
+const SETTERS: &[&CStr] = &[
+    c"openblas_set_num_threads",
+    c"openblas_set_num_threads64_",
+    c"scipy_openblas_set_num_threads",
+    c"scipy_openblas_set_num_threads64_",
 ];
 /// The matching queries, each `int name(void)`.
-const GETTERS: &[&str] = &[
-    "openblas_get_num_threads",
-    "openblas_get_num_threads64_",
-    "scipy_openblas_get_num_threads",
-    "scipy_openblas_get_num_threads64_",
+const GETTERS: &[&CStr] = &[
+    c"openblas_get_num_threads",
+    c"openblas_get_num_threads64_",
+    c"scipy_openblas_get_num_threads",
+    c"scipy_openblas_get_num_threads64_",
 ];
 
 /// The matching threading-model queries, each `int name(void)`: 0 sequential, 1 pthreads,
@@ -63,11 +64,11 @@ const GETTERS: &[&str] = &[
 /// from inside a parallel region on its caller's thread, and its setter sets the calling
 /// thread's OpenMP team size (`omp_set_num_threads`), which a restore from another thread
 /// would not undo.
-const MODELS: &[&str] = &[
-    "openblas_get_parallel",
-    "openblas_get_parallel64_",
-    "scipy_openblas_get_parallel",
-    "scipy_openblas_get_parallel64_",
+const MODELS: &[&CStr] = &[
+    c"openblas_get_parallel",
+    c"openblas_get_parallel64_",
+    c"scipy_openblas_get_parallel",
+    c"scipy_openblas_get_parallel64_",
 ];
 
 /// [`MODELS`]' answer for a pthreads build.
@@ -197,22 +198,12 @@ fn leave(c: Control) {
 /// library's count.
 fn find(id: SymId) -> Option<Control> {
     let vendor = crate::forward::vendor(id)?;
-    let path = CString::new(vendor.library.as_str()).ok()?;
-    // SAFETY: dlopen of an already loaded library (RTLD_NOLOAD loads nothing); the handle is
-    // kept for the process, so the addresses below stay valid.
-    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if handle.is_null() {
-        return None;
-    }
-    let sym = |names: &[&str]| {
-        names.iter().find_map(|n| {
-            let c = CString::new(*n).ok()?;
-            // SAFETY: dlsym on a live handle with a NUL-terminated name.
-            let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
-            (!p.is_null()).then_some(p)
-        })
-    };
-    let (set, get, model) = (sym(SETTERS)?, sym(GETTERS)?, sym(MODELS)?);
+    let lib = KeptOpen::open(&CString::new(vendor.library.as_str()).ok()?)?;
+    let (set, get, model) = (
+        lib.first_of(SETTERS)?,
+        lib.first_of(GETTERS)?,
+        lib.first_of(MODELS)?,
+    );
     // SAFETY: OpenBLAS documents these names as `void (int)`, `int (void)` and `int (void)`,
     // callable from any thread at any time.
     let (control, model) = unsafe {
