@@ -37,8 +37,9 @@ use std::collections::BTreeMap;
 /// `engine.wake_s` (what the vendor's still-busy threads added to the GPU route's price), and
 /// the header's optional `vendor_spin_log2` (the spin timeout of the process's OpenBLAS
 /// pools, which bounds the vendor's wake the engine priced) and `vendor_threads_shared`
-/// (vendor calls beside others ran at their share of the vendor's threads); an older reader
-/// prices such a trace's vendor calls at a shared pool's rate, as the shim then did.
+/// (vendor calls from OpenMP teams or beside others ran at their share of the vendor's
+/// threads), and the optional `engine.team` (the OpenMP team a call was made from); an older
+/// reader prices such a trace's vendor calls at a shared pool's rate, as the shim then did.
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// Which BLAS routine a record describes.

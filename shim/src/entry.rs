@@ -115,8 +115,8 @@ enum Plan {
         illegal: bool,
         held: Option<crate::lazy::InFlight>,
         mnk: u64,
-        /// The vendor runs at a share of its threads until the call returned (a call
-        /// beside others).
+        /// The vendor runs at a share of its threads until the call returned (a call from an
+        /// OpenMP team, or beside others: `route::vendor_threads`).
         narrow: Option<route::vendor_threads::Narrow>,
     },
     /// Call the error handler the reference would call (no vendor BLAS exists).

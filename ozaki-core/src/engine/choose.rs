@@ -290,7 +290,8 @@ pub struct Engine {
     split_params: SplitParams,
     cache: Mutex<Cache>,
     /// Whether vendor calls made beside others run the vendor at their share of its threads
-    /// (the shim's `OZAKI_VENDOR_THREADS=share`), so that each is priced at that share alone.
+    /// (the shim's `OZAKI_VENDOR_THREADS=team` or `share`), so that each is priced at that
+    /// share alone.
     vendor_threads_shared: bool,
 }
 

@@ -10,13 +10,13 @@
 //! the wait for the calls already queued on it ([`keeps_gpu`]) is checked per call.
 //!
 //! Where the shim runs vendor calls made beside others at their share of the vendor's
-//! threads (its `OZAKI_VENDOR_THREADS=share`), the engine prices such a call at the rate for
-//! that many threads, alone (`choose::Engine::with_vendor_threads_shared`): each caller then
-//! has cores of its own, and a call sent to the GPU frees cores that no other call takes up. The per-class
-//! corrections (`correct`) price such a vendor call at what it measures, and the GPU start
-//! counts each call's gain at its share of the wall clock (the shim's
-//! `route::start::ledger_gain`), but the per-call choice cannot see that a parallel loop ends
-//! with its slowest call.
+//! threads (its `OZAKI_VENDOR_THREADS=team`, counting a call's OpenMP team in flight, or
+//! `share`), the engine prices such a call at the rate for that many threads, alone
+//! (`choose::Engine::with_vendor_threads_shared`): each caller then has cores of its own, and
+//! a call sent to the GPU frees cores that no other call takes up. The per-class corrections
+//! (`correct`) price such a vendor call at what it measures, and the GPU start counts each
+//! call's gain at its share of the wall clock (the shim's `route::start::ledger_gain`), but
+//! the per-call choice cannot see that a parallel loop ends with its slowest call.
 
 use super::profile::{ConcurrentRate, CpuProfile};
 

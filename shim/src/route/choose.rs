@@ -185,9 +185,9 @@ pub fn machine_threads() -> (u32, u32) {
     })
 }
 
-/// An engine pricing `prof` for the vendor BLAS's thread count in this process, and its
-/// calls beside others at their share of the vendor's threads when `OZAKI_VENDOR_THREADS`
-/// says so (`super::vendor_threads`).
+/// An engine pricing `prof` for the vendor BLAS's thread count in this process, and the
+/// vendor calls `OZAKI_VENDOR_THREADS` narrows at their share of the vendor's threads
+/// (`super::vendor_threads`; a call from an OpenMP team counts its team in flight).
 fn engine_for(prof: Profile) -> Engine {
     Engine::new(prof, machine_threads().1)
         .with_vendor_threads_shared(crate::config::get().shares_vendor_threads())
