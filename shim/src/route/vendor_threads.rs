@@ -3,23 +3,22 @@
 //! (`team`, the default), the vendor's own (`keep`), or its count divided by the calls in
 //! flight (`share`).
 //!
-//! A program that calls its BLAS from many threads at once (PySCF's C code from every thread
-//! of an OpenMP team) hands each call to a vendor that splits it again over its own pool of
-//! one thread per core: 16 callers on 16 cores then share 16 pool threads, and each call
-//! waits for the others' parts (a pthreads OpenBLAS hands the parts of concurrent calls to
-//! its pool one call at a time). PySCF's CCSD on a 16-core host ran in 6.7 s so, and in 4.0
-//! s with `OPENBLAS_NUM_THREADS=1` (BENCHMARKS.md, "The vendor's threads shared among
-//! concurrent calls").
+//! A program that calls its BLAS from every thread of an OpenMP team hands each call to a
+//! vendor that, built with pthreads, splits it again over its own pool of one thread per
+//! core: T callers on T cores then share T pool threads, and each call waits for the others'
+//! parts (a pthreads OpenBLAS hands the parts of concurrent calls to its pool one call at a
+//! time). An OpenBLAS built for OpenMP, or a serial one (PySCF's wheel bundles a serial
+//! OpenBLAS 0.3.3), runs such calls at one thread by itself.
 //!
 //! - `team`: a call of at least [`NARROW_MIN_MNK`] made from inside an OpenMP parallel region
 //!   of T threads ([`super::openmp_team`]) runs the vendor at its count divided by T, at
 //!   least one: what OpenBLAS built for OpenMP does by itself. Calls made outside any
-//!   parallel region keep the count. Measured on PySCF's CCSD (16 threads, H100 host), `auto`
-//!   ran 1.18x / 1.19x (best / mean) the program without the shim with it and 1.07x / 1.08x
-//!   keeping the count (BENCHMARKS.md, "OpenMP teams over a pthreads OpenBLAS").
+//!   parallel region keep the count. Measured with `scripts/bench-team` (a 2-thread team over
+//!   Debian's pthreads OpenBLAS), `auto` ran 0.93-1.30x the program without the shim with it
+//!   and 0.96-0.99x keeping the count (BENCHMARKS.md, "OpenMP teams over a pthreads
+//!   OpenBLAS").
 //! - `share`: a call made while other BLAS calls of the process are in flight runs the vendor
-//!   at its count divided by the calls in flight (measured under the shim, this did not make
-//!   PySCF faster: most of its calls overlap few others, and each still went to the pool).
+//!   at its count divided by the calls in flight.
 //!
 //! The first narrowed call saves the library's count (`openblas_get_num_threads`) and each
 //! one sets the share it is due when it starts (`openblas_set_num_threads`, also under the
