@@ -598,6 +598,50 @@ fn auto_runs_the_vendor_at_one_share_per_openmp_team_member() {
     );
 }
 
+/// Over the real vendors (the reference BLAS, which has no thread count to set, and
+/// Debian's pthreads OpenBLAS at 2 threads, whose count the team rule sets from every
+/// member of a real libgomp team while the others' calls run), an OpenMP program under
+/// `auto` ends, gets the C it gets without the shim (48 x 48 x 48: below the size at which
+/// OpenBLAS splits a call, so any thread setting gives the same bits), and its records name
+/// the team of each call made from it.
+#[test]
+fn an_openmp_program_over_each_vendor_gets_its_own_results_under_the_team_rule() {
+    let dir = work_dir("vendor-team-real");
+    let Some(prog) = build_c(&dir, "omp_team", &["-fopenmp", "-lblas"]) else {
+        return;
+    };
+    for (name, folder) in vendors() {
+        let want = run_ok(
+            over(plain(&prog), folder)
+                .args(["4", "200"])
+                .env("OPENBLAS_NUM_THREADS", "2"),
+        );
+        let trace = dir.join(format!("{name}.jsonl"));
+        let mut cmd = over(shimmed(&prog, Some(&trace)), folder);
+        cmd.args(["4", "200"])
+            .env("OPENBLAS_NUM_THREADS", "2")
+            .env("OZAKI_ROUTE", "auto");
+        let got = run_within(&mut cmd, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("{name}: the program did not end within 60 s"));
+        assert!(got.status.success(), "{name}: {got:?}");
+        assert_same_output(
+            &format!("{name}: C under the team rule"),
+            &want.stdout,
+            &got.stdout,
+        );
+        let teams: Vec<Option<u32>> = read_trace(&trace)
+            .calls
+            .iter()
+            .map(|c| c.engine.as_ref().and_then(|e| e.team))
+            .collect();
+        assert_eq!(
+            (teams.len(), teams.iter().filter(|t| **t == Some(4)).count()),
+            (1000, 800),
+            "{name}: every call recorded, the team's 800 with their team"
+        );
+    }
+}
+
 #[test]
 fn a_vendor_calling_dgemm_from_its_constructor_does_not_hang() {
     let dir = work_dir("ctor-vendor");
