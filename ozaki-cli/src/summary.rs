@@ -214,6 +214,14 @@ struct Seen {
     waited_s: f64,
 }
 
+/// A vendor library as the traces name it: its kernels (`vendor_core`) and the vector
+/// width of the CPU it ran on (`cpu_simd` of its trace).
+#[derive(Debug, Default)]
+struct VendorSeen {
+    core: Option<String>,
+    cpu_simd: Option<String>,
+}
+
 /// One trace file as the summary keeps it: its headers and its own totals.
 #[derive(Debug)]
 struct FileSeen {
@@ -240,6 +248,10 @@ pub struct Summary {
     teams: BTreeMap<(u32, String), Seen>,
     /// The CUDA library files the GPU calls ran on (`cuda_libs`), of every process.
     cuda_libs: std::collections::BTreeSet<String>,
+    /// Vendor libraries per symbol, from the headers and from the records that name one
+    /// resolved later (`vendor`), with the kernels each said it runs and the recording CPU's
+    /// vector width.
+    vendors: BTreeMap<(String, String), VendorSeen>,
     predictions: predictions::Predictions,
     /// (nbar, flops) of every call.
     nbar: Vec<(f64, f64)>,
@@ -257,8 +269,22 @@ impl Summary {
         let skipped = Trace::scan_lenient(reader, |line| {
             lines += 1;
             match line {
-                Line::Header(h) => self.files[file].headers.push(h),
-                Line::Call(c) => self.add_call(file, &c),
+                Line::Header(h) => {
+                    for (sym, lib) in &h.vendor {
+                        self.add_vendor(sym, lib, h.vendor_core.get(sym), h.cpu_simd.as_ref());
+                    }
+                    self.files[file].headers.push(h)
+                }
+                Line::Call(c) => {
+                    if let Some(lib) = &c.vendor {
+                        let simd = self.files[file]
+                            .headers
+                            .last()
+                            .and_then(|h| h.cpu_simd.clone());
+                        self.add_vendor(&c.sym, lib, c.vendor_core.as_ref(), simd.as_ref());
+                    }
+                    self.add_call(file, &c)
+                }
             }
         });
         let skipped = match skipped {
@@ -270,6 +296,15 @@ impl Summary {
         };
         self.files[file].notes = notes(path, &skipped, lines == 0);
         Ok(())
+    }
+
+    fn add_vendor(&mut self, sym: &str, lib: &str, core: Option<&String>, simd: Option<&String>) {
+        let seen = self
+            .vendors
+            .entry((sym.to_string(), lib.to_string()))
+            .or_default();
+        seen.core = seen.core.take().or_else(|| core.cloned());
+        seen.cpu_simd = seen.cpu_simd.take().or_else(|| simd.cloned());
     }
 
     fn add_file(&mut self, path: &Path, notes: Vec<String>) -> usize {
@@ -378,14 +413,25 @@ impl Summary {
                 writeln!(out, "  note: {note}")?;
             }
         }
-        let mut vendors: BTreeMap<&str, &str> = BTreeMap::new();
-        for h in self.files.iter().flat_map(|f| &f.headers) {
-            for (sym, lib) in &h.vendor {
-                vendors.insert(sym, lib);
+        let mut behind = std::collections::BTreeSet::new();
+        for ((sym, lib), seen) in &self.vendors {
+            match &seen.core {
+                Some(core) => writeln!(out, "  vendor {sym} -> {lib} (kernels: {core})")?,
+                None => writeln!(out, "  vendor {sym} -> {lib}")?,
+            }
+            if let (Some(core), Some(simd)) = (&seen.core, &seen.cpu_simd)
+                && ozaki_core::vendor_core::behind_the_cpu(core, simd)
+            {
+                behind.insert((lib, core, simd));
             }
         }
-        for (sym, lib) in &vendors {
-            writeln!(out, "  vendor {sym} -> {lib}")?;
+        for (lib, core, simd) in behind {
+            writeln!(
+                out,
+                "  note: {lib} runs OpenBLAS's {core} kernels (SSE) on a CPU with {simd}: the \
+                 library is older than the CPU; OPENBLAS_CORETYPE=Haswell selects its AVX2 \
+                 kernels"
+            )?;
         }
         let spins: std::collections::BTreeSet<u32> = self
             .files
@@ -768,6 +814,53 @@ mod tests {
             "plain-teams.jsonl",
         );
         assert!(!plain.contains("OpenMP teams"), "{plain}");
+    }
+
+    /// A vendor first named by a record is listed beside the header's, with the kernels
+    /// each said it runs, and an OpenBLAS running SSE kernels on an AVX-512 CPU gets a note.
+    #[test]
+    fn vendors_are_listed_with_their_kernels_and_an_old_core_is_noted() {
+        let header = HEADER.replace(
+            r#""start_unix_s":1.0"#,
+            r#""start_unix_s":1.0,"vendor_core":{"dgemm_":"Haswell"},"cpu_simd":"avx512f""#,
+        );
+        let later = call(1, "dgemm", "dgemm", 8, 8, 8, 1).replace(
+            r#""route":"vendor""#,
+            r#""route":"vendor","vendor":"/w/libopenblas-r0.3.3.so","vendor_core":"Prescott""#,
+        );
+        let text = [header, call(0, "dgemm_", "dgemm", 8, 8, 8, 1), later].join("\n");
+        let s = summary_of(&text, "cores.jsonl");
+        assert!(
+            s.contains("vendor dgemm_ -> /lib/libblas.so.3 (kernels: Haswell)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("vendor dgemm -> /w/libopenblas-r0.3.3.so (kernels: Prescott)"),
+            "{s}"
+        );
+        let notes: Vec<&str> = s.lines().filter(|l| l.contains("note:")).collect();
+        assert_eq!(notes.len(), 1, "{s}");
+        assert!(
+            notes[0].contains("/w/libopenblas-r0.3.3.so runs OpenBLAS's Prescott kernels")
+                && notes[0].contains("avx512f"),
+            "{s}"
+        );
+        // Without the CPU's width (an older trace) nothing is noted.
+        let old = summary_of(
+            &[
+                HEADER.to_string(),
+                call(1, "dgemm", "dgemm", 8, 8, 8, 1).replace(
+                    r#""route":"vendor""#,
+                    r#""route":"vendor","vendor":"/w/lib.so","vendor_core":"Prescott""#,
+                ),
+            ]
+            .join("\n"),
+            "cores-old.jsonl",
+        );
+        assert!(
+            old.contains("(kernels: Prescott)") && !old.contains("note:"),
+            "{old}"
+        );
     }
 
     #[test]

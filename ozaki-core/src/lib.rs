@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`route`] | route names (`vendor`, `cpu-ozaki`, `gpu-ozaki`, ...) |
 //! | [`trace`] | the JSON Lines trace schema (header and call records) |
+//! | [`vendor_core`] | the CPU's vector width, and whether an OpenBLAS's kernels are far older than it |
 //! | [`blas`] | the built-in cache-blocked fp64 dgemm/dsyrk (used when no vendor BLAS exists) |
 //! | [`moduli`], [`scaling`], [`residues`], [`reconstruct`], [`emulate`], [`exact`] | Ozaki scheme II |
 //! | [`rule`], [`fallback`] | the accuracy rule every emulated route takes its moduli count from, and the typed decline to native fp64 |
@@ -44,4 +45,5 @@ pub mod spawn;
 pub mod stats;
 pub mod testutil;
 pub mod trace;
+pub mod vendor_core;
 pub mod write_back;

@@ -40,6 +40,9 @@ use std::collections::BTreeMap;
 /// (vendor calls from OpenMP teams or beside others ran at their share of the vendor's
 /// threads), and the optional `engine.team` (the OpenMP team a call was made from); an older
 /// reader prices such a trace's vendor calls at a shared pool's rate, as the shim then did.
+/// Version 4 also gained the optional `vendor_core` of the header and of the records (the
+/// kernels an OpenBLAS vendor picked for the CPU, [`Header::vendor_core`]) and the header's
+/// optional `cpu_simd`, which older readers ignore.
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// Which BLAS routine a record describes.
@@ -127,6 +130,15 @@ pub struct Header {
     /// without these rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vendor_threads_shared: Option<bool>,
+    /// The kernels each vendor library of [`Header::vendor`] runs, where it says
+    /// (`openblas_get_corename` of an OpenBLAS: `Haswell`, `SkylakeX`, or for a build older
+    /// than the CPU an old core such as `Prescott`), per exported symbol name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vendor_core: BTreeMap<String, String>,
+    /// The widest vector instructions of the CPU the trace was recorded on: `avx512f`,
+    /// `avx2`, `avx` or `sse2` ([`cpu_simd`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_simd: Option<String>,
 }
 
 fn default_schema() -> u32 {
@@ -360,6 +372,10 @@ pub struct CallRecord {
     /// was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vendor: Option<String>,
+    /// The kernels that library runs, beside `vendor`, where it says
+    /// ([`Header::vendor_core`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor_core: Option<String>,
     /// The operands lived in device memory: a cuBLAS call of the program (schema 4).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub device_resident: bool,
@@ -431,6 +447,9 @@ impl CallRecord {
 }
 
 /// One parsed trace line.
+// A trace holds one header per process and a call record per call, so the records are boxed
+// and the header, the larger variant, is left inline: a `Line` only lives while it is read.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Line {
     /// The header object.

@@ -43,6 +43,7 @@
 //! | [`config`] | `OZAKI_*` environment variables, read once |
 //! | [`trace_sink`] | the trace file: header, per-call records, fork/exit/crash behaviour |
 //! | [`vendor_spin`] | `OZAKI_VENDOR_SPIN`: the vendor's spin timeout, set at load before the program loads its BLAS |
+//! | [`vendor_core`] | the kernels an OpenBLAS vendor says it runs (`openblas_get_corename`), for the trace |
 //! | [`ab`] | `OZAKI_AB`: the vendor beside the chosen route on a private copy of C, differences and times in the trace |
 //!
 //! ## Guarantees
@@ -92,4 +93,5 @@ mod shield;
 pub mod shim_thread;
 pub mod symbols;
 pub mod trace_sink;
+pub mod vendor_core;
 pub mod vendor_spin;

@@ -611,6 +611,10 @@ pub fn record_taking(start: &Start, entry: &Entry<'_>, engine: Option<Box<Engine
         // or the queue is locked, once per process (the writer reads the cached list).
         let _ = cuda_libraries();
     }
+    if let Sym::Blas(sym) = q.sym {
+        // Likewise the vendor's kernels, once per symbol (the writer reads `known`).
+        let _ = crate::vendor_core::of(sym);
+    }
     if !OPENED.load(Ordering::Acquire) {
         // The file is created at the first record, by its caller (module docs).
         let mut sink = SHARED.lock();
@@ -1056,6 +1060,10 @@ impl Sink {
             self.announced[sym.index()] = true;
             field(&mut self.buf, "vendor");
             push_str(&mut self.buf, lib);
+            if let Some(core) = crate::vendor_core::known(sym) {
+                field(&mut self.buf, "vendor_core");
+                push_str(&mut self.buf, core);
+            }
         }
         // The list was made by the record's caller (`record_taking`), outside every lock.
         let gpu_libraries = r
@@ -1290,6 +1298,16 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
         blas_threads: Some(crate::route::choose::machine_threads().1),
         vendor_spin_log2: crate::vendor_spin::timeout_log2(),
         vendor_threads_shared: Some(crate::config::get().shares_vendor_threads()),
+        vendor_core: forward::resolved()
+            .into_iter()
+            .filter_map(|(id, _)| {
+                Some((
+                    id.name().to_string(),
+                    crate::vendor_core::known(id)?.to_string(),
+                ))
+            })
+            .collect(),
+        cpu_simd: Some(ozaki_core::vendor_core::cpu_simd().to_string()),
     }
 }
 

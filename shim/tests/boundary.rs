@@ -603,7 +603,8 @@ fn auto_runs_the_vendor_at_one_share_per_openmp_team_member() {
 /// member of a real libgomp team while the others' calls run), an OpenMP program under
 /// `auto` ends, gets the C it gets without the shim (48 x 48 x 48: below the size at which
 /// OpenBLAS splits a call, so any thread setting gives the same bits), and its records name
-/// the team of each call made from it.
+/// the team of each call made from it; the trace names the kernels the vendor says it runs
+/// (an OpenBLAS does, the reference BLAS has no such entry point) and the CPU's vector width.
 #[test]
 fn an_openmp_program_over_each_vendor_gets_its_own_results_under_the_team_rule() {
     let dir = work_dir("vendor-team-real");
@@ -639,6 +640,20 @@ fn an_openmp_program_over_each_vendor_gets_its_own_results_under_the_team_rule()
             (1000, 800),
             "{name}: every call recorded, the team's 800 with their team"
         );
+        let trace = read_trace(&trace);
+        let header = &trace.headers[0];
+        let core = header.vendor_core.get("dgemm_").cloned().or_else(|| {
+            trace
+                .calls
+                .iter()
+                .find_map(|c| c.vendor.as_ref().and(c.vendor_core.clone()))
+        });
+        assert_eq!(
+            core.is_some(),
+            name == "openblas",
+            "{name}: the vendor's kernels named where it names them: {core:?}"
+        );
+        assert!(header.cpu_simd.is_some(), "{name}: the CPU's vector width");
     }
 }
 
