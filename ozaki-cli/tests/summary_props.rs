@@ -109,7 +109,8 @@ impl DamagedTrace {
                 Some(f) => body[..(body.len() as f64 * f) as usize].to_vec(),
                 None => body,
             };
-            let blank = body.iter().all(u8::is_ascii_whitespace);
+            // JSON's whitespace only: what the reader skips without a note
+            let blank = body.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r'));
             if matches!(damage, Damage::Intact) && cut.is_none() {
                 intact += 1;
             } else if !blank {

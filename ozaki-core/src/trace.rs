@@ -446,6 +446,14 @@ impl CallRecord {
     }
 }
 
+/// Whether a trace line holds nothing but JSON's whitespace (space, tab, line feed, carriage
+/// return): skipped without a note. Any other character, a vertical tab or a no-break space
+/// included, makes a damaged line.
+fn is_blank(text: &str) -> bool {
+    text.bytes()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+}
+
 /// One parsed trace line.
 // A trace holds one header per process and a call record per call, so the records are boxed
 // and the header, the larger variant, is left inline: a `Line` only lives while it is read.
@@ -550,7 +558,7 @@ impl Trace {
                 line: i + 1,
                 message: e.to_string(),
             })?;
-            if line.trim().is_empty() {
+            if is_blank(&line) {
                 continue;
             }
             match parse_line(&line, i + 1)? {
@@ -615,7 +623,7 @@ impl Trace {
                 });
                 continue;
             };
-            if text.trim().is_empty() {
+            if is_blank(text) {
                 continue;
             }
             match parse_line(text.trim_end(), line_no) {
@@ -674,6 +682,17 @@ mod tests {
         assert_eq!(lines, [(3, true), (5, true), (7, false)], "{skipped:?}");
         // The strict reader still rejects the same text.
         assert_eq!(Trace::read(&bytes[..]).unwrap_err().line, 3);
+    }
+
+    /// Lines of JSON's whitespace are skipped silently; a line of other whitespace (a
+    /// vertical tab, a form feed, a no-break space) is damage, skipped with a note.
+    #[test]
+    fn only_json_whitespace_makes_a_blank_line() {
+        let text = format!("{HEADER}\n \t\r\n\n{CALL}\n\x0b\n\x0c\n\u{a0}\n{CALL}\n");
+        let (trace, skipped) = Trace::read_lenient(text.as_bytes()).unwrap();
+        assert_eq!(trace.calls.len(), 2);
+        let lines: Vec<usize> = skipped.iter().map(|s| s.line).collect();
+        assert_eq!(lines, [5, 6, 7], "{skipped:?}");
     }
 
     #[test]
