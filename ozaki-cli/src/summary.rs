@@ -16,6 +16,7 @@
 
 mod json;
 mod predictions;
+mod vendors;
 
 use crate::tracefile::{load, notes};
 use clap::Parser;
@@ -214,14 +215,6 @@ struct Seen {
     waited_s: f64,
 }
 
-/// A vendor library as the traces name it: its kernels (`vendor_core`) and the vector
-/// width of the CPU it ran on (`cpu_simd` of its trace).
-#[derive(Debug, Default)]
-struct VendorSeen {
-    core: Option<String>,
-    cpu_simd: Option<String>,
-}
-
 /// One trace file as the summary keeps it: its headers and its own totals.
 #[derive(Debug)]
 struct FileSeen {
@@ -248,10 +241,8 @@ pub struct Summary {
     teams: BTreeMap<(u32, String), Seen>,
     /// The CUDA library files the GPU calls ran on (`cuda_libs`), of every process.
     cuda_libs: std::collections::BTreeSet<String>,
-    /// Vendor libraries per symbol, from the headers and from the records that name one
-    /// resolved later (`vendor`), with the kernels each said it runs and the recording CPU's
-    /// vector width.
-    vendors: BTreeMap<(String, String), VendorSeen>,
+    /// Vendor libraries per symbol, with the kernels each said it runs.
+    vendors: vendors::Vendors,
     predictions: predictions::Predictions,
     /// (nbar, flops) of every call.
     nbar: Vec<(f64, f64)>,
@@ -270,19 +261,15 @@ impl Summary {
             lines += 1;
             match line {
                 Line::Header(h) => {
-                    for (sym, lib) in &h.vendor {
-                        self.add_vendor(sym, lib, h.vendor_core.get(sym), h.cpu_simd.as_ref());
-                    }
+                    self.vendors.add_header(&h);
                     self.files[file].headers.push(h)
                 }
                 Line::Call(c) => {
-                    if let Some(lib) = &c.vendor {
-                        let simd = self.files[file]
-                            .headers
-                            .last()
-                            .and_then(|h| h.cpu_simd.clone());
-                        self.add_vendor(&c.sym, lib, c.vendor_core.as_ref(), simd.as_ref());
-                    }
+                    let simd = self.files[file]
+                        .headers
+                        .last()
+                        .and_then(|h| h.cpu_simd.as_ref());
+                    self.vendors.add_call(&c, simd);
                     self.add_call(file, &c)
                 }
             }
@@ -296,15 +283,6 @@ impl Summary {
         };
         self.files[file].notes = notes(path, &skipped, lines == 0);
         Ok(())
-    }
-
-    fn add_vendor(&mut self, sym: &str, lib: &str, core: Option<&String>, simd: Option<&String>) {
-        let seen = self
-            .vendors
-            .entry((sym.to_string(), lib.to_string()))
-            .or_default();
-        seen.core = seen.core.take().or_else(|| core.cloned());
-        seen.cpu_simd = seen.cpu_simd.take().or_else(|| simd.cloned());
     }
 
     fn add_file(&mut self, path: &Path, notes: Vec<String>) -> usize {
@@ -414,13 +392,13 @@ impl Summary {
             }
         }
         let mut behind = std::collections::BTreeSet::new();
-        for ((sym, lib), seen) in &self.vendors {
+        for (sym, lib, seen) in self.vendors.iter() {
             match &seen.core {
                 Some(core) => writeln!(out, "  vendor {sym} -> {lib} (kernels: {core})")?,
                 None => writeln!(out, "  vendor {sym} -> {lib}")?,
             }
-            if let (Some(core), Some(simd)) = (&seen.core, &seen.cpu_simd)
-                && ozaki_core::vendor_core::behind_the_cpu(core, simd)
+            if let (true, Some(core), Some(simd)) =
+                (seen.behind_the_cpu(), &seen.core, &seen.cpu_simd)
             {
                 behind.insert((lib, core, simd));
             }

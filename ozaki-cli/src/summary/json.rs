@@ -9,7 +9,8 @@
 //! that overlapped in one file; `routes` maps each route to its `calls`, `gflop` and `s`, and
 //! `fallbacks` each fallback reason to its number of calls; `predictions` how close the
 //! engine's predictions came to the measured times (`super::predictions`: per route taken,
-//! `all` routes, and `class_bound` for calls priced at their size class's bound).
+//! `all` routes, and `class_bound` for calls priced at their size class's bound); `vendors`
+//! the vendor libraries per symbol with the kernels each said it runs (`super::vendors`).
 
 use super::Totals;
 use crate::tracefile::Loaded;
@@ -31,6 +32,16 @@ pub fn render(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> {
         by_route.entry(c.route.as_str()).or_default().add(c);
         if let Some(why) = &c.fallback {
             *fallbacks.entry(why.as_str()).or_default() += 1;
+        }
+    }
+    let mut vendors = super::vendors::Vendors::default();
+    for f in files {
+        for h in &f.trace.headers {
+            vendors.add_header(h);
+        }
+        let simd = f.trace.headers.last().and_then(|h| h.cpu_simd.as_ref());
+        for c in &f.trace.calls {
+            vendors.add_call(c, simd);
         }
     }
     let mut busy_ns = 0u64;
@@ -55,6 +66,7 @@ pub fn render(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> {
         "routes": routes,
         "fallbacks": fallbacks,
         "predictions": predictions.json(),
+        "vendors": vendors.json(),
     });
     serde_json::to_writer(&mut *out, &v)?;
     writeln!(out)
@@ -140,6 +152,34 @@ mod tests {
         assert!((v["routes"]["gpu-native"]["s"].as_f64().unwrap() - 200e-9).abs() < 1e-15);
         assert!((v["gflop"].as_f64().unwrap() - 3.0 * 2e6 / 1e9).abs() < 1e-12);
         assert_eq!(v["fallbacks"]["no GPU"], 1);
+    }
+
+    /// The vendors of the header and of the records, with their kernels.
+    #[test]
+    fn vendors_are_listed_with_their_kernels() {
+        let named = call(0, 100, "vendor", None).replace(
+            r#""route":"vendor""#,
+            r#""route":"vendor","vendor":"/w/libopenblas.so","vendor_core":"Prescott""#,
+        );
+        let v = summary(&[&[named]]);
+        let vendors = v["vendors"].as_array().unwrap();
+        let libs: Vec<&str> = vendors
+            .iter()
+            .map(|x| x["library"].as_str().unwrap())
+            .collect();
+        assert!(libs.contains(&"/w/libopenblas.so"), "{v}");
+        let ob = vendors
+            .iter()
+            .find(|x| x["library"] == "/w/libopenblas.so")
+            .unwrap();
+        assert_eq!(
+            (&ob["symbol"], &ob["kernels"]),
+            (&json!("dgemm_"), &json!("Prescott"))
+        );
+        assert_eq!(
+            ob["behind_the_cpu"], false,
+            "no CPU width in this header: {v}"
+        );
     }
 
     #[test]
