@@ -35,6 +35,9 @@ pub struct Vendor {
     pub library: String,
     /// How it was found: `OZAKI_VENDOR_BLAS`, `RTLD_NEXT` or `loaded objects`.
     pub how: &'static str,
+    /// The kernels the library says it runs ([`crate::vendor_core`]), for the trace; asked
+    /// here, inside the resolution (which a `fork` waits for), never at a record.
+    pub core: Option<String>,
 }
 
 // SAFETY: `addr` is a code address, immutable and valid in every thread.
@@ -92,6 +95,7 @@ fn resolve_guarded(name: &CStr, resolve: impl FnOnce() -> Option<Vendor>) -> Opt
         addr,
         library: library_of(addr),
         how,
+        core: None,
     })
 }
 
@@ -109,10 +113,16 @@ pub fn resolved() -> Vec<(SymId, &'static str)> {
 
 /// The library `id` resolved to, if it has been resolved.
 pub fn resolved_library(id: SymId) -> Option<&'static str> {
-    SLOTS[id.index()]
-        .get()
-        .and_then(|v| v.as_ref())
-        .map(|v| v.library.as_str())
+    resolved_vendor(id).map(|v| v.library.as_str())
+}
+
+/// The kernels the library of `id` says it runs, if it has been resolved and says.
+pub fn resolved_core(id: SymId) -> Option<&'static str> {
+    resolved_vendor(id).and_then(|v| v.core.as_deref())
+}
+
+fn resolved_vendor(id: SymId) -> Option<&'static Vendor> {
+    SLOTS[id.index()].get().and_then(|v| v.as_ref())
 }
 
 fn resolve(id: SymId) -> Option<Vendor> {
@@ -121,10 +131,14 @@ fn resolve(id: SymId) -> Option<Vendor> {
         .map(|p| (p, "OZAKI_VENDOR_BLAS"))
         .or_else(|| next_definition(name).map(|p| (p, "RTLD_NEXT")))
         .or_else(|| in_loaded_objects(name).map(|p| (p, "loaded objects")));
-    let vendor = found.map(|(addr, how)| Vendor {
-        addr,
-        library: library_of(addr),
-        how,
+    let vendor = found.map(|(addr, how)| {
+        let library = library_of(addr);
+        Vendor {
+            addr,
+            core: crate::vendor_core::of_library(&library),
+            library,
+            how,
+        }
     });
     match &vendor {
         Some(v) => {
@@ -213,30 +227,6 @@ fn library_of(p: *const c_void) -> String {
             .into_owned()
     } else {
         "?".into()
-    }
-}
-
-/// A library the process has already loaded, opened again by its path without loading
-/// anything (`RTLD_NOLOAD`) and never closed, so that the addresses found in it stay valid
-/// for the process; its names are looked up in it alone, never in another library.
-pub struct KeptOpen(*mut c_void);
-
-impl KeptOpen {
-    /// The loaded library at `path`; `None` when no such object is loaded.
-    pub fn open(path: &CStr) -> Option<KeptOpen> {
-        // SAFETY: RTLD_NOLOAD only returns a handle for an object that is already loaded;
-        // the handle is never closed.
-        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-        (!handle.is_null()).then_some(KeptOpen(handle))
-    }
-
-    /// The address of the first of `names` the library defines.
-    pub fn first_of(&self, names: &[&CStr]) -> Option<*mut c_void> {
-        names.iter().find_map(|n| {
-            // SAFETY: dlsym on a live handle with a NUL-terminated name.
-            let p = unsafe { libc::dlsym(self.0, n.as_ptr()) };
-            (!p.is_null()).then_some(p)
-        })
     }
 }
 

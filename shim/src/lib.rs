@@ -33,6 +33,7 @@
 //! | [`entry`] | the FFI boundary rule: nested calls straight through, everything else inside `catch_unwind` |
 //! | [`abi`] | the only reader of raw caller pointers: reference-BLAS argument checks, xerbla, row-major conversion |
 //! | [`forward`] | finding the real BLAS per symbol: `OZAKI_VENDOR_BLAS`, `RTLD_NEXT`, loaded objects |
+//! | [`kept_open`] | a loaded library opened again by its path, to look names up in it alone |
 //! | [`guard`] | per-thread re-entrancy guard (reference `cblas_dgemm` calls `dgemm_`), robust to handlers that `longjmp` or throw |
 //! | [`shim_thread`] | the shim's own threads, with every signal blocked (a program's handler never runs on them) |
 //! | [`lazy`] | fork-safe lazy initialisation of every process-wide state |
@@ -86,6 +87,7 @@ mod exports;
 mod device_api;
 pub mod forward;
 pub mod guard;
+pub mod kept_open;
 pub mod lazy;
 pub mod process;
 pub mod route;

@@ -611,10 +611,6 @@ pub fn record_taking(start: &Start, entry: &Entry<'_>, engine: Option<Box<Engine
         // or the queue is locked, once per process (the writer reads the cached list).
         let _ = cuda_libraries();
     }
-    if let Sym::Blas(sym) = q.sym {
-        // Likewise the vendor's kernels, once per symbol (the writer reads `known`).
-        let _ = crate::vendor_core::of(sym);
-    }
     if !OPENED.load(Ordering::Acquire) {
         // The file is created at the first record, by its caller (module docs).
         let mut sink = SHARED.lock();
@@ -1060,7 +1056,7 @@ impl Sink {
             self.announced[sym.index()] = true;
             field(&mut self.buf, "vendor");
             push_str(&mut self.buf, lib);
-            if let Some(core) = crate::vendor_core::known(sym) {
+            if let Some(core) = forward::resolved_core(sym) {
                 field(&mut self.buf, "vendor_core");
                 push_str(&mut self.buf, core);
             }
@@ -1303,7 +1299,7 @@ fn header(pid: u32, parent_pid: Option<u32>, with_argv: bool) -> Header {
             .filter_map(|(id, _)| {
                 Some((
                     id.name().to_string(),
-                    crate::vendor_core::known(id)?.to_string(),
+                    forward::resolved_core(id)?.to_string(),
                 ))
             })
             .collect(),

@@ -1,10 +1,8 @@
 //! The kernels a vendor library says it runs (`openblas_get_corename`), for the trace: an
 //! OpenBLAS older than the CPU picks an old core when it loads (`ozaki_core::vendor_core`).
 
-use crate::forward::{self, KeptOpen};
-use crate::symbols::{COUNT, SymId};
+use crate::kept_open::KeptOpen;
 use std::ffi::{CStr, CString, c_char};
-use std::sync::OnceLock;
 
 /// OpenBLAS's core-name entry points, under the names of its builds and of pip's
 /// `scipy_openblas` wheels; each is `const char *name(void)`.
@@ -15,26 +13,8 @@ const CORENAMES: &[&CStr] = &[
     c"scipy_openblas_get_corename64_",
 ];
 
-static CORES: [OnceLock<Option<String>>; COUNT] = [const { OnceLock::new() }; COUNT];
-
-/// The kernels the vendor library of `id` says it runs, once `id` has been resolved (asked
-/// once per symbol). Opening the library takes the loader's lock: call it where no lock of
-/// the shim is held (the trace asks it from a record's caller and reads [`known`] under its
-/// own lock).
-pub fn of(id: SymId) -> Option<&'static str> {
-    let library = forward::resolved_library(id)?;
-    CORES[id.index()]
-        .get_or_init(|| of_library(library))
-        .as_deref()
-}
-
-/// What [`of`] found for `id`, if it was asked; never looks anything up.
-pub fn known(id: SymId) -> Option<&'static str> {
-    CORES[id.index()].get().and_then(|c| c.as_deref())
-}
-
 /// The core the loaded library at `library` names for its kernels, when it is an OpenBLAS.
-fn of_library(library: &str) -> Option<String> {
+pub fn of_library(library: &str) -> Option<String> {
     let lib = KeptOpen::open(&CString::new(library).ok()?)?;
     let f = lib.first_of(CORENAMES)?;
     // SAFETY: OpenBLAS documents these names as `char *(void)`, returning a static string,

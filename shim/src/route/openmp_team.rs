@@ -15,7 +15,7 @@
 //! loader reports objects added since the last one, checked on a thread's first query and
 //! then every [`RECHECK_EVERY`] queries of that thread.
 
-use crate::forward::KeptOpen;
+use crate::kept_open::KeptOpen;
 use std::cell::Cell;
 use std::ffi::CString;
 use std::sync::Mutex;

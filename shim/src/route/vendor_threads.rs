@@ -37,7 +37,7 @@
 
 use super::inflight::Flight;
 use crate::config::{Config, VendorThreads};
-use crate::forward::KeptOpen;
+use crate::kept_open::KeptOpen;
 use crate::symbols::SymId;
 use libc::c_int;
 use std::ffi::{CStr, CString};
