@@ -265,11 +265,7 @@ impl Summary {
                     self.files[file].headers.push(h)
                 }
                 Line::Call(c) => {
-                    let simd = self.files[file]
-                        .headers
-                        .last()
-                        .and_then(|h| h.cpu_simd.as_ref());
-                    self.vendors.add_call(&c, simd);
+                    self.vendors.add_call(&c, self.files[file].headers.last());
                     self.add_call(file, &c)
                 }
             }
@@ -397,9 +393,7 @@ impl Summary {
                 Some(core) => writeln!(out, "  vendor {sym} -> {lib} (kernels: {core})")?,
                 None => writeln!(out, "  vendor {sym} -> {lib}")?,
             }
-            if let (true, Some(core), Some(simd)) =
-                (seen.behind_the_cpu(), &seen.core, &seen.cpu_simd)
-            {
+            if let Some((core, simd)) = seen.behind_the_cpu() {
                 behind.insert((lib, core, simd));
             }
         }

@@ -39,9 +39,8 @@ pub fn render(out: &mut dyn Write, files: &[Loaded]) -> std::io::Result<()> {
         for h in &f.trace.headers {
             vendors.add_header(h);
         }
-        let simd = f.trace.headers.last().and_then(|h| h.cpu_simd.as_ref());
         for c in &f.trace.calls {
-            vendors.add_call(c, simd);
+            vendors.add_call(c, f.trace.headers.last());
         }
     }
     let mut busy_ns = 0u64;

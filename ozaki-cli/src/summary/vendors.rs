@@ -15,11 +15,11 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// Whether it ran SSE kernels on a CPU with AVX2 or wider
-    /// (`ozaki_core::vendor_core::behind_the_cpu`).
-    pub fn behind_the_cpu(&self) -> bool {
-        matches!((&self.core, &self.cpu_simd), (Some(core), Some(simd))
-            if ozaki_core::vendor_core::behind_the_cpu(core, simd))
+    /// Its kernels and the CPU's vector width when it ran SSE kernels on a CPU with AVX2 or
+    /// wider (`ozaki_core::vendor_core::behind_the_cpu`).
+    pub fn behind_the_cpu(&self) -> Option<(&str, &str)> {
+        let (core, simd) = (self.core.as_deref()?, self.cpu_simd.as_deref()?);
+        ozaki_core::vendor_core::behind_the_cpu(core, simd).then_some((core, simd))
     }
 }
 
@@ -35,10 +35,12 @@ impl Vendors {
         }
     }
 
-    /// The library a record names, if any; `cpu_simd` from its trace's header.
-    pub fn add_call(&mut self, c: &CallRecord, cpu_simd: Option<&String>) {
+    /// The library a record names, if any, under `header`, its trace's latest header (the
+    /// CPU's vector width).
+    pub fn add_call(&mut self, c: &CallRecord, header: Option<&Header>) {
         if let Some(lib) = &c.vendor {
-            self.add(&c.sym, lib, c.vendor_core.as_ref(), cpu_simd);
+            let simd = header.and_then(|h| h.cpu_simd.as_ref());
+            self.add(&c.sym, lib, c.vendor_core.as_ref(), simd);
         }
     }
 
@@ -65,7 +67,7 @@ impl Vendors {
             self.iter()
                 .map(|(sym, lib, seen)| {
                     json!({"symbol": sym, "library": lib, "kernels": seen.core,
-                           "cpu_simd": seen.cpu_simd, "behind_the_cpu": seen.behind_the_cpu()})
+                           "cpu_simd": seen.cpu_simd, "behind_the_cpu": seen.behind_the_cpu().is_some()})
                 })
                 .collect(),
         )
