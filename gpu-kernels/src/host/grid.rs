@@ -3,7 +3,7 @@
 //! and the tuning, kept apart from the CUDA work so it can be tested without a GPU.
 
 use super::Engine;
-use super::tuning::tuning;
+use super::tuning::{UploadOrder, tuning};
 use ozaki_core::blas::{GemmArgs, Trans};
 use ozaki_core::host_pipeline::{CutRule, column_blocks};
 
@@ -80,6 +80,49 @@ pub(crate) fn shared_panels(args: &GemmArgs, engine: Engine, slots: usize) -> us
     let slots = slots.max(1);
     let want = pipeline_panels(args, engine) * slots;
     fit_panels(args.m, want.min(args.m), slots)
+}
+
+/// One part of a pipelined gemm's upload: this slot's q-th own row panel of op(A), or
+/// column block j of op(B) (with C's block when the call reads C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    Panel(usize),
+    Block(usize),
+}
+
+/// The order of a pipelined gemm's parts ([`Tuning::order`]): `panels` of op(A) per slot
+/// and `blocks` of op(B), each kind in its own order. A unit (panel, block) can start once
+/// both are on the device, so each order keeps the uploaded shares of A and B close.
+///
+/// [`Tuning::order`]: super::Tuning::order
+pub(super) fn upload_order(panels: usize, blocks: usize, order: UploadOrder) -> Vec<Part> {
+    let mut parts = Vec::with_capacity(panels + blocks);
+    match order {
+        UploadOrder::Alternate => {
+            for q in 0..panels.max(blocks) {
+                if q < panels {
+                    parts.push(Part::Panel(q));
+                }
+                if q < blocks {
+                    parts.push(Part::Block(q));
+                }
+            }
+        }
+        UploadOrder::Balanced => {
+            let (mut q, mut j) = (0, 0);
+            while q < panels || j < blocks {
+                // the next panel when A's uploaded share q / panels is at most B's j / blocks
+                if q < panels && (j == blocks || q * blocks <= j * panels) {
+                    parts.push(Part::Panel(q));
+                    q += 1;
+                } else {
+                    parts.push(Part::Block(j));
+                    j += 1;
+                }
+            }
+        }
+    }
+    parts
 }
 
 /// `want` panels (at least 1); when a panel of a transpose-free A, which is copied as `k`
@@ -257,6 +300,59 @@ mod tests {
                     first.cols == cols || more.bytes() > max,
                     "{first:?} / {max}"
                 );
+            }
+        }
+    }
+
+    fn names(parts: &[Part]) -> String {
+        parts
+            .iter()
+            .map(|p| match p {
+                Part::Panel(q) => format!("P{q}"),
+                Part::Block(j) => format!("B{j}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Both orders send every panel and block once, each kind in its own order; alternate
+    /// pairs panel q with block q, balanced keeps A's uploaded share at most one panel ahead
+    /// of B's.
+    #[test]
+    fn upload_orders() {
+        use UploadOrder::{Alternate, Balanced};
+        assert_eq!(
+            names(&upload_order(4, 8, Alternate)),
+            "P0 B0 P1 B1 P2 B2 P3 B3 B4 B5 B6 B7"
+        );
+        assert_eq!(
+            names(&upload_order(4, 8, Balanced)),
+            "P0 B0 B1 P1 B2 B3 P2 B4 B5 P3 B6 B7"
+        );
+        assert_eq!(names(&upload_order(2, 4, Balanced)), "P0 B0 B1 P1 B2 B3");
+        assert_eq!(names(&upload_order(4, 2, Balanced)), "P0 B0 P1 P2 B1 P3");
+        assert_eq!(names(&upload_order(1, 3, Alternate)), "P0 B0 B1 B2");
+        assert_eq!(names(&upload_order(0, 2, Balanced)), "B0 B1");
+        for (p, b) in [(1, 1), (3, 7), (8, 4), (5, 5), (16, 3)] {
+            for order in [Alternate, Balanced] {
+                let parts = upload_order(p, b, order);
+                let panels: Vec<usize> = parts
+                    .iter()
+                    .filter_map(|x| match x {
+                        Part::Panel(q) => Some(*q),
+                        Part::Block(_) => None,
+                    })
+                    .collect();
+                let blocks: Vec<usize> = parts
+                    .iter()
+                    .filter_map(|x| match x {
+                        Part::Block(j) => Some(*j),
+                        Part::Panel(_) => None,
+                    })
+                    .collect();
+                assert_eq!(panels, (0..p).collect::<Vec<_>>(), "{p} x {b} {order:?}");
+                assert_eq!(blocks, (0..b).collect::<Vec<_>>(), "{p} x {b} {order:?}");
+                assert!(matches!(parts[0], Part::Panel(0)), "{p} x {b} {order:?}");
             }
         }
     }

@@ -57,7 +57,9 @@ use ozaki_core::trace::Phases;
 use register::Registration;
 pub(crate) use share::{PanelBoard, Share};
 pub(crate) use tuning::write_threads;
-pub use tuning::{Tuning, WriteStart, set_cpu_sharers, set_register, set_tuning, tuning};
+pub use tuning::{
+    Tuning, UploadOrder, WriteStart, set_cpu_sharers, set_register, set_tuning, tuning,
+};
 pub(crate) use upload::upload;
 use upload::{Piece, feed, panel_piece, ring, upload_piece};
 use whole_rule::Verdict;
@@ -569,10 +571,10 @@ pub(crate) fn staged_gemm(
         }
         g
     };
-    // Upload order: panels and blocks alternate (this slot's q-th own panel, then block q,
-    // ...), so the work that can start (a unit needs its panel and its block) grows with
-    // both from the first panel and block on. Panel p is its owner's q(p)-th; the other
-    // slots upload in the same order, so their q-th panels arrive about with this slot's.
+    // Upload order (`grid::upload_order`): panels and blocks interleaved, so the work that
+    // can start (a unit needs its panel and its block) grows with both from the first panel
+    // and block on. Panel p is its owner's q(p)-th; the other slots upload in the same
+    // order, so their q-th panels arrive about with this slot's.
     let nq = |p: usize| {
         share.map_or(p, |sh| {
             (0..p).filter(|&u| sh.owner[u] == sh.owner[p]).count()
@@ -585,21 +587,21 @@ pub(crate) fn staged_gemm(
     let mut groups: Vec<Vec<Piece>> = Vec::new();
     let mut panel_group = vec![0usize; places.len()];
     let mut block_group = vec![0usize; cols.len()];
-    let mut rank = 0;
-    for q in 0..panels_per_slot.max(cols.len()) {
-        if q < panels_per_slot {
-            rank_panel[q] = rank;
-            rank += 1;
-            if let Some(p) = (0..places.len()).find(|&p| q_of[p] == q && own(p)) {
-                panel_group[p] = groups.len();
-                groups.push(vec![piece_of(p)]);
+    let parts = grid::upload_order(panels_per_slot, cols.len(), tuning().order);
+    for (rank, part) in parts.into_iter().enumerate() {
+        match part {
+            grid::Part::Panel(q) => {
+                rank_panel[q] = rank;
+                if let Some(p) = (0..places.len()).find(|&p| q_of[p] == q && own(p)) {
+                    panel_group[p] = groups.len();
+                    groups.push(vec![piece_of(p)]);
+                }
             }
-        }
-        if let Some(&cw) = cols.get(q) {
-            rank_block[q] = rank;
-            rank += 1;
-            block_group[q] = groups.len();
-            groups.push(b_and_c(q, cw));
+            grid::Part::Block(j) => {
+                rank_block[j] = rank;
+                block_group[j] = groups.len();
+                groups.push(b_and_c(j, cols[j]));
+            }
         }
     }
     // units (panel, block) in the order their operands arrive

@@ -53,6 +53,33 @@ pub struct Tuning {
     /// When a gpu-ozaki call with beta = 0 starts writing C into the caller's memory
     /// (`super::early_write`).
     pub ozaki_write: WriteStart,
+    /// The order in which a pipelined call uploads its row panels of op(A) and column
+    /// blocks of op(B) (`super::grid::upload_order`).
+    pub order: UploadOrder,
+}
+
+/// The order of a pipelined call's uploads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadOrder {
+    /// Panel 0, block 0, panel 1, block 1, ..., then the blocks left (the default).
+    Alternate,
+    /// The next panel whenever A's uploaded share (panels sent / panels) is at most B's
+    /// (blocks sent / blocks), else the next block: with 4 panels of 512 MiB and 8 blocks of
+    /// 256 MiB (16384², gpu-ozaki) the shares stay equal and panel 3 comes after block 5
+    /// instead of block 2, so the device's units start more evenly but C's first block is
+    /// complete later.
+    Balanced,
+}
+
+impl std::str::FromStr for UploadOrder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<UploadOrder, String> {
+        match s {
+            "alternate" => Ok(UploadOrder::Alternate),
+            "balanced" => Ok(UploadOrder::Balanced),
+            _ => Err(format!("{s:?} is not alternate or balanced")),
+        }
+    }
 }
 
 /// When a gpu-ozaki call with beta = 0 starts writing the blocks of C it downloaded into the
@@ -98,6 +125,7 @@ impl Default for Tuning {
             c_ring: (24, 4 << 20),
             register: None,
             ozaki_write: WriteStart::Accepted,
+            order: UploadOrder::Alternate,
         }
     }
 }
@@ -110,7 +138,8 @@ impl std::str::FromStr for Tuning {
     /// blocks), `panel_rows=N`, `ozaki_panel_rows=N` (fewest rows per panel), `panels=N`,
     /// `ozaki_panels=N`, `cslots=N`, `cslot=MiB` (C's download ring), `register=0|1`
     /// (page-lock op(A) and op(B) for the call), `ozaki_write=downloaded|accepted` (when
-    /// gpu-ozaki starts writing C with beta = 0) (`default` alone: the defaults).
+    /// gpu-ozaki starts writing C with beta = 0), `order=alternate|balanced` (the upload
+    /// order of panels and blocks) (`default` alone: the defaults).
     fn from_str(spec: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         for kv in spec
@@ -143,6 +172,7 @@ impl std::str::FromStr for Tuning {
                 "cslots" => t.c_ring.0 = num()?.max(1),
                 "cslot" => t.c_ring.1 = num()?.max(1) << 20,
                 "ozaki_write" => t.ozaki_write = v.parse()?,
+                "order" => t.order = v.parse()?,
                 "register" => {
                     t.register = Some(match v {
                         "0" => false,
@@ -331,6 +361,12 @@ mod tests {
             WriteStart::Downloaded
         );
         assert!("ozaki_write=never".parse::<Tuning>().is_err());
+        assert_eq!(Tuning::default().order, UploadOrder::Alternate);
+        assert_eq!(
+            "order=balanced".parse::<Tuning>().unwrap().order,
+            UploadOrder::Balanced
+        );
+        assert!("order=random".parse::<Tuning>().is_err());
         assert!("copy=fast".parse::<Tuning>().is_err());
         assert!("threads".parse::<Tuning>().is_err());
         assert!("color=red".parse::<Tuning>().is_err());
