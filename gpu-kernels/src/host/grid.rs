@@ -336,20 +336,13 @@ mod tests {
         for (p, b) in [(1, 1), (3, 7), (8, 4), (5, 5), (16, 3)] {
             for order in [Alternate, Balanced] {
                 let parts = upload_order(p, b, order);
-                let panels: Vec<usize> = parts
-                    .iter()
-                    .filter_map(|x| match x {
-                        Part::Panel(q) => Some(*q),
-                        Part::Block(_) => None,
-                    })
-                    .collect();
-                let blocks: Vec<usize> = parts
-                    .iter()
-                    .filter_map(|x| match x {
-                        Part::Block(j) => Some(*j),
-                        Part::Panel(_) => None,
-                    })
-                    .collect();
+                let (mut panels, mut blocks) = (Vec::new(), Vec::new());
+                for part in &parts {
+                    match *part {
+                        Part::Panel(q) => panels.push(q),
+                        Part::Block(j) => blocks.push(j),
+                    }
+                }
                 assert_eq!(panels, (0..p).collect::<Vec<_>>(), "{p} x {b} {order:?}");
                 assert_eq!(blocks, (0..b).collect::<Vec<_>>(), "{p} x {b} {order:?}");
                 assert!(matches!(parts[0], Part::Panel(0)), "{p} x {b} {order:?}");
