@@ -4,8 +4,9 @@
 //! block is the reference product and every guard keeps its bits. Covers the pipelined gemm
 //! (several column blocks and row panels, C's upload ring and download ring smaller than
 //! C), beta != 0 (written from staging after success) and beta = 0 (early writes), dsyrk's
-//! triangle, a split over device slots (tiles whose rows start inside C's columns), and
-//! calls that fail on their data, which leave C untouched where they read it. Skips itself visibly with
+//! triangle, a split over device slots (tiles whose rows start inside C's columns), both
+//! upload orders of panels and blocks (the same C, bit for bit), and calls that fail on
+//! their data, which leave C untouched where they read it. Skips itself visibly with
 //! "skipped: ..." without a GPU; runs in the GPU round (`scripts/gpu-check`).
 
 mod support;
@@ -135,6 +136,59 @@ fn a_gemm_on_a_c_with_gaps_writes_its_block_only() {
                 let what = format!("{name} {t:?} beta {beta} {cut}");
                 done.unwrap_or_else(|e| panic!("{what}: {e}"));
                 check(&what, (&c, &c0, &want), (m, ldc), tol, |_, _| true);
+            }
+        }
+    }
+}
+
+/// The upload order of panels and blocks (tuning `order`) changes when each unit starts,
+/// not what it computes: a pipelined gemm cut into 3 blocks x 2 panels and 2 blocks x 5
+/// panels (where the orders differ) writes the same C, bit for bit, under both orders, and
+/// leaves the gaps alone.
+#[test]
+fn both_upload_orders_write_the_same_c() {
+    if !have_gpu!() {
+        return;
+    }
+    let (m, n, k) = (300usize, 700usize, 200usize);
+    let ldc = 2 * m + 37;
+    let (a, b) = (vec(11, m * k), vec(12, k * n));
+    let c0 = gapped(m, n, ldc, 13);
+    for beta in [1.5, 0.0] {
+        let args = GemmArgs {
+            transa: Trans::No,
+            transb: Trans::No,
+            m,
+            n,
+            k,
+            alpha: 0.75,
+            a: &a,
+            lda: m,
+            b: &b,
+            ldb: k,
+            beta,
+            ldc,
+        };
+        let mut want = c0.clone();
+        ozaki_core::blas::gemm(&args, &mut want);
+        let tol = 1e-12 * (0.75 * k as f64 + beta);
+        for (blocks, panels) in [(3, 2), (2, 5)] {
+            for (name, engine) in engines() {
+                let run = |order: &str| {
+                    let _t = support::tuned(&format!("ring=1,cslots=2,cslot=1,order={order}"));
+                    let mut c = c0.clone();
+                    let mut g = gpu_kernels::gpu().expect("gpu");
+                    let grid = host::Grid { blocks, panels };
+                    host::gemm_grid(&mut g, &args, &mut c, engine, grid)
+                        .unwrap_or_else(|e| panic!("{name} {order}: {e}"));
+                    c
+                };
+                let (alternate, balanced) = (run("alternate"), run("balanced"));
+                let what = format!("{name} beta {beta} {blocks} x {panels}");
+                check(&what, (&balanced, &c0, &want), (m, ldc), tol, |_, _| true);
+                for (at, (x, y)) in balanced.iter().zip(&alternate).enumerate() {
+                    assert_eq!(x.to_bits(), y.to_bits(), "{what}: element {at} differs");
+                }
             }
         }
     }
