@@ -61,13 +61,15 @@ pub struct Tuning {
 /// The order of a pipelined call's uploads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UploadOrder {
-    /// Panel 0, block 0, panel 1, block 1, ..., then the blocks left (the default).
+    /// Panel 0, block 0, panel 1, block 1, ..., then the blocks left.
     Alternate,
     /// The next panel whenever A's uploaded share (panels sent / panels) is at most B's
-    /// (blocks sent / blocks), else the next block: with 4 panels of 512 MiB and 8 blocks of
-    /// 256 MiB (16384², gpu-ozaki) the shares stay equal and panel 3 comes after block 5
-    /// instead of block 2, so the device's units start more evenly but C's first block is
-    /// complete later.
+    /// (blocks sent / blocks), else the next block (the default): with 4 panels of 512 MiB
+    /// and 8 blocks of 256 MiB (16384², gpu-ozaki) the shares stay equal and panel 3 comes
+    /// after block 5 instead of block 2, so the device's units start more evenly but C's
+    /// first block is complete later. On an H100 host it was as fast or faster than
+    /// `Alternate` in every pair measured, both routes, 8192 and 16384 (BENCHMARKS.md,
+    /// "The upload order of panels and blocks").
     Balanced,
 }
 
@@ -125,7 +127,7 @@ impl Default for Tuning {
             c_ring: (24, 4 << 20),
             register: None,
             ozaki_write: WriteStart::Accepted,
-            order: UploadOrder::Alternate,
+            order: UploadOrder::Balanced,
         }
     }
 }
@@ -361,10 +363,10 @@ mod tests {
             WriteStart::Downloaded
         );
         assert!("ozaki_write=never".parse::<Tuning>().is_err());
-        assert_eq!(Tuning::default().order, UploadOrder::Alternate);
+        assert_eq!(Tuning::default().order, UploadOrder::Balanced);
         assert_eq!(
-            "order=balanced".parse::<Tuning>().unwrap().order,
-            UploadOrder::Balanced
+            "order=alternate".parse::<Tuning>().unwrap().order,
+            UploadOrder::Alternate
         );
         assert!("order=random".parse::<Tuning>().is_err());
         assert!("copy=fast".parse::<Tuning>().is_err());
