@@ -377,6 +377,11 @@ pub fn get() -> &'static Config {
     })
 }
 
+/// The settings, if an earlier call read them already ([`get`] otherwise).
+pub fn get_if_read() -> Option<&'static Config> {
+    CONFIG.get()
+}
+
 /// Installs a stderr `tracing` subscriber with `filter` (silent when `OZAKI_LOG` is unset).
 /// A host program that installed its own global subscriber keeps it.
 fn init_logging(filter: &str) {

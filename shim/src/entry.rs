@@ -5,8 +5,9 @@
 //! 1. sends a nested call (the vendor calling back into an exported name, e.g. reference
 //!    `cblas_dgemm` -> `dgemm_`) straight to the vendor, unrecorded ([`crate::guard`]), or
 //!    with no vendor found to the built-in kernel (or the reference's error handler);
-//! 2. decides inside `catch_unwind` what the call needs ([`Plan`]): decode, route choice, and
-//!    any non-vendor route, which writes C itself;
+//! 2. sends a small untraced call whose route is already known to the vendor
+//!    ([`route::small`]); otherwise decides inside `catch_unwind` what the call needs
+//!    ([`Plan`]): decode, route choice, and any non-vendor route, which writes C itself;
 //! 3. makes the foreign call the plan names outside `catch_unwind`, from frames with nothing
 //!    to clean up: the vendor (for the vendor route, and for every call the reference checks
 //!    reject or quick-return: the vendor's checks and handlers decide those), or, with no
@@ -59,6 +60,18 @@ pub unsafe fn call<R: RawCall>(id: SymId, raw: R) {
         return;
     }
     guard::enter(&frame);
+    // A small untraced call whose route is already known goes straight to the vendor.
+    // SAFETY: the caller's contract.
+    if let Ok(Some(lane)) = catch_unwind(AssertUnwindSafe(|| unsafe {
+        route::small::to_vendor(id, &raw)
+    })) {
+        // SAFETY: the caller's contract; `lane.vendor` defines the same exported name.
+        unsafe { raw.forward(lane.vendor) };
+        drop(lane);
+        guard::leave();
+        std::hint::black_box(&frame);
+        return;
+    }
     let progress = Progress::default();
     // SAFETY: the caller's contract.
     let plan = catch_unwind(AssertUnwindSafe(|| unsafe { plan(id, &raw, &progress) }));

@@ -63,6 +63,12 @@ pub fn vendor(id: SymId) -> Option<&'static Vendor> {
         .as_ref()
 }
 
+/// The vendor's definition of `id`, if an earlier call looked it up already ([`vendor`]
+/// otherwise).
+pub fn vendor_if_found(id: SymId) -> Option<&'static Vendor> {
+    SLOTS[id.index()].get()?.as_ref()
+}
+
 /// `resolve()`, and when it panics (a bug of ours: the lookup extras, the log line, the
 /// settings) the loader's own lookup of `name` (`RTLD_NEXT`, then the loaded objects)
 /// without them, with one line on stderr: a call whose lookup failed still gets the vendor's

@@ -24,6 +24,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// [`ensure_loaded`]'s progress: 0 not started, 1 running, 2 done.
 static LOADED: AtomicU8 = AtomicU8::new(0);
 
+/// Whether [`ensure_loaded`] has done its work.
+pub fn loaded() -> bool {
+    LOADED.load(Ordering::Acquire) == 2
+}
+
 /// Takes the trace clock origin and this process's pid and registers the `fork` and `exit`
 /// handlers, once per process; cheap after the first call.
 pub fn ensure_loaded() {

@@ -490,6 +490,7 @@ fn shown(ch: u8) -> u8 {
 }
 
 /// Fortran transpose letter: `Some(No|Yes)` for N/T/C (any case).
+#[inline(always)]
 fn trans_letter(ch: u8) -> Option<Trans> {
     match upper(ch) {
         b'N' => Some(Trans::No),
@@ -562,6 +563,7 @@ mod arg {
 
 /// The reference's argument checks as a table of (position, illegal?) in its check order:
 /// the first illegal position (the Fortran info code), or 0 when all are legal.
+#[inline(always)]
 fn first_illegal(checks: &[(i64, bool)]) -> i64 {
     checks
         .iter()
@@ -571,6 +573,7 @@ fn first_illegal(checks: &[(i64, bool)]) -> i64 {
 
 /// The checks of reference `dgemm.f`, column-major; returns the Fortran info code (0 = legal).
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn gemm_info(
     ta: Option<Trans>,
     tb: Option<Trans>,
@@ -598,6 +601,7 @@ fn gemm_info(
 }
 
 /// The checks of reference `dsyrk.f`; returns the Fortran info code (0 = legal).
+#[inline(always)]
 fn syrk_info(uplo: Option<Uplo>, trans: Option<Trans>, n: i64, k: i64, lda: i64, ldc: i64) -> i64 {
     use arg::syrk::*;
     let nrowa = if trans == Some(Trans::No) { n } else { k };
@@ -618,6 +622,7 @@ fn dim(x: i64) -> usize {
 
 /// Column-major dgemm after the checks; shared by the Fortran and CBLAS decoders.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn gemm_verdict(
     ta: Trans,
     tb: Trans,
@@ -654,6 +659,7 @@ fn gemm_verdict(
 }
 
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn syrk_verdict(
     uplo: Uplo,
     trans: Trans,
@@ -701,6 +707,7 @@ fn fortran_illegal(srname: &'static [u8; 7], info: i64, arg: i64, cblas: Option<
 /// Decodes Fortran dgemm arguments once they are read (pure, for the tests; the
 /// device-resident entry points decode with it too).
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(crate) fn decode_fortran_gemm(
     ta: u8,
     tb: u8,
@@ -744,6 +751,7 @@ pub(crate) fn decode_fortran_gemm(
 
 /// Decodes Fortran dsyrk arguments once they are read (as [`decode_fortran_gemm`]).
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(crate) fn decode_fortran_syrk(
     ul: u8,
     tr: u8,
@@ -837,6 +845,7 @@ fn illegal_layout(rout: &'static CStr, value: c_int) -> Verdict {
 }
 
 /// Decodes `cblas_dgemm` (pure, for the tests); mirrors reference `cblas_dgemm.c`.
+#[inline(always)]
 pub(crate) fn decode_cblas_gemm(r: &CblasGemm<i64>, ilp64: bool) -> Decoded {
     const ROUT: &CStr = c"cblas_dgemm";
     let layout = cblas_layout(r.layout);
@@ -921,6 +930,7 @@ pub(crate) fn decode_cblas_gemm(r: &CblasGemm<i64>, ilp64: bool) -> Decoded {
 
 /// Decodes `cblas_dsyrk` (pure, for the tests); mirrors reference `cblas_dsyrk.c`, including
 /// its report of an illegal row-major `Uplo` as parameter 3.
+#[inline(always)]
 fn decode_cblas_syrk(r: &CblasSyrk<i64>, ilp64: bool) -> Decoded {
     const ROUT: &CStr = c"cblas_dsyrk";
     let layout = cblas_layout(r.layout);
@@ -1012,6 +1022,7 @@ fn decode_cblas_syrk(r: &CblasSyrk<i64>, ilp64: bool) -> Decoded {
 impl<I: BlasInt> RawCall for FortranGemm<I> {
     const ROUTINE: Routine = Routine::Dgemm;
 
+    #[inline(always)]
     unsafe fn decode(&self) -> Decoded {
         // SAFETY: dgemm reads all of these unconditionally (the calling contract of `decode`).
         unsafe {
@@ -1081,6 +1092,7 @@ impl<I: BlasInt> RawCall for FortranGemm<I> {
 impl<I: BlasInt> RawCall for FortranSyrk<I> {
     const ROUTINE: Routine = Routine::Dsyrk;
 
+    #[inline(always)]
     unsafe fn decode(&self) -> Decoded {
         // SAFETY: dsyrk reads all of these unconditionally (the calling contract of `decode`).
         unsafe {
@@ -1141,6 +1153,7 @@ impl<I: BlasInt> RawCall for FortranSyrk<I> {
 impl<I: BlasInt> RawCall for CblasGemm<I> {
     const ROUTINE: Routine = Routine::Dgemm;
 
+    #[inline(always)]
     unsafe fn decode(&self) -> Decoded {
         let s = *self;
         let wide = CblasGemm {
@@ -1195,6 +1208,7 @@ impl<I: BlasInt> RawCall for CblasGemm<I> {
 impl<I: BlasInt> RawCall for CblasSyrk<I> {
     const ROUTINE: Routine = Routine::Dsyrk;
 
+    #[inline(always)]
     unsafe fn decode(&self) -> Decoded {
         let s = *self;
         let wide = CblasSyrk {

@@ -706,6 +706,18 @@ fn gated(cs: &CallShape, config: &Config, in_flight: u32, team: u32) -> Option<C
     Some(Choice::vendor(engine))
 }
 
+/// Whether [`gated`] would send `cs`, with `in_flight` calls in flight, to the vendor
+/// without pricing or initialising anything: the gate of the engine deciding now already
+/// holds its class as the vendor's (`super::small`).
+pub fn gated_already(cs: &CallShape, in_flight: u32) -> bool {
+    let gate = match (ENGINE.get(), PRE_ENGINE.get()) {
+        (Some(_), _) => &GATE,
+        (None, Some(Some(_))) => &PRE_GATE,
+        _ => return false,
+    };
+    gate.known_vendor(cs, in_flight)
+}
+
 /// The vendor's correction factor for `cs` with `in_flight` calls in flight, as [`decide`]
 /// reads it ([`Gated::factor`]).
 fn vendor_factor_now(cs: &CallShape, in_flight: u32) -> f64 {

@@ -82,14 +82,9 @@ impl Gate {
         in_flight: u32,
         price: impl Fn(&CallShape, u32) -> Arc<Decision>,
     ) -> bool {
-        if in_flight > MAX_CONCURRENT {
-            return false;
-        }
-        let c = concurrency_class(in_flight);
-        let Some(i) = index(cs, c) else {
+        let Some((slot, c)) = self.slot(cs, in_flight) else {
             return false;
         };
-        let slot = &self.slots[i];
         match slot.load(Ordering::Relaxed) {
             UNKNOWN => {
                 let v = if ahead_by(Margin::of(&price(&size_class_bound(cs), c)), self.margin) {
@@ -102,6 +97,23 @@ impl Gate {
             }
             v => v == VENDOR,
         }
+    }
+
+    /// Whether `cs`, with `in_flight` calls in flight, is in a class already computed as the
+    /// vendor's (a class not computed yet is not: computing it needs the engine's prices).
+    pub fn known_vendor(&self, cs: &CallShape, in_flight: u32) -> bool {
+        self.slot(cs, in_flight)
+            .is_some_and(|(slot, _)| slot.load(Ordering::Relaxed) == VENDOR)
+    }
+
+    /// The slot of `cs` with `in_flight` calls in flight and its concurrency class, if the
+    /// call has a class.
+    fn slot(&self, cs: &CallShape, in_flight: u32) -> Option<(&AtomicU8, u32)> {
+        if in_flight > MAX_CONCURRENT {
+            return None;
+        }
+        let c = concurrency_class(in_flight);
+        Some((&self.slots[index(cs, c)?], c))
     }
 }
 
@@ -235,6 +247,42 @@ mod tests {
         let gate = Box::new(Gate::new(MARGIN));
         assert!(!gate.vendor(&CallShape::gemm(1, 1, 1), 1, price(&e)));
         assert!(!gate.vendor(&CallShape::gemm(8, 8, 8), 1, price(&e)));
+    }
+
+    /// A class is known as the vendor's only once a call computed it so, at that call's
+    /// concurrency class: an unpriced class, a class of the GPU's and a call without a class
+    /// are not known (the lane that asks must leave them to the decision).
+    #[test]
+    fn only_classes_computed_as_the_vendors_are_known_to_be() {
+        let e = engine("h200");
+        let gate = Box::new(Gate::new(MARGIN));
+        let small = CallShape::gemm(8, 8, 8);
+        assert!(!gate.known_vendor(&small, 1), "not priced yet");
+        assert!(gate.vendor(&small, 1, price(&e)));
+        assert!(gate.known_vendor(&small, 1));
+        assert!(
+            gate.known_vendor(&CallShape::gemm(5, 7, 6), 1),
+            "same size class"
+        );
+        assert!(!gate.known_vendor(&small, 16), "another concurrency class");
+        assert!(
+            !gate.known_vendor(
+                &CallShape {
+                    transa: true,
+                    ..small
+                },
+                1
+            ),
+            "other flags"
+        );
+        let big = CallShape::gemm(4096, 4096, 4096);
+        assert!(!gate.vendor(&big, 1, price(&e)));
+        assert!(!gate.known_vendor(&big, 1), "the GPU's class");
+        assert!(!gate.known_vendor(&small, MAX_CONCURRENT + 1));
+        assert!(
+            !gate.known_vendor(&CallShape::gemm(8193, 8, 8), 1),
+            "no class"
+        );
     }
 
     /// The size class is log2 of the dimension rounded up to a power of two.

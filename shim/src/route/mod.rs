@@ -32,6 +32,9 @@
 //! - `OZAKI_ROUTE=auto`: [`choose()`] asks the per-record engine in
 //!   [`choose::auto`](mod@choose), which starts the GPU in the background ([`start`]);
 //!   [`execute`] notes each threaded vendor call's return for the vendor's wake ([`wake`]).
+//! - A small untraced call whose route is already known (the gate's vendor classes under
+//!   `auto`, every legal call under `OZAKI_ROUTE=vendor`) goes to the vendor before any of
+//!   this ([`small`], asked first by `crate::entry`).
 //! - The A/B comparison (`crate::ab`) wraps [`execute`].
 //! - With `OZAKI_VENDOR_THREADS=team` or `share`, `auto`'s vendor calls made from inside an
 //!   OpenMP team ([`openmp_team`]) or beside other calls run the vendor at their share of its
@@ -48,6 +51,7 @@ pub mod inflight;
 pub mod learned;
 pub mod memo;
 pub mod openmp_team;
+pub mod small;
 pub mod split;
 pub mod start;
 pub mod threads;
