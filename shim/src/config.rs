@@ -133,7 +133,8 @@ pub enum VendorThreads {
     /// in flight.
     Share,
     /// `team` (the default): a call made from inside an OpenMP parallel region gets the
-    /// count divided by the region's team.
+    /// count divided by the region's team. With `share` or `team`, a call made while the GPU
+    /// starts in the background gets one thread fewer than the count.
     Team,
 }
 

@@ -248,7 +248,12 @@ unsafe fn plan<R: RawCall>(id: SymId, raw: &R, progress: &Progress) -> Plan {
             // `auto`'s vendor calls may run the vendor at a share of its threads
             // (route::vendor_threads)
             let narrow = if choice.route == Route::Vendor && config.shares_vendor_threads() {
-                route::vendor_threads::Narrow::for_call(id, config, choice.flight.as_ref())
+                route::vendor_threads::Narrow::for_call(
+                    id,
+                    config,
+                    choice.flight.as_ref(),
+                    choice.beside_start,
+                )
             } else {
                 None
             };

@@ -9,42 +9,9 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// Compiles `tests/c/<src>` with `compiler` into `dir/<out>`; `None` after a visible skip when
-/// the compiler is missing.
-fn compile(dir: &Path, compiler: &str, src: &str, out: &str, args: &[&str]) -> Option<PathBuf> {
-    if !require(
-        runs(compiler, &["--version"]),
-        &format!("the compiler {compiler}"),
-        "apt-get install build-essential",
-    ) || !require(
-        have_blas_dev(),
-        "the reference BLAS (-lblas)",
-        "apt-get install libblas-dev",
-    ) {
-        return None;
-    }
-    let c_dir = repo_root().join("tests/c");
-    let target = dir.join(out);
-    let o = Command::new(compiler)
-        .args(["-O2", "-Wall", "-pthread", "-I"])
-        .arg(&c_dir)
-        .arg("-o")
-        .arg(&target)
-        .arg(c_dir.join(src))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "compiling {src}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    Some(target)
-}
 
 /// Runs `cmd`, killing it after `limit`; `None` when it had to be killed.
 fn run_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
@@ -389,13 +356,6 @@ fn a_strided_c_is_touched_only_in_its_block() {
             }
         }
     }
-}
-
-/// Builds `tests/c/<src>` as a shared library `dir/<out>`.
-fn shared_lib(dir: &Path, src: &str, out: &str, libs: &[&str]) -> Option<PathBuf> {
-    let mut args = vec!["-shared", "-fPIC"];
-    args.extend_from_slice(libs);
-    compile(dir, "cc", src, out, &args)
 }
 
 #[test]

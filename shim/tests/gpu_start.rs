@@ -672,3 +672,63 @@ fn a_program_on_the_gpus_side_starts_it_despite_the_vendors_wake() {
     let what = "a program on the vendor's side";
     calls_that_leave_the_gpu_unstarted(&dir, &vendor_side, &["1", "12", N], what);
 }
+
+/// A product `auto` keeps on the vendor while the GPU starts in the background runs the
+/// vendor at one thread fewer than its count, which it gets back once the call returned: the
+/// start's thread keeps a core busy. `OZAKI_VENDOR_THREADS=keep` leaves the count alone. The
+/// stand-in OpenBLAS (`tests/c/narrow_vendor.c`, 16 threads, exact loops) counts the calls it
+/// saw at fewer threads; here cuInit takes 0.8 s, so the first calls run beside the start.
+#[test]
+fn calls_beside_the_start_leave_it_a_vendor_thread() {
+    let dir = work_dir("gpu-start-spare");
+    let Some((prog, fake, _)) = one_call_program(&dir) else {
+        return;
+    };
+    let Some(vendor) = shared_lib(&dir, "narrow_vendor.c", "libnarrow_vendor.so", &[]) else {
+        return;
+    };
+    let mut outputs = Vec::new();
+    for (setting, spared) in [(None, true), (Some("keep"), false)] {
+        let what = format!("OZAKI_VENDOR_THREADS={setting:?}");
+        let trace = dir.join(format!("{}.jsonl", setting.unwrap_or("default")));
+        let mut cmd = with_fake(shimmed(&prog, Some(&trace)), &fake);
+        cmd.args(["1", "3"])
+            .env("FAKE_CUINIT_MS", "800")
+            .env("OZAKI_VENDOR_BLAS", &vendor);
+        if let Some(s) = setting {
+            cmd.env("OZAKI_VENDOR_THREADS", s);
+        }
+        let (o, _) = run(cmd);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{what}: {err}");
+        let (line, n) = numbers_after(&err, "narrow-vendor: ")
+            .unwrap_or_else(|| panic!("{what}: no report from the stand-in vendor: {err}"));
+        let [fewer, all, last] = n[..] else {
+            panic!("{what}: {line}")
+        };
+        let calls = read_trace(&trace).calls;
+        let beside = calls
+            .iter()
+            .filter(|c| {
+                c.engine
+                    .as_ref()
+                    .and_then(|e| e.gpu_start.as_ref())
+                    .is_some_and(|s| s.during == DuringStart::Vendor)
+            })
+            .count() as i64;
+        assert_eq!(
+            fewer + all,
+            3,
+            "{what}: every call reached the vendor: {line}"
+        );
+        assert!(beside >= 1, "{what}: the first call ran beside the start");
+        assert_eq!(
+            fewer,
+            if spared { beside } else { 0 },
+            "{what}: the calls beside the start, and only those, left it a thread: {line}"
+        );
+        assert_eq!(last, 16, "{what}: the vendor's count is set back: {line}");
+        outputs.push(o.stdout);
+    }
+    assert_eq!(outputs[0], outputs[1], "C is the vendor's either way");
+}

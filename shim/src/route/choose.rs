@@ -572,6 +572,10 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
     {
         match before_engine(pre, &cs, config.moduli, config.gpu_start, in_flight) {
             PreEngine::Vendor(v) => {
+                let beside_start = v
+                    .gpu_start
+                    .as_ref()
+                    .is_some_and(|n| n.during == DuringStart::Vendor);
                 let engine = config.tracing().then(|| {
                     Box::new(EngineNote {
                         pricing: Pricing::Decided(Arc::clone(&v.d)),
@@ -597,6 +601,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
                     flight: Some(flight),
                     on_decline: Route::Vendor,
                     decline_key: None,
+                    beside_start,
                 };
             }
             PreEngine::Engine(w) => waited = w,
@@ -674,6 +679,7 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
         flight: Some(flight),
         on_decline: a.on_decline,
         decline_key: a.decline_key,
+        beside_start: false,
     }
 }
 

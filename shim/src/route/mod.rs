@@ -150,6 +150,9 @@ pub struct Choice {
     pub on_decline: Route,
     /// The class whose decline memory a GPU Ozaki call's outcome feeds (auto mode).
     pub decline_key: Option<ClassKey>,
+    /// A vendor call decided while the GPU starts in the background (auto mode): it leaves
+    /// the start's thread a core (`vendor_threads`).
+    pub beside_start: bool,
 }
 
 impl Choice {
@@ -173,6 +176,7 @@ impl Choice {
             flight: None,
             on_decline: Route::Vendor,
             decline_key: None,
+            beside_start: false,
         }
     }
 

@@ -93,6 +93,7 @@ mod tests {
             flight: None,
             on_decline: Route::Vendor,
             decline_key: None,
+            beside_start: false,
         }
     }
 

@@ -185,8 +185,9 @@ impl Credit {
 /// How much slower a vendor call runs beside a background start than alone: the start's
 /// thread takes a core and memory bandwidth from a vendor BLAS using all of them. NumPy's
 /// 4096² products beside the start took 382 and 369 ms against 246 ms priced (16-thread
-/// OpenBLAS, H200 host; BENCHMARKS.md "Real programs under the shim"). A call deciding
-/// whether to wait for the start compares the GPU with the vendor at this speed.
+/// OpenBLAS, H200 host; BENCHMARKS.md "Real programs under the shim"), with the vendor at all
+/// its threads (such a call now leaves the start one, `super::vendor_threads`). A call
+/// deciding whether to wait for the start compares the GPU with the vendor at this speed.
 pub const VENDOR_SLOWDOWN_WHILE_STARTING: f64 = 1.5;
 
 /// Share of the start's time ([`START_S`] or the profile's `gpu.start_s`) that a background

@@ -19,6 +19,13 @@
 //!   OpenBLAS").
 //! - `share`: a call made while other BLAS calls of the process are in flight runs the vendor
 //!   at its count divided by the calls in flight.
+//! - With either, a call `auto` keeps on the vendor while the GPU starts in the background
+//!   (`super::start`) runs it at one thread fewer than its count: the start's thread (driver,
+//!   context, libraries, kernels) keeps a core busy for about a second, and a vendor that
+//!   splits a product statically over one thread per core waits for the part that shares
+//!   that core. NumPy's 4096² products beside the start took 1.4-1.6x their time alone
+//!   (BENCHMARKS.md, "The whole suite at the small-call lane"); one thread fewer costs a
+//!   sixteenth.
 //!
 //! The first narrowed call saves the library's count (`openblas_get_num_threads`) and each
 //! one sets the share it is due when it starts (`openblas_set_num_threads`, also under the
@@ -119,20 +126,30 @@ pub struct Narrow {
 
 impl Narrow {
     /// Sets the vendor library of `id` to the share of its threads a call that `auto` keeps
-    /// there is due under `config` (its `flight` holds the OpenMP team it was priced for);
-    /// `None` when the rule leaves the call the whole count or the library has no thread
-    /// count to set.
-    pub fn for_call(id: SymId, config: &Config, flight: Option<&Flight>) -> Option<Narrow> {
+    /// there is due under `config` (its `flight` holds the OpenMP team it was priced for; a
+    /// call `beside_start`, made while the GPU starts in the background, leaves the start's
+    /// thread one of them); `None` when the rule leaves the call the whole count or the
+    /// library has no thread count to set.
+    pub fn for_call(
+        id: SymId,
+        config: &Config,
+        flight: Option<&Flight>,
+        beside_start: bool,
+    ) -> Option<Narrow> {
         let divisor = match config.vendor_threads_rule() {
-            VendorThreads::Keep => 1,
+            VendorThreads::Keep => return None,
             VendorThreads::Share => crate::lazy::calls_in_flight(),
             VendorThreads::Team => flight.map_or(1, Flight::team),
         };
-        if divisor < 2 {
+        let due = Due {
+            divisor,
+            spare: beside_start,
+        };
+        if divisor < 2 && !beside_start {
             return None;
         }
         let control = *CONTROLS[id.index()].get_or_init(|| find(id)).as_ref()?;
-        enter(control, divisor);
+        enter(control, due);
         Some(Narrow { control })
     }
 }
@@ -147,12 +164,28 @@ fn key(c: Control) -> usize {
     c.set as usize
 }
 
-/// `saved` threads shared `divisor` ways: at least one each.
-fn share(saved: c_int, divisor: u32) -> c_int {
-    (saved / divisor.max(1) as c_int).max(1)
+/// The threads a narrowed call is due: the count shared `divisor` ways, and one fewer than
+/// the whole count when it leaves a core to the GPU's background start (`spare`).
+#[derive(Clone, Copy)]
+struct Due {
+    divisor: u32,
+    spare: bool,
 }
 
-fn enter(c: Control, divisor: u32) {
+impl Due {
+    /// Of `saved` threads: at least one.
+    fn of(self, saved: c_int) -> c_int {
+        let shared = saved / self.divisor.max(1) as c_int;
+        let spared = if self.spare {
+            shared.min(saved - 1)
+        } else {
+            shared
+        };
+        spared.max(1)
+    }
+}
+
+fn enter(c: Control, due: Due) {
     let mut all = NARROWED.lock().unwrap_or_else(|p| p.into_inner());
     let i = match all.iter().position(|e| e.key == key(c)) {
         Some(i) => {
@@ -171,7 +204,7 @@ fn enter(c: Control, divisor: u32) {
         }
     };
     let e = &mut all[i];
-    let want = share(e.saved, divisor);
+    let want = due.of(e.saved);
     if e.saved > 1 && want != e.now {
         (c.set)(want);
         e.now = want;
@@ -248,19 +281,37 @@ mod tests {
     #[test]
     fn calls_beside_others_share_the_threads_until_the_last_ends() {
         let c = Control { set, get };
-        enter(c, 16);
+        let shared = |divisor| Due {
+            divisor,
+            spare: false,
+        };
+        enter(c, shared(16));
         assert_eq!(get(), 1, "16 calls on 16 threads");
-        enter(c, 2);
+        enter(c, shared(2));
         assert_eq!(get(), 8, "2 calls on 16 threads");
         leave(c);
         assert_eq!(get(), 8, "restored while a call still runs");
         leave(c);
         assert_eq!(get(), 16);
-        assert_eq!(share(16, 40), 1, "at least one thread");
+        assert_eq!(shared(40).of(16), 1, "at least one thread");
         set(1);
-        enter(c, 4);
+        enter(c, shared(4));
         leave(c);
         assert_eq!(get(), 1);
         set(16);
+    }
+
+    /// A call beside the GPU's start leaves it one thread of the whole count, and of a
+    /// team's share only what the share leaves; never fewer than one.
+    #[test]
+    fn a_call_beside_the_start_leaves_it_a_thread() {
+        let beside = |divisor| Due {
+            divisor,
+            spare: true,
+        };
+        assert_eq!(beside(1).of(16), 15);
+        assert_eq!(beside(4).of(16), 4, "a team's share already leaves cores");
+        assert_eq!(beside(1).of(2), 1);
+        assert_eq!(beside(1).of(1), 1);
     }
 }

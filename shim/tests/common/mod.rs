@@ -476,3 +476,43 @@ pub fn numbers_after<'a>(text: &'a str, prefix: &str) -> Option<(&'a str, Vec<i6
         .collect();
     Some((line, numbers))
 }
+
+/// Compiles `tests/c/<src>` with `compiler` into `dir/<out>`; `None` after a visible skip when
+/// the compiler is missing.
+pub fn compile(dir: &Path, compiler: &str, src: &str, out: &str, args: &[&str]) -> Option<PathBuf> {
+    if !require(
+        runs(compiler, &["--version"]),
+        &format!("the compiler {compiler}"),
+        "apt-get install build-essential",
+    ) || !require(
+        have_blas_dev(),
+        "the reference BLAS (-lblas)",
+        "apt-get install libblas-dev",
+    ) {
+        return None;
+    }
+    let c_dir = repo_root().join("tests/c");
+    let target = dir.join(out);
+    let o = Command::new(compiler)
+        .args(["-O2", "-Wall", "-pthread", "-I"])
+        .arg(&c_dir)
+        .arg("-o")
+        .arg(&target)
+        .arg(c_dir.join(src))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "compiling {src}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(target)
+}
+
+/// Builds `tests/c/<src>` as a shared library `dir/<out>`.
+pub fn shared_lib(dir: &Path, src: &str, out: &str, libs: &[&str]) -> Option<PathBuf> {
+    let mut args = vec!["-shared", "-fPIC"];
+    args.extend_from_slice(libs);
+    compile(dir, "cc", src, out, &args)
+}
