@@ -141,6 +141,14 @@ fn illegal_and_degenerate_arguments_give_what_each_vendor_gives_on_every_route()
                 "{what}: one record per call"
             );
         }
+        // Untraced, small legal calls whose route is known go straight to the vendor
+        // (`route::small`) between the illegal and degenerate ones, which do not.
+        for route in ["vendor", "auto"] {
+            let mut cmd = over(shimmed(&prog, None), folder);
+            let got = stdout(&run_ok(cmd.env("OZAKI_ROUTE", route)));
+            let what = format!("{name} BLAS, OZAKI_ROUTE={route}, untraced");
+            assert_same_output(&what, want.as_bytes(), got.as_bytes());
+        }
     }
 }
 
