@@ -22,7 +22,8 @@
 //!   call beside others narrows the vendor's threads, no call takes this lane.
 //!
 //! A call counted in flight under `auto` stays counted until the vendor returned, as on the
-//! ordinary path: the engine prices other callers with it.
+//! ordinary path: the engine prices other callers with it. What the lane saves is measured in
+//! BENCHMARKS.md, "Small calls straight to the vendor, against their base in one run".
 
 use super::choose;
 use super::vendor_threads::NARROW_MIN_MNK;
