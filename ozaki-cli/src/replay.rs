@@ -1,4 +1,4 @@
-//! `ozaki replay TRACE [--profile FILE | --platform NAME] [--csv OUT]`: replays a trace
+//! `ozaki replay TRACE [--profile FILE | --platform NAME] [--csv OUT] [--spin N]`: replays a trace
 //! through the engine for this or another machine: one CSV row per record and the
 //! composites (work-weighted harmonic speedups of auto against every all-one-route baseline,
 //! FLOP-weighted n̄ quartiles, the per-route work share).
@@ -28,6 +28,11 @@ struct Args {
     /// never met).
     #[arg(long)]
     moduli: Option<u32>,
+    /// Price as if the traced process's OpenBLAS pools had spun 2^N cycles after each call
+    /// (4-30, what `OZAKI_VENDOR_SPIN=N` sets; default: the spin its header records): the
+    /// vendor's wake a GPU call finds after a threaded vendor call lasts that long.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(4..=30))]
+    spin: Option<u32>,
     #[command(flatten)]
     model: ModelArgs,
 }
@@ -96,7 +101,9 @@ pub fn main(args: Vec<String>) -> anyhow::Result<ExitCode> {
             .copied()
             .or_else(|| default_r(s.k))
     };
-    let model = a.model.load_as_traced(vendor_spin_log2, threads_shared)?;
+    let model = a
+        .model
+        .load_as_traced(a.spin.or(vendor_spin_log2), threads_shared)?;
     let (desc, rm) = match &model {
         Model::Measured(engine, src) => (
             format!("profile {} [{src}]", engine.profile().name),

@@ -187,3 +187,35 @@ fn a_trace_of_shared_vendor_threads_is_priced_at_each_calls_share() {
         "the shared threads changed no price: {p:.3} s against {s:.3} s"
     );
 }
+
+/// `--spin N` prices the trace as if its OpenBLAS pools had spun 2^N cycles after each call
+/// (`OZAKI_VENDOR_SPIN=N`): with the shortest spin a GPU call made after a threaded vendor
+/// call finds no wake, so LOBPCG's trace (recorded without a spin in its header, priced with
+/// the profile's measured wake) is priced faster under `auto` than with 2^28 cycles; a spin
+/// outside 4-30 is refused.
+#[test]
+fn replay_prices_the_vendor_spin_it_is_given() {
+    let auto_s = |spin: &str| -> f64 {
+        let o = Command::new(ozaki_bin())
+            .current_dir(repo_root())
+            .args(["replay", TRACE, "--profile", "profiles/h100.json"])
+            .args(["--threads", "16", "--spin", spin])
+            .output()
+            .expect("run ozaki replay");
+        assert!(o.status.success(), "--spin {spin}: {o:?}");
+        let out = String::from_utf8(o.stdout).unwrap();
+        out.lines()
+            .find_map(|l| l.strip_prefix("auto: predicted "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no auto line: {out}"))
+    };
+    let (short, long) = (auto_s("4"), auto_s("28"));
+    assert!(short < long, "2^4 cycles {short} s, 2^28 cycles {long} s");
+    let refused = Command::new(ozaki_bin())
+        .current_dir(repo_root())
+        .args(["replay", TRACE, "--spin", "31"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "--spin 31 is refused");
+}
