@@ -686,14 +686,11 @@ pub fn auto(canon: &Canon, config: &Config) -> Choice {
 /// The vendor route for a call too small for the GPU by the prices of the engine that
 /// decides it now ([`super::gate`]), without a decision; `None` for every other call.
 fn gated(cs: &CallShape, config: &Config, in_flight: u32, team: u32) -> Option<Choice> {
-    let (e, pre) = match ENGINE.get() {
-        Some(e) => (e, false),
-        None => match pre_engine() {
-            Some(p) => (p, true),
-            None => (engine(), false),
-        },
-    };
-    let gate = if pre { &PRE_GATE } else { &GATE };
+    let (e, pre) = deciding_now().unwrap_or_else(|| match pre_engine() {
+        Some(p) => (p, true),
+        None => (engine(), false),
+    });
+    let gate = gate_of(pre);
     let moduli = config.moduli;
     let price =
         |s: &CallShape, c| e.decide_loaded(s, moduli, || Some(priced_moduli(s.k, moduli)), c);
@@ -716,12 +713,22 @@ fn gated(cs: &CallShape, config: &Config, in_flight: u32, team: u32) -> Option<C
 /// without pricing or initialising anything: the gate of the engine deciding now already
 /// holds its class as the vendor's (`super::small`).
 pub fn gated_already(cs: &CallShape, in_flight: u32) -> bool {
-    let gate = match (ENGINE.get(), PRE_ENGINE.get()) {
-        (Some(_), _) => &GATE,
-        (None, Some(Some(_))) => &PRE_GATE,
-        _ => return false,
-    };
-    gate.known_vendor(cs, in_flight)
+    deciding_now().is_some_and(|(_, pre)| gate_of(pre).known_vendor(cs, in_flight))
+}
+
+/// The engine deciding calls now, as far as it is known without initialising anything: the
+/// engine once built, else the pre-engine once looked for and found (`true`).
+fn deciding_now() -> Option<(&'static Engine, bool)> {
+    match (ENGINE.get(), PRE_ENGINE.get()) {
+        (Some(e), _) => Some((e, false)),
+        (None, Some(Some(p))) => Some((p, true)),
+        _ => None,
+    }
+}
+
+/// The gate of the engine (`pre`: the pre-engine).
+fn gate_of(pre: bool) -> &'static Gate {
+    if pre { &PRE_GATE } else { &GATE }
 }
 
 /// The vendor's correction factor for `cs` with `in_flight` calls in flight, as [`decide`]
