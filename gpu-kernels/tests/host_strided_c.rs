@@ -32,11 +32,14 @@ fn engines() -> [(&'static str, Engine); 2] {
     ]
 }
 
-/// The upload ring and C's download ring shrunk to 1 MiB slots (2 of them for C) while the
-/// guard lives, so C's column blocks travel in several chunks and pieces; serialises the
-/// tests of this file (the tuning is process-wide).
+/// The tuning that shrinks the upload ring and C's download ring to 1 MiB slots (2 of them
+/// for C), so C's column blocks travel in several chunks and pieces.
+const SMALL_RINGS: &str = "ring=1,cslots=2,cslot=1";
+
+/// [`SMALL_RINGS`] while the guard lives; serialises the tests of this file (the tuning is
+/// process-wide).
 fn small_rings() -> support::Tuned {
-    support::tuned("ring=1,cslots=2,cslot=1")
+    support::tuned(SMALL_RINGS)
 }
 
 /// A C of `rows x cols` stored `ld` apart: the block from `vec`, NaN in the gaps.
@@ -175,7 +178,7 @@ fn both_upload_orders_write_the_same_c() {
         for (blocks, panels) in [(3, 2), (2, 5)] {
             for (name, engine) in engines() {
                 let run = |order: &str| {
-                    let _t = support::tuned(&format!("ring=1,cslots=2,cslot=1,order={order}"));
+                    let _t = support::tuned(&format!("{SMALL_RINGS},order={order}"));
                     let mut c = c0.clone();
                     let mut g = gpu_kernels::gpu().expect("gpu");
                     let grid = host::Grid { blocks, panels };
@@ -297,7 +300,7 @@ fn a_refused_call_leaves_a_c_with_gaps_untouched() {
     let b = vec(10, k * n);
     let c0 = gapped(m, n, ldc, 11);
     let engine = engines()[1].1;
-    let rings = "ring=1,cslots=2,cslot=1";
+    let rings = SMALL_RINGS;
     let downloaded = format!("{rings},ozaki_write=downloaded");
     for (beta, tuning, untouched) in [
         (1.0, rings, true),
