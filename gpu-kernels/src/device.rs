@@ -79,6 +79,19 @@ static GPU: OnceLock<Cell> = OnceLock::new();
 /// device 1 would then wait for the whole tile on device 0, serialising the split).
 static DEFAULT_ORDINAL: OnceLock<u32> = OnceLock::new();
 
+/// The default GPU's context, known without locking it, for [`bind_default_context`].
+static DEFAULT_CONTEXT: OnceLock<ContextHandle> = OnceLock::new();
+
+/// A context handle that may be read from any thread: the default GPU's primary context,
+/// retained for the life of the process and only ever passed to `cuCtxSetCurrent`, which
+/// the driver allows from any thread.
+struct ContextHandle(sys::CUcontext);
+
+// SAFETY: see the type's contract: the handle is never freed, and binding it is thread-safe.
+unsafe impl Send for ContextHandle {}
+// SAFETY: as above; shared reads of a pointer that never changes.
+unsafe impl Sync for ContextHandle {}
+
 /// Whether the process's default GPU has been initialised and works: `false` before its
 /// first use and after a failed initialisation. Touches no driver (a process without one
 /// must not load it just to ask).
@@ -91,6 +104,7 @@ fn default_cell() -> &'static Cell {
         let g = contain("GPU initialisation", Gpu::init);
         if let Ok(g) = &g {
             let _ = DEFAULT_ORDINAL.set(g.ordinal);
+            let _ = DEFAULT_CONTEXT.set(ContextHandle(g.ctx));
         }
         g.map(Mutex::new)
     })
@@ -643,6 +657,24 @@ pub fn current_context() -> Result<sys::CUcontext, GpuError> {
             .ctx("cuCtxGetCurrent")?;
         Ok(ctx)
     })
+}
+
+/// Makes the default GPU's context current on this thread, without waiting for the GPU's
+/// lock; `false` when the default GPU is not up or the driver refused. A thread's first
+/// host-resident call binds it inside the lock anyway (and leaves it bound); binding it
+/// before lets the call allocate pinned memory of its own outside the lock, for its host
+/// copies (`host::handoff`), instead of making them inside it on its first call.
+pub(crate) fn bind_default_context() -> bool {
+    let Some(ContextHandle(ctx)) = DEFAULT_CONTEXT.get() else {
+        return false;
+    };
+    contain("cuCtxSetCurrent", || {
+        // SAFETY: the default GPU's primary context, retained for the life of the process.
+        unsafe { sys::cuCtxSetCurrent(*ctx) }
+            .result()
+            .ctx("cuCtxSetCurrent")
+    })
+    .is_ok()
 }
 
 /// Makes `ctx` current on this thread again, as [`current_context`] found it (a NULL `ctx`

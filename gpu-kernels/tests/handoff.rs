@@ -4,7 +4,8 @@
 //! its own C's block only, bit for bit what the same call gives made alone (which keeps the
 //! early writes or the write inside the call, and stages its operands through the ring),
 //! for both routes and both kinds of beta; calls made together also copy their operands
-//! into pinned memory of their own before they queue for the GPU.
+//! into pinned memory of their own before they queue for the GPU, a thread's first call on
+//! the GPU included.
 //! Skips itself visibly with "skipped: ..." without a GPU; runs in the GPU round
 //! (`scripts/gpu-check`).
 
@@ -151,11 +152,12 @@ fn calls_made_at_once_each_get_their_own_c_as_made_alone() {
                 );
             }
         }
-        // the buffers the first round gave back serve the later rounds' operands (a new
-        // thread has no context current to allocate one)
-        assert!(
-            pinned_calls > 0,
-            "{name}: no call copied its operands into pinned memory"
+        // every round's callers are new threads that never called on the GPU: each binds the
+        // GPU's context and copies its operands apart, its first call included
+        assert_eq!(
+            pinned_calls,
+            3 * team as usize,
+            "{name}: calls beside others that staged their operands through the ring"
         );
     }
     IN_FLIGHT.store(1, Ordering::Relaxed);

@@ -22,9 +22,13 @@
 //!
 //! The pool holds buffers of the default GPU's context (the only one `gemm_c` runs on), at
 //! most [`POOL_BYTES`] together; a buffer beyond that is freed. A buffer for the operands is
-//! allocated outside the lock only once the GPU is up and on a thread where a CUDA context
-//! is current (portable, so the GPU's context DMAs from it whichever that is); otherwise
-//! the call stages its operands through the ring as a single caller does.
+//! allocated outside the lock once the GPU is up (portable, so the GPU's context DMAs from
+//! it whichever context is current). A thread with no context current binds the GPU's
+//! first, as its call would inside the lock: PySCF's team threads that had not called on
+//! the GPU yet staged their first 1953 x 123 x 1953 products through the ring inside the
+//! lock, and the team's first calls on the GPU waited 65-200 ms for one another (H100 host,
+//! BENCHMARKS.md "The whole suite at the small-call lane"). Before the GPU is up the call
+//! stages its operands through the ring as a single caller does.
 
 use super::compact::columns;
 use crate::device::Gpu;
@@ -93,9 +97,10 @@ impl Operands {
     }
 }
 
-/// A pinned buffer of at least `bytes`: the pool's smallest that fits, else a new one when
-/// a CUDA context is current on this thread; none before the GPU was initialised (the call
-/// then finds out whether there is one, staging through the ring).
+/// A pinned buffer of at least `bytes`: the pool's smallest that fits, else a new one,
+/// allocated in the context current on this thread or, when there is none, the GPU's;
+/// none before the GPU was initialised (the call then finds out whether there is one,
+/// staging through the ring).
 fn pinned_at_least(bytes: usize) -> Option<PinnedBuffer> {
     if !crate::device::default_ready() {
         return None;
@@ -106,8 +111,9 @@ fn pinned_at_least(bytes: usize) -> Option<PinnedBuffer> {
             return Some(spare.swap_remove(i));
         }
     }
+    // a thread that has not called on the GPU yet binds the GPU's context first
     let current = crate::device::current_context().ok()?;
-    if current.is_null() {
+    if current.is_null() && !crate::device::bind_default_context() {
         return None;
     }
     // portable: pinned for the GPU's context whichever context is current here
