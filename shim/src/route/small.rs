@@ -60,21 +60,21 @@ pub unsafe fn to_vendor<R: RawCall>(id: SymId, raw: &R) -> Option<ToVendor> {
         return None;
     }
     let vendor = forward::vendor_if_found(id)?.addr;
-    let held = match config.route {
-        RouteRequest::Forced(Route::Vendor) => None,
-        RouteRequest::Auto if config.vendor_threads_rule() != VendorThreads::Share => {
-            Some(InFlight::begin())
-        }
+    let auto = match config.route {
+        RouteRequest::Forced(Route::Vendor) => false,
+        RouteRequest::Auto if config.vendor_threads_rule() != VendorThreads::Share => true,
         _ => return None,
     };
     // SAFETY: the caller's contract.
     let Verdict::Compute(canon) = unsafe { raw.decode() }.verdict else {
         return None;
     };
+    // a large call leaves before it is counted: the ordinary path counts it
+    if auto && canon.mnk() >= NARROW_MIN_MNK {
+        return None;
+    }
+    let held = auto.then(InFlight::begin);
     if held.is_some() {
-        if canon.mnk() >= NARROW_MIN_MNK {
-            return None;
-        }
         let cs = choose::canonical_shape(&canon);
         if !choose::gated_already(&cs, lazy::calls_in_flight().max(1)) {
             return None;
