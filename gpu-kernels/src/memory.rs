@@ -101,6 +101,20 @@ impl Workspace {
     }
 }
 
+thread_local! {
+    /// Nanoseconds this thread spent allocating pinned memory ([`pinned_alloc_ns`]).
+    static PINNED_ALLOC_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Nanoseconds the calling thread has spent in `cuMemHostAlloc` so far. A call takes the
+/// difference across itself: pinned memory grown for it serves later calls, so that time is
+/// a one-off, not its route's rate (`Phases::pinned_ns`). Page-locking is slow and the
+/// driver serialises it: PySCF's 16 team threads growing 30 MB each at once took up to
+/// 200 ms (H100 host, BENCHMARKS.md "The start narrowing and the vendor's spin, side by side").
+pub fn pinned_alloc_ns() -> u64 {
+    PINNED_ALLOC_NS.with(std::cell::Cell::get)
+}
+
 /// Page-locked host memory (cuMemHostAlloc), freed on drop; the only kind of host memory
 /// the copy engines move at full link speed and asynchronously.
 #[derive(Debug)]
@@ -127,10 +141,11 @@ impl PinnedBuffer {
 
     fn with_flags(bytes: usize, flags: u32) -> Result<PinnedBuffer, GpuError> {
         let mut p: *mut c_void = std::ptr::null_mut();
+        let t = std::time::Instant::now();
         // SAFETY: out-parameter; flags are CU_MEMHOSTALLOC_* bits.
-        unsafe { sys::cuMemHostAlloc(&mut p, bytes.max(64), flags) }
-            .result()
-            .ctx("cuMemHostAlloc")?;
+        let r = unsafe { sys::cuMemHostAlloc(&mut p, bytes.max(64), flags) };
+        PINNED_ALLOC_NS.with(|ns| ns.set(ns.get() + t.elapsed().as_nanos() as u64));
+        r.result().ctx("cuMemHostAlloc")?;
         Ok(PinnedBuffer {
             ptr: p as *mut u8,
             bytes: bytes.max(64),

@@ -34,6 +34,8 @@ use std::collections::BTreeMap;
 /// optional `cuda_libs` (the CUDA library files behind the first GPU call), which older
 /// readers ignore without miscounting anything, and the optional `phases.wait_ns` (the time a
 /// GPU call waited behind other callers' GPU work, inside `dur_ns`), and the optional
+/// `phases.pinned_ns` (the time a call spent growing pinned memory that later calls reuse,
+/// inside `dur_ns`), and the optional
 /// `engine.wake_s` (what the vendor's still-busy threads added to the GPU route's price), and
 /// the header's optional `vendor_spin_log2` (the spin timeout of the process's OpenBLAS
 /// pools, which bounds the vendor's wake the engine priced) and `vendor_threads_shared`
@@ -164,6 +166,20 @@ pub struct Phases {
     /// queue, not this call's work); omitted when it did not wait.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub wait_ns: u64,
+    /// Time the call spent allocating pinned host memory that later calls reuse, inside
+    /// `transfer_ns`: a one-off growth, not the route's rate; omitted when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pinned_ns: u64,
+}
+
+impl Phases {
+    /// The part of the call's time that is not its route's own work on its shape: waiting
+    /// for the GPU behind other callers ([`Phases::wait_ns`]) and growing pinned memory
+    /// for later calls too ([`Phases::pinned_ns`]). What the engine learns a class's rate
+    /// from is the call's time less this.
+    pub fn not_own_work_ns(&self) -> u64 {
+        self.wait_ns.saturating_add(self.pinned_ns)
+    }
 }
 
 fn is_zero(x: &u64) -> bool {

@@ -161,6 +161,7 @@ pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
 pub fn gemm_c(args: &GemmArgs, c: HostC, engine: Engine) -> Result<HostOutcome, GpuError> {
     let _flags = fp_flags::KeepFpFlags::new();
     matches(&c, args.m, args.n, args.ldc)?;
+    let pinned_before = crate::memory::pinned_alloc_ns();
     let sharers = tuning::sharers();
     let hand_off = hands_off_c(args.m, args.n, sharers);
     // op(A) and op(B) copied into pinned memory of the call's own before it queues for the
@@ -206,6 +207,7 @@ pub fn gemm_c(args: &GemmArgs, c: HostC, engine: Engine) -> Result<HostOutcome, 
         out.handed_off = true;
     }
     out.phases.wait_ns = waited_ns;
+    out.phases.pinned_ns = crate::memory::pinned_alloc_ns() - pinned_before;
     Ok(out)
 }
 
@@ -921,12 +923,14 @@ pub fn syrk(args: &SyrkArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcom
 pub fn syrk_c(args: &SyrkArgs, c: HostC, engine: Engine) -> Result<HostOutcome, GpuError> {
     let _flags = fp_flags::KeepFpFlags::new();
     matches(&c, args.n, args.n, args.ldc)?;
+    let pinned_before = crate::memory::pinned_alloc_ns();
     let (mut g, waited_ns) = gpu_queued()?;
     let mut out = match compact::syrk(args, |p| syrk_on(&mut g, p, c, engine)) {
         Some(packed) => packed?,
         None => syrk_on(&mut g, args, c, engine)?,
     };
     out.phases.wait_ns = waited_ns;
+    out.phases.pinned_ns = crate::memory::pinned_alloc_ns() - pinned_before;
     Ok(out)
 }
 

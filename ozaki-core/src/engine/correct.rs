@@ -25,7 +25,7 @@
 //! correctness: an uncorrected prediction is what the engine had before.
 
 use crate::route::Route;
-use crate::trace::{CallRecord, Routine};
+use crate::trace::{CallRecord, Phases, Routine};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Samples a class needs before its correction is applied.
@@ -343,9 +343,10 @@ pub type Folded = Vec<(String, usize, usize)>;
 /// record that ran the route the engine priced (no fallback), alone (`engine.concurrent`
 /// absent or 1: a concurrent call's ratio describes its load, not the shape), with a
 /// positive prediction for that route, ln(dur / predicted) is averaged per (route, m, n,
-/// k), dur less the time the call waited for the GPU (`phases.wait_ns`: GPU work an earlier
-/// call left running, which is not this shape's cost); the correction point at that shape becomes the profile's current factor there times
-/// the measured mean ratio (replacing a point at the same shape).
+/// k), dur less what of it was not the route's own work (`Phases::not_own_work_ns`: the wait
+/// for GPU work an earlier call left running and pinned memory grown for later calls, which
+/// are not this shape's cost); the correction point at that shape becomes the profile's
+/// current factor there times the measured mean ratio (replacing a point at the same shape).
 pub fn fold_into_profile(profile: &mut super::profile::Profile, calls: &[CallRecord]) -> Folded {
     use std::collections::BTreeMap;
     let mut sums: BTreeMap<(String, u64, u64, u64), (f64, usize)> = BTreeMap::new();
@@ -353,7 +354,7 @@ pub fn fold_into_profile(profile: &mut super::profile::Profile, calls: &[CallRec
         let Some(e) = &c.engine else { continue };
         let own_ns = c
             .dur_ns
-            .saturating_sub(c.phases.as_ref().map_or(0, |p| p.wait_ns));
+            .saturating_sub(c.phases.as_ref().map_or(0, Phases::not_own_work_ns));
         if c.fallback.is_some() || e.concurrent.is_some_and(|n| n > 1) || own_ns == 0 {
             continue;
         }
@@ -585,24 +586,40 @@ mod tests {
         );
     }
 
-    /// A GPU call that waited for work an earlier call left running folds its own time:
-    /// 8 ms measured with 6 ms of waiting, against a 2 ms price, is on its price.
+    /// A GPU call that waited for work an earlier call left running, or grew pinned memory
+    /// for later calls, folds its own time: 8 ms measured with 6 ms of waiting (or of
+    /// page-locking, or 3 ms of each), against a 2 ms price, is on its price.
     #[test]
-    fn the_wait_for_the_gpu_is_not_folded_as_the_shapes_cost() {
+    fn the_wait_for_the_gpu_and_pinned_growth_are_not_folded_as_the_shapes_cost() {
         use crate::engine::profile::Profile;
-        let mut p = Profile::built_in("h200").unwrap();
-        let before = p
-            .corrections
-            .get("gpu-native")
-            .map_or(1.0, |c| c.factor(4096, 77, 4096));
-        let l = r#"{"type":"call","seq":0,"t_ns":0,"dur_ns":8000000,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","m":4096,"n":77,"k":4096,"lda":4096,"ldb":4096,"ldc":4096,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"gpu-native","phases":{"transfer_ns":1500000,"products_ns":500000,"wait_ns":6000000},"engine":{"predicted_s":{"gpu-native":0.002},"reason":"x"}}"#;
-        let crate::trace::Line::Call(c) = crate::trace::parse_line(l, 1).unwrap() else {
-            unreachable!()
-        };
-        assert_eq!(c.phases.as_ref().map(|p| p.wait_ns), Some(6_000_000));
-        let folded = fold_into_profile(&mut p, &[*c]);
-        assert_eq!(folded, vec![("gpu-native".to_string(), 1, 1)]);
-        let after = p.corrections["gpu-native"].factor(4096, 77, 4096);
-        assert!((after / before - 1.0).abs() < 1e-9, "{before} -> {after}");
+        for not_own in [
+            r#""wait_ns":6000000"#,
+            r#""pinned_ns":6000000"#,
+            r#""wait_ns":3000000,"pinned_ns":3000000"#,
+        ] {
+            let mut p = Profile::built_in("h200").unwrap();
+            let before = p
+                .corrections
+                .get("gpu-native")
+                .map_or(1.0, |c| c.factor(4096, 77, 4096));
+            let l = format!(
+                r#"{{"type":"call","seq":0,"t_ns":0,"dur_ns":8000000,"tid":1,"sym":"dgemm_","routine":"dgemm","layout":"col","m":4096,"n":77,"k":4096,"lda":4096,"ldb":4096,"ldc":4096,"alpha":1.0,"beta":0.0,"ilp64":false,"route":"gpu-native","phases":{{"transfer_ns":7500000,"products_ns":500000,{not_own}}},"engine":{{"predicted_s":{{"gpu-native":0.002}},"reason":"x"}}}}"#
+            );
+            let crate::trace::Line::Call(c) = crate::trace::parse_line(&l, 1).unwrap() else {
+                unreachable!()
+            };
+            assert_eq!(
+                c.phases.as_ref().map(Phases::not_own_work_ns),
+                Some(6_000_000),
+                "{not_own}"
+            );
+            let folded = fold_into_profile(&mut p, &[*c]);
+            assert_eq!(folded, vec![("gpu-native".to_string(), 1, 1)]);
+            let after = p.corrections["gpu-native"].factor(4096, 77, 4096);
+            assert!(
+                (after / before - 1.0).abs() < 1e-9,
+                "{not_own}: {before} -> {after}"
+            );
+        }
     }
 }

@@ -53,7 +53,7 @@ use ozaki_core::engine::priced_moduli::priced_moduli;
 use ozaki_core::engine::profile::{self, Profile, ProfileSource};
 use ozaki_core::engine::{CallShape, Residency};
 use ozaki_core::route::Route;
-use ozaki_core::trace::{DuringStart, Routine, StartNote};
+use ozaki_core::trace::{DuringStart, Phases, Routine, StartNote};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -834,8 +834,12 @@ static EXPLORE_TICK: AtomicU32 = AtomicU32::new(1);
 
 /// Feeds a call's measured time into the class its choice named, when the route it was
 /// priced for is the one that produced C. `seconds` is the whole call; the time it waited
-/// for the GPU behind other callers (`done`'s `phases.wait_ns`) is taken off, since the
-/// class's price is the route's own work (the wait is priced per call, [`inflight`]).
+/// for the GPU behind other callers and the time it grew pinned memory that later calls
+/// reuse (`done`'s `Phases::not_own_work_ns`) are taken off, since the class's price is the
+/// route's own work (the wait is priced per call, [`inflight`]; the growth is a one-off).
+/// PySCF's first round of 1953 x 122 x 1953 products on the GPU, each growing its own
+/// pinned buffer, taught their class a factor of 53 and sent the next round to the vendor
+/// (BENCHMARKS.md "The start narrowing and the vendor's spin, side by side").
 ///
 /// A vendor call priced before the GPU start adds what its measured time gains the GPU
 /// beyond its price to the start's ledger ([`start::Credit`]); the next call priced weighs
@@ -855,10 +859,15 @@ pub fn feed(choice: &Choice, done: &super::Executed, seconds: f64) {
         && key.route == done.route
         && done.fallback.is_none()
     {
-        let waited = done.outcome.phases.as_ref().map_or(0, |p| p.wait_ns) as f64 * 1e-9;
+        let not_own = done
+            .outcome
+            .phases
+            .as_ref()
+            .map_or(0, Phases::not_own_work_ns) as f64
+            * 1e-9;
         learned().corrections.record_call(
             key,
-            (seconds - waited).max(0.0),
+            (seconds - not_own).max(0.0),
             predicted.max(f64::MIN_POSITIVE),
         );
     }
@@ -880,7 +889,6 @@ mod tests {
     use super::*;
 
     use super::super::RouteOutcome;
-    use ozaki_core::trace::Phases;
 
     /// A GPU call that waited behind other callers' GPU work teaches its class the route's
     /// own time: 40 ms measured with 30 ms of it waiting for the GPU, against a 10 ms price,
@@ -912,6 +920,43 @@ mod tests {
         let f = learned().corrections.get(&key).expect("fed").factor();
         assert!((f - 1.0).abs() < 1e-6, "{f}");
         // without the wait on record the same time is the class's own
+        for _ in 0..4 * ozaki_core::engine::correct::MIN_SAMPLES {
+            feed(&choice, &done(0), 0.040);
+        }
+        let f = learned().corrections.get(&key).expect("fed").factor();
+        assert!(f > 2.0, "{f}");
+    }
+
+    /// A GPU call that grew pinned memory for later calls teaches its class the route's own
+    /// time: 40 ms measured with 30 ms of it page-locking a new buffer, against a 10 ms
+    /// price, leaves the class uncorrected; the same calls with nothing grown teach it.
+    #[test]
+    fn pinned_memory_grown_for_later_calls_is_not_learned_as_the_routes_cost() {
+        let _turn = FEED_TURN.lock().unwrap_or_else(|p| p.into_inner());
+        // a shape no other test feeds (the table is the process's)
+        let key = ClassKey::new(Route::GpuNative, Routine::Dgemm, 1953, 122, 1953, 16);
+        let choice = Choice {
+            feedback: Some((key, 0.010)),
+            ..Choice::forced(Route::GpuNative, None)
+        };
+        let done = |pinned_ns| super::super::Executed {
+            route: Route::GpuNative,
+            fallback: None,
+            outcome: RouteOutcome {
+                phases: Some(Phases {
+                    transfer_ns: 35_000_000,
+                    pinned_ns,
+                    ..Phases::default()
+                }),
+                ..RouteOutcome::default()
+            },
+            declined: false,
+        };
+        for _ in 0..ozaki_core::engine::correct::MIN_SAMPLES {
+            feed(&choice, &done(30_000_000), 0.040);
+        }
+        let f = learned().corrections.get(&key).expect("fed").factor();
+        assert!((f - 1.0).abs() < 1e-6, "{f}");
         for _ in 0..4 * ozaki_core::engine::correct::MIN_SAMPLES {
             feed(&choice, &done(0), 0.040);
         }
