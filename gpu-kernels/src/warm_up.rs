@@ -7,7 +7,9 @@
 //! streams and small buffers are set up on first use. The shim's background start
 //! (`route::start`) runs [`warm_up`] on its thread after the initialisation, while calls still
 //! go to the vendor BLAS, so that cost leaves the first GPU call. It does not grow the pinned
-//! staging to a large call's size (the staging is grown by the call that needs it).
+//! staging to a large call's size (the staging is grown by the call that needs it), but it
+//! does allocate the pinned buffers concurrent callers copy their operands into, one per
+//! caller that started the GPU: they would all page-lock at once on their first GPU call.
 
 use crate::device::Gpu;
 use crate::error::GpuError;
@@ -24,11 +26,13 @@ pub const MAX_DIM: usize = 4096;
 /// streams, the emulation's kernels and cuBLASLt's INT8 product).
 pub const HOST_SIDE: usize = 256;
 
-/// Warms the default GPU up for calls like `(m, n, k)`: both host-resident routes once on
-/// [`HOST_SIDE`]² operands, then one device-resident DGEMM of the call's shape capped at
-/// [`MAX_DIM`]. Each part is a step of the start gate (a process exit waits for it, or it does
-/// not start). Never panics (cudarc's panics are contained).
-pub fn warm_up((m, n, k): (usize, usize, usize)) -> Result<(), GpuError> {
+/// Warms the default GPU up for calls like `(m, n, k)` made by `callers` at once: both
+/// host-resident routes once on [`HOST_SIDE`]² operands, then one device-resident DGEMM of
+/// the call's shape capped at [`MAX_DIM`], then, when such calls copy their operands apart
+/// ([`crate::host::reserve_operands`]), pinned buffers for `callers` of them. Each part is a
+/// step of the start gate (a process exit waits for it, or it does not start). Never panics
+/// (cudarc's panics are contained).
+pub fn warm_up((m, n, k): (usize, usize, usize), callers: u32) -> Result<(), GpuError> {
     step("warm-up: host routes", || {
         crate::probe::contain("warm-up", || {
             let mut g = crate::gpu()?;
@@ -39,6 +43,13 @@ pub fn warm_up((m, n, k): (usize, usize, usize)) -> Result<(), GpuError> {
         crate::probe::contain("warm-up", || {
             let g = crate::gpu()?;
             dgemm((m.min(MAX_DIM), n.min(MAX_DIM), k.min(MAX_DIM)), &g)
+        })
+    })?;
+    step("warm-up: pinned operands", || {
+        crate::probe::contain("warm-up", || {
+            let added = crate::host::reserve_operands(m, n, k, callers);
+            tracing::debug!(added, callers, "warm-up: pinned operand buffers");
+            Ok(())
         })
     })
 }

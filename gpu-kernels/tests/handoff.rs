@@ -71,13 +71,14 @@ impl Call {
         }
     }
 
-    /// C after the call on the GPU route `engine`, whether the call handed C off, and
-    /// whether it copied its operands into pinned memory of its own.
-    fn run(&self, engine: Engine) -> (Vec<f64>, bool, bool) {
+    /// C after the call on the GPU route `engine`, whether the call handed C off, whether
+    /// it copied its operands into pinned memory of its own, and how long it page-locked
+    /// memory for that (`phases.pinned_ns`).
+    fn run(&self, engine: Engine) -> (Vec<f64>, bool, bool, u64) {
         let mut c = self.c0.clone();
         let view = HostC::of_slice(&mut c, M, N, LDC).expect("C");
         let out = host::gemm_c(&self.args(), view, engine).expect("the GPU call");
-        (c, out.handed_off, out.operands_pinned)
+        (c, out.handed_off, out.operands_pinned, out.phases.pinned_ns)
     }
 }
 
@@ -103,7 +104,7 @@ fn calls_made_at_once_each_get_their_own_c_as_made_alone() {
         let alone: Vec<Vec<f64>> = calls
             .iter()
             .map(|c| {
-                let (c, handed_off, pinned) = c.run(engine);
+                let (c, handed_off, pinned, _) = c.run(engine);
                 assert!(
                     !handed_off && !pinned,
                     "{name}: a call alone keeps the ring"
@@ -129,7 +130,7 @@ fn calls_made_at_once_each_get_their_own_c_as_made_alone() {
         IN_FLIGHT.store(team, Ordering::Relaxed);
         let mut pinned_calls = 0;
         for round in 0..3 {
-            let together: Vec<(Vec<f64>, bool, bool)> = std::thread::scope(|s| {
+            let together: Vec<(Vec<f64>, bool, bool, u64)> = std::thread::scope(|s| {
                 let runs: Vec<_> = calls
                     .iter()
                     .map(|c| s.spawn(move || c.run(engine)))
@@ -138,7 +139,15 @@ fn calls_made_at_once_each_get_their_own_c_as_made_alone() {
                     .map(|h| h.join().expect("a caller"))
                     .collect()
             });
-            for (i, ((c, handed_off, pinned), want)) in together.iter().zip(&alone).enumerate() {
+            // the pool is empty before the first route's first round: its calls page-lock
+            // their buffers, and say so (the `handoff_reserve` test relies on it)
+            if round == 0 && name == "gpu-native" {
+                assert!(
+                    together.iter().any(|r| r.3 > 0),
+                    "{name}: the first round grew no pinned memory, or did not say so"
+                );
+            }
+            for (i, ((c, handed_off, pinned, _), want)) in together.iter().zip(&alone).enumerate() {
                 assert!(
                     handed_off,
                     "{name} round {round}: call {i} beside others kept its C"

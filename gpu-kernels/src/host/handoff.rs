@@ -24,11 +24,10 @@
 //! most [`POOL_BYTES`] together; a buffer beyond that is freed. A buffer for the operands is
 //! allocated outside the lock once the GPU is up (portable, so the GPU's context DMAs from
 //! it whichever context is current). A thread with no context current binds the GPU's
-//! first, as its call would inside the lock: PySCF's team threads that had not called on
-//! the GPU yet staged their first 1953 x 123 x 1953 products through the ring inside the
-//! lock, and the team's first calls on the GPU waited 65-200 ms for one another (H100 host,
-//! BENCHMARKS.md "The whole suite at the small-call lane"). Before the GPU is up the call
-//! stages its operands through the ring as a single caller does.
+//! first, as its call would inside the lock, so that its first call copies apart too.
+//! Page-locking is slow and the driver serialises it, so the GPU start's warm-up puts the
+//! buffers for the callers that started it into the pool beforehand ([`reserve`]). Before
+//! the GPU is up the call stages its operands through the ring as a single caller does.
 
 use super::compact::columns;
 use crate::device::Gpu;
@@ -111,13 +110,43 @@ fn pinned_at_least(bytes: usize) -> Option<PinnedBuffer> {
             return Some(spare.swap_remove(i));
         }
     }
-    // a thread that has not called on the GPU yet binds the GPU's context first
-    let current = crate::device::current_context().ok()?;
-    if current.is_null() && !crate::device::bind_default_context() {
-        return None;
+    context_here().then(|| PinnedBuffer::portable(bytes).ok())?
+}
+
+/// Whether a context is current on this thread to allocate pinned memory in, binding the
+/// GPU's when there is none (a thread that has not called on the GPU yet). The buffers are
+/// portable: pinned for the GPU's context whichever context is current here.
+fn context_here() -> bool {
+    match crate::device::current_context() {
+        Ok(current) => !current.is_null() || crate::device::bind_default_context(),
+        Err(_) => false,
     }
-    // portable: pinned for the GPU's context whichever context is current here
-    PinnedBuffer::portable(bytes).ok()
+}
+
+/// Puts `count` new pinned buffers of `bytes` into the pool, or as many as [`POOL_BYTES`]
+/// leaves room for; returns how many it allocated. The GPU start's warm-up
+/// does this for the calls that started it, off their path: page-locking is slow and the
+/// driver serialises it, so 16 callers growing a buffer each at once wait for one another
+/// (PySCF's first round of 1953 x 122 x 1953 products on the GPU: up to 220 ms a call
+/// against 27-30 ms in later rounds; H100 host, BENCHMARKS.md "The start narrowing and the
+/// vendor's spin, side by side").
+pub(super) fn reserve(bytes: usize, count: usize) -> usize {
+    if !context_here() {
+        return 0;
+    }
+    let mut added = 0;
+    while added < count {
+        let held: usize = lens(&lock()).iter().sum();
+        if held + bytes > POOL_BYTES {
+            break;
+        }
+        let Ok(buf) = PinnedBuffer::portable(bytes) else {
+            break;
+        };
+        give_back(buf);
+        added += 1;
+    }
+    added
 }
 
 fn lens(spare: &[PinnedBuffer]) -> Vec<usize> {

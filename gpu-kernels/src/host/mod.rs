@@ -149,6 +149,24 @@ fn matches(c: &HostC, rows: usize, cols: usize, ld: usize) -> Result<(), GpuErro
     )))
 }
 
+/// Readies pinned memory for `callers` host-resident gemms of `m x n x k` made at once, each
+/// copying its operands into a buffer of its own before it queues for the GPU and taking
+/// its C home in another ([`handoff`]): allocates a buffer of each kind per caller into the
+/// pool, within its bound, so that their first round does not page-lock them. Returns how
+/// many buffers it allocated; none when such calls would not copy their operands apart or
+/// the GPU is not up.
+pub fn reserve_operands(m: usize, n: usize, k: usize, callers: u32) -> usize {
+    if !copies_operands_apart(m, n, k, callers) {
+        return 0;
+    }
+    let operands = m.saturating_mul(k).saturating_add(k.saturating_mul(n));
+    let c = m.saturating_mul(n);
+    [c, operands]
+        .iter()
+        .map(|elems| handoff::reserve(elems.saturating_mul(8), callers as usize))
+        .sum()
+}
+
 /// C = alpha op(A) op(B) + beta C on the GPU for host-resident operands, C held in `c`
 /// (leading dimension `args.ldc`); see [`gemm_c`].
 pub fn gemm(args: &GemmArgs, c: &mut [f64], engine: Engine) -> Result<HostOutcome, GpuError> {

@@ -366,7 +366,7 @@ fn before_engine(
             }
             start::register_exit_handler();
             let shape = (cs.m as usize, cs.n as usize, cs.k as usize);
-            STARTER.begin(move || start_gpu(shape))
+            STARTER.begin(move || start_gpu(shape, sharing))
         }
         s => s,
     };
@@ -441,9 +441,10 @@ fn before_engine(
 }
 
 /// The background start's job ([`super::start`]): loads the CUDA libraries, builds the engine
-/// (initialising the GPU), warms the GPU up for calls like `shape`; true when the GPU is up.
-/// A GPU that cannot start is said once on stderr, unless the process is exiting.
-fn start_gpu(shape: (usize, usize, usize)) -> bool {
+/// (initialising the GPU), warms the GPU up for calls like `shape` made by `callers` at once;
+/// true when the GPU is up. A GPU that cannot start is said once on stderr, unless the
+/// process is exiting.
+fn start_gpu(shape: (usize, usize, usize), callers: u32) -> bool {
     let t = std::time::Instant::now();
     let loaded = gpu_kernels::start_gate::step("load CUDA libraries", || {
         Ok(gpu_kernels::probe::load_present())
@@ -460,7 +461,7 @@ fn start_gpu(shape: (usize, usize, usize)) -> bool {
     match up {
         Ok(()) => {
             let w = std::time::Instant::now();
-            if let Err(e) = gpu_kernels::warm_up::warm_up(shape) {
+            if let Err(e) = gpu_kernels::warm_up::warm_up(shape, callers) {
                 tracing::info!("auto: GPU warm-up incomplete ({e})");
             }
             tracing::info!(ms = ms(w), "auto: GPU warm-up");
