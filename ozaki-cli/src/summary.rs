@@ -205,6 +205,8 @@ struct Dev {
     flops: f64,
     /// Time the calls waited for the GPU behind other callers' work (`phases.wait_ns`).
     waited_ns: u64,
+    /// Time the calls spent page-locking memory that later calls reuse (`phases.pinned_ns`).
+    pinned_ns: u64,
 }
 
 /// Calls decided while the GPU was starting, of one kind.
@@ -328,6 +330,7 @@ impl Summary {
             e.split += u64::from(list.len() > 1);
             e.flops += c.flops() / list.len() as f64;
             e.waited_ns += c.phases.as_ref().map_or(0, |p| p.wait_ns);
+            e.pinned_ns += c.phases.as_ref().map_or(0, |p| p.pinned_ns);
         }
         if let Some(team) = c.engine.as_ref().and_then(|e| e.team) {
             let e = self.teams.entry((team, c.route.clone())).or_default();
@@ -582,13 +585,22 @@ impl Summary {
                 e.split += seen.split;
                 e.flops += seen.flops;
                 e.waited_ns += seen.waited_ns;
+                e.pinned_ns += seen.pinned_ns;
             }
         }
         if by_dev.is_empty() {
             return Ok(());
         }
         writeln!(out, "\nPer GPU:")?;
-        let mut t = Table::new(&["host", "gpu", "calls", "split calls", "GFLOP", "waited s"]);
+        let mut t = Table::new(&[
+            "host",
+            "gpu",
+            "calls",
+            "split calls",
+            "GFLOP",
+            "waited s",
+            "page-locking s",
+        ]);
         for ((host, d), e) in &by_dev {
             t.row(vec![
                 host.to_string(),
@@ -597,6 +609,7 @@ impl Summary {
                 e.split.to_string(),
                 gflop(e.flops),
                 seconds(e.waited_ns),
+                seconds(e.pinned_ns),
             ]);
         }
         t.write(out)
@@ -957,7 +970,7 @@ mod tests {
 
     #[test]
     fn gpu_calls_are_counted_per_device_and_split_calls_on_each() {
-        // See: #7. One call on GPU 1, one split over GPUs 0 and 1, one on the CPU.
+        // One call on GPU 1, one split over GPUs 0 and 1, one on the CPU.
         let gpu = |seq: u64, extra: &str| {
             call(seq, "dgemm_", "dgemm", 100, 100, 100, 10).replace(
                 r#""route":"vendor""#,
@@ -966,14 +979,25 @@ mod tests {
         };
         let text = format!(
             "{HEADER}\n{}\n{}\n{}\n",
-            gpu(0, r#""device":1,"phases":{"wait_ns":2500000}"#),
+            gpu(
+                0,
+                r#""device":1,"phases":{"wait_ns":2500000,"pinned_ns":1500000}"#
+            ),
             gpu(1, r#""device":0,"devices":[0,1]"#),
             call(2, "dgemm_", "dgemm", 10, 10, 10, 10)
         );
         let s = summary_of(&text, "gpus.jsonl");
         let rows = table_rows(&s, "Per GPU:", 2);
-        assert_eq!(rows[0], ["-", "0", "1", "1", "0.001", "0.0000"], "{s}");
-        assert_eq!(rows[1], ["-", "1", "2", "1", "0.003", "0.0025"], "{s}");
+        assert_eq!(
+            rows[0],
+            ["-", "0", "1", "1", "0.001", "0.0000", "0.0000"],
+            "{s}"
+        );
+        assert_eq!(
+            rows[1],
+            ["-", "1", "2", "1", "0.003", "0.0025", "0.0015"],
+            "{s}"
+        );
         // A CPU-only trace has no per-GPU table.
         assert!(
             !summary_of(
