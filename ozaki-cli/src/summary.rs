@@ -569,7 +569,8 @@ impl Summary {
 
     /// Per-GPU counts: every call a GPU route ran, by host and device ordinal; a
     /// split call counts on each of its devices (`split calls`); `waited s`, the time those
-    /// calls waited for the GPU while other callers' work held it (inside their times).
+    /// calls waited for the GPU while other callers' work held it, and `page-locking s`, the
+    /// time they spent page-locking memory that later calls reuse (both inside their times).
     /// Absent when no call ran on a GPU.
     fn write_per_device(&self, out: &mut dyn Write) -> std::io::Result<()> {
         let mut by_dev: BTreeMap<(&str, u32), Dev> = BTreeMap::new();
