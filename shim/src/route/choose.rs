@@ -891,78 +891,57 @@ mod tests {
 
     use super::super::RouteOutcome;
 
-    /// A GPU call that waited behind other callers' GPU work teaches its class the route's
-    /// own time: 40 ms measured with 30 ms of it waiting for the GPU, against a 10 ms price,
-    /// leaves the class uncorrected (x1), not 4x slower.
+    /// A GPU call that waited behind other callers' GPU work, or grew pinned memory for later
+    /// calls, teaches its class the route's own time: 40 ms measured with 30 ms of it waiting
+    /// for the GPU (or page-locking a new buffer), against a 10 ms price, leaves the class
+    /// uncorrected (x1), not 4x slower; the same calls with neither on record teach it.
     #[test]
-    fn the_wait_behind_other_callers_is_not_learned_as_the_routes_cost() {
+    fn what_is_not_the_routes_own_work_is_not_learned_as_its_cost() {
         let _turn = FEED_TURN.lock().unwrap_or_else(|p| p.into_inner());
-        // a shape no other test feeds (the table is the process's)
-        let key = ClassKey::new(Route::GpuNative, Routine::Dgemm, 77, 3001, 5, 8);
-        let choice = Choice {
-            feedback: Some((key, 0.010)),
-            ..Choice::forced(Route::GpuNative, None)
+        let waited = |ns| Phases {
+            wait_ns: ns,
+            ..Phases::default()
         };
-        let done = |wait_ns| super::super::Executed {
-            route: Route::GpuNative,
-            fallback: None,
-            outcome: RouteOutcome {
-                phases: Some(Phases {
-                    wait_ns,
-                    ..Phases::default()
-                }),
-                ..RouteOutcome::default()
-            },
-            declined: false,
+        let page_locked = |ns| Phases {
+            transfer_ns: 35_000_000,
+            pinned_ns: ns,
+            ..Phases::default()
         };
-        for _ in 0..ozaki_core::engine::correct::MIN_SAMPLES {
-            feed(&choice, &done(30_000_000), 0.040);
+        // shapes no other test feeds (the table is the process's)
+        for (key, phases) in [
+            (
+                ClassKey::new(Route::GpuNative, Routine::Dgemm, 77, 3001, 5, 8),
+                &waited as &dyn Fn(u64) -> Phases,
+            ),
+            (
+                ClassKey::new(Route::GpuNative, Routine::Dgemm, 1953, 122, 1953, 16),
+                &page_locked,
+            ),
+        ] {
+            let choice = Choice {
+                feedback: Some((key, 0.010)),
+                ..Choice::forced(Route::GpuNative, None)
+            };
+            let done = |ns| super::super::Executed {
+                route: Route::GpuNative,
+                fallback: None,
+                outcome: RouteOutcome {
+                    phases: Some(phases(ns)),
+                    ..RouteOutcome::default()
+                },
+                declined: false,
+            };
+            for _ in 0..ozaki_core::engine::correct::MIN_SAMPLES {
+                feed(&choice, &done(30_000_000), 0.040);
+            }
+            let f = learned().corrections.get(&key).expect("fed").factor();
+            assert!((f - 1.0).abs() < 1e-6, "{key:?}: {f}");
+            for _ in 0..4 * ozaki_core::engine::correct::MIN_SAMPLES {
+                feed(&choice, &done(0), 0.040);
+            }
+            let f = learned().corrections.get(&key).expect("fed").factor();
+            assert!(f > 2.0, "{key:?}: {f}");
         }
-        let f = learned().corrections.get(&key).expect("fed").factor();
-        assert!((f - 1.0).abs() < 1e-6, "{f}");
-        // without the wait on record the same time is the class's own
-        for _ in 0..4 * ozaki_core::engine::correct::MIN_SAMPLES {
-            feed(&choice, &done(0), 0.040);
-        }
-        let f = learned().corrections.get(&key).expect("fed").factor();
-        assert!(f > 2.0, "{f}");
-    }
-
-    /// A GPU call that grew pinned memory for later calls teaches its class the route's own
-    /// time: 40 ms measured with 30 ms of it page-locking a new buffer, against a 10 ms
-    /// price, leaves the class uncorrected; the same calls with nothing grown teach it.
-    #[test]
-    fn pinned_memory_grown_for_later_calls_is_not_learned_as_the_routes_cost() {
-        let _turn = FEED_TURN.lock().unwrap_or_else(|p| p.into_inner());
-        // a shape no other test feeds (the table is the process's)
-        let key = ClassKey::new(Route::GpuNative, Routine::Dgemm, 1953, 122, 1953, 16);
-        let choice = Choice {
-            feedback: Some((key, 0.010)),
-            ..Choice::forced(Route::GpuNative, None)
-        };
-        let done = |pinned_ns| super::super::Executed {
-            route: Route::GpuNative,
-            fallback: None,
-            outcome: RouteOutcome {
-                phases: Some(Phases {
-                    transfer_ns: 35_000_000,
-                    pinned_ns,
-                    ..Phases::default()
-                }),
-                ..RouteOutcome::default()
-            },
-            declined: false,
-        };
-        for _ in 0..ozaki_core::engine::correct::MIN_SAMPLES {
-            feed(&choice, &done(30_000_000), 0.040);
-        }
-        let f = learned().corrections.get(&key).expect("fed").factor();
-        assert!((f - 1.0).abs() < 1e-6, "{f}");
-        for _ in 0..4 * ozaki_core::engine::correct::MIN_SAMPLES {
-            feed(&choice, &done(0), 0.040);
-        }
-        let f = learned().corrections.get(&key).expect("fed").factor();
-        assert!(f > 2.0, "{f}");
     }
 
     /// A vendor call priced before the start adds what its measured time missed to the
