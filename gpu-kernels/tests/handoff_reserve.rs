@@ -10,31 +10,13 @@
 mod support;
 
 use gpu_kernels::host::{self, Engine, HostC};
-use ozaki_core::blas::{GemmArgs, Trans};
+use ozaki_core::blas::GemmArgs;
 use support::{centered_seeded as vec, have_gpu};
 
 const M: usize = 1953;
 const N: usize = 122;
 const K: usize = 541;
 const TEAM: u32 = 8;
-
-/// C = A B for one caller's A (M x K) and B (K x N), C contiguous.
-fn product<'a>(a: &'a [f64], b: &'a [f64]) -> GemmArgs<'a> {
-    GemmArgs {
-        transa: Trans::No,
-        transb: Trans::No,
-        m: M,
-        n: N,
-        k: K,
-        alpha: 1.0,
-        a,
-        lda: M,
-        b,
-        ldb: K,
-        beta: 0.0,
-        ldc: M,
-    }
-}
 
 #[test]
 fn a_team_that_started_the_gpu_finds_its_pinned_memory_ready() {
@@ -56,7 +38,7 @@ fn a_team_that_started_the_gpu_finds_its_pinned_memory_ready() {
             .iter()
             .map(|(a, b)| {
                 s.spawn(move || {
-                    let args = product(a, b);
+                    let args = GemmArgs::product(M, N, K, a, b);
                     let mut c = vec![f64::NAN; M * N];
                     let view = HostC::of_slice(&mut c, M, N, M).expect("C");
                     let out = host::gemm_c(&args, view, Engine::Native).expect("the GPU call");
@@ -81,7 +63,7 @@ fn a_team_that_started_the_gpu_finds_its_pinned_memory_ready() {
             "call {i} kept its copies in the lock"
         );
         let mut want = vec![0.0; M * N];
-        ozaki_core::blas::gemm(&product(a, b), &mut want);
+        ozaki_core::blas::gemm(&GemmArgs::product(M, N, K, a, b), &mut want);
         let worst = c
             .iter()
             .zip(&want)
