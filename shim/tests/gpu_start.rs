@@ -513,7 +513,7 @@ fn calls_priced_only_a_little_faster_on_the_gpu_never_start_it() {
 
 /// A vendor call priced close to the GPU but measured far slower than the GPU's price credits
 /// the start with what it measured: margin-close products, with the GPU priced far below what
-/// the vendor measures, start the GPU at the second call.
+/// the vendor measures, start the GPU as the first call ends.
 #[test]
 fn vendor_calls_measured_far_slower_than_the_gpus_price_start_it() {
     let dir = work_dir("gpu-start-measured");
@@ -539,12 +539,20 @@ fn vendor_calls_measured_far_slower_than_the_gpus_price_start_it() {
         p["gpu"]["start_s"] = serde_json::json!(1e-4);
         slow_cpu_blas(p, factor);
     });
-    // two calls: the first one's measured time starts the GPU at the second, before the
-    // vendor's class could be corrected by a streak of measurements
+    // two calls: the first one's measured time starts the GPU, before the vendor's class
+    // could be corrected by a streak of measurements
     let (calls, started) = traced_start(&dir, "measured", &close, &["1", "2", N]);
     assert!(started, "the measured gains did not start the GPU");
     let first = calls[0].engine.as_ref().expect("engine field");
     assert!(first.reason.contains("not started"), "{}", first.reason);
+    // the start begins as that call ends, not at the next call priced close to the GPU: a
+    // program that makes no such call after it still gets its GPU started
+    let (calls, started) = traced_start(&dir, "measured-alone", &close, &["1", "1", N]);
+    assert_eq!(calls.len(), 1);
+    assert!(
+        started,
+        "a call whose measured time covered the start did not start the GPU as it ended"
+    );
 }
 
 /// One call whose priced gain covers the start starts it at once: a profile whose CPU BLAS

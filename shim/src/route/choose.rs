@@ -221,7 +221,10 @@ fn pre_engine() -> Option<&'static Engine> {
         .as_ref()
 }
 
-/// What the pre-engine decided for a call, before the engine is built.
+/// What the pre-engine decided for a call, before the engine is built. Returned once per
+/// call and matched at once, never stored: boxing the large variant would allocate on every
+/// call made before the engine is up (all of a program's calls when its GPU never starts).
+#[allow(clippy::large_enum_variant)]
 enum PreEngine {
     /// The vendor BLAS.
     Vendor(EarlyVendor),
@@ -361,12 +364,12 @@ fn before_engine(
                         credited_s: gain,
                         concurrent: sharing,
                         ratio,
+                        cost_s: cost,
+                        shape: dims(cs),
                     });
                 return to_vendor(d, None, why, None, credit, wake_s);
             }
-            start::register_exit_handler();
-            let shape = (cs.m as usize, cs.n as usize, cs.k as usize);
-            STARTER.begin(move || start_gpu(shape, sharing))
+            begin_start(dims(cs), sharing)
         }
         s => s,
     };
@@ -438,6 +441,18 @@ fn before_engine(
             to_vendor(d, None, why, start, None, wake_s)
         }
     }
+}
+
+/// A call's m, n and k, as the warm-up takes them.
+fn dims(cs: &CallShape) -> (usize, usize, usize) {
+    (cs.m as usize, cs.n as usize, cs.k as usize)
+}
+
+/// Begins the background start ([`start_gpu`]) for calls like `shape` made by `callers` at
+/// once, unless it began already; returns where it stands.
+fn begin_start(shape: (usize, usize, usize), callers: u32) -> Status {
+    start::register_exit_handler();
+    STARTER.begin(move || start_gpu(shape, callers))
 }
 
 /// The background start's job ([`super::start`]): loads the CUDA libraries, builds the engine
@@ -843,9 +858,10 @@ static EXPLORE_TICK: AtomicU32 = AtomicU32::new(1);
 /// (BENCHMARKS.md "The start narrowing and the vendor's spin, side by side").
 ///
 /// A vendor call priced before the GPU start adds what its measured time gains the GPU
-/// beyond its price to the start's ledger ([`start::Credit`]); the next call priced weighs
-/// the start on that. Called for timed calls only ([`Choice::timed`]), each of which also
-/// notes the calls in flight it saw ([`inflight::note_overlap`]).
+/// beyond its price to the start's ledger ([`start::Credit`]); when that covers the start,
+/// the start begins now ([`start::Credit::begins`]), else the next call priced weighs it.
+/// Called for timed calls only ([`Choice::timed`]), each of which also notes the calls in
+/// flight it saw ([`inflight::note_overlap`]).
 pub fn feed(choice: &Choice, done: &super::Executed, seconds: f64) {
     let ending_with = crate::lazy::calls_in_flight();
     let began_with = choice.flight.as_ref().map_or(1, |f| f.concurrent());
@@ -854,7 +870,10 @@ pub fn feed(choice: &Choice, done: &super::Executed, seconds: f64) {
         && done.route == Route::Vendor
         && done.fallback.is_none()
     {
-        LEDGER.add(credit.extra_s(seconds, ending_with));
+        let gained = LEDGER.add(credit.extra_s(seconds, ending_with));
+        if credit.begins(gained) && STARTER.status() == Status::Idle {
+            begin_start(credit.shape, credit.concurrent.max(ending_with));
+        }
     }
     if let Some((key, predicted)) = &choice.feedback
         && key.route == done.route
@@ -955,6 +974,9 @@ mod tests {
             credited_s: 0.0,
             concurrent: 1,
             ratio: start::CREDIT_RATIO,
+            // never covered here: this test process must not start a GPU
+            cost_s: f64::INFINITY,
+            shape: (128, 128, 110592),
         };
         let choice = Choice {
             start_credit: Some(credit),

@@ -163,6 +163,12 @@ pub struct Credit {
     /// How much faster than the measured vendor call the GPU must be priced for its gain to
     /// count ([`CREDIT_RATIO`], or the profile's margin when larger).
     pub ratio: f64,
+    /// What the start costs ([`start_cost_s`]), as the call's price weighed it: once the
+    /// call's measured time brings the [`Ledger`] to it, the start begins at the call's end
+    /// ([`Credit::begins`]).
+    pub cost_s: f64,
+    /// The call's m, n and k, which the start then warms the GPU up for.
+    pub shape: (usize, usize, usize),
 }
 
 impl Credit {
@@ -179,6 +185,15 @@ impl Credit {
         }
         let concurrent = self.concurrent.max(ending_with);
         (ledger_gain(measured_s, self.held_s, concurrent) - self.credited_s).max(0.0)
+    }
+
+    /// Whether the [`Ledger`]'s total `gained_s`, with this call's measured time credited,
+    /// covers the start: the start then begins as the call ends. Left to the next call
+    /// priced close to the GPU, it would wait through whatever the program does in between
+    /// (a round of large products, then other work and calls clearly the vendor's), and a
+    /// program making no such call again would never start it.
+    pub fn begins(&self, gained_s: f64) -> bool {
+        gained_s >= self.cost_s
     }
 }
 
@@ -484,6 +499,8 @@ mod tests {
             credited_s: 0.0,
             concurrent: 1,
             ratio: CREDIT_RATIO,
+            cost_s: start_cost_s(START_S, false),
+            shape: (128, 128, 110592),
         };
         assert!((dsyrk.extra_s(0.060, 1) - (0.060 - 0.0066)).abs() < 1e-12);
         // the GPU not priced CREDIT_RATIO times faster than the measured time: nothing (LU's
@@ -503,8 +520,7 @@ mod tests {
             gpu_s: 0.01076,
             held_s: 0.01076,
             credited_s: priced,
-            concurrent: 1,
-            ratio: CREDIT_RATIO,
+            ..dsyrk
         };
         assert!(tt.extra_s(0.02175, 1).abs() < 1e-12);
         assert!((tt.extra_s(0.050, 1) - (0.050 - 0.02175)).abs() < 1e-12);
@@ -512,9 +528,8 @@ mod tests {
         let team = Credit {
             gpu_s: 0.0055,
             held_s: 0.0055,
-            credited_s: 0.0,
             concurrent: 16,
-            ratio: CREDIT_RATIO,
+            ..dsyrk
         };
         assert!((team.extra_s(0.099, 1) - ledger_gain(0.099, 0.0055, 16)).abs() < 1e-12);
         assert_eq!(team.extra_s(0.080, 1), 0.0);
