@@ -214,9 +214,10 @@ pub fn plan(
     files
 }
 
-/// Whether the loader finds `name` by itself. A library it finds stays loaded: cudarc opens
-/// the same one a moment later.
-fn loadable_by_name(name: &str) -> bool {
+/// Whether the loader finds `name` by itself, opened with the flags of cudarc's lazy loader
+/// (libloading's defaults). A library it finds stays loaded: cudarc opens the same one a
+/// moment later.
+pub(crate) fn loadable_by_name(name: &str) -> bool {
     let Ok(c) = CString::new(name) else {
         return false;
     };

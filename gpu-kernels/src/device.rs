@@ -554,6 +554,38 @@ fn blocking_sync_if_new(dev: sys::CUdevice) {
     }
 }
 
+/// The driver's `cuInit`, looked up ahead of the call, so that a thread can initialise the
+/// driver while another loads the other CUDA libraries: glibc's symbol look-up waits for a
+/// library being loaded on another thread (its initialisers run under the loader's lock),
+/// and cudarc's wrapper looks `cuInit` up at its first call.
+pub struct DriverInit(unsafe extern "C" fn(std::ffi::c_uint) -> sys::CUresult);
+
+impl DriverInit {
+    /// Loads the driver library (cudarc's loader, which keeps it) and looks `cuInit` up.
+    pub fn resolve() -> Result<DriverInit, GpuError> {
+        crate::probe::contain("cuInit's look-up", || {
+            // SAFETY: the signature is cuInit's in the CUDA driver API (cudarc's binding of
+            // it has the same); the library stays loaded for the process, so the pointer
+            // outlives its use.
+            let f = unsafe {
+                sys::culib()
+                    .get::<unsafe extern "C" fn(std::ffi::c_uint) -> sys::CUresult>(b"cuInit\0")
+            }
+            .map_err(|e| GpuError::Unavailable(format!("cuInit: {e}")))?;
+            Ok(DriverInit(*f))
+        })
+    }
+
+    /// Initialises the driver (`cuInit(0)`); the GPU's own initialisation calls cuInit again,
+    /// which then returns at once.
+    pub fn run(self) -> Result<(), GpuError> {
+        // SAFETY: cuInit may be called any number of times, from any thread.
+        unsafe { (self.0)(0) }
+            .result()
+            .map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))
+    }
+}
+
 fn find_device(explicit: Option<u32>) -> Result<Found, GpuError> {
     // SAFETY: cuInit may be called any number of times.
     unsafe { sys::cuInit(0) }

@@ -34,9 +34,9 @@ pub struct Libraries {
 }
 
 impl Libraries {
-    /// Looks for each library without initialising anything; once per process (several
-    /// callers ask on the way to the first GPU call, and which libraries the process can
-    /// load does not change while it runs).
+    /// Looks for each library, once per process (several callers ask on the way to the
+    /// first GPU call, and which libraries the process can load does not change while it
+    /// runs). Nothing is initialised; with a driver here, a library found stays loaded.
     pub fn detect() -> Libraries {
         static FOUND: OnceLock<Libraries> = OnceLock::new();
         *FOUND.get_or_init(|| {
@@ -48,14 +48,13 @@ impl Libraries {
             }
             // pip's CUDA wheels first, so that the names below find them (cuda_lib_dirs.rs).
             crate::cuda_lib_dirs::preload();
-            // SAFETY: is_culib_present only dlopens candidate names and drops the handle.
-            unsafe {
-                Libraries {
-                    driver: true,
-                    cublas: cudarc::cublas::sys::is_culib_present(),
-                    cublaslt: cudarc::cublaslt::sys::is_culib_present(),
-                    nvrtc: cudarc::nvrtc::sys::is_culib_present(),
-                }
+            // With a driver here, the libraries found are about to be used: they stay loaded
+            // ([`open_for_good`]).
+            Libraries {
+                driver: true,
+                cublas: open_for_good("cublas"),
+                cublaslt: open_for_good("cublasLt"),
+                nvrtc: open_for_good("nvrtc"),
             }
         })
     }
@@ -97,6 +96,19 @@ pub fn driver_present() -> bool {
     static FOUND: OnceLock<bool> = OnceLock::new();
     // SAFETY: is_culib_present only dlopens candidate names and drops the handle.
     *FOUND.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() })
+}
+
+/// Opens the first of cudarc's candidate file names for the library `name` (as cudarc's
+/// `sys` module of it spells it) that loads, with the flags of cudarc's lazy loader, and
+/// keeps it loaded for the life of the process: the loader's own open of the same name later finds it
+/// loaded. A probe that closed it again would make the GPU start load a library twice (its
+/// relocations and initialisers run again after it was unloaded) wherever
+/// `cuda_lib_dirs::preload` had not already kept it loaded: a library the loader finds only
+/// by its versioned name, on a machine without a CUDA toolkit directory.
+fn open_for_good(name: &str) -> bool {
+    cudarc::get_lib_name_candidates(name)
+        .iter()
+        .any(|choice| crate::cuda_lib_dirs::loadable_by_name(choice))
 }
 
 /// Loads the CUDA libraries that [`Libraries::detect`] found, for good (cudarc's own lazy

@@ -339,6 +339,42 @@ fn a_program_that_exits_while_cublas_loads_waits_before_its_teardown() {
     }
 }
 
+/// The start loads cuBLAS while another thread initialises the driver: with a cuInit and a
+/// cuBLAS load of 0.8 s each, the start (here failing, as the fake driver sees no GPU) takes
+/// about 0.8 s, not the 1.6 s of one after the other (`OZAKI_LOG=info` reports its length).
+#[test]
+fn the_start_loads_the_libraries_while_the_driver_initialises() {
+    let dir = work_dir("gpu-start-overlap");
+    let Some((prog, fake, _)) = one_call_program(&dir) else {
+        return;
+    };
+    let marks = CuInitMarks::new(&dir, "overlap");
+    let mut cmd = with_fake(shimmed(&prog, None), &fake);
+    cmd.args(["1", "1"])
+        .env("FAKE_CUINIT_MS", "800")
+        .env("FAKE_LOAD_MS", "800")
+        .env("FAKE_CUINIT_MARK", &marks.0)
+        .env("GPU_START_LINGER_MS", "2500")
+        .env("OZAKI_LOG", "ozaki_shim=info")
+        .env("NO_COLOR", "1");
+    let (o, _) = run(cmd);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(marks.entered() && marks.returned(), "{err}");
+    // `... auto: GPU start ms=812.3 up=false`
+    let ms: f64 = err
+        .lines()
+        .find(|l| l.contains("auto: GPU start") && !l.contains("warm-up"))
+        .and_then(|l| l.split("ms=").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no start length in: {err}"));
+    assert!(
+        (750.0..1400.0).contains(&ms),
+        "the start took {ms} ms with cuInit and the cuBLAS load at 800 ms each"
+    );
+}
+
 /// What the shim prices a `gpu_start` product at with `profile` (the fake CUDA libraries, no
 /// start): the first call's predicted seconds per route, from its trace, and the seconds it
 /// took on the vendor BLAS. The tests below set up their scenarios from these prices rather

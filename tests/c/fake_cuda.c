@@ -1,6 +1,6 @@
 /* A stand-in for the CUDA driver and cuBLAS, for testing the shim's background GPU start on
- * machines without a GPU (shim/tests/gpu_start.rs). Built twice: as libcuda.so, whose cuInit
- * sleeps FAKE_CUINIT_MS milliseconds (default 0) and then reports "no device"
+ * machines without a GPU (shim/tests/gpu_start.rs). Built twice: as libcuda.so, whose first
+ * cuInit sleeps FAKE_CUINIT_MS milliseconds (default 0), and every cuInit reports "no device"
  * (CUDA_ERROR_NO_DEVICE = 100), and with -DFAKE_CUBLAS as libcublas.so, so the shim finds both
  * libraries and its start fails in cuInit, as on a machine whose driver sees no GPU.
  *
@@ -36,6 +36,10 @@ static void mark(const char *suffix) {
 
 int cuInit(unsigned flags) {
     (void)flags;
+    /* Only the first call takes its time, as with the real driver, whose later calls return
+     * at once; the marks stay those of the first call. */
+    static int calls;
+    if (__atomic_fetch_add(&calls, 1, __ATOMIC_SEQ_CST) > 0) return 100;
     mark("entered");
     nap("FAKE_CUINIT_MS");
     mark("returned");

@@ -461,9 +461,7 @@ fn begin_start(shape: (usize, usize, usize), callers: u32) -> Status {
 /// process is exiting.
 fn start_gpu(shape: (usize, usize, usize), callers: u32) -> bool {
     let t = std::time::Instant::now();
-    let loaded = gpu_kernels::start_gate::step("load CUDA libraries", || {
-        Ok(gpu_kernels::probe::load_present())
-    });
+    let loaded = load_libraries_beside_cuinit();
     // After the libraries registered theirs: runs before them at exit.
     start::register_exit_handler();
     if loaded.is_err() {
@@ -491,6 +489,48 @@ fn start_gpu(shape: (usize, usize, usize), callers: u32) -> bool {
             false
         }
     }
+}
+
+/// Loads the CUDA libraries while another thread initialises the driver: `cuInit` and loading
+/// cuBLAS, cuBLASLt and NVRTC took 0.3-0.5 s each on the H200 host (BENCHMARKS.md, "GPU
+/// start-up off the first call") and need nothing of each other but the driver library,
+/// loaded first, so the start waits for the longer of the two instead of their sum. Both are steps of the start gate, which a process exit waits
+/// for. Without a thread to spare, the driver initialises later, in the GPU's own
+/// initialisation.
+fn load_libraries_beside_cuinit() -> Result<gpu_kernels::probe::Libraries, gpu_kernels::GpuError> {
+    use gpu_kernels::device::DriverInit;
+    use gpu_kernels::start_gate::step;
+    let cuinit = gpu_kernels::probe::driver_present()
+        .then(|| step("load CUDA driver", DriverInit::resolve).ok())
+        .flatten();
+    std::thread::scope(|s| {
+        let (ready, inside) = std::sync::mpsc::sync_channel(1);
+        let init = cuinit.and_then(|i| {
+            std::thread::Builder::new()
+                .name("ozaki-cuinit".into())
+                .spawn_scoped(s, move || {
+                    step("cuInit", || {
+                        let _ = ready.send(());
+                        i.run()
+                    })
+                })
+                .ok()
+        });
+        // A new thread's own start-up may need the loader's lock (registering its
+        // thread-locals' destructors), which loading a library holds while the library's
+        // initialisers run: the load waits until the thread is about to enter cuInit.
+        if init.is_some() {
+            let _ = inside.recv_timeout(std::time::Duration::from_millis(200));
+        }
+        let loaded = step("load CUDA libraries", || {
+            Ok(gpu_kernels::probe::load_present())
+        });
+        if let Some(h) = init {
+            // its outcome is the GPU initialisation's to report, when it calls cuInit again
+            let _ = h.join();
+        }
+        loaded
+    })
 }
 
 /// `engine`'s decision for `cs` when it is "vendor, by at least [`CLEARLY`] over every GPU
