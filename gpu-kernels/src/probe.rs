@@ -98,6 +98,42 @@ pub fn driver_present() -> bool {
     *FOUND.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() })
 }
 
+/// Where the NVIDIA kernel driver lists the GPUs, one folder per device with an
+/// `information` file (`Model: \t\t NVIDIA H100 80GB HBM3`, the name `cuDeviceGetName`
+/// gives).
+const DRIVER_GPUS: &str = "/proc/driver/nvidia/gpus";
+
+/// The model of this machine's GPUs as the kernel driver lists them, read without loading
+/// or initialising any CUDA library (a few small file reads): `None` when the list is missing
+/// or empty, or names more than one model (which of them the process would use is CUDA's
+/// device order, known only after `cuInit`). The shim prices the calls made before the GPU
+/// starts with this GPU's profile.
+pub fn gpu_model_without_init() -> Option<String> {
+    static MODEL: OnceLock<Option<String>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| gpu_model_in(std::path::Path::new(DRIVER_GPUS)))
+        .clone()
+}
+
+/// [`gpu_model_without_init`] of the device folders under `dir`.
+fn gpu_model_in(dir: &std::path::Path) -> Option<String> {
+    let mut model: Option<String> = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let text = std::fs::read_to_string(entry.path().join("information")).ok()?;
+        let this = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Model:"))
+            .map(str::trim)
+            .filter(|m| !m.is_empty())?;
+        match &model {
+            Some(m) if m != this => return None,
+            Some(_) => {}
+            None => model = Some(this.to_string()),
+        }
+    }
+    model
+}
+
 /// Opens the first of cudarc's candidate file names for the library `name` (as cudarc's
 /// `sys` module of it spells it) that loads, with the flags of cudarc's lazy loader, and
 /// keeps it loaded for the life of the process: the loader's own open of the same name later finds it
@@ -163,6 +199,37 @@ pub fn contain<T>(what: &str, f: impl FnOnce() -> Result<T, GpuError>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The driver's device list as the kernel writes it: one model for all devices, none for
+    /// a mix of models, a missing list or a device folder without its model line.
+    #[test]
+    fn the_gpu_model_comes_from_the_drivers_device_list() {
+        let root = std::env::temp_dir().join(format!("ozaki-gpus-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let device = |bus: &str, model: &str| {
+            let d = root.join(bus);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(
+                d.join("information"),
+                format!("Model: \t\t {model}\nIRQ:   \t\t 35\nBus Type: \t PCIe\n"),
+            )
+            .unwrap();
+        };
+        assert_eq!(gpu_model_in(&root), None, "no list");
+        device("0000:18:00.0", "NVIDIA H100 80GB HBM3");
+        device("0000:2a:00.0", "NVIDIA H100 80GB HBM3");
+        assert_eq!(
+            gpu_model_in(&root).as_deref(),
+            Some("NVIDIA H100 80GB HBM3")
+        );
+        device("0000:3a:00.0", "NVIDIA H200");
+        assert_eq!(gpu_model_in(&root), None, "two models");
+        std::fs::remove_dir_all(&root).unwrap();
+        device("0000:18:00.0", "NVIDIA H200");
+        std::fs::create_dir_all(root.join("0000:2a:00.0")).unwrap();
+        assert_eq!(gpu_model_in(&root), None, "a device without its model");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn a_missing_library_says_how_to_get_it() {

@@ -702,6 +702,45 @@ pub fn resolve_in(
     Ok((prof, src, w))
 }
 
+/// The profile [`resolve`] would pick for a GPU known only by its name `gpu_name` (what the
+/// driver lists before any CUDA call): `OZAKI_PROFILE`, else the cached profile of that GPU,
+/// else its built-in one. `Ok(None)`: none of those; only a profile scaled from the GPU's
+/// measured resources would describe it, or the name is unknown. A cached profile that cannot
+/// be used is passed over here (the engine's own [`resolve`] says why).
+///
+/// # Errors
+/// As [`resolve`].
+pub fn resolve_by_name(
+    env_profile: Option<&str>,
+    gpu_name: Option<&str>,
+) -> Result<Option<(Profile, ProfileSource)>, String> {
+    resolve_by_name_in(env_profile, gpu_name, cache_dir().as_deref())
+}
+
+/// [`resolve_by_name`] with an explicit cache directory (`None`: no cache lookup).
+///
+/// # Errors
+/// As [`resolve`].
+pub fn resolve_by_name_in(
+    env_profile: Option<&str>,
+    gpu_name: Option<&str>,
+    cache: Option<&Path>,
+) -> Result<Option<(Profile, ProfileSource)>, String> {
+    if env_profile.is_some_and(|p| !p.is_empty()) {
+        return resolve_in(env_profile, None, None).map(|(p, src, _)| Some((p, src)));
+    }
+    let Some(name) = gpu_name.filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    if let Some(path) = cache.map(|c| default_path_in(c, Some(name)))
+        && path.is_file()
+        && let Ok(prof) = load_cached(&path)
+    {
+        return Ok(Some((prof, ProfileSource::Cache(path))));
+    }
+    Ok(Profile::built_in_for_gpu(name).map(|(n, p)| (p, ProfileSource::BuiltIn(n))))
+}
+
 /// A profile found in the cache folder steers every call of every program, so it is used
 /// only when it and the folders above it are this user's alone (`private_path`); one named
 /// in `OZAKI_PROFILE` is the user's own explicit choice and is not checked.
@@ -864,6 +903,57 @@ mod tests {
         let (_, src, warning) = resolve_in(None, None, Some(&dir)).unwrap();
         assert_eq!(src, ProfileSource::BuiltIn("cpu-only"));
         assert!(warning.is_some_and(|w| w.text.contains("lets other users in") && !w.routine));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Known only by its name, a GPU gets the profile the engine will resolve once the GPU is
+    /// up: its own cached one, else its model's built-in one; an unknown model gets none.
+    #[test]
+    fn a_gpu_known_by_name_gets_its_cached_or_built_in_profile() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("ozaki-profile-name-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let h100 = "NVIDIA H100 80GB HBM3";
+        let by_name = |name| resolve_by_name_in(None, name, Some(&dir)).unwrap();
+        let (p, src) = by_name(Some(h100)).unwrap();
+        assert_eq!(src, ProfileSource::BuiltIn("h100"));
+        assert_eq!(p, Profile::built_in("h100").unwrap());
+        assert_eq!(
+            by_name(Some("NVIDIA H200")).unwrap().1,
+            ProfileSource::BuiltIn("h200")
+        );
+        assert_eq!(by_name(Some("NVIDIA A100-SXM4-80GB")), None);
+        assert_eq!(by_name(None), None);
+        // This machine's calibrated profile wins over the built-in one, as in `resolve`.
+        let path = default_path_in(&dir, Some(h100));
+        let mut mine = Profile::built_in("h100").unwrap();
+        mine.name = "calibrated here".into();
+        mine.save(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let (p, src) = by_name(Some(h100)).unwrap();
+        assert_eq!(
+            (p.name.as_str(), src),
+            ("calibrated here", ProfileSource::Cache(path.clone()))
+        );
+        // one others can write is passed over
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(
+            by_name(Some(h100)).unwrap().1,
+            ProfileSource::BuiltIn("h100")
+        );
+        // OZAKI_PROFILE wins over both; a file it names that cannot be read is an error
+        let env = dir.join("env.json");
+        Profile::built_in("cpu-only").unwrap().save(&env).unwrap();
+        let env_s = env.to_str().unwrap();
+        assert_eq!(
+            resolve_by_name_in(Some(env_s), Some(h100), Some(&dir))
+                .unwrap()
+                .unwrap()
+                .1,
+            ProfileSource::Env(env.clone())
+        );
+        assert!(resolve_by_name_in(Some("/nonexistent/p.json"), Some(h100), Some(&dir)).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

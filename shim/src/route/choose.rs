@@ -20,8 +20,10 @@
 //! Building the engine initialises the GPU (its name selects the profile), which costs
 //! about 0.9 s (measured on the H200s: NumPy's first call, and each ScaLAPACK rank whose
 //! local calls all stayed on the CPU). Until the engine is built, a *pre-engine*
-//! (`pre_engine`) prices each call with the profile the process would use without a GPU
-//! name (`OZAKI_PROFILE`, else the built-in GPU profile):
+//! (`pre_engine`) prices each call with the profile the engine will use, found by the GPU's
+//! name as the kernel driver lists it, before any CUDA call (`OZAKI_PROFILE`, else this GPU's
+//! profile in the cache directory, else its model's built-in one; the H200's when the driver
+//! names no single model):
 //! - the vendor clearly faster ([`CLEARLY`]): the vendor BLAS, without touching CUDA (a
 //!   process whose calls are all small never creates a context); the vendor's price is the
 //!   one this process's timed vendor calls of the class corrected, so a vendor BLAS that runs
@@ -69,9 +71,9 @@ static STARTER: Starter = Starter::new();
 static LEDGER: Ledger = Ledger::new();
 
 /// How much faster than every GPU route the pre-engine must price the vendor BLAS to send a
-/// call there without initialising the GPU: margin for a calibrated profile of this machine
-/// (which the pre-engine cannot find before it knows the GPU's name) differing from the
-/// one it prices with.
+/// call there without initialising the GPU: margin for the profile it prices with differing
+/// from the one the engine will use (a GPU the kernel driver does not name, a profile scaled
+/// to the GPU's measured resources).
 pub const CLEARLY: f64 = 2.0;
 
 /// What the driver reports about this process's GPU (name, architecture, resources), when a
@@ -208,10 +210,17 @@ fn pre_engine() -> Option<&'static Engine> {
             if !gpu_kernels::probe::driver_present() {
                 return None;
             }
+            // The profile the engine will use, found by the GPU's name as the kernel driver
+            // lists it (no CUDA call). Priced with another GPU's profile, the calls before the
+            // start misjudge what starting gains: on an H100 host the H200's profile prices
+            // PySCF's 1953 x 122 x 1953 at 4.0 ms on the GPU, the H100's at 2.9 ms (`ozaki
+            // explain`). A GPU the driver does not name is priced with the H200's.
             let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
-            let prof = match env.as_deref().filter(|p| !p.is_empty()) {
-                Some(p) => Profile::load(std::path::Path::new(p)).ok()?,
-                None => Profile::built_in_for_gpu("H200")?.1,
+            let model = gpu_kernels::probe::gpu_model_without_init();
+            let prof = match profile::resolve_by_name(env.as_deref(), model.as_deref()) {
+                Ok(Some((p, _))) => p,
+                Ok(None) => Profile::built_in_for_gpu("H200")?.1,
+                Err(_) => return None,
             };
             prof.gpu.as_ref()?;
             let mut prof = prof;
