@@ -503,9 +503,9 @@ fn start_gpu(shape: (usize, usize, usize), callers: u32) -> bool {
 /// Loads the CUDA libraries while another thread initialises the driver: `cuInit` and loading
 /// cuBLAS, cuBLASLt and NVRTC took 0.3-0.5 s each on the H200 host (BENCHMARKS.md, "GPU
 /// start-up off the first call") and need nothing of each other but the driver library,
-/// loaded first, so the start waits for the longer of the two instead of their sum. Both are steps of the start gate, which a process exit waits
-/// for. Without a thread to spare, the driver initialises later, in the GPU's own
-/// initialisation.
+/// loaded first, so the start waits for the longer of the two instead of their sum. Both are
+/// steps of the start gate, which a process exit waits for. Without a thread to spare, the
+/// driver initialises later, in the GPU's own initialisation.
 fn load_libraries_beside_cuinit() -> Result<gpu_kernels::probe::Libraries, gpu_kernels::GpuError> {
     use gpu_kernels::device::DriverInit;
     use gpu_kernels::start_gate::step;
@@ -525,11 +525,12 @@ fn load_libraries_beside_cuinit() -> Result<gpu_kernels::probe::Libraries, gpu_k
                 })
                 .ok()
         });
-        // A new thread's own start-up may need the loader's lock (registering its
-        // thread-locals' destructors), which loading a library holds while the library's
-        // initialisers run: the load waits until the thread is about to enter cuInit.
+        // A new thread's start-up can wait for the loader's lock, which loading a library
+        // holds while the library's initialisers run (begun at once, the load kept the stand-
+        // in driver's cuInit waiting until it ended in about half the runs of the gpu_start
+        // test): the load begins once the thread is about to enter cuInit.
         if init.is_some() {
-            let _ = inside.recv_timeout(std::time::Duration::from_millis(200));
+            let _ = inside.recv_timeout(std::time::Duration::from_secs(1));
         }
         let loaded = step("load CUDA libraries", || {
             Ok(gpu_kernels::probe::load_present())
