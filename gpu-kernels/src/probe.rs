@@ -136,11 +136,11 @@ fn gpu_model_in(dir: &std::path::Path) -> Option<String> {
 
 /// Opens the first of cudarc's candidate file names for the library `name` (as cudarc's
 /// `sys` module of it spells it) that loads, with the flags of cudarc's lazy loader, and
-/// keeps it loaded for the life of the process: the loader's own open of the same name later finds it
-/// loaded. A probe that closed it again would make the GPU start load a library twice (its
-/// relocations and initialisers run again after it was unloaded) wherever
-/// `cuda_lib_dirs::preload` had not already kept it loaded: a library the loader finds only
-/// by its versioned name, on a machine without a CUDA toolkit directory.
+/// keeps it loaded for the life of the process: the loader's own open of the same name
+/// later finds it loaded. A probe that closed it again would make the GPU start load a
+/// library twice (its relocations and initialisers run again after it was unloaded)
+/// wherever `cuda_lib_dirs::preload` had not already kept it loaded: a library the loader
+/// finds only by its versioned name, on a machine without a CUDA toolkit directory.
 fn open_for_good(name: &str) -> bool {
     cudarc::get_lib_name_candidates(name)
         .iter()

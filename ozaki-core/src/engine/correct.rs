@@ -26,8 +26,8 @@
 //!
 //! The table is lock-free: a fixed array of 64-bit slots, each packing the class tag, the
 //! sample count, the length of the current gross streak, the mean log-ratio and the
-//! streak's fastest log-ratio (16 bits each), updated by compare-and-swap. Two classes that hash
-//! to one slot take turns (a new class resets the slot), which costs samples, never
+//! streak's fastest log-ratio (16 bits each), updated by compare-and-swap. Two classes that
+//! hash to one slot take turns (a new class resets the slot), which costs samples, never
 //! correctness: an uncorrected prediction is what the engine had before.
 
 use crate::route::Route;
