@@ -580,17 +580,19 @@ impl DriverInit {
     /// which then returns at once.
     pub fn run(self) -> Result<(), GpuError> {
         // SAFETY: cuInit may be called any number of times, from any thread.
-        unsafe { (self.0)(0) }
-            .result()
-            .map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))
+        cuinit_result(unsafe { (self.0)(0) })
     }
+}
+
+/// What `cuInit` returned, as the GPU's initialisation reports it.
+fn cuinit_result(r: sys::CUresult) -> Result<(), GpuError> {
+    r.result()
+        .map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))
 }
 
 fn find_device(explicit: Option<u32>) -> Result<Found, GpuError> {
     // SAFETY: cuInit may be called any number of times.
-    unsafe { sys::cuInit(0) }
-        .result()
-        .map_err(|e| GpuError::Unavailable(format!("cuInit: {e:?}")))?;
+    cuinit_result(unsafe { sys::cuInit(0) })?;
     let mut count = 0;
     // SAFETY: out-parameter.
     unsafe { sys::cuDeviceGetCount(&mut count) }

@@ -108,11 +108,11 @@ const DRIVER_GPUS: &str = "/proc/driver/nvidia/gpus";
 /// or empty, or names more than one model (which of them the process would use is CUDA's
 /// device order, known only after `cuInit`). The shim prices the calls made before the GPU
 /// starts with this GPU's profile.
-pub fn gpu_model_without_init() -> Option<String> {
+pub fn gpu_model_without_init() -> Option<&'static str> {
     static MODEL: OnceLock<Option<String>> = OnceLock::new();
     MODEL
         .get_or_init(|| gpu_model_in(std::path::Path::new(DRIVER_GPUS)))
-        .clone()
+        .as_deref()
 }
 
 /// [`gpu_model_without_init`] of the device folders under `dir`.

@@ -2,8 +2,9 @@
 //! callers making host-resident gemms at once, each on a thread that never called on the
 //! GPU, finds a buffer for its operands and one for its C in the pool, so no call of its
 //! first round page-locks memory for them (`phases.pinned_ns`; the first call to hold the
-//! GPU still grows the GPU's own C staging) and each copies its operands apart. Without the reserve the first round page-locks (the `handoff` test checks that);
-//! its own process, so that the pool holds only what this test put there.
+//! GPU still grows the GPU's own C staging) and each copies its operands apart. Without the
+//! reserve the first round page-locks (the `handoff` test checks that). The test is a target
+//! of its own, so its process's pool holds only what the test put there.
 //! Skips itself visibly with "skipped: ..." without a GPU; runs in the GPU round
 //! (`scripts/gpu-check`).
 

@@ -1,5 +1,5 @@
-//! `ozaki replay TRACE [--profile FILE | --platform NAME] [--csv OUT] [--spin N]`: replays a trace
-//! through the engine for this or another machine: one CSV row per record and the
+//! `ozaki replay TRACE [--profile FILE | --platform NAME] [--csv OUT] [--spin N]`: replays a
+//! trace through the engine for this or another machine: one CSV row per record and the
 //! composites (work-weighted harmonic speedups of auto against every all-one-route baseline,
 //! FLOP-weighted n̄ quartiles, the per-route work share).
 

@@ -217,7 +217,7 @@ fn pre_engine() -> Option<&'static Engine> {
             // explain`). A GPU the driver does not name is priced with the H200's.
             let env = ozaki_core::env::var(ozaki_core::env::PROFILE);
             let model = gpu_kernels::probe::gpu_model_without_init();
-            let prof = match profile::resolve_by_name(env.as_deref(), model.as_deref()) {
+            let prof = match profile::resolve_by_name(env.as_deref(), model) {
                 Ok(Some((p, _))) => p,
                 Ok(None) => Profile::built_in_for_gpu("H200")?.1,
                 Err(_) => return None,
